@@ -1,0 +1,50 @@
+#pragma once
+// KvCodec: one layer's K/V storage. The attention layer talks to the cache only through
+// this interface (DESIGN.md, "The KV pipeline", step 2).
+//
+// Shapes: Hkv = kv heads, D = head_dim, Tmax = capacity, T = new tokens, S = stored tokens.
+// Storage is preallocated as [Hkv, Tmax, D] for K and for V and written by index: no
+// concatenation, no per-step allocation on the fast path.
+//
+// Mutation: only append()/append_token() write, and only the rows they are given.
+// Later codecs (int8/int4 with per-token per-head scales, kvsplice latents) implement the same
+// interface; the corruption and repair stages of the pipeline sit between append and attend
+// in KvLayer (later issue) and read through keys()/values().
+#include <cstdint>
+#include <memory>
+
+#include <ATen/ATen.h>
+
+#include "core/kv/kv_spec.h"
+
+namespace frost {
+
+class KvCodec {
+ public:
+  virtual ~KvCodec() = default;
+
+  // Stores k, v [T, Hkv, D] (float32, any strides) at positions pos .. pos+T-1.
+  virtual void append(const at::Tensor& k, const at::Tensor& v, int64_t pos) = 0;
+  // Stores one token: k, v point at Hkv*D contiguous floats. Fast path; no allocation.
+  virtual void append_token(const float* k, const float* v, int64_t pos) = 0;
+
+  // Decoded float32 K / V of positions [0, n): [Hkv, n, D]. For fp32 storage a view into
+  // the cache (valid until the next append); otherwise a fresh tensor.
+  virtual at::Tensor keys(int64_t n) const = 0;
+  virtual at::Tensor values(int64_t n) const = 0;
+
+  // Raw storage for fused kernels: [Hkv, Tmax, D] of storage_dtype(). Float codecs only.
+  virtual const void* raw_keys() const = 0;
+  virtual const void* raw_values() const = 0;
+  virtual at::ScalarType storage_dtype() const = 0;
+
+  virtual KvCodecKind kind() const = 0;
+  virtual int64_t bytes_per_token() const = 0;  // K + V, all heads, this layer
+  virtual int64_t capacity() const = 0;
+};
+
+// fp32 / fp16 / bf16 storage (core/kv/codec_float.cc).
+std::unique_ptr<KvCodec> make_float_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                                          int64_t max_tokens);
+
+}  // namespace frost

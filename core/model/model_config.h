@@ -1,0 +1,55 @@
+#pragma once
+// ModelConfig: the architecture hyper-parameters read from a Hugging Face config.json.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace frost {
+
+enum class Arch { kLlama, kGpt2 };
+enum class Activation { kSilu, kGeluNew };
+enum class WeightDtype { kF32, kBF16 };
+
+const char* arch_name(Arch a);  // "llama" | "gpt2"
+
+struct ModelConfig {
+  Arch arch = Arch::kLlama;
+  std::string architecture;  // as in config.json, e.g. "LlamaForCausalLM"
+  int64_t n_vocab = 0;
+  int64_t dim = 0;        // hidden_size / n_embd
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;  // == n_head for GPT-2
+  int64_t head_dim = 0;   // dim / n_head unless config.json says otherwise (LLaMA)
+  int64_t ffn_dim = 0;    // intermediate_size / n_inner (GPT-2 default 4*dim)
+  int64_t max_pos = 0;    // max_position_embeddings / n_positions
+  double rope_theta = 10000.0;  // LLaMA only
+  double norm_eps = 1e-5;       // rms_norm_eps / layer_norm_epsilon
+  bool tie_embeddings = true;
+  bool attention_bias = false;  // LLaMA: q/k/v/o biases; GPT-2 always has biases
+  bool mlp_bias = false;        // LLaMA: gate/up/down biases
+  Activation act = Activation::kSilu;
+  int32_t bos_id = -1;
+  std::vector<int32_t> eos_ids;  // eos_token_id may be a list in config.json
+
+  int64_t q_dim() const { return n_head * head_dim; }
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+// Parses config.json text. Errors are INVALID_ARGUMENT naming the field, e.g.
+// "config.json: num_key_value_heads (3) must divide num_attention_heads (8)". Unknown
+// architectures → INVALID_ARGUMENT "unsupported architecture ...". Unused keys are ignored
+// (HF configs carry many); unsupported features that change the math (rope_scaling, sliding
+// window, ...) are rejected.
+absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text);
+
+// Reads and parses <dir>/config.json (NOT_FOUND when absent).
+absl::StatusOr<ModelConfig> load_model_config(const std::string& model_dir);
+
+// Checks internal consistency (positive sizes, divisibility, limits). Used by the parser and
+// by builtin models.
+absl::Status validate_model_config(const ModelConfig& cfg);
+
+}  // namespace frost

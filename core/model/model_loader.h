@@ -1,0 +1,34 @@
+#pragma once
+// load_model(): a Hugging Face checkpoint directory (config.json + *.safetensors + tokenizer)
+// or a built-in model ("builtin:tiny", "builtin:tiny-gpt2", "builtin:15m").
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/model/model_config.h"
+#include "core/model/tokenizer.h"
+#include "core/model/transformer.h"
+
+namespace frost {
+
+struct LoadOptions {
+  WeightDtype dtype = WeightDtype::kF32;  // weights are converted to this at load
+  TokenizerPreference tokenizer = TokenizerPreference::kAuto;
+};
+
+struct LoadedModel {
+  std::string name;    // "stories260K" (directory name) or "builtin:tiny"
+  std::string source;  // absolute directory, or the builtin name
+  ModelConfig config;
+  std::unique_ptr<Transformer> model;      // immutable after load, shared read-only
+  std::unique_ptr<Tokenizer> tokenizer;
+  double t_load_s = 0;
+};
+
+// Errors: NOT_FOUND (missing directory/config.json/weights), INVALID_ARGUMENT for malformed
+// files naming the file and tensor ("model.safetensors: tensor 'model.norm.weight' has shape
+// [32], expected [64]"), "unsupported format: use safetensors" for .bin/pickle/TorchScript.
+absl::StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path_or_builtin,
+                                                        const LoadOptions& opts = {});
+
+}  // namespace frost

@@ -1,0 +1,92 @@
+#pragma once
+// Transformer: embed → blocks → final norm → lm_head, for the LLaMA and GPT-2 families.
+//
+// Letters: T = new tokens, S = cached tokens after the step, V = vocab, C = dim,
+// H = query heads, Hkv = kv heads, D = head_dim, F = ffn_dim.
+//
+// Two paths that tests hold equal:
+//  * forward(): the reference path, plain LibTorch ops, any T (prefill and decode). It runs
+//    the KV pipeline in its naive order: project → RoPE → codec append → read K/V back →
+//    attend with an explicit causal mask.
+//  * decode_step(): the fast path for batch-1 single-token decode: fused matrix-vector
+//    kernels on raw pointers (core/model/cpu_kernels.h), attention reading the codec's raw
+//    storage, all buffers preallocated in DecodeScratch. No LibTorch op per step.
+//
+// Weights are immutable after construction; const methods are safe to call concurrently on
+// different SequenceKv / DecodeScratch objects.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/kv/sequence_kv.h"
+#include "core/model/model_config.h"
+
+namespace frost {
+
+// Matrices are [out, in] (torch Linear layout; GPT-2 Conv1D weights are transposed at load)
+// in the configured weight dtype (fp32 or bf16). Norm weights, biases and RoPE tables fp32.
+struct LayerWeights {
+  at::Tensor attn_norm_w, attn_norm_b;  // [C]; b undefined for RMSNorm
+  at::Tensor wqkv, bqkv;                // [H*D + 2*Hkv*D, C] rows q | k | v; bias optional
+  at::Tensor wo, bo;                    // [C, H*D]
+  at::Tensor mlp_norm_w, mlp_norm_b;    // [C]
+  at::Tensor w_in, b_in;                // LLaMA: [2F, C] rows gate | up; GPT-2: c_fc [F, C]
+  at::Tensor w_out, b_out;              // [C, F]
+};
+
+struct ModelWeights {
+  at::Tensor tok_embed;                 // [V, C]
+  at::Tensor pos_embed;                 // [max_pos, C] GPT-2 only
+  std::vector<LayerWeights> layers;
+  at::Tensor final_norm_w, final_norm_b;  // [C]
+  at::Tensor lm_head;                   // [V, C]; aliases tok_embed when tied
+};
+
+// Per-sequence buffers of the fast decode path. Create with Transformer::make_scratch().
+struct DecodeScratch {
+  std::vector<float> x, xn, qkv, att_out, h_in, h_act, scores, logits, hidden;
+};
+
+class Transformer {
+ public:
+  // Takes validated config and weights (see model_loader.cc / builtin_models.cc).
+  Transformer(ModelConfig cfg, ModelWeights w);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  at::ScalarType weight_dtype() const { return w_.wdtype; }
+  int64_t n_params() const;
+  int64_t weight_bytes() const;
+
+  // KvSpec for a sequence of up to max_tokens positions (<= max_pos).
+  KvSpec kv_spec(int64_t max_tokens, KvCodecKind codec) const;
+
+  // Reference path. tokens [T] (int64, values < V) are placed at positions
+  // kv.n_tokens() .. +T-1; kv advances by T. Returns logits [T, V] (or [1, V] of the last
+  // position when last_only). When hidden_out is given it receives the final-norm hidden
+  // states [T, C]. Throws c10::Error on broken invariants (wrap with torch_call).
+  at::Tensor forward(const at::Tensor& tokens, SequenceKv& kv, bool last_only = false,
+                     at::Tensor* hidden_out = nullptr) const;
+
+  // Fast path: one token at position kv.n_tokens(); kv advances by 1. Returns logits [V]
+  // in scratch.logits (valid until the next call with this scratch). Final-norm hidden
+  // state in scratch.hidden.
+  const float* decode_step(int32_t token, SequenceKv& kv, DecodeScratch& scratch) const;
+
+  DecodeScratch make_scratch(int64_t max_tokens) const;
+
+ private:
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
+  at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
+  at::Tensor apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t pos) const;
+
+  ModelConfig cfg_;
+  struct Weights : ModelWeights {
+    at::ScalarType wdtype = at::kFloat;
+  } w_;
+  at::Tensor rope_cos_, rope_sin_;  // [max_pos, D/2] fp32 (LLaMA)
+};
+
+}  // namespace frost
