@@ -1,1 +1,190 @@
-int main() { return 0; }
+// frost-bench: speed benchmarks printing one JSON object.
+//
+//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--kv fp32|fp16|bf16]
+//                       [--prompt-tokens 16] [--new-tokens 256] [--repeat 5] [--path fast|reference] [--json]
+//   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--prompt-tokens 128]
+//                       [--repeat 5] [--json]
+//
+// decode: batch-1 greedy generation through the Generator (sampler included) after a
+// prompt of --prompt-tokens; tokens/s = decode steps / decode seconds, plus per-token
+// latency percentiles. prefill: one forward pass over --prompt-tokens tokens.
+// Each figure is the median over --repeat runs after one warm-up run.
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/common/device.h"
+#include "core/generate/generator.h"
+#include "core/model/model_loader.h"
+
+namespace {
+
+using nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::fprintf(stderr,
+               "error: %s\nusage: frost-bench decode|prefill --model builtin:15m|DIR [--threads N] "
+               "[--dtype fp32|bf16] [--kv fp32|fp16|bf16] [--prompt-tokens N] [--new-tokens N] "
+               "[--repeat N] [--path fast|reference] [--json]\n",
+               msg.c_str());
+  std::exit(2);
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(idx);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+double median(std::vector<double> v) { return percentile(std::move(v), 50); }
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>(3 + (i * 37 + 11) % (vocab - 3)));
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) usage("missing mode");
+  const std::string mode = argv[1];
+  if (mode != "decode" && mode != "prefill") usage("unknown mode '" + mode + "'");
+  std::map<std::string, std::string> opt = {{"model", "builtin:15m"}, {"threads", "0"}, {"dtype", "fp32"},
+                                            {"kv", "fp32"}, {"repeat", "5"}, {"path", "fast"}};
+  opt["prompt-tokens"] = mode == "decode" ? "16" : "128";
+  opt["new-tokens"] = "256";
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") continue;  // JSON is the only output format
+    if (a.rfind("--", 0) != 0 || i + 1 >= argc) usage("bad argument '" + a + "'");
+    const std::string key = a.substr(2);
+    if (!opt.count(key)) usage("unknown flag '" + a + "'");
+    opt[key] = argv[++i];
+  }
+  int threads = 0, repeat = 0;
+  int64_t n_prompt = 0, n_new = 0;
+  try {
+    threads = std::stoi(opt["threads"]);
+    repeat = std::stoi(opt["repeat"]);
+    n_prompt = std::stoll(opt["prompt-tokens"]);
+    n_new = std::stoll(opt["new-tokens"]);
+  } catch (...) {
+    usage("numeric flag is not a number");
+  }
+  if (threads < 0 || repeat < 1 || n_prompt < 1 || n_new < 1) usage("numeric flag out of range");
+  if (opt["dtype"] != "fp32" && opt["dtype"] != "bf16") usage("--dtype must be fp32 or bf16");
+  auto codec = frost::parse_kv_codec(opt["kv"]);
+  if (!codec.ok()) usage(std::string(codec.status().message()));
+
+  if (auto st = frost::apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
+  frost::LoadOptions lo;
+  lo.dtype = opt["dtype"] == "bf16" ? frost::WeightDtype::kBF16 : frost::WeightDtype::kF32;
+  auto model = frost::load_model(opt["model"], lo);
+  if (!model.ok()) {
+    std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  const frost::LoadedModel& m = **model;
+
+  ordered_json out;
+  out["bench"] = mode;
+  out["model"] = opt["model"];
+  out["arch"] = frost::arch_name(m.config.arch);
+  out["n_params"] = m.model->n_params();
+  out["weight_bytes"] = m.model->weight_bytes();
+  out["dtype"] = opt["dtype"];
+  out["threads"] = at::get_num_threads();
+  out["repeat"] = repeat;
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  out["machine"] = {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()},
+                    {"openblas_coretype", coretype ? coretype : ""}};
+
+  if (mode == "decode") {
+    frost::GeneratorConfig gc;
+    gc.kv_codec = *codec;
+    gc.fast_decode = opt["path"] == "fast";
+    gc.max_context = n_prompt + n_new;
+    gc.limits.max_new_tokens = static_cast<int32_t>(n_new);
+    frost::Generator gen(m, gc);
+    frost::GenerationRequest req;
+    req.prompt_ids = prompt_ids(n_prompt, m.config.n_vocab);
+    req.params.temperature = 0;
+    req.params.ignore_eos = true;
+    req.params.max_new_tokens = static_cast<int32_t>(n_new);
+    std::vector<double> tps, lat_ms;
+    for (int r = 0; r <= repeat; ++r) {
+      std::vector<double> lat;
+      auto last = Clock::now();
+      frost::CancelToken cancel;
+      auto res = gen.generate(req, [&](const frost::TokenEvent&) {
+        const auto now = Clock::now();
+        lat.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+        last = now;
+      }, cancel);
+      if (!res.ok()) {
+        std::fprintf(stderr, "error: %s\n", res.status().ToString().c_str());
+        return 1;
+      }
+      if (r == 0) continue;  // warm-up
+      tps.push_back(res->decode_tok_s());
+      lat_ms.insert(lat_ms.end(), lat.begin() + 1, lat.end());  // first event follows the prefill
+    }
+    out["kv_codec"] = opt["kv"];
+    out["path"] = opt["path"];
+    out["prompt_tokens"] = n_prompt;
+    out["new_tokens"] = n_new;
+    out["kv_bytes_per_token"] = gen.kv()->bytes_per_token();
+    out["decode_tokens_per_s"] = median(tps);
+    out["decode_tokens_per_s_best"] = *std::max_element(tps.begin(), tps.end());
+    out["token_latency_ms"] = {{"p50", percentile(lat_ms, 50)}, {"p90", percentile(lat_ms, 90)},
+                               {"p99", percentile(lat_ms, 99)}};
+    out["runs_tokens_per_s"] = tps;
+  } else {
+    c10::InferenceMode im;
+    const auto ids = prompt_ids(n_prompt, m.config.n_vocab);
+    at::Tensor t = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
+    frost::SequenceKv kv(m.model->kv_spec(n_prompt, *codec));
+    std::vector<double> tps, secs;
+    for (int r = 0; r <= repeat; ++r) {
+      kv.reset();
+      const auto t0 = Clock::now();
+      at::Tensor logits = m.model->forward(t, kv, /*last_only=*/true);
+      (void)logits.data_ptr<float>()[0];
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (r == 0) continue;
+      secs.push_back(s);
+      tps.push_back(static_cast<double>(n_prompt) / s);
+    }
+    out["kv_codec"] = opt["kv"];
+    out["prompt_tokens"] = n_prompt;
+    out["prefill_tokens_per_s"] = median(tps);
+    out["prefill_latency_ms"] = {{"p50", percentile(secs, 50) * 1e3}, {"max", percentile(secs, 100) * 1e3}};
+    out["runs_tokens_per_s"] = tps;
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}

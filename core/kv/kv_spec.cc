@@ -1,1 +1,24 @@
-// placeholder: being written
+#include "core/kv/kv_spec.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace frost {
+
+const char* kv_codec_name(KvCodecKind k) {
+  switch (k) {
+    case KvCodecKind::kF32: return "fp32";
+    case KvCodecKind::kF16: return "fp16";
+    case KvCodecKind::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+absl::StatusOr<KvCodecKind> parse_kv_codec(const std::string& name) {
+  if (name == "fp32") return KvCodecKind::kF32;
+  if (name == "fp16") return KvCodecKind::kF16;
+  if (name == "bf16") return KvCodecKind::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("kv codec: unknown value \"", name, "\" (expected fp32|fp16|bf16)"));
+}
+
+}  // namespace frost

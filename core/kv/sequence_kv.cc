@@ -1,1 +1,27 @@
-// placeholder: being written
+#include "core/kv/sequence_kv.h"
+
+#include <c10/util/Exception.h>
+
+namespace frost {
+
+SequenceKv::SequenceKv(const KvSpec& spec) : spec_(spec) {
+  TORCH_CHECK(spec.n_layer > 0 && spec.n_head_kv > 0 && spec.head_dim > 0 && spec.max_tokens > 0,
+              "SequenceKv: invalid spec");
+  layers_.reserve(static_cast<size_t>(spec.n_layer));
+  for (int64_t i = 0; i < spec.n_layer; ++i) {
+    layers_.push_back(make_float_codec(spec.codec, spec.n_head_kv, spec.head_dim, spec.max_tokens));
+  }
+}
+
+void SequenceKv::truncate(int64_t n) {
+  TORCH_CHECK(n >= 0 && n <= n_tokens_, "SequenceKv::truncate(", n, ") with ", n_tokens_, " tokens");
+  n_tokens_ = n;
+}
+
+int64_t SequenceKv::bytes_per_token() const {
+  int64_t b = 0;
+  for (const auto& l : layers_) b += l->bytes_per_token();
+  return b;
+}
+
+}  // namespace frost

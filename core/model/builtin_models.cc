@@ -1,1 +1,117 @@
-// placeholder: being written
+#include "core/model/builtin_models.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace frost {
+namespace {
+
+ModelConfig llama_like(int64_t dim, int64_t n_layer, int64_t n_head, int64_t n_head_kv, int64_t ffn,
+                       int64_t vocab, int64_t max_pos) {
+  ModelConfig c;
+  c.arch = Arch::kLlama;
+  c.architecture = "LlamaForCausalLM";
+  c.n_vocab = vocab;
+  c.dim = dim;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_head_kv = n_head_kv;
+  c.head_dim = dim / n_head;
+  c.ffn_dim = ffn;
+  c.max_pos = max_pos;
+  c.rope_theta = 10000.0;
+  c.norm_eps = 1e-5;
+  c.tie_embeddings = true;
+  c.act = Activation::kSilu;
+  c.bos_id = 1;
+  c.eos_ids = {2};
+  return c;
+}
+
+// splitmix64: tiny, fast, and the same on every platform.
+struct SplitMix64 {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // uniform in [-1, 1)
+  float uniform_pm1() { return static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0); }
+};
+
+at::Tensor rand_tensor(SplitMix64& rng, std::vector<int64_t> shape, float std, float mean = 0.f) {
+  at::Tensor t = at::empty(shape, at::kFloat);
+  float* p = t.data_ptr<float>();
+  const float a = std * std::sqrt(3.f);  // uniform[-a, a] has this std
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = mean + a * rng.uniform_pm1();
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_model_names() { return {"builtin:tiny", "builtin:tiny-gpt2", "builtin:15m"}; }
+
+absl::StatusOr<ModelConfig> builtin_config(const std::string& name) {
+  if (name == "builtin:tiny") return llama_like(64, 2, 4, 2, 172, 512, 512);
+  if (name == "builtin:15m") return llama_like(288, 6, 6, 6, 768, 32000, 1024);
+  if (name == "builtin:tiny-gpt2") {
+    ModelConfig c;
+    c.arch = Arch::kGpt2;
+    c.architecture = "GPT2LMHeadModel";
+    c.n_vocab = 512;
+    c.dim = 64;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_head_kv = 4;
+    c.head_dim = 16;
+    c.ffn_dim = 256;
+    c.max_pos = 512;
+    c.norm_eps = 1e-5;
+    c.tie_embeddings = true;
+    c.act = Activation::kGeluNew;
+    c.bos_id = 1;
+    c.eos_ids = {2};
+    return c;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown built-in model '", name, "' (known: ",
+                                                 absl::StrJoin(builtin_model_names(), ", "), ")"));
+}
+
+ModelWeights random_weights(const ModelConfig& c, uint64_t seed, at::ScalarType wd) {
+  SplitMix64 rng{seed};
+  const int64_t C = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim, V = c.n_vocab;
+  const bool gpt2 = c.arch == Arch::kGpt2;
+  auto mat = [&](int64_t out, int64_t in) { return rand_tensor(rng, {out, in}, 1.f / std::sqrt(static_cast<float>(in))).to(wd); };
+  auto vec = [&](int64_t n, float std, float mean) { return rand_tensor(rng, {n}, std, mean); };
+  ModelWeights w;
+  w.tok_embed = rand_tensor(rng, {V, C}, 1.f).to(wd);
+  if (gpt2) w.pos_embed = rand_tensor(rng, {c.max_pos, C}, 0.1f);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    LayerWeights lw;
+    lw.attn_norm_w = vec(C, 0.1f, 1.f);
+    lw.wqkv = mat(Q + 2 * KV, C);
+    lw.wo = mat(C, Q);
+    lw.mlp_norm_w = vec(C, 0.1f, 1.f);
+    lw.w_in = mat(gpt2 ? F : 2 * F, C);
+    lw.w_out = mat(C, F);
+    if (gpt2) {
+      lw.attn_norm_b = vec(C, 0.05f, 0.f);
+      lw.bqkv = vec(Q + 2 * KV, 0.05f, 0.f);
+      lw.bo = vec(C, 0.05f, 0.f);
+      lw.mlp_norm_b = vec(C, 0.05f, 0.f);
+      lw.b_in = vec(F, 0.05f, 0.f);
+      lw.b_out = vec(C, 0.05f, 0.f);
+    }
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm_w = vec(C, 0.1f, 1.f);
+  if (gpt2) w.final_norm_b = vec(C, 0.05f, 0.f);
+  w.lm_head = w.tok_embed;
+  return w;
+}
+
+}  // namespace frost

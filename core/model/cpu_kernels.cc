@@ -1,1 +1,286 @@
-// placeholder: being written
+#include "core/model/cpu_kernels.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Half.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+// GCC 12 reports false -Wmaybe-uninitialized inside its own avx512fintrin.h reductions
+// (_mm512_reduce_add_ps uses an undefined-initialised register by design).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace frost::kernels {
+namespace {
+
+inline float bf16_to_f32(uint16_t v) {
+  uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// ---- fp32 rows ----------------------------------------------------------------------------
+// Computes 4 (or fewer) rows at a time so each x load is shared by 4 weight rows.
+void rows_f32(const float* w, const float* x, const float* b, float* y, int64_t r0, int64_t r1,
+              int64_t n_in) {
+  int64_t r = r0;
+#if defined(__AVX512F__)
+  const int64_t n16 = n_in & ~int64_t{15};
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n_in - n16)) - 1u);
+  for (; r + 4 <= r1; r += 4) {
+    const float* w0 = w + r * n_in;
+    const float* w1 = w0 + n_in;
+    const float* w2 = w1 + n_in;
+    const float* w3 = w2 + n_in;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+           a3 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i < n16; i += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + i);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + i), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + i), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + i), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + i), xv, a3);
+    }
+    if (tail) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + i);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w0 + i), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w1 + i), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w2 + i), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w3 + i), xv, a3);
+    }
+    y[r] = _mm512_reduce_add_ps(a0) + (b ? b[r] : 0.f);
+    y[r + 1] = _mm512_reduce_add_ps(a1) + (b ? b[r + 1] : 0.f);
+    y[r + 2] = _mm512_reduce_add_ps(a2) + (b ? b[r + 2] : 0.f);
+    y[r + 3] = _mm512_reduce_add_ps(a3) + (b ? b[r + 3] : 0.f);
+  }
+  for (; r < r1; ++r) {
+    const float* w0 = w + r * n_in;
+    __m512 a0 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i < n16; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + i), _mm512_loadu_ps(x + i), a0);
+    if (tail) a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w0 + i), _mm512_maskz_loadu_ps(tail, x + i), a0);
+    y[r] = _mm512_reduce_add_ps(a0) + (b ? b[r] : 0.f);
+  }
+#else
+  for (; r < r1; ++r) {
+    const float* w0 = w + r * n_in;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n_in; i += 8)
+      for (int k = 0; k < 8; ++k) acc[k] += w0[i + k] * x[i + k];  // vectorised by the compiler
+    float s = 0;
+    for (; i < n_in; ++i) s += w0[i] * x[i];
+    for (float a : acc) s += a;
+    y[r] = s + (b ? b[r] : 0.f);
+  }
+#endif
+}
+
+// ---- bf16 rows ----------------------------------------------------------------------------
+#if defined(__AVX512F__)
+inline __m512 load_bf16x16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 load_bf16x16_masked(const uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#endif
+
+void rows_bf16(const uint16_t* w, const float* x, const float* b, float* y, int64_t r0, int64_t r1,
+               int64_t n_in) {
+  int64_t r = r0;
+#if defined(__AVX512F__)
+  const int64_t n16 = n_in & ~int64_t{15};
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n_in - n16)) - 1u);
+  for (; r + 4 <= r1; r += 4) {
+    const uint16_t* w0 = w + r * n_in;
+    const uint16_t* w1 = w0 + n_in;
+    const uint16_t* w2 = w1 + n_in;
+    const uint16_t* w3 = w2 + n_in;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+           a3 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i < n16; i += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + i);
+      a0 = _mm512_fmadd_ps(load_bf16x16(w0 + i), xv, a0);
+      a1 = _mm512_fmadd_ps(load_bf16x16(w1 + i), xv, a1);
+      a2 = _mm512_fmadd_ps(load_bf16x16(w2 + i), xv, a2);
+      a3 = _mm512_fmadd_ps(load_bf16x16(w3 + i), xv, a3);
+    }
+    if (tail) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + i);
+      a0 = _mm512_fmadd_ps(load_bf16x16_masked(w0 + i, tail), xv, a0);
+      a1 = _mm512_fmadd_ps(load_bf16x16_masked(w1 + i, tail), xv, a1);
+      a2 = _mm512_fmadd_ps(load_bf16x16_masked(w2 + i, tail), xv, a2);
+      a3 = _mm512_fmadd_ps(load_bf16x16_masked(w3 + i, tail), xv, a3);
+    }
+    y[r] = _mm512_reduce_add_ps(a0) + (b ? b[r] : 0.f);
+    y[r + 1] = _mm512_reduce_add_ps(a1) + (b ? b[r + 1] : 0.f);
+    y[r + 2] = _mm512_reduce_add_ps(a2) + (b ? b[r + 2] : 0.f);
+    y[r + 3] = _mm512_reduce_add_ps(a3) + (b ? b[r + 3] : 0.f);
+  }
+  for (; r < r1; ++r) {
+    const uint16_t* w0 = w + r * n_in;
+    __m512 a0 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i < n16; i += 16) a0 = _mm512_fmadd_ps(load_bf16x16(w0 + i), _mm512_loadu_ps(x + i), a0);
+    if (tail) a0 = _mm512_fmadd_ps(load_bf16x16_masked(w0 + i, tail), _mm512_maskz_loadu_ps(tail, x + i), a0);
+    y[r] = _mm512_reduce_add_ps(a0) + (b ? b[r] : 0.f);
+  }
+#else
+  for (; r < r1; ++r) {
+    const uint16_t* w0 = w + r * n_in;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n_in; i += 8)
+      for (int k = 0; k < 8; ++k) acc[k] += bf16_to_f32(w0[i + k]) * x[i + k];
+    float s = 0;
+    for (; i < n_in; ++i) s += bf16_to_f32(w0[i]) * x[i];
+    for (float a : acc) s += a;
+    y[r] = s + (b ? b[r] : 0.f);
+  }
+#endif
+}
+
+template <typename T>
+inline float load_elem(const T* p, int64_t i) {
+  return static_cast<float>(p[i]);
+}
+
+template <typename T>
+void attend_heads(const float* q, const T* k, const T* v, int64_t h0, int64_t h1, int64_t n_head,
+                  int64_t n_head_kv, int64_t d, int64_t t_max, int64_t n, float scale, float* scores,
+                  float* out) {
+  const int64_t group = n_head / n_head_kv;
+  for (int64_t h = h0; h < h1; ++h) {
+    const int64_t g = h / group;
+    const float* qh = q + h * d;
+    const T* kg = k + g * t_max * d;
+    const T* vg = v + g * t_max * d;
+    float* s = scores + h * n;
+    // scores: s[t] = scale · q·K[t]
+    float mx = -INFINITY;
+    for (int64_t t = 0; t < n; ++t) {
+      const T* kt = kg + t * d;
+      float acc = 0;
+      for (int64_t i = 0; i < d; ++i) acc += qh[i] * load_elem(kt, i);
+      s[t] = acc * scale;
+      mx = std::max(mx, s[t]);
+    }
+    // softmax
+    float sum = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      s[t] = std::exp(s[t] - mx);
+      sum += s[t];
+    }
+    const float inv = 1.f / sum;
+    // out = Σ p_t V[t]
+    float* o = out + h * d;
+    for (int64_t i = 0; i < d; ++i) o[i] = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const float p = s[t] * inv;
+      const T* vt = vg + t * d;
+      for (int64_t i = 0; i < d; ++i) o[i] += p * load_elem(vt, i);
+    }
+  }
+}
+
+}  // namespace
+
+void matvec(const void* w, c10::ScalarType w_dtype, const float* x, const float* b, float* y,
+            int64_t n_out, int64_t n_in) {
+  // At least ~32K multiply-adds per task so small matrices stay on one thread.
+  const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 15) / std::max<int64_t>(n_in, 1));
+  if (w_dtype == c10::kFloat) {
+    const auto* wf = static_cast<const float*>(w);
+    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) { rows_f32(wf, x, b, y, r0, r1, n_in); });
+  } else if (w_dtype == c10::kBFloat16) {
+    const auto* wb = static_cast<const uint16_t*>(w);
+    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) { rows_bf16(wb, x, b, y, r0, r1, n_in); });
+  } else {
+    TORCH_CHECK(false, "matvec: unsupported weight dtype ", w_dtype);
+  }
+}
+
+void matvec_ref(const void* w, c10::ScalarType w_dtype, const float* x, const float* b, float* y,
+                int64_t n_out, int64_t n_in) {
+  for (int64_t o = 0; o < n_out; ++o) {
+    double acc = b ? b[o] : 0.0;
+    for (int64_t i = 0; i < n_in; ++i) {
+      const float wv = w_dtype == c10::kFloat ? static_cast<const float*>(w)[o * n_in + i]
+                                              : bf16_to_f32(static_cast<const uint16_t*>(w)[o * n_in + i]);
+      acc += static_cast<double>(wv) * x[i];
+    }
+    y[o] = static_cast<float>(acc);
+  }
+}
+
+void attend_one(const float* q, const void* k, const void* v, c10::ScalarType kv_dtype, int64_t n_head,
+                int64_t n_head_kv, int64_t head_dim, int64_t t_max, int64_t n, float scale, float* scores,
+                float* out) {
+  // Parallel over heads only when there is enough work to pay for waking the pool.
+  const int64_t work = n * head_dim;
+  const int64_t grain = work * n_head < (int64_t{1} << 15) ? n_head : 1;
+  at::parallel_for(0, n_head, grain, [&](int64_t h0, int64_t h1) {
+    switch (kv_dtype) {
+      case c10::kFloat:
+        attend_heads(q, static_cast<const float*>(k), static_cast<const float*>(v), h0, h1, n_head, n_head_kv,
+                     head_dim, t_max, n, scale, scores, out);
+        break;
+      case c10::kHalf:
+        attend_heads(q, static_cast<const c10::Half*>(k), static_cast<const c10::Half*>(v), h0, h1, n_head,
+                     n_head_kv, head_dim, t_max, n, scale, scores, out);
+        break;
+      case c10::kBFloat16:
+        attend_heads(q, static_cast<const c10::BFloat16*>(k), static_cast<const c10::BFloat16*>(v), h0, h1,
+                     n_head, n_head_kv, head_dim, t_max, n, scale, scores, out);
+        break;
+      default:
+        TORCH_CHECK(false, "attend_one: unsupported kv dtype ", kv_dtype);
+    }
+  });
+}
+
+void attend_one_ref(const float* q, const void* k, const void* v, c10::ScalarType kv_dtype, int64_t n_head,
+                    int64_t n_head_kv, int64_t head_dim, int64_t t_max, int64_t n, float scale, float* out) {
+  auto elem = [&](const void* base, int64_t idx) -> double {
+    switch (kv_dtype) {
+      case c10::kFloat: return static_cast<const float*>(base)[idx];
+      case c10::kHalf: return static_cast<float>(static_cast<const c10::Half*>(base)[idx]);
+      case c10::kBFloat16: return static_cast<float>(static_cast<const c10::BFloat16*>(base)[idx]);
+      default: TORCH_CHECK(false, "attend_one_ref: unsupported kv dtype ", kv_dtype);
+    }
+  };
+  const int64_t group = n_head / n_head_kv;
+  std::vector<double> s(static_cast<size_t>(n));
+  for (int64_t h = 0; h < n_head; ++h) {
+    const int64_t g = h / group;
+    double mx = -INFINITY;
+    for (int64_t t = 0; t < n; ++t) {
+      double acc = 0;
+      for (int64_t i = 0; i < head_dim; ++i) acc += q[h * head_dim + i] * elem(k, (g * t_max + t) * head_dim + i);
+      s[t] = acc * scale;
+      mx = std::max(mx, s[t]);
+    }
+    double sum = 0;
+    for (int64_t t = 0; t < n; ++t) sum += (s[t] = std::exp(s[t] - mx));
+    for (int64_t i = 0; i < head_dim; ++i) {
+      double acc = 0;
+      for (int64_t t = 0; t < n; ++t) acc += s[t] / sum * elem(v, (g * t_max + t) * head_dim + i);
+      out[h * head_dim + i] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace frost::kernels

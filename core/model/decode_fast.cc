@@ -1,1 +1,149 @@
-// placeholder: being written
+// Transformer fast path: batch-1 single-token decode on raw pointers. Every buffer lives in
+// DecodeScratch; no LibTorch op runs per step. Held equal to forward() by
+// tests/unit/model/transformer_test.cc and tests/integration/hf_reference_test.cc.
+#include <c10/util/BFloat16.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/model/cpu_kernels.h"
+#include "core/model/transformer.h"
+
+namespace frost {
+namespace {
+
+const float* fptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// RMSNorm or LayerNorm of x [C] into out [C] (fp32).
+void norm_row(const ModelConfig& cfg, const float* x, const float* w, const float* b, float* out) {
+  const int64_t C = cfg.dim;
+  if (cfg.arch == Arch::kLlama) {
+    float ss = 0;
+    for (int64_t i = 0; i < C; ++i) ss += x[i] * x[i];
+    const float r = 1.f / std::sqrt(ss / static_cast<float>(C) + static_cast<float>(cfg.norm_eps));
+    for (int64_t i = 0; i < C; ++i) out[i] = x[i] * r * w[i];
+  } else {
+    float mean = 0;
+    for (int64_t i = 0; i < C; ++i) mean += x[i];
+    mean /= static_cast<float>(C);
+    float var = 0;
+    for (int64_t i = 0; i < C; ++i) var += (x[i] - mean) * (x[i] - mean);
+    var /= static_cast<float>(C);
+    const float r = 1.f / std::sqrt(var + static_cast<float>(cfg.norm_eps));
+    for (int64_t i = 0; i < C; ++i) out[i] = (x[i] - mean) * r * w[i] + b[i];
+  }
+}
+
+// In-place HF rotate_half RoPE on n heads of D at position pos.
+void rope_row(float* x, int64_t n, int64_t d, const float* cos_row, const float* sin_row) {
+  const int64_t half = d / 2;
+  for (int64_t h = 0; h < n; ++h) {
+    float* xh = x + h * d;
+    for (int64_t j = 0; j < half; ++j) {
+      const float a = xh[j], b = xh[j + half];
+      xh[j] = a * cos_row[j] - b * sin_row[j];
+      xh[j + half] = b * cos_row[j] + a * sin_row[j];
+    }
+  }
+}
+
+void embed_row(const at::Tensor& table, int64_t id, float* out) {
+  const int64_t C = table.size(1);
+  if (table.scalar_type() == at::kFloat) {
+    std::memcpy(out, table.data_ptr<float>() + id * C, static_cast<size_t>(C) * sizeof(float));
+  } else {
+    const auto* src = table.data_ptr<c10::BFloat16>() + id * C;
+    for (int64_t i = 0; i < C; ++i) out[i] = static_cast<float>(src[i]);
+  }
+}
+
+void matvec_t(const at::Tensor& w, const at::Tensor& b, const float* x, float* y) {
+  kernels::matvec(w.data_ptr(), w.scalar_type(), x, fptr(b), y, w.size(0), w.size(1));
+}
+
+}  // namespace
+
+DecodeScratch Transformer::make_scratch(int64_t max_tokens) const {
+  DecodeScratch s;
+  const auto C = static_cast<size_t>(cfg_.dim);
+  s.x.resize(C);
+  s.xn.resize(C);
+  s.hidden.resize(C);
+  s.qkv.resize(static_cast<size_t>(cfg_.q_dim() + 2 * cfg_.kv_dim()));
+  s.att_out.resize(static_cast<size_t>(cfg_.q_dim()));
+  const int64_t f_in = cfg_.arch == Arch::kLlama ? 2 * cfg_.ffn_dim : cfg_.ffn_dim;
+  s.h_in.resize(static_cast<size_t>(f_in));
+  s.h_act.resize(static_cast<size_t>(cfg_.ffn_dim));
+  s.scores.resize(static_cast<size_t>(cfg_.n_head * std::min(max_tokens, cfg_.max_pos)));
+  s.logits.resize(static_cast<size_t>(cfg_.n_vocab));
+  return s;
+}
+
+const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScratch& s) const {
+  const int64_t pos = kv.n_tokens();
+  const int64_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, D = cfg_.head_dim, F = cfg_.ffn_dim, C = cfg_.dim;
+  TORCH_CHECK(token >= 0 && token < cfg_.n_vocab, "decode_step: token ", token, " out of range");
+  TORCH_CHECK(pos < kv.capacity() && pos < cfg_.max_pos, "decode_step: position ", pos, " exceeds capacity");
+  TORCH_CHECK(static_cast<int64_t>(s.scores.size()) >= H * (pos + 1), "decode_step: scratch too small");
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  float* x = s.x.data();
+  float* xn = s.xn.data();
+  float* q = s.qkv.data();
+  float* k = q + H * D;
+  float* v = k + Hkv * D;
+
+  // 1. embeddings (+ learned positions for GPT-2)
+  embed_row(w_.tok_embed, token, x);
+  if (cfg_.arch == Arch::kGpt2) {
+    const float* pe = w_.pos_embed.data_ptr<float>() + pos * C;
+    for (int64_t i = 0; i < C; ++i) x[i] += pe[i];
+  }
+  const float* cos_row = cfg_.arch == Arch::kLlama ? rope_cos_.data_ptr<float>() + pos * (D / 2) : nullptr;
+  const float* sin_row = cfg_.arch == Arch::kLlama ? rope_sin_.data_ptr<float>() + pos * (D / 2) : nullptr;
+
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+    // 2. norm → fused q|k|v mat-vec → RoPE
+    norm_row(cfg_, x, fptr(lw.attn_norm_w), fptr(lw.attn_norm_b), xn);
+    matvec_t(lw.wqkv, lw.bqkv, xn, q);
+    if (cos_row) {
+      rope_row(q, H, D, cos_row, sin_row);
+      rope_row(k, Hkv, D, cos_row, sin_row);
+    }
+    // 3. KV pipeline: append this token, attend over positions [0, pos]
+    KvCodec& cache = kv.layer(l);
+    cache.append_token(k, v, pos);
+    kernels::attend_one(q, cache.raw_keys(), cache.raw_values(), cache.storage_dtype(), H, Hkv, D,
+                        cache.capacity(), pos + 1, scale, s.scores.data(), s.att_out.data());
+    // 4. output projection + residual
+    matvec_t(lw.wo, lw.bo, s.att_out.data(), xn);
+    for (int64_t i = 0; i < C; ++i) x[i] += xn[i];
+    // 5. MLP + residual
+    norm_row(cfg_, x, fptr(lw.mlp_norm_w), fptr(lw.mlp_norm_b), xn);
+    matvec_t(lw.w_in, lw.b_in, xn, s.h_in.data());
+    float* hin = s.h_in.data();
+    float* act = s.h_act.data();
+    if (cfg_.arch == Arch::kLlama) {
+      for (int64_t i = 0; i < F; ++i) {
+        const float g = hin[i];
+        act[i] = g / (1.f + std::exp(-g)) * hin[F + i];
+      }
+    } else {
+      constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
+      for (int64_t i = 0; i < F; ++i) {
+        const float u = hin[i];
+        act[i] = 0.5f * u * (1.f + std::tanh(kC * (u + 0.044715f * u * u * u)));
+      }
+    }
+    matvec_t(lw.w_out, lw.b_out, act, xn);
+    for (int64_t i = 0; i < C; ++i) x[i] += xn[i];
+  }
+  kv.advance(1);
+
+  // 6. final norm → logits
+  norm_row(cfg_, x, fptr(w_.final_norm_w), fptr(w_.final_norm_b), s.hidden.data());
+  matvec_t(w_.lm_head, at::Tensor(), s.hidden.data(), s.logits.data());
+  return s.logits.data();
+}
+
+}  // namespace frost

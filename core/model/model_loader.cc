@@ -1,1 +1,115 @@
-// placeholder: being written
+#include "core/model/model_loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/common/log.h"
+#include "core/common/status_macros.h"
+#include "core/common/torch_status.h"
+#include "core/model/builtin_models.h"
+#include "core/model/safetensors.h"
+#include "core/model/weight_map.h"
+
+namespace fs = std::filesystem;
+
+namespace frost {
+namespace {
+
+constexpr uint64_t kBuiltinSeed = 0x5EEDF205700ull;
+
+at::ScalarType to_scalar(WeightDtype d) { return d == WeightDtype::kBF16 ? at::kBFloat16 : at::kFloat; }
+
+absl::StatusOr<std::unique_ptr<LoadedModel>> load_builtin(const std::string& name, const LoadOptions& opts) {
+  FROST_ASSIGN_OR_RETURN(ModelConfig cfg, builtin_config(name));
+  auto m = std::make_unique<LoadedModel>();
+  m->name = name;
+  m->source = name;
+  FROST_ASSIGN_OR_RETURN(m->model, torch_call([&] {
+    return std::make_unique<Transformer>(cfg, random_weights(cfg, kBuiltinSeed, to_scalar(opts.dtype)));
+  }));
+  m->config = std::move(cfg);
+  m->tokenizer = make_byte_tokenizer(static_cast<int32_t>(m->config.n_vocab));
+  return m;
+}
+
+// The weight files of a checkpoint directory: every *.safetensors (sorted; shards).
+absl::StatusOr<std::vector<std::string>> find_weight_files(const fs::path& dir) {
+  std::vector<std::string> st, other;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file(ec)) continue;
+    const std::string ext = e.path().extension().string();
+    if (ext == ".safetensors") st.push_back(e.path().string());
+    else if (ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt" || ext == ".pkl") other.push_back(e.path().filename().string());
+  }
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot list ", dir.string(), ": ", ec.message()));
+  if (st.empty()) {
+    if (!other.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("unsupported format: use safetensors (", dir.string(),
+                                                     " has only ", other.front(), ")"));
+    }
+    return absl::NotFoundError(absl::StrCat("no *.safetensors weights in ", dir.string()));
+  }
+  std::sort(st.begin(), st.end());
+  return st;
+}
+
+absl::StatusOr<std::unique_ptr<LoadedModel>> load_dir(const std::string& path, const LoadOptions& opts) {
+  std::error_code ec;
+  const fs::path p = fs::absolute(path, ec);
+  if (!fs::exists(p, ec)) return absl::NotFoundError(absl::StrCat("model path not found: ", path));
+  if (!fs::is_directory(p, ec)) {
+    // A single file: refuse pickle/TorchScript explicitly; anything else needs its directory.
+    FROST_RETURN_IF_ERROR(check_not_pickle(p.string()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model path must be a Hugging Face checkpoint directory, got file ", path));
+  }
+  FROST_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(p.string()));
+  FROST_ASSIGN_OR_RETURN(std::vector<std::string> files, find_weight_files(p));
+  std::vector<std::unique_ptr<SafetensorsFile>> opened;
+  std::vector<const SafetensorsFile*> views;
+  for (const auto& f : files) {
+    FROST_ASSIGN_OR_RETURN(auto st, SafetensorsFile::open(f));
+    views.push_back(st.get());
+    opened.push_back(std::move(st));
+  }
+  FROST_ASSIGN_OR_RETURN(ModelWeights weights, map_weights(cfg, views, to_scalar(opts.dtype)));
+
+  auto m = std::make_unique<LoadedModel>();
+  m->name = p.filename().string();
+  m->source = p.string();
+  FROST_ASSIGN_OR_RETURN(m->model, torch_call([&] { return std::make_unique<Transformer>(cfg, std::move(weights)); }));
+  m->config = std::move(cfg);
+
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = load_tokenizer(p.string(), opts.tokenizer);
+  if (tok.ok()) {
+    m->tokenizer = std::move(tok).value();
+    if (m->tokenizer->vocab_size() > m->config.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer vocab size ", m->tokenizer->vocab_size(),
+                                                     " exceeds the model's vocab_size ", m->config.n_vocab));
+    }
+  } else if (absl::IsNotFound(tok.status()) && opts.tokenizer == TokenizerPreference::kAuto) {
+    // A checkpoint without tokenizer files still serves token-id prompts.
+    FROST_LOG_WARN("%s: no tokenizer found; only token-id prompts can be served", p.c_str());
+  } else {
+    return tok.status();
+  }
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path_or_builtin, const LoadOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<LoadedModel>> m = absl::StartsWith(path_or_builtin, "builtin:")
+                                                       ? load_builtin(path_or_builtin, opts)
+                                                       : load_dir(path_or_builtin, opts);
+  if (!m.ok()) return m;
+  (*m)->t_load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+}  // namespace frost

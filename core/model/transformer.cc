@@ -1,1 +1,155 @@
-// placeholder: being written
+// Transformer reference path (LibTorch ops, any T). The fast decode path is decode_fast.cc.
+#include "core/model/transformer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace frost {
+
+Transformer::Transformer(ModelConfig cfg, ModelWeights w) : cfg_(std::move(cfg)), w_(std::move(w)) {
+  wdtype_ = w_.tok_embed.scalar_type();
+  if (cfg_.arch == Arch::kLlama) {
+    // RoPE tables computed exactly as Hugging Face does, in float32:
+    // inv_freq = 1 / theta^(arange(0, D, 2) / D); angle = pos * inv_freq.
+    const int64_t d = cfg_.head_dim;
+    at::Tensor inv_freq =
+        1.0 / at::pow(cfg_.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+    at::Tensor angles = at::outer(at::arange(cfg_.max_pos, at::kLong).to(at::kFloat), inv_freq);  // [P, D/2]
+    rope_cos_ = angles.cos().contiguous();
+    rope_sin_ = angles.sin().contiguous();
+  }
+}
+
+int64_t Transformer::n_params() const {
+  int64_t n = w_.tok_embed.numel() + (w_.pos_embed.defined() ? w_.pos_embed.numel() : 0);
+  auto add = [&n](const at::Tensor& t) { n += t.defined() ? t.numel() : 0; };
+  for (const auto& l : w_.layers) {
+    for (const auto* t : {&l.attn_norm_w, &l.attn_norm_b, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm_w,
+                          &l.mlp_norm_b, &l.w_in, &l.b_in, &l.w_out, &l.b_out})
+      add(*t);
+  }
+  add(w_.final_norm_w);
+  add(w_.final_norm_b);
+  if (!w_.lm_head.is_same(w_.tok_embed)) add(w_.lm_head);
+  return n;
+}
+
+int64_t Transformer::weight_bytes() const {
+  int64_t n = 0;
+  auto add = [&n](const at::Tensor& t) { n += t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; };
+  add(w_.tok_embed);
+  add(w_.pos_embed);
+  for (const auto& l : w_.layers) {
+    for (const auto* t : {&l.attn_norm_w, &l.attn_norm_b, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm_w,
+                          &l.mlp_norm_b, &l.w_in, &l.b_in, &l.w_out, &l.b_out})
+      add(*t);
+  }
+  add(w_.final_norm_w);
+  add(w_.final_norm_b);
+  if (!w_.lm_head.is_same(w_.tok_embed)) add(w_.lm_head);
+  return n;
+}
+
+KvSpec Transformer::kv_spec(int64_t max_tokens, KvCodecKind codec) const {
+  KvSpec s;
+  s.n_layer = cfg_.n_layer;
+  s.n_head_kv = cfg_.n_head_kv;
+  s.head_dim = cfg_.head_dim;
+  s.max_tokens = std::min(max_tokens, cfg_.max_pos);
+  s.codec = codec;
+  return s;
+}
+
+at::Tensor Transformer::linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+  // Reference math is fp32 activations × (upcast) weights, the same as the fast path.
+  const at::Tensor wf = w.scalar_type() == at::kFloat ? w : w.to(at::kFloat);
+  return b.defined() ? at::addmm(b, x, wf.t()) : at::mm(x, wf.t());
+}
+
+at::Tensor Transformer::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+  if (cfg_.arch == Arch::kGpt2) return at::layer_norm(x, {cfg_.dim}, w, b, cfg_.norm_eps);
+  // RMSNorm (HF LlamaRMSNorm): x * rsqrt(mean(x²) + eps) * w
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + cfg_.norm_eps) * w;
+}
+
+at::Tensor Transformer::apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t pos) const {
+  // HF "rotate_half": pairs (j, j + D/2) rotate by angle pos · inv_freq[j].
+  const int64_t t = x.size(0), half = cfg_.head_dim / 2;
+  at::Tensor c = rope_cos_.narrow(0, pos, t).unsqueeze(1);  // [T, 1, D/2]
+  at::Tensor s = rope_sin_.narrow(0, pos, t).unsqueeze(1);
+  at::Tensor x1 = x.narrow(2, 0, half), x2 = x.narrow(2, half, half);
+  return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 2);
+}
+
+at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool last_only,
+                                at::Tensor* hidden_out) const {
+  TORCH_CHECK(tokens.dim() == 1 && tokens.size(0) > 0, "forward: tokens must be a non-empty 1-D tensor");
+  const int64_t T = tokens.size(0), pos = kv.n_tokens(), S = pos + T;
+  const int64_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, D = cfg_.head_dim, C = cfg_.dim;
+  TORCH_CHECK(S <= kv.capacity() && S <= cfg_.max_pos, "forward: ", S, " positions exceed capacity ",
+              std::min(kv.capacity(), cfg_.max_pos));
+  const at::Tensor ids = tokens.to(at::kLong);
+  TORCH_CHECK(ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < cfg_.n_vocab,
+              "forward: token id out of range [0, ", cfg_.n_vocab, ")");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+
+  // 1. embeddings (+ learned positions for GPT-2)                       x: [T, C]
+  at::Tensor x = w_.tok_embed.index_select(0, ids).to(at::kFloat);
+  if (cfg_.arch == Arch::kGpt2) x = x + w_.pos_embed.narrow(0, pos, T).to(at::kFloat);
+
+  // causal mask over absolute positions: query pos+i sees keys j <= pos+i  [T, S]
+  const at::Tensor mask = at::arange(S, at::kLong).unsqueeze(0) > (at::arange(T, at::kLong) + pos).unsqueeze(1);
+
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+    // 2. attention block: norm → q, k, v                                 qkv: [T, H*D + 2*Hkv*D]
+    at::Tensor h = norm(x, lw.attn_norm_w, lw.attn_norm_b);
+    at::Tensor qkv = linear(h, lw.wqkv, lw.bqkv);
+    at::Tensor q = qkv.narrow(1, 0, H * D).view({T, H, D});
+    at::Tensor k = qkv.narrow(1, H * D, Hkv * D).view({T, Hkv, D});
+    at::Tensor v = qkv.narrow(1, H * D + Hkv * D, Hkv * D).view({T, Hkv, D});
+    // 3. RoPE (LLaMA)
+    if (cfg_.arch == Arch::kLlama) {
+      q = apply_rope(q, pos);
+      k = apply_rope(k, pos);
+    }
+    // 4. KV pipeline: append through the codec, read the whole cache back   K, V: [Hkv, S, D]
+    KvCodec& cache = kv.layer(l);
+    cache.append(k, v, pos);
+    at::Tensor K = cache.keys(S), V = cache.values(S);
+    if (H != Hkv) {  // GQA: query head h uses kv head h / (H / Hkv)
+      K = K.repeat_interleave(H / Hkv, 0);
+      V = V.repeat_interleave(H / Hkv, 0);
+    }
+    // 5. scores, causal mask, softmax, weighted values                   att: [H, T, D]
+    at::Tensor scores = at::matmul(q.transpose(0, 1), K.transpose(1, 2)) * scale;  // [H, T, S]
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    at::Tensor att = at::matmul(at::softmax(scores, -1), V);
+    at::Tensor o = att.transpose(0, 1).reshape({T, H * D});
+    x = x + linear(o, lw.wo, lw.bo);
+
+    // 6. MLP block                                                       [T, C]
+    h = norm(x, lw.mlp_norm_w, lw.mlp_norm_b);
+    at::Tensor a;
+    if (cfg_.arch == Arch::kLlama) {  // SwiGLU: down(silu(gate h) * up h)
+      at::Tensor gu = linear(h, lw.w_in, lw.b_in);
+      const int64_t F = cfg_.ffn_dim;
+      a = at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F);
+    } else {  // gelu_new(c_fc h)
+      at::Tensor u = linear(h, lw.w_in, lw.b_in);
+      a = 0.5 * u * (1.0 + at::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * u.pow(3))));
+    }
+    x = x + linear(a, lw.w_out, lw.b_out);
+  }
+  kv.advance(T);
+
+  // 7. final norm → logits                                              [T|1, V]
+  x = norm(x, w_.final_norm_w, w_.final_norm_b);
+  if (hidden_out) *hidden_out = x;
+  if (last_only) x = x.narrow(0, T - 1, 1);
+  (void)C;
+  return linear(x, w_.lm_head, at::Tensor());
+}
+
+}  // namespace frost

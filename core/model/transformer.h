@@ -56,7 +56,7 @@ class Transformer {
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
-  at::ScalarType weight_dtype() const { return w_.wdtype; }
+  at::ScalarType weight_dtype() const { return wdtype_; }
   int64_t n_params() const;
   int64_t weight_bytes() const;
 
@@ -83,9 +83,8 @@ class Transformer {
   at::Tensor apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t pos) const;
 
   ModelConfig cfg_;
-  struct Weights : ModelWeights {
-    at::ScalarType wdtype = at::kFloat;
-  } w_;
+  ModelWeights w_;
+  at::ScalarType wdtype_ = at::kFloat;  // dtype of the matrices (fp32 or bf16)
   at::Tensor rope_cos_, rope_sin_;  // [max_pos, D/2] fp32 (LLaMA)
 };
 
