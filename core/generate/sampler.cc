@@ -1,1 +1,277 @@
-// placeholder: being written
+#include "core/generate/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/common/check.h"
+
+namespace frost {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+uint64_t random_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
+}
+
+// Argmax in one pass; ties → lowest id; NaN never wins; all -inf/NaN → 0. Sixteen
+// independent lanes (lane l sees ids ≡ l mod 16, in increasing order, so each keeps its
+// lowest-id maximum) break the compare chain and let the compiler vectorize.
+int32_t argmax(const float* x, int32_t n) {
+  constexpr int32_t kLanes = 16;
+  float best_v[kLanes];
+  int32_t best_i[kLanes];
+  for (int32_t l = 0; l < kLanes; ++l) {
+    best_v[l] = kNegInf;
+    best_i[l] = -1;
+  }
+  int32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int32_t l = 0; l < kLanes; ++l) {
+      const float v = x[i + l];
+      const bool gt = v > best_v[l];
+      best_v[l] = gt ? v : best_v[l];
+      best_i[l] = gt ? i + l : best_i[l];
+    }
+  }
+  for (int32_t l = 0; i + l < n; ++l) {
+    if (x[i + l] > best_v[l]) {
+      best_v[l] = x[i + l];
+      best_i[l] = i + l;
+    }
+  }
+  int32_t best = -1;
+  for (int32_t l = 0; l < kLanes; ++l) {
+    if (best_i[l] < 0) continue;
+    if (best < 0 || best_v[l] > x[best] || (best_v[l] == x[best] && best_i[l] < best)) {
+      best = best_i[l];
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
+// (value desc, id asc): a total order, so every standard library sorts candidates alike.
+template <typename C>
+bool before(const C& a, const C& b) {
+  return a.value > b.value || (a.value == b.value && a.id < b.id);
+}
+
+// Puts the (mid - first) first-ranked elements of [first, last) into [first, mid), sorted.
+// A heap (partial_sort) is cheapest for a few; selection + introsort for many.
+template <typename It>
+void sort_prefix(It first, It mid, It last) {
+  auto cmp = [](const auto& a, const auto& b) { return before(a, b); };
+  if (mid - first <= 128) {
+    std::partial_sort(first, mid, last, cmp);
+  } else {
+    std::nth_element(first, mid, last, cmp);
+    std::sort(first, mid, cmp);
+  }
+}
+
+}  // namespace
+
+Sampler::Sampler(const SamplingParams& p, int32_t vocab_size)
+    : temperature_(p.temperature),
+      top_k_(p.top_k >= vocab_size ? 0 : p.top_k),
+      top_p_(p.top_p),
+      min_p_(p.min_p),
+      repetition_penalty_(p.repetition_penalty),
+      presence_penalty_(p.presence_penalty),
+      frequency_penalty_(p.frequency_penalty),
+      n_logprobs_(std::min(p.logprobs, vocab_size)),
+      n_vocab_(vocab_size),
+      greedy_(p.temperature == 0.0f || p.top_k == 1),
+      seed_(p.seed.has_value() ? *p.seed : random_seed()),
+      rng_(seed_) {
+  FROST_DCHECK(vocab_size > 0);
+  const auto n = static_cast<size_t>(vocab_size);
+  if (repetition_penalty_ != 1.0f) in_context_.assign(n, 0);
+  if (presence_penalty_ != 0.0f || frequency_penalty_ != 0.0f) gen_count_.assign(n, 0);
+  penalize_ = !in_context_.empty() || !gen_count_.empty();
+  if (penalize_) logits_.resize(n);
+  if (!greedy_) cand_.resize(n);
+  if (n_logprobs_ > 0) top_buf_.resize(n);
+}
+
+void Sampler::add_prompt(absl::Span<const int32_t> ids) {
+  if (in_context_.empty()) return;  // only repetition_penalty looks at the prompt
+  for (int32_t id : ids) {
+    if (id < 0 || id >= n_vocab_ || in_context_[id]) continue;
+    in_context_[id] = 1;
+    context_ids_.push_back(id);
+  }
+}
+
+SampledToken Sampler::sample(const float* raw) {
+  // 1-3. Penalties work on a copy; without them the raw logits are read directly.
+  const float* logits = raw;
+  if (penalize_) {
+    std::copy(raw, raw + n_vocab_, logits_.begin());
+    apply_penalties(logits_.data());
+    logits = logits_.data();
+  }
+
+  SampledToken out;
+  if (greedy_) {
+    // 4. Greedy: a single pass, no RNG.
+    out.id = argmax(logits, n_vocab_);
+  } else {
+    float l_max = kNegInf;
+    for (int32_t i = 0; i < n_vocab_; ++i) {
+      const float v = std::isnan(logits[i]) ? kNegInf : logits[i];
+      cand_[i] = Candidate{v, i};
+      l_max = std::max(l_max, v);
+    }
+    n_cand_ = n_vocab_;
+    cand_sorted_ = false;
+    out.id = sample_from_candidates(l_max);
+  }
+  if (n_logprobs_ >= 0) fill_logprobs(raw, out);
+  record(out.id);
+  return out;
+}
+
+void Sampler::apply_penalties(float* logits) const {
+  if (!in_context_.empty()) {
+    // HF RepetitionPenaltyLogitsProcessor: once per distinct token.
+    for (int32_t id : context_ids_) {
+      const float v = logits[id];
+      logits[id] = v > 0.0f ? v / repetition_penalty_ : v * repetition_penalty_;
+    }
+  }
+  if (!gen_count_.empty()) {
+    // OpenAI presence / frequency penalties over generated tokens.
+    for (int32_t id : gen_ids_) {
+      const auto count = static_cast<float>(gen_count_[id]);
+      logits[id] -= presence_penalty_ + frequency_penalty_ * count;
+    }
+  }
+}
+
+int32_t Sampler::sample_from_candidates(float l_max) {
+  const auto begin = cand_.begin();
+
+  // 6. top_k (temperature > 0 keeps the order, so selecting before scaling is equivalent).
+  if (top_k_ > 0) {
+    sort_prefix(begin, begin + top_k_, begin + n_cand_);
+    n_cand_ = top_k_;
+    cand_sorted_ = true;
+  }
+
+  // 5. Temperature and softmax numerators p = exp((l - l_max) / T), so p_max == 1 exactly
+  // (top_k keeps the maximum).
+  if (std::isfinite(l_max)) {
+    const float inv_t = 1.0f / temperature_;
+    if (std::isfinite(inv_t)) {
+      for (int32_t i = 0; i < n_cand_; ++i) {
+        cand_[i].value = std::exp((cand_[i].value - l_max) * inv_t);
+      }
+    } else {
+      // A tiny T: dividing keeps (l_max - l_max) / T == 0 where 0 * inf would be NaN.
+      for (int32_t i = 0; i < n_cand_; ++i) {
+        cand_[i].value = std::exp((cand_[i].value - l_max) / temperature_);
+      }
+    }
+  } else {
+    // All -inf, or some +inf: the tokens at l_max share the mass.
+    for (int32_t i = 0; i < n_cand_; ++i) cand_[i].value = cand_[i].value == l_max ? 1.0f : 0.0f;
+  }
+
+  // 7. top_p: sort lazily, only as far as the nucleus reaches (64, 256, 1024, ... tokens);
+  // each step sorts the remainder, whose elements all rank below the sorted prefix.
+  if (top_p_ < 1.0f) {
+    double total = 0.0;
+    for (int32_t i = 0; i < n_cand_; ++i) total += cand_[i].value;
+    const double target = static_cast<double>(top_p_) * total;
+    int32_t n_sorted = cand_sorted_ ? n_cand_ : 0;
+    int32_t keep = n_cand_;  // if rounding never reaches the target: keep everything
+    double cum = 0.0;
+    for (int32_t i = 0; i < n_cand_; ++i) {
+      if (i == n_sorted) {
+        const int32_t next = std::min(n_cand_, std::max<int32_t>(64, n_sorted * 4));
+        sort_prefix(begin + n_sorted, begin + next, begin + n_cand_);
+        n_sorted = next;
+      }
+      cum += cand_[i].value;
+      if (cum >= target) {
+        keep = i + 1;
+        break;
+      }
+    }
+    n_cand_ = keep;
+    cand_sorted_ = true;
+  }
+
+  // 8. min_p: p / p_max >= min_p with p_max == 1; the max itself always stays.
+  if (min_p_ > 0.0f) {
+    int32_t j = 0;
+    for (int32_t i = 0; i < n_cand_; ++i) {
+      if (cand_[i].value >= min_p_) cand_[j++] = cand_[i];  // stable: keeps the order
+    }
+    n_cand_ = j;
+  }
+
+  // 9. Inverse-CDF draw over the live candidates in their current order.
+  double total = 0.0;
+  for (int32_t i = 0; i < n_cand_; ++i) total += cand_[i].value;
+  const double r = uniform01() * total;
+  double cum = 0.0;
+  for (int32_t i = 0; i < n_cand_; ++i) {
+    cum += cand_[i].value;
+    if (cum > r) return cand_[i].id;
+  }
+  // r rounded up to the total: the last candidate with weight.
+  for (int32_t i = n_cand_ - 1; i > 0; --i) {
+    if (cand_[i].value > 0.0f) return cand_[i].id;
+  }
+  return cand_[0].id;
+}
+
+void Sampler::record(int32_t id) {
+  if (id < 0 || id >= n_vocab_) return;
+  if (!in_context_.empty() && !in_context_[id]) {
+    in_context_[id] = 1;
+    context_ids_.push_back(id);
+  }
+  if (!gen_count_.empty() && gen_count_[id]++ == 0) gen_ids_.push_back(id);
+}
+
+void Sampler::fill_logprobs(const float* raw, SampledToken& out) {
+  // log_softmax of the raw logits in double: x_i - m - log(sum_j exp(x_j - m)).
+  double m = -std::numeric_limits<double>::infinity();
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    if (raw[i] > m) m = raw[i];  // NaN never compares greater
+  }
+  const bool finite = std::isfinite(m);
+  // Shifted logit; with no finite max (all -inf / NaN, or some +inf) the tokens at the max
+  // share the mass equally.
+  auto shifted = [&](int32_t i) -> double {
+    const double v = raw[i];
+    if (finite) return std::isnan(v) ? -std::numeric_limits<double>::infinity() : v - m;
+    return v == m ? 0.0 : -std::numeric_limits<double>::infinity();
+  };
+  double sum = 0.0;
+  for (int32_t i = 0; i < n_vocab_; ++i) sum += std::exp(shifted(i));
+  const double log_sum = std::log(sum);
+  out.logprob = static_cast<float>(shifted(out.id) - log_sum);
+  if (n_logprobs_ <= 0) return;
+
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    top_buf_[i] = Candidate{static_cast<float>(shifted(i) - log_sum), i};
+  }
+  sort_prefix(top_buf_.begin(), top_buf_.begin() + n_logprobs_, top_buf_.end());
+  out.top.reserve(static_cast<size_t>(n_logprobs_));
+  for (int32_t i = 0; i < n_logprobs_; ++i) {
+    out.top.push_back(TokenLogprob{top_buf_[i].id, top_buf_[i].value});
+  }
+}
+
+double Sampler::uniform01() {
+  // The top 53 bits of one mt19937_64 output, scaled to [0, 1): exact and portable.
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+}  // namespace frost

@@ -1,0 +1,117 @@
+#pragma once
+// Sampler: one request's logits → token, on plain float arrays (no LibTorch).
+// V = vocab_size.
+//
+// Processing order of sample(), as in Hugging Face / vLLM:
+//   1. copy the raw logits [V] into a buffer preallocated at construction (input untouched;
+//      greedy without penalties reads them in place: one pass, no copy)
+//   2. repetition_penalty over the distinct tokens of prompt + generated (HF: l > 0 → l / r,
+//      else l * r)
+//   3. presence / frequency penalties over generated tokens (OpenAI:
+//      l -= presence * (count > 0) + frequency * count)
+//   4. temperature == 0 or top_k == 1 → greedy: argmax, ties → lowest id; stop here
+//   5. divide by temperature
+//   6. top_k: keep the k largest (ties at the boundary → lower ids)
+//   7. top_p: nucleus of the renormalized distribution — the fewest most likely tokens whose
+//      probability mass is >= top_p (at least one)
+//   8. min_p: drop tokens with probability < min_p * max probability
+//   9. draw one token from the renormalized remainder with the sampler's own RNG
+// NaN logits are treated as -inf.
+//
+// Randomness: std::mt19937_64 seeded with params.seed (or std::random_device when unset);
+// one 64-bit output per non-greedy draw, turned into a uniform double in [0, 1) by us (no
+// std::*_distribution, whose output is implementation-defined). Candidates are walked in
+// ascending id order, or in (probability desc, id asc) order once top_k / top_p sorted them,
+// so a fixed seed gives the same tokens on every run and platform (up to libm's expf, which
+// can differ in the last bit between C libraries).
+//
+// Logprobs (params.logprobs >= 0) are log_softmax of the RAW model logits — before penalties,
+// temperature and truncation (vLLM's default), computed in double.
+//
+// Cost per call: a few O(V) passes (greedy without penalties: one); top_k = k adds a
+// selection (heap for small k, nth_element + sort of k otherwise); top_p alone sorts only as
+// far as its nucleus reaches (64, 256, 1024, ... tokens). No heap allocation unless top
+// logprobs are requested (or the penalty history grows).
+//
+// Not thread-safe: one Sampler per sequence, owned by the thread that decodes it.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "core/generate/sampling_params.h"
+
+namespace frost {
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  int32_t id = 0;
+  // log p(id) under log_softmax of the raw logits; 0 when params.logprobs < 0 (not computed).
+  float logprob = 0.0f;
+  // The min(params.logprobs, V) most likely tokens under the raw logits, logprob descending
+  // (ties → lower id); empty when params.logprobs <= 0.
+  std::vector<TokenLogprob> top;
+};
+
+class Sampler {
+ public:
+  // `params` must have passed validate_sampling_params(params, vocab_size); vocab_size > 0.
+  Sampler(const SamplingParams& params, int32_t vocab_size);
+
+  // Adds prompt tokens to the history seen by repetition_penalty (presence / frequency
+  // penalties only count generated tokens). Mutates the history; ids outside [0, V) ignored.
+  void add_prompt(absl::Span<const int32_t> ids);
+
+  // logits: [V] raw model logits, read only. Picks a token and appends it to the penalty
+  // history. Advances the RNG unless the choice is greedy.
+  SampledToken sample(const float* logits);
+
+  // The seed the RNG was started with (params.seed, or the drawn one when unset).
+  uint64_t seed() const { return seed_; }
+
+ private:
+  struct Candidate {
+    float value;  // logit, then unnormalized probability
+    int32_t id;
+  };
+
+  void apply_penalties(float* logits) const;    // steps 2-3 on [V], in place
+  int32_t sample_from_candidates(float l_max);  // steps 5-9 on cand_; l_max = max logit
+  void record(int32_t id);                      // appends a generated token to the history
+  void fill_logprobs(const float* raw, SampledToken& out);
+  double uniform01();
+
+  // Request parameters (validated).
+  float temperature_;
+  int32_t top_k_;  // 0 = off (also when the request asked for >= V)
+  float top_p_;
+  float min_p_;
+  float repetition_penalty_;
+  float presence_penalty_;
+  float frequency_penalty_;
+  int32_t n_logprobs_;  // -1 off; clamped to V
+  int32_t n_vocab_;
+  bool greedy_;  // temperature == 0 or top_k == 1
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+
+  // Penalty history (empty vectors when the corresponding penalty is off).
+  std::vector<uint8_t> in_context_;   // [V] 1 when the token is in prompt + generated
+  std::vector<int32_t> context_ids_;  // distinct ids with in_context_ == 1
+  std::vector<int32_t> gen_count_;    // [V] times the token was generated
+  std::vector<int32_t> gen_ids_;      // distinct ids with gen_count_ > 0
+  bool penalize_ = false;             // any penalty on
+
+  // Work buffers, sized once.
+  std::vector<float> logits_;    // [V] penalized logits
+  std::vector<Candidate> cand_;  // [V] candidates; only the first n_cand_ are live
+  int32_t n_cand_ = 0;
+  bool cand_sorted_ = false;        // the live candidates are sorted by (value desc, id asc)
+  std::vector<Candidate> top_buf_;  // [V] logprobs for the top-n selection (when n > 0)
+};
+
+}  // namespace frost

@@ -1,0 +1,58 @@
+#pragma once
+// Per-request sampling parameters (OpenAI / vLLM names and meanings) and their validation.
+// Every default means "off": a default-constructed SamplingParams samples from the plain
+// softmax of the model logits with a nondeterministic seed.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace frost {
+
+struct SamplingParams {
+  // Logits are divided by this before truncation; 0 = greedy (argmax, ties → lowest id).
+  float temperature = 1.0f;
+  // Keep only the k most likely tokens; 0 = off. k >= vocab_size is the same as off.
+  int32_t top_k = 0;
+  // Nucleus: keep the smallest set of most likely tokens whose mass is >= top_p; 1 = off.
+  float top_p = 1.0f;
+  // Drop tokens whose probability is < min_p * (probability of the most likely token); 0 = off.
+  float min_p = 0.0f;
+  // Hugging Face semantics, over prompt + generated tokens (each distinct token once):
+  // a positive logit is divided by the penalty, a negative one multiplied. 1 = off.
+  float repetition_penalty = 1.0f;
+  // OpenAI semantics, over generated tokens only:
+  // logit -= presence_penalty * (count > 0) + frequency_penalty * count. 0 = off.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // Unset: a nondeterministic seed. Set: the same seed, params, vocabulary and logits give
+  // the same tokens on every run and platform (see sampler.h).
+  std::optional<uint64_t> seed;
+  int32_t max_new_tokens = 256;
+  // Generation stops when the text contains one of these; the stop string is not returned.
+  std::vector<std::string> stop;
+  // Generation stops when one of these ids is sampled (in addition to EOS).
+  std::vector<int32_t> stop_token_ids;
+  // Keep generating after EOS (stop_token_ids still stop).
+  bool ignore_eos = false;
+  // -1 = no logprobs; 0 = only the sampled token's logprob; n > 0 = also the n most likely
+  // alternatives.
+  int32_t logprobs = -1;
+};
+
+// Server-side caps on what a request may ask for (from server config; these are defaults).
+struct SamplingLimits {
+  int32_t max_new_tokens = 4096;
+  int32_t max_stop_strings = 16;
+  int32_t max_stop_bytes = 256;  // per stop string
+  int32_t max_logprobs = 20;
+};
+
+// OK, or INVALID_ARGUMENT naming the first offending field and its value, e.g.
+// "top_p must be in (0, 1], got 1.5". `vocab_size` bounds stop_token_ids.
+absl::Status validate_sampling_params(const SamplingParams& params, int32_t vocab_size,
+                                      const SamplingLimits& limits = SamplingLimits());
+
+}  // namespace frost
