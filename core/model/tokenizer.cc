@@ -1,1 +1,46 @@
-// placeholder: being written
+// load_tokenizer(): picks the tokenizer file of a Hugging Face model directory.
+#include "core/model/tokenizer.h"
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/model/tokenizer_bpe.h"
+#include "core/model/tokenizer_spm.h"
+
+namespace frost {
+namespace {
+
+bool is_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_dir,
+                                                          TokenizerPreference pref) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(model_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(model_dir, ": model directory not found"));
+  }
+  const std::string spm_path = model_dir + "/tokenizer.model";
+  const std::string json_path = model_dir + "/tokenizer.json";
+  switch (pref) {
+    case TokenizerPreference::kSentencePiece:
+      return load_sentencepiece_tokenizer(spm_path);
+    case TokenizerPreference::kHfJson:
+      return BpeTokenizer::load(json_path);
+    case TokenizerPreference::kAuto:
+      // tokenizer.model first: when both exist (LLaMA-2 checkpoints) it is the original and
+      // libsentencepiece is the reference implementation; tokenizer.json is a conversion.
+      if (is_file(spm_path)) return load_sentencepiece_tokenizer(spm_path);
+      if (is_file(json_path)) return BpeTokenizer::load(json_path);
+      return absl::NotFoundError(absl::StrCat(model_dir, ": no tokenizer.model or tokenizer.json"));
+  }
+  return absl::InvalidArgumentError("load_tokenizer: unknown TokenizerPreference");
+}
+
+}  // namespace frost

@@ -1,7 +1,11 @@
 #include "core/model/tokenizer_spm.h"
 
+#include <dlfcn.h>
+
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -10,12 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/log.h"
 #include "core/common/utf8.h"
-
-#include <dlfcn.h>
-
-#include <cstdlib>
-#include <mutex>
-
 #include "core/model/spm_backend.h"
 
 namespace frost {
@@ -62,11 +60,11 @@ int parse_byte_piece(const std::string& piece) {
   int value = 0;
   for (int i = 3; i < 5; ++i) {
     const char c = piece[static_cast<size_t>(i)];
-    int digit;
-    if (c >= '0' && c <= '9') digit = c - '0';
-    else if (c >= 'A' && c <= 'F') digit = c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
-    else return -1;
+    const int digit = (c >= '0' && c <= '9')   ? c - '0'
+                      : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                      : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                                               : -1;
+    if (digit < 0) return -1;
     value = value * 16 + digit;
   }
   return value;
@@ -104,14 +102,17 @@ class SentencePieceTokenizer final : public Tokenizer {
       special_[i] = sp_->is_control(id) || sp_->is_unknown(id);
       if (special_[i]) continue;
       const int byte = sp_->is_byte(id) ? parse_byte_piece(pieces_[i]) : -1;
-      bytes_[i] = byte >= 0 ? std::string(1, static_cast<char>(byte)) : replace_metaspace(pieces_[i]);
+      bytes_[i] =
+          byte >= 0 ? std::string(1, static_cast<char>(byte)) : replace_metaspace(pieces_[i]);
     }
   }
 
   absl::StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_bos) const override {
     std::vector<int> ids;
     std::string error;
-    if (!sp_->encode(text, &ids, &error)) return absl::InternalError(absl::StrCat("sentencepiece encode: ", error));
+    if (!sp_->encode(text, &ids, &error)) {
+      return absl::InternalError(absl::StrCat("sentencepiece encode: ", error));
+    }
     std::vector<int32_t> out;
     out.reserve(ids.size() + 1);
     if (add_bos && bos_id() >= 0) out.push_back(bos_id());
@@ -153,9 +154,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string kind() const override { return "sentencepiece"; }
 
  private:
-  bool in_range(int32_t id) const {
-    return id >= 0 && static_cast<size_t>(id) < pieces_.size();
-  }
+  bool in_range(int32_t id) const { return id >= 0 && static_cast<size_t>(id) < pieces_.size(); }
 
   // SentencePieceProcessor's const methods are thread-safe; nothing here mutates after
   // construction.
@@ -177,7 +176,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_sentencepiece_tokenizer(const st
   std::string error;
   std::unique_ptr<SpmBackend> sp((*open)(path.c_str(), &error));
   if (!sp) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid sentencepiece model: ", error));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a valid sentencepiece model: ", error));
   }
   if (sp->piece_size() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": sentencepiece model has no pieces"));
