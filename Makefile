@@ -27,18 +27,24 @@ build: configure
 run: build
 	$(BUILD)/tools/frost-generate --model builtin:tiny --prompt "Once upon a time" --max-new-tokens 48
 
-# Every test: unit + model (golden) suites, then the checkpoint-parsing tests under ASan.
+# Every test: the file parsers under ASan, then all unit + model (golden) suites with ctest
+# (ctest last, so its summary closes the run).
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 	@$(MAKE) --no-print-directory test-asan
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
+# The parsers of untrusted files (safetensors, config.json, tokenizer.json) under ASan+UBSan.
+# The binaries run directly (one process each): under ASan every ctest case would pay
+# LibTorch's start-up again.
+ASAN_TESTS := frost_loader_tests frost_tokenizer_tests
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFROST_SANITIZE_ADDRESS=ON \
 	  -DFROST_BUILD_SERVER=OFF -DFROST_BUILD_BENCH=OFF > $(ASAN_BUILD).configure.log 2>&1 \
 	  || { cat $(ASAN_BUILD).configure.log; exit 1; }
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target frost_loader_tests frost_tokenizer_tests
-	# only the binaries built above are registered with ctest in this tree
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=0} ctest --output-on-failure -j $(JOBS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_TESTS)
+	@export ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1:abort_on_error=1} \
+	  UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}; \
+	for t in $(ASAN_TESTS); do echo "== $$t (ASan+UBSan)"; $(ASAN_BUILD)/tests/$$t --gtest_brief=1 || exit 1; done
 
 bench: build
 	bash scripts/bench.sh $(BUILD)

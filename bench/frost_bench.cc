@@ -9,6 +9,7 @@
 // prompt of --prompt-tokens; tokens/s = decode steps / decode seconds, plus per-token
 // latency percentiles. prefill: one forward pass over --prompt-tokens tokens.
 // Each figure is the median over --repeat runs after one warm-up run.
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>

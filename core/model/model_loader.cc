@@ -41,9 +41,11 @@ absl::StatusOr<std::vector<std::string>> find_weight_files(const fs::path& dir) 
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (!e.is_regular_file(ec)) continue;
-    const std::string ext = e.path().extension().string();
-    if (ext == ".safetensors") st.push_back(e.path().string());
-    else if (ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt" || ext == ".pkl") other.push_back(e.path().filename().string());
+    if (e.path().extension() == ".safetensors") {
+      st.push_back(e.path().string());
+    } else if (!check_not_pickle(e.path().string()).ok()) {
+      other.push_back(e.path().filename().string());  // pickle / TorchScript weights
+    }
   }
   if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot list ", dir.string(), ": ", ec.message()));
   if (st.empty()) {

@@ -62,7 +62,7 @@ class BpeTokenizer final : public Tokenizer {
   // start with "▁"). For tests and debugging.
   std::vector<std::string> pre_tokenize(std::string_view text) const;
 
-  struct Impl;  // defined in tokenizer_bpe.cc
+  struct Impl;  // defined in tokenizer_bpe_internal.h
 
  private:
   explicit BpeTokenizer(std::unique_ptr<Impl> impl);

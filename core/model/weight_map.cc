@@ -24,6 +24,7 @@ struct Source {
 class TensorTable {
  public:
   absl::Status add(const SafetensorsFile* f) {
+    files_.push_back(base(f));
     for (const auto& info : f->tensors()) {
       auto [it, inserted] = by_name_.emplace(info.name, Source{f, &info});
       if (!inserted) {
@@ -40,7 +41,9 @@ class TensorTable {
   absl::StatusOr<at::Tensor> get(const std::string& name, const std::vector<int64_t>& shape,
                                  at::ScalarType dtype) {
     auto it = by_name_.find(name);
-    if (it == by_name_.end()) return absl::InvalidArgumentError(absl::StrCat("missing tensor '", name, "'"));
+    if (it == by_name_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("missing tensor '", name, "' (not in ", absl::StrJoin(files_, ", "), ")"));
+    }
     used_.insert(name);
     const Source& src = it->second;
     if (src.info->shape != shape) {
@@ -68,6 +71,7 @@ class TensorTable {
   static std::string base(const SafetensorsFile* f) { return std::filesystem::path(f->path()).filename().string(); }
   std::map<std::string, Source> by_name_;
   std::set<std::string> used_;
+  std::vector<std::string> files_;  // file names, for messages
 };
 
 absl::StatusOr<ModelWeights> map_llama(const ModelConfig& c, TensorTable& t, at::ScalarType wd) {
