@@ -56,7 +56,11 @@ at::Tensor rand_tensor(SplitMix64& rng, std::vector<int64_t> shape, float std, f
 std::vector<std::string> builtin_model_names() { return {"builtin:tiny", "builtin:tiny-gpt2", "builtin:15m"}; }
 
 absl::StatusOr<ModelConfig> builtin_config(const std::string& name) {
-  if (name == "builtin:tiny") return llama_like(64, 2, 4, 2, 172, 512, 512);
+  if (name == "builtin:tiny") {
+    ModelConfig c = llama_like(64, 2, 4, 2, 172, 512, 512);
+    c.tie_embeddings = false;
+    return c;
+  }
   if (name == "builtin:15m") return llama_like(288, 6, 6, 6, 768, 32000, 1024);
   if (name == "builtin:tiny-gpt2") {
     ModelConfig c;
@@ -71,7 +75,7 @@ absl::StatusOr<ModelConfig> builtin_config(const std::string& name) {
     c.ffn_dim = 256;
     c.max_pos = 512;
     c.norm_eps = 1e-5;
-    c.tie_embeddings = true;
+    c.tie_embeddings = false;
     c.act = Activation::kGeluNew;
     c.bos_id = 1;
     c.eos_ids = {2};
@@ -88,7 +92,9 @@ ModelWeights random_weights(const ModelConfig& c, uint64_t seed, at::ScalarType 
   auto mat = [&](int64_t out, int64_t in) { return rand_tensor(rng, {out, in}, 1.f / std::sqrt(static_cast<float>(in))).to(wd); };
   auto vec = [&](int64_t n, float std, float mean) { return rand_tensor(rng, {n}, std, mean); };
   ModelWeights w;
-  w.tok_embed = rand_tensor(rng, {V, C}, 1.f).to(wd);
+  // Small embeddings (as HF initialises them) so the residual stream is dominated by the
+  // blocks: with tied, large random embeddings every token mostly predicts itself.
+  w.tok_embed = rand_tensor(rng, {V, C}, 0.05f).to(wd);
   if (gpt2) w.pos_embed = rand_tensor(rng, {c.max_pos, C}, 0.1f);
   for (int64_t i = 0; i < c.n_layer; ++i) {
     LayerWeights lw;
@@ -110,7 +116,19 @@ ModelWeights random_weights(const ModelConfig& c, uint64_t seed, at::ScalarType 
   }
   w.final_norm_w = vec(C, 0.1f, 1.f);
   if (gpt2) w.final_norm_b = vec(C, 0.05f, 0.f);
-  w.lm_head = w.tok_embed;
+  if (c.tie_embeddings) {
+    w.lm_head = w.tok_embed;
+  } else {
+    // Untied head (builtin:tiny, builtin:tiny-gpt2) with logits of std ~2.5, and zero rows for
+    // the byte tokens that are not printable text (control bytes but '\n', bytes >= 0x7F): the
+    // demo's random output then reads as text, not as replacement characters.
+    at::Tensor head = rand_tensor(rng, {V, C}, 2.5f / std::sqrt(static_cast<float>(C)));
+    for (int id = 0; id < 3; ++id) head[id].zero_();  // <unk> <s> </s>: rare, not never
+    for (int b = 0; b < 256 && 3 + b < V; ++b) {
+      if ((b < 0x20 && b != '\n') || b >= 0x7F) head[3 + b].zero_();
+    }
+    w.lm_head = head.to(wd);
+  }
   return w;
 }
 

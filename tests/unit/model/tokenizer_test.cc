@@ -726,10 +726,15 @@ TEST(LoadTokenizerTest, PicksTheFileAndNamesMissingOnes) {
   EXPECT_NE(spm.status().message().find("tokenizer.model"), absl::string_view::npos);
 
   // A present tokenizer.model wins under kAuto, and a broken one is reported, not skipped.
+  // (ASan builds cannot load sentencepiece at all: see core/model/spm_backend.h.)
   testing::write_text_file(dir.file("tokenizer.model"), "not a protobuf");
   auto bad = load_tokenizer(dir.path(), TokenizerPreference::kAuto);
+#if defined(__SANITIZE_ADDRESS__)
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnimplemented) << bad.status();
+#else
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("tokenizer.model"), absl::string_view::npos);
+#endif
   EXPECT_TRUE(load_tokenizer(dir.path(), TokenizerPreference::kHfJson).ok());
 
   testing::TempDir empty;
