@@ -24,7 +24,8 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # Local generation on the built-in model (the gRPC server arrives with the next issue).
-run: build
+run: configure
+	cmake --build $(BUILD) -j $(JOBS) --target frost-generate
 	$(BUILD)/tools/frost-generate --model builtin:tiny --prompt "Once upon a time" --max-new-tokens 48
 
 # Every test: the file parsers under ASan, then all unit + model (golden) suites with ctest

@@ -27,35 +27,57 @@ inline float bf16_to_f32(uint16_t v) {
   return f;
 }
 
-// ---- fp32 rows ----------------------------------------------------------------------------
-// Computes 4 (or fewer) rows at a time so each x load is shared by 4 weight rows.
-void rows_f32(const float* w, const float* x, const float* b, float* y, int64_t r0, int64_t r1,
-              int64_t n_in) {
+// ---- weight loaders -----------------------------------------------------------------------
+// One row kernel serves both weight dtypes; a loader turns 16 stored weights into fp32 lanes.
+struct F32Weights {
+  using T = float;
+  static float scalar(float v) { return v; }
+#if defined(__AVX512F__)
+  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+  static __m512 load_masked(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+#endif
+};
+
+struct Bf16Weights {
+  using T = uint16_t;
+  static float scalar(uint16_t v) { return bf16_to_f32(v); }
+#if defined(__AVX512F__)
+  static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+  static __m512 load(const uint16_t* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load_masked(const uint16_t* p, __mmask16 m) { return widen(_mm256_maskz_loadu_epi16(m, p)); }
+#endif
+};
+
+// Rows [r0, r1) of y = W x + b. The AVX-512 path computes 4 rows at a time so each x load is
+// shared by 4 weight rows; the tail of a row uses masked loads.
+template <class L>
+void rows(const typename L::T* w, const float* x, const float* b, float* y, int64_t r0, int64_t r1,
+          int64_t n_in) {
   int64_t r = r0;
 #if defined(__AVX512F__)
   const int64_t n16 = n_in & ~int64_t{15};
   const __mmask16 tail = static_cast<__mmask16>((1u << (n_in - n16)) - 1u);
   for (; r + 4 <= r1; r += 4) {
-    const float* w0 = w + r * n_in;
-    const float* w1 = w0 + n_in;
-    const float* w2 = w1 + n_in;
-    const float* w3 = w2 + n_in;
+    const typename L::T* w0 = w + r * n_in;
+    const typename L::T* w1 = w0 + n_in;
+    const typename L::T* w2 = w1 + n_in;
+    const typename L::T* w3 = w2 + n_in;
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
            a3 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i < n16; i += 16) {
       const __m512 xv = _mm512_loadu_ps(x + i);
-      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + i), xv, a0);
-      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + i), xv, a1);
-      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + i), xv, a2);
-      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + i), xv, a3);
+      a0 = _mm512_fmadd_ps(L::load(w0 + i), xv, a0);
+      a1 = _mm512_fmadd_ps(L::load(w1 + i), xv, a1);
+      a2 = _mm512_fmadd_ps(L::load(w2 + i), xv, a2);
+      a3 = _mm512_fmadd_ps(L::load(w3 + i), xv, a3);
     }
     if (tail) {
       const __m512 xv = _mm512_maskz_loadu_ps(tail, x + i);
-      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w0 + i), xv, a0);
-      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w1 + i), xv, a1);
-      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w2 + i), xv, a2);
-      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w3 + i), xv, a3);
+      a0 = _mm512_fmadd_ps(L::load_masked(w0 + i, tail), xv, a0);
+      a1 = _mm512_fmadd_ps(L::load_masked(w1 + i, tail), xv, a1);
+      a2 = _mm512_fmadd_ps(L::load_masked(w2 + i, tail), xv, a2);
+      a3 = _mm512_fmadd_ps(L::load_masked(w3 + i, tail), xv, a3);
     }
     y[r] = _mm512_reduce_add_ps(a0) + (b ? b[r] : 0.f);
     y[r + 1] = _mm512_reduce_add_ps(a1) + (b ? b[r + 1] : 0.f);
@@ -63,90 +85,22 @@ void rows_f32(const float* w, const float* x, const float* b, float* y, int64_t 
     y[r + 3] = _mm512_reduce_add_ps(a3) + (b ? b[r + 3] : 0.f);
   }
   for (; r < r1; ++r) {
-    const float* w0 = w + r * n_in;
+    const typename L::T* w0 = w + r * n_in;
     __m512 a0 = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i < n16; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + i), _mm512_loadu_ps(x + i), a0);
-    if (tail) a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w0 + i), _mm512_maskz_loadu_ps(tail, x + i), a0);
+    for (; i < n16; i += 16) a0 = _mm512_fmadd_ps(L::load(w0 + i), _mm512_loadu_ps(x + i), a0);
+    if (tail) a0 = _mm512_fmadd_ps(L::load_masked(w0 + i, tail), _mm512_maskz_loadu_ps(tail, x + i), a0);
     y[r] = _mm512_reduce_add_ps(a0) + (b ? b[r] : 0.f);
   }
 #else
   for (; r < r1; ++r) {
-    const float* w0 = w + r * n_in;
+    const typename L::T* w0 = w + r * n_in;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 8 <= n_in; i += 8)
-      for (int k = 0; k < 8; ++k) acc[k] += w0[i + k] * x[i + k];  // vectorised by the compiler
+      for (int k = 0; k < 8; ++k) acc[k] += L::scalar(w0[i + k]) * x[i + k];  // vectorised by the compiler
     float s = 0;
-    for (; i < n_in; ++i) s += w0[i] * x[i];
-    for (float a : acc) s += a;
-    y[r] = s + (b ? b[r] : 0.f);
-  }
-#endif
-}
-
-// ---- bf16 rows ----------------------------------------------------------------------------
-#if defined(__AVX512F__)
-inline __m512 load_bf16x16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-inline __m512 load_bf16x16_masked(const uint16_t* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-#endif
-
-void rows_bf16(const uint16_t* w, const float* x, const float* b, float* y, int64_t r0, int64_t r1,
-               int64_t n_in) {
-  int64_t r = r0;
-#if defined(__AVX512F__)
-  const int64_t n16 = n_in & ~int64_t{15};
-  const __mmask16 tail = static_cast<__mmask16>((1u << (n_in - n16)) - 1u);
-  for (; r + 4 <= r1; r += 4) {
-    const uint16_t* w0 = w + r * n_in;
-    const uint16_t* w1 = w0 + n_in;
-    const uint16_t* w2 = w1 + n_in;
-    const uint16_t* w3 = w2 + n_in;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
-           a3 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i < n16; i += 16) {
-      const __m512 xv = _mm512_loadu_ps(x + i);
-      a0 = _mm512_fmadd_ps(load_bf16x16(w0 + i), xv, a0);
-      a1 = _mm512_fmadd_ps(load_bf16x16(w1 + i), xv, a1);
-      a2 = _mm512_fmadd_ps(load_bf16x16(w2 + i), xv, a2);
-      a3 = _mm512_fmadd_ps(load_bf16x16(w3 + i), xv, a3);
-    }
-    if (tail) {
-      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + i);
-      a0 = _mm512_fmadd_ps(load_bf16x16_masked(w0 + i, tail), xv, a0);
-      a1 = _mm512_fmadd_ps(load_bf16x16_masked(w1 + i, tail), xv, a1);
-      a2 = _mm512_fmadd_ps(load_bf16x16_masked(w2 + i, tail), xv, a2);
-      a3 = _mm512_fmadd_ps(load_bf16x16_masked(w3 + i, tail), xv, a3);
-    }
-    y[r] = _mm512_reduce_add_ps(a0) + (b ? b[r] : 0.f);
-    y[r + 1] = _mm512_reduce_add_ps(a1) + (b ? b[r + 1] : 0.f);
-    y[r + 2] = _mm512_reduce_add_ps(a2) + (b ? b[r + 2] : 0.f);
-    y[r + 3] = _mm512_reduce_add_ps(a3) + (b ? b[r + 3] : 0.f);
-  }
-  for (; r < r1; ++r) {
-    const uint16_t* w0 = w + r * n_in;
-    __m512 a0 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i < n16; i += 16) a0 = _mm512_fmadd_ps(load_bf16x16(w0 + i), _mm512_loadu_ps(x + i), a0);
-    if (tail) a0 = _mm512_fmadd_ps(load_bf16x16_masked(w0 + i, tail), _mm512_maskz_loadu_ps(tail, x + i), a0);
-    y[r] = _mm512_reduce_add_ps(a0) + (b ? b[r] : 0.f);
-  }
-#else
-  for (; r < r1; ++r) {
-    const uint16_t* w0 = w + r * n_in;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n_in; i += 8)
-      for (int k = 0; k < 8; ++k) acc[k] += bf16_to_f32(w0[i + k]) * x[i + k];
-    float s = 0;
-    for (; i < n_in; ++i) s += bf16_to_f32(w0[i]) * x[i];
+    for (; i < n_in; ++i) s += L::scalar(w0[i]) * x[i];
     for (float a : acc) s += a;
     y[r] = s + (b ? b[r] : 0.f);
   }
@@ -214,10 +168,10 @@ void matvec(const void* w, c10::ScalarType w_dtype, const float* x, const float*
   const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 15) / std::max<int64_t>(n_in, 1));
   if (w_dtype == c10::kFloat) {
     const auto* wf = static_cast<const float*>(w);
-    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) { rows_f32(wf, x, b, y, r0, r1, n_in); });
+    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) { rows<F32Weights>(wf, x, b, y, r0, r1, n_in); });
   } else if (w_dtype == c10::kBFloat16) {
     const auto* wb = static_cast<const uint16_t*>(w);
-    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) { rows_bf16(wb, x, b, y, r0, r1, n_in); });
+    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) { rows<Bf16Weights>(wb, x, b, y, r0, r1, n_in); });
   } else {
     TORCH_CHECK(false, "matvec: unsupported weight dtype ", w_dtype);
   }

@@ -20,6 +20,21 @@ bool is_file(const std::string& path) {
 
 }  // namespace
 
+int parse_byte_piece(std::string_view piece) {
+  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
+  int value = 0;
+  for (size_t i = 3; i < 5; ++i) {
+    const char c = piece[i];
+    const int digit = (c >= '0' && c <= '9')   ? c - '0'
+                      : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                      : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                                               : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_dir,
                                                           TokenizerPreference pref) {
   std::error_code ec;

@@ -62,4 +62,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& mod
 // Requires vocab_size >= 259.
 std::unique_ptr<Tokenizer> make_byte_tokenizer(int32_t vocab_size);
 
+// Byte-fallback piece spelling shared by sentencepiece and tokenizer.json: "<0x0A>" → 10;
+// -1 when `piece` is not spelled like a byte piece.
+int parse_byte_piece(std::string_view piece);
+
 }  // namespace frost

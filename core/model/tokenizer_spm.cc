@@ -54,22 +54,6 @@ absl::StatusOr<SpmOpenFn> spm_open_fn() {
 
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581 '▁'
 
-// "<0x0A>" → 0x0A; -1 when `piece` is not spelled like a byte piece.
-int parse_byte_piece(const std::string& piece) {
-  if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return -1;
-  int value = 0;
-  for (int i = 3; i < 5; ++i) {
-    const char c = piece[static_cast<size_t>(i)];
-    const int digit = (c >= '0' && c <= '9')   ? c - '0'
-                      : (c >= 'A' && c <= 'F') ? c - 'A' + 10
-                      : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                                               : -1;
-    if (digit < 0) return -1;
-    value = value * 16 + digit;
-  }
-  return value;
-}
-
 std::string replace_metaspace(const std::string& piece) {
   std::string out;
   out.reserve(piece.size());

@@ -21,33 +21,33 @@ Transformer::Transformer(ModelConfig cfg, ModelWeights w) : cfg_(std::move(cfg))
   }
 }
 
-int64_t Transformer::n_params() const {
-  int64_t n = w_.tok_embed.numel() + (w_.pos_embed.defined() ? w_.pos_embed.numel() : 0);
-  auto add = [&n](const at::Tensor& t) { n += t.defined() ? t.numel() : 0; };
-  for (const auto& l : w_.layers) {
+// Calls fn(t) once for every distinct weight tensor (a tied lm_head counts once).
+template <typename Fn>
+static void for_each_weight(const ModelWeights& w, Fn&& fn) {
+  auto visit = [&fn](const at::Tensor& t) {
+    if (t.defined()) fn(t);
+  };
+  visit(w.tok_embed);
+  visit(w.pos_embed);
+  for (const auto& l : w.layers) {
     for (const auto* t : {&l.attn_norm_w, &l.attn_norm_b, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm_w,
                           &l.mlp_norm_b, &l.w_in, &l.b_in, &l.w_out, &l.b_out})
-      add(*t);
+      visit(*t);
   }
-  add(w_.final_norm_w);
-  add(w_.final_norm_b);
-  if (!w_.lm_head.is_same(w_.tok_embed)) add(w_.lm_head);
+  visit(w.final_norm_w);
+  visit(w.final_norm_b);
+  if (!w.lm_head.is_same(w.tok_embed)) visit(w.lm_head);
+}
+
+int64_t Transformer::n_params() const {
+  int64_t n = 0;
+  for_each_weight(w_, [&n](const at::Tensor& t) { n += t.numel(); });
   return n;
 }
 
 int64_t Transformer::weight_bytes() const {
   int64_t n = 0;
-  auto add = [&n](const at::Tensor& t) { n += t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; };
-  add(w_.tok_embed);
-  add(w_.pos_embed);
-  for (const auto& l : w_.layers) {
-    for (const auto* t : {&l.attn_norm_w, &l.attn_norm_b, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm_w,
-                          &l.mlp_norm_b, &l.w_in, &l.b_in, &l.w_out, &l.b_out})
-      add(*t);
-  }
-  add(w_.final_norm_w);
-  add(w_.final_norm_b);
-  if (!w_.lm_head.is_same(w_.tok_embed)) add(w_.lm_head);
+  for_each_weight(w_, [&n](const at::Tensor& t) { n += t.numel() * static_cast<int64_t>(t.element_size()); });
   return n;
 }
 
