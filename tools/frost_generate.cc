@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }, cancel);
   std::printf("\n");
+  std::fflush(stdout);
   if (!res.ok()) {
     std::fprintf(stderr, "error: %s\n", res.status().ToString().c_str());
     return 1;
