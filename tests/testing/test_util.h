@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "absl/status/status.h"
+
 namespace frost::testing {
 
 // Absolute path of the project's sibling shared/ folder ("" when absent). Honors
@@ -41,6 +43,19 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b);
 #define FROST_REQUIRE_SHARED(var, rel)                                          \
   const std::string var = ::frost::testing::shared_path(rel);                  \
   if (var.empty()) GTEST_SKIP() << "../shared absent: " << (rel) << " not found"
+
+// The message of `status` contains `substr`.
+#define EXPECT_MSG_HAS(status, substr)                                        \
+  EXPECT_NE(std::string((status).message()).find(substr), std::string::npos) \
+      << "message lacks \"" << (substr) << "\": " << (status)
+
+// `status_expr` is INVALID_ARGUMENT and its message contains `substr`.
+#define EXPECT_INVALID(status_expr, substr)                           \
+  do {                                                                \
+    const absl::Status st_ = (status_expr);                           \
+    EXPECT_EQ(st_.code(), absl::StatusCode::kInvalidArgument) << st_; \
+    EXPECT_MSG_HAS(st_, substr);                                      \
+  } while (0)
 
 #define EXPECT_TENSOR_NEAR(a, b, atol)                                           \
   do {                                                                           \

@@ -25,10 +25,6 @@ using ::frost::testing::write_model_dir;
 using ::frost::testing::write_text_file;
 using ojson = nlohmann::ordered_json;
 
-#define EXPECT_MSG_HAS(status, substr)                                       \
-  EXPECT_NE(std::string((status).message()).find(substr), std::string::npos) \
-      << "message lacks \"" << (substr) << "\": " << (status)
-
 // Tiny LLaMA: V = 64, C = 16, H = 4, Hkv = 2, D = 4, F = 24, 2 layers.
 constexpr int64_t V = 64, C = 16, H = 4, Hkv = 2, D = 4, F = 24, L = 2;
 

@@ -15,17 +15,6 @@ using json = nlohmann::json;
 using ::frost::testing::TempDir;
 using ::frost::testing::write_text_file;
 
-#define EXPECT_MSG_HAS(status, substr)                                       \
-  EXPECT_NE(std::string((status).message()).find(substr), std::string::npos) \
-      << "message lacks \"" << (substr) << "\": " << (status)
-
-#define EXPECT_INVALID(status_expr, substr)                           \
-  do {                                                                \
-    const absl::Status st_ = (status_expr);                           \
-    EXPECT_EQ(st_.code(), absl::StatusCode::kInvalidArgument) << st_; \
-    EXPECT_MSG_HAS(st_, substr);                                      \
-  } while (0)
-
 // stories260K's config.json (shared/models/stories260K), inlined so the test runs without it.
 const char* const kStories260K = R"({
   "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512,

@@ -30,18 +30,6 @@ absl::Status parse_bytes(const std::string& bytes, const SafetensorsLimits& limi
   return SafetensorsFile::from_bytes(bytes, "t.safetensors", limits).status();
 }
 
-// The message of `status` contains `substr`.
-#define EXPECT_MSG_HAS(status, substr)                                                      \
-  EXPECT_NE(std::string((status).message()).find(substr), std::string::npos)                \
-      << "message lacks \"" << (substr) << "\": " << (status)
-
-#define EXPECT_INVALID(status_expr, substr)                           \
-  do {                                                                \
-    const absl::Status st_ = (status_expr);                           \
-    EXPECT_EQ(st_.code(), absl::StatusCode::kInvalidArgument) << st_; \
-    EXPECT_MSG_HAS(st_, substr);                                      \
-  } while (0)
-
 // ---- positive cases -------------------------------------------------------------------------
 
 TEST(SafetensorsTest, DtypeNamesAndSizes) {
