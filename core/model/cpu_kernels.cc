@@ -112,9 +112,29 @@ inline float load_elem(const T* p, int64_t i) {
   return static_cast<float>(p[i]);
 }
 
-// q·k with 16 independent partial sums, so the compiler vectorises it without -ffast-math.
+#if defined(__AVX512F__)
+// 16 stored K/V values → fp32 lanes.
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const c10::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 load16(const c10::BFloat16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#endif
+
+// q·k. AVX-512 when d is a multiple of 16 (head_dim 16/32/48/64/128...), else 16 independent
+// partial sums, so the compiler vectorises it without -ffast-math.
 template <typename T>
 inline float dot(const float* q, const T* k, int64_t d) {
+#if defined(__AVX512F__)
+  if (d % 16 == 0) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16(k + i), acc);
+    return _mm512_reduce_add_ps(acc);
+  }
+#endif
   float acc[16] = {0};
   int64_t i = 0;
   for (; i + 16 <= d; i += 16)
@@ -123,6 +143,20 @@ inline float dot(const float* q, const T* k, int64_t d) {
   for (; i < d; ++i) s += q[i] * load_elem(k, i);
   for (float a : acc) s += a;
   return s;
+}
+
+// o += p · v over d elements.
+template <typename T>
+inline void axpy(float p, const T* v, float* o, int64_t d) {
+#if defined(__AVX512F__)
+  if (d % 16 == 0) {
+    const __m512 pv = _mm512_set1_ps(p);
+    for (int64_t i = 0; i < d; i += 16)
+      _mm512_storeu_ps(o + i, _mm512_fmadd_ps(pv, load16(v + i), _mm512_loadu_ps(o + i)));
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < d; ++i) o[i] += p * load_elem(v, i);
 }
 
 template <typename T>
@@ -152,11 +186,7 @@ void attend_heads(const float* q, const T* k, const T* v, int64_t h0, int64_t h1
     // out = Σ p_t V[t]
     float* o = out + h * d;
     for (int64_t i = 0; i < d; ++i) o[i] = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const float p = s[t] * inv;
-      const T* vt = vg + t * d;
-      for (int64_t i = 0; i < d; ++i) o[i] += p * load_elem(vt, i);
-    }
+    for (int64_t t = 0; t < n; ++t) axpy(s[t] * inv, vg + t * d, o, d);
   }
 }
 

@@ -44,11 +44,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatvecTest,
                                             ::testing::Values(c10::kFloat, c10::kBFloat16),
                                             ::testing::Bool()));
 
-class AttendTest : public ::testing::TestWithParam<std::tuple<c10::ScalarType, int64_t>> {};
+// head_dim 48 takes the AVX-512 path (multiple of 16), 12 the portable one.
+class AttendTest : public ::testing::TestWithParam<std::tuple<c10::ScalarType, int64_t, int64_t>> {};
 
 TEST_P(AttendTest, MatchesReferenceAndTorch) {
-  const auto [dtype, n] = GetParam();
-  const int64_t H = 6, Hkv = 3, D = 16, t_max = 300;
+  const auto [dtype, n, D] = GetParam();
+  const int64_t H = 6, Hkv = 3, t_max = 300;
   at::manual_seed(7 + n);
   at::Tensor q = at::randn({H, D});
   at::Tensor k = at::randn({Hkv, t_max, D}).to(dtype);
@@ -69,7 +70,7 @@ TEST_P(AttendTest, MatchesReferenceAndTorch) {
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndLengths, AttendTest,
                          ::testing::Combine(::testing::Values(c10::kFloat, c10::kHalf, c10::kBFloat16),
-                                            ::testing::Values(1, 5, 300)));
+                                            ::testing::Values(1, 5, 300), ::testing::Values(48, 12)));
 
 }  // namespace
 }  // namespace frost::kernels
