@@ -24,8 +24,4 @@ absl::Status apply_device_config(const DeviceConfig& cfg) {
   return absl::OkStatus();
 }
 
-std::string describe_runtime() {
-  return absl::StrCat("threads=", at::get_num_threads());
-}
-
 }  // namespace frost

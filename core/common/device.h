@@ -16,7 +16,4 @@ struct DeviceConfig {
 // INVALID_ARGUMENT for n_threads < 0.
 absl::Status apply_device_config(const DeviceConfig& cfg);
 
-// "threads=2 blas=... march=..." for logs and benchmark JSON.
-std::string describe_runtime();
-
 }  // namespace frost
