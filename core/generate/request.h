@@ -42,6 +42,7 @@ struct GenerationResult {
   std::string text;                  // completion text, exactly the concatenated event texts
   int32_t n_prompt = 0;
   int32_t n_completion = 0;
+  double t_queue_s = 0;              // waiting for admission (Engine only)
   double t_prefill_s = 0;            // prompt forward pass
   double t_decode_s = 0;             // all decode steps after the prefill
   int32_t n_decode_steps = 0;        // forward passes after the prefill

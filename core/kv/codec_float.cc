@@ -33,8 +33,10 @@ class FloatCodec final : public KvCodec {
   FloatCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens)
       : kind_(kind), n_head_kv_(n_head_kv), head_dim_(head_dim), max_tokens_(max_tokens) {
     auto opts = at::TensorOptions().dtype(storage_type(kind));
-    k_ = at::zeros({n_head_kv, max_tokens, head_dim}, opts);
-    v_ = at::zeros({n_head_kv, max_tokens, head_dim}, opts);
+    // Uninitialised: only rows below the sequence length are ever read, and a per-request
+    // cache must be cheap to allocate.
+    k_ = at::empty({n_head_kv, max_tokens, head_dim}, opts);
+    v_ = at::empty({n_head_kv, max_tokens, head_dim}, opts);
   }
 
   void append(const at::Tensor& k, const at::Tensor& v, int64_t pos) override {

@@ -1,0 +1,210 @@
+#include "core/generate/engine.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/log.h"
+#include "core/common/status_macros.h"
+#include "core/common/torch_status.h"
+#include "core/generate/sequence.h"
+
+namespace frost {
+
+// A validated request waiting for admission.
+struct Engine::Pending {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  std::shared_ptr<TokenSink> sink;
+  std::shared_ptr<CancelToken> cancel;
+  int64_t t_submit_ns = 0;
+};
+
+// An admitted request: its own KV cache, scratch and state machine.
+struct Engine::Active {
+  std::unique_ptr<Pending> req;
+  std::unique_ptr<SequenceKv> kv;
+  DecodeScratch scratch;
+  std::unique_ptr<Sequence> seq;
+  double t_queue_s = 0;
+};
+
+Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
+    : model_(std::move(model)), cfg_(cfg), validator_(*model_, cfg.gen) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const LoadedModel> model,
+                                                       const EngineConfig& cfg) {
+  if (!model || !model->model) return absl::InvalidArgumentError("engine: no model");
+  if (cfg.max_running < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("engine.max_running must be >= 1, got ", cfg.max_running));
+  }
+  if (cfg.max_waiting < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("engine.max_waiting must be >= 0, got ", cfg.max_waiting));
+  }
+  std::unique_ptr<Engine> e(new Engine(std::move(model), cfg));
+  const KvSpec spec = e->model_->model->kv_spec(e->validator_.max_context(), cfg.gen.kv_codec);
+  int64_t per_token = 0;
+  {
+    // bytes of one position, all layers (the codec decides the element size)
+    FROST_ASSIGN_OR_RETURN(per_token, torch_call([&] {
+      KvSpec one = spec;
+      one.max_tokens = 1;
+      return SequenceKv(one).bytes_per_token();
+    }));
+  }
+  e->kv_bytes_per_seq_ = per_token * spec.max_tokens;
+  {
+    absl::MutexLock lock(&e->mu_);
+    e->counters_.kv_bytes_per_token = per_token;
+  }
+  e->worker_ = std::thread([raw = e.get()] { raw->run(); });
+  return e;
+}
+
+Engine::~Engine() { shutdown(); }
+
+absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
+                            std::shared_ptr<CancelToken> cancel) {
+  if (!sink || !cancel) return absl::InvalidArgumentError("engine: submit needs a sink and a cancel token");
+  // Validation and tokenization run on the caller's thread, before any model work.
+  absl::StatusOr<std::vector<int32_t>> prompt = validator_.prepare(req);
+  if (!prompt.ok()) return prompt.status();
+  auto p = std::make_unique<Pending>();
+  p->prompt = std::move(prompt).value();
+  p->params = req.params;
+  p->sink = std::move(sink);
+  p->cancel = std::move(cancel);
+  p->t_submit_ns = RealClock::get().now_ns();
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) return absl::UnavailableError("server is shutting down: not accepting new requests");
+  const int64_t in_flight = n_running_ + static_cast<int64_t>(pending_.size());
+  if (in_flight >= static_cast<int64_t>(cfg_.max_running) + cfg_.max_waiting) {
+    ++counters_.n_rejected_full;
+    return absl::ResourceExhaustedError(absl::StrCat("server busy: ", n_running_, " running and ", pending_.size(),
+                                                     " waiting requests (limits ", cfg_.max_running, " + ",
+                                                     cfg_.max_waiting, ")"));
+  }
+  ++counters_.n_accepted;
+  pending_.push_back(std::move(p));
+  return absl::OkStatus();
+}
+
+EngineStats Engine::stats() const {
+  absl::MutexLock lock(&mu_);
+  EngineStats s = counters_;
+  s.n_running = n_running_;
+  s.n_waiting = static_cast<int32_t>(pending_.size());
+  s.kv_bytes_in_use = static_cast<int64_t>(n_running_) * kv_bytes_per_seq_;
+  return s;
+}
+
+void Engine::stop_accepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+bool Engine::wait_idle(double timeout_s) const {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return n_running_ == 0 && pending_.empty(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(timeout_s));
+}
+
+void Engine::shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    accepting_ = false;
+    stop_ = true;
+  }
+  if (worker_.joinable()) worker_.join();
+}
+
+void Engine::admit_locked(std::vector<std::unique_ptr<Pending>>& out) {
+  while (!pending_.empty() && n_running_ + static_cast<int32_t>(out.size()) < cfg_.max_running) {
+    out.push_back(std::move(pending_.front()));
+    pending_.pop_front();
+  }
+  n_running_ += static_cast<int32_t>(out.size());
+}
+
+void Engine::run() {
+  c10::InferenceMode inference_mode;
+  std::vector<std::unique_ptr<Active>> active;
+  auto finish = [this](Active& a, absl::StatusOr<GenerationResult> r) {
+    if (r.ok()) r->t_queue_s = a.t_queue_s;
+    a.kv.reset();  // release the KV memory before telling the client
+    a.req->sink->on_finish(std::move(r));
+    absl::MutexLock lock(&mu_);
+    --n_running_;
+    ++counters_.n_finished;
+  };
+
+  for (;;) {
+    // 1. schedule: admit waiting requests into free running slots (or sleep until work)
+    std::vector<std::unique_ptr<Pending>> admitted;
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (active.empty()) {
+        auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !pending_.empty(); };
+        mu_.Await(absl::Condition(&has_work));
+      }
+      stopping = stop_;
+      if (!stopping) admit_locked(admitted);
+    }
+    if (stopping) break;
+    const int64_t now = RealClock::get().now_ns();
+    for (auto& p : admitted) {
+      auto a = std::make_unique<Active>();
+      a->t_queue_s = static_cast<double>(now - p->t_submit_ns) * 1e-9;
+      a->req = std::move(p);
+      absl::Status st = torch_call([&] {
+        a->kv = std::make_unique<SequenceKv>(model_->model->kv_spec(validator_.max_context(), cfg_.gen.kv_codec));
+        a->scratch = model_->model->make_scratch(validator_.max_context());
+      });
+      if (!st.ok()) {
+        finish(*a, st);
+        continue;
+      }
+      a->seq = std::make_unique<Sequence>(*model_, a->req->prompt, a->req->params, *a->kv, a->scratch,
+                                          cfg_.gen.fast_decode, &RealClock::get());
+      active.push_back(std::move(a));
+    }
+
+    // 2. run: one step (one forward pass) per active sequence, round-robin
+    for (size_t i = 0; i < active.size();) {
+      Active& a = *active[i];
+      TokenSink& sink = *a.req->sink;
+      absl::StatusOr<bool> done = a.seq->step([&sink](const TokenEvent& ev) { sink.on_token(ev); }, *a.req->cancel);
+      if (!done.ok() || *done) {
+        if (!done.ok()) FROST_LOG_ERROR("engine: sequence failed: %s", done.status().ToString().c_str());
+        finish(a, done.ok() ? absl::StatusOr<GenerationResult>(a.seq->take_result())
+                            : absl::StatusOr<GenerationResult>(done.status()));
+        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  // 3. shutdown: everything still queued or running ends CANCELLED, exactly once
+  for (auto& a : active) {
+    a->req->cancel->cancel();
+    (void)a->seq->step([&](const TokenEvent& ev) { a->req->sink->on_token(ev); }, *a->req->cancel);
+    finish(*a, a->seq->take_result());
+  }
+  std::deque<std::unique_ptr<Pending>> left;
+  {
+    absl::MutexLock lock(&mu_);
+    left.swap(pending_);
+  }
+  for (auto& p : left) {
+    GenerationResult r;
+    r.finish_reason = FinishReason::kCancelled;
+    r.prompt_ids = p->prompt;
+    r.n_prompt = static_cast<int32_t>(p->prompt.size());
+    p->sink->on_finish(std::move(r));
+    absl::MutexLock lock(&mu_);
+    ++counters_.n_finished;
+  }
+}
+
+}  // namespace frost
