@@ -1,0 +1,388 @@
+#include "server/server_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/common/status_macros.h"
+
+namespace frost::server {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// A schema entry: one key of a section, bound to the struct member it fills. The same table
+// drives parsing, the unknown-key check and format_server_config(), so they cannot drift.
+struct Field {
+  std::string key;
+  // `value` is the YAML node under the key; `path` is "section.key" for messages.
+  std::function<absl::Status(const YAML::Node& value, const std::string& path)> parse;
+  std::function<std::string()> format;  // the current value as a YAML scalar
+};
+
+struct Section {
+  std::string key;
+  std::vector<Field> fields;
+};
+
+absl::Status field_error(const std::string& path, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+}
+
+std::string yaml_quoted(const std::string& s) {
+  return absl::StrCat("\"", absl::Utf8SafeCHexEscape(s), "\"");
+}
+
+// How a node reads in a message: a scalar's text in quotes, else its kind.
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar: return yaml_quoted(node.Scalar());
+    case YAML::NodeType::Sequence: return "a sequence";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Null: return "null";
+    case YAML::NodeType::Undefined: break;
+  }
+  return "nothing";
+}
+
+// A plain (unquoted, non-block) scalar: the only form numbers and booleans may take, so
+// `max_running: "4"` is rejected as a string rather than silently converted.
+bool is_plain_scalar(const YAML::Node& node) {
+  return node.IsScalar() && node.Tag() == "?";
+}
+
+Field int_field(const char* key, int32_t* out, int64_t lo, int64_t hi) {
+  Field f;
+  f.key = key;
+  f.parse = [out, lo, hi](const YAML::Node& value, const std::string& path) {
+    int64_t v = 0;
+    if (!is_plain_scalar(value) || !absl::SimpleAtoi(value.Scalar(), &v)) {
+      return field_error(path, absl::StrCat("expected an integer, got ", describe(value)));
+    }
+    if (v < lo || v > hi) {
+      return field_error(path, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
+    }
+    *out = static_cast<int32_t>(v);
+    return absl::OkStatus();
+  };
+  f.format = [out] { return absl::StrCat(*out); };
+  return f;
+}
+
+// Shortest decimal form that reads back as the same double; whole numbers without exponent.
+std::string format_double(double v) {
+  if (v == std::trunc(v) && std::fabs(v) < 1e15) return absl::StrFormat("%.0f", v);
+  for (int precision = 1; precision < 17; ++precision) {
+    const std::string s = absl::StrFormat("%.*g", precision, v);
+    double back = 0;
+    if (absl::SimpleAtod(s, &back) && back == v) return s;
+  }
+  return absl::StrFormat("%.17g", v);
+}
+
+Field double_field(const char* key, double* out, double lo, double hi) {
+  Field f;
+  f.key = key;
+  f.parse = [out, lo, hi](const YAML::Node& value, const std::string& path) {
+    double v = 0;
+    if (!is_plain_scalar(value) || !absl::SimpleAtod(value.Scalar(), &v) || !std::isfinite(v)) {
+      return field_error(path, absl::StrCat("expected a finite number, got ", describe(value)));
+    }
+    if (v < lo || v > hi) {
+      return field_error(path, absl::StrCat("must be in [", format_double(lo), ", ",
+                                            format_double(hi), "], got ", value.Scalar()));
+    }
+    *out = v;
+    return absl::OkStatus();
+  };
+  f.format = [out] { return format_double(*out); };
+  return f;
+}
+
+Field bool_field(const char* key, bool* out) {
+  Field f;
+  f.key = key;
+  f.parse = [out](const YAML::Node& value, const std::string& path) {
+    const std::string s = is_plain_scalar(value) ? absl::AsciiStrToLower(value.Scalar()) : "";
+    if (s == "true") {
+      *out = true;
+    } else if (s == "false") {
+      *out = false;
+    } else {
+      return field_error(path, absl::StrCat("expected true or false, got ", describe(value)));
+    }
+    return absl::OkStatus();
+  };
+  f.format = [out] { return std::string(*out ? "true" : "false"); };
+  return f;
+}
+
+// Any scalar, quoted or not, is a string (`listen: 8080` is the string "8080").
+Field string_field(const char* key, std::string* out) {
+  Field f;
+  f.key = key;
+  f.parse = [out](const YAML::Node& value, const std::string& path) {
+    if (!value.IsScalar()) {
+      return field_error(path, absl::StrCat("expected a string, got ", describe(value)));
+    }
+    *out = value.Scalar();
+    return absl::OkStatus();
+  };
+  f.format = [out] { return yaml_quoted(*out); };
+  return f;
+}
+
+template <typename E>
+Field enum_field(const char* key, E* out, std::vector<std::pair<std::string, E>> names) {
+  std::vector<std::string> keys;
+  for (const auto& [name, e] : names) keys.push_back(name);
+  const std::string expected = absl::StrJoin(keys, "|");
+  Field f;
+  f.key = key;
+  f.parse = [out, names, expected](const YAML::Node& value, const std::string& path) {
+    if (!value.IsScalar()) {
+      return field_error(path,
+                         absl::StrCat("expected one of ", expected, ", got ", describe(value)));
+    }
+    for (const auto& [name, e] : names) {
+      if (value.Scalar() == name) {
+        *out = e;
+        return absl::OkStatus();
+      }
+    }
+    return field_error(path, absl::StrCat("unknown value ", yaml_quoted(value.Scalar()),
+                                          " (expected ", expected, ")"));
+  };
+  f.format = [out, names] {
+    for (const auto& [name, e] : names) {
+      if (*out == e) return name;
+    }
+    return std::string("?");
+  };
+  return f;
+}
+
+// The whole schema, bound to the members of `cfg` (which must outlive the result).
+std::vector<Section> schema(ServerConfig* cfg) {
+  ServerSection& s = cfg->server;
+  ModelSection& m = cfg->model;
+  EngineSection& e = cfg->engine;
+  LimitsSection& l = cfg->limits;
+  return {
+      {"server",
+       {string_field("listen", &s.listen),
+        string_field("metrics_listen", &s.metrics_listen),
+        bool_field("reflection", &s.reflection),
+        int_field("max_receive_message_bytes", &s.max_receive_message_bytes, 1, kInt32Max),
+        int_field("max_send_message_bytes", &s.max_send_message_bytes, 1, kInt32Max),
+        double_field("drain_timeout_s", &s.drain_timeout_s, 0, 86400)}},
+      {"model",
+       {string_field("path", &m.path),
+        enum_field("dtype", &m.dtype, {{"fp32", WeightDtype::kF32}, {"bf16", WeightDtype::kBF16}}),
+        int_field("threads", &m.threads, 0, 1024)}},
+      {"engine",
+       {int_field("max_running", &e.max_running, 1, kInt32Max),
+        int_field("max_waiting", &e.max_waiting, 0, kInt32Max),
+        int_field("max_context", &e.max_context, 0, kInt32Max),
+        enum_field("kv_codec", &e.kv_codec,
+                   {{"fp32", KvCodecKind::kF32},
+                    {"fp16", KvCodecKind::kF16},
+                    {"bf16", KvCodecKind::kBF16}})}},
+      {"limits",
+       {int_field("max_prompt_bytes", &l.max_prompt_bytes, 1, kInt32Max),
+        int_field("max_prompt_tokens", &l.max_prompt_tokens, 0, kInt32Max),
+        int_field("max_new_tokens", &l.max_new_tokens, 1, kInt32Max),
+        int_field("max_stop_strings", &l.max_stop_strings, 0, kInt32Max),
+        int_field("max_stop_bytes", &l.max_stop_bytes, 1, kInt32Max),
+        int_field("max_logprobs", &l.max_logprobs, 0, kInt32Max)}},
+      {"log",
+       {enum_field("level", &cfg->log.level,
+                   {{"debug", LogLevel::kDebug},
+                    {"info", LogLevel::kInfo},
+                    {"warn", LogLevel::kWarn},
+                    {"error", LogLevel::kError}})}},
+  };
+}
+
+std::string join_path(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+}
+
+// Walks the entries of mapping `node` in document order, rejecting non-string, unknown and
+// duplicate keys, and hands each value to `on_entry(index_in_known, value, path)`.
+// A null node (a section with every key commented out) is an empty mapping.
+absl::Status for_each_entry(
+    const YAML::Node& node, const std::string& prefix, const std::vector<std::string>& known,
+    const std::function<absl::Status(size_t, const YAML::Node&, const std::string&)>& on_entry) {
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap()) {
+    return field_error(prefix.empty() ? "config" : prefix,
+                       absl::StrCat("expected a mapping, got ", describe(node)));
+  }
+  std::set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    if (!it->first.IsScalar()) {
+      return field_error(prefix.empty() ? "config" : prefix,
+                         absl::StrCat("keys must be strings, got ", describe(it->first)));
+    }
+    const std::string path = join_path(prefix, it->first.Scalar());
+    size_t index = 0;
+    while (index < known.size() && known[index] != it->first.Scalar()) ++index;
+    if (index == known.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown key '", path, "' (expected one of ",
+                                                     absl::StrJoin(known, "|"), ")"));
+    }
+    if (!seen.insert(path).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate key '", path, "'"));
+    }
+    FROST_RETURN_IF_ERROR(on_entry(index, it->second, path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status parse_document(const YAML::Node& root, ServerConfig* cfg) {
+  std::vector<Section> sections = schema(cfg);
+  std::vector<std::string> section_keys;
+  for (const Section& s : sections) section_keys.push_back(s.key);
+  return for_each_entry(
+      root, "", section_keys,
+      [&](size_t i, const YAML::Node& section_node, const std::string& section_path) {
+        const std::vector<Field>& fields = sections[i].fields;
+        std::vector<std::string> field_keys;
+        for (const Field& f : fields) field_keys.push_back(f.key);
+        return for_each_entry(
+            section_node, section_path, field_keys,
+            [&](size_t j, const YAML::Node& value, const std::string& path) {
+              return fields[j].parse(value, path);
+            });
+      });
+}
+
+// "host:port" → port as written, or "" when the value is not HOST:PORT.
+std::string split_port(const std::string& value) {
+  const size_t colon = value.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == value.size()) return "";
+  const std::string host = value.substr(0, colon);
+  const std::string port = value.substr(colon + 1);
+  for (char c : port) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return "";
+  }
+  if (host.front() == '[') {
+    // [IPv6]: hex digits, ':' and '.' (IPv4-mapped) between the brackets.
+    if (host.size() < 3 || host.back() != ']') return "";
+    for (size_t i = 1; i + 1 < host.size(); ++i) {
+      const char c = host[i];
+      if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return "";
+    }
+    return port;
+  }
+  // Hostname or IPv4.
+  for (char c : host) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') {
+      return "";
+    }
+  }
+  return port;
+}
+
+}  // namespace
+
+absl::Status validate_host_port(const std::string& field, const std::string& value) {
+  const std::string port = split_port(value);
+  if (port.empty()) {
+    return field_error(field, absl::StrCat("expected HOST:PORT, got ", yaml_quoted(value)));
+  }
+  int64_t n = -1;
+  if (port.size() > 5 || !absl::SimpleAtoi(port, &n) || n > 65535) {
+    return field_error(field, absl::StrCat("port must be in [0, 65535], got ", yaml_quoted(value)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status validate_server_config(const ServerConfig& cfg) {
+  FROST_RETURN_IF_ERROR(validate_host_port("server.listen", cfg.server.listen));
+  FROST_RETURN_IF_ERROR(validate_host_port("server.metrics_listen", cfg.server.metrics_listen));
+  const std::string grpc_port = split_port(cfg.server.listen);
+  if (grpc_port != "0" && grpc_port == split_port(cfg.server.metrics_listen)) {
+    return field_error("server.metrics_listen",
+                       absl::StrCat("port ", grpc_port, " is also server.listen's port, got ",
+                                    yaml_quoted(cfg.server.metrics_listen)));
+  }
+  if (cfg.model.path.empty()) return field_error("model.path", "must not be empty");
+  if (cfg.engine.max_context > 0 && cfg.limits.max_prompt_tokens > cfg.engine.max_context) {
+    return field_error("limits.max_prompt_tokens",
+                       absl::StrCat("must be <= engine.max_context (", cfg.engine.max_context,
+                                    "), got ", cfg.limits.max_prompt_tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text) {
+  ServerConfig cfg;
+  try {
+    const std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
+    if (docs.size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: expected one YAML document, got ", docs.size()));
+    }
+    if (!docs.empty()) FROST_RETURN_IF_ERROR(parse_document(docs[0], &cfg));
+  } catch (const YAML::ParserException& e) {
+    // yaml-cpp marks are 0-based.
+    return absl::InvalidArgumentError(absl::StrCat("config: YAML syntax error at line ",
+                                                   e.mark.line + 1, ", column ",
+                                                   e.mark.column + 1, ": ", e.msg));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config: ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("config: ", e.what()));
+  }
+  FROST_RETURN_IF_ERROR(validate_server_config(cfg));
+  return cfg;
+}
+
+absl::StatusOr<ServerConfig> load_server_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read config file '", path, "': ", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "'"));
+  }
+  absl::StatusOr<ServerConfig> cfg = parse_server_config(text.str());
+  if (!cfg.ok()) {
+    return absl::Status(cfg.status().code(), absl::StrCat(path, ": ", cfg.status().message()));
+  }
+  return cfg;
+}
+
+std::string format_server_config(const ServerConfig& cfg) {
+  ServerConfig copy = cfg;  // schema() binds mutable members; format only reads them
+  std::string out;
+  for (const Section& section : schema(&copy)) {
+    absl::StrAppend(&out, section.key, ":\n");
+    for (const Field& f : section.fields) {
+      absl::StrAppend(&out, "  ", f.key, ": ", f.format(), "\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace frost::server

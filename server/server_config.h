@@ -1,0 +1,107 @@
+#pragma once
+// ServerConfig: frostd's configuration as plain structs with defaults, parsed from one YAML
+// file (configs/default.yaml documents every field). YAML stays in server/ (CONVENTIONS.md
+// 9.2.11); core takes its own config structs, which frostd fills from these.
+//
+// Every error is INVALID_ARGUMENT (NOT_FOUND for a missing file) and names the full field
+// path and the offending value, e.g.
+//   unknown key 'server.lisen'
+//   engine.kv_codec: unknown value "int3" (expected fp32|fp16|bf16)
+//   server.listen: expected HOST:PORT, got "abc"
+// Nothing here throws.
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/common/log.h"
+#include "core/kv/kv_spec.h"
+#include "core/model/model_config.h"
+
+namespace frost::server {
+
+// `server:` — the gRPC and metrics endpoints.
+struct ServerSection {
+  // gRPC listen address HOST:PORT (IPv6 hosts in brackets); port 0 picks a free port.
+  std::string listen = "0.0.0.0:50051";
+  // Prometheus /metrics listen address HOST:PORT; port 0 picks a free port.
+  std::string metrics_listen = "0.0.0.0:9090";
+  // Register gRPC server reflection.
+  bool reflection = true;
+  // Largest gRPC message the server accepts / sends, in bytes.
+  int32_t max_receive_message_bytes = 4 * 1024 * 1024;
+  int32_t max_send_message_bytes = 4 * 1024 * 1024;
+  // After SIGTERM/SIGINT, in-flight streams get this long to finish before they are cancelled.
+  double drain_timeout_s = 30;
+};
+
+// `model:` — what to serve.
+struct ModelSection {
+  // Hugging Face checkpoint directory, or "builtin:<name>" (e.g. "builtin:tiny").
+  std::string path = "builtin:tiny";
+  // Weights are converted to this dtype at load.
+  WeightDtype dtype = WeightDtype::kF32;
+  // Intra-op CPU threads; 0 = all cores.
+  int32_t threads = 0;
+};
+
+// `engine:` — scheduling and KV cache.
+struct EngineSection {
+  // Sequences decoding concurrently.
+  int32_t max_running = 4;
+  // Admitted requests waiting for a running slot; beyond running + waiting a request is
+  // rejected at once with RESOURCE_EXHAUSTED.
+  int32_t max_waiting = 16;
+  // Tokens per sequence (prompt + completion); 0 = the model's maximum.
+  int32_t max_context = 0;
+  // Default KV storage codec.
+  KvCodecKind kv_codec = KvCodecKind::kF32;
+};
+
+// `limits:` — per-request caps checked before any model work.
+struct LimitsSection {
+  int32_t max_prompt_bytes = 65536;  // text prompt size, bytes
+  int32_t max_prompt_tokens = 0;     // prompt length after tokenization; 0 = the context
+  int32_t max_new_tokens = 4096;     // cap on a request's max_new_tokens
+  int32_t max_stop_strings = 16;     // stop strings per request
+  int32_t max_stop_bytes = 256;      // bytes per stop string
+  int32_t max_logprobs = 20;         // cap on a request's logprobs (alternatives per token)
+};
+
+// `log:`
+struct LogSection {
+  LogLevel level = LogLevel::kInfo;  // messages below this level are dropped
+};
+
+struct ServerConfig {
+  ServerSection server;
+  ModelSection model;
+  EngineSection engine;
+  LimitsSection limits;
+  LogSection log;
+};
+
+// Parses YAML text. Unset fields keep their defaults; an empty document is the default
+// config. Unknown keys, wrong types, out-of-range or unknown enum values, duplicate keys and
+// YAML syntax errors (with line and column) are INVALID_ARGUMENT. Ends with
+// validate_server_config().
+absl::StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text);
+
+// Reads and parses a file; parse errors are prefixed with the path. NOT_FOUND when the file
+// cannot be read.
+absl::StatusOr<ServerConfig> load_server_config(const std::string& path);
+
+// Checks what the YAML types cannot: listen addresses, non-empty model path and the
+// cross-field rules. frostd calls it again after applying command-line overrides.
+absl::Status validate_server_config(const ServerConfig& cfg);
+
+// OK when `value` is HOST:PORT (hostname, IPv4, or [IPv6]) with a port in [0, 65535];
+// otherwise INVALID_ARGUMENT "<field>: expected HOST:PORT, got "<value>"" (or naming the
+// bad port).
+absl::Status validate_host_port(const std::string& field, const std::string& value);
+
+// The config as YAML with every field set, in schema order; parse_server_config() of the
+// result gives back `cfg`. frostd logs it at start.
+std::string format_server_config(const ServerConfig& cfg);
+
+}  // namespace frost::server

@@ -1,0 +1,316 @@
+#include "server/server_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/testing/test_util.h"
+
+namespace frost::server {
+namespace {
+
+using ::frost::testing::read_text_file;
+using ::frost::testing::source_path;
+using ::frost::testing::TempDir;
+using ::frost::testing::write_text_file;
+
+absl::Status parse_status(const std::string& yaml) { return parse_server_config(yaml).status(); }
+
+ServerConfig parse_ok(const std::string& yaml) {
+  absl::StatusOr<ServerConfig> cfg = parse_server_config(yaml);
+  EXPECT_TRUE(cfg.ok()) << cfg.status() << "\n--- yaml ---\n" << yaml;
+  return cfg.ok() ? *cfg : ServerConfig();
+}
+
+TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
+  const ServerConfig c;
+  EXPECT_EQ(c.server.listen, "0.0.0.0:50051");
+  EXPECT_EQ(c.server.metrics_listen, "0.0.0.0:9090");
+  EXPECT_TRUE(c.server.reflection);
+  EXPECT_EQ(c.server.max_receive_message_bytes, 4 * 1024 * 1024);
+  EXPECT_EQ(c.server.max_send_message_bytes, 4 * 1024 * 1024);
+  EXPECT_EQ(c.server.drain_timeout_s, 30.0);
+  EXPECT_EQ(c.model.path, "builtin:tiny");
+  EXPECT_EQ(c.model.dtype, WeightDtype::kF32);
+  EXPECT_EQ(c.model.threads, 0);
+  EXPECT_EQ(c.engine.max_running, 4);
+  EXPECT_EQ(c.engine.max_waiting, 16);
+  EXPECT_EQ(c.engine.max_context, 0);
+  EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kF32);
+  EXPECT_EQ(c.limits.max_prompt_bytes, 65536);
+  EXPECT_EQ(c.limits.max_prompt_tokens, 0);
+  EXPECT_EQ(c.limits.max_new_tokens, 4096);
+  EXPECT_EQ(c.limits.max_stop_strings, 16);
+  EXPECT_EQ(c.limits.max_stop_bytes, 256);
+  EXPECT_EQ(c.limits.max_logprobs, 20);
+  EXPECT_EQ(c.log.level, LogLevel::kInfo);
+  EXPECT_TRUE(validate_server_config(c).ok());
+}
+
+TEST(ServerConfigTest, DefaultYamlFileIsExactlyTheDefaults) {
+  const std::string path = source_path("configs/default.yaml");
+  absl::StatusOr<ServerConfig> cfg = load_server_config(path);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(format_server_config(*cfg), format_server_config(ServerConfig()));
+}
+
+TEST(ServerConfigTest, DefaultYamlFileListsEveryField) {
+  // Every key that format_server_config() writes appears in the documented file.
+  const std::string text = read_text_file(source_path("configs/default.yaml"));
+  const std::string formatted = format_server_config(ServerConfig());
+  size_t start = 0;
+  while (start < formatted.size()) {
+    const size_t end = formatted.find('\n', start);
+    const std::string line = formatted.substr(start, end - start);
+    const std::string key = line.substr(0, line.find(':') + 1);  // "server:" or "  listen:"
+    EXPECT_NE(text.find("\n" + key), std::string::npos) << "configs/default.yaml lacks " << key;
+    start = end + 1;
+  }
+}
+
+TEST(ServerConfigTest, EmptyCommentOnlyAndNullSectionsKeepDefaults) {
+  const std::string defaults = format_server_config(ServerConfig());
+  EXPECT_EQ(format_server_config(parse_ok("")), defaults);
+  EXPECT_EQ(format_server_config(parse_ok("# nothing set\n")), defaults);
+  EXPECT_EQ(format_server_config(parse_ok("server:\n  # listen: x\nlog:\n")), defaults);
+  EXPECT_EQ(format_server_config(parse_ok("{}")), defaults);
+}
+
+TEST(ServerConfigTest, ParsesEveryField) {
+  const ServerConfig c = parse_ok(R"(
+server:
+  listen: "[::1]:0"
+  metrics_listen: localhost:0
+  reflection: false
+  max_receive_message_bytes: 1024
+  max_send_message_bytes: 2048
+  drain_timeout_s: 2.5
+model:
+  path: ../shared/models/stories260K
+  dtype: bf16
+  threads: 8
+engine:
+  max_running: 2
+  max_waiting: 0
+  max_context: 512
+  kv_codec: bf16
+limits:
+  max_prompt_bytes: 100
+  max_prompt_tokens: 500
+  max_new_tokens: 64
+  max_stop_strings: 0
+  max_stop_bytes: 8
+  max_logprobs: 0
+log:
+  level: debug
+)");
+  EXPECT_EQ(c.server.listen, "[::1]:0");
+  EXPECT_EQ(c.server.metrics_listen, "localhost:0");
+  EXPECT_FALSE(c.server.reflection);
+  EXPECT_EQ(c.server.max_receive_message_bytes, 1024);
+  EXPECT_EQ(c.server.max_send_message_bytes, 2048);
+  EXPECT_EQ(c.server.drain_timeout_s, 2.5);
+  EXPECT_EQ(c.model.path, "../shared/models/stories260K");
+  EXPECT_EQ(c.model.dtype, WeightDtype::kBF16);
+  EXPECT_EQ(c.model.threads, 8);
+  EXPECT_EQ(c.engine.max_running, 2);
+  EXPECT_EQ(c.engine.max_waiting, 0);
+  EXPECT_EQ(c.engine.max_context, 512);
+  EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kBF16);
+  EXPECT_EQ(c.limits.max_prompt_bytes, 100);
+  EXPECT_EQ(c.limits.max_prompt_tokens, 500);
+  EXPECT_EQ(c.limits.max_new_tokens, 64);
+  EXPECT_EQ(c.limits.max_stop_strings, 0);
+  EXPECT_EQ(c.limits.max_stop_bytes, 8);
+  EXPECT_EQ(c.limits.max_logprobs, 0);
+  EXPECT_EQ(c.log.level, LogLevel::kDebug);
+}
+
+TEST(ServerConfigTest, PartialSectionKeepsOtherDefaults) {
+  const ServerConfig c = parse_ok("engine:\n  kv_codec: fp16\nlog: {level: warn}\n");
+  EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kF16);
+  EXPECT_EQ(c.engine.max_running, 4);
+  EXPECT_EQ(c.log.level, LogLevel::kWarn);
+  EXPECT_EQ(c.server.listen, "0.0.0.0:50051");
+}
+
+TEST(ServerConfigTest, FormatRoundTrips) {
+  ServerConfig c;
+  c.server.listen = "127.0.0.1:0";
+  c.server.metrics_listen = "[::]:0";
+  c.server.reflection = false;
+  c.server.drain_timeout_s = 0.1;
+  c.model.path = "/models/a \"quoted\" caf\xC3\xA9";
+  c.model.dtype = WeightDtype::kBF16;
+  c.engine.kv_codec = KvCodecKind::kF16;
+  c.limits.max_logprobs = 5;
+  c.log.level = LogLevel::kError;
+  const std::string text = format_server_config(c);
+  const ServerConfig back = parse_ok(text);
+  EXPECT_EQ(format_server_config(back), text);
+  EXPECT_EQ(back.model.path, c.model.path);
+  EXPECT_EQ(back.server.drain_timeout_s, 0.1);
+}
+
+TEST(ServerConfigTest, RejectsUnknownKeysAtEveryLevel) {
+  EXPECT_INVALID(parse_status("sever:\n  listen: 0.0.0.0:1\n"), "unknown key 'sever'");
+  EXPECT_INVALID(parse_status("server:\n  lisen: 0.0.0.0:1\n"), "unknown key 'server.lisen'");
+  EXPECT_INVALID(parse_status("model:\n  paths: x\n"), "unknown key 'model.paths'");
+  EXPECT_INVALID(parse_status("engine:\n  max_runing: 2\n"), "unknown key 'engine.max_runing'");
+  EXPECT_INVALID(parse_status("limits:\n  max_tokens: 2\n"), "unknown key 'limits.max_tokens'");
+  EXPECT_INVALID(parse_status("log:\n  lvl: info\n"), "unknown key 'log.lvl'");
+  // Keys are case-sensitive; YAML merge keys are not supported.
+  EXPECT_INVALID(parse_status("Server: {}\n"), "unknown key 'Server'");
+  EXPECT_INVALID(parse_status("base: &b {level: info}\nlog:\n  <<: *b\n"), "unknown key 'base'");
+}
+
+TEST(ServerConfigTest, RejectsDuplicateKeys) {
+  EXPECT_INVALID(parse_status("engine:\n  max_running: 1\n  max_running: 2\n"),
+                 "duplicate key 'engine.max_running'");
+  EXPECT_INVALID(parse_status("log: {}\nlog: {}\n"), "duplicate key 'log'");
+}
+
+TEST(ServerConfigTest, RejectsWrongTypes) {
+  EXPECT_INVALID(parse_status("- server\n"), "config: expected a mapping, got a sequence");
+  EXPECT_INVALID(parse_status("just text\n"), "config: expected a mapping, got \"just text\"");
+  EXPECT_INVALID(parse_status("server: 5\n"), "server: expected a mapping, got \"5\"");
+  EXPECT_INVALID(parse_status("limits: [1, 2]\n"), "limits: expected a mapping, got a sequence");
+  EXPECT_INVALID(parse_status("engine:\n  max_running: four\n"),
+                 "engine.max_running: expected an integer, got \"four\"");
+  EXPECT_INVALID(parse_status("engine:\n  max_running: 2.5\n"),
+                 "engine.max_running: expected an integer, got \"2.5\"");
+  EXPECT_INVALID(parse_status("engine:\n  max_running: \"4\"\n"),
+                 "engine.max_running: expected an integer, got \"4\"");
+  EXPECT_INVALID(parse_status("engine:\n  max_running: [4]\n"),
+                 "engine.max_running: expected an integer, got a sequence");
+  EXPECT_INVALID(parse_status("engine:\n  max_running:\n"),
+                 "engine.max_running: expected an integer, got null");
+  EXPECT_INVALID(parse_status("server:\n  reflection: maybe\n"),
+                 "server.reflection: expected true or false, got \"maybe\"");
+  EXPECT_INVALID(parse_status("server:\n  reflection: 'true'\n"),
+                 "server.reflection: expected true or false, got \"true\"");
+  EXPECT_INVALID(parse_status("server:\n  drain_timeout_s: soon\n"),
+                 "server.drain_timeout_s: expected a finite number, got \"soon\"");
+  EXPECT_INVALID(parse_status("server:\n  drain_timeout_s: .inf\n"),
+                 "server.drain_timeout_s: expected a finite number, got \".inf\"");
+  EXPECT_INVALID(parse_status("server:\n  drain_timeout_s: nan\n"),
+                 "server.drain_timeout_s: expected a finite number, got \"nan\"");
+  EXPECT_INVALID(parse_status("server:\n  listen: {host: x}\n"),
+                 "server.listen: expected a string, got a mapping");
+  EXPECT_INVALID(parse_status("model:\n  path: [a, b]\n"),
+                 "model.path: expected a string, got a sequence");
+  EXPECT_INVALID(parse_status("model:\n  path: ~\n"), "model.path: expected a string, got null");
+  EXPECT_INVALID(parse_status("log:\n  level: [info]\n"),
+                 "log.level: expected one of debug|info|warn|error, got a sequence");
+}
+
+TEST(ServerConfigTest, RejectsOutOfRangeValues) {
+  EXPECT_INVALID(parse_status("engine:\n  max_running: 0\n"),
+                 "engine.max_running: must be in [1, 2147483647], got 0");
+  EXPECT_INVALID(parse_status("engine:\n  max_waiting: -1\n"),
+                 "engine.max_waiting: must be in [0, 2147483647], got -1");
+  EXPECT_INVALID(parse_status("engine:\n  max_context: 2147483648\n"),
+                 "engine.max_context: must be in [0, 2147483647], got 2147483648");
+  EXPECT_INVALID(parse_status("engine:\n  max_context: 99999999999999999999999\n"),
+                 "engine.max_context: expected an integer, got \"99999999999999999999999\"");
+  EXPECT_INVALID(parse_status("model:\n  threads: 5000\n"),
+                 "model.threads: must be in [0, 1024], got 5000");
+  EXPECT_INVALID(parse_status("server:\n  max_receive_message_bytes: 0\n"),
+                 "server.max_receive_message_bytes: must be in [1, 2147483647], got 0");
+  EXPECT_INVALID(parse_status("server:\n  max_send_message_bytes: -5\n"),
+                 "server.max_send_message_bytes: must be in [1, 2147483647], got -5");
+  EXPECT_INVALID(parse_status("server:\n  drain_timeout_s: -0.5\n"),
+                 "server.drain_timeout_s: must be in [0, 86400], got -0.5");
+  EXPECT_INVALID(parse_status("server:\n  drain_timeout_s: 1e6\n"),
+                 "server.drain_timeout_s: must be in [0, 86400], got 1e6");
+  EXPECT_INVALID(parse_status("limits:\n  max_prompt_bytes: 0\n"),
+                 "limits.max_prompt_bytes: must be in [1, 2147483647], got 0");
+  EXPECT_INVALID(parse_status("limits:\n  max_prompt_tokens: -1\n"),
+                 "limits.max_prompt_tokens: must be in [0, 2147483647], got -1");
+  EXPECT_INVALID(parse_status("limits:\n  max_new_tokens: 0\n"),
+                 "limits.max_new_tokens: must be in [1, 2147483647], got 0");
+  EXPECT_INVALID(parse_status("limits:\n  max_stop_strings: -1\n"),
+                 "limits.max_stop_strings: must be in [0, 2147483647], got -1");
+  EXPECT_INVALID(parse_status("limits:\n  max_stop_bytes: 0\n"),
+                 "limits.max_stop_bytes: must be in [1, 2147483647], got 0");
+  EXPECT_INVALID(parse_status("limits:\n  max_logprobs: -1\n"),
+                 "limits.max_logprobs: must be in [0, 2147483647], got -1");
+}
+
+TEST(ServerConfigTest, RejectsUnknownEnumValues) {
+  EXPECT_INVALID(parse_status("engine:\n  kv_codec: int3\n"),
+                 "engine.kv_codec: unknown value \"int3\" (expected fp32|fp16|bf16)");
+  EXPECT_INVALID(parse_status("engine:\n  kv_codec: FP16\n"),
+                 "engine.kv_codec: unknown value \"FP16\" (expected fp32|fp16|bf16)");
+  EXPECT_INVALID(parse_status("model:\n  dtype: fp16\n"),
+                 "model.dtype: unknown value \"fp16\" (expected fp32|bf16)");
+  EXPECT_INVALID(parse_status("log:\n  level: verbose\n"),
+                 "log.level: unknown value \"verbose\" (expected debug|info|warn|error)");
+}
+
+TEST(ServerConfigTest, ListenAddresses) {
+  for (const char* ok : {"0.0.0.0:50051", "localhost:0", "[::]:50051", "[::1]:65535",
+                         "my-host.example.com:8080", "[::ffff:127.0.0.1]:1"}) {
+    EXPECT_TRUE(validate_host_port("server.listen", ok).ok()) << ok;
+  }
+  EXPECT_INVALID(parse_status("server:\n  listen: abc\n"),
+                 "server.listen: expected HOST:PORT, got \"abc\"");
+  for (const char* bad : {"abc", "abc:", ":50051", "host:port", "host:-1", "::1:50051",
+                          "[::1:50051", "[]:1", "a b:1", "host:12:34x", ""}) {
+    EXPECT_INVALID(validate_host_port("server.listen", bad),
+                   "server.listen: expected HOST:PORT, got \"" + std::string(bad) + "\"");
+  }
+  EXPECT_INVALID(parse_status("server:\n  listen: host:70000\n"),
+                 "server.listen: port must be in [0, 65535], got \"host:70000\"");
+  EXPECT_INVALID(validate_host_port("server.listen", "host:123456789012345678901"),
+                 "server.listen: port must be in [0, 65535], got \"host:123456789012345678901\"");
+  EXPECT_INVALID(parse_status("server:\n  metrics_listen: 9090\n"),
+                 "server.metrics_listen: expected HOST:PORT, got \"9090\"");
+}
+
+TEST(ServerConfigTest, CrossFieldRules) {
+  EXPECT_INVALID(parse_status("server:\n  listen: 0.0.0.0:9090\n"),
+                 "server.metrics_listen: port 9090 is also server.listen's port");
+  // Port 0 on both sides picks two distinct free ports.
+  parse_ok("server:\n  listen: 0.0.0.0:0\n  metrics_listen: 0.0.0.0:0\n");
+  EXPECT_INVALID(parse_status("model:\n  path: ''\n"), "model.path: must not be empty");
+  EXPECT_INVALID(parse_status("engine:\n  max_context: 128\nlimits:\n  max_prompt_tokens: 129\n"),
+                 "limits.max_prompt_tokens: must be <= engine.max_context (128), got 129");
+  parse_ok("engine:\n  max_context: 128\nlimits:\n  max_prompt_tokens: 128\n");
+}
+
+TEST(ServerConfigTest, YamlSyntaxErrorsNameLineAndColumn) {
+  // yaml-cpp's marks are 0-based; the message is 1-based like editors.
+  EXPECT_INVALID(parse_status("server:\n  listen: [1, 2\n"),
+                 "config: YAML syntax error at line 3, column 1: end of sequence flow not found");
+  EXPECT_INVALID(parse_status("log: {level: info\n"),
+                 "config: YAML syntax error at line 2, column 1: end of map flow not found");
+  EXPECT_INVALID(parse_status("engine:\n  max_running: 1\n   bad indent: 2\n"),
+                 "config: YAML syntax error at line 3, column 14: illegal map value");
+  EXPECT_INVALID(parse_status("server:\n  listen: 'x' y\n"),
+                 "config: YAML syntax error at line 2, column 15");
+  EXPECT_INVALID(parse_status("model:\n\t- b\n"), "config: YAML syntax error at line 2, column 2");
+  EXPECT_INVALID(parse_status("server: {}\n---\nlog: {}\n"),
+                 "config: expected one YAML document, got 2");
+}
+
+TEST(ServerConfigTest, LoadFromFile) {
+  TempDir dir;
+  const std::string good = dir.file("good.yaml");
+  write_text_file(good, "engine:\n  max_running: 7\n");
+  absl::StatusOr<ServerConfig> cfg = load_server_config(good);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->engine.max_running, 7);
+
+  const std::string bad = dir.file("bad.yaml");
+  write_text_file(bad, "engine:\n  kv_codec: int3\n");
+  EXPECT_INVALID(load_server_config(bad).status(),
+                 bad + ": engine.kv_codec: unknown value \"int3\"");
+
+  const absl::Status missing = load_server_config(dir.file("absent.yaml")).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_MSG_HAS(missing, "absent.yaml");
+}
+
+}  // namespace
+}  // namespace frost::server
