@@ -14,6 +14,7 @@ namespace frost {
 struct Engine::Pending {
   std::vector<int32_t> prompt;
   SamplingParams params;
+  KvCodecKind codec = KvCodecKind::kF32;
   std::shared_ptr<TokenSink> sink;
   std::shared_ptr<CancelToken> cancel;
   int64_t t_submit_ns = 0;
@@ -26,6 +27,7 @@ struct Engine::Active {
   DecodeScratch scratch;
   std::unique_ptr<Sequence> seq;
   double t_queue_s = 0;
+  int64_t kv_bytes = 0;  // allocated for this sequence (counted in kv_bytes_in_use_)
 };
 
 Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
@@ -46,12 +48,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
   {
     // bytes of one position, all layers (the codec decides the element size)
     FROST_ASSIGN_OR_RETURN(per_token, torch_call([&] {
-      KvSpec one = spec;
-      one.max_tokens = 1;
-      return SequenceKv(one).bytes_per_token();
-    }));
+                             KvSpec one = spec;
+                             one.max_tokens = 1;
+                             return SequenceKv(one).bytes_per_token();
+                           }));
   }
-  e->kv_bytes_per_seq_ = per_token * spec.max_tokens;
   {
     absl::MutexLock lock(&e->mu_);
     e->counters_.kv_bytes_per_token = per_token;
@@ -71,6 +72,7 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   auto p = std::make_unique<Pending>();
   p->prompt = std::move(prompt).value();
   p->params = req.params;
+  p->codec = req.kv_codec.value_or(cfg_.gen.kv_codec);
   p->sink = std::move(sink);
   p->cancel = std::move(cancel);
   p->t_submit_ns = RealClock::get().now_ns();
@@ -79,9 +81,9 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   const int64_t in_flight = n_running_ + static_cast<int64_t>(pending_.size());
   if (in_flight >= static_cast<int64_t>(cfg_.max_running) + cfg_.max_waiting) {
     ++counters_.n_rejected_full;
-    return absl::ResourceExhaustedError(absl::StrCat("server busy: ", n_running_, " running and ", pending_.size(),
-                                                     " waiting requests (limits ", cfg_.max_running, " + ",
-                                                     cfg_.max_waiting, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat("server busy: ", n_running_, " running and ",
+                                                     pending_.size(), " waiting requests (limits ",
+                                                     cfg_.max_running, " + ", cfg_.max_waiting, ")"));
   }
   ++counters_.n_accepted;
   pending_.push_back(std::move(p));
@@ -93,7 +95,7 @@ EngineStats Engine::stats() const {
   EngineStats s = counters_;
   s.n_running = n_running_;
   s.n_waiting = static_cast<int32_t>(pending_.size());
-  s.kv_bytes_in_use = static_cast<int64_t>(n_running_) * kv_bytes_per_seq_;
+  s.kv_bytes_in_use = kv_bytes_in_use_;
   return s;
 }
 
@@ -131,9 +133,24 @@ void Engine::run() {
   auto finish = [this](Active& a, absl::StatusOr<GenerationResult> r) {
     if (r.ok()) r->t_queue_s = a.t_queue_s;
     a.kv.reset();  // release the KV memory before telling the client
+    {
+      absl::MutexLock lock(&mu_);
+      kv_bytes_in_use_ -= a.kv_bytes;
+      a.kv_bytes = 0;
+    }
     a.req->sink->on_finish(std::move(r));
     absl::MutexLock lock(&mu_);
     --n_running_;
+    ++counters_.n_finished;
+  };
+  // A request cancelled (or past its deadline) while it waited: no KV is allocated for it.
+  auto finish_unstarted = [this](Pending& p, FinishReason reason) {
+    GenerationResult r;
+    r.finish_reason = reason;
+    r.prompt_ids = p.prompt;
+    r.n_prompt = static_cast<int32_t>(p.prompt.size());
+    p.sink->on_finish(std::move(r));
+    absl::MutexLock lock(&mu_);
     ++counters_.n_finished;
   };
 
@@ -153,13 +170,26 @@ void Engine::run() {
     if (stopping) break;
     const int64_t now = RealClock::get().now_ns();
     for (auto& p : admitted) {
+      const CancelToken::State cs = p->cancel->state();
+      if (cs != CancelToken::State::kRunning) {
+        finish_unstarted(
+            *p, cs == CancelToken::State::kCancelled ? FinishReason::kCancelled : FinishReason::kDeadline);
+        absl::MutexLock lock(&mu_);
+        --n_running_;
+        continue;
+      }
       auto a = std::make_unique<Active>();
       a->t_queue_s = static_cast<double>(now - p->t_submit_ns) * 1e-9;
       a->req = std::move(p);
       absl::Status st = torch_call([&] {
-        a->kv = std::make_unique<SequenceKv>(model_->model->kv_spec(validator_.max_context(), cfg_.gen.kv_codec));
+        a->kv = std::make_unique<SequenceKv>(model_->model->kv_spec(validator_.max_context(), a->req->codec));
         a->scratch = model_->model->make_scratch(validator_.max_context());
+        a->kv_bytes = a->kv->bytes_allocated();
       });
+      {
+        absl::MutexLock lock(&mu_);
+        kv_bytes_in_use_ += a->kv_bytes;
+      }
       if (!st.ok()) {
         finish(*a, st);
         continue;
@@ -173,7 +203,8 @@ void Engine::run() {
     for (size_t i = 0; i < active.size();) {
       Active& a = *active[i];
       TokenSink& sink = *a.req->sink;
-      absl::StatusOr<bool> done = a.seq->step([&sink](const TokenEvent& ev) { sink.on_token(ev); }, *a.req->cancel);
+      absl::StatusOr<bool> done =
+          a.seq->step([&sink](const TokenEvent& ev) { sink.on_token(ev); }, *a.req->cancel);
       if (!done.ok() || *done) {
         if (!done.ok()) FROST_LOG_ERROR("engine: sequence failed: %s", done.status().ToString().c_str());
         finish(a, done.ok() ? absl::StatusOr<GenerationResult>(a.seq->take_result())
@@ -196,15 +227,7 @@ void Engine::run() {
     absl::MutexLock lock(&mu_);
     left.swap(pending_);
   }
-  for (auto& p : left) {
-    GenerationResult r;
-    r.finish_reason = FinishReason::kCancelled;
-    r.prompt_ids = p->prompt;
-    r.n_prompt = static_cast<int32_t>(p->prompt.size());
-    p->sink->on_finish(std::move(r));
-    absl::MutexLock lock(&mu_);
-    ++counters_.n_finished;
-  }
+  for (auto& p : left) finish_unstarted(*p, FinishReason::kCancelled);
 }
 
 }  // namespace frost

@@ -47,9 +47,9 @@ struct EngineStats {
   int32_t n_running = 0;
   int32_t n_waiting = 0;
   int64_t kv_bytes_in_use = 0;     // KV caches of the active sequences (allocated)
-  int64_t kv_bytes_per_token = 0;  // all layers, one position
+  int64_t kv_bytes_per_token = 0;  // all layers, one position, default codec
   uint64_t n_accepted = 0;
-  uint64_t n_rejected_full = 0;    // RESOURCE_EXHAUSTED at submit
+  uint64_t n_rejected_full = 0;  // RESOURCE_EXHAUSTED at submit
   uint64_t n_finished = 0;
 };
 
@@ -90,12 +90,13 @@ class Engine {
 
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
-  Generator validator_;  // prepare() only: validation + tokenization, thread-safe (const)
-  int64_t kv_bytes_per_seq_ = 0;
+  Generator validator_;  // prepare() only: validation + tokenization,
+                         // thread-safe (const)
 
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   int32_t n_running_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t kv_bytes_in_use_ ABSL_GUARDED_BY(mu_) = 0;  // sum of the active sequences' KV caches
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   EngineStats counters_ ABSL_GUARDED_BY(mu_);

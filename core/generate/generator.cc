@@ -9,10 +9,14 @@ namespace frost {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kDeadline: return "deadline";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kDeadline:
+      return "deadline";
   }
   return "?";
 }
@@ -30,8 +34,8 @@ absl::StatusOr<std::vector<int32_t>> Generator::prepare(const GenerationRequest&
   if (!req.prompt_ids.empty()) {
     for (size_t i = 0; i < req.prompt_ids.size(); ++i) {
       if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= n_vocab) {
-        return absl::InvalidArgumentError(absl::StrCat("prompt_ids[", i, "] = ", req.prompt_ids[i],
-                                                       " is out of range [0, ", n_vocab, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt_ids[", i, "] = ", req.prompt_ids[i], " is out of range [0, ", n_vocab, ")"));
       }
     }
     ids = req.prompt_ids;
@@ -43,6 +47,10 @@ absl::StatusOr<std::vector<int32_t>> Generator::prepare(const GenerationRequest&
     FROST_ASSIGN_OR_RETURN(ids, model_.tokenizer->encode(req.prompt, req.add_bos));
     if (ids.empty()) return absl::InvalidArgumentError("prompt encodes to zero tokens");
   }
+  if (cfg_.max_prompt_tokens > 0 && static_cast<int64_t>(ids.size()) > cfg_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt is ", ids.size(), " tokens, over limits.max_prompt_tokens = ", cfg_.max_prompt_tokens));
+  }
   const int64_t need = static_cast<int64_t>(ids.size()) + req.params.max_new_tokens;
   if (need > max_context_) {
     return absl::InvalidArgumentError(absl::StrCat("prompt tokens (", ids.size(), ") + max_new_tokens (",
@@ -52,12 +60,14 @@ absl::StatusOr<std::vector<int32_t>> Generator::prepare(const GenerationRequest&
   return ids;
 }
 
-absl::StatusOr<GenerationResult> Generator::generate(const GenerationRequest& req, const TokenCallback& on_token,
+absl::StatusOr<GenerationResult> Generator::generate(const GenerationRequest& req,
+                                                     const TokenCallback& on_token,
                                                      const CancelToken& cancel) {
   FROST_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prepare(req));
-  if (!kv_) {
+  const KvCodecKind codec = req.kv_codec.value_or(cfg_.kv_codec);
+  if (!kv_ || kv_->spec().codec != codec) {
     FROST_RETURN_IF_ERROR(torch_call([&] {
-      kv_ = std::make_unique<SequenceKv>(model_.model->kv_spec(max_context_, cfg_.kv_codec));
+      kv_ = std::make_unique<SequenceKv>(model_.model->kv_spec(max_context_, codec));
       scratch_ = model_.model->make_scratch(max_context_);
     }));
   }

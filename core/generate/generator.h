@@ -15,8 +15,9 @@ namespace frost {
 
 struct GeneratorConfig {
   KvCodecKind kv_codec = KvCodecKind::kF32;
-  int64_t max_context = 0;     // 0 = the model's max_position_embeddings
-  bool fast_decode = true;     // decode with Transformer::decode_step (else forward())
+  int64_t max_context = 0;        // 0 = the model's max_position_embeddings
+  bool fast_decode = true;        // decode with Transformer::decode_step (else forward())
+  int64_t max_prompt_tokens = 0;  // cap on prompt length in tokens; 0 = the context length
   SamplingLimits limits;
 };
 

@@ -2,11 +2,13 @@
 // Generation request, streamed token events and the final result.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/generate/sampler.h"
 #include "core/generate/sampling_params.h"
+#include "core/kv/kv_spec.h"
 
 namespace frost {
 
@@ -18,6 +20,7 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;  // token ids, used as given (no BOS added)
   bool add_bos = true;              // for text prompts, when the tokenizer has a BOS
   SamplingParams params;
+  std::optional<KvCodecKind> kv_codec;  // KV storage for this request; unset = engine default
 };
 
 // One streamed event. id >= 0: a generated token, with the text it released (valid UTF-8,
@@ -27,8 +30,8 @@ struct TokenEvent {
   int32_t id = -1;
   int32_t index = 0;  // 0-based position in the completion
   std::string text;
-  float logprob = 0;                      // of `id` (when params.logprobs >= 0)
-  std::vector<TokenLogprob> top_logprobs; // when params.logprobs > 0
+  float logprob = 0;                       // of `id` (when params.logprobs >= 0)
+  std::vector<TokenLogprob> top_logprobs;  // when params.logprobs > 0
 };
 
 // Called on the generating thread, once per event, in order. Must not block for long.
@@ -36,17 +39,17 @@ using TokenCallback = std::function<void(const TokenEvent&)>;
 
 struct GenerationResult {
   FinishReason finish_reason = FinishReason::kLength;
-  std::string stop_reason;           // matched stop string, or "token:<id>" for a stop token
-  std::vector<int32_t> prompt_ids;   // as fed to the model (BOS included)
-  std::vector<int32_t> ids;          // completion ids (stop token excluded)
-  std::string text;                  // completion text, exactly the concatenated event texts
+  std::string stop_reason;          // matched stop string, or "token:<id>" for a stop token
+  std::vector<int32_t> prompt_ids;  // as fed to the model (BOS included)
+  std::vector<int32_t> ids;         // completion ids (stop token excluded)
+  std::string text;                 // completion text, exactly the concatenated event texts
   int32_t n_prompt = 0;
   int32_t n_completion = 0;
-  double t_queue_s = 0;              // waiting for admission (Engine only)
-  double t_prefill_s = 0;            // prompt forward pass
-  double t_decode_s = 0;             // all decode steps after the prefill
-  int32_t n_decode_steps = 0;        // forward passes after the prefill
-  double t_first_token_s = 0;        // from start of generate() to the first token
+  double t_queue_s = 0;        // waiting for admission (Engine only)
+  double t_prefill_s = 0;      // prompt forward pass
+  double t_decode_s = 0;       // all decode steps after the prefill
+  int32_t n_decode_steps = 0;  // forward passes after the prefill
+  double t_first_token_s = 0;  // from start of generate() to the first token
   double prefill_tok_s() const { return t_prefill_s > 0 ? n_prompt / t_prefill_s : 0; }
   double decode_tok_s() const { return t_decode_s > 0 ? n_decode_steps / t_decode_s : 0; }
 };
