@@ -1,0 +1,155 @@
+#include "server/frost_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/common/clock.h"
+#include "core/common/device.h"
+#include "core/common/log.h"
+#include "core/model/model_loader.h"
+
+namespace frost::server {
+namespace {
+
+// Collects the warm-up generation's outcome.
+class WarmupSink final : public TokenSink {
+ public:
+  void on_token(const TokenEvent&) override {}
+  void on_finish(absl::StatusOr<GenerationResult> r) override {
+    result = std::move(r);
+    done.Notify();
+  }
+  absl::StatusOr<GenerationResult> result = absl::UnknownError("warm-up did not finish");
+  absl::Notification done;
+};
+
+}  // namespace
+
+FrostServer::FrostServer(const ServerConfig& cfg) : cfg_(cfg) {}
+
+FrostServer::~FrostServer() { drain(0); }
+
+absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConfig& cfg) {
+  if (absl::Status st = validate_server_config(cfg); !st.ok()) return st;
+  std::unique_ptr<FrostServer> s(new FrostServer(cfg));
+  s->metrics_ = std::make_unique<Metrics>();
+  s->generation_ = std::make_unique<GenerationService>(cfg, s->metrics_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  if (cfg.server.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  // Insecure transport: TLS terminates at the mesh / ingress for now (config option later).
+  builder.AddListeningPort(cfg.server.listen, grpc::InsecureServerCredentials(), &s->grpc_port_);
+  builder.SetMaxReceiveMessageSize(cfg.server.max_receive_message_bytes);
+  builder.SetMaxSendMessageSize(cfg.server.max_send_message_bytes);
+  builder.RegisterService(s->generation_.get());
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || s->grpc_port_ == 0) {
+    s->stopped_ = true;
+    return absl::UnavailableError(
+        absl::StrCat("server.listen: cannot listen on \"", cfg.server.listen, "\""));
+  }
+  s->health_ = std::make_unique<Health>(s->server_.get(), s->metrics_.get());
+  FROST_LOG_INFO("frostd: gRPC listening on %s (port %d)%s", cfg.server.listen.c_str(), s->grpc_port_,
+                 cfg.server.reflection ? ", reflection on" : "");
+
+  absl::StatusOr<int> mport = s->metrics_->serve(cfg.server.metrics_listen);
+  if (!mport.ok()) {
+    s->drain(0);
+    return mport.status();
+  }
+  s->metrics_port_ = *mport;
+  FROST_LOG_INFO("frostd: metrics on http://%s/metrics (port %d)", cfg.server.metrics_listen.c_str(), *mport);
+  return s;
+}
+
+absl::Status FrostServer::load_model() {
+  if (stopped_) return absl::FailedPreconditionError("server stopped");
+  if (absl::Status st = apply_device_config({cfg_.model.threads}); !st.ok()) return st;
+  const int64_t t0 = RealClock::get().now_ns();
+  LoadOptions opts;
+  opts.dtype = cfg_.model.dtype;
+  absl::StatusOr<std::unique_ptr<LoadedModel>> loaded = ::frost::load_model(cfg_.model.path, opts);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("model.path \"", cfg_.model.path, "\": ", loaded.status().message()));
+  }
+  std::shared_ptr<const LoadedModel> model(std::move(loaded).value());
+
+  EngineConfig ec;
+  ec.gen.kv_codec = cfg_.engine.kv_codec;
+  ec.gen.max_context = cfg_.engine.max_context;
+  ec.gen.max_prompt_tokens = cfg_.limits.max_prompt_tokens;
+  ec.gen.limits.max_new_tokens = cfg_.limits.max_new_tokens;
+  ec.gen.limits.max_stop_strings = cfg_.limits.max_stop_strings;
+  ec.gen.limits.max_stop_bytes = cfg_.limits.max_stop_bytes;
+  ec.gen.limits.max_logprobs = cfg_.limits.max_logprobs;
+  ec.max_running = cfg_.engine.max_running;
+  ec.max_waiting = cfg_.engine.max_waiting;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(model, ec);
+  if (!engine.ok()) return engine.status();
+  std::shared_ptr<Engine> e(std::move(engine).value());
+
+  // Warm-up: one short greedy generation through the real engine path (allocates the KV cache and scratch,
+  // touches every weight, starts the thread pools).
+  GenerationRequest warm;
+  warm.prompt_ids = {model->tokenizer && model->tokenizer->bos_id() >= 0 ? model->tokenizer->bos_id() : 0};
+  warm.params.temperature = 0;
+  warm.params.max_new_tokens = 2;
+  warm.params.ignore_eos = true;
+  auto sink = std::make_shared<WarmupSink>();
+  if (absl::Status st = e->submit(warm, sink, std::make_shared<CancelToken>()); !st.ok()) {
+    return absl::InternalError(absl::StrCat("warm-up generation refused: ", st.message()));
+  }
+  sink->done.WaitForNotification();
+  if (!sink->result.ok()) {
+    return absl::InternalError(absl::StrCat("warm-up generation failed: ", sink->result.status().message()));
+  }
+  const double secs = static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9;
+  FROST_LOG_INFO(
+      "frostd: serving %s (%s, %lld params, context %lld, kv %s) "
+      "ready in %.2fs",
+      model->name.c_str(), arch_name(model->config.arch), static_cast<long long>(model->model->n_params()),
+      static_cast<long long>(e->max_context()), kv_codec_name(cfg_.engine.kv_codec), secs);
+
+  engine_ = e;
+  metrics_->set_stats_source([e] { return e->stats(); });
+  generation_->set_engine(e);
+  health_->set_ready(true);
+  return absl::OkStatus();
+}
+
+void FrostServer::drain(double timeout_s) {
+  if (stopped_) return;
+  stopped_ = true;
+  const int64_t t0 = RealClock::get().now_ns();
+  if (health_) health_->set_ready(false);
+  generation_->start_drain();
+  if (engine_) {
+    engine_->stop_accepting();
+    const EngineStats s = engine_->stats();
+    FROST_LOG_INFO("frostd: draining %d running + %d waiting requests (timeout %.1fs)", s.n_running,
+                   s.n_waiting, timeout_s);
+    if (!engine_->wait_idle(timeout_s)) {
+      const EngineStats left = engine_->stats();
+      FROST_LOG_WARN("frostd: drain timeout: cancelling %d running + %d waiting requests", left.n_running,
+                     left.n_waiting);
+    }
+    engine_->shutdown();  // every remaining stream gets its final message
+                          // (CANCELLED)
+  }
+  // Streams write their last messages; a client that stopped reading is cut after 5 s.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_->Wait();
+  if (health_) health_->shutdown();
+  FROST_LOG_INFO("frostd: stopped after a %.2fs drain",
+                 static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9);
+}
+
+}  // namespace frost::server

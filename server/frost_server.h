@@ -1,0 +1,67 @@
+#pragma once
+// FrostServer: frostd's serving core, separate from main() so tests can run it in-process.
+//
+// Life cycle (the order SREs expect from vLLM/Triton-class servers):
+//   start()       bind gRPC (+ health, reflection) and /metrics; liveness
+//   SERVING,
+//                 readiness NOT_SERVING; every Generation RPC answers
+//                 UNAVAILABLE.
+//   load_model()  load weights and tokenizer, build the Engine, run one warm-up
+//   generation;
+//                 then readiness SERVING and RPCs are served.
+//   drain()       readiness NOT_SERVING at once, new calls UNAVAILABLE,
+//   in-flight streams run
+//                 until the drain deadline, then are cancelled (they end with
+//                 FINISH_REASON_CANCELLED); the gRPC server and /metrics stop.
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/generate/engine.h"
+#include "server/generation_service.h"
+#include "server/health.h"
+#include "server/metrics.h"
+#include "server/server_config.h"
+
+namespace frost::server {
+
+class FrostServer {
+ public:
+  // Binds both listeners (port 0 picks free ports, see grpc_port()/metrics_port()). UNAVAILABLE when an
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<FrostServer>> start(const ServerConfig& cfg);
+  ~FrostServer();  // drain(0) if still serving
+  FrostServer(const FrostServer&) = delete;
+  FrostServer& operator=(const FrostServer&) = delete;
+
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
+
+  // Loads model.path, builds the engine, warms it up, then turns readiness SERVING. Errors name the model
+  // path; the server stays up and NOT_SERVING on failure.
+  absl::Status load_model();
+
+  // Graceful stop; see the header comment. Idempotent. Returns when the gRPC server has stopped.
+  void drain(double timeout_s);
+
+  Metrics& metrics() { return *metrics_; }
+  GenerationService& generation() { return *generation_; }
+  bool ready() const { return health_ && health_->ready(); }
+
+ private:
+  explicit FrostServer(const ServerConfig& cfg);
+
+  ServerConfig cfg_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<GenerationService> generation_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Health> health_;
+  std::shared_ptr<Engine> engine_;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace frost::server

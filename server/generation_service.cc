@@ -1,0 +1,421 @@
+#include "server/generation_service.h"
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/clock.h"
+#include "core/common/log.h"
+#include "core/common/utf8.h"
+#include "server/status_convert.h"
+
+namespace frost::server {
+namespace {
+
+absl::Status invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+double seconds_since(int64_t t0_ns) { return static_cast<double>(RealClock::get().now_ns() - t0_ns) * 1e-9; }
+
+v1::FinishReason to_proto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kDeadline:
+      return v1::FINISH_REASON_DEADLINE;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+// Text limits shared by Generate and Tokenize.
+absl::Status check_text(const std::string& field, const std::string& text, const LimitsSection& limits) {
+  if (text.empty()) return invalid(absl::StrCat(field, ": must not be empty"));
+  if (text.size() > static_cast<size_t>(limits.max_prompt_bytes)) {
+    return invalid(absl::StrCat(field, ": ", text.size(),
+                                " bytes is over limits.max_prompt_bytes = ", limits.max_prompt_bytes));
+  }
+  if (!is_valid_utf8(text)) {
+    return invalid(absl::StrCat(field, ": not valid UTF-8 (", text.size() - utf8_emittable_prefix(text),
+                                " trailing bytes from the first invalid sequence)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req,
+                                                        const LimitsSection& limits) {
+  if (req.request_id().size() > kMaxRequestIdBytes) {
+    return invalid(absl::StrCat("request_id: ", req.request_id().size(), " bytes is over the limit of ",
+                                kMaxRequestIdBytes));
+  }
+  if (!is_valid_utf8(req.request_id())) return invalid("request_id: not valid UTF-8");
+
+  GenerationRequest out;
+  switch (req.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      absl::Status st = check_text("text", req.text(), limits);
+      if (!st.ok()) return st;
+      out.prompt = req.text();
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds:
+      if (req.token_ids().ids().empty()) return invalid("token_ids.ids: must not be empty");
+      out.prompt_ids.assign(req.token_ids().ids().begin(), req.token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      return invalid("prompt: one of text or token_ids must be set");
+  }
+  if (req.has_add_bos()) out.add_bos = req.add_bos();
+
+  // Unset optional fields keep the engine defaults of SamplingParams.
+  const v1::SamplingParams& s = req.sampling();
+  SamplingParams& p = out.params;
+  if (s.has_temperature()) p.temperature = s.temperature();
+  if (s.has_top_k()) p.top_k = s.top_k();
+  if (s.has_top_p()) p.top_p = s.top_p();
+  if (s.has_min_p()) p.min_p = s.min_p();
+  if (s.has_repetition_penalty()) p.repetition_penalty = s.repetition_penalty();
+  if (s.has_presence_penalty()) p.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
+  if (s.has_seed()) p.seed = s.seed();
+  if (s.has_max_new_tokens()) p.max_new_tokens = s.max_new_tokens();
+  p.stop.assign(s.stop().begin(), s.stop().end());
+  p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  if (s.has_ignore_eos()) p.ignore_eos = s.ignore_eos();
+  if (s.has_logprobs()) {
+    if (s.logprobs() < 0 || s.logprobs() > limits.max_logprobs) {
+      return invalid(
+          absl::StrCat("sampling.logprobs must be in [0, ", limits.max_logprobs, "], got ", s.logprobs()));
+    }
+    p.logprobs = s.logprobs();
+  }
+  // Early, cheap checks on repeated fields, so a huge list never reaches the engine.
+  if (s.stop_size() > limits.max_stop_strings) {
+    return invalid(
+        absl::StrCat("sampling.stop: at most ", limits.max_stop_strings, " strings, got ", s.stop_size()));
+  }
+  if (req.kv().has_codec()) {
+    absl::StatusOr<KvCodecKind> codec = parse_kv_codec(req.kv().codec());
+    if (!codec.ok()) {
+      return invalid(
+          absl::StrCat("kv.codec: unknown value \"", req.kv().codec(), "\" (expected fp32|fp16|bf16)"));
+    }
+    out.kv_codec = *codec;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- GenerateCall: one Generate stream.
+//
+// State machine, all under mu_: `out_` holds messages not yet fully written; its front is in flight when
+// `writing_`. Engine events append to it (coalescing tokens into the last not-yet-started chunk); OnWriteDone
+// pops and starts the next. The final outcome arrives once, from on_finish (or at once for requests refused
+// before the engine); the call is finished when everything before it was written. gRPC calls are made outside
+// mu_, and nothing touches `this` after Finish()/StartWriteAndFinish(): OnDone may delete it at once.
+class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateCall(GenerationService* svc, grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req)
+      : svc_(svc),
+        ctx_(ctx),
+        t_arrival_ns_(RealClock::get().now_ns()),
+        cancel_(std::make_shared<CancelToken>()) {
+    svc_->active_streams_.fetch_add(1, std::memory_order_acq_rel);
+    request_id_ = req.request_id();
+    start(req);
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      out_.pop_front();
+      writing_ = false;
+      if (!ok) broken_ = true;  // the client is gone: stop writing, wait for on_finish
+    }
+    if (!ok) cancel_->cancel();
+    pump();
+  }
+
+  void OnCancel() override { cancel_->cancel(); }
+
+  void OnDone() override {
+    svc_->metrics_->record_request("Generate", code_, seconds_since(t_arrival_ns_));
+    svc_->active_streams_.fetch_sub(1, std::memory_order_acq_rel);
+    delete this;
+  }
+
+ private:
+  // Forwards engine callbacks to the call. Owned by the engine (shared_ptr); the call outlives every callback
+  // because it finishes only after on_finish.
+  class Sink final : public TokenSink {
+   public:
+    explicit Sink(GenerateCall* call) : call_(call) {}
+    void on_token(const TokenEvent& ev) override { call_->on_token(ev); }
+    void on_finish(absl::StatusOr<GenerationResult> result) override { call_->on_finish(std::move(result)); }
+
+   private:
+    GenerateCall* call_;
+  };
+
+  void start(const v1::GenerateRequest& req) {
+    absl::StatusOr<std::shared_ptr<Engine>> engine = svc_->serving_engine();
+    if (!engine.ok()) return reject(engine.status(), RejectReason::kUnavailable);
+    absl::StatusOr<GenerationRequest> greq = to_generation_request(req, svc_->cfg_.limits);
+    if (!greq.ok()) return reject(greq.status(), RejectReason::kInvalidArgument);
+    want_logprobs_ = greq->params.logprobs >= 0;
+
+    const auto deadline = ctx_->deadline();
+    if (deadline != std::chrono::system_clock::time_point::max()) {
+      const double remaining =
+          std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+      if (remaining <= 0) {
+        code_ = grpc::StatusCode::DEADLINE_EXCEEDED;
+        return Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                   "deadline exceeded before the request started"));
+      }
+      cancel_->set_timeout_s(remaining);
+    }
+    // Everything the engine may call back into is initialised before submit().
+    absl::Status st = (*engine)->submit(*greq, std::make_shared<Sink>(this), cancel_);
+    if (!st.ok()) {
+      RejectReason reason = RejectReason::kInvalidArgument;
+      if (absl::IsResourceExhausted(st)) reason = RejectReason::kQueueFull;
+      if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
+      return reject(st, reason);
+    }
+  }
+
+  // Refused before the engine accepted it: nothing was written yet.
+  void reject(const absl::Status& st, RejectReason reason) {
+    svc_->metrics_->record_rejected(reason);
+    grpc::Status gs = to_grpc_status(st);
+    code_ = gs.error_code();
+    if (!absl::IsResourceExhausted(st)) {
+      FROST_LOG_DEBUG("Generate %s refused: %s", request_id_.c_str(), st.ToString().c_str());
+    }
+    Finish(gs);
+  }
+
+  void on_token(const TokenEvent& ev) {
+    const int64_t now = RealClock::get().now_ns();
+    if (ev.id >= 0) {
+      if (n_tokens_ == 0) {
+        svc_->metrics_->record_time_to_first_token(static_cast<double>(now - t_arrival_ns_) * 1e-9);
+      } else {
+        svc_->metrics_->record_inter_token_latency(static_cast<double>(now - t_last_token_ns_) * 1e-9);
+      }
+      t_last_token_ns_ = now;
+      ++n_tokens_;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (broken_) return;
+      // Append to the last queued chunk unless it is already being written.
+      const size_t first_open = writing_ ? 1 : 0;
+      if (out_.size() <= first_open || !out_.back().has_chunk()) out_.emplace_back();
+      v1::TokenChunk* chunk = out_.back().mutable_chunk();
+      chunk->mutable_text()->append(ev.text);
+      if (ev.id >= 0) {
+        chunk->add_token_ids(ev.id);
+        if (want_logprobs_) {
+          v1::TokenLogprobs* lp = chunk->add_logprobs();
+          lp->mutable_sampled()->set_token_id(ev.id);
+          lp->mutable_sampled()->set_logprob(ev.logprob);
+          for (const TokenLogprob& alt : ev.top_logprobs) {
+            v1::TokenLogprob* t = lp->add_top();
+            t->set_token_id(alt.id);
+            t->set_logprob(alt.logprob);
+          }
+        }
+      }
+    }
+    pump();
+  }
+
+  void on_finish(absl::StatusOr<GenerationResult> result) {
+    std::optional<v1::GenerateResponse> final_msg;
+    grpc::Status status;
+    if (!result.ok()) {
+      FROST_LOG_ERROR("Generate %s failed: %s", request_id_.c_str(), result.status().ToString().c_str());
+      status = to_grpc_status(result.status());
+    } else {
+      const GenerationResult& r = *result;
+      svc_->metrics_->record_generation(r.n_prompt, r.n_completion, r.t_queue_s, seconds_since(t_arrival_ns_),
+                                        finish_reason_name(r.finish_reason));
+      if (r.finish_reason == FinishReason::kDeadline) {
+        status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                              absl::StrCat("deadline exceeded after ", r.n_completion, " generated tokens"));
+      } else if (r.finish_reason == FinishReason::kCancelled && ctx_->IsCancelled()) {
+        status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+      } else {
+        // Completed, or cancelled by a server drain: the client gets the final message.
+        v1::GenerateResponse msg;
+        v1::Final* f = msg.mutable_final();
+        f->set_finish_reason(to_proto(r.finish_reason));
+        f->set_stop_reason(r.stop_reason);
+        f->set_prompt_tokens(r.n_prompt);
+        f->set_completion_tokens(r.n_completion);
+        v1::Timings* t = f->mutable_timings();
+        t->set_queue_s(r.t_queue_s);
+        t->set_prefill_s(r.t_prefill_s);
+        t->set_decode_s(r.t_decode_s);
+        t->set_time_to_first_token_s(r.t_first_token_s);
+        t->set_decode_tokens_per_s(r.decode_tok_s());
+        final_msg = std::move(msg);
+      }
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      // A client that went away sees CANCELLED whatever we send; count it as such.
+      code_ = ctx_->IsCancelled() && status.ok() ? grpc::StatusCode::CANCELLED : status.error_code();
+      if (final_msg && !broken_) out_.push_back(std::move(*final_msg));
+      final_status_ = status;
+      has_final_ = true;
+    }
+    pump();
+  }
+
+  // Starts the next write, or finishes the call when only the outcome is left.
+  void pump() {
+    enum class Action { kNone, kWrite, kWriteAndFinish, kFinish } action = Action::kNone;
+    const v1::GenerateResponse* msg = nullptr;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || finished_) return;
+      if (broken_) out_.clear();
+      if (!out_.empty()) {
+        msg = &out_.front();
+        writing_ = true;
+        // The final message goes out together with the status (one less round trip).
+        if (has_final_ && out_.size() == 1 && msg->has_final()) {
+          action = Action::kWriteAndFinish;
+          finished_ = true;
+        } else {
+          action = Action::kWrite;
+        }
+      } else if (has_final_) {
+        action = Action::kFinish;
+        finished_ = true;
+      }
+      status = final_status_;
+    }
+    switch (action) {
+      case Action::kNone:
+        return;
+      case Action::kWrite:
+        StartWrite(msg);
+        return;
+      case Action::kWriteAndFinish:
+        StartWriteAndFinish(msg, grpc::WriteOptions(), status);
+        return;
+      case Action::kFinish:
+        Finish(status);
+        return;
+    }
+  }
+
+  GenerationService* svc_;
+  grpc::CallbackServerContext* ctx_;
+  const int64_t t_arrival_ns_;
+  std::shared_ptr<CancelToken> cancel_;
+  std::string request_id_;
+  bool want_logprobs_ = false;
+  // Engine thread only.
+  int64_t n_tokens_ = 0;
+  int64_t t_last_token_ns_ = 0;
+
+  absl::Mutex mu_;
+  std::deque<v1::GenerateResponse> out_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool has_final_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+  // Read in OnDone (after Finish, which orders it); written before Finish.
+  grpc::StatusCode code_ = grpc::StatusCode::OK;
+};
+
+// ---------------------------------------------------------------------------------------
+
+GenerationService::GenerationService(const ServerConfig& cfg, Metrics* metrics)
+    : cfg_(cfg), metrics_(metrics) {}
+
+void GenerationService::set_engine(std::shared_ptr<Engine> engine) {
+  absl::MutexLock lock(&mu_);
+  engine_ = std::move(engine);
+}
+
+std::shared_ptr<Engine> GenerationService::engine() const {
+  absl::MutexLock lock(&mu_);
+  return engine_;
+}
+
+absl::StatusOr<std::shared_ptr<Engine>> GenerationService::serving_engine() const {
+  if (draining_.load(std::memory_order_acquire)) {
+    return absl::UnavailableError("server is draining: not accepting new requests");
+  }
+  std::shared_ptr<Engine> e = engine();
+  if (!e) return absl::UnavailableError("model is loading: not ready yet");
+  return e;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
+  return new GenerateCall(this, ctx, *request);
+}
+
+grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,
+                                                      const v1::TokenizeRequest* request,
+                                                      v1::TokenizeResponse* response) {
+  const int64_t t0 = RealClock::get().now_ns();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto done = [&](const absl::Status& st) {
+    grpc::Status gs = to_grpc_status(st);
+    metrics_->record_request("Tokenize", gs.error_code(), seconds_since(t0));
+    reactor->Finish(gs);
+    return reactor;
+  };
+  absl::StatusOr<std::shared_ptr<Engine>> engine = serving_engine();
+  if (!engine.ok()) return done(engine.status());
+  if (absl::Status st = check_text("text", request->text(), cfg_.limits); !st.ok()) return done(st);
+  const LoadedModel& model = (*engine)->model();
+  if (!model.tokenizer) return done(absl::FailedPreconditionError("the served model has no tokenizer"));
+  absl::StatusOr<std::vector<int32_t>> ids =
+      model.tokenizer->encode(request->text(), request->has_add_bos() ? request->add_bos() : true);
+  if (!ids.ok()) return done(ids.status());
+  response->mutable_token_ids()->Assign(ids->begin(), ids->end());
+  return done(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,
+                                                          const v1::ModelInfoRequest* /*request*/,
+                                                          v1::ModelInfo* response) {
+  const int64_t t0 = RealClock::get().now_ns();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  // Model info stays available while draining (it is cheap and helps debugging).
+  std::shared_ptr<Engine> e = engine();
+  grpc::Status gs;
+  if (!e) {
+    gs = grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading: not ready yet");
+  } else {
+    const LoadedModel& m = e->model();
+    response->set_name(m.name);
+    response->set_architecture(arch_name(m.config.arch));
+    response->set_context_length(static_cast<int32_t>(e->max_context()));
+    response->set_vocab_size(static_cast<int32_t>(m.config.n_vocab));
+    response->set_n_params(m.model->n_params());
+    response->set_weight_dtype(cfg_.model.dtype == WeightDtype::kBF16 ? "bf16" : "fp32");
+    response->set_kv_codec(kv_codec_name(cfg_.engine.kv_codec));
+  }
+  metrics_->record_request("GetModelInfo", gs.error_code(), seconds_since(t0));
+  reactor->Finish(gs);
+  return reactor;
+}
+
+}  // namespace frost::server

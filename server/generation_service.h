@@ -1,0 +1,74 @@
+#pragma once
+// frost.v1.Generation on the gRPC callback API.
+//
+// Generate: a ServerWriteReactor per call. The request is validated at the edge (to_generation_request), then
+// submitted to the Engine, whose worker thread pushes tokens into the reactor through a TokenSink. The
+// reactor never blocks: tokens that arrive while a write is in flight are coalesced into the next chunk, so a
+// slow reader costs memory proportional to its unread tokens (bounded by max_new_tokens), never engine time.
+//
+// Cancellation: OnCancel (client cancel, client deadline, broken connection) trips the request's CancelToken;
+// the engine computes at most one more token and frees the sequence's KV cache before on_finish. The call's
+// deadline is also copied into the CancelToken, so the engine stops on time even before gRPC reports the
+// cancellation.
+//
+// Readiness: until set_engine() every RPC is UNAVAILABLE ("model is loading"); after start_drain() new
+// Generate/Tokenize calls are UNAVAILABLE ("server is draining").
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/generate/engine.h"
+#include "frost/v1/generation.grpc.pb.h"
+#include "server/metrics.h"
+#include "server/server_config.h"
+
+namespace frost::server {
+
+// Longest request_id accepted, in bytes.
+inline constexpr size_t kMaxRequestIdBytes = 128;
+
+// Edge validation and conversion of a GenerateRequest: the checks that need no model (prompt presence, byte
+// limit, UTF-8, request_id, logprobs sign, KV codec name), then the proto's optional fields over the engine
+// defaults. Sampling ranges, token limits and the context check run in Engine::submit (still before any model
+// work). INVALID_ARGUMENT names the proto field and the value.
+absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req,
+                                                        const LimitsSection& limits);
+
+class GenerationService final : public v1::Generation::CallbackService {
+ public:
+  // `metrics` must outlive the service.
+  GenerationService(const ServerConfig& cfg, Metrics* metrics);
+
+  // The engine to serve with (after the model loaded and warmed up); nullptr = not ready.
+  void set_engine(std::shared_ptr<Engine> engine);
+  std::shared_ptr<Engine> engine() const;
+  // New calls get UNAVAILABLE from now on; calls in flight continue.
+  void start_drain() { draining_.store(true, std::memory_order_release); }
+  // Live Generate reactors (constructed, not yet done).
+  int64_t active_streams() const { return active_streams_.load(std::memory_order_acquire); }
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
+                                                           const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
+                                         const v1::ModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+
+ private:
+  class GenerateCall;
+
+  // OK with the engine, or UNAVAILABLE while loading / draining.
+  absl::StatusOr<std::shared_ptr<Engine>> serving_engine() const;
+
+  ServerConfig cfg_;
+  Metrics* metrics_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> active_streams_{0};
+  mutable absl::Mutex mu_;
+  std::shared_ptr<Engine> engine_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace frost::server

@@ -1,0 +1,187 @@
+// frostd: the frost gRPC server.
+//
+//   frostd [--config FILE] [--listen HOST:PORT] [--model PATH|builtin:NAME]
+//          [--metrics-listen HOST:PORT] [--port-file FILE] [--log-level LEVEL]
+//
+// Flags override the config file (configs/default.yaml documents every field); without
+// --config the built-in defaults apply (builtin:tiny on 0.0.0.0:50051). The gRPC and metrics ports are bound
+//  before the model loads (liveness answers at once, readiness once the model is warm) and logged;
+//  --port-file also writes them, as "grpc=PORT\nmetrics=PORT\n", with an atomic rename, for scripts and tests
+//  that start frostd on port 0.
+//
+// SIGTERM / SIGINT: drain (see server/frost_server.h), then exit 0. Exit 1 when the config, the listeners or
+// the model fail; 2 for usage errors.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "core/common/log.h"
+#include "server/frost_server.h"
+#include "server/server_config.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: frostd [--config FILE] [--listen HOST:PORT] [--model "
+    "PATH|builtin:NAME]\n"
+    "              [--metrics-listen HOST:PORT] [--port-file FILE] "
+    "[--log-level debug|info|warn|error]\n"
+    "              [--load-delay-s SECONDS]\n"
+    "\n"
+    "  --config FILE             YAML config (configs/default.yaml documents "
+    "every field)\n"
+    "  --listen HOST:PORT        gRPC address, overrides server.listen (port "
+    "0: pick a free port)\n"
+    "  --model PATH              Hugging Face directory or "
+    "builtin:tiny|builtin:tiny-gpt2|builtin:15m,\n"
+    "                            overrides model.path\n"
+    "  --metrics-listen HOST:PORT  Prometheus /metrics address, overrides "
+    "server.metrics_listen\n"
+    "  --port-file FILE          write the bound ports (grpc=PORT, "
+    "metrics=PORT) once listening\n"
+    "  --log-level LEVEL         overrides log.level\n"
+    "  --load-delay-s SECONDS    wait this long before loading the model (for "
+    "testing readiness probes)\n";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "frostd: %s\n\n%s", msg.c_str(), kUsage);
+  std::exit(2);
+}
+
+[[noreturn]] void fail(const std::string& msg) {
+  FROST_LOG_ERROR("frostd: %s", msg.c_str());
+  std::exit(1);
+}
+
+struct Flags {
+  std::string config, listen, model, metrics_listen, port_file, log_level;
+  double load_delay_s = 0;
+};
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    std::string v;
+    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < argc) {
+      v = argv[++i];
+    } else {
+      usage_error(absl::StrCat(a, ": missing value"));
+    }
+    if (a == "--config")
+      f.config = v;
+    else if (a == "--listen")
+      f.listen = v;
+    else if (a == "--model")
+      f.model = v;
+    else if (a == "--metrics-listen")
+      f.metrics_listen = v;
+    else if (a == "--port-file")
+      f.port_file = v;
+    else if (a == "--log-level")
+      f.log_level = v;
+    else if (a == "--load-delay-s") {
+      if (!absl::SimpleAtod(v, &f.load_delay_s) || !(f.load_delay_s >= 0 && f.load_delay_s <= 3600)) {
+        usage_error(absl::StrCat("--load-delay-s: expected seconds in [0, 3600], got \"", v, "\""));
+      }
+    } else {
+      usage_error(absl::StrCat("unknown flag \"", a, "\""));
+    }
+  }
+  return f;
+}
+
+bool write_port_file(const std::string& path, int grpc_port, int metrics_port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "grpc=" << grpc_port << "\nmetrics=" << metrics_port << "\n";
+    if (!out.good()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using frost::server::ServerConfig;
+  // Block the stop signals in every thread (gRPC's and LibTorch's threads inherit the mask); one thread below
+  // receives them with sigwait().
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const Flags flags = parse_flags(argc, argv);
+  ServerConfig cfg;
+  if (!flags.config.empty()) {
+    absl::StatusOr<ServerConfig> loaded = frost::server::load_server_config(flags.config);
+    if (!loaded.ok()) fail(std::string(loaded.status().message()));
+    cfg = *loaded;
+  }
+  if (!flags.listen.empty()) cfg.server.listen = flags.listen;
+  if (!flags.metrics_listen.empty()) cfg.server.metrics_listen = flags.metrics_listen;
+  if (!flags.model.empty()) cfg.model.path = flags.model;
+  if (!flags.log_level.empty()) {
+    absl::StatusOr<ServerConfig> lv =
+        frost::server::parse_server_config("log:\n  level: " + flags.log_level + "\n");
+    if (!lv.ok()) usage_error(absl::StrCat("--log-level: ", lv.status().message()));
+    cfg.log.level = lv->log.level;
+  }
+  if (absl::Status st = frost::server::validate_server_config(cfg); !st.ok()) fail(std::string(st.message()));
+  frost::set_log_level(cfg.log.level);
+  FROST_LOG_DEBUG("frostd: config\n%s", frost::server::format_server_config(cfg).c_str());
+
+  absl::Notification stop;
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    FROST_LOG_INFO("frostd: %s received, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    stop.Notify();
+  });
+
+  absl::StatusOr<std::unique_ptr<frost::server::FrostServer>> server = frost::server::FrostServer::start(cfg);
+  if (!server.ok()) fail(std::string(server.status().message()));
+  if (!flags.port_file.empty() &&
+      !write_port_file(flags.port_file, (*server)->grpc_port(), (*server)->metrics_port())) {
+    fail(absl::StrCat("--port-file: cannot write \"", flags.port_file, "\""));
+  }
+
+  // The model loads while liveness already answers; a stop signal during the (testing) delay skips the load.
+  if (flags.load_delay_s > 0) stop.WaitForNotificationWithTimeout(absl::Seconds(flags.load_delay_s));
+  if (!stop.HasBeenNotified()) {
+    if (absl::Status st = (*server)->load_model(); !st.ok()) {
+      (*server)->drain(0);
+      fail(std::string(st.message()));
+    }
+    std::fprintf(stderr,
+                 "frostd: ready. Try:\n  frostctl --addr 127.0.0.1:%d generate "
+                 "--prompt \"Once upon a time\" --max-tokens 32\n",
+                 (*server)->grpc_port());
+  }
+
+  stop.WaitForNotification();
+  (*server)->drain(cfg.server.drain_timeout_s);
+  server->reset();
+  // The signal thread has returned (it notified `stop`).
+  signal_thread.join();
+  return 0;
+}

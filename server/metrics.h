@@ -1,0 +1,84 @@
+#pragma once
+// Metrics: every prometheus-cpp family of frostd is registered here, once (CONVENTIONS.md 9.2.13). Names are
+// frost_<noun>_<unit>[_total], base units seconds and bytes, labels bounded (rpc, code, reason, codec) —
+// never request ids.
+//
+// Counters and histograms are recorded by the services as requests end. Gauges that mirror engine state
+// (running, waiting, KV bytes) are read from an EngineStats snapshot at scrape time through a Collectable, so
+// they are never stale and core needs no prometheus-cpp.
+//
+// Thread-safe: prometheus-cpp metrics are atomic; the stats source is guarded by a mutex.
+#include <grpcpp/support/status_code_enum.h>
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/generate/engine.h"
+
+namespace frost::server {
+
+// Why a request was turned away before it produced anything (label `reason`).
+enum class RejectReason { kQueueFull, kInvalidArgument, kUnavailable };
+const char* reject_reason_name(RejectReason r);  // "queue_full" | "invalid_argument" | "unavailable"
+
+class Metrics {
+ public:
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Starts the /metrics HTTP endpoint on HOST:PORT (port 0 picks a free one). INVALID_ARGUMENT / UNAVAILABLE
+  // when it cannot bind; returns the bound port.
+  absl::StatusOr<int> serve(const std::string& listen);
+
+  // Where engine gauges come from (nullptr: report zeros, e.g. while the model loads).
+  void set_stats_source(std::function<EngineStats()> source);
+  // frost_ready: 1 when readiness is SERVING.
+  void set_ready(bool ready) { ready_->Set(ready ? 1 : 0); }
+
+  // One finished RPC (any outcome), with its wall time from arrival to the last byte.
+  void record_request(const std::string& rpc, grpc::StatusCode code, double seconds);
+  void record_rejected(RejectReason reason);
+  // One finished generation (stream completed, cancelled or cut by its deadline).
+  void record_generation(int64_t prompt_tokens, int64_t completion_tokens, double queue_s, double e2e_s,
+                         const std::string& finish_reason);
+  void record_time_to_first_token(double seconds);
+  void record_inter_token_latency(double seconds);
+
+  // The text exposition of everything registered (what /metrics serves); for tests and logs.
+  std::string render() const;
+
+ private:
+  class EngineCollector;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<EngineCollector> engine_collector_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+
+  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* request_duration_ = nullptr;
+  prometheus::Family<prometheus::Counter>* rejected_ = nullptr;
+  prometheus::Family<prometheus::Counter>* generations_ = nullptr;
+  prometheus::Counter* prompt_tokens_ = nullptr;
+  prometheus::Counter* generation_tokens_ = nullptr;
+  prometheus::Histogram* ttft_ = nullptr;
+  prometheus::Histogram* itl_ = nullptr;
+  prometheus::Histogram* e2e_ = nullptr;
+  prometheus::Histogram* queue_ = nullptr;
+  prometheus::Gauge* ready_ = nullptr;
+};
+
+}  // namespace frost::server
