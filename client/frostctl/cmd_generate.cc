@@ -1,0 +1,181 @@
+// frostctl generate: one Generation.Generate call. The completion text goes to stdout as each chunk arrives;
+// logprobs (when asked for) and the summary line go to stderr, so stdout holds exactly the completion. With
+// --json every response message is one JSON line on stdout instead, and nothing else is printed.
+#include <grpcpp/client_context.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "client/frostctl/commands.h"
+#include "client/frostctl/common.h"
+#include "client/frostctl/flags.h"
+#include "frost/v1/generation.grpc.pb.h"
+
+namespace frost::ctl {
+
+const char kGenerateUsage[] =
+    "usage: frostctl generate [flags] --prompt TEXT   (or PROMPT as the last "
+    "argument; \"-\" reads stdin)\n"
+    "  --prompt TEXT             the prompt\n"
+    "  --max-tokens N            tokens to generate at most (alias: "
+    "--max-new-tokens)\n"
+    "  --temperature T           0 = greedy\n"
+    "  --top-k K  --top-p P  --min-p P\n"
+    "  --repetition-penalty R  --presence-penalty X  --frequency-penalty X\n"
+    "  --seed S                  same seed, same tokens\n"
+    "  --stop STR                stop string (repeatable)\n"
+    "  --stop-token-id ID        stop token id (repeatable)\n"
+    "  --ignore-eos              keep generating after EOS\n"
+    "  --logprobs N              per-token logprobs with N alternatives to "
+    "stderr (0: sampled only)\n"
+    "  --kv-codec fp32|fp16|bf16 KV cache storage for this request\n"
+    "  --no-bos                  do not prepend BOS to the prompt\n"
+    "  --request-id ID           id shown in the server's logs\n"
+    "  --json                    print each response message as a JSON line "
+    "instead\n"
+    "  --addr HOST:PORT  --timeout SECONDS (default: no deadline)\n"
+    "Unset sampling flags mean the server's defaults.\n";
+
+namespace {
+
+// Parsed command line: the request, filled with only the fields the user gave, and how to print the stream.
+struct GenerateOptions {
+  frost::v1::GenerateRequest request;
+  bool json = false;
+  bool print_logprobs = false;
+  std::optional<std::string> prompt;  // --prompt
+};
+
+std::vector<Flag> generate_flags(GenerateOptions* o, CommonOptions* common) {
+  frost::v1::GenerateRequest* req = &o->request;
+  frost::v1::SamplingParams* sp = req->mutable_sampling();
+  std::vector<Flag> flags = common_flags(common);
+  std::vector<Flag> own = {
+      string_flag("--prompt", [o](const std::string& v) { o->prompt = v; }),
+      int32_flag("--max-tokens", [sp](int32_t v) { sp->set_max_new_tokens(v); }),
+      int32_flag("--max-new-tokens", [sp](int32_t v) { sp->set_max_new_tokens(v); }),
+      float_flag("--temperature", [sp](float v) { sp->set_temperature(v); }),
+      int32_flag("--top-k", [sp](int32_t v) { sp->set_top_k(v); }),
+      float_flag("--top-p", [sp](float v) { sp->set_top_p(v); }),
+      float_flag("--min-p", [sp](float v) { sp->set_min_p(v); }),
+      float_flag("--repetition-penalty", [sp](float v) { sp->set_repetition_penalty(v); }),
+      float_flag("--presence-penalty", [sp](float v) { sp->set_presence_penalty(v); }),
+      float_flag("--frequency-penalty", [sp](float v) { sp->set_frequency_penalty(v); }),
+      uint64_flag("--seed", [sp](uint64_t v) { sp->set_seed(v); }),
+      string_flag("--stop", [sp](const std::string& v) { sp->add_stop(v); }),
+      int32_flag("--stop-token-id", [sp](int32_t v) { sp->add_stop_token_ids(v); }),
+      switch_flag("--ignore-eos", [sp] { sp->set_ignore_eos(true); }),
+      int32_flag("--logprobs",
+                 [sp, o](int32_t v) {
+                   sp->set_logprobs(v);
+                   o->print_logprobs = true;
+                 }),
+      string_flag("--kv-codec", [req](const std::string& v) { req->mutable_kv()->set_codec(v); }),
+      switch_flag("--no-bos", [req] { req->set_add_bos(false); }),
+      string_flag("--request-id", [req](const std::string& v) { req->set_request_id(v); }),
+      switch_flag("--json", [o] { o->json = true; }),
+  };
+  flags.insert(flags.end(), own.begin(), own.end());
+  return flags;
+}
+
+// One stderr line per token: the sampled id and logprob, then the alternatives.
+void print_logprobs(const frost::v1::TokenChunk& chunk) {
+  for (const frost::v1::TokenLogprobs& lp : chunk.logprobs()) {
+    std::string line =
+        absl::StrFormat("[logprob] token %d %.4f", lp.sampled().token_id(), lp.sampled().logprob());
+    if (lp.top_size() > 0) absl::StrAppend(&line, "  top:");
+    for (const frost::v1::TokenLogprob& alt : lp.top()) {
+      absl::StrAppendFormat(&line, " %d:%.4f", alt.token_id(), alt.logprob());
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+// "STOP" for FINISH_REASON_STOP etc.
+std::string finish_reason_name(frost::v1::FinishReason reason) {
+  const std::string& name = frost::v1::FinishReason_Name(reason);
+  return name.empty() ? absl::StrCat(static_cast<int>(reason))
+                      : std::string(absl::StripPrefix(name, "FINISH_REASON_"));
+}
+
+// e.g. "finish=STOP (token:2) prompt_tokens=5 completion_tokens=12 ttft=0.004s decode=612.3 tok/s"
+void print_summary(const frost::v1::Final& final) {
+  std::string reason = finish_reason_name(final.finish_reason());
+  if (!final.stop_reason().empty()) absl::StrAppend(&reason, " (", final.stop_reason(), ")");
+  std::fprintf(stderr,
+               "finish=%s prompt_tokens=%d completion_tokens=%d ttft=%.3fs "
+               "decode=%.1f tok/s\n",
+               reason.c_str(), final.prompt_tokens(), final.completion_tokens(),
+               final.timings().time_to_first_token_s(), final.timings().decode_tokens_per_s());
+}
+
+}  // namespace
+
+int run_generate(const std::vector<std::string>& args, CommonOptions common) {
+  if (wants_help(args)) {
+    std::fputs(kGenerateUsage, stdout);
+    return kExitOk;
+  }
+  GenerateOptions o;
+  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, generate_flags(&o, &common));
+  if (!positional.ok()) return report_usage_error(positional.status(), kGenerateUsage);
+  if (o.prompt.has_value() && !positional->empty()) {
+    return report_usage_error(
+        "generate: give the prompt either with --prompt "
+        "or as an argument, not both",
+        kGenerateUsage);
+  }
+  if (!o.prompt.has_value() && positional->size() != 1) {
+    return report_usage_error(absl::StrCat("generate: expected --prompt TEXT or one PROMPT argument, got ",
+                                           positional->size(), " arguments"),
+                              kGenerateUsage);
+  }
+  const std::string prompt = o.prompt.has_value() ? *o.prompt : positional->front();
+  o.request.set_text(prompt == "-" ? read_stdin() : prompt);
+
+  std::unique_ptr<frost::v1::Generation::Stub> stub = frost::v1::Generation::NewStub(make_channel(common));
+  grpc::ClientContext ctx;
+  apply_deadline(common, /*default_timeout_s=*/std::nullopt, &ctx);
+  std::unique_ptr<grpc::ClientReader<frost::v1::GenerateResponse>> reader = stub->Generate(&ctx, o.request);
+
+  // Stream: text to stdout, flushed per chunk so a terminal shows tokens as they come.
+  frost::v1::GenerateResponse response;
+  std::optional<frost::v1::Final> final;
+  bool line_open = false;  // stdout's last character is not a newline
+  while (reader->Read(&response)) {
+    if (o.json) print_json_line(response);
+    if (response.has_final()) final = response.final();
+    if (o.json || !response.has_chunk()) continue;
+    const frost::v1::TokenChunk& chunk = response.chunk();
+    if (!chunk.text().empty()) {
+      std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
+      std::fflush(stdout);
+      line_open = chunk.text().back() != '\n';
+    }
+    if (o.print_logprobs) print_logprobs(chunk);
+  }
+  const grpc::Status status = reader->Finish();
+  // On a terminal, end the completion's line so the summary does not run into it; a pipe gets exactly the
+  // completion text.
+  if (line_open && isatty(STDOUT_FILENO)) {
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  if (!status.ok()) return report_rpc_error(status);
+  if (!final) {
+    std::fprintf(stderr, "frostctl: the stream ended without a final message\n");
+    return kExitRpcError;
+  }
+  if (!o.json) print_summary(*final);
+  return kExitOk;
+}
+
+}  // namespace frost::ctl

@@ -1,0 +1,57 @@
+// frostctl info: Generation.GetModelInfo; prints one "field: value" line per ModelInfo field.
+#include <grpcpp/client_context.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/frostctl/commands.h"
+#include "client/frostctl/common.h"
+#include "client/frostctl/flags.h"
+#include "frost/v1/generation.grpc.pb.h"
+
+namespace frost::ctl {
+
+const char kInfoUsage[] =
+    "usage: frostctl info [flags]\n"
+    "  --json                    print the ModelInfo message as a JSON line\n"
+    "  --addr HOST:PORT  --timeout SECONDS (default 10)\n";
+
+int run_info(const std::vector<std::string>& args, CommonOptions common) {
+  if (wants_help(args)) {
+    std::fputs(kInfoUsage, stdout);
+    return kExitOk;
+  }
+  bool json = false;
+  std::vector<Flag> flags = common_flags(&common);
+  flags.push_back(switch_flag("--json", [&json] { json = true; }));
+  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
+  if (!positional.ok()) return report_usage_error(positional.status(), kInfoUsage);
+  if (!positional->empty()) {
+    return report_usage_error(absl::StrCat("info: unexpected argument \"", positional->front(), "\""),
+                              kInfoUsage);
+  }
+
+  std::unique_ptr<frost::v1::Generation::Stub> stub = frost::v1::Generation::NewStub(make_channel(common));
+  grpc::ClientContext ctx;
+  apply_deadline(common, kDefaultTimeoutS, &ctx);
+  frost::v1::ModelInfo info;
+  const grpc::Status status = stub->GetModelInfo(&ctx, frost::v1::ModelInfoRequest(), &info);
+  if (!status.ok()) return report_rpc_error(status);
+  if (json) {
+    print_json_line(info);
+    return kExitOk;
+  }
+  std::printf("name: %s\n", info.name().c_str());
+  std::printf("architecture: %s\n", info.architecture().c_str());
+  std::printf("context_length: %d\n", info.context_length());
+  std::printf("vocab_size: %d\n", info.vocab_size());
+  std::printf("n_params: %lld\n", static_cast<long long>(info.n_params()));
+  std::printf("weight_dtype: %s\n", info.weight_dtype().c_str());
+  std::printf("kv_codec: %s\n", info.kv_codec().c_str());
+  return kExitOk;
+}
+
+}  // namespace frost::ctl

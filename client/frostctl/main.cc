@@ -1,0 +1,63 @@
+// frostctl: command-line client of frostd's gRPC API. Subcommand dispatch and the common flags; the commands
+// live in cmd_*.cc.
+//
+//   frostctl [--addr HOST:PORT] [--timeout SECONDS] COMMAND [flags] ARGS
+//   COMMAND: generate | tokenize | info | health
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "client/frostctl/commands.h"
+#include "client/frostctl/common.h"
+#include "client/frostctl/flags.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: frostctl [--addr HOST:PORT] [--timeout SECONDS] COMMAND [flags] "
+    "ARGS\n"
+    "\n"
+    "commands:\n"
+    "  generate PROMPT   stream a completion to stdout (summary on stderr)\n"
+    "  tokenize TEXT     print the token ids of TEXT\n"
+    "  info              print the served model's description\n"
+    "  health            print the serving status; exit 0 only when SERVING\n"
+    "\n"
+    "common flags (before or after COMMAND):\n"
+    "  --addr HOST:PORT    frostd's gRPC address (default localhost:50051)\n"
+    "  --timeout SECONDS   call deadline (default: none for generate, 10 for "
+    "the others)\n"
+    "\n"
+    "`frostctl COMMAND --help` lists a command's flags. Exit codes: 0 ok, 1 "
+    "usage error,\n"
+    "2 RPC error, 3 health answered but not SERVING.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace frost::ctl;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return report_usage_error("no command given", kUsage);
+
+  // Common flags (and --help) may precede the command name.
+  CommonOptions common;
+  bool help = false;
+  std::vector<Flag> flags = common_flags(&common);
+  flags.push_back(switch_flag("--help", [&help] { help = true; }));
+  flags.push_back(switch_flag("-h", [&help] { help = true; }));
+  absl::StatusOr<std::vector<std::string>> rest = parse_flags(args, flags, /*stop_at_positional=*/true);
+  if (!rest.ok()) return report_usage_error(rest.status(), kUsage);
+  if (help || (!rest->empty() && rest->front() == "help")) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (rest->empty()) return report_usage_error("no command given", kUsage);
+  const std::string command = rest->front();
+  const std::vector<std::string> command_args(rest->begin() + 1, rest->end());
+
+  if (command == "generate") return run_generate(command_args, common);
+  if (command == "tokenize") return run_tokenize(command_args, common);
+  if (command == "info") return run_info(command_args, common);
+  if (command == "health") return run_health(command_args, common);
+  return report_usage_error("unknown command \"" + command + "\"", kUsage);
+}

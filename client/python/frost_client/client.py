@@ -1,0 +1,122 @@
+"""FrostClient: a thin, blocking wrapper over the generated frost.v1 / grpc.health.v1 stubs.
+
+Errors are not translated: a failed call raises ``grpc.RpcError``, whose ``code()`` is the
+gRPC status (INVALID_ARGUMENT for bad parameters, with ``details()`` naming the field,
+RESOURCE_EXHAUSTED when the server is full, UNAVAILABLE while it loads or drains, ...).
+"""
+
+import grpc
+
+from frost.v1 import generation_pb2, generation_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+# SamplingParams fields generate() accepts as keyword arguments (see generation.proto).
+SAMPLING_FIELDS = tuple(f.name for f in generation_pb2.SamplingParams.DESCRIPTOR.fields)
+# The repeated ones take any iterable.
+_REPEATED_SAMPLING_FIELDS = ("stop", "stop_token_ids")
+
+# Marks "use the client's default timeout" so that timeout=None can mean "no deadline".
+_DEFAULT = object()
+
+
+class FrostClient:
+    """A connection to one frostd.
+
+    addr: gRPC target, "HOST:PORT" (plaintext).
+    timeout: default deadline in seconds for every call (None: no deadline); each method
+      takes a ``timeout`` keyword that overrides it for that call.
+    """
+
+    def __init__(self, addr="localhost:50051", timeout=None):
+        self.addr = addr
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(addr)
+        self._generation = generation_pb2_grpc.GenerationStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _timeout(self, timeout):
+        return self.timeout if timeout is _DEFAULT else timeout
+
+    @staticmethod
+    def build_request(prompt, add_bos=None, request_id=None, kv_codec=None, **sampling):
+        """The GenerateRequest for generate(); only the arguments given are set.
+
+        prompt: text (str) or token ids (a sequence of int, used as given).
+        sampling: SamplingParams fields by name (temperature=0, max_new_tokens=32, seed=7,
+          stop=["\\n"], ...); None means unset (the server's default).
+        """
+        request = generation_pb2.GenerateRequest()
+        if isinstance(prompt, str):
+            request.text = prompt
+        else:
+            request.token_ids.ids.extend(prompt)
+        if add_bos is not None:
+            request.add_bos = add_bos
+        if request_id is not None:
+            request.request_id = request_id
+        if kv_codec is not None:
+            request.kv.codec = kv_codec
+        for name, value in sampling.items():
+            if name not in SAMPLING_FIELDS:
+                raise TypeError(f"unknown sampling parameter {name!r} (expected one of {', '.join(SAMPLING_FIELDS)})")
+            if value is None:
+                continue
+            if name in _REPEATED_SAMPLING_FIELDS:
+                getattr(request.sampling, name).extend(value)
+            else:
+                setattr(request.sampling, name, value)
+        return request
+
+    def generate(self, prompt, *, add_bos=None, request_id=None, kv_codec=None, timeout=_DEFAULT,
+                 **sampling):
+        """Streams one generation: an iterator of GenerateResponse messages, zero or more
+        ``chunk`` messages then one ``final``. Arguments as in build_request().
+
+        Leaving the loop early does not stop the server; call ``cancel()`` on the returned
+        iterator (a grpc call object) to cancel the request.
+        """
+        request = self.build_request(prompt, add_bos=add_bos, request_id=request_id, kv_codec=kv_codec,
+                                     **sampling)
+        return self._generation.Generate(request, timeout=self._timeout(timeout))
+
+    def generate_text(self, prompt, **kwargs):
+        """Runs generate() to the end; returns (completion text, Final message)."""
+        parts = []
+        final = None
+        for response in self.generate(prompt, **kwargs):
+            kind = response.WhichOneof("response")
+            if kind == "chunk":
+                parts.append(response.chunk.text)
+            elif kind == "final":
+                final = response.final
+        if final is None:
+            raise RuntimeError("frostd: the stream ended without a final message")
+        return "".join(parts), final
+
+    def tokenize(self, text, add_bos=None, timeout=_DEFAULT):
+        """The token ids of text (BOS included unless add_bos=False)."""
+        request = generation_pb2.TokenizeRequest(text=text)
+        if add_bos is not None:
+            request.add_bos = add_bos
+        return list(self._generation.Tokenize(request, timeout=self._timeout(timeout)).token_ids)
+
+    def model_info(self, timeout=_DEFAULT):
+        """The served model's ModelInfo message (name, architecture, vocab_size, ...)."""
+        return self._generation.GetModelInfo(generation_pb2.ModelInfoRequest(), timeout=self._timeout(timeout))
+
+    def health(self, service="", timeout=_DEFAULT):
+        """The serving status name of `service` ("" = the whole server; "frost.v1.Generation"
+        = ready to generate): "SERVING", "NOT_SERVING", ... A service the server does not
+        know raises grpc.RpcError NOT_FOUND."""
+        response = self._health.Check(health_pb2.HealthCheckRequest(service=service),
+                                      timeout=self._timeout(timeout))
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)

@@ -1,0 +1,118 @@
+// to_generation_request: the edge checks that need no model, and the mapping of the proto's
+// optional fields over the engine defaults.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/generation_service.h"
+#include "tests/testing/test_util.h"
+
+namespace frost::server {
+namespace {
+
+v1::GenerateRequest text_request(const std::string& text) {
+  v1::GenerateRequest r;
+  r.set_text(text);
+  return r;
+}
+
+TEST(GenerationRequestTest, UnsetOptionalFieldsKeepEngineDefaults) {
+  const LimitsSection limits;
+  absl::StatusOr<GenerationRequest> g = to_generation_request(text_request("Once"), limits);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const SamplingParams defaults;
+  EXPECT_EQ(g->prompt, "Once");
+  EXPECT_TRUE(g->add_bos);
+  EXPECT_EQ(g->params.temperature, defaults.temperature);
+  EXPECT_EQ(g->params.top_k, defaults.top_k);
+  EXPECT_EQ(g->params.top_p, defaults.top_p);
+  EXPECT_EQ(g->params.max_new_tokens, defaults.max_new_tokens);
+  EXPECT_EQ(g->params.logprobs, defaults.logprobs);
+  EXPECT_FALSE(g->kv_codec.has_value());
+}
+
+TEST(GenerationRequestTest, SetFieldsAreCarriedOver) {
+  v1::GenerateRequest r = text_request("Once");
+  r.set_add_bos(false);
+  v1::SamplingParams* s = r.mutable_sampling();
+  s->set_temperature(0.7f);
+  s->set_top_k(5);
+  s->set_top_p(0.9f);
+  s->set_min_p(0.05f);
+  s->set_seed(42);
+  s->set_max_new_tokens(7);
+  s->add_stop("\n\n");
+  s->add_stop_token_ids(2);
+  s->set_ignore_eos(true);
+  s->set_logprobs(3);
+  r.mutable_kv()->set_codec("fp16");
+  absl::StatusOr<GenerationRequest> g = to_generation_request(r, LimitsSection{});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_FALSE(g->add_bos);
+  EXPECT_FLOAT_EQ(g->params.temperature, 0.7f);
+  EXPECT_EQ(g->params.top_k, 5);
+  EXPECT_FLOAT_EQ(g->params.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(g->params.min_p, 0.05f);
+  EXPECT_EQ(g->params.seed, 42u);
+  EXPECT_EQ(g->params.max_new_tokens, 7);
+  ASSERT_EQ(g->params.stop.size(), 1u);
+  EXPECT_EQ(g->params.stop[0], "\n\n");
+  ASSERT_EQ(g->params.stop_token_ids.size(), 1u);
+  EXPECT_TRUE(g->params.ignore_eos);
+  EXPECT_EQ(g->params.logprobs, 3);
+  ASSERT_TRUE(g->kv_codec.has_value());
+  EXPECT_EQ(*g->kv_codec, KvCodecKind::kF16);
+}
+
+TEST(GenerationRequestTest, TokenIdPromptIsUsedAsGiven) {
+  v1::GenerateRequest r;
+  r.mutable_token_ids()->add_ids(1);
+  r.mutable_token_ids()->add_ids(403);
+  absl::StatusOr<GenerationRequest> g = to_generation_request(r, LimitsSection{});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->prompt_ids, (std::vector<int32_t>{1, 403}));
+}
+
+TEST(GenerationRequestTest, EdgeChecksNameTheFieldAndValue) {
+  LimitsSection limits;
+  limits.max_prompt_bytes = 8;
+  limits.max_stop_strings = 2;
+  limits.max_logprobs = 4;
+  auto check = [&](const v1::GenerateRequest& r, const std::string& substr) {
+    EXPECT_INVALID(to_generation_request(r, limits).status(), substr);
+  };
+  check(v1::GenerateRequest(), "prompt: one of text or token_ids must be set");
+  check(text_request(""), "text: must not be empty");
+  check(text_request("123456789"), "9 bytes is over limits.max_prompt_bytes = 8");
+  check(text_request(std::string("ab\xff\xfe", 4)), "text: not valid UTF-8");
+  {
+    v1::GenerateRequest r;
+    r.mutable_token_ids();
+    check(r, "token_ids.ids: must not be empty");
+  }
+  {
+    v1::GenerateRequest r = text_request("a");
+    r.set_request_id(std::string(kMaxRequestIdBytes + 1, 'x'));
+    check(r, "request_id");
+  }
+  {
+    v1::GenerateRequest r = text_request("a");
+    r.mutable_sampling()->set_logprobs(5);
+    check(r, "sampling.logprobs must be in [0, 4], got 5");
+    r.mutable_sampling()->set_logprobs(-1);
+    check(r, "got -1");
+  }
+  {
+    v1::GenerateRequest r = text_request("a");
+    for (int i = 0; i < 3; ++i) r.mutable_sampling()->add_stop("x");
+    check(r, "sampling.stop: at most 2 strings, got 3");
+  }
+  {
+    v1::GenerateRequest r = text_request("a");
+    r.mutable_kv()->set_codec("int3");
+    check(r, "kv.codec: unknown value \"int3\"");
+  }
+}
+
+}  // namespace
+}  // namespace frost::server

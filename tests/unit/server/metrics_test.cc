@@ -1,0 +1,74 @@
+// Metrics: what frostd's /metrics exposes — names, units, label values, and the engine gauges
+// read at scrape time.
+#include "server/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace frost::server {
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos || text.rfind(line + "\n", 0) == 0;
+}
+
+TEST(MetricsTest, CountersAndHistogramsReflectWhatWasRecorded) {
+  Metrics m;
+  m.record_request("Generate", grpc::StatusCode::OK, 0.5);
+  m.record_request("Generate", grpc::StatusCode::OK, 0.25);
+  m.record_request("Generate", grpc::StatusCode::INVALID_ARGUMENT, 0.001);
+  m.record_rejected(RejectReason::kInvalidArgument);
+  m.record_rejected(RejectReason::kQueueFull);
+  m.record_generation(5, 16, 0.01, 0.5, "length");
+  m.record_generation(3, 2, 0.02, 0.25, "stop");
+  m.record_time_to_first_token(0.004);
+  m.record_inter_token_latency(0.002);
+  const std::string text = m.render();
+  EXPECT_TRUE(has_line(text, "frost_requests_total{code=\"OK\",rpc=\"Generate\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "frost_requests_total{code=\"INVALID_ARGUMENT\",rpc=\"Generate\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "frost_requests_rejected_total{reason=\"invalid_argument\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "frost_requests_rejected_total{reason=\"queue_full\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "frost_prompt_tokens_total 8")) << text;
+  EXPECT_TRUE(has_line(text, "frost_generation_tokens_total 18")) << text;
+  EXPECT_TRUE(has_line(text, "frost_e2e_request_latency_seconds_count 2")) << text;
+  EXPECT_TRUE(has_line(text, "frost_e2e_request_latency_seconds_sum 0.75")) << text;
+  EXPECT_TRUE(has_line(text, "frost_time_to_first_token_seconds_count 1")) << text;
+  EXPECT_TRUE(has_line(text, "frost_inter_token_latency_seconds_count 1")) << text;
+  EXPECT_TRUE(has_line(text, "frost_request_duration_seconds_count{rpc=\"Generate\"} 3")) << text;
+  // Every frost family is typed, and nothing frost exports carries a request-specific label.
+  EXPECT_NE(text.find("# TYPE frost_time_to_first_token_seconds histogram"), std::string::npos);
+  EXPECT_EQ(text.find("request_id"), std::string::npos);
+}
+
+TEST(MetricsTest, EngineGaugesAreReadAtScrapeTime) {
+  Metrics m;
+  std::string text = m.render();
+  EXPECT_TRUE(has_line(text, "frost_kv_cache_bytes_in_use 0")) << text;
+  EXPECT_TRUE(has_line(text, "frost_ready 0")) << text;
+  EngineStats stats;
+  stats.n_running = 3;
+  stats.n_waiting = 2;
+  stats.kv_bytes_in_use = 123456;
+  stats.kv_bytes_per_token = 512;
+  m.set_stats_source([&stats] { return stats; });
+  m.set_ready(true);
+  text = m.render();
+  EXPECT_TRUE(has_line(text, "frost_requests_running 3")) << text;
+  EXPECT_TRUE(has_line(text, "frost_requests_waiting 2")) << text;
+  EXPECT_TRUE(has_line(text, "frost_kv_cache_bytes_in_use 123456")) << text;
+  EXPECT_TRUE(has_line(text, "frost_kv_cache_bytes_per_token 512")) << text;
+  EXPECT_TRUE(has_line(text, "frost_ready 1")) << text;
+  stats.kv_bytes_in_use = 0;  // the next scrape sees the new value, no push needed
+  EXPECT_TRUE(has_line(m.render(), "frost_kv_cache_bytes_in_use 0"));
+}
+
+TEST(MetricsTest, ServeRejectsAMalformedAddressNamingIt) {
+  Metrics m;
+  absl::StatusOr<int> port = m.serve("no-port-here");
+  ASSERT_FALSE(port.ok());
+  EXPECT_NE(std::string(port.status().message()).find("no-port-here"), std::string::npos) << port.status();
+}
+
+}  // namespace
+}  // namespace frost::server
