@@ -23,10 +23,14 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Local generation on the built-in model (the gRPC server arrives with the next issue).
+# frostd on configs/default.yaml (the built-in model: no files needed). It prints the frostctl
+# line to try once it is ready; Ctrl-C drains and stops it. Extra flags: make run ARGS="--model ../shared/models/stories260K".
+CONFIG ?= configs/default.yaml
+ARGS ?=
 run: configure
-	cmake --build $(BUILD) -j $(JOBS) --target frost-generate
-	$(BUILD)/tools/frost-generate --model builtin:tiny --prompt "Once upon a time" --max-new-tokens 48
+	cmake --build $(BUILD) -j $(JOBS) --target frostd frostctl
+	@echo "make run: starting frostd with $(CONFIG)"
+	exec $(BUILD)/server/frostd --config $(CONFIG) $(ARGS)
 
 # Every test: the file parsers under ASan, then all unit + model (golden) suites with ctest
 # (ctest last, so its summary closes the run).

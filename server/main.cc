@@ -16,6 +16,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -119,6 +120,19 @@ bool write_port_file(const std::string& path, int grpc_port, int metrics_port) {
 
 }  // namespace
 
+// How to call frostctl in the "ready" hint: in a build tree it sits in client/ next to server/ (so `make run`
+// prints a line that works as pasted); elsewhere it is expected on PATH.
+std::string frostctl_command() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "frostctl";
+  const fs::path sibling = (exe.parent_path() / ".." / "client" / "frostctl").lexically_normal();
+  if (!fs::exists(sibling, ec)) return "frostctl";
+  const fs::path rel = fs::relative(sibling, fs::current_path(ec), ec);
+  return ec || rel.empty() ? sibling.string() : rel.string();
+}
+
 int main(int argc, char** argv) {
   using frost::server::ServerConfig;
   // Block the stop signals in every thread (gRPC's and LibTorch's threads inherit the mask); one thread below
@@ -173,9 +187,9 @@ int main(int argc, char** argv) {
       fail(std::string(st.message()));
     }
     std::fprintf(stderr,
-                 "frostd: ready. Try:\n  frostctl --addr 127.0.0.1:%d generate "
+                 "frostd: ready. Try:\n  %s --addr 127.0.0.1:%d generate "
                  "--prompt \"Once upon a time\" --max-tokens 32\n",
-                 (*server)->grpc_port());
+                 frostctl_command().c_str(), (*server)->grpc_port());
   }
 
   stop.WaitForNotification();
