@@ -9,12 +9,15 @@
 #include "core/common/clock.h"
 #include "core/common/log.h"
 #include "core/common/utf8.h"
+#include "server/proto_codec.h"
 #include "server/status_convert.h"
 
 namespace frost::server {
 namespace {
 
 absl::Status invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+constexpr char kNoRequestMessage[] = "no request message arrived: the call was cancelled or closed before it";
 
 double seconds_since(int64_t t0_ns) { return static_cast<double>(RealClock::get().now_ns() - t0_ns) * 1e-9; }
 
@@ -113,27 +116,26 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
 
 // ---------------------------------------------------------------- GenerateCall: one Generate stream.
 //
-// State machine, all under mu_: `out_` holds messages not yet fully written; its front is in flight when
-// `writing_`. Engine events append to it (coalescing tokens into the last not-yet-started chunk); OnWriteDone
-// pops and starts the next. The final outcome arrives once, from on_finish (or at once for requests refused
-// before the engine); the call is finished when everything before it was written. gRPC calls are made outside
-// mu_, and nothing touches `this` after Finish()/StartWriteAndFinish(): OnDone may delete it at once.
-class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+// State machine, all under mu_: `out_` holds messages not yet started; `writing_` is set while `wire_` (the
+// serialized message before them) is in flight. Engine events append to `out_` (coalescing tokens into its
+// last chunk); pump() serializes the front into `wire_` and starts the write; OnWriteDone starts the next.
+// The final outcome arrives once, from on_finish (or at once for requests refused before the engine); the
+// call is finished when everything before it was written. gRPC calls are made outside mu_, and nothing
+// touches `this` after Finish()/StartWriteAndFinish(): OnDone may delete it at once.
+class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  GenerateCall(GenerationService* svc, grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req)
+  GenerateCall(GenerationService* svc, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& request)
       : svc_(svc),
         ctx_(ctx),
         t_arrival_ns_(RealClock::get().now_ns()),
         cancel_(std::make_shared<CancelToken>()) {
     svc_->active_streams_.fetch_add(1, std::memory_order_acq_rel);
-    request_id_ = req.request_id();
-    start(req);
+    start(request);
   }
 
   void OnWriteDone(bool ok) override {
     {
       absl::MutexLock lock(&mu_);
-      out_.pop_front();
       writing_ = false;
       if (!ok) broken_ = true;  // the client is gone: stop writing, wait for on_finish
     }
@@ -162,9 +164,21 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<v1
     GenerateCall* call_;
   };
 
-  void start(const v1::GenerateRequest& req) {
+  void start(const grpc::ByteBuffer& request) {
     absl::StatusOr<std::shared_ptr<Engine>> engine = svc_->serving_engine();
     if (!engine.ok()) return reject(engine.status(), RejectReason::kUnavailable);
+    if (!request.Valid()) {
+      // gRPC hands a raw method a null payload when the call ended before its request message arrived: the
+      // client cancelled at once (ctx_->IsCancelled() may not say so yet), or broke the protocol by closing
+      // without one. Nothing to reject; the call ends CANCELLED.
+      code_ = grpc::StatusCode::CANCELLED;
+      return Finish(grpc::Status(grpc::StatusCode::CANCELLED, kNoRequestMessage));
+    }
+    v1::GenerateRequest req;
+    if (absl::Status st = parse_request(request, &req); !st.ok()) {
+      return reject(st, RejectReason::kInvalidArgument);
+    }
+    request_id_ = req.request_id();
     absl::StatusOr<GenerationRequest> greq = to_generation_request(req, svc_->cfg_.limits);
     if (!greq.ok()) return reject(greq.status(), RejectReason::kInvalidArgument);
     want_logprobs_ = greq->params.logprobs >= 0;
@@ -215,9 +229,8 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<v1
     {
       absl::MutexLock lock(&mu_);
       if (broken_) return;
-      // Append to the last queued chunk unless it is already being written.
-      const size_t first_open = writing_ ? 1 : 0;
-      if (out_.size() <= first_open || !out_.back().has_chunk()) out_.emplace_back();
+      // Coalesce into the last queued chunk: nothing in out_ has started writing.
+      if (out_.empty() || !out_.back().has_chunk()) out_.emplace_back();
       v1::TokenChunk* chunk = out_.back().mutable_chunk();
       chunk->mutable_text()->append(ev.text);
       if (ev.id >= 0) {
@@ -283,36 +296,48 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<v1
   // Starts the next write, or finishes the call when only the outcome is left.
   void pump() {
     enum class Action { kNone, kWrite, kWriteAndFinish, kFinish } action = Action::kNone;
-    const v1::GenerateResponse* msg = nullptr;
     grpc::Status status;
+    bool cancel = false;
     {
       absl::MutexLock lock(&mu_);
       if (writing_ || finished_) return;
-      if (broken_) out_.clear();
-      if (!out_.empty()) {
-        msg = &out_.front();
-        writing_ = true;
-        // The final message goes out together with the status (one less round trip).
-        if (has_final_ && out_.size() == 1 && msg->has_final()) {
-          action = Action::kWriteAndFinish;
-          finished_ = true;
+      if (!out_.empty() && !broken_) {
+        const bool last = has_final_ && out_.size() == 1 && out_.front().has_final();
+        if (absl::Status st = serialize_response(out_.front(), &wire_); !st.ok()) {
+          // Cannot happen for messages we built (text is valid UTF-8 by construction). Stop writing, stop the
+          // engine, and fail the call once on_finish has come (the engine holds our sink until then).
+          FROST_LOG_ERROR("Generate %s: %s", request_id_.c_str(), st.ToString().c_str());
+          failed_ = to_grpc_status(st);
+          broken_ = true;
+          cancel = true;
         } else {
-          action = Action::kWrite;
+          out_.pop_front();
+          writing_ = true;
+          // The final message goes out together with the status (one less round trip).
+          action = last ? Action::kWriteAndFinish : Action::kWrite;
+          finished_ = last;
         }
-      } else if (has_final_) {
+      }
+      if (broken_) out_.clear();
+      if (action == Action::kNone && has_final_) {
         action = Action::kFinish;
         finished_ = true;
       }
+      if (failed_) {
+        final_status_ = *failed_;
+        code_ = failed_->error_code();
+      }
       status = final_status_;
     }
+    if (cancel) cancel_->cancel();
     switch (action) {
       case Action::kNone:
         return;
       case Action::kWrite:
-        StartWrite(msg);
+        StartWrite(&wire_);
         return;
       case Action::kWriteAndFinish:
-        StartWriteAndFinish(msg, grpc::WriteOptions(), status);
+        StartWriteAndFinish(&wire_, grpc::WriteOptions(), status);
         return;
       case Action::kFinish:
         Finish(status);
@@ -332,11 +357,13 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<v1
 
   absl::Mutex mu_;
   std::deque<v1::GenerateResponse> out_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer wire_;  // the message in flight; touched only by pump() while !writing_
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool has_final_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+  std::optional<grpc::Status> failed_ ABSL_GUARDED_BY(mu_);  // a response could not be serialized
   // Read in OnDone (after Finish, which orders it); written before Finish.
   grpc::StatusCode code_ = grpc::StatusCode::OK;
 };
@@ -365,14 +392,14 @@ absl::StatusOr<std::shared_ptr<Engine>> GenerationService::serving_engine() cons
   return e;
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
-    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(grpc::CallbackServerContext* ctx,
+                                                                        const grpc::ByteBuffer* request) {
   return new GenerateCall(this, ctx, *request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,
-                                                      const v1::TokenizeRequest* request,
-                                                      v1::TokenizeResponse* response) {
+                                                      const grpc::ByteBuffer* request_bytes,
+                                                      grpc::ByteBuffer* response_bytes) {
   const int64_t t0 = RealClock::get().now_ns();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto done = [&](const absl::Status& st) {
@@ -383,14 +410,19 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   };
   absl::StatusOr<std::shared_ptr<Engine>> engine = serving_engine();
   if (!engine.ok()) return done(engine.status());
-  if (absl::Status st = check_text("text", request->text(), cfg_.limits); !st.ok()) return done(st);
+  if (!request_bytes->Valid())
+    return done(absl::CancelledError(kNoRequestMessage));  // see GenerateCall::start
+  v1::TokenizeRequest request;
+  if (absl::Status st = parse_request(*request_bytes, &request); !st.ok()) return done(st);
+  if (absl::Status st = check_text("text", request.text(), cfg_.limits); !st.ok()) return done(st);
   const LoadedModel& model = (*engine)->model();
   if (!model.tokenizer) return done(absl::FailedPreconditionError("the served model has no tokenizer"));
   absl::StatusOr<std::vector<int32_t>> ids =
-      model.tokenizer->encode(request->text(), request->has_add_bos() ? request->add_bos() : true);
+      model.tokenizer->encode(request.text(), request.has_add_bos() ? request.add_bos() : true);
   if (!ids.ok()) return done(ids.status());
-  response->mutable_token_ids()->Assign(ids->begin(), ids->end());
-  return done(absl::OkStatus());
+  v1::TokenizeResponse response;
+  response.mutable_token_ids()->Assign(ids->begin(), ids->end());
+  return done(serialize_response(response, response_bytes));
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,

@@ -13,6 +13,11 @@
 //
 // Readiness: until set_engine() every RPC is UNAVAILABLE ("model is loading"); after start_drain() new
 // Generate/Tokenize calls are UNAVAILABLE ("server is draining").
+//
+// Generate and Tokenize are raw methods (request and responses as grpc::ByteBuffer, parsed and serialized in
+// server/proto_codec.h) so that a request protobuf refuses to parse — invalid UTF-8 in a string field —
+// gets INVALID_ARGUMENT naming the field instead of gRPC's empty UNIMPLEMENTED. The wire contract is the
+// same: clients use the ordinary generated stubs.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -36,7 +41,12 @@ inline constexpr size_t kMaxRequestIdBytes = 128;
 absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req,
                                                         const LimitsSection& limits);
 
-class GenerationService final : public v1::Generation::CallbackService {
+// Generate and Tokenize raw, GetModelInfo typed (its request has no fields to get wrong).
+using GenerationServiceBase =
+    v1::Generation::WithRawCallbackMethod_Generate<v1::Generation::WithRawCallbackMethod_Tokenize<
+        v1::Generation::WithCallbackMethod_GetModelInfo<v1::Generation::Service>>>;
+
+class GenerationService final : public GenerationServiceBase {
  public:
   // `metrics` must outlive the service.
   GenerationService(const ServerConfig& cfg, Metrics* metrics);
@@ -49,10 +59,12 @@ class GenerationService final : public v1::Generation::CallbackService {
   // Live Generate reactors (constructed, not yet done).
   int64_t active_streams() const { return active_streams_.load(std::memory_order_acquire); }
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
-                                                           const v1::GenerateRequest* request) override;
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
+  // Serialized frost.v1.GenerateRequest in, serialized frost.v1.GenerateResponse messages out.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
+  // Serialized frost.v1.TokenizeRequest in, frost.v1.TokenizeResponse out.
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
                                          const v1::ModelInfoRequest* request,
                                          v1::ModelInfo* response) override;

@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "core/common/log.h"
 #include "server/frost_server.h"
+#include "server/proto_codec.h"
 #include "server/server_config.h"
 
 namespace {
@@ -143,6 +144,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  frost::server::route_protobuf_logs();
 
   const Flags flags = parse_flags(argc, argv);
   ServerConfig cfg;
