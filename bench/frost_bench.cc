@@ -1,13 +1,17 @@
 // frost-bench: speed benchmarks printing one JSON object.
 //
 //   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--kv fp32|fp16|bf16]
-//                       [--prompt-tokens 16] [--new-tokens 256] [--repeat 5] [--path fast|reference] [--json]
+//                       [--prompt-tokens 16] [--new-tokens 256] [--repeat 5] [--path fast|reference]
+//                       [--via generator|engine] [--json]
 //   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--prompt-tokens 128]
 //                       [--repeat 5] [--json]
 //
 // decode: batch-1 greedy generation through the Generator (sampler included) after a
 // prompt of --prompt-tokens; tokens/s = decode steps / decode seconds, plus per-token
-// latency percentiles. prefill: one forward pass over --prompt-tokens tokens.
+// latency percentiles. --via engine runs the same request through the Engine (its worker thread and a
+// TokenSink, as frostd does) instead of calling the Generator on this thread: the difference is the engine's
+// own overhead, and frost-loadgen against frostd adds gRPC on top. prefill: one forward pass over
+// --prompt-tokens tokens.
 // Each figure is the median over --repeat runs after one warm-up run.
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
@@ -18,13 +22,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "absl/synchronization/notification.h"
 #include "core/common/device.h"
+#include "core/generate/engine.h"
 #include "core/generate/generator.h"
 #include "core/model/model_loader.h"
 
@@ -53,6 +58,19 @@ double percentile(std::vector<double> v, double p) {
 
 double median(std::vector<double> v) { return percentile(std::move(v), 50); }
 
+// Records the arrival time of each token event (engine thread) and the result.
+class TimingSink final : public frost::TokenSink {
+ public:
+  void on_token(const frost::TokenEvent&) override { arrivals.push_back(Clock::now()); }
+  void on_finish(absl::StatusOr<frost::GenerationResult> r) override {
+    result = std::move(r);
+    done.Notify();
+  }
+  std::vector<Clock::time_point> arrivals;
+  absl::StatusOr<frost::GenerationResult> result = absl::UnknownError("not finished");
+  absl::Notification done;
+};
+
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
@@ -75,7 +93,8 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   if (mode != "decode" && mode != "prefill") usage("unknown mode '" + mode + "'");
   std::map<std::string, std::string> opt = {{"model", "builtin:15m"}, {"threads", "0"}, {"dtype", "fp32"},
-                                            {"kv", "fp32"}, {"repeat", "5"}, {"path", "fast"}};
+                                            {"kv", "fp32"},           {"repeat", "5"},  {"path", "fast"},
+                                            {"via", "generator"}};
   opt["prompt-tokens"] = mode == "decode" ? "16" : "128";
   opt["new-tokens"] = "256";
   for (int i = 2; i < argc; ++i) {
@@ -98,6 +117,7 @@ int main(int argc, char** argv) {
   }
   if (threads < 0 || repeat < 1 || n_prompt < 1 || n_new < 1) usage("numeric flag out of range");
   if (opt["dtype"] != "fp32" && opt["dtype"] != "bf16") usage("--dtype must be fp32 or bf16");
+  if (opt["via"] != "generator" && opt["via"] != "engine") usage("--via must be generator or engine");
   auto codec = frost::parse_kv_codec(opt["kv"]);
   if (!codec.ok()) usage(std::string(codec.status().message()));
 
@@ -121,7 +141,8 @@ int main(int argc, char** argv) {
   out["threads"] = at::get_num_threads();
   out["repeat"] = repeat;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  out["machine"] = {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()},
+  out["machine"] = {{"cpu", cpu_model()},
+                    {"cores", std::thread::hardware_concurrency()},
                     {"openblas_coretype", coretype ? coretype : ""}};
 
   if (mode == "decode") {
@@ -131,6 +152,18 @@ int main(int argc, char** argv) {
     gc.max_context = n_prompt + n_new;
     gc.limits.max_new_tokens = static_cast<int32_t>(n_new);
     frost::Generator gen(m, gc);
+    std::unique_ptr<frost::Engine> engine;
+    if (opt["via"] == "engine") {
+      frost::EngineConfig ec;
+      ec.gen = gc;
+      ec.max_running = 1;
+      auto e = frost::Engine::create(std::shared_ptr<const frost::LoadedModel>(std::move(*model)), ec);
+      if (!e.ok()) {
+        std::fprintf(stderr, "error: %s\n", e.status().ToString().c_str());
+        return 1;
+      }
+      engine = std::move(e).value();
+    }
     frost::GenerationRequest req;
     req.prompt_ids = prompt_ids(n_prompt, m.config.n_vocab);
     req.params.temperature = 0;
@@ -139,13 +172,33 @@ int main(int argc, char** argv) {
     std::vector<double> tps, lat_ms;
     for (int r = 0; r <= repeat; ++r) {
       std::vector<double> lat;
-      auto last = Clock::now();
-      frost::CancelToken cancel;
-      auto res = gen.generate(req, [&](const frost::TokenEvent&) {
-        const auto now = Clock::now();
-        lat.push_back(std::chrono::duration<double, std::milli>(now - last).count());
-        last = now;
-      }, cancel);
+      absl::StatusOr<frost::GenerationResult> res;
+      if (engine) {
+        auto sink = std::make_shared<TimingSink>();
+        const auto t0 = Clock::now();
+        if (auto st = engine->submit(req, sink, std::make_shared<frost::CancelToken>()); !st.ok()) {
+          std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+          return 1;
+        }
+        sink->done.WaitForNotification();
+        auto last = t0;
+        for (const auto& t : sink->arrivals) {
+          lat.push_back(std::chrono::duration<double, std::milli>(t - last).count());
+          last = t;
+        }
+        res = std::move(sink->result);
+      } else {
+        auto last = Clock::now();
+        frost::CancelToken cancel;
+        res = gen.generate(
+            req,
+            [&](const frost::TokenEvent&) {
+              const auto now = Clock::now();
+              lat.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+              last = now;
+            },
+            cancel);
+      }
       if (!res.ok()) {
         std::fprintf(stderr, "error: %s\n", res.status().ToString().c_str());
         return 1;
@@ -156,13 +209,14 @@ int main(int argc, char** argv) {
     }
     out["kv_codec"] = opt["kv"];
     out["path"] = opt["path"];
+    out["via"] = opt["via"];
     out["prompt_tokens"] = n_prompt;
     out["new_tokens"] = n_new;
-    out["kv_bytes_per_token"] = gen.kv()->bytes_per_token();
+    out["kv_bytes_per_token"] = engine ? engine->stats().kv_bytes_per_token : gen.kv()->bytes_per_token();
     out["decode_tokens_per_s"] = median(tps);
     out["decode_tokens_per_s_best"] = *std::max_element(tps.begin(), tps.end());
-    out["token_latency_ms"] = {{"p50", percentile(lat_ms, 50)}, {"p90", percentile(lat_ms, 90)},
-                               {"p99", percentile(lat_ms, 99)}};
+    out["token_latency_ms"] = {
+        {"p50", percentile(lat_ms, 50)}, {"p90", percentile(lat_ms, 90)}, {"p99", percentile(lat_ms, 99)}};
     out["runs_tokens_per_s"] = tps;
   } else {
     c10::InferenceMode im;

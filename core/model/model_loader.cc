@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/device.h"
 #include "core/common/log.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
@@ -28,8 +29,9 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> load_builtin(const std::string& nam
   m->name = name;
   m->source = name;
   FROST_ASSIGN_OR_RETURN(m->model, torch_call([&] {
-    return std::make_unique<Transformer>(cfg, random_weights(cfg, kBuiltinSeed, to_scalar(opts.dtype)));
-  }));
+                           return std::make_unique<Transformer>(
+                               cfg, random_weights(cfg, kBuiltinSeed, to_scalar(opts.dtype)));
+                         }));
   m->config = std::move(cfg);
   m->tokenizer = make_byte_tokenizer(static_cast<int32_t>(m->config.n_vocab));
   return m;
@@ -83,7 +85,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> load_dir(const std::string& path, c
   auto m = std::make_unique<LoadedModel>();
   m->name = p.filename().string();
   m->source = p.string();
-  FROST_ASSIGN_OR_RETURN(m->model, torch_call([&] { return std::make_unique<Transformer>(cfg, std::move(weights)); }));
+  FROST_ASSIGN_OR_RETURN(m->model,
+                         torch_call([&] { return std::make_unique<Transformer>(cfg, std::move(weights)); }));
   m->config = std::move(cfg);
 
   absl::StatusOr<std::unique_ptr<Tokenizer>> tok = load_tokenizer(p.string(), opts.tokenizer);
@@ -104,11 +107,15 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> load_dir(const std::string& path, c
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path_or_builtin, const LoadOptions& opts) {
+absl::StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path_or_builtin,
+                                                        const LoadOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<LoadedModel>> m = absl::StartsWith(path_or_builtin, "builtin:")
-                                                       ? load_builtin(path_or_builtin, opts)
-                                                       : load_dir(path_or_builtin, opts);
+  // On a thread of its own, so that the OpenMP pool loading starts does not outlive it (see
+  // run_on_transient_thread): the model will run on another thread, the engine's.
+  absl::StatusOr<std::unique_ptr<LoadedModel>> m = run_on_transient_thread([&] {
+    return absl::StartsWith(path_or_builtin, "builtin:") ? load_builtin(path_or_builtin, opts)
+                                                         : load_dir(path_or_builtin, opts);
+  });
   if (!m.ok()) return m;
   (*m)->t_load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
