@@ -11,7 +11,7 @@ ifeq ($(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),y)
 export OPENBLAS_CORETYPE := SkylakeX
 endif
 
-.PHONY: deps configure build run test test-asan bench clean
+.PHONY: deps configure build run test test-asan bench bench-serve clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -53,6 +53,12 @@ test-asan: deps
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
+
+# Serving benchmark: frostd (builtin:15m, free ports) under frost-loadgen at concurrency 1, 4 and 16
+# → bench/results/serve.json + a Markdown table. Only the two binaries it needs are built.
+bench-serve: configure
+	cmake --build $(BUILD) -j $(JOBS) --target frostd frost-loadgen
+	bash scripts/bench_serve.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(BUILD).configure.log $(ASAN_BUILD).configure.log

@@ -1,0 +1,460 @@
+// frost-loadgen: serving load benchmark against a running frostd, printing one JSON object.
+//
+//   frost-loadgen [--addr HOST:PORT] [--concurrency N] [--requests M] [--warmup K] [--max-tokens T]
+//                 [--prompt TEXT] [--temperature X] [--seed S] [--timeout SECONDS] [--wait-ready SECONDS]
+//                 [--json]
+//
+// N client threads, each with its own channel (its own HTTP/2 connection, like N independent users),
+// run frost.v1.Generation/Generate calls back to back until M measured requests are done, after K
+// warm-up requests that are not measured. Every request sets sampling.ignore_eos so it generates
+// exactly T tokens, and the stream is checked for that. Per request, on the client: time to first
+// token (first chunk carrying a token id), inter-token latency, end-to-end latency, tokens received
+// and the final status code. Non-OK statuses are counted by code name; exit status 1 when any
+// request failed or returned a wrong stream, 2 on a usage error, 0 otherwise.
+//
+// --seed S: request i (warm-up included) is sent with seed S + i, so streams differ but a run
+// repeats exactly. --wait-ready S: first retry a one-token Generate until it succeeds (UNAVAILABLE
+// while frostd loads its model), up to S seconds. JSON is the only output format; --json is
+// accepted for symmetry with frost-bench.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "frost/v1/generation.grpc.pb.h"
+
+namespace {
+
+using nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kUsage[] =
+    "usage: frost-loadgen [--addr HOST:PORT] [--concurrency N] [--requests M] [--warmup K] "
+    "[--max-tokens T] [--prompt TEXT] [--temperature X] [--seed S] [--timeout SECONDS] "
+    "[--wait-ready SECONDS] [--json]\n";
+
+// Distinct error messages kept in the JSON, each with its count (status_counts covers every request).
+constexpr size_t kMaxErrorMessages = 10;
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::fprintf(stderr, "frost-loadgen: %s\n%s", msg.c_str(), kUsage);
+  std::exit(2);
+}
+
+struct Options {
+  std::string addr = "localhost:50051";
+  int concurrency = 1;
+  int requests = 64;
+  int warmup = 0;
+  int max_tokens = 128;
+  std::string prompt = "Once upon a time";
+  std::optional<double> temperature;  // unset: the server's default
+  std::optional<uint64_t> seed;       // unset: nondeterministic seeds
+  double timeout_s = 300;             // deadline of each call, so a stuck server cannot hang the run
+  double wait_ready_s = 0;
+};
+
+Options parse_flags(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json") continue;
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (a.rfind("--", 0) != 0 || i + 1 >= argc) usage("bad argument '" + a + "'");
+    const std::string v = argv[++i];
+    bool ok = true;
+    if (a == "--addr") {
+      o.addr = v;
+    } else if (a == "--concurrency") {
+      ok = absl::SimpleAtoi(v, &o.concurrency) && o.concurrency >= 1;
+    } else if (a == "--requests") {
+      ok = absl::SimpleAtoi(v, &o.requests) && o.requests >= 1;
+    } else if (a == "--warmup") {
+      ok = absl::SimpleAtoi(v, &o.warmup) && o.warmup >= 0;
+    } else if (a == "--max-tokens") {
+      ok = absl::SimpleAtoi(v, &o.max_tokens) && o.max_tokens >= 1;
+    } else if (a == "--prompt") {
+      o.prompt = v;
+      ok = !v.empty();
+    } else if (a == "--temperature") {
+      double t = 0;
+      ok = absl::SimpleAtod(v, &t) && t >= 0;
+      o.temperature = t;
+    } else if (a == "--seed") {
+      uint64_t s = 0;
+      ok = absl::SimpleAtoi(v, &s);
+      o.seed = s;
+    } else if (a == "--timeout") {
+      ok = absl::SimpleAtod(v, &o.timeout_s) && o.timeout_s > 0;
+    } else if (a == "--wait-ready") {
+      ok = absl::SimpleAtod(v, &o.wait_ready_s) && o.wait_ready_s >= 0;
+    } else {
+      usage("unknown flag '" + a + "'");
+    }
+    if (!ok) usage("bad value '" + v + "' for " + a);
+  }
+  return o;
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Linear interpolation between closest ranks (the same definition as frost-bench).
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(idx);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+ordered_json summary(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return {{"p50", percentile(v, 50)},
+          {"p90", percentile(v, 90)},
+          {"p99", percentile(v, 99)},
+          {"mean", v.empty() ? 0 : sum / static_cast<double>(v.size())},
+          {"min", percentile(v, 0)},
+          {"max", percentile(v, 100)},
+          {"n", v.size()}};
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+// "INVALID_ARGUMENT" etc.; gRPC and absl share the canonical code numbers.
+std::string code_name(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// Every client thread gets its own connection: channels with equal arguments otherwise share one
+// subchannel (one TCP connection) process-wide, and N users would then contend on one HTTP/2
+// connection's flow control and one server-side transport, which real clients would not.
+std::shared_ptr<grpc::Channel> make_channel(const std::string& addr) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args);
+}
+
+// Request `index` of the run (warm-up included), named "<id_prefix><index>" in frostd's logs.
+frost::v1::GenerateRequest make_request(const Options& o, const std::string& id_prefix, int index,
+                                        int max_tokens) {
+  frost::v1::GenerateRequest req;
+  req.set_request_id(id_prefix + std::to_string(index));
+  req.set_text(o.prompt);
+  frost::v1::SamplingParams* sp = req.mutable_sampling();
+  sp->set_max_new_tokens(max_tokens);
+  sp->set_ignore_eos(true);
+  if (o.temperature.has_value()) sp->set_temperature(static_cast<float>(*o.temperature));
+  if (o.seed.has_value()) sp->set_seed(*o.seed + static_cast<uint64_t>(index));
+  return req;
+}
+
+// What the client saw of one request.
+struct RequestResult {
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  std::string error;   // status message, or what is wrong with an OK stream
+  bool valid = false;  // OK, exactly max_tokens tokens, one Final with FINISH_REASON_LENGTH
+  double ttft_s = -1;  // -1: no token arrived
+  double e2e_s = 0;
+  double decode_s = 0;  // first token to last token
+  int64_t tokens = 0;
+  int64_t chunks = 0;  // chunks carrying tokens
+  int64_t prompt_tokens = 0;
+  double server_queue_s = 0;
+  double server_ttft_s = 0;
+  double server_decode_tps = 0;
+  // Inter-token latency. frostd coalesces tokens produced while a write is in flight into one chunk,
+  // so the client cannot see when each of them was produced: a chunk of k tokens arriving g seconds
+  // after the previous token-carrying chunk contributes k gaps of g / k. Tokens that share the first
+  // chunk with the first token contribute nothing (their gap since the first token is unknown).
+  std::vector<double> itl_s;
+};
+
+RequestResult run_one(frost::v1::Generation::Stub* stub, const frost::v1::GenerateRequest& req,
+                      const Options& o) {
+  RequestResult r;
+  const int64_t want = req.sampling().max_new_tokens();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                       std::chrono::duration<double>(o.timeout_s)));
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point first, last;
+  std::unique_ptr<grpc::ClientReader<frost::v1::GenerateResponse>> reader = stub->Generate(&ctx, req);
+  frost::v1::GenerateResponse resp;
+  int n_final = 0;
+  bool chunk_after_final = false;
+  std::optional<frost::v1::Final> final;
+  while (reader->Read(&resp)) {
+    const Clock::time_point now = Clock::now();
+    if (resp.has_final()) {
+      ++n_final;
+      final = resp.final();
+      continue;
+    }
+    if (!resp.has_chunk()) continue;
+    if (n_final > 0) chunk_after_final = true;
+    const int k = resp.chunk().token_ids_size();
+    if (k == 0) continue;  // text-only chunks do not exist today; they would carry no token timing
+    if (r.tokens == 0) {
+      first = now;
+      r.ttft_s = seconds(now - t0);
+    } else {
+      const double gap = seconds(now - last) / k;
+      r.itl_s.insert(r.itl_s.end(), static_cast<size_t>(k), gap);
+    }
+    last = now;
+    r.tokens += k;
+    ++r.chunks;
+  }
+  const grpc::Status st = reader->Finish();
+  r.e2e_s = seconds(Clock::now() - t0);
+  r.code = st.error_code();
+  if (r.tokens > 0) r.decode_s = seconds(last - first);
+  if (final.has_value()) {
+    r.prompt_tokens = final->prompt_tokens();
+    r.server_queue_s = final->timings().queue_s();
+    r.server_ttft_s = final->timings().time_to_first_token_s();
+    r.server_decode_tps = final->timings().decode_tokens_per_s();
+  }
+  if (!st.ok()) {
+    r.error = code_name(st.error_code()) + ": " + st.error_message();
+  } else if (n_final != 1 || chunk_after_final) {
+    r.error = "stream has " + std::to_string(n_final) + " final messages" +
+              (chunk_after_final ? " and chunks after one" : "");
+  } else if (r.tokens != want || final->completion_tokens() != want) {
+    r.error = "expected " + std::to_string(want) + " tokens with ignore_eos, received " +
+              std::to_string(r.tokens) +
+              ", final.completion_tokens=" + std::to_string(final->completion_tokens());
+  } else if (final->finish_reason() != frost::v1::FINISH_REASON_LENGTH) {
+    r.error = "finish_reason " + frost::v1::FinishReason_Name(final->finish_reason()) +
+              ", expected FINISH_REASON_LENGTH";
+  } else {
+    r.valid = true;
+  }
+  return r;
+}
+
+// Runs `count` requests (ids first_index, first_index + 1, ...) on min(concurrency, count) threads,
+// each request starting as soon as its thread's previous one ends. All threads start together; the
+// returned wall time runs from that start to the end of the last request.
+std::vector<RequestResult> run_phase(const Options& o, int first_index, int count,
+                                     const std::vector<std::unique_ptr<frost::v1::Generation::Stub>>& stubs,
+                                     double* wall_s) {
+  std::vector<RequestResult> results(static_cast<size_t>(count));
+  std::atomic<int> next{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  const int n_threads = std::min(o.concurrency, count);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n_threads; ++t) {
+    threads.emplace_back([&, t] {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return go; });
+      }
+      for (int i; (i = next.fetch_add(1)) < count;) {
+        results[static_cast<size_t>(i)] =
+            run_one(stubs[static_cast<size_t>(t)].get(),
+                    make_request(o, "loadgen-", first_index + i, o.max_tokens), o);
+      }
+    });
+  }
+  const Clock::time_point t0 = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    go = true;
+  }
+  cv.notify_all();
+  for (std::thread& th : threads) th.join();
+  *wall_s = seconds(Clock::now() - t0);
+  return results;
+}
+
+// Retries a one-token Generate until it succeeds. Only "not ready yet" codes are retried; any other
+// error (a bad prompt, say) would never go away. True when the server answered OK in time.
+bool wait_ready(const Options& o, frost::v1::Generation::Stub* stub, std::string* error) {
+  const Clock::time_point t0 = Clock::now();
+  Options probe = o;
+  probe.timeout_s = 5;
+  for (int attempt = 0;; ++attempt) {
+    RequestResult r = run_one(stub, make_request(o, "loadgen-ready-", attempt, 1), probe);
+    if (r.code == grpc::StatusCode::OK) return true;
+    *error = r.error;
+    const bool retry =
+        r.code == grpc::StatusCode::UNAVAILABLE || r.code == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!retry || seconds(Clock::now() - t0) > o.wait_ready_s) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+ordered_json status_counts(const std::vector<RequestResult>& results) {
+  std::map<std::string, int> counts;
+  for (const RequestResult& r : results) ++counts[code_name(r.code)];
+  ordered_json j = ordered_json::object();
+  for (const auto& [name, n] : counts) j[name] = n;
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse_flags(argc, argv);
+
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::unique_ptr<frost::v1::Generation::Stub>> stubs;
+  for (int t = 0; t < o.concurrency; ++t) {
+    channels.push_back(make_channel(o.addr));
+    stubs.push_back(frost::v1::Generation::NewStub(channels.back()));
+  }
+
+  if (o.wait_ready_s > 0) {
+    std::string error;
+    if (!wait_ready(o, stubs[0].get(), &error)) {
+      std::fprintf(stderr, "frost-loadgen: %s not ready after %.0f s: %s\n", o.addr.c_str(), o.wait_ready_s,
+                   error.c_str());
+      return 1;
+    }
+  }
+  // Connect every channel before measuring, so no measured TTFT includes a TCP/HTTP2 handshake.
+  for (const auto& ch : channels) {
+    if (!ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
+      std::fprintf(stderr, "frost-loadgen: cannot connect to %s\n", o.addr.c_str());
+      return 1;
+    }
+  }
+  frost::v1::ModelInfo info;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const grpc::Status st = stubs[0]->GetModelInfo(&ctx, frost::v1::ModelInfoRequest(), &info);
+    if (!st.ok()) {
+      std::fprintf(stderr, "frost-loadgen: GetModelInfo: %s: %s\n", code_name(st.error_code()).c_str(),
+                   st.error_message().c_str());
+      return 1;
+    }
+  }
+
+  double warmup_wall_s = 0, wall_s = 0;
+  std::vector<RequestResult> warm;
+  if (o.warmup > 0) warm = run_phase(o, 0, o.warmup, stubs, &warmup_wall_s);
+  const std::vector<RequestResult> results = run_phase(o, o.warmup, o.requests, stubs, &wall_s);
+
+  std::vector<double> ttft, itl, e2e, tpot, stream_tps, queue, server_ttft, server_tps;
+  int64_t tokens = 0, chunks = 0, n_valid = 0, n_failed = 0;
+  std::map<std::string, int> errors;  // message -> requests
+  std::string first_error;
+  const auto note_error = [&](const std::string& msg) {
+    if (first_error.empty()) first_error = msg;
+    if (errors.size() < kMaxErrorMessages || errors.count(msg)) ++errors[msg];
+  };
+  for (const RequestResult& r : results) {
+    tokens += r.tokens;
+    chunks += r.chunks;
+    if (!r.valid) {
+      ++n_failed;
+      note_error(r.error);
+      continue;
+    }
+    ++n_valid;
+    ttft.push_back(r.ttft_s);
+    itl.insert(itl.end(), r.itl_s.begin(), r.itl_s.end());
+    e2e.push_back(r.e2e_s);
+    queue.push_back(r.server_queue_s);
+    server_ttft.push_back(r.server_ttft_s);
+    server_tps.push_back(r.server_decode_tps);
+    if (r.tokens > 1 && r.decode_s > 0) {
+      // Time per output token after the first, and its inverse, the decode rate one user sees.
+      tpot.push_back(r.decode_s / static_cast<double>(r.tokens - 1));
+      stream_tps.push_back(static_cast<double>(r.tokens - 1) / r.decode_s);
+    }
+  }
+  int64_t warm_failed = 0;
+  for (const RequestResult& r : warm) {
+    if (r.valid) continue;
+    ++warm_failed;
+    note_error("warm-up: " + r.error);
+  }
+
+  ordered_json out;
+  out["bench"] = "serve";
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  out["settings"] = {{"addr", o.addr},
+                     {"concurrency", o.concurrency},
+                     {"requests", o.requests},
+                     {"warmup", o.warmup},
+                     {"max_tokens", o.max_tokens},
+                     {"prompt", o.prompt},
+                     {"temperature", o.temperature.has_value() ? ordered_json(*o.temperature) : nullptr},
+                     {"seed", o.seed.has_value() ? ordered_json(*o.seed) : nullptr},
+                     {"ignore_eos", true},
+                     {"timeout_s", o.timeout_s}};
+  out["server"] = {{"model", info.name()},        {"architecture", info.architecture()},
+                   {"n_params", info.n_params()}, {"weight_dtype", info.weight_dtype()},
+                   {"kv_codec", info.kv_codec()}, {"context_length", info.context_length()}};
+  out["machine"] = {{"cpu", cpu_model()},
+                    {"cores", std::thread::hardware_concurrency()},
+                    {"openblas_coretype", coretype ? coretype : ""}};
+  out["wall_s"] = wall_s;
+  out["requests_ok"] = n_valid;
+  out["requests_failed"] = n_failed;
+  out["status_counts"] = status_counts(results);
+  out["requests_per_s"] = wall_s > 0 ? static_cast<double>(n_valid) / wall_s : 0;
+  out["output_tokens"] = tokens;
+  out["output_tokens_per_s"] = wall_s > 0 ? static_cast<double>(tokens) / wall_s : 0;
+  out["prompt_tokens"] = results.empty() ? 0 : results.front().prompt_tokens;
+  out["ttft_s"] = summary(ttft);
+  out["itl_s"] = summary(itl);
+  out["tpot_s"] = summary(tpot);
+  out["e2e_s"] = summary(e2e);
+  out["stream_decode_tokens_per_s"] = summary(stream_tps);
+  out["tokens_per_chunk"] = chunks > 0 ? static_cast<double>(tokens) / static_cast<double>(chunks) : 0;
+  // The server's own view (Final.timings): engine queue wait, TTFT after the queue, and the decode
+  // rate of each sequence measured in the engine (no transport), to tell engine time from gRPC time.
+  out["server_queue_s"] = summary(queue);
+  out["server_ttft_s"] = summary(server_ttft);
+  out["server_decode_tokens_per_s"] = summary(server_tps);
+  out["warmup"] = {{"requests", o.warmup},
+                   {"failed", warm_failed},
+                   {"wall_s", warmup_wall_s},
+                   {"status_counts", status_counts(warm)}};
+  out["errors"] = ordered_json::object();
+  for (const auto& [msg, n] : errors) out["errors"][msg] = n;
+  std::printf("%s\n", out.dump().c_str());
+  std::fflush(stdout);
+  if (n_failed > 0 || warm_failed > 0) {
+    std::fprintf(stderr, "frost-loadgen: %lld of %d requests failed (%lld of %d warm-up); first: %s\n",
+                 static_cast<long long>(n_failed), o.requests, static_cast<long long>(warm_failed), o.warmup,
+                 first_error.c_str());
+    return 1;
+  }
+  return 0;
+}
