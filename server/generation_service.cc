@@ -42,9 +42,9 @@ absl::Status check_text(const std::string& field, const std::string& text, const
     return invalid(absl::StrCat(field, ": ", text.size(),
                                 " bytes is over limits.max_prompt_bytes = ", limits.max_prompt_bytes));
   }
-  if (!is_valid_utf8(text)) {
-    return invalid(absl::StrCat(field, ": not valid UTF-8 (", text.size() - utf8_emittable_prefix(text),
-                                " trailing bytes from the first invalid sequence)"));
+  if (const size_t bad = utf8_valid_prefix(text); bad < text.size()) {
+    return invalid(
+        absl::StrCat(field, ": not valid UTF-8 (invalid byte at offset ", bad, " of ", text.size(), ")"));
   }
   return absl::OkStatus();
 }

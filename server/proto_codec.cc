@@ -20,18 +20,6 @@ namespace pb = google::protobuf;
 // work a hostile, deeply nested payload can cause (protobuf's own parser stops at 100).
 constexpr int kMaxDepth = 16;
 
-// Byte offset of the first byte of `s` that does not start a valid UTF-8 sequence (s.size() when valid).
-size_t first_invalid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size() || !is_valid_utf8(s.substr(i, n))) return i;
-    i += n;
-  }
-  return s.size();
-}
-
 std::string find_in(std::string_view wire, const pb::Descriptor& type, const std::string& prefix, int depth,
                     size_t* offset, size_t* length) {
   if (depth > kMaxDepth) return "";
@@ -48,7 +36,7 @@ std::string find_in(std::string_view wire, const pb::Descriptor& type, const std
     if (fd->is_repeated()) absl::StrAppend(&path, "[", index, "]");
     const std::string& value = f.length_delimited();
     if (fd->type() == pb::FieldDescriptor::TYPE_STRING) {
-      if (const size_t bad = first_invalid_utf8(value); bad < value.size()) {
+      if (const size_t bad = utf8_valid_prefix(value); bad < value.size()) {
         *offset = bad;
         *length = value.size();
         return path;

@@ -54,15 +54,17 @@ size_t invalid_subpart(std::string_view s, size_t i) {
 
 }  // namespace
 
-bool is_valid_utf8(std::string_view s) {
+size_t utf8_valid_prefix(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     int n = sequence_length(s, i);
-    if (n <= 0) return false;
+    if (n <= 0) return i;
     i += static_cast<size_t>(n);
   }
-  return true;
+  return i;
 }
+
+bool is_valid_utf8(std::string_view s) { return utf8_valid_prefix(s) == s.size(); }
 
 size_t utf8_emittable_prefix(std::string_view s) {
   size_t i = 0;

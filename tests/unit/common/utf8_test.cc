@@ -21,6 +21,15 @@ TEST(Utf8Test, Validity) {
   EXPECT_FALSE(is_valid_utf8("\xFF"));
 }
 
+TEST(Utf8Test, ValidPrefixStopsAtTheFirstBadByte) {
+  EXPECT_EQ(utf8_valid_prefix(""), 0u);
+  EXPECT_EQ(utf8_valid_prefix("caf\xC3\xA9"), 5u);
+  EXPECT_EQ(utf8_valid_prefix("ab\xFF\xFE"), 2u);         // never valid, mid-string
+  EXPECT_EQ(utf8_valid_prefix("a\xC0\xAF"), 1u);          // overlong
+  EXPECT_EQ(utf8_valid_prefix("a\xED\xA0\x80"), 1u);      // surrogate
+  EXPECT_EQ(utf8_valid_prefix("\xC3\xA9x\xE2\x96"), 3u);  // truncated at the end
+}
+
 TEST(Utf8Test, EmittablePrefixHoldsBackOnlyIncompleteSequences) {
   EXPECT_EQ(utf8_emittable_prefix("ab\xE2\x96"), 2u);           // possibly valid: hold
   EXPECT_EQ(utf8_emittable_prefix("ab\xE2\x96\x81"), 5u);       // complete

@@ -84,7 +84,7 @@ TEST(GenerationRequestTest, EdgeChecksNameTheFieldAndValue) {
   check(v1::GenerateRequest(), "prompt: one of text or token_ids must be set");
   check(text_request(""), "text: must not be empty");
   check(text_request("123456789"), "9 bytes is over limits.max_prompt_bytes = 8");
-  check(text_request(std::string("ab\xff\xfe", 4)), "text: not valid UTF-8");
+  check(text_request(std::string("ab\xff\xfe", 4)), "text: not valid UTF-8 (invalid byte at offset 2 of 4)");
   {
     v1::GenerateRequest r;
     r.mutable_token_ids();
