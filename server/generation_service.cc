@@ -17,8 +17,6 @@ namespace {
 
 absl::Status invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
-constexpr char kNoRequestMessage[] = "no request message arrived: the call was cancelled or closed before it";
-
 double seconds_since(int64_t t0_ns) { return static_cast<double>(RealClock::get().now_ns() - t0_ns) * 1e-9; }
 
 v1::FinishReason to_proto(FinishReason r) {
@@ -167,15 +165,12 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   void start(const grpc::ByteBuffer& request) {
     absl::StatusOr<std::shared_ptr<Engine>> engine = svc_->serving_engine();
     if (!engine.ok()) return reject(engine.status(), RejectReason::kUnavailable);
-    if (!request.Valid()) {
-      // gRPC hands a raw method a null payload when the call ended before its request message arrived: the
-      // client cancelled at once (ctx_->IsCancelled() may not say so yet), or broke the protocol by closing
-      // without one. Nothing to reject; the call ends CANCELLED.
-      code_ = grpc::StatusCode::CANCELLED;
-      return Finish(grpc::Status(grpc::StatusCode::CANCELLED, kNoRequestMessage));
-    }
     v1::GenerateRequest req;
-    if (absl::Status st = parse_request(request, &req); !st.ok()) {
+    if (absl::Status st = parse_request(request, &req); absl::IsCancelled(st)) {
+      // No request message arrived: nothing to reject, the call just ends CANCELLED.
+      code_ = grpc::StatusCode::CANCELLED;
+      return Finish(to_grpc_status(st));
+    } else if (!st.ok()) {
       return reject(st, RejectReason::kInvalidArgument);
     }
     request_id_ = req.request_id();
@@ -417,8 +412,6 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   };
   absl::StatusOr<std::shared_ptr<Engine>> engine = serving_engine();
   if (!engine.ok()) return done(engine.status());
-  if (!request_bytes->Valid())
-    return done(absl::CancelledError(kNoRequestMessage));  // see GenerateCall::start
   v1::TokenizeRequest request;
   if (absl::Status st = parse_request(*request_bytes, &request); !st.ok()) return done(st);
   if (absl::Status st = check_text("text", request.text(), cfg_.limits); !st.ok()) return done(st);

@@ -69,10 +69,12 @@ std::string find_invalid_utf8_field(std::string_view wire, const pb::Descriptor&
 absl::Status parse_request(const grpc::ByteBuffer& bytes, pb::Message* out) {
   out->Clear();
   std::vector<grpc::Slice> slices;
-  // No payload at all (gRPC's null buffer), as opposed to a zero-length message (all fields unset).
+  // No payload at all (gRPC's null buffer), as opposed to a zero-length message (all fields unset): gRPC
+  // hands a raw method that when the call ended before its request message arrived. The client cancelled at
+  // once (the server context may not say so yet), or broke the protocol by closing without one.
   if (!bytes.Valid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request: no ", out->GetDescriptor()->full_name(), " message received"));
+    return absl::CancelledError(absl::StrCat("no ", out->GetDescriptor()->full_name(),
+                                             " message arrived: the call was cancelled or closed before it"));
   }
   if (grpc::Status st = bytes.Dump(&slices); !st.ok()) {
     return absl::InternalError(absl::StrCat("cannot read the request bytes: ", st.error_message()));

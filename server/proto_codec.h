@@ -20,8 +20,8 @@ namespace frost::server {
 
 // Parses `bytes` into `out` (cleared first). INVALID_ARGUMENT when they are not a valid `out` message: the
 // message names the first string field holding invalid UTF-8 (its path, e.g. "sampling.stop[1]") when that
-// is the reason, else says the bytes are not a valid <type>. A null buffer (no message arrived) is
-// INVALID_ARGUMENT too; a zero-length one is the default message.
+// is the reason, else says the bytes are not a valid <type>. CANCELLED for a null buffer (the call ended
+// before its request message arrived); a zero-length buffer is the default message.
 absl::Status parse_request(const grpc::ByteBuffer& bytes, google::protobuf::Message* out);
 
 // Serializes `message` into `out` (replacing its contents). INTERNAL when it cannot be serialized.

@@ -95,15 +95,16 @@ TEST(ProtoCodecTest, MalformedWireFormatIsInvalidArgument) {
   EXPECT_NE(st.message().find("not a valid frost.v1.GenerateRequest"), std::string::npos) << st.message();
 }
 
-TEST(ProtoCodecTest, ZeroLengthMessageIsTheDefaultButNoMessageIsAnError) {
+TEST(ProtoCodecTest, ZeroLengthMessageIsTheDefaultButNoMessageIsCancelled) {
   v1::TokenizeRequest parsed;
   parsed.set_text("stale");
   ASSERT_TRUE(parse_request(to_buffer(""), &parsed).ok());
   EXPECT_TRUE(parsed.text().empty());
-  // gRPC's null buffer: the call carried no request message at all.
+  // gRPC's null buffer: the call ended before its request message arrived.
   const absl::Status st = parse_request(grpc::ByteBuffer(), &parsed);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(), "request: no frost.v1.TokenizeRequest message received");
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(st.message(),
+            "no frost.v1.TokenizeRequest message arrived: the call was cancelled or closed before it");
 }
 
 TEST(ProtoCodecTest, SerializeResponseParsesBack) {
