@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "bench/bench_util.h"
 #include "core/common/device.h"
 #include "core/generate/engine.h"
 #include "core/generate/generator.h"
@@ -37,6 +37,8 @@ namespace {
 
 using nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
+using frost::bench::median;
+using frost::bench::percentile;
 
 [[noreturn]] void usage(const std::string& msg) {
   std::fprintf(stderr,
@@ -46,17 +48,6 @@ using Clock = std::chrono::steady_clock;
                msg.c_str());
   std::exit(2);
 }
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<size_t>(idx);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
-}
-
-double median(std::vector<double> v) { return percentile(std::move(v), 50); }
 
 // Records the arrival time of each token event (engine thread) and the result.
 class TimingSink final : public frost::TokenSink {
@@ -70,15 +61,6 @@ class TimingSink final : public frost::TokenSink {
   absl::StatusOr<frost::GenerationResult> result = absl::UnknownError("not finished");
   absl::Notification done;
 };
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
 
 std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab) {
   std::vector<int32_t> ids;
@@ -140,10 +122,7 @@ int main(int argc, char** argv) {
   out["dtype"] = opt["dtype"];
   out["threads"] = at::get_num_threads();
   out["repeat"] = repeat;
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  out["machine"] = {{"cpu", cpu_model()},
-                    {"cores", std::thread::hardware_concurrency()},
-                    {"openblas_coretype", coretype ? coretype : ""}};
+  out["machine"] = frost::bench::machine_json();
 
   if (mode == "decode") {
     frost::GeneratorConfig gc;

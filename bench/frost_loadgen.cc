@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,12 +36,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "bench/bench_util.h"
 #include "frost/v1/generation.grpc.pb.h"
 
 namespace {
 
 using nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
+using frost::bench::percentile;
 
 constexpr char kUsage[] =
     "usage: frost-loadgen [--addr HOST:PORT] [--concurrency N] [--requests M] [--warmup K] "
@@ -117,16 +118,6 @@ Options parse_flags(int argc, char** argv) {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Linear interpolation between closest ranks (the same definition as frost-bench).
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<size_t>(idx);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
-}
-
 ordered_json summary(const std::vector<double>& v) {
   double sum = 0;
   for (double x : v) sum += x;
@@ -137,15 +128,6 @@ ordered_json summary(const std::vector<double>& v) {
           {"min", percentile(v, 0)},
           {"max", percentile(v, 100)},
           {"n", v.size()}};
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 // "INVALID_ARGUMENT" etc.; gRPC and absl share the canonical code numbers.
@@ -406,7 +388,6 @@ int main(int argc, char** argv) {
 
   ordered_json out;
   out["bench"] = "serve";
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   out["settings"] = {{"addr", o.addr},
                      {"concurrency", o.concurrency},
                      {"requests", o.requests},
@@ -420,9 +401,7 @@ int main(int argc, char** argv) {
   out["server"] = {{"model", info.name()},        {"architecture", info.architecture()},
                    {"n_params", info.n_params()}, {"weight_dtype", info.weight_dtype()},
                    {"kv_codec", info.kv_codec()}, {"context_length", info.context_length()}};
-  out["machine"] = {{"cpu", cpu_model()},
-                    {"cores", std::thread::hardware_concurrency()},
-                    {"openblas_coretype", coretype ? coretype : ""}};
+  out["machine"] = frost::bench::machine_json();
   out["wall_s"] = wall_s;
   out["requests_ok"] = n_valid;
   out["requests_failed"] = n_failed;
