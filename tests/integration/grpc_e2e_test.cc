@@ -378,14 +378,20 @@ class Frostd {
     if (pid_ <= 0 && !exit_status_) return ::testing::AssertionFailure() << "frostd was never started";
     const auto t0 = Clock::now();
     Terminate();
+    ::testing::AssertionResult r = WaitCleanExit(timeout_s);
+    if (seconds != nullptr) *seconds = SecondsSince(t0);
+    std::cerr << "[  frostd  ] " << DescribeExit() << " " << SecondsSince(t0) << " s after SIGTERM\n";
+    return r;
+  }
+  // Waits (after a SIGTERM was sent) for the exit and wants status 0; SIGKILL (and a failure) when it takes
+  // over `timeout_s`.
+  ::testing::AssertionResult WaitCleanExit(double timeout_s) {
     std::optional<int> st = WaitExit(timeout_s);
     if (!st) {
       kill(pid_, SIGKILL);
       WaitExit(10);
-      return ::testing::AssertionFailure() << "frostd did not exit within " << timeout_s << " s of SIGTERM";
+      return ::testing::AssertionFailure() << "frostd still running " << timeout_s << " s after SIGTERM";
     }
-    if (seconds != nullptr) *seconds = SecondsSince(t0);
-    std::cerr << "[  frostd  ] " << DescribeExit() << " " << SecondsSince(t0) << " s after SIGTERM\n";
     if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0) {
       return ::testing::AssertionFailure() << "frostd " << DescribeExit() << ", want exit status 0";
     }
@@ -415,6 +421,15 @@ class Frostd {
       log = "[... " + std::to_string(log.size() - kMax) + " bytes cut]\n" + log.substr(log.size() - kMax);
     std::cerr << "----- frostd log (" << log_path_ << ", " << DescribeExit() << ") -----\n"
               << log << "----- end of frostd log -----\n";
+  }
+
+  // Generation.Tokenize of `text` (add_bos unset), bounded by a 30 s deadline.
+  grpc::Status Tokenize(const std::string& text, v1::TokenizeResponse* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::TokenizeRequest req;
+    req.set_text(text);
+    return stub_->Tokenize(&ctx, req, resp);
   }
 
   // Closes this client's channel (the stubs become unusable).
@@ -662,12 +677,8 @@ TEST_F(GrpcE2eStories, TokenizeAndModelInfo) {
   const nlohmann::json ref = nlohmann::json::parse(testing::read_text_file(ref_path));
   ASSERT_FALSE(ref["cases"].empty());
   for (const nlohmann::json& c : ref["cases"]) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::TokenizeRequest req;
-    req.set_text(c["prompt"].get<std::string>());
     v1::TokenizeResponse resp;
-    const grpc::Status st = f->stub().Tokenize(&ctx, req, &resp);
+    const grpc::Status st = f->Tokenize(c["prompt"].get<std::string>(), &resp);
     ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
     EXPECT_EQ(std::vector<int32_t>(resp.token_ids().begin(), resp.token_ids().end()),
               c["input_ids"].get<std::vector<int32_t>>())
@@ -886,11 +897,8 @@ TEST_F(GrpcE2eHealth, LivenessBeforeReadinessWhileTheModelLoads) {
   v1::GenerateRequest req = LongRequest(4);
   EXPECT_TRUE(Refused(RunGenerate(f->stub(), req), StatusCode::UNAVAILABLE, {"loading"}));
   {
-    grpc::ClientContext ctx;
-    v1::TokenizeRequest treq;
-    treq.set_text("hi");
     v1::TokenizeResponse tresp;
-    const grpc::Status ts = f->stub().Tokenize(&ctx, treq, &tresp);
+    const grpc::Status ts = f->Tokenize("hi", &tresp);
     EXPECT_EQ(ts.error_code(), StatusCode::UNAVAILABLE) << ts.error_message();
   }
   {
@@ -958,11 +966,8 @@ TEST_F(GrpcE2eHealth, DrainLetsTheInFlightStreamFinish) {
       << "liveness during the drain: " << st.error_code() << " " << live;
   EXPECT_TRUE(Refused(RunGenerate(f->stub(), LongRequest(4)), StatusCode::UNAVAILABLE, {"draining"}));
   {
-    grpc::ClientContext ctx;
-    v1::TokenizeRequest treq;
-    treq.set_text("hi");
     v1::TokenizeResponse tresp;
-    const grpc::Status ts = f->stub().Tokenize(&ctx, treq, &tresp);
+    const grpc::Status ts = f->Tokenize("hi", &tresp);
     EXPECT_EQ(ts.error_code(), StatusCode::UNAVAILABLE) << ts.error_message();
   }
   const Scrape draining = f->Metrics();
@@ -975,9 +980,7 @@ TEST_F(GrpcE2eHealth, DrainLetsTheInFlightStreamFinish) {
   EXPECT_TRUE(CompletedWithLength(o, kTokens));
   const double stream_end = SecondsSince(t_term);
   f->Disconnect();
-  const std::optional<int> exit_status = f->WaitExit(60);
-  ASSERT_TRUE(exit_status.has_value()) << "frostd still running 60 s after SIGTERM";
-  EXPECT_TRUE(WIFEXITED(*exit_status) && WEXITSTATUS(*exit_status) == 0) << f->DescribeExit();
+  ASSERT_TRUE(f->WaitCleanExit(60));
   std::cerr << "drain: stream ended " << stream_end << " s and frostd exited " << SecondsSince(t_term)
             << " s after SIGTERM; stream " << Describe(o) << "\n";
 }
@@ -1026,9 +1029,7 @@ TEST_F(GrpcE2eHealth, DrainDeadlineCancelsTheStreamWithAFinal) {
   EXPECT_LT(term_to_end, kDrain + 5.0);
 
   f->Disconnect();
-  const std::optional<int> exit_status = f->WaitExit(60);
-  ASSERT_TRUE(exit_status.has_value()) << "frostd still running 60 s after SIGTERM";
-  EXPECT_TRUE(WIFEXITED(*exit_status) && WEXITSTATUS(*exit_status) == 0) << f->DescribeExit();
+  ASSERT_TRUE(f->WaitCleanExit(60));
   std::cerr << "drain deadline: stream ended " << term_to_end << " s and frostd exited "
             << SecondsSince(t_term) << " s after SIGTERM; stream " << Describe(o) << "\n";
 }
@@ -1199,21 +1200,14 @@ TEST_F(GrpcE2eValidation, EachBadRequestIsInvalidArgumentBeforeAnyModelWork) {
 
 TEST_F(GrpcE2eValidation, TokenizeChecksItsText) {
   FROST_USE_SHARED(f, shared_, Options());
-  auto tokenize = [&](const std::string& text, v1::TokenizeResponse* resp) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::TokenizeRequest req;
-    req.set_text(text);
-    return f->stub().Tokenize(&ctx, req, resp);
-  };
   v1::TokenizeResponse resp;
-  grpc::Status st = tokenize("", &resp);
+  grpc::Status st = f->Tokenize("", &resp);
   EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("text: must not be empty"), std::string::npos) << st.error_message();
-  st = tokenize(std::string(49, 'a'), &resp);
+  st = f->Tokenize(std::string(49, 'a'), &resp);
   EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("max_prompt_bytes = 48"), std::string::npos) << st.error_message();
-  st = tokenize("ab", &resp);
+  st = f->Tokenize("ab", &resp);
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(std::vector<int32_t>(resp.token_ids().begin(), resp.token_ids().end()),
             (std::vector<int32_t>{1, 3 + 'a', 3 + 'b'}));
@@ -1242,11 +1236,8 @@ TEST_F(GrpcE2eValidation, InvalidUtf8IsInvalidArgumentNamingTheField) {
   EXPECT_TRUE(
       Refused(RunGenerate(f->stub(), rid), StatusCode::INVALID_ARGUMENT, {"request_id: not valid UTF-8"}));
   {
-    grpc::ClientContext ctx;
-    v1::TokenizeRequest treq;
-    treq.set_text("\xff");
     v1::TokenizeResponse tresp;
-    const grpc::Status ts = f->stub().Tokenize(&ctx, treq, &tresp);
+    const grpc::Status ts = f->Tokenize("\xff", &tresp);
     EXPECT_EQ(ts.error_code(), StatusCode::INVALID_ARGUMENT) << ts.error_message();
     EXPECT_NE(ts.error_message().find("text: not valid UTF-8"), std::string::npos) << ts.error_message();
   }
@@ -1289,11 +1280,8 @@ TEST_F(GrpcE2eMetrics, CountersMatchWhatTheClientSaw) {
   v1::GenerateRequest bad = LongRequest(0);
   EXPECT_TRUE(Refused(RunGenerate(f->stub(), bad), StatusCode::INVALID_ARGUMENT, {"max_new_tokens"}));
   {
-    grpc::ClientContext ctx;
-    v1::TokenizeRequest req;
-    req.set_text("hello");
     v1::TokenizeResponse resp;
-    ASSERT_TRUE(f->stub().Tokenize(&ctx, req, &resp).ok());
+    ASSERT_TRUE(f->Tokenize("hello", &resp).ok());
     EXPECT_EQ(resp.token_ids_size(), 6);
   }
 
