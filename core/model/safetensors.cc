@@ -398,4 +398,35 @@ absl::Status check_not_pickle(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> safetensors_serialize(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                                  const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string data;
+  for (const auto& [name, t0] : tensors) {
+    if (name == "__metadata__" || header.contains(name))
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: duplicate or reserved tensor name '", name, "'"));
+    at::Tensor t = t0.detach().contiguous().cpu();
+    const char* dt = t.scalar_type() == at::kFloat      ? "F32"
+                     : t.scalar_type() == at::kHalf     ? "F16"
+                     : t.scalar_type() == at::kBFloat16 ? "BF16"
+                                                        : nullptr;
+    if (!dt)
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", name, "' has unsupported dtype ",
+                                                     c10::toString(t.scalar_type())));
+    const size_t begin = data.size();
+    const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
+    data.append(static_cast<const char*>(t.data_ptr()), nbytes);
+    header[name] = {{"dtype", dt}, {"shape", t.sizes().vec()}, {"data_offsets", {begin, begin + nbytes}}};
+  }
+  std::string h = header.dump();
+  while (h.size() % 8) h.push_back(' ');
+  std::string out(8, '\0');
+  const uint64_t n = h.size();
+  std::memcpy(out.data(), &n, 8);
+  out += h;
+  out += data;
+  return out;
+}
+
 }  // namespace frost

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -78,6 +79,12 @@ class SafetensorsFile {
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;
 };
+
+// Serializes tensors (kFloat → F32, kHalf → F16, kBFloat16 → BF16; any device) in the given
+// order with contiguous offsets and an 8-byte aligned header, as the reference writer does.
+// Returns the whole file; INVALID_ARGUMENT for another dtype or a duplicate name.
+absl::StatusOr<std::string> safetensors_serialize(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                                  const std::map<std::string, std::string>& metadata = {});
 
 // Refuses weight formats we do not load: *.bin / *.pt / *.pth / *.ckpt / pickle or
 // TorchScript zip files → INVALID_ARGUMENT "unsupported format: use safetensors (<file>)".
