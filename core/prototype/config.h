@@ -1,0 +1,79 @@
+#pragma once
+// PrototypeConfig: every knob of the prototype regression method
+// (../shared/seeds/prototype-regression.tex, resTR/RLCS from restr-residual-refinement.md).
+//
+// The seed's defaults table is reproduced field by field (marked "seed"). Everything the seed
+// leaves open is marked "choice" with the reason; docs/prototype.md repeats the list.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace frost::proto {
+
+struct PrototypeConfig {
+  // --- seed defaults table ---
+  int64_t max_tokens = 256;  // S: tokens per text (BOS included), longer texts are truncated
+  int64_t d_h = 256;         // head dimension of the prototype layer
+  int64_t m = 8;             // memory tokens per example
+  int64_t m_q = 8;           // compressed query tokens
+  int64_t K = 128;           // prototypes
+  int64_t T = 512;           // slot candidate pool (clipped to N when the dataset is smaller)
+  int64_t L = 3;             // inference head layers
+  int64_t H = 8;             // attention heads (every attention block)
+  int64_t ffn_mult = 4;      // FFN expansion: ffn_mult * d_h
+  double huber_delta = 0.5;
+  int64_t epochs_a = 5;
+  int64_t epochs_b = 10;
+  double tau_start = 1.0;  // Gumbel temperature, linear per-epoch anneal tau_start -> tau_end
+  double tau_end = 0.1;
+  double lambda_emb = 0.1;
+  double lambda_ov = 1.0;
+  double lambda_rep = 0.1;
+  double m_cos = 0.2;
+
+  // --- choices the seed leaves open ---
+  int64_t batch_size = 32;     // choice: minibatch B of both stages
+  double lr = 1e-3;            // choice: AdamW (beta 0.9/0.999, eps 1e-8), constant lr
+  double weight_decay = 0.01;  // choice: decoupled weight decay on matrices only
+  double grad_clip = 1.0;      // choice: global L2 gradient-norm clip per step
+  int64_t label_hidden = 64;   // choice: width of the label embedder E and its GELU
+  double norm_eps = 1e-6;      // the seed's epsilon in key/slot normalisation
+  double gumbel_eps = 1e-10;   // the seed's epsilon inside the Gumbel transform
+  uint64_t seed = 0;           // parameter init, shuffling, Gumbel noise
+  int64_t eval_batch = 64;     // batch of no-grad passes (cache build, evaluation)
+
+  // --- resTR + RLCS (Predict-time reliability) ---
+  double restr_norm_eps = 0.5;   // guard: ||Z_out|| <= (1 + eps) ||Z_in|| per example
+  double restr_alpha_max = 1.0;  // alpha = alpha_max * agreement (0 when out of distribution)
+  double restr_beta_max = 1.0;   // beta  = beta_max  * agreement
+  int64_t rlcs_k = 10;           // neighbours in the KeyCache for both consistency scores
+  double ood_quantile = 0.01;    // population consistency below this quantile -> OOD
+
+  // --- feature cache (frozen backbone hidden states, fp16) ---
+  int64_t feature_cache_bytes = 4LL << 30;  // in memory up to this, else spilled to disk
+  std::string spill_dir;                    // "" = $TMPDIR (or /tmp)
+
+  int64_t ffn_dim() const { return ffn_mult * d_h; }
+};
+
+// Range and consistency checks; INVALID_ARGUMENT naming the field and value.
+absl::Status validate(const PrototypeConfig& cfg);
+
+// `key=value` override of any field (frost-bench --set, job specs). INVALID_ARGUMENT for an
+// unknown key or a value that does not parse; ranges are checked by validate().
+absl::Status set_field(PrototypeConfig& cfg, const std::string& key, const std::string& value);
+absl::Status set_fields(PrototypeConfig& cfg, const std::vector<std::string>& key_values);
+
+nlohmann::json to_json(const PrototypeConfig& cfg);
+// Every field must be known; missing fields keep their defaults. Result is validated.
+absl::StatusOr<PrototypeConfig> config_from_json(const nlohmann::json& j);
+
+// Gumbel temperature of Stage B epoch `epoch` (1-based): the seed's linear anneal
+// tau = tau_start - (epoch-1)/(E-1) * (tau_start - tau_end); tau_start when E == 1.
+double tau_for_epoch(const PrototypeConfig& cfg, int64_t epoch);
+
+}  // namespace frost::proto

@@ -1,0 +1,160 @@
+#include "core/prototype/evaluate.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/common/torch_status.h"
+#include "core/prototype/artifact.h"
+#include "core/prototype/baselines.h"
+#include "core/prototype/features.h"
+#include "core/prototype/metrics.h"
+#include "core/prototype/predictor.h"
+
+namespace frost::proto {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+absl::StatusOr<nlohmann::json> metrics_json(const std::vector<double>& pred,
+                                            const std::vector<float>& truth) {
+  std::vector<double> t(truth.begin(), truth.end());
+  FROST_ASSIGN_OR_RETURN(RegressionMetrics m, regression_metrics(pred, t));
+  return to_json(m);
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& model, const DatasetDir& data,
+                                                          const EvalOptions& opts) {
+  nlohmann::ordered_json out;
+  out["dataset"] = data.name;
+  out["model"] = model.name;
+  out["n_train"] = data.train.size();
+  out["n_test"] = data.test.size();
+  out["bounds"] = {data.bounds.a, data.bounds.b};
+
+  FROST_ASSIGN_OR_RETURN(auto trainer, PrototypeTrainer::create(model, data.train, data.bounds, opts.cfg));
+  out["config"] = to_json(trainer->config());
+  const double t_train = now_s();
+  FROST_ASSIGN_OR_RETURN(PrototypeArtifact art, trainer->run(opts.hooks));
+  out["train_seconds"] = now_s() - t_train;
+
+  // Artifact: saved and loaded back, so the figures below come from what Predict would serve.
+  std::string dir = opts.artifact_dir;
+  bool temp_dir = false;
+  if (dir.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/frost_proto_XXXXXX";
+    if (!::mkdtemp(tmpl.data()))
+      return absl::UnavailableError("cannot create a temporary artifact directory");
+    dir = tmpl;
+    temp_dir = true;
+  }
+  FROST_ASSIGN_OR_RETURN(int64_t art_bytes, save_artifact(art, dir));
+  absl::StatusOr<PrototypeArtifact> loaded = load_artifact(dir);
+  if (temp_dir) std::filesystem::remove_all(dir);
+  if (!loaded.ok()) return loaded.status();
+  out["artifact"] = {{"bytes", art_bytes}, {"dir", temp_dir ? "" : dir}, {"n_tensors", art.tensors.size()}};
+  FROST_ASSIGN_OR_RETURN(auto predictor, Predictor::create(*std::move(loaded), model));
+
+  // Test features once (backbone), then the predictor and the baselines on them.
+  FeatureCache::Options fo;
+  fo.max_tokens = trainer->config().max_tokens;
+  fo.budget_bytes = trainer->config().feature_cache_bytes;
+  fo.spill_dir = trainer->config().spill_dir;
+  double t0 = now_s();
+  FROST_ASSIGN_OR_RETURN(auto test_fc, FeatureCache::build(model, data.test.texts, fo, opts.hooks.cancel));
+  const double t_test_features = now_s() - t0;
+  const int64_t Nt = data.test.size();
+  std::vector<double> pred, pred0, knn;
+  int64_t n_ood = 0, n_fallback = 0;
+  double sum_pop = 0, sum_agree = 0;
+  nlohmann::json examples = nlohmann::json::array();
+  t0 = now_s();
+  for (int64_t s = 0; s < Nt; s += trainer->config().eval_batch) {
+    std::vector<int64_t> idx;
+    for (int64_t i = s; i < std::min(Nt, s + trainer->config().eval_batch); ++i) idx.push_back(i);
+    FeatureBatch fb = test_fc->batch(idx);
+    FROST_ASSIGN_OR_RETURN(std::vector<Prediction> ps,
+                           predictor->predict_features(fb.h, fb.mask, opts.top_k));
+    for (size_t j = 0; j < ps.size(); ++j) {
+      const Prediction& p = ps[j];
+      pred.push_back(p.value);
+      pred0.push_back(p.value_unrefined);
+      knn.push_back(p.knn_value);
+      n_ood += p.out_of_distribution;
+      n_fallback += p.restr_fallback;
+      sum_pop += p.population_consistency;
+      sum_agree += p.agreement_consistency;
+      const int64_t i = idx[j];
+      if (i < 3) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const Attribution& a : p.top)
+          top.push_back({{"index", a.index}, {"label", a.label}, {"weight", a.weight}, {"text", a.text}});
+        examples.push_back({{"text", data.test.texts[static_cast<size_t>(i)]},
+                            {"label", data.test.labels[static_cast<size_t>(i)]},
+                            {"prediction", p.value},
+                            {"population_consistency", p.population_consistency},
+                            {"agreement_consistency", p.agreement_consistency},
+                            {"out_of_distribution", p.out_of_distribution},
+                            {"top_prototypes", top}});
+      }
+    }
+  }
+  const double t_predict = now_s() - t0;
+
+  // Baselines.
+  double mean = 0;
+  for (float y : data.train.labels) mean += y;
+  mean /= static_cast<double>(data.train.size());
+  std::vector<double> constant(static_cast<size_t>(Nt), mean);
+  at::Tensor Xtr, Xte;
+  FROST_RETURN_IF_ERROR(torch_call([&] {
+    std::vector<at::Tensor> a, b;
+    for (int64_t i = 0; i < trainer->features()->size(); ++i)
+      a.push_back(trainer->features()->mean_pooled(i));
+    for (int64_t i = 0; i < Nt; ++i) b.push_back(test_fc->mean_pooled(i));
+    Xtr = at::stack(a).to(at::kDouble);
+    Xte = at::stack(b).to(at::kDouble);
+  }));
+  FROST_ASSIGN_OR_RETURN(RidgeModel ridge, fit_ridge_cv(Xtr, data.train.labels));
+  FROST_ASSIGN_OR_RETURN(at::Tensor ridge_pred_t, ridge_predict(ridge, Xte));
+  std::vector<double> ridge_pred(static_cast<size_t>(Nt));
+  for (int64_t i = 0; i < Nt; ++i)
+    ridge_pred[static_cast<size_t>(i)] =
+        std::clamp(ridge_pred_t[i].item<double>(), data.bounds.a, data.bounds.b);  // as the TF-IDF baseline
+
+  nlohmann::ordered_json metrics;
+  FROST_ASSIGN_OR_RETURN(metrics["prototype"], metrics_json(pred, data.test.labels));
+  FROST_ASSIGN_OR_RETURN(metrics["prototype_unrefined"], metrics_json(pred0, data.test.labels));
+  FROST_ASSIGN_OR_RETURN(metrics["knn_keycache"], metrics_json(knn, data.test.labels));
+  FROST_ASSIGN_OR_RETURN(metrics["ridge_mean_pooled"], metrics_json(ridge_pred, data.test.labels));
+  metrics["ridge_mean_pooled"]["lambda"] = ridge.lambda;
+  FROST_ASSIGN_OR_RETURN(metrics["train_mean"], metrics_json(constant, data.test.labels));
+  out["test_metrics"] = metrics;
+  out["rlcs"] = {{"k", trainer->config().rlcs_k},
+                 {"ood_rate", static_cast<double>(n_ood) / static_cast<double>(Nt)},
+                 {"restr_fallback_rate", static_cast<double>(n_fallback) / static_cast<double>(Nt)},
+                 {"mean_population_consistency", sum_pop / static_cast<double>(Nt)},
+                 {"mean_agreement_consistency", sum_agree / static_cast<double>(Nt)}};
+  out["stages"] = trainer->report().value("stages", nlohmann::json::object());
+  out["stages"]["test_features"] = {{"seconds", t_test_features}};
+  out["stages"]["predict"] = {{"seconds", t_predict},
+                              {"texts_per_s", t_predict > 0 ? static_cast<double>(Nt) / t_predict : 0}};
+  out["loss_history"] = {{"stage_a", trainer->report().value("stage_a_epoch_loss", nlohmann::json::array())},
+                         {"stage_b", trainer->report().value("stage_b_epoch_loss", nlohmann::json::array())}};
+  out["n_params"] = trainer->report().value("n_params", 0);
+  out["feature_cache"] = trainer->report().value("feature_cache", nlohmann::json::object());
+  out["examples"] = examples;
+  return out;
+}
+
+}  // namespace frost::proto

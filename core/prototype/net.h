@@ -1,0 +1,174 @@
+#pragma once
+// PrototypeNet: the trainable modules of the prototype regression method
+// (../shared/seeds/prototype-regression.tex), as plain tensors with names.
+//
+// Letters: B batch, S tokens, C backbone width (d_model), d = d_h, m / m_q memory / query tokens,
+// K prototypes, N training examples.
+//
+//   W_m, W_q          Linear C→d without bias ("H W_m")
+//   Compressor        Perceiver block: Z = Q_lat + Attn(LN(Q_lat), LN(X), LN(X)); Z += FFN(LN(Z));
+//                     out = LN(Z). Memory (m latents) and query (m_q latents) compressors are
+//                     identical in structure. Padding tokens are masked out of the attention.
+//   KeyReadout        k = Attn(q_key, M, M)[0]: a single learned latent over the memory tokens
+//   LabelEmbedder E   e(y) = Linear(GELU(Linear([(y-mu)/(sigma+eps)]))), mu/sigma from train labels
+//   g_emb             Linear-GELU-Linear d→d→d (Stage A auxiliary head)
+//   InferenceHead     r_0 → L layers of { R += Attn(LN(R), LN(Q_q)); R += Attn(LN(R), LN(Mem));
+//                     R += FFN(LN(R)) } → f_out = Linear-GELU-Linear(LN(R)) → z; y = a+(b-a)σ(z)
+//                     (pre-norm residual blocks: the seed's "FFN + layer norms, transformer
+//                     block style"; pre-norm keeps Stage B's 1,152-token memory stable)
+//   resTR             Z1 = Z + α MHSA(Z); Z_out = Z1 + β FFN_relu(Z1)  (no norms, per its seed)
+//   slots             s_k, K×d (Stage B selector)
+// Every Attn is multi-head (H heads, d/H each) with q/k/v/o projections with bias.
+//
+// Initialisation (choice): Linear weights and biases U(-1/sqrt(in), 1/sqrt(in)) as torch.nn.Linear;
+// LayerNorm 1/0; latents, q_key and r_0 N(0, 0.02²) (every use passes through a LayerNorm or an
+// attention projection, so only their directions matter); slots N(0, 1) (normalised before use).
+// All draws come from one generator seeded by cfg.seed, so a config + seed gives the same net.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/prototype/config.h"
+
+namespace frost::proto {
+
+// Ordered named tensors: parameters (trainable) and buffers (label statistics). The names are
+// the tensor names in checkpoints and artifacts.
+class ParamSet {
+ public:
+  at::Tensor add(const std::string& name, at::Tensor t, bool trainable = true);
+  const std::vector<std::pair<std::string, at::Tensor>>& items() const { return items_; }
+  bool trainable(const std::string& name) const;
+  at::Tensor get(const std::string& name) const;  // undefined when absent
+  // Trainable tensors whose names start with one of `prefixes`.
+  std::vector<std::pair<std::string, at::Tensor>> trainable_with_prefix(
+      const std::vector<std::string>& prefixes) const;
+  // Copies values in place (shape- and name-checked): INVALID_ARGUMENT naming the tensor when
+  // a name is missing or a shape differs. The tensors keep their identity (optimizer state and
+  // module views stay valid).
+  absl::Status load(const std::vector<std::pair<std::string, at::Tensor>>& values);
+  int64_t numel() const;
+
+ private:
+  std::vector<std::pair<std::string, at::Tensor>> items_;
+  std::vector<bool> trainable_;
+};
+
+struct Linear {
+  at::Tensor w, b;  // [out, in], [out] or undefined
+  at::Tensor operator()(const at::Tensor& x) const;
+};
+struct LayerNorm {
+  at::Tensor w, b;
+  at::Tensor operator()(const at::Tensor& x) const;
+};
+struct Attention {
+  Linear q, k, v, o;
+  int64_t heads = 1;
+  // q_in [B, nq, d]; kv [Bk, nk, d] with Bk == B or 1 (shared memory); key_mask [Bk, nk] bool
+  // (true = attend) or undefined. probs_out, when given, receives the softmax [B, H, nq, nk].
+  at::Tensor operator()(const at::Tensor& q_in, const at::Tensor& kv, const at::Tensor& key_mask,
+                        at::Tensor* probs_out = nullptr) const;
+};
+struct FFN {
+  Linear fc1, fc2;
+  bool relu = false;  // GELU otherwise
+  at::Tensor operator()(const at::Tensor& x) const;
+};
+struct Compressor {
+  at::Tensor latents;  // [n, d]
+  LayerNorm ln_q, ln_kv, ln_ff, ln_out;
+  Attention attn;
+  FFN ffn;
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& mask) const;  // [B,S,d] → [B,n,d]
+};
+struct HeadLayer {
+  LayerNorm ln_r1, ln_q, ln_r2, ln_mem, ln_ff;
+  Attention att_q, att_mem;
+  FFN ffn;
+};
+struct InferenceHead {
+  at::Tensor r0;  // [d]
+  std::vector<HeadLayer> layers;
+  LayerNorm ln_out;
+  Linear out1, out2;
+  // q_tokens [B, m_q, d]; mem [Bm, n, d] (Bm == B or 1). Returns z [B]. mem_probs, when given,
+  // receives each layer's memory-attention weights [B, H, 1, n].
+  at::Tensor operator()(const at::Tensor& q_tokens, const at::Tensor& mem,
+                        std::vector<at::Tensor>* mem_probs = nullptr) const;
+};
+
+// Invariant guards of resTR (counted; see RestrStats).
+struct RestrStats {
+  int64_t applied = 0;         // examples refined (alpha or beta > 0) and kept
+  int64_t fallback_shape = 0;  // output shape differed → identity
+  int64_t fallback_nonfinite = 0;
+  int64_t fallback_norm = 0;  // ||Z_out|| > (1 + eps) ||Z_in|| → identity
+  void add(const RestrStats& o);
+  int64_t fallbacks() const { return fallback_shape + fallback_nonfinite + fallback_norm; }
+};
+
+struct ResTR {
+  Attention attn;
+  FFN ffn;  // ReLU, no normalisation (the seed's "2-layer ReLU network")
+  // z [B, n, d]; alpha, beta [B] in [0, 1]. Each example whose output breaks an invariant
+  // (shape, finite values, norm inflation bound with `norm_eps`, Frobenius norm over its n×d
+  // tokens) gets its input back unchanged. `fallback_out` [B] bool marks them when given.
+  at::Tensor operator()(const at::Tensor& z, const at::Tensor& alpha, const at::Tensor& beta, double norm_eps,
+                        RestrStats* stats = nullptr, at::Tensor* fallback_out = nullptr) const;
+};
+
+class PrototypeNet {
+ public:
+  // d_model: backbone width; [a, b]: label bounds; mu/sigma: training-label mean/std.
+  PrototypeNet(const PrototypeConfig& cfg, int64_t d_model, double a, double b, double mu, double sigma);
+
+  const PrototypeConfig& cfg() const { return cfg_; }
+  int64_t d_model() const { return d_model_; }
+  double a() const { return a_; }
+  double b() const { return b_; }
+  ParamSet& params() { return ps_; }
+  const ParamSet& params() const { return ps_; }
+
+  // Stage A trains everything except resTR and the slots; Stage B trains the slots, W_q, the
+  // query compressor, E, the inference head and resTR (the seed's lists; resTR is ours).
+  std::vector<std::pair<std::string, at::Tensor>> stage_a_params() const;
+  std::vector<std::pair<std::string, at::Tensor>> stage_b_params() const;
+
+  at::Tensor query_tokens(const at::Tensor& h, const at::Tensor& mask) const;   // [B, m_q, d]
+  at::Tensor memory_tokens(const at::Tensor& h, const at::Tensor& mask) const;  // [B, m, d]
+  at::Tensor key(const at::Tensor& mem) const;                                  // [B, d] (raw)
+  at::Tensor normalize(const at::Tensor& k) const;    // k / (||k||_2 + eps) along the last dim
+  at::Tensor label_embed(const at::Tensor& y) const;  // [*] → [*, d]
+  at::Tensor emb_predict(const at::Tensor& k) const;  // g_emb
+  at::Tensor bound(const at::Tensor& z) const;        // a + (b-a) σ(z)
+
+  const InferenceHead& head() const { return head_; }
+  const ResTR& restr() const { return restr_; }
+  at::Tensor slots() const { return slots_; }
+
+ private:
+  PrototypeConfig cfg_;
+  int64_t d_model_;
+  double a_, b_;
+  ParamSet ps_;
+  Linear w_m_, w_q_;
+  Compressor mem_comp_, query_comp_;
+  at::Tensor q_key_;
+  Attention key_attn_;
+  Linear e1_, e2_;
+  at::Tensor label_mu_, label_sigma_;
+  Linear g1_, g2_;
+  InferenceHead head_;
+  ResTR restr_;
+  at::Tensor slots_;
+};
+
+// Huber loss per element with threshold delta (the seed's L_reg).
+at::Tensor huber(const at::Tensor& pred, const at::Tensor& target, double delta);
+
+}  // namespace frost::proto

@@ -1,0 +1,141 @@
+#pragma once
+// PrototypeTrainer: the two-stage training run of the seed, as a library the job scheduler and
+// frost-bench drive.
+//
+//   features  the frozen backbone once over every training text (FeatureCache, fp16)
+//   stage_a   epochs_a epochs of L_A = Huber(ŷ, y) + λ_emb ||ĝ_emb(k) - E(y)||²/d_h
+//   cache     MemCache (N×m×d_h fp16), KeyCache (N×d_h fp16, normalised), LabelCache
+//   stage_b   epochs_b epochs of L_B = Huber + λ_ov L_ov + λ_rep L_rep, τ annealed per epoch
+//   finalize  greedy masked decoding → K unique prototypes → PrototypeArtifact
+//
+// Choices the seed leaves open (also in config.h):
+//  * Optimiser: AdamW (β 0.9/0.999, ε 1e-8, decoupled decay on Linear weights only), constant lr,
+//    global-norm gradient clipping, a fresh optimiser for each stage.
+//  * Stage B queries are the training set itself, one selection (one Gumbel draw, one Mem^(B))
+//    per minibatch shared by its B queries, as in the seed's Algorithm 3.
+//  * resTR is trained in Stage B with α, β ~ U(0, 1) drawn per example, so the head works across
+//    the whole gating range RLCS may pick at Predict time (α = β = 0 included).
+//  * E(y) is trainable in Stage A as the seed lists it, so the auxiliary target moves too.
+//  * Randomness is a pure function of (seed, stage, epoch, step): each epoch's shuffle and each
+//    step's Gumbel/α/β draws use a generator seeded from those numbers. A checkpoint therefore
+//    needs no RNG state beyond its position, and a resumed run draws exactly what an
+//    uninterrupted one would.
+//
+// Checkpoints (safetensors + JSON metadata, written atomically): every net tensor, the AdamW
+// moments and step count of the current stage, stage/epoch/step, and fingerprints of the data,
+// config and backbone; a checkpoint from another run is refused (FAILED_PRECONDITION). In Stage B
+// the cache is rebuilt from the (frozen) Stage A weights instead of being stored.
+#include <ATen/ATen.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/common/cancel.h"
+#include "core/model/model_loader.h"
+#include "core/prototype/artifact.h"
+#include "core/prototype/config.h"
+#include "core/prototype/data.h"
+#include "core/prototype/features.h"
+#include "core/prototype/net.h"
+#include "core/prototype/selection.h"
+
+namespace frost::proto {
+
+struct TrainProgress {
+  std::string stage;                         // features | stage_a | cache | stage_b | finalize | done
+  int64_t epoch = 0, epochs = 0;             // 1-based epoch of the stage
+  int64_t step = 0, steps = 0;               // steps done in this epoch / steps per epoch
+  int64_t global_step = 0, total_steps = 0;  // optimiser steps over both stages
+  double loss = 0;                           // total loss of the last step
+  double loss_reg = 0;                       // its Huber term
+  double loss_aux = 0;                       // L_emb (stage A) or λ_ov L_ov + λ_rep L_rep (stage B)
+  double tau = 0;                            // stage B temperature
+  double examples_per_s = 0;                 // this stage so far
+  double eta_s = 0;                          // remaining optimiser steps at this stage's rate
+};
+
+struct TrainHooks {
+  const CancelToken* cancel = nullptr;                    // checked before every step and between texts
+  std::function<void(const TrainProgress&)> on_progress;  // after every step / stage change
+  std::string checkpoint_path;                            // "" = none; resumed from when the file exists
+  int64_t checkpoint_every = 0;  // optimiser steps between checkpoints (0 = stage ends + cancel)
+};
+
+struct StageReport {
+  double seconds = 0;
+  int64_t peak_rss_bytes = 0;  // process RSS high-water mark during the stage
+};
+
+// One minibatch of each stage: what a training step differentiates (exposed for tests).
+struct StepLoss {
+  at::Tensor loss, reg, aux;  // total, Huber, auxiliary (L_emb, or λ_ov L_ov + λ_rep L_rep)
+  at::Tensor yhat;            // [B] predictions
+  Selection sel;              // Stage B only
+};
+// L_A for features h [B,S,C], mask [B,S], labels y [B]. The label reaches only the L_emb target.
+StepLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
+                      const at::Tensor& y);
+// L_B with resTR gates alpha/beta [B], KeyCache keys [N,d], MemCache mem_flat [N, m*d],
+// LabelCache labels [N], Gumbel uniforms u [K,T] and temperature tau.
+StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
+                      const at::Tensor& y, const at::Tensor& alpha, const at::Tensor& beta,
+                      const at::Tensor& keys, const at::Tensor& mem_flat, const at::Tensor& labels,
+                      const at::Tensor& u, double tau);
+
+class PrototypeTrainer {
+ public:
+  // Checks the config against the data (K <= N, T clipped to N, labels inside the bounds).
+  // `model` must outlive the trainer.
+  static absl::StatusOr<std::unique_ptr<PrototypeTrainer>> create(const LoadedModel& model,
+                                                                  RegressionData train, LabelBounds bounds,
+                                                                  PrototypeConfig cfg);
+
+  // Runs (or resumes) the whole pipeline. CANCELLED when hooks.cancel fires (after writing a
+  // checkpoint when a path is set); FAILED_PRECONDITION for a checkpoint of another run.
+  absl::StatusOr<PrototypeArtifact> run(const TrainHooks& hooks);
+
+  const PrototypeConfig& config() const { return cfg_; }  // T clipped to N
+  const FeatureCache* features() const { return features_.get(); }
+  const PrototypeNet* net() const { return net_.get(); }
+  const at::Tensor& key_cache() const { return keys_; }  // [N, d] fp32 (fp16 values)
+  const nlohmann::json& report() const { return report_; }
+  int64_t steps_per_epoch() const;
+
+ private:
+  PrototypeTrainer() = default;
+
+  absl::Status build_features(const TrainHooks& hooks);
+  absl::Status build_cache();
+  absl::Status run_stage(int stage, const TrainHooks& hooks, int64_t start_epoch, int64_t start_step);
+  absl::Status save_checkpoint(const std::string& path, int stage, int64_t epoch, int64_t step) const;
+  // Returns (stage, epoch, step) or NOT_FOUND when there is no checkpoint file.
+  absl::StatusOr<std::array<int64_t, 3>> load_checkpoint(const std::string& path);
+  std::string run_fingerprint() const;
+  void emit(const TrainHooks& hooks, const TrainProgress& p) const;
+
+  const LoadedModel* model_ = nullptr;
+  PrototypeConfig cfg_;
+  RegressionData data_;
+  LabelBounds bounds_;
+  double mu_ = 0, sigma_ = 1;
+  BackboneId backbone_;
+  std::unique_ptr<FeatureCache> features_;
+  std::unique_ptr<PrototypeNet> net_;
+  at::Tensor labels_;    // [N] fp32
+  at::Tensor mem16_;     // [N, m, d] fp16 MemCache
+  at::Tensor mem_flat_;  // [N, m*d] fp32 view of its values (Stage B table)
+  at::Tensor keys16_;    // [N, d] fp16 KeyCache
+  at::Tensor keys_;      // [N, d] fp32 values of keys16_
+
+  // AdamW state of the current stage, aligned with `opt_params_`.
+  struct Opt;
+  std::shared_ptr<Opt> opt_;
+  nlohmann::json report_ = nlohmann::json::object();
+};
+
+}  // namespace frost::proto
