@@ -69,7 +69,7 @@ absl::Status write_file_atomic(const std::string& path, const std::string& data)
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes) {
+absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes, const char* limit_name) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno_status("cannot open", path, errno);
   struct stat st {};
@@ -80,7 +80,7 @@ absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes
   if (st.st_size > max_bytes) {
     ::close(fd);
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", st.st_size, " bytes exceeds the limit of ", max_bytes));
+        absl::StrCat(path, ": ", st.st_size, " bytes is larger than ", limit_name, "=", max_bytes));
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t got = 0;

@@ -3,17 +3,14 @@
 
 #include <sys/stat.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/fs.h"
 #include "absl/strings/str_join.h"
 #include "core/common/status_macros.h"
 #include "core/common/utf8.h"
@@ -158,26 +155,6 @@ std::vector<std::string> parse_row(std::string_view line, const LabelBounds& bou
   out->labels.push_back(static_cast<float>(label));
   out->ids.push_back(std::move(id));
   return {};
-}
-
-// Reads a whole regular file of at most `max_bytes`.
-absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes, const char* limit_name) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  if (static_cast<int64_t>(st.st_size) > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", st.st_size, " bytes is larger than ", limit_name, "=", max_bytes));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return std::move(ss).str();
 }
 
 absl::StatusOr<json> load_json_object(const std::string& path) {
