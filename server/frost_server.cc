@@ -65,7 +65,27 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   if (absl::Status st = validate_server_config(cfg); !st.ok()) return st;
   std::unique_ptr<FrostServer> s(new FrostServer(cfg));
   s->metrics_ = std::make_unique<Metrics>();
+  absl::StatusOr<Authenticator> auth = Authenticator::create(cfg.auth);
+  if (!auth.ok()) {
+    s->stopped_ = true;
+    return auth.status();
+  }
+  s->auth_ = std::make_unique<Authenticator>(*std::move(auth));
+  if (!s->auth_->has_admin_token())
+    FROST_LOG_WARN("frostd: no admin token configured (auth.admin_token_file / $%s): Training and Admin "
+                   "refuse every call",
+                   cfg.auth.admin_token_env.c_str());
   s->generation_ = std::make_unique<GenerationService>(cfg, s->metrics_.get());
+  s->generation_->set_authenticator(s->auth_.get());
+  absl::StatusOr<std::unique_ptr<JobsRuntime>> jobs = JobsRuntime::create(cfg, s->metrics_.get(), s->auth_.get());
+  if (!jobs.ok()) {
+    s->stopped_ = true;
+    return jobs.status();
+  }
+  s->jobs_ = *std::move(jobs);
+  s->prediction_ = std::make_unique<PredictionService>(s->jobs_.get());
+  s->training_ = std::make_unique<TrainingService>(s->jobs_.get());
+  s->admin_ = std::make_unique<AdminService>(s->jobs_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   if (cfg.server.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -76,6 +96,9 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   builder.SetMaxReceiveMessageSize(cfg.server.max_receive_message_bytes);
   builder.SetMaxSendMessageSize(cfg.server.max_send_message_bytes);
   builder.RegisterService(s->generation_.get());
+  builder.RegisterService(s->prediction_.get());
+  builder.RegisterService(s->training_.get());
+  builder.RegisterService(s->admin_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->grpc_port_ == 0) {
     s->stopped_ = true;
@@ -147,6 +170,9 @@ absl::Status FrostServer::load_model() {
 
   engine_ = e;
   metrics_->set_stats_source([e] { return e->stats(); });
+  if (absl::Status st = jobs_->start(model); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("jobs: ", st.message()));
+  }
   generation_->set_engine(e);
   health_->set_ready(true);
   return absl::OkStatus();
@@ -158,6 +184,10 @@ void FrostServer::drain(double timeout_s) {
   const int64_t t0 = RealClock::get().now_ns();
   if (health_) health_->set_ready(false);
   generation_->start_drain();
+  if (jobs_) {
+    jobs_->start_drain();
+    jobs_->shutdown();  // running jobs checkpoint and go back to QUEUED
+  }
   if (engine_) {
     engine_->stop_accepting();
     const EngineStats s = engine_->stats();

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "core/generate/engine.h"
 #include "server/generation_service.h"
+#include "server/jobs_services.h"
 #include "server/health.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
@@ -47,6 +48,7 @@ class FrostServer {
   void drain(double timeout_s);
 
   Metrics& metrics() { return *metrics_; }
+  JobsRuntime* jobs() { return jobs_.get(); }
   GenerationService& generation() { return *generation_; }
   bool ready() const { return health_ && health_->ready(); }
 
@@ -55,7 +57,12 @@ class FrostServer {
 
   ServerConfig cfg_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<GenerationService> generation_;
+  std::unique_ptr<JobsRuntime> jobs_;
+  std::unique_ptr<PredictionService> prediction_;
+  std::unique_ptr<TrainingService> training_;
+  std::unique_ptr<AdminService> admin_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Health> health_;
   std::shared_ptr<Engine> engine_;

@@ -163,6 +163,13 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   };
 
   void start(const grpc::ByteBuffer& request) {
+    if (svc_->auth_) {
+      if (absl::Status st = svc_->auth_->check("/frost.v1.Generation/Generate", ctx_); !st.ok()) {
+        grpc::Status gs = to_grpc_status(st);
+        code_ = gs.error_code();
+        return Finish(gs);
+      }
+    }
     absl::StatusOr<std::shared_ptr<Engine>> engine = svc_->serving_engine();
     if (!engine.ok()) return reject(engine.status(), RejectReason::kUnavailable);
     v1::GenerateRequest req;
@@ -410,6 +417,9 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
     reactor->Finish(gs);
     return reactor;
   };
+  if (auth_) {
+    if (absl::Status st = auth_->check("/frost.v1.Generation/Tokenize", ctx); !st.ok()) return done(st);
+  }
   absl::StatusOr<std::shared_ptr<Engine>> engine = serving_engine();
   if (!engine.ok()) return done(engine.status());
   v1::TokenizeRequest request;
@@ -433,7 +443,10 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   // Model info stays available while draining (it is cheap and helps debugging).
   std::shared_ptr<Engine> e = engine();
   grpc::Status gs;
-  if (!e) {
+  absl::Status auth_st = auth_ ? auth_->check("/frost.v1.Generation/GetModelInfo", ctx) : absl::OkStatus();
+  if (!auth_st.ok()) {
+    gs = to_grpc_status(auth_st);
+  } else if (!e) {
     gs = grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading: not ready yet");
   } else {
     const LoadedModel& m = e->model();

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/generate/engine.h"
 #include "frost/v1/generation.grpc.pb.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
 
@@ -53,6 +54,8 @@ class GenerationService final : public GenerationServiceBase {
 
   // The engine to serve with (after the model loaded and warmed up); nullptr = not ready.
   void set_engine(std::shared_ptr<Engine> engine);
+  // Checks every call against `auth` (must outlive the service); nullptr = no checks.
+  void set_authenticator(const Authenticator* auth) { auth_ = auth; }
   std::shared_ptr<Engine> engine() const;
   // New calls get UNAVAILABLE from now on; calls in flight continue.
   void start_drain() { draining_.store(true, std::memory_order_release); }
@@ -77,6 +80,7 @@ class GenerationService final : public GenerationServiceBase {
 
   ServerConfig cfg_;
   Metrics* metrics_;
+  const Authenticator* auth_ = nullptr;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> active_streams_{0};
   mutable absl::Mutex mu_;

@@ -179,12 +179,85 @@ class Metrics::EngineCollector : public prometheus::Collectable {
   std::function<EngineStats()> source_ ABSL_GUARDED_BY(mu_);
 };
 
+class Metrics::JobsCollector : public prometheus::Collectable {
+ public:
+  void set_source(std::function<JobsStats()> source) {
+    absl::MutexLock lock(&mu_);
+    source_ = std::move(source);
+  }
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    JobsStats s;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!source_) return {};
+      s = source_();
+    }
+    auto labelled = [](const std::string& name, const std::string& help, prometheus::MetricType type,
+                       const std::string& label, const std::map<std::string, int64_t>& values) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = type;
+      for (const auto& [k, v] : values) {
+        prometheus::ClientMetric m;
+        m.label.push_back({label, k});
+        if (type == prometheus::MetricType::Counter)
+          m.counter.value = static_cast<double>(v);
+        else
+          m.gauge.value = static_cast<double>(v);
+        f.metric.push_back(std::move(m));
+      }
+      return f;
+    };
+    auto counter = [](const std::string& name, const std::string& help, double v) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = prometheus::MetricType::Counter;
+      prometheus::ClientMetric m;
+      m.counter.value = v;
+      f.metric.push_back(std::move(m));
+      return f;
+    };
+    return {
+        labelled("frost_jobs", "Training jobs in the journal by state.", prometheus::MetricType::Gauge, "state",
+                 s.jobs_by_state),
+        gauge_family("frost_job_running", "1 while a training job runs.", s.job_running ? 1 : 0),
+        gauge_family("frost_job_loss", "Last reported training loss of the running job.", s.job_loss),
+        gauge_family("frost_job_examples_per_second", "Training throughput of the running job.",
+                     s.job_examples_per_s),
+        labelled("frost_store_bytes", "Bytes of loaded artifact tensors by device.", prometheus::MetricType::Gauge,
+                 "device", s.store_bytes),
+        counter("frost_artifact_swaps_total", "Artifact activations that swapped a new version in.",
+                static_cast<double>(s.artifact_swaps)),
+        counter("frost_artifact_swap_failures_total",
+                "Artifact activations refused (corrupt, incomplete or mismatched artifact).",
+                static_cast<double>(s.artifact_swap_failures)),
+    };
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::function<JobsStats()> source_ ABSL_GUARDED_BY(mu_);
+};
+
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      engine_collector_(std::make_shared<EngineCollector>()) {
+      engine_collector_(std::make_shared<EngineCollector>()),
+      jobs_collector_(std::make_shared<JobsCollector>()) {
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
   using prometheus::BuildHistogram;
+  predictions_ = &BuildCounter()
+                      .Name("frost_predictions_total")
+                      .Help("Texts answered by Prediction.Predict.")
+                      .Register(*registry_)
+                      .Add({});
+  predictions_ood_ = &BuildCounter()
+                          .Name("frost_predictions_out_of_distribution_total")
+                          .Help("Predicted texts flagged out of distribution (RLCS population consistency).")
+                          .Register(*registry_)
+                          .Add({});
   requests_ = &BuildCounter()
                    .Name("frost_requests_total")
                    .Help("Finished RPCs by method and gRPC status code.")
@@ -279,6 +352,7 @@ absl::StatusOr<int> Metrics::serve(const std::string& listen) {
   }
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(engine_collector_);
+  exposer_->RegisterCollectable(jobs_collector_);
   std::vector<int> ports = exposer_->GetListeningPorts();
   if (ports.empty()) {
     return absl::UnavailableError(
@@ -311,6 +385,13 @@ void Metrics::set_stats_source(std::function<EngineStats()> source) {
   engine_collector_->set_source(std::move(source));
 }
 
+void Metrics::set_jobs_source(std::function<JobsStats()> source) { jobs_collector_->set_source(std::move(source)); }
+
+void Metrics::record_predictions(int64_t texts, int64_t out_of_distribution) {
+  predictions_->Increment(static_cast<double>(texts));
+  predictions_ood_->Increment(static_cast<double>(out_of_distribution));
+}
+
 void Metrics::record_request(const std::string& rpc, grpc::StatusCode code, double seconds) {
   requests_->Add({{"rpc", rpc}, {"code", code_name(code)}}).Increment();
   request_duration_->Add({{"rpc", rpc}}, latency_buckets()).Observe(seconds);
@@ -336,6 +417,8 @@ std::string Metrics::render() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   std::vector<prometheus::MetricFamily> engine = engine_collector_->Collect();
   families.insert(families.end(), engine.begin(), engine.end());
+  std::vector<prometheus::MetricFamily> jobs = jobs_collector_->Collect();
+  families.insert(families.end(), jobs.begin(), jobs.end());
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -1,4 +1,5 @@
 #pragma once
+#include <map>
 // Metrics: every prometheus-cpp family of frostd is registered here, once (CONVENTIONS.md 9.2.13). Names are
 // frost_<noun>_<unit>[_total], base units seconds and bytes, labels bounded (rpc, code, reason, codec) —
 // never request ids.
@@ -30,6 +31,16 @@
 
 namespace frost::server {
 
+// Job and artifact-store state read at scrape time (server/jobs_services.cc fills it).
+struct JobsStats {
+  std::map<std::string, int64_t> jobs_by_state;  // "queued" → n, ... (every state, zeros included)
+  bool job_running = false;
+  double job_loss = 0;            // last reported loss of the running job (the oldest when several)
+  double job_examples_per_s = 0;  // its throughput
+  std::map<std::string, int64_t> store_bytes;  // device → loaded artifact bytes
+  int64_t artifact_swaps = 0, artifact_swap_failures = 0;
+};
+
 // Why a request was turned away before it produced anything (label `reason`).
 enum class RejectReason { kQueueFull, kInvalidArgument, kUnavailable };
 const char* reject_reason_name(RejectReason r);  // "queue_full" | "invalid_argument" | "unavailable"
@@ -49,6 +60,10 @@ class Metrics {
 
   // Where engine gauges come from (nullptr: report zeros, e.g. while the model loads).
   void set_stats_source(std::function<EngineStats()> source);
+  // Where job/store gauges come from (nullptr: none exported).
+  void set_jobs_source(std::function<JobsStats()> source);
+  // One Predict request: texts predicted and how many were out of distribution.
+  void record_predictions(int64_t texts, int64_t out_of_distribution);
   // frost_ready: 1 when readiness is SERVING.
   void set_ready(bool ready) { ready_->Set(ready ? 1 : 0); }
 
@@ -66,9 +81,13 @@ class Metrics {
 
  private:
   class EngineCollector;
+  class JobsCollector;
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<EngineCollector> engine_collector_;
+  std::shared_ptr<JobsCollector> jobs_collector_;
+  prometheus::Counter* predictions_ = nullptr;
+  prometheus::Counter* predictions_ood_ = nullptr;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string host_;  // where exposer_ listens
   int port_ = 0;

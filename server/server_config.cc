@@ -209,7 +209,26 @@ std::vector<Section> schema(ServerConfig* cfg) {
         int_field("max_new_tokens", &l.max_new_tokens, 1, kInt32Max),
         int_field("max_stop_strings", &l.max_stop_strings, 0, kInt32Max),
         int_field("max_stop_bytes", &l.max_stop_bytes, 1, kInt32Max),
-        int_field("max_logprobs", &l.max_logprobs, 0, kInt32Max)}},
+        int_field("max_logprobs", &l.max_logprobs, 0, kInt32Max),
+        int_field("max_predict_texts", &l.max_predict_texts, 1, 100000)}},
+      {"jobs",
+       {bool_field("enabled", &cfg->jobs.enabled),
+        string_field("state_dir", &cfg->jobs.state_dir),
+        string_field("data_root", &cfg->jobs.data_root),
+        int_field("max_queued", &cfg->jobs.max_queued, 1, 1000000),
+        int_field("concurrency", &cfg->jobs.concurrency, 1, 64),
+        int_field("threads", &cfg->jobs.threads, 1, 1024),
+        int_field("nice", &cfg->jobs.nice, 0, 19),
+        int_field("checkpoint_every", &cfg->jobs.checkpoint_every, 1, kInt32Max),
+        int_field("max_attempts", &cfg->jobs.max_attempts, 1, 1000),
+        int_field("max_inline_rows", &cfg->jobs.max_inline_rows, 0, kInt32Max),
+        int_field("max_inline_bytes", &cfg->jobs.max_inline_bytes, 0, kInt32Max)}},
+      {"auth",
+       {string_field("admin_token_file", &cfg->auth.admin_token_file),
+        string_field("admin_token_env", &cfg->auth.admin_token_env),
+        string_field("user_token_file", &cfg->auth.user_token_file),
+        string_field("user_token_env", &cfg->auth.user_token_env),
+        bool_field("require_for_inference", &cfg->auth.require_for_inference)}},
       {"log",
        {enum_field("level", &cfg->log.level,
                    {{"debug", LogLevel::kDebug},
@@ -324,6 +343,8 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
                                     yaml_quoted(cfg.server.metrics_listen)));
   }
   if (cfg.model.path.empty()) return field_error("model.path", "must not be empty");
+  if (cfg.jobs.enabled && cfg.jobs.state_dir.empty()) return field_error("jobs.state_dir", "must not be empty");
+  if (cfg.jobs.enabled && cfg.jobs.data_root.empty()) return field_error("jobs.data_root", "must not be empty");
   if (cfg.engine.max_context > 0 && cfg.limits.max_prompt_tokens > cfg.engine.max_context) {
     return field_error("limits.max_prompt_tokens",
                        absl::StrCat("must be <= engine.max_context (", cfg.engine.max_context,

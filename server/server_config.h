@@ -66,6 +66,36 @@ struct LimitsSection {
   int32_t max_stop_strings = 16;     // stop strings per request
   int32_t max_stop_bytes = 256;      // bytes per stop string
   int32_t max_logprobs = 20;         // cap on a request's logprobs (alternatives per token)
+  int32_t max_predict_texts = 64;    // texts per Predict request
+};
+
+// `jobs:` — training jobs, the journal and the artifact store.
+struct JobsSection {
+  // Run the scheduler and serve Training/Admin (they still need an admin token).
+  bool enabled = true;
+  // Journal (jobs.db), checkpoints and artifacts; locked by one frostd at a time.
+  std::string state_dir = "frost-state";
+  // Training data paths (train_path, test_path) must resolve inside this directory.
+  std::string data_root = ".";
+  int32_t max_queued = 64;        // QUEUED jobs; beyond it SubmitJob is RESOURCE_EXHAUSTED
+  int32_t concurrency = 1;        // jobs running at once
+  int32_t threads = 1;            // intra-op threads of a running job
+  int32_t nice = 10;              // niceness added to job threads (lower CPU priority than serving)
+  int32_t checkpoint_every = 50;  // optimiser steps between checkpoints
+  int32_t max_attempts = 3;       // starts after which a job killed with the server is INTERRUPTED
+  int32_t max_inline_rows = 20000;
+  int32_t max_inline_bytes = 16 << 20;
+};
+
+// `auth:` — bearer tokens. Tokens are read from files or environment variables, never from this
+// config. Training and Admin need the admin token; with require_for_inference, Generation and
+// Prediction need the user or the admin token. Health is always open.
+struct AuthSection {
+  std::string admin_token_file;                    // "" = use admin_token_env
+  std::string admin_token_env = "FROST_ADMIN_TOKEN";
+  std::string user_token_file;
+  std::string user_token_env = "FROST_USER_TOKEN";
+  bool require_for_inference = false;
 };
 
 // `log:`
@@ -78,6 +108,8 @@ struct ServerConfig {
   ModelSection model;
   EngineSection engine;
   LimitsSection limits;
+  JobsSection jobs;
+  AuthSection auth;
   LogSection log;
 };
 

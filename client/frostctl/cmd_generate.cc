@@ -40,7 +40,7 @@ const char kGenerateUsage[] =
     "  --request-id ID           id shown in the server's logs\n"
     "  --json                    print each response message as a JSON line "
     "instead\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default: no deadline)\n"
+    "  --addr HOST:PORT  --timeout SECONDS (default: no deadline)  --token-file PATH\n"
     "Unset sampling flags mean the server's defaults.\n";
 
 namespace {
@@ -138,12 +138,13 @@ int run_generate(const std::vector<std::string>& args, CommonOptions common) {
                                            positional->size(), " arguments"),
                               kGenerateUsage);
   }
+  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
   const std::string prompt = o.prompt.has_value() ? *o.prompt : positional->front();
   o.request.set_text(prompt == "-" ? read_stdin() : prompt);
 
   std::unique_ptr<frost::v1::Generation::Stub> stub = frost::v1::Generation::NewStub(make_channel(common));
   grpc::ClientContext ctx;
-  apply_deadline(common, /*default_timeout_s=*/std::nullopt, &ctx);
+  prepare_context(common, /*default_timeout_s=*/std::nullopt, &ctx);
   std::unique_ptr<grpc::ClientReader<frost::v1::GenerateResponse>> reader = stub->Generate(&ctx, o.request);
 
   // Stream: text to stdout, flushed per chunk so a terminal shows tokens as they come.

@@ -20,7 +20,7 @@ const char kHealthUsage[] =
     "usage: frostctl health [flags]\n"
     "  --service NAME            e.g. frost.v1.Generation (default \"\": the "
     "whole server)\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 10)\n"
+    "  --addr HOST:PORT  --timeout SECONDS (default 10)  --token-file PATH\n"
     "Exit 0 when SERVING, 3 for any other status, 2 when the check fails (e.g. "
     "NOT_FOUND\n"
     "for a service the server does not know, UNAVAILABLE when nothing "
@@ -42,10 +42,12 @@ int run_health(const std::vector<std::string>& args, CommonOptions common) {
                               kHealthUsage);
   }
 
+  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+
   std::unique_ptr<grpc::health::v1::Health::Stub> stub =
       grpc::health::v1::Health::NewStub(make_channel(common));
   grpc::ClientContext ctx;
-  apply_deadline(common, kDefaultTimeoutS, &ctx);
+  prepare_context(common, kDefaultTimeoutS, &ctx);
   HealthCheckResponse response;
   const grpc::Status status = stub->Check(&ctx, request, &response);
   if (!status.ok()) return report_rpc_error(status);

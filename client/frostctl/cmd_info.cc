@@ -17,7 +17,7 @@ namespace frost::ctl {
 const char kInfoUsage[] =
     "usage: frostctl info [flags]\n"
     "  --json                    print the ModelInfo message as a JSON line\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 10)\n";
+    "  --addr HOST:PORT  --timeout SECONDS (default 10)  --token-file PATH\n";
 
 int run_info(const std::vector<std::string>& args, CommonOptions common) {
   if (wants_help(args)) {
@@ -34,9 +34,11 @@ int run_info(const std::vector<std::string>& args, CommonOptions common) {
                               kInfoUsage);
   }
 
+  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+
   std::unique_ptr<frost::v1::Generation::Stub> stub = frost::v1::Generation::NewStub(make_channel(common));
   grpc::ClientContext ctx;
-  apply_deadline(common, kDefaultTimeoutS, &ctx);
+  prepare_context(common, kDefaultTimeoutS, &ctx);
   frost::v1::ModelInfo info;
   const grpc::Status status = stub->GetModelInfo(&ctx, frost::v1::ModelInfoRequest(), &info);
   if (!status.ok()) return report_rpc_error(status);

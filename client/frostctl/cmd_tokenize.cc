@@ -19,7 +19,7 @@ const char kTokenizeUsage[] =
     "usage: frostctl tokenize [flags] TEXT      (TEXT \"-\" reads stdin)\n"
     "  --no-bos                  do not prepend BOS\n"
     "  --json                    print the response as a JSON line\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 10)\n";
+    "  --addr HOST:PORT  --timeout SECONDS (default 10)  --token-file PATH\n";
 
 int run_tokenize(const std::vector<std::string>& args, CommonOptions common) {
   if (wants_help(args)) {
@@ -39,9 +39,11 @@ int run_tokenize(const std::vector<std::string>& args, CommonOptions common) {
   }
   request.set_text(positional->front() == "-" ? read_stdin() : positional->front());
 
+  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+
   std::unique_ptr<frost::v1::Generation::Stub> stub = frost::v1::Generation::NewStub(make_channel(common));
   grpc::ClientContext ctx;
-  apply_deadline(common, kDefaultTimeoutS, &ctx);
+  prepare_context(common, kDefaultTimeoutS, &ctx);
   frost::v1::TokenizeResponse response;
   const grpc::Status status = stub->Tokenize(&ctx, request, &response);
   if (!status.ok()) return report_rpc_error(status);

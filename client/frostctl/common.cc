@@ -1,17 +1,24 @@
 // Shared frostctl plumbing: common flags, channel, deadlines, error reporting (see common.h).
 #include "client/frostctl/common.h"
 
+#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <iterator>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/frostctl/format.h"
 
 namespace frost::ctl {
 
@@ -26,7 +33,59 @@ std::vector<Flag> common_flags(CommonOptions* options) {
              options->timeout_s = *t;
              return absl::OkStatus();
            }},
+      string_flag("--token-file", [options](const std::string& v) { options->token_file = v; }),
   };
+}
+
+absl::Status resolve_token(CommonOptions* options) {
+  // A token is a few hundred bytes; the cap only stops a wrong path (a log, /dev/zero) from being read whole.
+  constexpr size_t kMaxTokenFileBytes = 64 << 10;
+  std::string token;
+  std::string source;
+  if (options->token_file) {
+    source = absl::StrCat("--token-file \"", *options->token_file, "\"");
+    absl::StatusOr<std::string> content = read_file(*options->token_file, kMaxTokenFileBytes);
+    if (!content.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--token-file: ", content.status().message()));
+    }
+    token = trim_trailing_whitespace(*content);
+  } else {
+    const char* env = std::getenv(kTokenEnvVar);
+    if (env == nullptr || *env == '\0') {
+      options->token.reset();
+      return absl::OkStatus();
+    }
+    source = absl::StrCat("$", kTokenEnvVar);
+    token = trim_trailing_whitespace(env);
+  }
+  if (absl::Status s = check_bearer_token(token); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
+  }
+  options->token = std::move(token);
+  return absl::OkStatus();
+}
+
+std::optional<Subcommand> parse_subcommand(const std::vector<std::string>& args, const char* group,
+                                           const char* usage, CommonOptions* common, int* exit_code) {
+  bool help = false;
+  std::vector<Flag> flags = common_flags(common);
+  flags.push_back(switch_flag("--help", [&help] { help = true; }));
+  flags.push_back(switch_flag("-h", [&help] { help = true; }));
+  absl::StatusOr<std::vector<std::string>> rest = parse_flags(args, flags, /*stop_at_positional=*/true);
+  if (!rest.ok()) {
+    *exit_code = report_usage_error(rest.status(), usage);
+    return std::nullopt;
+  }
+  if (help) {
+    std::fputs(usage, stdout);
+    *exit_code = kExitOk;
+    return std::nullopt;
+  }
+  if (rest->empty()) {
+    *exit_code = report_usage_error(absl::StrCat(group, ": no subcommand given"), usage);
+    return std::nullopt;
+  }
+  return Subcommand{rest->front(), std::vector<std::string>(rest->begin() + 1, rest->end())};
 }
 
 std::shared_ptr<grpc::Channel> make_channel(const CommonOptions& options) {
@@ -40,6 +99,12 @@ void apply_deadline(const CommonOptions& options, std::optional<double> default_
   const auto timeout = std::chrono::duration_cast<std::chrono::system_clock::duration>(
       std::chrono::duration<double>(*timeout_s));
   ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+void prepare_context(const CommonOptions& options, std::optional<double> default_timeout_s,
+                     grpc::ClientContext* ctx) {
+  apply_deadline(options, default_timeout_s, ctx);
+  if (options.token) ctx->AddMetadata("authorization", absl::StrCat("Bearer ", *options.token));
 }
 
 std::string status_code_name(grpc::StatusCode code) {
@@ -65,6 +130,12 @@ int report_usage_error(const absl::Status& status, const char* usage) {
   return report_usage_error(std::string(status.message()), usage);
 }
 
+int report_input_error(const absl::Status& status) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "frostctl: %s\n", std::string(status.message()).c_str());
+  return kExitUsage;
+}
+
 void print_json_line(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
@@ -77,6 +148,36 @@ void print_json_line(const google::protobuf::Message& message) {
 
 std::string read_stdin() {
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+absl::StatusOr<std::string> read_file(const std::string& path, size_t max_bytes) {
+  const bool is_stdin = path == "-";
+  const int fd = is_stdin ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  auto cannot_read = [&path](int err) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read \"", path, "\": ", std::strerror(err)));
+  };
+  if (fd < 0) return cannot_read(errno);
+  std::string content;
+  char buf[1 << 16];
+  absl::Status status;
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = cannot_read(errno);  // e.g. EISDIR for a directory
+      break;
+    }
+    if (n == 0) break;
+    if (content.size() + static_cast<size_t>(n) > max_bytes) {
+      status =
+          absl::InvalidArgumentError(absl::StrCat("\"", path, "\" is larger than ", max_bytes, " bytes"));
+      break;
+    }
+    content.append(buf, static_cast<size_t>(n));
+  }
+  if (!is_stdin) ::close(fd);
+  if (!status.ok()) return status;
+  return content;
 }
 
 }  // namespace frost::ctl

@@ -1,8 +1,8 @@
 // frostctl: command-line client of frostd's gRPC API. Subcommand dispatch and the common flags; the commands
 // live in cmd_*.cc.
 //
-//   frostctl [--addr HOST:PORT] [--timeout SECONDS] COMMAND [flags] ARGS
-//   COMMAND: generate | tokenize | info | health
+//   frostctl [--addr HOST:PORT] [--timeout SECONDS] [--token-file PATH] COMMAND [flags] ARGS
+//   COMMAND: generate | tokenize | info | health | predict | train | jobs | artifacts | server-info
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,23 +14,32 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: frostctl [--addr HOST:PORT] [--timeout SECONDS] COMMAND [flags] "
-    "ARGS\n"
+    "usage: frostctl [--addr HOST:PORT] [--timeout SECONDS] [--token-file PATH] COMMAND [flags] ARGS\n"
     "\n"
     "commands:\n"
     "  generate PROMPT   stream a completion to stdout (summary on stderr)\n"
     "  tokenize TEXT     print the token ids of TEXT\n"
     "  info              print the served model's description\n"
     "  health            print the serving status; exit 0 only when SERVING\n"
+    "  predict TEXT...   predict a value per text, with the prototypes that explain it\n"
+    "  train submit prototype (--data PATH | --inline-jsonl FILE)\n"
+    "                    submit a training job; print its id (--watch: then follow it)\n"
+    "  jobs list | get ID | cancel ID | watch ID\n"
+    "                    list, show, cancel or follow training jobs\n"
+    "  artifacts list | activate NAME | delete NAME\n"
+    "                    the artifact registry\n"
+    "  server-info       print the server's version, device, active artifacts and job counts\n"
     "\n"
     "common flags (before or after COMMAND):\n"
     "  --addr HOST:PORT    frostd's gRPC address (default localhost:50051)\n"
-    "  --timeout SECONDS   call deadline (default: none for generate, 10 for "
-    "the others)\n"
+    "  --timeout SECONDS   call deadline (default: none for generate and jobs watch, 60 for\n"
+    "                      predict and train submit, 120 for artifacts activate, 10 for the others)\n"
+    "  --token-file PATH   bearer token sent as \"authorization: Bearer <token>\" (default:\n"
+    "                      $FROST_TOKEN; train, jobs, artifacts and server-info need an admin token)\n"
     "\n"
-    "`frostctl COMMAND --help` lists a command's flags. Exit codes: 0 ok, 1 "
-    "usage error,\n"
-    "2 RPC error, 3 health answered but not SERVING.\n";
+    "`frostctl COMMAND --help` lists a command's flags. Exit codes: 0 ok, 1 usage error (or an\n"
+    "unreadable input file), 2 RPC error, 3 health answered but not SERVING, 4 a watched job\n"
+    "ended FAILED, CANCELLED or INTERRUPTED.\n";
 
 }  // namespace
 
@@ -59,5 +68,10 @@ int main(int argc, char** argv) {
   if (command == "tokenize") return run_tokenize(command_args, common);
   if (command == "info") return run_info(command_args, common);
   if (command == "health") return run_health(command_args, common);
+  if (command == "predict") return run_predict(command_args, common);
+  if (command == "train") return run_train(command_args, common);
+  if (command == "jobs") return run_jobs(command_args, common);
+  if (command == "artifacts") return run_artifacts(command_args, common);
+  if (command == "server-info") return run_server_info(command_args, common);
   return report_usage_error("unknown command \"" + command + "\"", kUsage);
 }

@@ -1,5 +1,9 @@
 #include "core/common/fs.h"
 
+#include <signal.h>
+
+#include <cstdlib>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +34,18 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
+void crash_failpoint(const char* name, const std::string& path) {
+  static const std::string spec = [] {
+    const char* v = std::getenv("FROST_FAILPOINT");
+    return std::string(v ? v : "");
+  }();
+  if (spec.empty()) return;
+  const size_t colon = spec.find(':');
+  if (spec.compare(0, colon, name) != 0) return;
+  if (colon != std::string::npos && path.find(spec.substr(colon + 1)) == std::string::npos) return;
+  ::kill(::getpid(), SIGKILL);
+}
+
 absl::Status write_file_atomic(const std::string& path, const std::string& data) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -55,17 +71,28 @@ absl::Status write_file_atomic(const std::string& path, const std::string& data)
     return errno_status("cannot fsync", tmp, err);
   }
   ::close(fd);
+  crash_failpoint("kill_before_rename", path);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
     return errno_status("cannot rename onto", path, err);
   }
-  const std::string dir = parent_dir(path);
+  fsync_dir(parent_dir(path));
+  return absl::OkStatus();
+}
+
+void fsync_dir(const std::string& dir) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+absl::Status rename_durable(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) return errno_status("cannot rename onto", to, errno);
+  fsync_dir(parent_dir(to));
+  if (parent_dir(from) != parent_dir(to)) fsync_dir(parent_dir(from));
   return absl::OkStatus();
 }
 

@@ -18,6 +18,19 @@ absl::Status write_file_atomic(const std::string& path, const std::string& data)
 absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes = int64_t{1} << 32,
                                       const char* limit_name = "the limit");
 
+// Crash test hook (kill -9 at a chosen point, to test recovery): when the environment variable
+// FROST_FAILPOINT is "<name>" or "<name>:<substring>" and `path` contains <substring>, the
+// process sends itself SIGKILL here. Points: "kill_before_rename" in write_file_atomic (the new
+// file is complete and fsynced under its temporary name; the old one is still in place).
+void crash_failpoint(const char* name, const std::string& path);
+
+// fsync of a directory (makes renames and new entries in it durable); best effort.
+void fsync_dir(const std::string& dir);
+
+// rename(2) (atomic: readers see `from` or `to`, never a mix; works for directories), then fsync
+// of the parent directories so the rename survives a crash.
+absl::Status rename_durable(const std::string& from, const std::string& to);
+
 // mkdir -p; OK when it exists as a directory.
 absl::Status make_dirs(const std::string& path);
 

@@ -1,0 +1,168 @@
+// frostctl train submit: Training.SubmitJob for a prototype job. The training data is either a JSONL file on
+// the server (--data, under its jobs.data_root) or a local JSONL file sent inline (--inline-jsonl, checked
+// here first so a bad line is reported as file:line). Prints the job id (or the Job as a JSON line), then,
+// with --watch, follows the job like `jobs watch`.
+#include <grpcpp/client_context.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/frostctl/commands.h"
+#include "client/frostctl/common.h"
+#include "client/frostctl/flags.h"
+#include "client/frostctl/format.h"
+#include "frost/v1/training.grpc.pb.h"
+
+namespace frost::ctl {
+
+const char kTrainUsage[] =
+    "usage: frostctl train submit prototype (--data PATH | --inline-jsonl FILE) [flags]\n"
+    "  --data PATH               training JSONL on the server, under its jobs.data_root\n"
+    "  --inline-jsonl FILE       local JSONL file sent with the request, one\n"
+    "                            {\"text\": ..., \"label\": ..., \"id\": ...} object per line (id optional)\n"
+    "  --test PATH               held-out JSONL on the server (default: --holdout of the training rows)\n"
+    "  --holdout F               held-out fraction in [0, 0.5]; 0 = no evaluation (server default 0.1)\n"
+    "  --label-min A --label-max B\n"
+    "                            label bounds, both or neither (default: meta.json beside --data)\n"
+    "  --set KEY=VALUE           prototype config override (repeatable)\n"
+    "  --priority N              in [-100, 100]; higher runs first (default 0)\n"
+    "  --idempotency-key K       a retried submit with the same key returns the first job\n"
+    "  --activate                activate the artifact when the job succeeds\n"
+    "  --watch                   then follow the job like `frostctl jobs watch` (exit 4 unless it\n"
+    "                            succeeds)\n"
+    "  --json                    print the Job as a JSON line instead of its id (with --watch, then\n"
+    "                            one JobEvent JSON line per event)\n"
+    "  --addr HOST:PORT  --timeout SECONDS (default 60; --watch: none)  --token-file PATH\n";
+
+namespace {
+
+// Deadline of the submit call: it may carry an inline data set.
+constexpr double kSubmitTimeoutS = 60;
+// Largest --inline-jsonl file read (the server's jobs.max_inline_bytes is usually far smaller).
+constexpr size_t kMaxInlineFileBytes = size_t{1} << 30;
+
+struct SubmitOptions {
+  frost::v1::SubmitJobRequest request;
+  std::optional<std::string> data;          // --data
+  std::optional<std::string> inline_jsonl;  // --inline-jsonl
+  std::optional<double> label_min, label_max;
+  bool watch = false;
+  bool json = false;
+};
+
+std::vector<Flag> submit_flags(SubmitOptions* o, CommonOptions* common) {
+  frost::v1::PrototypeJobSpec* spec = o->request.mutable_prototype();
+  std::vector<Flag> flags = common_flags(common);
+  std::vector<Flag> own = {
+      string_flag("--data", [o](const std::string& v) { o->data = v; }),
+      string_flag("--inline-jsonl", [o](const std::string& v) { o->inline_jsonl = v; }),
+      string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); }),
+      double_flag("--holdout", [spec](double v) { spec->set_holdout_fraction(v); }),
+      double_flag("--label-min", [o](double v) { o->label_min = v; }),
+      double_flag("--label-max", [o](double v) { o->label_max = v; }),
+      Flag{"--set", true,
+           [spec](const std::string& v) {
+             absl::StatusOr<std::pair<std::string, std::string>> kv = parse_key_value(v);
+             if (!kv.ok()) return absl::InvalidArgumentError(absl::StrCat("--set: ", kv.status().message()));
+             if (!spec->mutable_config()->insert({kv->first, kv->second}).second) {
+               return absl::InvalidArgumentError(absl::StrCat("--set: key \"", kv->first, "\" given twice"));
+             }
+             return absl::OkStatus();
+           }},
+      int32_flag("--priority", [o](int32_t v) { o->request.set_priority(v); }),
+      string_flag("--idempotency-key", [o](const std::string& v) { o->request.set_idempotency_key(v); }),
+      switch_flag("--activate", [spec] { spec->set_activate(true); }),
+      switch_flag("--watch", [o] { o->watch = true; }),
+      switch_flag("--json", [o] { o->json = true; }),
+  };
+  flags.insert(flags.end(), own.begin(), own.end());
+  return flags;
+}
+
+int run_submit(const std::vector<std::string>& args, CommonOptions common) {
+  SubmitOptions o;
+  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, submit_flags(&o, &common));
+  if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
+  if (positional->empty()) {
+    return report_usage_error("train submit: expected the job kind (prototype)", kTrainUsage);
+  }
+  if (positional->front() != "prototype") {
+    return report_usage_error(
+        absl::StrCat("train submit: unknown job kind \"", positional->front(), "\" (expected prototype)"),
+        kTrainUsage);
+  }
+  if (positional->size() > 1) {
+    return report_usage_error(absl::StrCat("train submit: unexpected argument \"", (*positional)[1], "\""),
+                              kTrainUsage);
+  }
+  if (o.data.has_value() == o.inline_jsonl.has_value()) {
+    return report_usage_error(
+        "train submit: give the training data with exactly one of --data and --inline-jsonl", kTrainUsage);
+  }
+  if (o.label_min.has_value() != o.label_max.has_value()) {
+    return report_usage_error("train submit: give --label-min and --label-max together", kTrainUsage);
+  }
+  frost::v1::PrototypeJobSpec* spec = o.request.mutable_prototype();
+  std::optional<LabelRange> range;
+  if (o.label_min) {
+    spec->set_label_min(*o.label_min);
+    spec->set_label_max(*o.label_max);
+    range = LabelRange{*o.label_min, *o.label_max};
+  }
+  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+
+  if (o.data) {
+    spec->set_train_path(*o.data);
+  } else {
+    absl::StatusOr<std::string> content = read_file(*o.inline_jsonl, kMaxInlineFileBytes);
+    if (!content.ok()) {
+      return report_input_error(
+          absl::InvalidArgumentError(absl::StrCat("--inline-jsonl: ", content.status().message())));
+    }
+    // Rows outside the bounds are only caught here when the bounds are given: otherwise they come from the
+    // server (meta.json is beside --data only).
+    absl::StatusOr<frost::v1::InlineRows> rows = parse_inline_jsonl(*content, *o.inline_jsonl, range);
+    if (!rows.ok()) {
+      return report_input_error(
+          absl::InvalidArgumentError(absl::StrCat("--inline-jsonl: ", rows.status().message())));
+    }
+    *spec->mutable_inline_rows() = std::move(*rows);
+  }
+
+  const std::shared_ptr<grpc::Channel> channel = make_channel(common);
+  std::unique_ptr<frost::v1::Training::Stub> stub = frost::v1::Training::NewStub(channel);
+  grpc::ClientContext ctx;
+  prepare_context(common, kSubmitTimeoutS, &ctx);
+  frost::v1::Job job;
+  const grpc::Status status = stub->SubmitJob(&ctx, o.request, &job);
+  if (!status.ok()) return report_rpc_error(status);
+  if (o.json) {
+    print_json_line(job);
+  } else {
+    std::printf("%s\n", job.id().c_str());
+    std::fflush(stdout);
+  }
+  if (!o.watch) return kExitOk;
+  return watch_job(channel, job.id(), common, o.json);
+}
+
+}  // namespace
+
+int run_train(const std::vector<std::string>& args, CommonOptions common) {
+  int exit_code = kExitOk;
+  const std::optional<Subcommand> sub = parse_subcommand(args, "train", kTrainUsage, &common, &exit_code);
+  if (!sub) return exit_code;
+  if (wants_help(sub->args)) {
+    std::fputs(kTrainUsage, stdout);
+    return kExitOk;
+  }
+  if (sub->name == "submit") return run_submit(sub->args, common);
+  return report_usage_error(absl::StrCat("train: unknown subcommand \"", sub->name, "\" (expected submit)"),
+                            kTrainUsage);
+}
+
+}  // namespace frost::ctl

@@ -1,0 +1,190 @@
+#include "core/jobs/artifact_store.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/common/fs.h"
+#include "core/common/status_macros.h"
+
+namespace frost::jobs {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kInfoFile[] = "artifact.json";
+constexpr int64_t kMaxSmallFile = 16 << 20;
+
+bool valid_kind(const std::string& k) {
+  if (k.empty() || k.size() > 32) return false;
+  return std::all_of(k.begin(), k.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
+
+double now_unix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+int64_t dir_bytes(const std::string& dir) {
+  int64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) n += static_cast<int64_t>(e.file_size(ec));
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<std::string, int64_t>> parse_artifact_name(const std::string& name,
+                                                                    const std::string& field) {
+  const size_t slash = name.find('/');
+  int64_t v = 0;
+  if (slash == std::string::npos || !valid_kind(name.substr(0, slash)) ||
+      !absl::SimpleAtoi(name.substr(slash + 1), &v) || v <= 0 || absl::StrCat(v) != name.substr(slash + 1))
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": \"", name.size() > 80 ? name.substr(0, 80) + "..." : name,
+                     "\" is not an artifact name (expected KIND/VERSION, e.g. \"prototype/3\")"));
+  return std::make_pair(name.substr(0, slash), v);
+}
+
+absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::open(const std::string& root) {
+  FROST_RETURN_IF_ERROR(make_dirs(root));
+  std::error_code ec;
+  const std::string abs = fs::absolute(root, ec).lexically_normal().string();
+  for (const auto& e : fs::directory_iterator(abs, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+  }
+  return std::unique_ptr<ArtifactStore>(new ArtifactStore(abs));
+}
+
+absl::StatusOr<ArtifactInfo> ArtifactStore::publish(
+    const std::string& kind, const ArtifactMeta& meta,
+    const std::function<absl::Status(const std::string& dir)>& write) {
+  if (!valid_kind(kind))
+    return absl::InvalidArgumentError(absl::StrCat("artifact kind \"", kind, "\" is invalid"));
+  std::string tmpl = absl::StrCat(root_, "/.tmp-", kind, "-XXXXXX");
+  if (!::mkdtemp(tmpl.data()))
+    return absl::UnavailableError(absl::StrCat("cannot create a temporary directory in ", root_));
+  const std::string tmp = tmpl;
+  auto fail = [&](absl::Status s) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    return s;
+  };
+  absl::Status ws = write(tmp);
+  if (!ws.ok()) return fail(ws);
+
+  absl::MutexLock l(&mu_);
+  const std::string kdir = absl::StrCat(root_, "/", kind);
+  if (absl::Status s = make_dirs(kdir); !s.ok()) return fail(s);
+  int64_t version = 1;
+  if (absl::StatusOr<std::string> next = read_file(kdir + "/NEXT", 64); next.ok()) {
+    if (!absl::SimpleAtoi(*next, &version) || version <= 0)
+      return fail(absl::DataLossError(absl::StrCat(kdir, "/NEXT: not a version number")));
+  } else if (!absl::IsNotFound(next.status())) {
+    return fail(next.status());
+  }
+  // Never reuse a directory name, even if NEXT was lost.
+  while (fs::exists(absl::StrCat(kdir, "/", version))) ++version;
+
+  nlohmann::json info = {{"kind", kind},
+                         {"version", version},
+                         {"job_id", meta.job_id},
+                         {"created_unix", now_unix()},
+                         {"backbone", meta.backbone},
+                         {"report_json", meta.report_json}};
+  if (absl::Status s = write_file_atomic(tmp + "/" + kInfoFile, info.dump(2)); !s.ok()) return fail(s);
+  if (absl::Status s = write_file_atomic(kdir + "/NEXT", absl::StrCat(version + 1)); !s.ok()) return fail(s);
+  const std::string dst = absl::StrCat(kdir, "/", version);
+  if (absl::Status s = rename_durable(tmp, dst); !s.ok()) return fail(s);
+  return read_info(kind, version);
+}
+
+absl::StatusOr<ArtifactInfo> ArtifactStore::read_info(const std::string& kind, int64_t version) const {
+  ArtifactInfo a;
+  a.kind = kind;
+  a.version = version;
+  a.name = absl::StrCat(kind, "/", version);
+  a.dir = absl::StrCat(root_, "/", a.name);
+  std::error_code ec;
+  if (!fs::is_directory(a.dir, ec))
+    return absl::NotFoundError(absl::StrCat("artifact '", a.name, "' not found"));
+  FROST_ASSIGN_OR_RETURN(std::string text, read_file(a.dir + "/" + kInfoFile, kMaxSmallFile));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::DataLossError(absl::StrCat(a.dir, "/", kInfoFile, ": not a JSON object"));
+  a.job_id = j.value("job_id", "");
+  a.created_unix = j.value("created_unix", 0.0);
+  a.backbone = j.value("backbone", "");
+  a.report_json = j.value("report_json", "");
+  a.bytes = dir_bytes(a.dir);
+  return a;
+}
+
+absl::StatusOr<std::vector<ArtifactInfo>> ArtifactStore::list(const std::string& kind) const {
+  if (!kind.empty() && !valid_kind(kind))
+    return absl::InvalidArgumentError(absl::StrCat("kind: \"", kind, "\" is not an artifact kind"));
+  std::vector<std::pair<std::string, int64_t>> found;
+  std::error_code ec;
+  for (const auto& k : fs::directory_iterator(root_, ec)) {
+    const std::string kn = k.path().filename().string();
+    if (!k.is_directory(ec) || !valid_kind(kn) || (!kind.empty() && kn != kind)) continue;
+    for (const auto& v : fs::directory_iterator(k.path(), ec)) {
+      int64_t ver = 0;
+      if (v.is_directory(ec) && absl::SimpleAtoi(v.path().filename().string(), &ver) && ver > 0)
+        found.push_back({kn, ver});
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<ArtifactInfo> out;
+  for (const auto& [k, v] : found) {
+    absl::StatusOr<ArtifactInfo> a = read_info(k, v);
+    if (a.ok()) out.push_back(*std::move(a));  // a damaged entry is skipped here; get() reports it
+  }
+  return out;
+}
+
+absl::StatusOr<ArtifactInfo> ArtifactStore::get(const std::string& name) const {
+  FROST_ASSIGN_OR_RETURN(auto kv, parse_artifact_name(name));
+  return read_info(kv.first, kv.second);
+}
+
+absl::Status ArtifactStore::remove(const std::string& name) {
+  FROST_ASSIGN_OR_RETURN(auto kv, parse_artifact_name(name));
+  absl::MutexLock l(&mu_);
+  const std::string dir = absl::StrCat(root_, "/", name);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("artifact '", name, "' not found"));
+  // Rename out of sight first (atomic), then delete: a crash mid-delete leaves a .tmp- directory.
+  std::string tmpl = absl::StrCat(root_, "/.tmp-", kv.first, "-deleted-XXXXXX");
+  if (!::mkdtemp(tmpl.data())) return absl::UnavailableError(absl::StrCat("cannot delete ", name));
+  fs::remove(tmpl, ec);
+  FROST_RETURN_IF_ERROR(rename_durable(dir, tmpl));
+  fs::remove_all(tmpl, ec);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> ArtifactStore::active(const std::string& kind) const {
+  if (!valid_kind(kind)) return absl::InvalidArgumentError(absl::StrCat("kind: \"", kind, "\" is invalid"));
+  absl::StatusOr<std::string> t = read_file(absl::StrCat(root_, "/", kind, "/ACTIVE"), 256);
+  if (absl::IsNotFound(t.status())) return std::optional<std::string>();
+  if (!t.ok()) return t.status();
+  if (t->empty()) return std::optional<std::string>();
+  FROST_RETURN_IF_ERROR(parse_artifact_name(*t, absl::StrCat(kind, "/ACTIVE")).status());
+  return std::optional<std::string>(*t);
+}
+
+absl::Status ArtifactStore::set_active(const std::string& kind, const std::string& name) {
+  if (!name.empty()) FROST_RETURN_IF_ERROR(parse_artifact_name(name).status());
+  absl::MutexLock l(&mu_);
+  FROST_RETURN_IF_ERROR(make_dirs(absl::StrCat(root_, "/", kind)));
+  return write_file_atomic(absl::StrCat(root_, "/", kind, "/ACTIVE"), name);
+}
+
+}  // namespace frost::jobs

@@ -1,0 +1,87 @@
+#pragma once
+// ArtifactStore: the versioned, durable registry of trained artifacts on disk.
+//
+// Layout under `root` (frostd: <state_dir>/artifacts):
+//   <kind>/<version>/            one artifact: the kind's files (prototype: prototype.safetensors +
+//                                manifest.json with per-file sha256) and artifact.json (ours)
+//   <kind>/NEXT                  next version number (versions are never reused, even after delete)
+//   <kind>/ACTIVE                "<kind>/<version>" of the active artifact, absent = none
+//   .tmp-<kind>-<random>/        an artifact being written
+//
+// Atomic publication: publish() writes into a .tmp- directory, fsyncs every file (the writers use
+// write_file_atomic), then renames the directory to <kind>/<version> and fsyncs the parent. A crash
+// before the rename leaves only a .tmp- directory: never listed, never loadable, and removed by the
+// next open(). ACTIVE and NEXT are replaced with write_file_atomic.
+//
+// Names: "<kind>/<version>", kind in [a-z0-9_]{1,32}, version a positive decimal integer. Anything
+// else is INVALID_ARGUMENT naming the value (so a name can never address a path outside root).
+// Thread-safe.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace frost::jobs {
+
+struct ArtifactInfo {
+  std::string name;  // "prototype/3"
+  std::string kind;
+  int64_t version = 0;
+  std::string dir;     // absolute directory of its files
+  int64_t bytes = 0;   // on disk, all files
+  std::string job_id;  // the job that produced it
+  double created_unix = 0;
+  std::string backbone;     // model name it was trained on
+  std::string report_json;  // evaluation report ("" = none)
+};
+
+struct ArtifactMeta {  // what publish() records in artifact.json
+  std::string job_id;
+  std::string backbone;
+  std::string report_json;
+};
+
+// Parses "<kind>/<version>"; INVALID_ARGUMENT "<field>: ..." naming the value otherwise.
+absl::StatusOr<std::pair<std::string, int64_t>> parse_artifact_name(const std::string& name,
+                                                                    const std::string& field = "name");
+
+class ArtifactStore {
+ public:
+  // Creates root when missing and removes leftover .tmp- directories (partial writes of a crashed
+  // process).
+  static absl::StatusOr<std::unique_ptr<ArtifactStore>> open(const std::string& root);
+
+  // Publishes a new version of `kind`: `write(dir)` fills a fresh temporary directory; on success it
+  // becomes <kind>/<version> atomically. `meta` is read after write() returns, so the writer may
+  // fill it (e.g. the report of the evaluation it ran). On failure nothing is published and the temporary
+  // directory is removed.
+  absl::StatusOr<ArtifactInfo> publish(const std::string& kind, const ArtifactMeta& meta,
+                                       const std::function<absl::Status(const std::string& dir)>& write);
+
+  // Every published artifact of `kind` ("" = all kinds), by kind then version.
+  absl::StatusOr<std::vector<ArtifactInfo>> list(const std::string& kind = "") const;
+  // NOT_FOUND "artifact 'prototype/9' not found".
+  absl::StatusOr<ArtifactInfo> get(const std::string& name) const;
+  // Removes the artifact's directory. The caller refuses to remove the active one.
+  absl::Status remove(const std::string& name);
+
+  // The persisted activation of `kind` (nullopt = none).
+  absl::StatusOr<std::optional<std::string>> active(const std::string& kind) const;
+  absl::Status set_active(const std::string& kind, const std::string& name);
+
+  const std::string& root() const { return root_; }
+
+ private:
+  explicit ArtifactStore(std::string root) : root_(std::move(root)) {}
+  absl::StatusOr<ArtifactInfo> read_info(const std::string& kind, int64_t version) const;
+
+  std::string root_;
+  mutable absl::Mutex mu_;  // serialises publish / remove / set_active (version allocation)
+};
+
+}  // namespace frost::jobs

@@ -1,0 +1,241 @@
+#include "core/jobs/prototype_job.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/jobs/state_dir.h"
+#include "core/prototype/artifact.h"
+#include "core/prototype/config.h"
+#include "core/prototype/data.h"
+#include "core/prototype/evaluate.h"
+#include "core/prototype/trainer.h"
+
+namespace frost::jobs {
+
+namespace {
+
+using nlohmann::json;
+
+absl::StatusOr<json> parse_spec(const std::string& spec_json) {
+  json j = json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::InvalidArgumentError("spec: not a JSON object");
+  return j;
+}
+
+// Reads an optional number field.
+absl::StatusOr<std::optional<double>> opt_number(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::optional<double>();
+  if (!j[key].is_number()) return absl::InvalidArgumentError(absl::StrCat(key, ": expected a number"));
+  return std::optional<double>(j[key].get<double>());
+}
+
+absl::StatusOr<std::vector<std::string>> config_fields(const json& spec) {
+  std::vector<std::string> kv;
+  if (!spec.contains("config")) return kv;
+  if (!spec["config"].is_object())
+    return absl::InvalidArgumentError("config: expected an object of key: value");
+  for (const auto& [k, v] : spec["config"].items()) {
+    if (!v.is_string())
+      return absl::InvalidArgumentError(absl::StrCat("config.", k, ": expected a string value"));
+    kv.push_back(k + "=" + v.get<std::string>());
+  }
+  return kv;
+}
+
+// Inline rows as JSONL, so they pass the same row rules and errors name "inline_rows:<row>".
+absl::StatusOr<std::string> inline_jsonl(const json& rows, const PrototypeJobOptions& o) {
+  if (!rows.is_array()) return absl::InvalidArgumentError("inline_rows: expected an array");
+  if (static_cast<int64_t>(rows.size()) > o.max_inline_rows)
+    return absl::InvalidArgumentError(
+        absl::StrCat("inline_rows: ", rows.size(),
+                     " rows is more than jobs.max_inline_rows=", o.max_inline_rows, "; use train_path"));
+  std::string out;
+  int64_t text_bytes = 0;
+  for (const json& r : rows) {
+    if (r.is_object() && r.contains("text") && r["text"].is_string())
+      text_bytes += static_cast<int64_t>(r["text"].get_ref<const std::string&>().size());
+    out += r.dump(-1, ' ', false, json::error_handler_t::replace);
+    out += '\n';
+  }
+  if (text_bytes > o.max_inline_bytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inline_rows: ", text_bytes, " bytes of text is more than jobs.max_inline_bytes=", o.max_inline_bytes,
+        "; use train_path"));
+  return out;
+}
+
+struct LoadedSpec {
+  proto::LabelBounds bounds;
+  proto::RegressionData train, test;
+  proto::PrototypeConfig cfg;
+  bool activate = false;
+  std::string name;
+};
+
+// Loads and checks everything a spec names. `resolve` = paths are user input (submit) rather than
+// the normalised absolute paths of a prepared spec (run; they are checked again all the same).
+absl::StatusOr<LoadedSpec> load_spec(const json& spec, const PrototypeJobOptions& o, json* normalised) {
+  LoadedSpec ls;
+  json norm = json::object();
+  const bool has_path = spec.contains("train_path"), has_inline = spec.contains("inline_rows");
+  if (has_path == has_inline)
+    return absl::InvalidArgumentError("prototype: exactly one of train_path and inline_rows must be set");
+  std::string train_path;
+  if (has_path) {
+    if (!spec["train_path"].is_string()) return absl::InvalidArgumentError("train_path: expected a string");
+    FROST_ASSIGN_OR_RETURN(
+        train_path, resolve_data_path(o.data_root, spec["train_path"].get<std::string>(), "train_path"));
+    norm["train_path"] = train_path;
+  }
+  // Bounds: explicit, else meta.json beside train_path.
+  FROST_ASSIGN_OR_RETURN(std::optional<double> lo, opt_number(spec, "label_min"));
+  FROST_ASSIGN_OR_RETURN(std::optional<double> hi, opt_number(spec, "label_max"));
+  if (lo.has_value() != hi.has_value())
+    return absl::InvalidArgumentError("label_min / label_max: set both or neither");
+  if (lo) {
+    ls.bounds = {*lo, *hi};
+    FROST_RETURN_IF_ERROR(proto::validate_bounds(ls.bounds));
+  } else {
+    if (!has_path)
+      return absl::InvalidArgumentError(
+          "label_min / label_max: required with inline_rows (no meta.json to read)");
+    const std::string meta = (std::filesystem::path(train_path).parent_path() / "meta.json").string();
+    absl::StatusOr<proto::LabelBounds> b = proto::load_meta_bounds(meta);
+    if (!b.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("label_min / label_max not set and ", b.status().message()));
+    ls.bounds = *b;
+  }
+  norm["label_min"] = ls.bounds.a;
+  norm["label_max"] = ls.bounds.b;
+
+  if (has_path) {
+    FROST_ASSIGN_OR_RETURN(ls.train, proto::load_regression_jsonl(train_path, ls.bounds));
+    ls.name = std::filesystem::path(train_path).parent_path().filename().string();
+  } else {
+    FROST_ASSIGN_OR_RETURN(std::string content, inline_jsonl(spec["inline_rows"], o));
+    FROST_ASSIGN_OR_RETURN(ls.train, proto::parse_regression_jsonl(content, "inline_rows", ls.bounds));
+    norm["inline_rows"] = spec["inline_rows"];
+    ls.name = "inline";
+  }
+
+  double holdout = 0.1;
+  if (spec.contains("test_path") &&
+      !(spec["test_path"].is_string() && spec["test_path"].get<std::string>().empty())) {
+    if (!spec["test_path"].is_string()) return absl::InvalidArgumentError("test_path: expected a string");
+    FROST_ASSIGN_OR_RETURN(std::string test_path,
+                           resolve_data_path(o.data_root, spec["test_path"].get<std::string>(), "test_path"));
+    FROST_ASSIGN_OR_RETURN(ls.test, proto::load_regression_jsonl(test_path, ls.bounds));
+    norm["test_path"] = test_path;
+    holdout = 0;
+  } else {
+    FROST_ASSIGN_OR_RETURN(std::optional<double> h, opt_number(spec, "holdout_fraction"));
+    if (h) holdout = *h;
+    if (!(holdout >= 0 && holdout <= 0.5))
+      return absl::InvalidArgumentError(absl::StrCat("holdout_fraction: ", holdout, " is outside [0, 0.5]"));
+    norm["holdout_fraction"] = holdout;
+  }
+
+  FROST_ASSIGN_OR_RETURN(std::vector<std::string> fields, config_fields(spec));
+  FROST_RETURN_IF_ERROR(proto::set_fields(ls.cfg, fields));
+  norm["config"] = spec.value("config", json::object());
+  if (spec.contains("activate") && !spec["activate"].is_boolean())
+    return absl::InvalidArgumentError("activate: expected a boolean");
+  ls.activate = spec.value("activate", false);
+  norm["activate"] = ls.activate;
+
+  if (holdout > 0) {
+    const int64_t n = ls.train.size();
+    const int64_t n_test = static_cast<int64_t>(std::llround(holdout * static_cast<double>(n)));
+    std::vector<int64_t> perm(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) perm[static_cast<size_t>(i)] = i;
+    std::mt19937_64 rng(static_cast<uint64_t>(ls.cfg.seed));
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<bool> held(static_cast<size_t>(n), false);
+    for (int64_t i = 0; i < n_test; ++i) held[static_cast<size_t>(perm[static_cast<size_t>(i)])] = true;
+    proto::RegressionData tr, te;
+    for (int64_t i = 0; i < n; ++i) {
+      proto::RegressionData& d = held[static_cast<size_t>(i)] ? te : tr;
+      d.texts.push_back(ls.train.texts[static_cast<size_t>(i)]);
+      d.labels.push_back(ls.train.labels[static_cast<size_t>(i)]);
+      d.ids.push_back(ls.train.ids[static_cast<size_t>(i)]);
+    }
+    ls.train = std::move(tr);
+    ls.test = std::move(te);
+  }
+  if (ls.train.size() < ls.cfg.K)
+    return absl::InvalidArgumentError(absl::StrCat("config.K: ", ls.cfg.K, " prototypes need at least ",
+                                                   ls.cfg.K, " training rows, the job has ",
+                                                   ls.train.size()));
+  if (normalised) *normalised = std::move(norm);
+  return ls;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> PrototypeJobKind::prepare(const std::string& spec_json) {
+  FROST_ASSIGN_OR_RETURN(json spec, parse_spec(spec_json));
+  json norm;
+  FROST_RETURN_IF_ERROR(load_spec(spec, opts_, &norm).status());
+  return norm.dump();
+}
+
+absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobContext& ctx) {
+  FROST_ASSIGN_OR_RETURN(json spec, parse_spec(job.spec_json));
+  FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(spec, opts_, nullptr));
+
+  proto::TrainHooks hooks;
+  hooks.cancel = ctx.cancel;
+  hooks.checkpoint_path = ctx.checkpoint_path;
+  hooks.checkpoint_every = ctx.checkpoint_every;
+  hooks.on_progress = [&](const proto::TrainProgress& p) {
+    if (!ctx.progress) return;
+    json j = {{"stage", p.stage},
+              {"epoch", p.epoch},
+              {"epochs", p.epochs},
+              {"step", p.global_step},
+              {"steps_total", p.total_steps},
+              {"loss", p.loss},
+              {"examples_per_s", p.examples_per_s},
+              {"eta_s", p.eta_s}};
+    ctx.progress(j.dump());
+  };
+
+  std::string report;
+  ArtifactMeta meta;
+  meta.job_id = job.id;
+  meta.backbone = opts_.model->name;
+  FROST_ASSIGN_OR_RETURN(
+      ArtifactInfo info, opts_.store->publish("prototype", meta, [&](const std::string& dir) -> absl::Status {
+        if (ls.test.size() > 0) {
+          proto::DatasetDir d{ls.name, ls.bounds, ls.train, ls.test};
+          proto::EvalOptions eo;
+          eo.cfg = ls.cfg;
+          eo.artifact_dir = dir;
+          eo.hooks = hooks;
+          FROST_ASSIGN_OR_RETURN(nlohmann::ordered_json r, proto::evaluate_prototype(*opts_.model, d, eo));
+          r["job_id"] = job.id;
+          if (r.contains("artifact")) r["artifact"].erase("dir");  // the temporary directory it was written to
+          report = r.dump();
+        } else {
+          FROST_ASSIGN_OR_RETURN(auto trainer,
+                                 proto::PrototypeTrainer::create(*opts_.model, ls.train, ls.bounds, ls.cfg));
+          FROST_ASSIGN_OR_RETURN(proto::PrototypeArtifact art, trainer->run(hooks));
+          FROST_RETURN_IF_ERROR(proto::save_artifact(art, dir).status());
+          report = json{{"job_id", job.id}, {"n_train", ls.train.size()}, {"evaluation", "none (holdout 0)"}}
+                       .dump();
+        }
+        meta.report_json = report;  // publish() reads meta after write() returns
+        return absl::OkStatus();
+      }));
+  JobResult r;
+  r.artifact = info.name;
+  r.report_json = report;
+  r.activate = ls.activate;
+  return r;
+}
+
+}  // namespace frost::jobs

@@ -1,0 +1,150 @@
+#pragma once
+// Scheduler: durable training jobs on top of the SQLite Journal.
+//
+// Life of a job:
+//   submit()  the kind validates and normalises the spec (JobKind::prepare: paths resolved under the
+//             data root, every data row checked) → the job is committed to the journal as QUEUED →
+//             only then is it acknowledged. A full queue (max_queued jobs QUEUED) is
+//             RESOURCE_EXHAUSTED; an idempotency key seen before returns the first job.
+//   run       workers (`concurrency` of them) take the highest priority, then the oldest. RUNNING,
+//             attempts + 1 and started_unix are committed before the kind runs. The kind checks the
+//             job's CancelToken before every step and checkpoints every `checkpoint_every` steps and
+//             when it stops early.
+//   end       SUCCEEDED (artifact + report), FAILED (reason), CANCELLED; committed, then watchers
+//             hear it. The job's checkpoint directory is removed.
+//   shutdown  (SIGTERM) running jobs are asked to stop, write a checkpoint and go back to QUEUED
+//             ("server shut down"), so the next start resumes them.
+//   crash     (kill -9, power loss) the journal still says RUNNING. create() re-queues such jobs to
+//             resume from their last checkpoint (the kind gets ctx.checkpoint_path; the prototype
+//             trainer's resume is bit-identical to an uninterrupted run on CPU), unless the job has
+//             already been started max_attempts times: then it ends INTERRUPTED with the reason.
+//             No job stays RUNNING across a restart and none is lost.
+//
+// Job threads: each worker runs at `nice` lower priority (Linux per-thread niceness) with an
+// OpenMP budget of `threads` intra-op threads, so serving keeps the rest of the machine.
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/common/cancel.h"
+#include "core/jobs/journal.h"
+
+namespace frost::jobs {
+
+struct JobContext {
+  std::string job_id;
+  const CancelToken* cancel = nullptr;
+  std::string checkpoint_path;  // resume from it when it exists; write it every checkpoint_every steps
+  int64_t checkpoint_every = 0;
+  // Progress report (JSON object with stage, epoch, step, steps_total, loss, examples_per_s, eta_s).
+  std::function<void(const std::string& progress_json)> progress;
+};
+
+struct JobResult {
+  std::string artifact;     // "prototype/3"
+  std::string report_json;  // evaluation report
+  bool activate = false;    // the spec asked for activation on success
+};
+
+class JobKind {
+ public:
+  virtual ~JobKind() = default;
+  // Validates a spec at submit and returns its normalised form (what run() will get).
+  // INVALID_ARGUMENT naming the field / file and line.
+  virtual absl::StatusOr<std::string> prepare(const std::string& spec_json) = 0;
+  // Runs the job; CANCELLED when ctx.cancel fired (after checkpointing).
+  virtual absl::StatusOr<JobResult> run(const JobRecord& job, const JobContext& ctx) = 0;
+};
+
+struct SchedulerOptions {
+  std::string state_dir;  // journal: <state_dir>/jobs.db; checkpoints: <state_dir>/jobs/<id>/
+  int32_t max_queued = 64;
+  int32_t concurrency = 1;  // jobs running at once on the (single) device
+  int32_t threads = 1;      // intra-op threads of a running job
+  int32_t nice = 10;        // niceness added to job threads
+  int64_t checkpoint_every = 50;
+  int32_t max_attempts = 3;
+  double progress_commit_s = 2;  // progress is written to the journal at most this often
+};
+
+class Scheduler {
+ public:
+  // Opens the journal and recovers jobs a killed process left RUNNING (see above). Workers start
+  // with start().
+  static absl::StatusOr<std::unique_ptr<Scheduler>> create(
+      SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds);
+  ~Scheduler();  // shutdown()
+
+  // Called after a job SUCCEEDED with activate=true (before watchers hear of it); its error is
+  // recorded in the job's reason, the job still SUCCEEDED.
+  void set_activator(std::function<absl::Status(const std::string& artifact)> f);
+  void start();
+  // Asks running jobs to checkpoint and stop (they return to QUEUED), joins the workers.
+  void shutdown();
+
+  absl::StatusOr<JobRecord> submit(const std::string& kind, const std::string& spec_json, int32_t priority,
+                                   const std::string& idempotency_key);
+  absl::StatusOr<JobRecord> get(const std::string& id) const;
+  absl::StatusOr<std::vector<JobRecord>> list(const ListQuery& q) const;
+  // QUEUED → CANCELLED at once; RUNNING → its CancelToken trips (CANCELLED when it stops);
+  // terminal → FAILED_PRECONDITION "job x already ended (SUCCEEDED)".
+  absl::StatusOr<JobRecord> cancel(const std::string& id);
+
+  // Calls `f` with the job after every progress report and state change, from the worker thread
+  // (or the caller of cancel). Keep it short and non-blocking. Returns a token for unsubscribe().
+  uint64_t subscribe(const std::string& id, std::function<void(const JobRecord&)> f);
+  void unsubscribe(uint64_t token);
+
+  struct Counts {
+    int64_t queued = 0, running = 0;
+    std::map<JobState, int64_t> by_state;
+  };
+  Counts counts() const;
+  // Progress of running jobs (for metrics): id → last progress JSON.
+  std::map<std::string, std::string> running_progress() const;
+
+ private:
+  Scheduler(SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds,
+            std::unique_ptr<Journal> journal);
+  absl::Status recover();
+  void worker_loop();
+  void run_one(JobRecord job);
+  void notify(const JobRecord& job);
+  std::string job_dir(const std::string& id) const;
+
+  struct Queued {
+    int32_t priority;
+    int64_t seq;
+    std::string id;
+  };
+  struct Running {
+    std::shared_ptr<CancelToken> cancel;
+    bool user_cancelled = false;
+    std::string progress_json;
+  };
+
+  SchedulerOptions opts_;
+  std::map<std::string, std::shared_ptr<JobKind>> kinds_;
+  std::unique_ptr<Journal> journal_;
+  std::function<absl::Status(const std::string&)> activator_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Queued> queue_;               // guarded by mu_
+  std::map<std::string, Running> running_;  // guarded by mu_
+  bool stopping_ = false;                   // guarded by mu_
+  std::vector<std::thread> workers_;
+
+  mutable std::mutex sub_mu_;
+  uint64_t next_sub_ = 1;
+  std::multimap<std::string, std::pair<uint64_t, std::function<void(const JobRecord&)>>> subs_;
+};
+
+}  // namespace frost::jobs

@@ -1,0 +1,106 @@
+#include "server/auth.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "core/common/fs.h"
+
+namespace frost::server {
+
+namespace {
+
+// Constant-time comparison (the time does not depend on where the strings differ).
+bool same_token(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % b.size()]);
+  return diff == 0;
+}
+
+absl::StatusOr<std::string> read_token(const std::string& file, const std::string& env,
+                                       const std::string& file_field) {
+  if (!file.empty()) {
+    absl::StatusOr<std::string> t = read_file(file, 4096, "4096 bytes");
+    if (!t.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_field, ": cannot read the token file \"", file, "\": ", t.status().message()));
+    std::string tok(absl::StripTrailingAsciiWhitespace(t->substr(0, t->find('\n'))));
+    if (tok.empty())
+      return absl::InvalidArgumentError(absl::StrCat(file_field, ": token file \"", file, "\" is empty"));
+    return tok;
+  }
+  if (env.empty()) return std::string();
+  const char* v = std::getenv(env.c_str());
+  return std::string(v ? absl::StripTrailingAsciiWhitespace(v) : "");
+}
+
+}  // namespace
+
+const std::map<std::string, AuthRule>& auth_rules() {
+  static const auto* rules = new std::map<std::string, AuthRule>{
+      {"/frost.v1.Generation/Generate", AuthRule::kInference},
+      {"/frost.v1.Generation/Tokenize", AuthRule::kInference},
+      {"/frost.v1.Generation/GetModelInfo", AuthRule::kInference},
+      {"/frost.v1.Prediction/Predict", AuthRule::kInference},
+      {"/frost.v1.Training/SubmitJob", AuthRule::kAdmin},
+      {"/frost.v1.Training/GetJob", AuthRule::kAdmin},
+      {"/frost.v1.Training/ListJobs", AuthRule::kAdmin},
+      {"/frost.v1.Training/CancelJob", AuthRule::kAdmin},
+      {"/frost.v1.Training/WatchJob", AuthRule::kAdmin},
+      {"/frost.v1.Admin/GetServerInfo", AuthRule::kAdmin},
+      {"/frost.v1.Admin/ListArtifacts", AuthRule::kAdmin},
+      {"/frost.v1.Admin/ActivateArtifact", AuthRule::kAdmin},
+      {"/frost.v1.Admin/DeleteArtifact", AuthRule::kAdmin},
+  };
+  return *rules;
+}
+
+absl::StatusOr<Authenticator> Authenticator::create(const AuthSection& cfg) {
+  Authenticator a;
+  absl::StatusOr<std::string> admin =
+      read_token(cfg.admin_token_file, cfg.admin_token_env, "auth.admin_token_file");
+  if (!admin.ok()) return admin.status();
+  absl::StatusOr<std::string> user =
+      read_token(cfg.user_token_file, cfg.user_token_env, "auth.user_token_file");
+  if (!user.ok()) return user.status();
+  if (!admin->empty() && *admin == *user)
+    return absl::InvalidArgumentError("auth: the admin and user tokens must differ");
+  a.admin_ = *std::move(admin);
+  a.user_ = *std::move(user);
+  a.require_for_inference_ = cfg.require_for_inference;
+  return a;
+}
+
+absl::Status Authenticator::check(const std::string& method, const std::string* authorization) const {
+  auto it = auth_rules().find(method);
+  if (it == auth_rules().end())
+    return absl::PermissionDeniedError(absl::StrCat(method, ": no authorization rule (refused)"));
+  const AuthRule rule = it->second;
+  if (rule == AuthRule::kInference && !require_for_inference_) return absl::OkStatus();
+  if (rule == AuthRule::kAdmin && admin_.empty())
+    return absl::UnauthenticatedError(
+        "no admin token is configured on this server (auth.admin_token_file or auth.admin_token_env)");
+  if (authorization == nullptr)
+    return absl::UnauthenticatedError("missing credentials: send metadata \"authorization: Bearer <token>\"");
+  absl::string_view v = *authorization;
+  if (!absl::ConsumePrefix(&v, "Bearer ") && !absl::ConsumePrefix(&v, "bearer "))
+    return absl::UnauthenticatedError("malformed authorization metadata: expected \"Bearer <token>\"");
+  const std::string tok(absl::StripAsciiWhitespace(v));
+  if (same_token(tok, admin_)) return absl::OkStatus();
+  if (same_token(tok, user_)) {
+    if (rule == AuthRule::kInference) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(method, " needs the admin token; this is a user token"));
+  }
+  return absl::UnauthenticatedError("invalid bearer token");
+}
+
+absl::Status Authenticator::check(const std::string& method, const grpc::CallbackServerContext* ctx) const {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return check(method, static_cast<const std::string*>(nullptr));
+  const std::string v(it->second.data(), it->second.size());
+  return check(method, &v);
+}
+
+}  // namespace frost::server

@@ -1,0 +1,109 @@
+// ArtifactStore: atomic publication, versions, activation pointer, name validation.
+#include "core/jobs/artifact_store.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace frost::jobs {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ArtifactStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = (fs::temp_directory_path() / "frost_store_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(t.data()), nullptr);
+    root_ = t;
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  static absl::Status write_one(const std::string& dir) {
+    std::ofstream(dir + "/payload.bin") << "0123456789";
+    return absl::OkStatus();
+  }
+  std::string root_;
+};
+
+TEST_F(ArtifactStoreTest, PublishListGet) {
+  auto s = ArtifactStore::open(root_ + "/a");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ArtifactMeta meta{"job-1", "stories260K", "{\"mae\":1}"};
+  auto a1 = (*s)->publish("prototype", meta, write_one);
+  ASSERT_TRUE(a1.ok()) << a1.status();
+  EXPECT_EQ(a1->name, "prototype/1");
+  auto a2 = (*s)->publish("prototype", meta, write_one);
+  ASSERT_TRUE(a2.ok());
+  EXPECT_EQ(a2->name, "prototype/2");
+  auto all = (*s)->list();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].job_id, "job-1");
+  EXPECT_EQ((*all)[0].backbone, "stories260K");
+  EXPECT_EQ((*all)[0].report_json, "{\"mae\":1}");
+  EXPECT_GT((*all)[0].bytes, 10);
+  EXPECT_TRUE(fs::exists((*all)[1].dir + "/payload.bin"));
+  EXPECT_EQ((*s)->get("prototype/9").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ArtifactStoreTest, AFailedWriteLeavesNothingBehind) {
+  auto s = ArtifactStore::open(root_);
+  ASSERT_TRUE(s.ok());
+  auto r = (*s)->publish("prototype", {}, [](const std::string& dir) {
+    std::ofstream(dir + "/half.bin") << "x";
+    return absl::CancelledError("cancelled mid-write");
+  });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE((*s)->list()->empty());
+  for (const auto& e : fs::directory_iterator(root_))
+    EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0u) << e.path();
+}
+
+TEST_F(ArtifactStoreTest, LeftoverTempDirectoriesOfACrashAreRemovedAndNeverListed) {
+  fs::create_directories(root_ + "/.tmp-prototype-abc123");
+  std::ofstream(root_ + "/.tmp-prototype-abc123/prototype.safetensors") << "partial";
+  auto s = ArtifactStore::open(root_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(fs::exists(root_ + "/.tmp-prototype-abc123"));
+  EXPECT_TRUE((*s)->list()->empty());
+}
+
+TEST_F(ArtifactStoreTest, VersionsAreNeverReusedAfterDelete) {
+  auto s = ArtifactStore::open(root_);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->publish("prototype", {}, write_one).ok());
+  ASSERT_TRUE((*s)->publish("prototype", {}, write_one).ok());
+  ASSERT_TRUE((*s)->remove("prototype/2").ok());
+  EXPECT_EQ((*s)->remove("prototype/2").code(), absl::StatusCode::kNotFound);
+  auto a = (*s)->publish("prototype", {}, write_one);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->name, "prototype/3");
+  // and after reopening (NEXT persisted)
+  auto s2 = ArtifactStore::open(root_);
+  EXPECT_EQ((*s2)->publish("prototype", {}, write_one)->name, "prototype/4");
+}
+
+TEST_F(ArtifactStoreTest, ActivePointerPersists) {
+  auto s = ArtifactStore::open(root_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE((*s)->active("prototype")->has_value());
+  ASSERT_TRUE((*s)->publish("prototype", {}, write_one).ok());
+  ASSERT_TRUE((*s)->set_active("prototype", "prototype/1").ok());
+  auto s2 = ArtifactStore::open(root_);
+  EXPECT_EQ((*s2)->active("prototype")->value_or(""), "prototype/1");
+}
+
+TEST_F(ArtifactStoreTest, NamesThatCouldEscapeTheRootAreRefused) {
+  auto s = ArtifactStore::open(root_);
+  ASSERT_TRUE(s.ok());
+  for (const char* bad : {"../prototype/1", "prototype/../../etc", "/etc/passwd", "prototype/0",
+                          "prototype/-1", "prototype/01", "Prototype/1", "prototype", "", "prototype/1/x"}) {
+    EXPECT_EQ((*s)->get(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ((*s)->remove(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace frost::jobs

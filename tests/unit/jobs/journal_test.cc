@@ -1,0 +1,580 @@
+// Journal: the SQLite job journal (core/jobs/journal.h).
+#include "core/jobs/journal.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/testing/test_util.h"
+
+namespace frost::jobs {
+namespace {
+
+using ::frost::testing::read_text_file;
+using ::frost::testing::write_text_file;
+
+// A fresh mkdtemp() directory, removed with its contents by the destructor.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "frost_journal_XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::unique_ptr<Journal> open_ok(const std::string& path) {
+  auto j = Journal::open(path);
+  EXPECT_TRUE(j.ok()) << j.status();
+  return j.ok() ? std::move(j).value() : nullptr;
+}
+
+JobRecord make_job(const std::string& kind, const std::string& spec = "{}", const std::string& key = "") {
+  JobRecord r;
+  r.kind = kind;
+  r.spec_json = spec;
+  r.idempotency_key = key;
+  return r;
+}
+
+Journal::Inserted insert_ok(Journal& j, JobRecord r) {
+  auto ins = j.insert(std::move(r));
+  EXPECT_TRUE(ins.ok()) << ins.status();
+  return ins.ok() ? *ins : Journal::Inserted{JobRecord{}, false};
+}
+
+std::vector<JobRecord> list_ok(const Journal& j, const ListQuery& q) {
+  auto l = j.list(q);
+  EXPECT_TRUE(l.ok()) << l.status();
+  return l.ok() ? *l : std::vector<JobRecord>{};
+}
+
+int64_t total_rows(const Journal& j) {
+  ListQuery q;
+  q.limit = 1000000;
+  return static_cast<int64_t>(list_ok(j, q).size());
+}
+
+void expect_same(const JobRecord& a, const JobRecord& b) {
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.state, b.state);
+  EXPECT_EQ(a.reason, b.reason);
+  EXPECT_EQ(a.priority, b.priority);
+  EXPECT_EQ(a.idempotency_key, b.idempotency_key);
+  EXPECT_EQ(a.spec_json, b.spec_json);
+  EXPECT_EQ(a.created_unix, b.created_unix);
+  EXPECT_EQ(a.started_unix, b.started_unix);
+  EXPECT_EQ(a.finished_unix, b.finished_unix);
+  EXPECT_EQ(a.attempts, b.attempts);
+  EXPECT_EQ(a.progress_json, b.progress_json);
+  EXPECT_EQ(a.artifact, b.artifact);
+  EXPECT_EQ(a.report_json, b.report_json);
+  EXPECT_EQ(a.checkpoint_path, b.checkpoint_path);
+  EXPECT_EQ(a.seq, b.seq);
+}
+
+// Runs SQL on `path` with a plain SQLite connection (to build foreign or tampered files).
+void raw_exec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+  EXPECT_EQ(rc, SQLITE_OK) << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+TEST(JobStateTest, NamesAndTerminal) {
+  EXPECT_STREQ(job_state_name(JobState::kQueued), "QUEUED");
+  EXPECT_STREQ(job_state_name(JobState::kRunning), "RUNNING");
+  EXPECT_STREQ(job_state_name(JobState::kSucceeded), "SUCCEEDED");
+  EXPECT_STREQ(job_state_name(JobState::kFailed), "FAILED");
+  EXPECT_STREQ(job_state_name(JobState::kCancelled), "CANCELLED");
+  EXPECT_STREQ(job_state_name(JobState::kInterrupted), "INTERRUPTED");
+  EXPECT_FALSE(is_terminal(JobState::kQueued));
+  EXPECT_FALSE(is_terminal(JobState::kRunning));
+  EXPECT_TRUE(is_terminal(JobState::kSucceeded));
+  EXPECT_TRUE(is_terminal(JobState::kFailed));
+  EXPECT_TRUE(is_terminal(JobState::kCancelled));
+  EXPECT_TRUE(is_terminal(JobState::kInterrupted));
+}
+
+TEST(JournalTest, InsertAssignsUniqueIdsIncreasingSeqAndQueuedState) {
+  ScratchDir dir;
+  auto j = open_ok(dir.file("jobs.db"));
+  ASSERT_NE(j, nullptr);
+  const double before =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::regex id_re("job-[0-9a-f]{12}");
+  std::set<std::string> ids;
+  int64_t last_seq = 0;
+  for (int i = 0; i < 50; ++i) {
+    JobRecord r = make_job("prototype", absl::StrCat("{\"n\": ", i, "}"));
+    r.id = "caller-chosen";          // ignored
+    r.seq = 999;                     // ignored
+    r.state = JobState::kSucceeded;  // forced to QUEUED
+    r.priority = i;
+    auto ins = insert_ok(*j, r);
+    ASSERT_TRUE(ins.inserted);
+    EXPECT_TRUE(std::regex_match(ins.job.id, id_re)) << ins.job.id;
+    EXPECT_TRUE(ids.insert(ins.job.id).second) << "duplicate id " << ins.job.id;
+    EXPECT_GT(ins.job.seq, last_seq);
+    last_seq = ins.job.seq;
+    EXPECT_EQ(ins.job.state, JobState::kQueued);
+    EXPECT_GE(ins.job.created_unix, before - 1);
+    EXPECT_LE(ins.job.created_unix, before + 60);
+    // What insert() returned is what is stored.
+    auto got = j->get(ins.job.id);
+    ASSERT_TRUE(got.ok()) << got.status();
+    expect_same(*got, ins.job);
+    EXPECT_EQ(got->priority, i);
+  }
+}
+
+TEST(JournalTest, IdempotencyKeyReturnsExistingJobAndInsertsNothing) {
+  ScratchDir dir;
+  auto j = open_ok(dir.file("jobs.db"));
+  ASSERT_NE(j, nullptr);
+  auto first = insert_ok(*j, make_job("prototype", "{\"a\": 1}", "key-1"));
+  ASSERT_TRUE(first.inserted);
+  auto again = insert_ok(*j, make_job("other", "{\"a\": 2}", "key-1"));
+  EXPECT_FALSE(again.inserted);
+  expect_same(again.job, first.job);
+  EXPECT_EQ(again.job.spec_json, "{\"a\": 1}");
+  EXPECT_EQ(total_rows(*j), 1);
+
+  // Still the same job after it has moved on.
+  JobRecord moved = first.job;
+  moved.state = JobState::kRunning;
+  ASSERT_TRUE(j->update(moved).ok());
+  auto third = insert_ok(*j, make_job("prototype", "{}", "key-1"));
+  EXPECT_FALSE(third.inserted);
+  EXPECT_EQ(third.job.id, first.job.id);
+  EXPECT_EQ(third.job.state, JobState::kRunning);
+
+  // Another key, and no key at all, insert.
+  auto other = insert_ok(*j, make_job("prototype", "{}", "key-2"));
+  EXPECT_TRUE(other.inserted);
+  EXPECT_NE(other.job.id, first.job.id);
+  EXPECT_TRUE(insert_ok(*j, make_job("prototype")).inserted);
+  EXPECT_TRUE(insert_ok(*j, make_job("prototype")).inserted);
+  EXPECT_EQ(total_rows(*j), 4);
+}
+
+TEST(JournalTest, IdempotencyKeyRaceFromEightThreadsInsertsOneRow) {
+  ScratchDir dir;
+  auto a = open_ok(dir.file("jobs.db"));
+  auto b = open_ok(dir.file("jobs.db"));  // a second connection, as another process would have
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 10;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string key = absl::StrCat("race-", round);
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<absl::StatusOr<Journal::Inserted>> results(kThreads, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        Journal& j = t % 2 == 0 ? *a : *b;
+        ready.fetch_add(1);
+        while (!go.load()) std::this_thread::yield();
+        results[t] = j.insert(make_job("prototype", absl::StrCat("{\"thread\": ", t, "}"), key));
+      });
+    }
+    while (ready.load() < kThreads) std::this_thread::yield();
+    go.store(true);
+    for (auto& th : threads) th.join();
+    int inserted = 0;
+    std::set<std::string> ids;
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.status();
+      inserted += r->inserted ? 1 : 0;
+      ids.insert(r->job.id);
+    }
+    EXPECT_EQ(inserted, 1) << "round " << round;
+    EXPECT_EQ(ids.size(), 1u) << "round " << round;
+  }
+  EXPECT_EQ(total_rows(*a), kRounds);
+  EXPECT_EQ(total_rows(*b), kRounds);
+}
+
+TEST(JournalTest, GetUnknownIdIsNotFound) {
+  ScratchDir dir;
+  auto j = open_ok(dir.file("jobs.db"));
+  ASSERT_NE(j, nullptr);
+  auto got = j->get("job-000000000000");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(got.status().message(), "job 'job-000000000000' not found");
+  insert_ok(*j, make_job("prototype"));
+  EXPECT_EQ(j->get("").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JournalTest, UpdateRoundTripsEveryMutableField) {
+  ScratchDir dir;
+  auto j = open_ok(dir.file("jobs.db"));
+  ASSERT_NE(j, nullptr);
+  JobRecord in = make_job("prototype", "{\"lr\": 0.001}", "idem");
+  in.priority = 7;
+  auto ins = insert_ok(*j, in);
+  insert_ok(*j, make_job("prototype"));  // a neighbour that must not change
+
+  JobRecord want = ins.job;
+  want.state = JobState::kFailed;
+  want.reason = "out of memory at step 12";
+  want.started_unix = 1700000000.125;
+  want.finished_unix = 1700000123.0625;
+  want.attempts = 3;
+  want.progress_json = "{\"step\": 12, \"loss\": 0.5}";
+  want.artifact = "prototype/3";
+  want.report_json = "{\"rmse\": 0.25}";
+  want.checkpoint_path = "/var/lib/frost/ckpt/job-1/step-12";
+  ASSERT_TRUE(j->update(want).ok());
+  auto got = j->get(want.id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  expect_same(*got, want);
+
+  // Fields fixed at submit time are not rewritten by update().
+  JobRecord tampered = want;
+  tampered.kind = "other";
+  tampered.priority = -1;
+  tampered.spec_json = "{\"changed\": true}";
+  tampered.idempotency_key = "other-key";
+  tampered.created_unix = 1;
+  tampered.seq = 12345;
+  tampered.reason = "";
+  tampered.progress_json = "";
+  tampered.state = JobState::kInterrupted;
+  ASSERT_TRUE(j->update(tampered).ok());
+  got = j->get(want.id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->kind, "prototype");
+  EXPECT_EQ(got->priority, 7);
+  EXPECT_EQ(got->spec_json, "{\"lr\": 0.001}");
+  EXPECT_EQ(got->idempotency_key, "idem");
+  EXPECT_EQ(got->created_unix, ins.job.created_unix);
+  EXPECT_EQ(got->seq, ins.job.seq);
+  EXPECT_EQ(got->state, JobState::kInterrupted);
+  EXPECT_EQ(got->reason, "");
+  EXPECT_EQ(got->progress_json, "");
+
+  JobRecord ghost = want;
+  ghost.id = "job-ffffffffffff";
+  const absl::Status st = j->update(ghost);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  EXPECT_EQ(st.message(), "job 'job-ffffffffffff' not found");
+  EXPECT_EQ(total_rows(*j), 2);
+}
+
+TEST(JournalTest, PersistsAcrossCloseAndReopen) {
+  ScratchDir dir;
+  const std::string path = dir.file("jobs.db");
+  std::vector<JobRecord> want;
+  {
+    auto j = open_ok(path);
+    ASSERT_NE(j, nullptr);
+    for (int i = 0; i < 5; ++i)
+      want.push_back(insert_ok(*j, make_job("prototype", "{}", absl::StrCat("k", i))).job);
+    want[2].state = JobState::kSucceeded;
+    want[2].artifact = "prototype/9";
+    want[2].report_json = "{\"ok\": true}";
+    want[2].finished_unix = 1700000001.5;
+    ASSERT_TRUE(j->update(want[2]).ok());
+  }
+  auto j = open_ok(path);
+  ASSERT_NE(j, nullptr);
+  for (const JobRecord& w : want) {
+    auto got = j->get(w.id);
+    ASSERT_TRUE(got.ok()) << got.status();
+    expect_same(*got, w);
+  }
+  // Idempotency keys survive the restart, and new jobs sort after the old ones.
+  auto dup = insert_ok(*j, make_job("prototype", "{}", "k3"));
+  EXPECT_FALSE(dup.inserted);
+  EXPECT_EQ(dup.job.id, want[3].id);
+  auto fresh = insert_ok(*j, make_job("prototype"));
+  EXPECT_TRUE(fresh.inserted);
+  EXPECT_GT(fresh.job.seq, want.back().seq);
+  EXPECT_EQ(total_rows(*j), 6);
+}
+
+TEST(JournalTest, ListOrderFiltersAndPagination) {
+  ScratchDir dir;
+  auto j = open_ok(dir.file("jobs.db"));
+  ASSERT_NE(j, nullptr);
+  const JobState states[] = {JobState::kQueued, JobState::kRunning,   JobState::kSucceeded,
+                             JobState::kFailed, JobState::kCancelled, JobState::kInterrupted};
+  std::vector<JobRecord> all;  // submit order
+  for (int i = 0; i < 23; ++i) {
+    JobRecord r = insert_ok(*j, make_job(i % 3 == 0 ? "a" : "b")).job;
+    r.state = states[i % 6];
+    ASSERT_TRUE(j->update(r).ok());
+    all.push_back(r);
+  }
+
+  ListQuery q;
+  q.limit = 100;
+  auto got = list_ok(*j, q);
+  ASSERT_EQ(got.size(), all.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].id, all[all.size() - 1 - i].id) << i;  // newest first
+    EXPECT_EQ(got[i].state, all[all.size() - 1 - i].state);
+  }
+
+  // Default limit is 50; a smaller one truncates to the newest.
+  EXPECT_EQ(ListQuery{}.limit, 50);
+  q.limit = 4;
+  got = list_ok(*j, q);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].id, all[22].id);
+  EXPECT_EQ(got[3].id, all[19].id);
+
+  // State filter (several states), kind filter, and both.
+  q = ListQuery{};
+  q.states = {JobState::kRunning, JobState::kFailed};
+  got = list_ok(*j, q);
+  std::vector<std::string> want_ids;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->state == JobState::kRunning || it->state == JobState::kFailed) want_ids.push_back(it->id);
+  }
+  std::vector<std::string> got_ids;
+  for (const auto& r : got) got_ids.push_back(r.id);
+  EXPECT_EQ(got_ids, want_ids);
+
+  q = ListQuery{};
+  q.kind = "a";
+  got = list_ok(*j, q);
+  EXPECT_EQ(got.size(), 8u);
+  for (const auto& r : got) EXPECT_EQ(r.kind, "a");
+
+  q.states = {JobState::kQueued};
+  got = list_ok(*j, q);
+  // i % 3 == 0 and i % 6 == 0: 0, 6, 12, 18.
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].id, all[18].id);
+  EXPECT_EQ(got[3].id, all[0].id);
+
+  q = ListQuery{};
+  q.kind = "no-such-kind";
+  EXPECT_TRUE(list_ok(*j, q).empty());
+
+  // Pages of 5 via before_seq cover every row exactly once, newest first.
+  for (int page_size : {1, 5, 7, 23, 30}) {
+    std::vector<std::string> seen;
+    ListQuery p;
+    p.limit = page_size;
+    int pages = 0;
+    while (true) {
+      auto page = list_ok(*j, p);
+      if (page.empty()) break;
+      ASSERT_LE(static_cast<int>(page.size()), page_size);
+      for (const auto& r : page) seen.push_back(r.id);
+      p.before_seq = page.back().seq;
+      ASSERT_LT(++pages, 100);
+    }
+    ASSERT_EQ(seen.size(), all.size()) << "page size " << page_size;
+    for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], all[all.size() - 1 - i].id);
+  }
+
+  // Pagination together with a filter.
+  std::vector<std::string> seen;
+  ListQuery p;
+  p.kind = "b";
+  p.limit = 3;
+  while (true) {
+    auto page = list_ok(*j, p);
+    if (page.empty()) break;
+    for (const auto& r : page) seen.push_back(r.id);
+    p.before_seq = page.back().seq;
+  }
+  EXPECT_EQ(seen.size(), 15u);
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 15u);
+
+  q = ListQuery{};
+  q.limit = 0;
+  EXPECT_EQ(j->list(q).status().code(), absl::StatusCode::kInvalidArgument);
+  q.limit = 10;
+  q.before_seq = -1;
+  EXPECT_EQ(j->list(q).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JournalTest, CountByState) {
+  ScratchDir dir;
+  auto j = open_ok(dir.file("jobs.db"));
+  ASSERT_NE(j, nullptr);
+  auto empty = j->count_by_state();
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->size(), 6u);
+  for (const auto& [state, n] : *empty) EXPECT_EQ(n, 0) << job_state_name(state);
+
+  for (int i = 0; i < 10; ++i) {
+    JobRecord r = insert_ok(*j, make_job("prototype")).job;
+    if (i < 3)
+      r.state = JobState::kRunning;
+    else if (i < 4)
+      r.state = JobState::kSucceeded;
+    else if (i < 6)
+      r.state = JobState::kCancelled;
+    ASSERT_TRUE(j->update(r).ok());
+  }
+  auto counts = j->count_by_state();
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  const std::map<JobState, int64_t> want = {{JobState::kQueued, 4},    {JobState::kRunning, 3},
+                                            {JobState::kSucceeded, 1}, {JobState::kFailed, 0},
+                                            {JobState::kCancelled, 2}, {JobState::kInterrupted, 0}};
+  EXPECT_EQ(*counts, want);
+}
+
+TEST(JournalTest, GarbageFileIsRejectedAndLeftAlone) {
+  ScratchDir dir;
+  for (size_t size : {size_t{7}, size_t{100}, size_t{8192}}) {
+    const std::string path = dir.file(absl::StrCat("garbage", size, ".db"));
+    std::string garbage;
+    for (size_t i = 0; i < size; ++i) garbage.push_back(static_cast<char>((i * 131 + 17) % 251));
+    write_text_file(path, garbage);
+    auto j = Journal::open(path);
+    ASSERT_FALSE(j.ok());
+    EXPECT_EQ(j.status().code(), absl::StatusCode::kFailedPrecondition) << j.status();
+    EXPECT_MSG_HAS(j.status(), path);
+    EXPECT_EQ(read_text_file(path), garbage);
+    EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  }
+}
+
+TEST(JournalTest, ForeignSqliteDatabaseAndOtherVersionAreRejected) {
+  ScratchDir dir;
+  const std::string foreign = dir.file("foreign.db");
+  raw_exec(foreign, "CREATE TABLE jobs (x INTEGER); INSERT INTO jobs VALUES (1);");
+  auto j = Journal::open(foreign);
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), absl::StatusCode::kFailedPrecondition) << j.status();
+  EXPECT_MSG_HAS(j.status(), foreign);
+  EXPECT_MSG_HAS(j.status(), "not a frost job journal");
+
+  const std::string newer = dir.file("newer.db");
+  {
+    auto ok = open_ok(newer);
+    ASSERT_NE(ok, nullptr);
+    insert_ok(*ok, make_job("prototype"));
+  }
+  raw_exec(newer, "PRAGMA user_version=2;");
+  j = Journal::open(newer);
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), absl::StatusCode::kFailedPrecondition) << j.status();
+  EXPECT_MSG_HAS(j.status(), newer);
+  EXPECT_MSG_HAS(j.status(), "schema version 2");
+
+  // Our application_id and version but the table lacks columns.
+  const std::string mangled = dir.file("mangled.db");
+  raw_exec(mangled,
+           "CREATE TABLE jobs (seq INTEGER PRIMARY KEY, id TEXT);"
+           "PRAGMA application_id=1179800394; PRAGMA user_version=1;");
+  j = Journal::open(mangled);
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), absl::StatusCode::kFailedPrecondition) << j.status();
+  EXPECT_MSG_HAS(j.status(), mangled);
+
+  // An empty file is a new journal.
+  const std::string empty = dir.file("empty.db");
+  write_text_file(empty, "");
+  auto e = open_ok(empty);
+  ASSERT_NE(e, nullptr);
+  EXPECT_TRUE(insert_ok(*e, make_job("prototype")).inserted);
+}
+
+TEST(JournalTest, UnusablePathsNameThePath) {
+  ScratchDir dir;
+  const std::string missing_dir = dir.file("no/such/dir/jobs.db");
+  auto j = Journal::open(missing_dir);
+  EXPECT_EQ(j.status().code(), absl::StatusCode::kNotFound) << j.status();
+  EXPECT_MSG_HAS(j.status(), missing_dir);
+
+  auto d = Journal::open(dir.path());  // a directory
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition) << d.status();
+  EXPECT_MSG_HAS(d.status(), dir.path());
+
+  EXPECT_EQ(Journal::open("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JournalTest, UnwritableDirectoryIsPermissionDenied) {
+  ScratchDir dir;
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: permission bits are not enforced";
+  const std::string locked = dir.file("locked");
+  ASSERT_EQ(::mkdir(locked.c_str(), 0500), 0);
+  auto p = Journal::open(locked + "/jobs.db");
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kPermissionDenied) << p.status();
+  EXPECT_MSG_HAS(p.status(), locked + "/jobs.db");
+  ::chmod(locked.c_str(), 0700);
+}
+
+TEST(JournalTest, InjectionLookingStringsAreStoredVerbatim) {
+  ScratchDir dir;
+  const std::string path = dir.file("jobs.db");
+  auto j = open_ok(path);
+  ASSERT_NE(j, nullptr);
+  const std::string evil = "'; DROP TABLE jobs; --";
+  const std::string quotes = "it's \"quoted\" `back` \\ %s %n ? ?1 :a @b $c";
+  const std::string binary = std::string("nul\0byte", 8) + "\xff\xfe caf\xC3\xA9";
+  JobRecord r = make_job(evil, quotes, evil);
+  r.reason = binary;
+  auto ins = insert_ok(*j, r);
+  ASSERT_TRUE(ins.inserted);
+  JobRecord u = ins.job;
+  u.reason = evil;
+  u.progress_json = quotes;
+  u.artifact = "x') OR 1=1; --";
+  u.report_json = binary;
+  u.checkpoint_path = "/tmp/'; DELETE FROM jobs; --";
+  ASSERT_TRUE(j->update(u).ok());
+  insert_ok(*j, make_job("plain"));
+
+  j.reset();
+  j = open_ok(path);  // the table is still there after a reopen
+  ASSERT_NE(j, nullptr);
+  auto got = j->get(u.id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  expect_same(*got, u);
+  EXPECT_EQ(got->kind, evil);
+  EXPECT_EQ(got->spec_json, quotes);
+  EXPECT_EQ(got->idempotency_key, evil);
+  EXPECT_EQ(got->report_json, binary);
+
+  ListQuery q;
+  q.kind = evil;
+  auto l = list_ok(*j, q);
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0].id, u.id);
+  q.kind = "x' OR '1'='1";
+  EXPECT_TRUE(list_ok(*j, q).empty());
+  EXPECT_EQ(j->get("' OR '1'='1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(insert_ok(*j, make_job("other", "{}", evil)).inserted);
+  EXPECT_EQ(total_rows(*j), 2);
+}
+
+}  // namespace
+}  // namespace frost::jobs

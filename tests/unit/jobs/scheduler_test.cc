@@ -1,0 +1,205 @@
+// Scheduler semantics with a scripted job kind (the real prototype kind runs end to end in
+// tests/client/jobs_test.py): order, bounds, cancellation, failure, shutdown and crash recovery.
+#include "core/jobs/scheduler.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+namespace frost::jobs {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// A job kind whose run() steps until its CancelToken fires or `steps` steps are done; the spec is
+// the number of steps ("fail" makes prepare refuse, "boom" makes run fail).
+class ScriptedKind final : public JobKind {
+ public:
+  absl::StatusOr<std::string> prepare(const std::string& spec) override {
+    if (spec == "fail") return absl::InvalidArgumentError("spec: refused");
+    return spec;
+  }
+  absl::StatusOr<JobResult> run(const JobRecord& job, const JobContext& ctx) override {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      order.push_back(job.id);
+    }
+    if (job.spec_json == "boom") return absl::InternalError("exploded at step 0");
+    const int steps = std::atoi(job.spec_json.c_str());
+    for (int i = 0; i < steps; ++i) {
+      if (ctx.cancel->stop_requested()) return absl::CancelledError("cancelled");
+      ctx.progress("{\"stage\":\"s\",\"step\":" + std::to_string(i) + "}");
+      std::this_thread::sleep_for(5ms);
+    }
+    return JobResult{"thing/1", "{}", false};
+  }
+  std::mutex mu;
+  std::vector<std::string> order;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = (fs::temp_directory_path() / "frost_sched_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(t.data()), nullptr);
+    dir_ = t;
+    kind_ = std::make_shared<ScriptedKind>();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::unique_ptr<Scheduler> make(int max_queued = 64) {
+    SchedulerOptions o;
+    o.state_dir = dir_;
+    o.max_queued = max_queued;
+    o.max_attempts = 2;
+    auto s = Scheduler::create(o, {{"scripted", kind_}});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *std::move(s);
+  }
+  static JobRecord wait_terminal(Scheduler& s, const std::string& id) {
+    for (int i = 0; i < 2000; ++i) {
+      JobRecord j = *s.get(id);
+      if (is_terminal(j.state)) return j;
+      std::this_thread::sleep_for(5ms);
+    }
+    ADD_FAILURE() << id << " never ended";
+    return *s.get(id);
+  }
+  std::string dir_;
+  std::shared_ptr<ScriptedKind> kind_;
+};
+
+TEST_F(SchedulerTest, HigherPriorityFirstThenSubmitOrder) {
+  auto s = make();
+  auto a = s->submit("scripted", "1", 0, "");
+  auto b = s->submit("scripted", "1", 5, "");
+  auto c = s->submit("scripted", "1", 0, "");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  s->start();
+  wait_terminal(*s, a->id);
+  wait_terminal(*s, c->id);
+  EXPECT_EQ(kind_->order, (std::vector<std::string>{b->id, a->id, c->id}));
+  EXPECT_EQ(s->get(a->id)->state, JobState::kSucceeded);
+  EXPECT_EQ(s->get(a->id)->artifact, "thing/1");
+}
+
+TEST_F(SchedulerTest, BadSpecsUnknownKindsAndAFullQueueAreRefusedWithoutAJob) {
+  auto s = make(/*max_queued=*/1);
+  EXPECT_EQ(s->submit("scripted", "fail", 0, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->submit("nope", "1", 0, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->submit("scripted", "1", 101, "").status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s->submit("scripted", "1", 0, "").ok());
+  EXPECT_EQ(s->submit("scripted", "1", 0, "").status().code(), absl::StatusCode::kResourceExhausted);
+  ListQuery q;
+  EXPECT_EQ(s->list(q)->size(), 1u);
+}
+
+TEST_F(SchedulerTest, IdempotencyKeyReturnsTheFirstJob) {
+  auto s = make();
+  auto a = s->submit("scripted", "1", 0, "key-1");
+  auto b = s->submit("scripted", "1", 0, "key-1");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->id, b->id);
+  EXPECT_EQ(s->list(ListQuery{})->size(), 1u);
+}
+
+TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
+  auto s = make();
+  auto run = s->submit("scripted", "100000", 0, "");
+  auto queued = s->submit("scripted", "1", 0, "");
+  s->start();
+  for (int i = 0; i < 400 && s->get(run->id)->state != JobState::kRunning; ++i)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(s->get(run->id)->state, JobState::kRunning);
+  auto cq = s->cancel(queued->id);
+  ASSERT_TRUE(cq.ok());
+  EXPECT_EQ(cq->state, JobState::kCancelled);  // at once
+  ASSERT_TRUE(s->cancel(run->id).ok());
+  JobRecord r = wait_terminal(*s, run->id);
+  EXPECT_EQ(r.state, JobState::kCancelled);
+  EXPECT_EQ(s->cancel(run->id).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->cancel("job-unknown").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(kind_->order.size(), 1u);  // the cancelled queued job never ran
+}
+
+TEST_F(SchedulerTest, AFailingJobRecordsItsReason) {
+  auto s = make();
+  auto j = s->submit("scripted", "boom", 0, "");
+  s->start();
+  JobRecord r = wait_terminal(*s, j->id);
+  EXPECT_EQ(r.state, JobState::kFailed);
+  EXPECT_NE(r.reason.find("exploded"), std::string::npos);
+}
+
+TEST_F(SchedulerTest, WatchersSeeProgressAndTheTerminalState) {
+  auto s = make();
+  auto j = s->submit("scripted", "5", 0, "");
+  std::mutex mu;
+  std::vector<JobState> seen;
+  int progress = 0;
+  s->subscribe(j->id, [&](const JobRecord& r) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(r.state);
+    progress += !r.progress_json.empty() && r.state == JobState::kRunning;
+  });
+  s->start();
+  wait_terminal(*s, j->id);
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front(), JobState::kRunning);
+  EXPECT_EQ(seen.back(), JobState::kSucceeded);
+  EXPECT_GE(progress, 5);
+}
+
+TEST_F(SchedulerTest, ShutdownReturnsARunningJobToTheQueueAndTheNextStartResumesIt) {
+  std::string id;
+  {
+    auto s = make();
+    id = s->submit("scripted", "100000", 0, "")->id;
+    s->start();
+    for (int i = 0; i < 400 && s->get(id)->state != JobState::kRunning; ++i) std::this_thread::sleep_for(5ms);
+    s->shutdown();
+    JobRecord j = *s->get(id);
+    EXPECT_EQ(j.state, JobState::kQueued);
+    EXPECT_NE(j.reason.find("shut down"), std::string::npos);
+  }
+  auto s = make();
+  EXPECT_EQ(s->counts().queued, 1);
+  ASSERT_TRUE(s->cancel(id).ok());
+}
+
+TEST_F(SchedulerTest, CrashRecoveryRequeuesRunningJobsOrInterruptsThemAfterMaxAttempts) {
+  std::string resumable, exhausted;
+  {
+    auto journal = Journal::open(dir_ + "/jobs.db");
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    JobRecord a;
+    a.kind = "scripted";
+    a.spec_json = "1";
+    JobRecord r1 = (*journal)->insert(a)->job, r2 = (*journal)->insert(a)->job;
+    r1.state = r2.state = JobState::kRunning;  // what a kill -9 leaves behind
+    r1.attempts = 1;
+    r2.attempts = 2;  // == max_attempts
+    ASSERT_TRUE((*journal)->update(r1).ok());
+    ASSERT_TRUE((*journal)->update(r2).ok());
+    resumable = r1.id;
+    exhausted = r2.id;
+  }
+  auto s = make();
+  JobRecord r1 = *s->get(resumable), r2 = *s->get(exhausted);
+  EXPECT_EQ(r1.state, JobState::kQueued);
+  EXPECT_NE(r1.reason.find("resumed"), std::string::npos);
+  EXPECT_EQ(r2.state, JobState::kInterrupted);
+  EXPECT_FALSE(r2.reason.empty());
+  s->start();
+  JobRecord done = wait_terminal(*s, resumable);
+  EXPECT_EQ(done.state, JobState::kSucceeded);
+  EXPECT_EQ(done.attempts, 2);
+}
+
+}  // namespace
+}  // namespace frost::jobs
