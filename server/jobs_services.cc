@@ -1,5 +1,6 @@
 #include "server/jobs_services.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -124,7 +125,7 @@ std::string prototype_spec_json(const v1::PrototypeJobSpec& s) {
   for (const auto& [k, v] : s.config()) cfg[k] = v;
   j["config"] = std::move(cfg);
   j["activate"] = s.activate();
-  // Non-finite labels must reach the row validator as numbers it refuses, not as JSON null.
+  // Non-finite labels were refused by SubmitJob (JSON would turn them into null).
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -330,6 +331,14 @@ grpc::ServerUnaryReactor* TrainingService::SubmitJob(grpc::CallbackServerContext
         switch (req.spec_case()) {
           case v1::SubmitJobRequest::kPrototype:
             kind = "prototype";
+            // JSON has no NaN/Inf (they would become null): refuse them here, numbered like the
+            // row validator's messages.
+            for (int i = 0; i < req.prototype().inline_rows().rows_size(); ++i) {
+              const double y = req.prototype().inline_rows().rows(i).label();
+              if (!std::isfinite(y))
+                return absl::InvalidArgumentError(
+                    absl::StrCat("inline_rows:", i + 1, ": \"label\" ", y, " is not a finite number"));
+            }
             spec = prototype_spec_json(req.prototype());
             break;
           default:
