@@ -60,7 +60,7 @@ engine:
 log:
   level: warn
 EOF
-"$frostd" --config "$tmp/frostd.yaml" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+"$frostd" --config "$tmp/frostd.yaml" --state-dir "$tmp/state" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
   --port-file "$tmp/ports" --model "$MODEL" > "$tmp/frostd.log" 2>&1 &
 pid=$!
 

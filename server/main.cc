@@ -1,7 +1,7 @@
 // frostd: the frost gRPC server.
 //
 //   frostd [--config FILE] [--listen HOST:PORT] [--model PATH|builtin:NAME]
-//          [--metrics-listen HOST:PORT] [--port-file FILE] [--log-level LEVEL]
+//          [--metrics-listen HOST:PORT] [--port-file FILE] [--log-level LEVEL] [--state-dir DIR]
 //
 // Flags override the config file (configs/default.yaml documents every field); without
 // --config the built-in defaults apply (builtin:tiny on 0.0.0.0:50051). The gRPC and metrics ports are bound
@@ -52,6 +52,7 @@ constexpr char kUsage[] =
     "  --port-file FILE          write the bound ports (grpc=PORT, "
     "metrics=PORT) once listening\n"
     "  --log-level LEVEL         overrides log.level\n"
+    "  --state-dir DIR           overrides jobs.state_dir (journal, checkpoints, artifacts)\n"
     "  --load-delay-s SECONDS    wait this long before loading the model (for "
     "testing readiness probes)\n";
 
@@ -66,7 +67,7 @@ constexpr char kUsage[] =
 }
 
 struct Flags {
-  std::string config, listen, model, metrics_listen, port_file, log_level;
+  std::string config, listen, model, metrics_listen, port_file, log_level, state_dir;
   double load_delay_s = 0;
 };
 
@@ -97,6 +98,8 @@ Flags parse_flags(int argc, char** argv) {
       f.metrics_listen = v;
     else if (a == "--port-file")
       f.port_file = v;
+    else if (a == "--state-dir")
+      f.state_dir = v;
     else if (a == "--log-level")
       f.log_level = v;
     else if (a == "--load-delay-s") {
@@ -157,6 +160,7 @@ int main(int argc, char** argv) {
   if (!flags.listen.empty()) cfg.server.listen = flags.listen;
   if (!flags.metrics_listen.empty()) cfg.server.metrics_listen = flags.metrics_listen;
   if (!flags.model.empty()) cfg.model.path = flags.model;
+  if (!flags.state_dir.empty()) cfg.jobs.state_dir = flags.state_dir;
   if (!flags.log_level.empty()) {
     absl::StatusOr<ServerConfig> lv =
         frost::server::parse_server_config("log:\n  level: " + flags.log_level + "\n");

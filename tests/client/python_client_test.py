@@ -46,7 +46,8 @@ class FrostdProcess:
         self.proc = subprocess.Popen(
             [binary, "--config", os.path.join(SOURCE_DIR, "configs", "default.yaml"),
              "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-             "--model", "builtin:tiny", "--port-file", self.port_file],
+             "--model", "builtin:tiny", "--port-file", self.port_file,
+             "--state-dir", os.path.join(workdir, "state")],
             stdout=self._log, stderr=subprocess.STDOUT)
         self.ports = self._wait_for_ports()
         self.addr = f"127.0.0.1:{self.ports['grpc']}"

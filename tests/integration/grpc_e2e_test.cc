@@ -247,7 +247,8 @@ class Frostd {
     testing::write_text_file(config, o.yaml.empty() ? std::string(kBaseYaml) : o.yaml);
     std::vector<std::string> args = {
         FROST_FROSTD_PATH, "--config",    config, "--listen", "127.0.0.1:0", "--metrics-listen",
-        "127.0.0.1:0",     "--port-file", ports,  "--model",  o.model};
+        "127.0.0.1:0",     "--port-file", ports,  "--model",  o.model,
+        "--state-dir",     dir_.file("state")};
     if (o.load_delay_s > 0) {
       args.push_back("--load-delay-s");
       args.push_back(std::to_string(o.load_delay_s));

@@ -148,6 +148,14 @@ TEST_F(SchedulerTest, WatchersSeeProgressAndTheTerminalState) {
   });
   s->start();
   wait_terminal(*s, j->id);
+  // The journal commits the final state just before watchers hear it: give the event a moment.
+  for (int i = 0; i < 400; ++i) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!seen.empty() && is_terminal(seen.back())) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
   std::lock_guard<std::mutex> l(mu);
   ASSERT_FALSE(seen.empty());
   EXPECT_EQ(seen.front(), JobState::kRunning);
