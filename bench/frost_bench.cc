@@ -1,6 +1,6 @@
 // frost-bench: speed benchmarks printing one JSON object.
 //
-//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--kv fp32|fp16|bf16]
+//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--kv fp32|fp16|bf16|int8|int4]
 //                       [--prompt-tokens 16] [--new-tokens 256] [--repeat 5] [--path fast|reference]
 //                       [--via generator|engine] [--json]
 //   frost-bench prototype --model DIR --data DATASET_DIR [--set key=value ...] [--threads N] [--json]
@@ -46,7 +46,7 @@ using frost::bench::percentile;
 [[noreturn]] void usage(const std::string& msg) {
   std::fprintf(stderr,
                "error: %s\nusage: frost-bench decode|prefill|prototype --model builtin:15m|DIR [--threads N] "
-               "[--dtype fp32|bf16] [--kv fp32|fp16|bf16] [--prompt-tokens N] [--new-tokens N] "
+               "[--dtype fp32|bf16] [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens N] [--new-tokens N] "
                "[--repeat N] [--path fast|reference] [--json]\n",
                msg.c_str());
   std::exit(2);

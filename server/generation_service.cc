@@ -105,7 +105,7 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
     absl::StatusOr<KvCodecKind> codec = parse_kv_codec(req.kv().codec());
     if (!codec.ok()) {
       return invalid(
-          absl::StrCat("kv.codec: unknown value \"", req.kv().codec(), "\" (expected fp32|fp16|bf16)"));
+          absl::StrCat("kv.codec: unknown value \"", req.kv().codec(), "\" (expected fp32|fp16|bf16|int8|int4)"));
     }
     out.kv_codec = *codec;
   }

@@ -6,7 +6,7 @@
 // Every error is INVALID_ARGUMENT (NOT_FOUND for a missing file) and names the full field
 // path and the offending value, e.g.
 //   unknown key 'server.lisen'
-//   engine.kv_codec: unknown value "int3" (expected fp32|fp16|bf16)
+//   engine.kv_codec: unknown value "int3" (expected fp32|fp16|bf16|int8|int4)
 //   server.listen: expected HOST:PORT, got "abc"
 // Nothing here throws.
 #include <cstdint>

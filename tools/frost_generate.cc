@@ -3,7 +3,7 @@
 //
 //   frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N]
 //                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]
-//                  [--dtype fp32|bf16] [--kv fp32|fp16|bf16] [--stop STR]...
+//                  [--dtype fp32|bf16] [--kv fp32|fp16|bf16|int8|int4] [--stop STR]...
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +25,7 @@ void on_signal(int) {
   std::fprintf(stderr,
                "error: %s\nusage: frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N] "
                "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--dtype fp32|bf16] "
-               "[--kv fp32|fp16|bf16] [--stop STR]...\n",
+               "[--kv fp32|fp16|bf16|int8|int4] [--stop STR]...\n",
                msg.c_str());
   std::exit(2);
 }

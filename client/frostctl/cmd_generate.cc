@@ -35,7 +35,7 @@ const char kGenerateUsage[] =
     "  --ignore-eos              keep generating after EOS\n"
     "  --logprobs N              per-token logprobs with N alternatives to "
     "stderr (0: sampled only)\n"
-    "  --kv-codec fp32|fp16|bf16 KV cache storage for this request\n"
+    "  --kv-codec fp32|fp16|bf16|int8|int4 KV cache storage for this request\n"
     "  --no-bos                  do not prepend BOS to the prompt\n"
     "  --request-id ID           id shown in the server's logs\n"
     "  --json                    print each response message as a JSON line "

@@ -33,10 +33,14 @@ class KvCodec {
   virtual at::Tensor keys(int64_t n) const = 0;
   virtual at::Tensor values(int64_t n) const = 0;
 
-  // Raw storage for fused kernels: [Hkv, Tmax, D] of storage_dtype(). Float codecs only.
+  // Raw storage for fused kernels: [Hkv, Tmax, D] of storage_dtype() (float codecs); for int8
+  // [Hkv, Tmax, D] int8 (kChar) and for int4 [Hkv, Tmax, D/2] packed nibbles (kByte), with the
+  // per-token per-head scales [Hkv, Tmax] from raw_key_scales() / raw_value_scales().
   virtual const void* raw_keys() const = 0;
   virtual const void* raw_values() const = 0;
   virtual at::ScalarType storage_dtype() const = 0;
+  virtual const float* raw_key_scales() const { return nullptr; }
+  virtual const float* raw_value_scales() const { return nullptr; }
 
   virtual KvCodecKind kind() const = 0;
   virtual int64_t bytes_per_token() const = 0;  // K + V, all heads, this layer
@@ -46,5 +50,10 @@ class KvCodec {
 // fp32 / fp16 / bf16 storage (core/kv/codec_float.cc).
 std::unique_ptr<KvCodec> make_float_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
                                           int64_t max_tokens);
+// int8 / int4 storage with per-token per-head scales (core/kv/codec_quant.cc).
+std::unique_ptr<KvCodec> make_quant_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                                          int64_t max_tokens);
+// Any kind.
+std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens);
 
 }  // namespace frost

@@ -15,6 +15,7 @@ at::ScalarType storage_type(KvCodecKind kind) {
     case KvCodecKind::kF32: return at::kFloat;
     case KvCodecKind::kF16: return at::kHalf;
     case KvCodecKind::kBF16: return at::kBFloat16;
+    default: break;
   }
   return at::kFloat;
 }
@@ -56,6 +57,7 @@ class FloatCodec final : public KvCodec {
       case KvCodecKind::kF32: write_token<float>(k, v, pos); break;
       case KvCodecKind::kF16: write_token<c10::Half>(k, v, pos); break;
       case KvCodecKind::kBF16: write_token<c10::BFloat16>(k, v, pos); break;
+      default: TORCH_CHECK(false, "FloatCodec: not a float kind");
     }
   }
 

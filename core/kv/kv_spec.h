@@ -7,12 +7,11 @@
 
 namespace frost {
 
-// Storage codecs. int8 / int4 / kvsplice arrive with later issues behind the same KvCodec
-// interface (core/kv/codec.h).
-enum class KvCodecKind { kF32, kF16, kBF16 };
+// Storage codecs (core/kv/codec.h). kvsplice arrives with a later issue behind the same interface.
+enum class KvCodecKind { kF32, kF16, kBF16, kInt8, kInt4 };
 
-const char* kv_codec_name(KvCodecKind k);  // "fp32" | "fp16" | "bf16"
-// Parses "fp32" | "fp16" | "bf16"; INVALID_ARGUMENT naming the value otherwise.
+const char* kv_codec_name(KvCodecKind k);  // "fp32" | "fp16" | "bf16" | "int8" | "int4"
+// Parses those names; INVALID_ARGUMENT naming the value otherwise.
 absl::StatusOr<KvCodecKind> parse_kv_codec(const std::string& name);
 
 struct KvSpec {

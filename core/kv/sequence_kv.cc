@@ -9,7 +9,7 @@ SequenceKv::SequenceKv(const KvSpec& spec) : spec_(spec) {
               "SequenceKv: invalid spec");
   layers_.reserve(static_cast<size_t>(spec.n_layer));
   for (int64_t i = 0; i < spec.n_layer; ++i) {
-    layers_.push_back(make_float_codec(spec.codec, spec.n_head_kv, spec.head_dim, spec.max_tokens));
+    layers_.push_back(make_codec(spec.codec, spec.n_head_kv, spec.head_dim, spec.max_tokens));
   }
 }
 

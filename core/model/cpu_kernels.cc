@@ -190,7 +190,60 @@ void attend_heads(const float* q, const T* k, const T* v, int64_t h0, int64_t h1
   }
 }
 
+// One quantised row as floats (the integer values; the scale is applied by the caller).
+inline void unpack_row(const void* base, int bits, int64_t row, int64_t d, float* dst) {
+  if (bits == 8) {
+    const int8_t* r = static_cast<const int8_t*>(base) + row * d;
+    for (int64_t i = 0; i < d; ++i) dst[i] = static_cast<float>(r[i]);
+  } else {
+    const uint8_t* r = static_cast<const uint8_t*>(base) + row * (d / 2);
+    for (int64_t j = 0; j < d / 2; ++j) {
+      const int lo = r[j] & 0xF, hi = r[j] >> 4;
+      dst[2 * j] = static_cast<float>(lo >= 8 ? lo - 16 : lo);
+      dst[2 * j + 1] = static_cast<float>(hi >= 8 ? hi - 16 : hi);
+    }
+  }
+}
+
 }  // namespace
+
+void attend_one_quant(const float* q, const void* k, const float* ks, const void* v, const float* vs, int bits,
+                      int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t t_max, int64_t n, float scale,
+                      float* scores, float* out) {
+  TORCH_CHECK(bits == 8 || (bits == 4 && head_dim % 2 == 0), "attend_one_quant: bits ", bits, ", head_dim ",
+              head_dim);
+  const int64_t work = n * head_dim;
+  const int64_t grain = work * n_head < (int64_t{1} << 15) ? n_head : 1;
+  const int64_t group = n_head / n_head_kv;
+  at::parallel_for(0, n_head, grain, [&](int64_t h0, int64_t h1) {
+    std::vector<float> row(static_cast<size_t>(head_dim));
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t g = h / group;
+      const float* qh = q + h * head_dim;
+      float* s = scores + h * n;
+      float mx = -INFINITY;
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t r = g * t_max + t;
+        unpack_row(k, bits, r, head_dim, row.data());
+        s[t] = dot(qh, row.data(), head_dim) * ks[r] * scale;
+        mx = std::max(mx, s[t]);
+      }
+      float sum = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        s[t] = std::exp(s[t] - mx);
+        sum += s[t];
+      }
+      const float inv = 1.f / sum;
+      float* o = out + h * head_dim;
+      for (int64_t i = 0; i < head_dim; ++i) o[i] = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t r = g * t_max + t;
+        unpack_row(v, bits, r, head_dim, row.data());
+        axpy(s[t] * inv * vs[r], row.data(), o, head_dim);
+      }
+    }
+  });
+}
 
 void matvec(const void* w, c10::ScalarType w_dtype, const float* x, const float* b, float* y,
             int64_t n_out, int64_t n_in) {

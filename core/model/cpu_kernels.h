@@ -29,4 +29,11 @@ void attend_one(const float* q, const void* k, const void* v, c10::ScalarType kv
 void attend_one_ref(const float* q, const void* k, const void* v, c10::ScalarType kv_dtype, int64_t n_head,
                     int64_t n_head_kv, int64_t head_dim, int64_t t_max, int64_t n, float scale, float* out);
 
+// The same over a quantised cache (core/kv/codec_quant.cc): bits = 8, k/v int8 [Hkv, t_max, D]; or
+// bits = 4, k/v packed nibbles [Hkv, t_max, D/2]; ks/vs the per-token per-head scales [Hkv, t_max].
+// Uses q·(s_t k̂_t) = s_t (q·k̂_t) and Σ p_t s_t v̂_t, so rows are never dequantised into memory.
+void attend_one_quant(const float* q, const void* k, const float* ks, const void* v, const float* vs, int bits,
+                      int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t t_max, int64_t n, float scale,
+                      float* scores, float* out);
+
 }  // namespace frost::kernels

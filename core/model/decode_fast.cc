@@ -113,8 +113,14 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
     // 3. KV pipeline: append this token, attend over positions [0, pos]
     KvCodec& cache = kv.layer(l);
     cache.append_token(k, v, pos);
-    kernels::attend_one(q, cache.raw_keys(), cache.raw_values(), cache.storage_dtype(), H, Hkv, D,
-                        cache.capacity(), pos + 1, scale, s.scores.data(), s.att_out.data());
+    if (const float* ks = cache.raw_key_scales()) {
+      kernels::attend_one_quant(q, cache.raw_keys(), ks, cache.raw_values(), cache.raw_value_scales(),
+                                cache.kind() == KvCodecKind::kInt4 ? 4 : 8, H, Hkv, D, cache.capacity(), pos + 1,
+                                scale, s.scores.data(), s.att_out.data());
+    } else {
+      kernels::attend_one(q, cache.raw_keys(), cache.raw_values(), cache.storage_dtype(), H, Hkv, D,
+                          cache.capacity(), pos + 1, scale, s.scores.data(), s.att_out.data());
+    }
     // 4. output projection + residual
     matvec_t(lw.wo, lw.bo, s.att_out.data(), xn);
     for (int64_t i = 0; i < C; ++i) x[i] += xn[i];

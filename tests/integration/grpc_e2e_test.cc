@@ -672,6 +672,35 @@ TEST_F(GrpcE2eStories, GreedyStreamMatchesReference) {
   }
 }
 
+// Every KV codec over gRPC (per-request kv.codec): the stream completes, and the codecs that keep
+// enough precision give the reference's greedy tokens. int4 (7 levels per token and head) is only
+// required to agree on a prefix: it is the codec the repair operators exist for.
+TEST_F(GrpcE2eStories, GenerateWithEveryKvCodec) {
+  FROST_REQUIRE_SHARED(ref_path, "models/stories260K/reference.json");
+  FROST_USE_SHARED(f, shared_, Options(testing::shared_path("models/stories260K")));
+  const nlohmann::json ref = nlohmann::json::parse(testing::read_text_file(ref_path));
+  const nlohmann::json& c = ref["cases"][0];
+  const auto want_ids = c["greedy_new_ids"].get<std::vector<int32_t>>();
+  for (const char* codec : {"fp32", "fp16", "bf16", "int8", "int4"}) {
+    SCOPED_TRACE(codec);
+    v1::GenerateRequest req;
+    req.set_text(c["prompt"].get<std::string>());
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_sampling()->set_max_new_tokens(static_cast<int32_t>(want_ids.size()));
+    req.mutable_kv()->set_codec(codec);
+    const StreamOutcome o = RunGenerate(f->stub(), req);
+    ASSERT_TRUE(o.status.ok()) << Describe(o);
+    ASSERT_TRUE(o.has_final) << Describe(o);
+    EXPECT_EQ(o.final.completion_tokens(), static_cast<int32_t>(want_ids.size()));
+    if (std::string(codec) == "int4") {
+      ASSERT_GE(o.ids.size(), 4u);
+      EXPECT_TRUE(std::equal(o.ids.begin(), o.ids.begin() + 4, want_ids.begin()));
+    } else {
+      EXPECT_EQ(o.ids, want_ids);
+    }
+  }
+}
+
 TEST_F(GrpcE2eStories, TokenizeAndModelInfo) {
   FROST_REQUIRE_SHARED(ref_path, "models/stories260K/reference.json");
   FROST_USE_SHARED(f, shared_, Options(testing::shared_path("models/stories260K")));

@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "core/kv/codec.h"
+
 #include <vector>
 
 #include "tests/testing/test_util.h"
@@ -70,6 +72,36 @@ TEST_P(AttendTest, MatchesReferenceAndTorch) {
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndLengths, AttendTest,
                          ::testing::Combine(::testing::Values(c10::kFloat, c10::kHalf, c10::kBFloat16),
+                                            ::testing::Values(1, 5, 300), ::testing::Values(48, 12)));
+
+// The quantised kernel against the float reference over the same cache decoded by the codec
+// (the naive path: dequantise every row, then attend).
+class AttendQuantTest : public ::testing::TestWithParam<std::tuple<KvCodecKind, int64_t, int64_t>> {};
+
+TEST_P(AttendQuantTest, MatchesAttentionOverTheDecodedCache) {
+  const auto [kind, n, D] = GetParam();
+  const int64_t H = 6, Hkv = 3, t_max = 300;
+  at::manual_seed(11 + n);
+  auto codec = make_codec(kind, Hkv, D, t_max);
+  at::Tensor k = at::randn({n, Hkv, D}) * 3, v = at::randn({n, Hkv, D});
+  codec->append(k, v, 0);
+  at::Tensor q = at::randn({H, D});
+  const float scale = 0.25f;
+  std::vector<float> out(H * D), out_ref(H * D), scores(H * n);
+  attend_one_quant(q.data_ptr<float>(), codec->raw_keys(), codec->raw_key_scales(), codec->raw_values(),
+                   codec->raw_value_scales(), kind == KvCodecKind::kInt4 ? 4 : 8, H, Hkv, D, t_max, n, scale,
+                   scores.data(), out.data());
+  // reference: the decoded rows copied into a [Hkv, t_max, D] fp32 cache
+  at::Tensor kd = at::zeros({Hkv, t_max, D}), vd = at::zeros({Hkv, t_max, D});
+  kd.narrow(1, 0, n).copy_(codec->keys(n));
+  vd.narrow(1, 0, n).copy_(codec->values(n));
+  attend_one_ref(q.data_ptr<float>(), kd.data_ptr(), vd.data_ptr(), c10::kFloat, H, Hkv, D, t_max, n, scale,
+                 out_ref.data());
+  for (int64_t i = 0; i < H * D; ++i) ASSERT_NEAR(out[i], out_ref[i], 2e-5) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(CodecsAndLengths, AttendQuantTest,
+                         ::testing::Combine(::testing::Values(KvCodecKind::kInt8, KvCodecKind::kInt4),
                                             ::testing::Values(1, 5, 300), ::testing::Values(48, 12)));
 
 }  // namespace

@@ -239,9 +239,9 @@ TEST(ServerConfigTest, RejectsOutOfRangeValues) {
 
 TEST(ServerConfigTest, RejectsUnknownEnumValues) {
   EXPECT_INVALID(parse_status("engine:\n  kv_codec: int3\n"),
-                 "engine.kv_codec: unknown value \"int3\" (expected fp32|fp16|bf16)");
+                 "engine.kv_codec: unknown value \"int3\" (expected fp32|fp16|bf16|int8|int4)");
   EXPECT_INVALID(parse_status("engine:\n  kv_codec: FP16\n"),
-                 "engine.kv_codec: unknown value \"FP16\" (expected fp32|fp16|bf16)");
+                 "engine.kv_codec: unknown value \"FP16\" (expected fp32|fp16|bf16|int8|int4)");
   EXPECT_INVALID(parse_status("model:\n  dtype: fp16\n"),
                  "model.dtype: unknown value \"fp16\" (expected fp32|bf16)");
   EXPECT_INVALID(parse_status("log:\n  level: verbose\n"),
