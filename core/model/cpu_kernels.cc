@@ -192,6 +192,31 @@ void attend_heads(const float* q, const T* k, const T* v, int64_t h0, int64_t h1
 
 // One quantised row as floats (the integer values; the scale is applied by the caller).
 inline void unpack_row(const void* base, int bits, int64_t row, int64_t d, float* dst) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if (d % 16 == 0) {
+    if (bits == 8) {
+      const int8_t* r = static_cast<const int8_t*>(base) + row * d;
+      for (int64_t i = 0; i < d; i += 16) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + i));
+        _mm512_storeu_ps(dst + i, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
+      }
+    } else {
+      const uint8_t* r = static_cast<const uint8_t*>(base) + row * (d / 2);
+      const __m128i low4 = _mm_set1_epi8(0x0F);
+      const __m512i eight = _mm512_set1_epi32(8);
+      for (int64_t i = 0; i < d; i += 16) {
+        // 8 bytes → 16 nibbles in element order (low nibble first), then sign-extend: (x ^ 8) − 8.
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + i / 2));
+        const __m128i lo = _mm_and_si128(b, low4);
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+        const __m512i v = _mm512_sub_epi32(_mm512_xor_si512(x, eight), eight);
+        _mm512_storeu_ps(dst + i, _mm512_cvtepi32_ps(v));
+      }
+    }
+    return;
+  }
+#endif
   if (bits == 8) {
     const int8_t* r = static_cast<const int8_t*>(base) + row * d;
     for (int64_t i = 0; i < d; ++i) dst[i] = static_cast<float>(r[i]);
