@@ -91,7 +91,7 @@ TEST(QuantCodecTest2, Int4NeedsAnEvenHeadDim) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, QuantCodecTest, ::testing::Values(KvCodecKind::kInt8, KvCodecKind::kInt4),
-                         [](const auto& info) { return std::string(kv_codec_name(info.param)); });
+                         [](const auto& p) { return std::string(kv_codec_name(p.param)); });
 
 TEST(SequenceKvTest, ByteAccountingAndTruncate) {
   KvSpec spec{3, 2, 8, 32, KvCodecKind::kF16};
