@@ -1,5 +1,7 @@
 #include "core/jobs/journal.h"
 
+#include <optional>
+
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -407,15 +409,8 @@ absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
   // BEGIN IMMEDIATE holds the database's write lock, so no other connection can add the key
   // between this lookup and the INSERT.
   if (!job.idempotency_key.empty()) {
-    sqlite3_stmt* s = stmts_->by_key.get();
-    StmtScope scope(s);
-    int rc = bind_text(s, 1, job.idempotency_key);
-    if (rc == SQLITE_OK) rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-      FROST_ASSIGN_OR_RETURN(JobRecord existing, read_row(s));
-      return Inserted{std::move(existing), false};
-    }
-    if (rc != SQLITE_DONE) return error("insert: look up idempotency key", rc);
+    FROST_ASSIGN_OR_RETURN(std::optional<JobRecord> existing, find_by_key_locked(job.idempotency_key));
+    if (existing) return Inserted{*std::move(existing), false};
   }
 
   job.state = JobState::kQueued;
@@ -452,6 +447,25 @@ absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
   FROST_RETURN_IF_ERROR(run(stmts_->commit.get(), "insert: commit"));
   committed = true;
   return Inserted{std::move(job), true};
+}
+
+absl::StatusOr<std::optional<JobRecord>> Journal::find_by_key_locked(const std::string& key) const {
+  sqlite3_stmt* s = stmts_->by_key.get();
+  StmtScope scope(s);
+  int rc = bind_text(s, 1, key);
+  if (rc == SQLITE_OK) rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    FROST_ASSIGN_OR_RETURN(JobRecord existing, read_row(s));
+    return std::optional<JobRecord>(std::move(existing));
+  }
+  if (rc != SQLITE_DONE) return error("look up idempotency key", rc);
+  return std::optional<JobRecord>();
+}
+
+absl::StatusOr<std::optional<JobRecord>> Journal::find_by_idempotency_key(const std::string& key) const {
+  if (key.empty()) return std::optional<JobRecord>();
+  std::lock_guard<std::mutex> lock(mu_);
+  return find_by_key_locked(key);
 }
 
 absl::StatusOr<JobRecord> Journal::get_locked(const std::string& id) const {

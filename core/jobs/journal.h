@@ -4,6 +4,7 @@
 // committed transaction before the call returns.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -83,6 +84,8 @@ class Journal {
 
   // NOT_FOUND "job '<id>' not found".
   absl::StatusOr<JobRecord> get(const std::string& id) const;
+  // The job submitted with this idempotency key (nullopt when none, or when `key` is empty).
+  absl::StatusOr<std::optional<JobRecord>> find_by_idempotency_key(const std::string& key) const;
 
   // Newest first (seq DESC), at most q.limit rows. INVALID_ARGUMENT for limit <= 0 or
   // before_seq < 0.
@@ -105,6 +108,7 @@ class Journal {
   absl::Status error(const char* op, int rc) const;
   std::string new_id();
   absl::StatusOr<JobRecord> get_locked(const std::string& id) const;
+  absl::StatusOr<std::optional<JobRecord>> find_by_key_locked(const std::string& key) const;
 
   const std::string path_;
   sqlite3* db_ = nullptr;

@@ -115,14 +115,9 @@ absl::StatusOr<JobRecord> Scheduler::submit(const std::string& kind, const std::
   if (idempotency_key.size() > 128)
     return absl::InvalidArgumentError(
         absl::StrCat("idempotency_key: ", idempotency_key.size(), " bytes is longer than 128"));
-  if (!idempotency_key.empty()) {
-    // A retried submit: answer with the first job without validating the spec again.
-    ListQuery q;
-    q.limit = 1 << 30;
-    FROST_ASSIGN_OR_RETURN(std::vector<JobRecord> all, journal_->list(q));
-    for (const JobRecord& j : all)
-      if (j.idempotency_key == idempotency_key) return j;
-  }
+  // A retried submit: answer with the first job without validating the spec again.
+  FROST_ASSIGN_OR_RETURN(std::optional<JobRecord> first, journal_->find_by_idempotency_key(idempotency_key));
+  if (first) return *std::move(first);
   FROST_ASSIGN_OR_RETURN(std::string spec, it->second->prepare(spec_json));
   JobRecord j;
   j.kind = kind;
