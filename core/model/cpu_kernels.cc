@@ -159,6 +159,22 @@ inline void axpy(float p, const T* v, float* o, int64_t d) {
   for (int64_t i = 0; i < d; ++i) o[i] += p * load_elem(v, i);
 }
 
+// s[t] ← exp(s[t] − mx) over the n scores of one head (mx = their maximum); returns 1 / Σ s, the
+// factor that turns them into softmax probabilities.
+inline float softmax_unnormalised(float* s, int64_t n, float mx) {
+  float sum = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    s[t] = std::exp(s[t] - mx);
+    sum += s[t];
+  }
+  return 1.f / sum;
+}
+
+// Parallel over heads only when there is enough work to pay for waking the pool.
+inline int64_t attend_grain(int64_t n, int64_t head_dim, int64_t n_head) {
+  return n * head_dim * n_head < (int64_t{1} << 15) ? n_head : 1;
+}
+
 template <typename T>
 void attend_heads(const float* q, const T* k, const T* v, int64_t h0, int64_t h1, int64_t n_head,
                   int64_t n_head_kv, int64_t d, int64_t t_max, int64_t n, float scale, float* scores,
@@ -176,13 +192,7 @@ void attend_heads(const float* q, const T* k, const T* v, int64_t h0, int64_t h1
       s[t] = dot(qh, kg + t * d, d) * scale;
       mx = std::max(mx, s[t]);
     }
-    // softmax
-    float sum = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      s[t] = std::exp(s[t] - mx);
-      sum += s[t];
-    }
-    const float inv = 1.f / sum;
+    const float inv = softmax_unnormalised(s, n, mx);
     // out = Σ p_t V[t]
     float* o = out + h * d;
     for (int64_t i = 0; i < d; ++i) o[i] = 0;
@@ -237,10 +247,8 @@ void attend_one_quant(const float* q, const void* k, const float* ks, const void
                       float* scores, float* out) {
   TORCH_CHECK(bits == 8 || (bits == 4 && head_dim % 2 == 0), "attend_one_quant: bits ", bits, ", head_dim ",
               head_dim);
-  const int64_t work = n * head_dim;
-  const int64_t grain = work * n_head < (int64_t{1} << 15) ? n_head : 1;
   const int64_t group = n_head / n_head_kv;
-  at::parallel_for(0, n_head, grain, [&](int64_t h0, int64_t h1) {
+  at::parallel_for(0, n_head, attend_grain(n, head_dim, n_head), [&](int64_t h0, int64_t h1) {
     std::vector<float> row(static_cast<size_t>(head_dim));
     for (int64_t h = h0; h < h1; ++h) {
       const int64_t g = h / group;
@@ -253,12 +261,7 @@ void attend_one_quant(const float* q, const void* k, const float* ks, const void
         s[t] = dot(qh, row.data(), head_dim) * ks[r] * scale;
         mx = std::max(mx, s[t]);
       }
-      float sum = 0;
-      for (int64_t t = 0; t < n; ++t) {
-        s[t] = std::exp(s[t] - mx);
-        sum += s[t];
-      }
-      const float inv = 1.f / sum;
+      const float inv = softmax_unnormalised(s, n, mx);
       float* o = out + h * head_dim;
       for (int64_t i = 0; i < head_dim; ++i) o[i] = 0;
       for (int64_t t = 0; t < n; ++t) {
@@ -301,10 +304,7 @@ void matvec_ref(const void* w, c10::ScalarType w_dtype, const float* x, const fl
 void attend_one(const float* q, const void* k, const void* v, c10::ScalarType kv_dtype, int64_t n_head,
                 int64_t n_head_kv, int64_t head_dim, int64_t t_max, int64_t n, float scale, float* scores,
                 float* out) {
-  // Parallel over heads only when there is enough work to pay for waking the pool.
-  const int64_t work = n * head_dim;
-  const int64_t grain = work * n_head < (int64_t{1} << 15) ? n_head : 1;
-  at::parallel_for(0, n_head, grain, [&](int64_t h0, int64_t h1) {
+  at::parallel_for(0, n_head, attend_grain(n, head_dim, n_head), [&](int64_t h0, int64_t h1) {
     switch (kv_dtype) {
       case c10::kFloat:
         attend_heads(q, static_cast<const float*>(k), static_cast<const float*>(v), h0, h1, n_head, n_head_kv,
