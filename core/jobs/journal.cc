@@ -1,7 +1,5 @@
 #include "core/jobs/journal.h"
 
-#include <optional>
-
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
