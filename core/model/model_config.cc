@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <sys/stat.h>
 
@@ -14,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/common/json.h"
 
 namespace frost {
 namespace {
@@ -289,28 +291,10 @@ absl::Status detect_arch(const Fields& f, Arch* arch, std::string* name) {
   return absl::OkStatus();
 }
 
-// Parses JSON text without letting an exception escape; refuses nesting deeper than
-// kMaxJsonDepth.
+// Parses JSON text with bounded nesting; errors are INVALID_ARGUMENT prefixed with `label`.
 absl::Status parse_json(const std::string& text, const std::string& label, json* out) {
-  struct TooDeep {};
-  int depth = 0;
-  json::parser_callback_t cb = [&depth](int, json::parse_event_t ev, json&) -> bool {
-    if (ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) {
-      if (++depth > kMaxJsonDepth) throw TooDeep{};
-    } else if (ev == json::parse_event_t::object_end || ev == json::parse_event_t::array_end) {
-      --depth;
-    }
-    return true;
-  };
-  try {
-    *out = json::parse(text, cb);
-  } catch (const TooDeep&) {
-    return absl::InvalidArgumentError(absl::StrCat(label, ": JSON nests deeper than ", kMaxJsonDepth, " levels"));
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(label, ": not valid JSON: ", e.what()));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(label, ": cannot parse: ", e.what()));
-  }
+  if (std::optional<std::string> err = parse_json_bounded(text, kMaxJsonDepth, out))
+    return absl::InvalidArgumentError(absl::StrCat(label, ": ", *err));
   return absl::OkStatus();
 }
 

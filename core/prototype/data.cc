@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/common/fs.h"
+#include "core/common/json.h"
 #include "absl/strings/str_join.h"
 #include "core/common/status_macros.h"
 #include "core/common/utf8.h"
@@ -65,27 +66,9 @@ bool all_space(std::string_view s) {
   return true;
 }
 
-// Parses JSON text without letting an exception escape; refuses nesting deeper than kMaxJsonDepth.
-// On failure returns the reason (no source prefix).
+// Parses JSON text; on failure returns the reason (no source prefix).
 std::optional<std::string> parse_json(std::string_view text, json* out) {
-  struct TooDeep {};
-  int depth = 0;
-  json::parser_callback_t cb = [&depth](int, json::parse_event_t ev, json&) -> bool {
-    if (ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) {
-      if (++depth > kMaxJsonDepth) throw TooDeep{};
-    } else if (ev == json::parse_event_t::object_end || ev == json::parse_event_t::array_end) {
-      --depth;
-    }
-    return true;
-  };
-  try {
-    *out = json::parse(text.begin(), text.end(), cb);
-  } catch (const TooDeep&) {
-    return absl::StrCat("JSON nests deeper than ", kMaxJsonDepth, " levels");
-  } catch (const std::exception& e) {
-    return absl::StrCat("not valid JSON: ", e.what());
-  }
-  return std::nullopt;
+  return parse_json_bounded(text, kMaxJsonDepth, out);
 }
 
 absl::Status validate_limits(const DataLimits& l, const std::string& source) {
