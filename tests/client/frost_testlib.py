@@ -95,6 +95,41 @@ def yaml_str(s):
     return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
 
 
+def wait_for_port_file(proc, port_file, timeout_s, fail):
+    """Waits for frostd's --port-file (written atomically: temp + rename) and returns its
+    `name=PORT` lines as a dict; calls fail(why) (which raises) when frostd exits first, the file
+    does not appear within timeout_s, or it lacks the grpc= and metrics= lines."""
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(port_file):
+        if proc.poll() is not None:
+            fail(f"exited with {proc.returncode} before writing {port_file}")
+        if time.monotonic() > deadline:
+            fail(f"no port file after {timeout_s} s")
+        time.sleep(0.05)
+    ports = {}
+    with open(port_file) as f:
+        for line in f:
+            if line.strip():
+                k, _, v = line.strip().partition("=")
+                ports[k] = int(v)
+    if "grpc" not in ports or "metrics" not in ports:
+        fail(f"port file without grpc= and metrics= lines: {ports}")
+    return ports
+
+
+def stop_process(proc, timeout):
+    """SIGTERM, then waits; returns the exit code (None if it had to be killed)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+    return proc.returncode
+
+
 class Frostd:
     """One frostd process on 127.0.0.1 port 0 (gRPC and metrics), jobs enabled on `state_dir`.
 
@@ -182,22 +217,7 @@ class Frostd:
         raise RuntimeError(f"frostd {self.name}: {why}\n--- frostd output ---\n{self.log()}")
 
     def _wait_for_ports(self):
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not os.path.exists(self.port_file):
-            if self.proc.poll() is not None:
-                self._fail(f"exited with {self.proc.returncode} before writing {self.port_file}")
-            if time.monotonic() > deadline:
-                self._fail(f"no port file after {START_TIMEOUT_S} s")
-            time.sleep(0.05)
-        ports = {}
-        with open(self.port_file) as f:
-            for line in f:
-                if line.strip():
-                    k, _, v = line.strip().partition("=")
-                    ports[k] = int(v)
-        if "grpc" not in ports or "metrics" not in ports:
-            self._fail(f"port file without grpc= and metrics= lines: {ports}")
-        return ports
+        return wait_for_port_file(self.proc, self.port_file, START_TIMEOUT_S, self._fail)
 
     def _wait_until_ready(self):
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -224,15 +244,7 @@ class Frostd:
         """SIGTERM, then waits; returns the exit code (None if it had to be killed)."""
         self._close_channel()
         try:
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-                    return None
-            return None if self.proc is None else self.proc.returncode
+            return None if self.proc is None else stop_process(self.proc, timeout)
         finally:
             if self._log is not None:
                 self._log.close()

@@ -13,7 +13,6 @@ Run by hand:
 """
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ try:
     import grpc
     from frost.v1 import generation_pb2
     from frost_client import FrostClient
+
+    import frost_testlib  # tests/client: frostd process helpers shared with jobs_test.py
 except ImportError as e:
     print(f"python_client_test: FAIL: cannot import the client ({e}); needs python3-grpcio, "
           "python3-protobuf and the frost_python_stubs build target on PYTHONPATH", file=sys.stderr)
@@ -63,24 +64,7 @@ class FrostdProcess:
         raise RuntimeError(f"frostd: {why}\n--- frostd output ---\n{self.log()}")
 
     def _wait_for_ports(self):
-        """Waits for the port file (written atomically: temp + rename) and parses its
-        `name=PORT` lines."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not os.path.exists(self.port_file):
-            if self.proc.poll() is not None:
-                self._fail(f"exited with {self.proc.returncode} before writing {self.port_file}")
-            if time.monotonic() > deadline:
-                self._fail(f"no port file after {START_TIMEOUT_S} s")
-            time.sleep(0.05)
-        ports = {}
-        with open(self.port_file) as f:
-            for line in f:
-                if line.strip():
-                    name, _, port = line.strip().partition("=")
-                    ports[name] = int(port)
-        if "grpc" not in ports or "metrics" not in ports:
-            self._fail(f"port file without grpc= and metrics= lines: {ports}")
-        return ports
+        return frost_testlib.wait_for_port_file(self.proc, self.port_file, START_TIMEOUT_S, self._fail)
 
     def wait_until_ready(self, client):
         """Polls the readiness service until SERVING (NOT_FOUND / NOT_SERVING before)."""
@@ -101,15 +85,7 @@ class FrostdProcess:
     def stop(self, timeout=60):
         """SIGTERM, then waits; returns the exit code (None if it had to be killed)."""
         try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-                    return None
-            return self.proc.returncode
+            return frost_testlib.stop_process(self.proc, timeout)
         finally:
             self._log.close()
 
