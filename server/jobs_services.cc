@@ -74,7 +74,7 @@ v1::Artifact to_proto(const jobs::ArtifactInfo& a, bool active, int64_t device_b
 
 }  // namespace
 
-v1::Job to_proto(const jobs::JobRecord& j) {
+v1::Job to_proto(const jobs::JobRecord& j, bool with_spec) {
   v1::Job p;
   p.set_id(j.id);
   p.set_kind(j.kind);
@@ -88,7 +88,7 @@ v1::Job to_proto(const jobs::JobRecord& j) {
   p.set_attempts(j.attempts);
   p.set_artifact(j.artifact);
   p.set_report_json(j.report_json);
-  p.set_spec_json(j.spec_json);
+  if (with_spec) p.set_spec_json(j.spec_json);
   if (!j.progress_json.empty()) {
     json pj = json::parse(j.progress_json, nullptr, false);
     if (pj.is_object()) {
@@ -456,8 +456,7 @@ class TrainingService::WatchCall final : public grpc::ServerWriteReactor<grpc::B
     absl::MutexLock l(&mu_);
     if (finished_ || last_terminal_) return;
     v1::JobEvent ev;
-    *ev.mutable_job() = to_proto(j);
-    ev.mutable_job()->clear_spec_json();  // large (inline rows); GetJob has it
+    *ev.mutable_job() = to_proto(j, /*with_spec=*/false);  // spec: large (inline rows); GetJob has it
     pending_ = std::make_unique<v1::JobEvent>(std::move(ev));
     pending_terminal_ = jobs::is_terminal(j.state);
     if (pending_terminal_) last_terminal_ = true;

@@ -139,8 +139,9 @@ class AdminService final : public AdminServiceBase {
   JobsRuntime* rt_;
 };
 
-// JobRecord → frost.v1.Job (progress JSON → JobProgress). Exposed for tests.
-v1::Job to_proto(const jobs::JobRecord& j);
+// JobRecord → frost.v1.Job (progress JSON → JobProgress); without spec_json when !with_spec
+// (WatchJob events: the spec can hold megabytes of inline rows and is sent per progress step).
+v1::Job to_proto(const jobs::JobRecord& j, bool with_spec = true);
 // frost.v1.PrototypeJobSpec → the prototype kind's spec JSON (core/jobs/prototype_job.h).
 std::string prototype_spec_json(const v1::PrototypeJobSpec& spec);
 
