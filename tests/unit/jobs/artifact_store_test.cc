@@ -2,10 +2,11 @@
 #include "core/jobs/artifact_store.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
+
+#include "tests/testing/test_util.h"
 
 namespace frost::jobs {
 namespace {
@@ -14,17 +15,12 @@ namespace fs = std::filesystem;
 
 class ArtifactStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string t = (fs::temp_directory_path() / "frost_store_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(t.data()), nullptr);
-    root_ = t;
-  }
-  void TearDown() override { fs::remove_all(root_); }
   static absl::Status write_one(const std::string& dir) {
     std::ofstream(dir + "/payload.bin") << "0123456789";
     return absl::OkStatus();
   }
-  std::string root_;
+  ::frost::testing::TempDir tmp_{"frost_store"};
+  const std::string root_ = tmp_.path();
 };
 
 TEST_F(ArtifactStoreTest, PublishListGet) {

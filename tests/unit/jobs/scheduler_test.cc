@@ -3,12 +3,13 @@
 #include "core/jobs/scheduler.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <thread>
+
+#include "tests/testing/test_util.h"
 
 namespace frost::jobs {
 namespace {
@@ -44,13 +45,6 @@ class ScriptedKind final : public JobKind {
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string t = (fs::temp_directory_path() / "frost_sched_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(t.data()), nullptr);
-    dir_ = t;
-    kind_ = std::make_shared<ScriptedKind>();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::unique_ptr<Scheduler> make(int max_queued = 64) {
     SchedulerOptions o;
     o.state_dir = dir_;
@@ -69,8 +63,9 @@ class SchedulerTest : public ::testing::Test {
     ADD_FAILURE() << id << " never ended";
     return *s.get(id);
   }
-  std::string dir_;
-  std::shared_ptr<ScriptedKind> kind_;
+  ::frost::testing::TempDir tmp_{"frost_sched"};
+  const std::string dir_ = tmp_.path();
+  std::shared_ptr<ScriptedKind> kind_ = std::make_shared<ScriptedKind>();
 };
 
 TEST_F(SchedulerTest, HigherPriorityFirstThenSubmitOrder) {

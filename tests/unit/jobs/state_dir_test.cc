@@ -3,7 +3,6 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,23 +18,16 @@ namespace {
 using ::frost::testing::read_text_file;
 using ::frost::testing::write_text_file;
 
-// A fresh mkdtemp() directory (its realpath), removed with its contents by the destructor.
+// A fresh temporary directory named by its realpath (resolve_data_path compares realpaths),
+// removed with its contents by the destructor.
 class ScratchDir {
  public:
-  ScratchDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "frost_state_XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = std::filesystem::canonical(tmpl).string();
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 
  private:
-  std::string path_;
+  ::frost::testing::TempDir dir_{"frost_state"};
+  std::string path_ = std::filesystem::canonical(dir_.path()).string();
 };
 
 // ---- StateDirLock ----------------------------------------------------------------------------
