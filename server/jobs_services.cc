@@ -164,11 +164,8 @@ absl::Status JobsRuntime::start(std::shared_ptr<const LoadedModel> model) {
   if (!cfg_.jobs.enabled) return absl::OkStatus();
   absl::StatusOr<std::optional<std::string>> active = store_->active("prototype");
   if (active.ok() && active->has_value()) {
-    absl::StatusOr<jobs::ArtifactInfo> a = store_->get(**active);
-    absl::Status st = a.ok() ? prototypes_.activate(*a, model) : a.status();
-    if (st.ok())
-      FROST_LOG_INFO("frostd: serving prototype artifact %s", (*active)->c_str());
-    else
+    // activate() logs the success; it also rewrites ACTIVE with the same name (harmless).
+    if (absl::Status st = activate(**active).status(); !st.ok())
       FROST_LOG_ERROR(
           "frostd: the active prototype artifact %s cannot be served, Predict is off until one is "
           "activated: %s",
@@ -210,13 +207,9 @@ absl::StatusOr<jobs::ArtifactInfo> JobsRuntime::activate(const std::string& name
   if (!m) return absl::UnavailableError("model is loading: not ready yet");
   FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, store_->get(name));
   absl::MutexLock l(&activate_mu_);
-  absl::StatusOr<std::shared_ptr<const jobs::ServedPrototype>> loaded = prototypes_.load(a, m);
-  if (!loaded.ok()) {
-    prototypes_.note_swap_failure();
-    return loaded.status();
-  }
+  FROST_ASSIGN_OR_RETURN(std::shared_ptr<const jobs::ServedPrototype> loaded, prototypes_.load(a, m));
   FROST_RETURN_IF_ERROR(store_->set_active(a.kind, a.name));  // persisted before it serves
-  prototypes_.install(*std::move(loaded));
+  prototypes_.install(std::move(loaded));
   FROST_LOG_INFO("frostd: activated %s", a.name.c_str());
   return a;
 }

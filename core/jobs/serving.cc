@@ -44,6 +44,7 @@ std::shared_ptr<const ServedPrototype> PrototypeServing::current() const {
 absl::StatusOr<std::shared_ptr<const ServedPrototype>> PrototypeServing::load(
     const ArtifactInfo& a, std::shared_ptr<const LoadedModel> model) const {
   auto refuse = [&](const absl::Status& s) {
+    swap_failures_.fetch_add(1);
     return absl::FailedPreconditionError(
         absl::StrCat("artifact '", a.name, "' cannot be activated: ", s.message()));
   };
@@ -59,16 +60,6 @@ absl::StatusOr<std::shared_ptr<const ServedPrototype>> PrototypeServing::load(
   s->predictor = *std::move(p);
   s->lease = store_->account(a.name, bytes);
   return std::shared_ptr<const ServedPrototype>(std::move(s));
-}
-
-absl::Status PrototypeServing::activate(const ArtifactInfo& a, std::shared_ptr<const LoadedModel> model) {
-  absl::StatusOr<std::shared_ptr<const ServedPrototype>> s = load(a, std::move(model));
-  if (!s.ok()) {
-    swap_failures_.fetch_add(1);
-    return s.status();
-  }
-  install(*std::move(s));
-  return absl::OkStatus();
 }
 
 void PrototypeServing::install(std::shared_ptr<const ServedPrototype> s) {

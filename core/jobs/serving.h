@@ -6,10 +6,10 @@
 // the last request that started on that version finishes (requests hold a shared_ptr to the
 // ServedPrototype they started with).
 //
-// PrototypeServing::activate loads and verifies an artifact (manifest checksums, tensor set and
-// shapes, backbone identity) completely before it swaps the pointer, so a bad artifact is refused
-// with FAILED_PRECONDITION and the active one keeps serving. The swap itself is one pointer store
-// under a mutex: a request sees either the old or the new version, never a mix.
+// Activation is load() then install(): load() verifies an artifact completely (manifest
+// checksums, tensor set and shapes, backbone identity) before anything is swapped, so a bad
+// artifact is refused with FAILED_PRECONDITION and the active one keeps serving. The swap itself is one
+// pointer store under a mutex: a request sees either the old or the new version, never a mix.
 //
 // Device: the store's tensors live where the Predictor computes, which is the CPU in this build
 // (core/prototype runs on CPU); "cuda" is reported only when the predictor runs there.
@@ -76,15 +76,13 @@ class PrototypeServing {
 
   // The active version (nullptr = none). Hold the pointer for the whole request.
   std::shared_ptr<const ServedPrototype> current() const;
-  // Loads `a` against `model` and makes it current. FAILED_PRECONDITION "artifact 'x' cannot be
-  // activated: <reason>" for a corrupt, incomplete or mismatched artifact; nothing changes then.
-  absl::Status activate(const ArtifactInfo& a, std::shared_ptr<const LoadedModel> model);
-  // Loads without swapping (the verification half of activate).
+  // Loads and verifies `a` against `model` without swapping it in. FAILED_PRECONDITION "artifact
+  // 'x' cannot be activated: <reason>" for a corrupt, incomplete or mismatched artifact (counted in
+  // swap_failures()).
   absl::StatusOr<std::shared_ptr<const ServedPrototype>> load(const ArtifactInfo& a,
                                                               std::shared_ptr<const LoadedModel> model) const;
-  // Makes a loaded artifact current (the swap half of activate).
+  // Makes a loaded artifact current (counted in swaps()).
   void install(std::shared_ptr<const ServedPrototype> s);
-  void note_swap_failure() { swap_failures_.fetch_add(1); }
   void clear();
   int64_t swaps() const { return swaps_.load(); }
   int64_t swap_failures() const { return swap_failures_.load(); }
@@ -93,7 +91,8 @@ class PrototypeServing {
   TensorStore* store_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const ServedPrototype> current_ ABSL_GUARDED_BY(mu_);
-  std::atomic<int64_t> swaps_{0}, swap_failures_{0};
+  std::atomic<int64_t> swaps_{0};
+  mutable std::atomic<int64_t> swap_failures_{0};
 };
 
 }  // namespace frost::jobs
