@@ -197,7 +197,135 @@ at::Tensor RepairLayer::attend_fast(const at::Tensor& q, const at::Tensor& k, co
   return at::matmul(p, vh) + at::matmul(at::matmul(p, vwh) * gv, u(true).t());
 }
 
-at::Tensor RepairLayer::contraction_penalty(const at::Tensor& q, const at::Tensor& k,
+at::Tensor RepairLayer::attend_folded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      int64_t first_pos, double scale) const {
+  const int64_t H = q.size(0), tq = q.size(1), t = k.size(1);
+  auto [gk, gv] = gammas(q);
+  at::Tensor q2 = q + at::matmul(at::matmul(q, u(false)) * gk, w(false).t());  // q' = q + W_k(γ_k ⊙ U_kᵀq)
+  at::Tensor scores = at::matmul(q2, by_head(k, H).transpose(1, 2)) * scale;
+  scores =
+      scores.masked_fill(causal_mask(tq, t, first_pos).unsqueeze(0), -std::numeric_limits<float>::infinity());
+  at::Tensor o = at::matmul(at::softmax(scores, -1), by_head(v, H));  // [H, Tq, D]
+  return o + at::matmul(at::matmul(o, w(true)) * gv, u(true).t());
+}
+
+std::vector<std::pair<std::string, at::Tensor>> RepairLayer::named_parameters() const {
+  switch (cfg_.option) {
+    case RepairOption::kA:
+      return {{"wk", wk_}, {"uk", uk_}, {"wv", wv_}, {"uv", uv_},
+              {"g1k", g1k_}, {"g2k", g2k_}, {"g1v", g1v_}, {"g2v", g2v_}};
+    case RepairOption::kB:
+      return {{"bk", wk_}, {"bv", wv_}, {"g1", g1k_}, {"g2", g2k_}};
+    case RepairOption::kC:
+      return {{"e_layer", e_layer_}};
+  }
+  return {};
+}
+
+namespace {
+std::vector<float> floats(const at::Tensor& t) {
+  at::Tensor c = t.detach().to(at::kFloat).contiguous().cpu();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+// y[o] = Σ_i m[o, i] x[i], m row-major [n_out, n_in]
+void mv(const float* m, const float* x, float* y, int64_t n_out, int64_t n_in) {
+  for (int64_t o = 0; o < n_out; ++o) {
+    float acc = 0;
+    for (int64_t i = 0; i < n_in; ++i) acc += m[o * n_in + i] * x[i];
+    y[o] = acc;
+  }
+}
+float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+}  // namespace
+
+RepairLayer::Fast RepairLayer::fast() const {
+  Fast f;
+  f.option = cfg_.option;
+  f.d = d_;
+  f.r = cfg_.rank;
+  f.gate_out = cfg_.option == RepairOption::kB ? 2 * cfg_.rank : cfg_.rank;
+  f.alpha_max = static_cast<float>(cfg_.alpha_max);
+  f.repair_k = cfg_.repair_k;
+  f.repair_v = cfg_.repair_v;
+  f.wk = floats(w(false));
+  f.uk = floats(u(false));
+  f.wv = floats(w(true));
+  f.uv = floats(u(true));
+  if (cfg_.option == RepairOption::kC) {
+    f.g1k = floats(shared_->g1k);
+    f.g2k = floats(shared_->g2k);
+    f.g1v = floats(shared_->g1v);
+    f.g2v = floats(shared_->g2v);
+    f.cond = floats(e_layer_.unsqueeze(0) + shared_->e_head);
+  } else {
+    f.g1k = floats(g1k_);
+    f.g2k = floats(g2k_);
+    if (cfg_.option == RepairOption::kA) {
+      f.g1v = floats(g1v_);
+      f.g2v = floats(g2v_);
+    }
+  }
+  return f;
+}
+
+void RepairLayer::Fast::query(const float* q_h, int64_t h, float* q_out, float* gv_out, float* tmp) const {
+  const int64_t g = gate_out;
+  float* a = tmp;           // [g] hidden
+  float* gk = tmp + g;      // [g] gate output (B: s_k | s_v)
+  float* c = tmp + 2 * g;   // [r] (γ_k ⊙ U_kᵀ q)
+  float* gv2 = tmp + 3 * g; // [g]
+  const float* cond_h = cond.empty() ? nullptr : cond.data() + h * r;
+  auto gate = [&](const std::vector<float>& g1, const std::vector<float>& g2, float* out) {
+    mv(g1.data(), q_h, a, g, d);
+    for (int64_t i = 0; i < g; ++i) a[i] = std::max(0.f, a[i] + (cond_h ? cond_h[i] : 0.f));
+    mv(g2.data(), a, out, g, g);
+  };
+  const float* gkv = nullptr;  // γ_k [r]
+  if (option == RepairOption::kB) {
+    gate(g1k, g2k, gk);  // s = α_max σ(·), γ = s − 1 for K (first r) and V (last r)
+    for (int64_t i = 0; i < g; ++i) gk[i] = alpha_max * sigmoid(gk[i]) - 1.f;
+    gkv = gk;
+    for (int64_t i = 0; i < r; ++i) gv_out[i] = repair_v ? gk[r + i] : 0.f;
+  } else {
+    gate(g1k, g2k, gk);
+    for (int64_t i = 0; i < r; ++i) gk[i] = sigmoid(gk[i]);
+    gkv = gk;
+    if (repair_v) {
+      gate(g1v, g2v, gv2);
+      for (int64_t i = 0; i < r; ++i) gv_out[i] = sigmoid(gv2[i]);
+    } else {
+      for (int64_t i = 0; i < r; ++i) gv_out[i] = 0.f;
+    }
+  }
+  for (int64_t i = 0; i < d; ++i) q_out[i] = q_h[i];
+  if (!repair_k) return;
+  // c = γ_k ⊙ (U_kᵀ q); q' = q + W_k c   (U, W row-major [D, r])
+  for (int64_t j = 0; j < r; ++j) c[j] = 0;
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < r; ++j) c[j] += uk[i * r + j] * q_h[i];
+  for (int64_t j = 0; j < r; ++j) c[j] *= gkv[j];
+  for (int64_t i = 0; i < d; ++i) {
+    float acc = 0;
+    for (int64_t j = 0; j < r; ++j) acc += wk[i * r + j] * c[j];
+    q_out[i] += acc;
+  }
+}
+
+void RepairLayer::Fast::output(const float* gv, float* o_h, float* tmp) const {
+  if (!repair_v) return;
+  // c = γ_v ⊙ (W_vᵀ o); o += U_v c
+  for (int64_t j = 0; j < r; ++j) tmp[j] = 0;
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < r; ++j) tmp[j] += wv[i * r + j] * o_h[i];
+  for (int64_t j = 0; j < r; ++j) tmp[j] *= gv[j];
+  for (int64_t i = 0; i < d; ++i) {
+    float acc = 0;
+    for (int64_t j = 0; j < r; ++j) acc += uv[i * r + j] * tmp[j];
+    o_h[i] += acc;
+  }
+}
+
+at::Tensor RepairLayer::contraction_penalty_reference(const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v) const {
   const int64_t H = q.size(0);
   auto [gk, gv] = gammas(q);
@@ -207,6 +335,27 @@ at::Tensor RepairLayer::contraction_penalty(const at::Tensor& q, const at::Tenso
     at::Tensor xh = by_head(x, H).unsqueeze(1);                         // [H, 1, T, D]
     at::Tensor delta = repaired(x, side ? gv : gk, side == 1, H) - xh;  // [H, Tq, T, D]
     at::Tensor ratio = delta.norm(2, -1) / (xh.norm(2, -1) + 1e-6);
+    total = total + at::relu(ratio - cfg_.contraction_rho).pow(2).mean();
+  }
+  return total;
+}
+
+at::Tensor RepairLayer::contraction_penalty(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+  // ‖ΔXⱼ‖² for query q = ‖((Xⱼ W) ⊙ γ_q) Uᵀ‖² = (γ_q ⊗ γ_q) · vec((cⱼ cⱼᵀ) ⊙ UᵀU), cⱼ = Xⱼ W: one
+  // [Tq, r²] × [r², T] product per head instead of materialising [H, Tq, T, D].
+  const int64_t H = q.size(0);
+  auto [gk, gv] = gammas(q);
+  at::Tensor total = at::zeros({}, at::kFloat);
+  for (int side = 0; side < 2; ++side) {
+    const at::Tensor& x = side ? v : k;
+    const at::Tensor& g = side ? gv : gk;
+    at::Tensor xh = by_head(x, H);                                      // [H, T, D]
+    at::Tensor c = at::matmul(xh, w(side == 1));                        // [H, T, r]
+    at::Tensor gram = at::matmul(u(side == 1).t(), u(side == 1));       // [r, r]
+    at::Tensor m = (c.unsqueeze(-1) * c.unsqueeze(-2) * gram).flatten(2);  // [H, T, r²]
+    at::Tensor gg = (g.unsqueeze(-1) * g.unsqueeze(-2)).flatten(2);        // [H, Tq, r²]
+    at::Tensor sq = at::matmul(gg, m.transpose(1, 2)).clamp_min(0);        // [H, Tq, T]
+    at::Tensor ratio = (sq + 1e-12).sqrt() / (xh.norm(2, -1).unsqueeze(1) + 1e-6);
     total = total + at::relu(ratio - cfg_.contraction_rho).pow(2).mean();
   }
   return total;

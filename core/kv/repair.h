@@ -15,10 +15,18 @@
 // Parameters are shared across heads (share_across_heads: the seed's default; per-head parameters
 // are not implemented). apply_to K, V or KV.
 //
-// Two paths that tests hold equal:
+// Three paths that tests hold equal:
 //   reference  materialise K̂, V̂ for every query (the seed's order), then softmax attention;
-//   fast       q·K̂ⱼ = q·Kⱼ + (Kⱼ W)·(γ ⊙ Uᵀq) and Σⱼ pⱼ V̂ⱼ = pV + ((p (V W)) ⊙ γ) Uᵀ, with
-//              K W and V W computed once per cached token (O(T·r) per query instead of O(T·D·r)).
+//              O(T·D·r) per query and O(H·Tq·T·D) memory.
+//   factorised (the design's fast path) q·K̂ⱼ = q·Kⱼ + (Kⱼ W)·(γ ⊙ Uᵀq) and
+//              Σⱼ pⱼ V̂ⱼ = pV + ((p (V W)) ⊙ γ) Uᵀ, with K W and V W cacheable per token: O(T·r).
+//   folded     (what serving runs) γ depends on the query only, so the key correction is a query
+//              correction and the value correction an output correction:
+//                q·K̂ⱼ = Kⱼ·q',  q' = q + W_k (γ_k ⊙ U_kᵀ q)
+//                Σⱼ pⱼ V̂ⱼ = o + U_v (γ_v ⊙ W_vᵀ o),  o = Σⱼ pⱼ Vⱼ
+//              O(D·r) per query and head, independent of T, and no per-token state: the cache holds
+//              exactly the codec's bytes and the attention kernel is the unrepaired one. Choice: we
+//              serve this form; the factorised one stays as the design's documented twin.
 //
 // Contraction regularizer (Option A; the seed names it, this defines it): the mean over queries and
 // cached rows of relu(‖K̂ⱼ − Kⱼ‖ / ‖Kⱼ‖ − ρ)² (and the same for V), with ρ = contraction_rho
@@ -85,9 +93,34 @@ class RepairLayer {
                          const at::Tensor& vw, int64_t first_pos, double scale) const;
   // K W_k and V W_v of cached rows [Hkv, T, D] → [Hkv, T, r] (cacheable per token).
   std::pair<at::Tensor, at::Tensor> projections(const at::Tensor& k, const at::Tensor& v) const;
+  // The folded form (LibTorch ops, differentiable): the training and reference-model path.
+  at::Tensor attend_folded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t first_pos,
+                           double scale) const;
 
-  // The contraction regularizer above for queries q over cache K, V.
+  // Parameters by name (option C: its e_layer row only; the shared part is RepairShared's):
+  //   A: wk uk wv uv g1k g2k g1v g2v   B: bk bv g1 g2   C: e_layer
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+
+  // Frozen float copies for the raw-pointer decode path (folded form, one query head at a time).
+  struct Fast {
+    RepairOption option = RepairOption::kA;
+    int64_t d = 0, r = 0, gate_out = 0;  // gate_out: r (A, C) or 2r (B, one shared gate)
+    float alpha_max = 0;
+    bool repair_k = true, repair_v = true;
+    std::vector<float> wk, uk, wv, uv;  // [D, r] row-major
+    std::vector<float> g1k, g2k, g1v, g2v;  // [gate_out, D], [gate_out, gate_out]
+    std::vector<float> cond;                // C: [H, r] = e_layer + e_head[h]; else empty
+    // q_h [D] (head h) → q_out [D] = q'; gv_out [r] = γ_v(q_h). tmp: 4·gate_out floats.
+    void query(const float* q_h, int64_t h, float* q_out, float* gv_out, float* tmp) const;
+    // o_h [D] += U_v (γ_v ⊙ W_vᵀ o_h). tmp: r floats.
+    void output(const float* gv, float* o_h, float* tmp) const;
+  };
+  Fast fast() const;
+
+  // The contraction regularizer above for queries q over cache K, V (all query/row pairs): computed
+  // from Gram matrices (O(H·Tq·T·r²)), and its twin that materialises K̂ − K as written.
   at::Tensor contraction_penalty(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  at::Tensor contraction_penalty_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
 
  private:
   at::Tensor w(bool is_v) const;

@@ -5,10 +5,40 @@
 #include <memory>
 #include <vector>
 
+#include <ATen/ATen.h>
+
 #include "core/kv/codec.h"
+#include "core/kv/corruption.h"
 #include "core/kv/kv_spec.h"
 
 namespace frost {
+
+class RepairSet;
+
+// The optional stages of the KV pipeline between the codec and attention (DESIGN.md, "The KV
+// pipeline"; ../shared/seeds/kv-repair-operators.md §1): corrupt C(K, V), then repair R_phi.
+struct KvStages {
+  // kNone = off. kFreshPerStep corrupts what attention reads, every step (reference path only:
+  // Transformer::forward; decode_step refuses it). kPersistentAtWrite corrupts the rows being
+  // written, once, before the codec stores them (both paths).
+  CorruptionSpec corruption;
+  std::shared_ptr<const RepairSet> repair;  // null = off
+  // Which form forward() uses for repaired layers (core/kv/repair.h); decode_step always folds.
+  enum class RepairPath { kFolded, kFactorised, kMaterialised };
+  RepairPath repair_path = RepairPath::kFolded;
+};
+
+// What a training forward() collects from the protected layers (off by default).
+struct KvTaps {
+  bool contraction = false;  // sum RepairLayer::contraction_penalty over protected layers
+  at::Tensor contraction_sum;
+  bool attention = false;  // keep every layer's attention output [H, T, D] (before W_o)
+  std::vector<at::Tensor> attention_out;
+  void clear() {
+    contraction_sum = at::Tensor();
+    attention_out.clear();
+  }
+};
 
 class SequenceKv {
  public:
@@ -27,6 +57,10 @@ class SequenceKv {
   void truncate(int64_t n);
   void reset() { n_tokens_ = 0; }
 
+  void set_stages(KvStages stages) { stages_ = std::move(stages); }
+  const KvStages& stages() const { return stages_; }
+  KvTaps& taps() { return taps_; }
+
   int64_t bytes_per_token() const;  // all layers
   int64_t bytes_allocated() const { return bytes_per_token() * spec_.max_tokens; }
   int64_t bytes_in_use() const { return bytes_per_token() * n_tokens_; }
@@ -35,6 +69,8 @@ class SequenceKv {
   KvSpec spec_;
   std::vector<std::unique_ptr<KvCodec>> layers_;
   int64_t n_tokens_ = 0;
+  KvStages stages_;
+  KvTaps taps_;
 };
 
 }  // namespace frost

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/kv/repair_set.h"
 #include "core/model/cpu_kernels.h"
 #include "core/model/transformer.h"
 
@@ -86,6 +87,17 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
   TORCH_CHECK(pos < kv.capacity() && pos < cfg_.max_pos, "decode_step: position ", pos, " exceeds capacity");
   TORCH_CHECK(static_cast<int64_t>(s.scores.size()) >= H * (pos + 1), "decode_step: scratch too small");
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const KvStages& st = kv.stages();
+  TORCH_CHECK(st.corruption.kind == CorruptionKind::kNone || st.corruption.mode != CorruptionMode::kFreshPerStep,
+              "decode_step: fresh-per-step corruption (", st.corruption.to_string(),
+              ") runs on the reference path; use forward()");
+  const bool persistent = st.corruption.kind != CorruptionKind::kNone;
+  if (st.repair) {  // sized once per scratch (the rank is not known at make_scratch)
+    const int64_t r = st.repair->cfg().rank;
+    if (static_cast<int64_t>(s.repair_gv.size()) < H * r) s.repair_gv.resize(static_cast<size_t>(H * r));
+    if (static_cast<int64_t>(s.repair_tmp.size()) < 8 * r) s.repair_tmp.resize(static_cast<size_t>(8 * r));
+    if (static_cast<int64_t>(s.repair_q.size()) < H * D) s.repair_q.resize(static_cast<size_t>(H * D));
+  }
   float* x = s.x.data();
   float* xn = s.xn.data();
   float* q = s.qkv.data();
@@ -110,16 +122,34 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
       rope_row(q, H, D, cos_row, sin_row);
       rope_row(k, Hkv, D, cos_row, sin_row);
     }
-    // 3. KV pipeline: append this token, attend over positions [0, pos]
+    // 3. KV pipeline: [corrupt at write] → append this token → attend over positions [0, pos],
+    //    repaired in folded form (core/kv/repair.h): q' before the kernel, the value correction after.
     KvCodec& cache = kv.layer(l);
+    if (persistent) {  // evaluation only: LibTorch ops on this token's rows
+      const at::Tensor kr = corrupt(at::from_blob(k, {Hkv, D}, at::kFloat), st.corruption, 2 * l, pos);
+      const at::Tensor vr = corrupt(at::from_blob(v, {Hkv, D}, at::kFloat), st.corruption, 2 * l + 1, pos);
+      std::memcpy(k, kr.data_ptr<float>(), static_cast<size_t>(Hkv * D) * sizeof(float));
+      std::memcpy(v, vr.data_ptr<float>(), static_cast<size_t>(Hkv * D) * sizeof(float));
+    }
     cache.append_token(k, v, pos);
+    const RepairLayer::Fast* rf = st.repair ? st.repair->fast(l) : nullptr;
+    const float* qa = q;
+    if (rf) {
+      for (int64_t h = 0; h < H; ++h)
+        rf->query(q + h * D, h, s.repair_q.data() + h * D, s.repair_gv.data() + h * rf->r, s.repair_tmp.data());
+      qa = s.repair_q.data();
+    }
     if (const float* ks = cache.raw_key_scales()) {
-      kernels::attend_one_quant(q, cache.raw_keys(), ks, cache.raw_values(), cache.raw_value_scales(),
+      kernels::attend_one_quant(qa, cache.raw_keys(), ks, cache.raw_values(), cache.raw_value_scales(),
                                 cache.kind() == KvCodecKind::kInt4 ? 4 : 8, H, Hkv, D, cache.capacity(), pos + 1,
                                 scale, s.scores.data(), s.att_out.data());
     } else {
-      kernels::attend_one(q, cache.raw_keys(), cache.raw_values(), cache.storage_dtype(), H, Hkv, D,
+      kernels::attend_one(qa, cache.raw_keys(), cache.raw_values(), cache.storage_dtype(), H, Hkv, D,
                           cache.capacity(), pos + 1, scale, s.scores.data(), s.att_out.data());
+    }
+    if (rf) {
+      for (int64_t h = 0; h < H; ++h)
+        rf->output(s.repair_gv.data() + h * rf->r, s.att_out.data() + h * D, s.repair_tmp.data());
     }
     // 4. output projection + residual
     matvec_t(lw.wo, lw.bo, s.att_out.data(), xn);

@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "core/kv/repair_set.h"
+
 namespace frost {
 
 Transformer::Transformer(ModelConfig cfg, ModelWeights w) : cfg_(std::move(cfg)), w_(std::move(w)) {
@@ -93,6 +95,16 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
   TORCH_CHECK(ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < cfg_.n_vocab,
               "forward: token id out of range [0, ", cfg_.n_vocab, ")");
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const KvStages& st = kv.stages();
+  const bool persistent = st.corruption.kind != CorruptionKind::kNone &&
+                          st.corruption.mode == CorruptionMode::kPersistentAtWrite;
+  const bool fresh =
+      st.corruption.kind != CorruptionKind::kNone && st.corruption.mode == CorruptionMode::kFreshPerStep;
+  // Straight-through: the value of `noisy`, the gradient of `x` (corruption and codec rounding are
+  // not differentiable; training treats them as identity).
+  auto ste = [](const at::Tensor& x, const at::Tensor& noisy) {
+    return x.requires_grad() ? x + (noisy - x).detach() : noisy;
+  };
 
   // 1. embeddings (+ learned positions for GPT-2)                       x: [T, C]
   at::Tensor x = w_.tok_embed.index_select(0, ids).to(at::kFloat);
@@ -114,18 +126,52 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
       q = apply_rope(q, pos);
       k = apply_rope(k, pos);
     }
-    // 4. KV pipeline: append through the codec, read the whole cache back   K, V: [Hkv, S, D]
+    // 4. KV pipeline: [corrupt at write] → codec append → read the whole cache back → [corrupt
+    //    fresh] → [repair inside attention]                                  K, V: [Hkv, S, D]
     KvCodec& cache = kv.layer(l);
-    cache.append(k, v, pos);
-    at::Tensor K = cache.keys(S), V = cache.values(S);
-    if (H != Hkv) {  // GQA: query head h uses kv head h / (H / Hkv)
-      K = K.repeat_interleave(H / Hkv, 0);
-      V = V.repeat_interleave(H / Hkv, 0);
+    const uint64_t stream_k = 2 * static_cast<uint64_t>(l), stream_v = stream_k + 1;
+    if (persistent) {
+      k = ste(k, corrupt(k.detach(), st.corruption, stream_k, static_cast<uint64_t>(pos)));
+      v = ste(v, corrupt(v.detach(), st.corruption, stream_v, static_cast<uint64_t>(pos)));
     }
-    // 5. scores, causal mask, softmax, weighted values                   att: [H, T, D]
-    at::Tensor scores = at::matmul(q.transpose(0, 1), K.transpose(1, 2)) * scale;  // [H, T, S]
-    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-    at::Tensor att = at::matmul(at::softmax(scores, -1), V);
+    cache.append(k.detach(), v.detach(), pos);
+    at::Tensor K = cache.keys(S), V = cache.values(S);
+    if (k.requires_grad()) {  // training: the new rows pass the codec straight through (identity gradient)
+      K = at::cat({K.narrow(1, 0, pos), ste(k.transpose(0, 1), K.narrow(1, pos, T))}, 1);
+      V = at::cat({V.narrow(1, 0, pos), ste(v.transpose(0, 1), V.narrow(1, pos, T))}, 1);
+    }
+    if (fresh) {
+      K = ste(K, corrupt(K.detach(), st.corruption, stream_k, static_cast<uint64_t>(pos)));
+      V = ste(V, corrupt(V.detach(), st.corruption, stream_v, static_cast<uint64_t>(pos)));
+    }
+    at::Tensor att;  //                                                   att: [H, T, D]
+    if (const RepairLayer* rl = st.repair ? st.repair->layer(l) : nullptr) {
+      const at::Tensor qh = q.transpose(0, 1);  // [H, T, D]
+      switch (st.repair_path) {
+        case KvStages::RepairPath::kFolded: att = rl->attend_folded(qh, K, V, pos, scale); break;
+        case KvStages::RepairPath::kMaterialised: att = rl->attend_reference(qh, K, V, pos, scale); break;
+        case KvStages::RepairPath::kFactorised: {
+          auto [kw, vw] = rl->projections(K, V);
+          att = rl->attend_fast(qh, K, V, kw, vw, pos, scale);
+          break;
+        }
+      }
+      if (kv.taps().contraction) {
+        at::Tensor pen = rl->contraction_penalty(qh, K, V);
+        KvTaps& tp = kv.taps();
+        tp.contraction_sum = tp.contraction_sum.defined() ? tp.contraction_sum + pen : pen;
+      }
+    } else {
+      if (H != Hkv) {  // GQA: query head h uses kv head h / (H / Hkv)
+        K = K.repeat_interleave(H / Hkv, 0);
+        V = V.repeat_interleave(H / Hkv, 0);
+      }
+      // 5. scores, causal mask, softmax, weighted values
+      at::Tensor scores = at::matmul(q.transpose(0, 1), K.transpose(1, 2)) * scale;  // [H, T, S]
+      scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+      att = at::matmul(at::softmax(scores, -1), V);
+    }
+    if (kv.taps().attention) kv.taps().attention_out.push_back(att);
     at::Tensor o = att.transpose(0, 1).reshape({T, H * D});
     x = x + linear(o, lw.wo, lw.bo);
 

@@ -11,6 +11,11 @@
 //  * decode_step(): the fast path for batch-1 single-token decode: fused matrix-vector
 //    kernels on raw pointers (core/model/cpu_kernels.h), attention reading the codec's raw
 //    storage, all buffers preallocated in DecodeScratch. No LibTorch op per step.
+// Both run the KV pipeline's optional stages set on the sequence (SequenceKv::set_stages): corruption
+// (persistent on both paths; fresh-per-step on forward() only) and the repair operators (forward():
+// folded, factorised or materialised form by KvStages::repair_path; decode_step(): folded, on raw
+// pointers). forward() is differentiable in the repair parameters: the codec and the corruption pass
+// gradients straight through (identity), which is how kv_repair training runs (core/kv/repair_train.h).
 //
 // Weights are immutable after construction; const methods are safe to call concurrently on
 // different SequenceKv / DecodeScratch objects.
@@ -47,6 +52,7 @@ struct ModelWeights {
 // Per-sequence buffers of the fast decode path. Create with Transformer::make_scratch().
 struct DecodeScratch {
   std::vector<float> x, xn, qkv, att_out, h_in, h_act, scores, logits, hidden;
+  std::vector<float> repair_q, repair_gv, repair_tmp;  // repair stage (sized on first use)
 };
 
 class Transformer {

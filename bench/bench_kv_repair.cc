@@ -1,0 +1,316 @@
+// frost-bench kv-repair: trains KV repair operators for one or more codecs (core/kv/repair_train.h),
+// then evaluates clean / corrupted / repaired on held-out text and times the fast decode path.
+//
+//   frost-bench kv-repair --model DIR|builtin:NAME --codec int4[,int8,...] [--corruption SPEC]
+//                         --data DIR|self [--set key=value ...] [--calib-windows 64] [--eval-windows 32]
+//                         [--decode-tokens 256] [--threads N] [--artifact PATH] [--progress] [--json]
+//
+// DIR holds train.jsonl (calibration) and test.jsonl (held-out), one {"text": ...} per line (other
+// fields ignored), e.g. ../shared/data/emobank_valence. `--data self` samples both from the model
+// (different seeds). Rows of the report, each with ppl and mean KL to the clean fp32 model:
+//   clean (fp32); per codec in fp16, int8, int4 and the trained ones: "corrupted" (codec + --corruption);
+//   for each trained codec: "repaired" (codec + corruption + its operator).
+// decode: tokens/s of batch-1 greedy decode_step (fast path: folded repair) with the trained codec,
+// without and with repair, median of 3 after a warm-up; the overhead is 1 − repaired/plain. The same
+// for the reference path (forward() per token, repair materialised as the seed writes it).
+#include "bench/bench_kv_repair.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "core/common/device.h"
+#include "core/kv/repair_train.h"
+#include "core/model/model_loader.h"
+
+namespace frost::bench {
+
+namespace {
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::fprintf(
+      stderr,
+      "error: %s\nusage: frost-bench kv-repair --model DIR --codec C[,C...] [--corruption SPEC] "
+      "--data DIR|self [--set key=value ...] [--calib-windows N] [--eval-windows N] [--decode-tokens N] "
+      "[--threads N] [--artifact PATH] [--progress] [--json]\n",
+      msg.c_str());
+  std::exit(2);
+}
+
+int fail(const absl::Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int64_t to_int(const std::string& flag, const std::string& v) {
+  try {
+    return std::stoll(v);
+  } catch (...) {
+    usage(flag + " is not a number");
+  }
+}
+
+// tokens/s of greedy decode_step over n_new tokens after a short prompt.
+double decode_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const RepairSet> repair,
+                  int64_t n_new) {
+  const int64_t n = std::min<int64_t>(16 + n_new, m.config().max_pos);
+  std::vector<double> runs;
+  DecodeScratch scratch = m.make_scratch(n);
+  for (int rep = 0; rep < 4; ++rep) {
+    SequenceKv kv(m.kv_spec(n, codec));
+    KvStages st;
+    st.repair = repair;
+    kv.set_stages(st);
+    int32_t tok = 1;
+    for (int64_t i = 0; i < 16; ++i) m.decode_step(static_cast<int32_t>(3 + i * 7 % 200), kv, scratch);
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t steps = 0;
+    while (kv.n_tokens() < n) {
+      const float* logits = m.decode_step(tok, kv, scratch);
+      tok = static_cast<int32_t>(std::max_element(logits, logits + m.config().n_vocab) - logits);
+      ++steps;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) runs.push_back(static_cast<double>(steps) / s);  // run 0 warms up
+  }
+  return median(runs);
+}
+
+// tokens/s of the reference path: forward() one token at a time with the seed's materialised repair.
+double reference_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const RepairSet> repair,
+                     int64_t n_new) {
+  const int64_t n = std::min<int64_t>(16 + n_new, m.config().max_pos);
+  std::vector<double> runs;
+  at::NoGradGuard ng;
+  for (int rep = 0; rep < 3; ++rep) {
+    SequenceKv kv(m.kv_spec(n, codec));
+    KvStages st;
+    st.repair = repair;
+    st.repair_path = KvStages::RepairPath::kMaterialised;
+    kv.set_stages(st);
+    std::vector<int64_t> prompt;
+    for (int64_t i = 0; i < 16; ++i) prompt.push_back(3 + i * 7 % 200);
+    m.forward(at::tensor(prompt, at::kLong), kv, /*last_only=*/true);
+    int64_t tok = 1, steps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (kv.n_tokens() < n) {
+      at::Tensor logits = m.forward(at::tensor({tok}, at::kLong), kv, /*last_only=*/true);
+      tok = logits.argmax(-1).item<int64_t>();
+      ++steps;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) runs.push_back(static_cast<double>(steps) / s);
+  }
+  return median(runs);
+}
+
+}  // namespace
+
+int run_kv_repair_bench(int argc, char** argv) {
+  std::string model_path, data_dir, artifact, codecs_arg, corruption_arg;
+  std::vector<std::string> sets;
+  int threads = 0;
+  int64_t calib_windows = 64, eval_windows = 32, decode_tokens = 256;
+  bool progress = false;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("flag " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--json") continue;  // JSON is the only output format
+    if (a == "--progress")
+      progress = true;
+    else if (a == "--model")
+      model_path = value();
+    else if (a == "--data")
+      data_dir = value();
+    else if (a == "--codec")
+      codecs_arg = value();
+    else if (a == "--corruption")
+      corruption_arg = value();
+    else if (a == "--artifact")
+      artifact = value();
+    else if (a == "--set")
+      sets.push_back(value());
+    else if (a == "--threads")
+      threads = static_cast<int>(to_int(a, value()));
+    else if (a == "--calib-windows")
+      calib_windows = to_int(a, value());
+    else if (a == "--eval-windows")
+      eval_windows = to_int(a, value());
+    else if (a == "--decode-tokens")
+      decode_tokens = to_int(a, value());
+    else
+      usage("unknown flag '" + a + "'");
+  }
+  if (model_path.empty()) usage("--model is required");
+  if (data_dir.empty()) usage("--data is required");
+  if (codecs_arg.empty()) usage("--codec is required");
+  if (calib_windows < 1 || eval_windows < 1 || decode_tokens < 1)
+    usage("window and token counts must be >= 1");
+
+  KvRepairConfig cfg;
+  for (const std::string& kv : sets) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) usage("--set expects key=value, got '" + kv + "'");
+    if (auto st = set_kv_repair_field(cfg, kv.substr(0, eq), kv.substr(eq + 1)); !st.ok())
+      usage(std::string(st.message()));
+  }
+  if (!corruption_arg.empty()) {
+    auto c = parse_corruption(corruption_arg);
+    if (!c.ok()) usage(std::string(c.status().message()));
+    cfg.corruption = *c;
+  }
+  std::vector<KvCodecKind> trained;
+  for (absl::string_view c : absl::StrSplit(codecs_arg, ',')) {
+    auto k = parse_kv_codec(std::string(c));
+    if (!k.ok()) usage(std::string(k.status().message()));
+    trained.push_back(*k);
+  }
+  if (auto st = apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
+  auto model = load_model(model_path);
+  if (!model.ok()) return fail(model.status());
+  const Transformer& m = *(*model)->model;
+  if (auto st = validate_kv_repair_config(cfg, m.config()); !st.ok()) usage(std::string(st.message()));
+  const int32_t bos = (*model)->tokenizer->bos_id();
+
+  // calibration and held-out windows
+  std::vector<TokenWindow> calib, eval;
+  if (data_dir == "self") {
+    auto c = sample_windows(m, bos, calib_windows, cfg.window, cfg.seed + 1);
+    auto e = sample_windows(m, bos, eval_windows, cfg.window, cfg.seed + 2);
+    if (!c.ok()) return fail(c.status());
+    if (!e.ok()) return fail(e.status());
+    calib = *c;
+    eval = *e;
+  } else {
+    auto tr = load_text_jsonl(data_dir + "/train.jsonl");
+    auto te = load_text_jsonl(data_dir + "/test.jsonl");
+    if (!tr.ok()) return fail(tr.status());
+    if (!te.ok()) return fail(te.status());
+    auto c = make_text_windows(*(*model)->tokenizer, *tr, cfg.window, calib_windows);
+    auto e = make_text_windows(*(*model)->tokenizer, *te, cfg.window, eval_windows);
+    if (!c.ok()) return fail(c.status());
+    if (!e.ok()) return fail(e.status());
+    calib = *c;
+    eval = *e;
+  }
+  if (cfg.self_sample_windows > 0) {
+    auto s = sample_windows(m, bos, cfg.self_sample_windows, cfg.window, cfg.seed + 3);
+    if (!s.ok()) return fail(s.status());
+    calib.insert(calib.end(), s->begin(), s->end());
+  }
+  if (calib.empty() || eval.empty())
+    return fail(absl::InvalidArgumentError("not enough text for one window"));
+
+  nlohmann::ordered_json out;
+  out["bench"] = "kv-repair";
+  out["model"] = (*model)->name;
+  out["threads"] = at::get_num_threads();
+  out["machine"] = machine_json();
+  out["config"] = nlohmann::ordered_json::parse(kv_repair_config_json(cfg));
+  out["calibration_windows"] = calib.size();
+  out["eval_windows"] = eval.size();
+  out["eval_positions"] = static_cast<int64_t>(eval.size()) * cfg.window;
+
+  // train one operator per requested codec
+  std::map<KvCodecKind, std::shared_ptr<RepairSet>> ops;
+  for (KvCodecKind codec : trained) {
+    KvRepairConfig c = cfg;
+    c.codec = codec;
+    KvRepairTrainOptions topts;
+    if (progress) {
+      topts.progress = [codec](const KvRepairProgress& p) {
+        if (p.step % 20 == 0 || p.step == p.steps)
+          std::fprintf(stderr, "%s step %lld/%lld loss %.5f kl %.5f %.1f windows/s\n", kv_codec_name(codec),
+                       static_cast<long long>(p.step), static_cast<long long>(p.steps), p.loss, p.kl,
+                       p.windows_per_s);
+      };
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto set = train_kv_repair(m, c, calib, topts);
+    if (!set.ok()) return fail(set.status());
+    out["train_seconds"][kv_codec_name(codec)] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ops[codec] = *set;
+    if (!artifact.empty()) {
+      const std::string path = trained.size() == 1 ? artifact : artifact + "." + kv_codec_name(codec);
+      if (auto st = (*set)->save(path, {{"codec", kv_codec_name(codec)},
+                                        {"corruption", cfg.corruption.to_string()},
+                                        {"model", (*model)->name}});
+          !st.ok())
+        return fail(st);
+    }
+  }
+  out["repair_params"] = ops.begin()->second->n_params();
+  out["repair_layers"] = repair_layers_string(ops.begin()->second->layers());
+
+  // evaluation rows
+  const CorruptionSpec none;
+  auto row = [&](const std::string& name, KvCodecKind codec, const CorruptionSpec& corr,
+                 std::shared_ptr<const RepairSet> rep) -> absl::Status {
+    auto e = evaluate_kv(m, eval, codec, corr, std::move(rep));
+    if (!e.ok()) return e.status();
+    SequenceKv kv(m.kv_spec(1, codec));
+    out["rows"].push_back({{"name", name},
+                           {"codec", kv_codec_name(codec)},
+                           {"corruption", corr.to_string()},
+                           {"ppl", e->ppl},
+                           {"mean_kl", e->mean_kl},
+                           {"kv_bytes_per_token", kv.bytes_per_token()}});
+    return absl::OkStatus();
+  };
+  if (auto st = row("clean", KvCodecKind::kF32, none, nullptr); !st.ok()) return fail(st);
+  std::vector<KvCodecKind> shown = {KvCodecKind::kF16, KvCodecKind::kInt8, KvCodecKind::kInt4};
+  for (KvCodecKind c : trained)
+    if (std::find(shown.begin(), shown.end(), c) == shown.end()) shown.push_back(c);
+  for (KvCodecKind c : shown)
+    if (auto st = row("corrupted", c, cfg.corruption, nullptr); !st.ok()) return fail(st);
+  for (auto& [c, set] : ops)
+    if (auto st = row("repaired", c, cfg.corruption, set); !st.ok()) return fail(st);
+
+  // targets and decode speed per trained codec
+  const double fp32_ppl = out["rows"][0]["ppl"].get<double>();
+  const double fp32_bytes = out["rows"][0]["kv_bytes_per_token"].get<double>();
+  for (auto& [c, set] : ops) {
+    double kl_cor = 0, kl_rep = 0, ppl_rep = 0, bytes = 0;
+    for (const auto& r : out["rows"]) {
+      if (r["codec"] != kv_codec_name(c)) continue;
+      if (r["name"] == "corrupted") kl_cor = r["mean_kl"].get<double>();
+      if (r["name"] == "repaired") {
+        kl_rep = r["mean_kl"].get<double>();
+        ppl_rep = r["ppl"].get<double>();
+        bytes = r["kv_bytes_per_token"].get<double>();
+      }
+    }
+    nlohmann::ordered_json t;
+    t["kl_reduction"] = kl_cor > 0 ? 1.0 - kl_rep / kl_cor : 0.0;
+    t["ppl_rel_to_fp32"] = ppl_rep / fp32_ppl - 1.0;
+    t["kv_bytes_frac_of_fp32"] = bytes / fp32_bytes;
+    if (cfg.corruption.kind == CorruptionKind::kNone ||
+        cfg.corruption.mode == CorruptionMode::kPersistentAtWrite) {
+      const double plain = decode_tps(m, c, nullptr, decode_tokens);
+      const double rep = decode_tps(m, c, set, decode_tokens);
+      t["decode_tokens_per_s"] = plain;
+      t["decode_tokens_per_s_repaired"] = rep;
+      t["decode_overhead"] = 1.0 - rep / plain;
+      // the same on the reference path (forward() per token, K̂ and V̂ materialised as the seed writes them)
+      const double ref_plain = reference_tps(m, c, nullptr, decode_tokens);
+      const double ref_rep = reference_tps(m, c, set, decode_tokens);
+      t["reference_decode_tokens_per_s"] = ref_plain;
+      t["reference_decode_tokens_per_s_repaired"] = ref_rep;
+      t["reference_decode_overhead"] = 1.0 - ref_rep / ref_plain;
+    }
+    out["targets"][kv_codec_name(c)] = t;
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace frost::bench

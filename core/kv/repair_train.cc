@@ -1,0 +1,432 @@
+#include "core/kv/repair_train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/common/fs.h"
+#include "core/common/json.h"
+#include "core/common/status_macros.h"
+#include "core/common/torch_status.h"
+#include "core/common/utf8.h"
+#include "core/model/safetensors.h"
+
+namespace frost {
+
+namespace {
+
+absl::Status bad_field(const std::string& key, const std::string& value, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("kv_repair config ", key, " = \"", value, "\": ", why));
+}
+
+template <typename T>
+absl::Status parse_int(const std::string& key, const std::string& value, T& out, int64_t lo, int64_t hi) {
+  int64_t x = 0;
+  if (!absl::SimpleAtoi(value, &x)) return bad_field(key, value, "not an integer");
+  if (x < lo || x > hi) return bad_field(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
+  out = static_cast<T>(x);
+  return absl::OkStatus();
+}
+
+absl::Status parse_double(const std::string& key, const std::string& value, double& out, double lo,
+                          double hi) {
+  double x = 0;
+  if (!absl::SimpleAtod(value, &x) || !std::isfinite(x)) return bad_field(key, value, "not a finite number");
+  if (x < lo || x > hi) return bad_field(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
+  out = x;
+  return absl::OkStatus();
+}
+
+const char* option_name(RepairOption o) {
+  return o == RepairOption::kA ? "A" : o == RepairOption::kB ? "B" : "C";
+}
+
+RepairDims dims_of(const ModelConfig& c) { return {c.head_dim, c.n_head, c.n_layer}; }
+
+// Adam over a parameter list; moments are plain tensors so checkpoints are safetensors.
+struct Adam {
+  std::vector<at::Tensor> params, m, v;
+  int64_t t = 0;
+  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  Adam(std::vector<at::Tensor> ps, double lr_) : params(std::move(ps)), lr(lr_) {
+    for (const at::Tensor& p : params) {
+      m.push_back(at::zeros_like(p).detach());
+      v.push_back(at::zeros_like(p).detach());
+    }
+  }
+  void step() {
+    at::NoGradGuard ng;
+    ++t;
+    const double c1 = 1 - std::pow(b1, static_cast<double>(t)), c2 = 1 - std::pow(b2, static_cast<double>(t));
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor g = params[i].grad();
+      if (!g.defined()) continue;
+      m[i].mul_(b1).add_(g, 1 - b1);
+      v[i].mul_(b2).addcmul_(g, g, 1 - b2);
+      params[i].sub_((m[i] / c1) / ((v[i] / c2).sqrt() + eps) * lr);
+    }
+  }
+};
+
+// log-probabilities [T, V] of a fresh sequence over `w` with `stages`.
+at::Tensor window_logprobs(const Transformer& model, const TokenWindow& w, KvCodecKind codec,
+                           const KvStages& stages, KvTaps* taps_out = nullptr) {
+  SequenceKv kv(model.kv_spec(static_cast<int64_t>(w.size()), codec));
+  kv.set_stages(stages);
+  if (taps_out) {
+    kv.taps().contraction = taps_out->contraction;
+    kv.taps().attention = taps_out->attention;
+  }
+  at::Tensor ids = at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong);
+  at::Tensor logits = model.forward(ids, kv);
+  if (taps_out) *taps_out = kv.taps();
+  return at::log_softmax(logits, -1);
+}
+
+// mean over positions of KL(p ‖ q) from log-probabilities [T, V].
+at::Tensor mean_kl(const at::Tensor& logp, const at::Tensor& logq) {
+  return (logp.exp() * (logp - logq)).sum(-1).mean();
+}
+
+absl::Status save_checkpoint(const std::string& path, const RepairSet& set, const Adam& opt, int64_t step) {
+  std::vector<std::pair<std::string, at::Tensor>> ts;
+  auto named = set.named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    ts.emplace_back("param/" + named[i].first, named[i].second.detach().contiguous());
+    ts.emplace_back("adam.m/" + named[i].first, opt.m[i]);
+    ts.emplace_back("adam.v/" + named[i].first, opt.v[i]);
+  }
+  FROST_ASSIGN_OR_RETURN(std::string bytes, safetensors_serialize(ts, {{"step", std::to_string(step)},
+                                                                       {"adam_t", std::to_string(opt.t)}}));
+  return write_file_atomic(path, bytes);
+}
+
+// Restores parameters and moments; returns the step to resume at.
+absl::StatusOr<int64_t> load_checkpoint(const std::string& path, const RepairSet& set, Adam& opt) {
+  FROST_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f, SafetensorsFile::open(path));
+  int64_t step = 0, t = 0;
+  auto it = f->metadata().find("step"), jt = f->metadata().find("adam_t");
+  if (it == f->metadata().end() || jt == f->metadata().end() || !absl::SimpleAtoi(it->second, &step) ||
+      !absl::SimpleAtoi(jt->second, &t))
+    return absl::DataLossError(absl::StrCat("kv_repair checkpoint ", path, ": step metadata missing"));
+  auto named = set.named_parameters();
+  at::NoGradGuard ng;
+  for (size_t i = 0; i < named.size(); ++i) {
+    for (auto [prefix, dst] : {std::pair<std::string, at::Tensor>{"param/", named[i].second},
+                               {"adam.m/", opt.m[i]},
+                               {"adam.v/", opt.v[i]}}) {
+      const StTensorInfo* info = f->find(prefix + named[i].first);
+      if (!info || f->view(*info).sizes() != dst.sizes())
+        return absl::DataLossError(absl::StrCat("kv_repair checkpoint ", path, ": tensor ", prefix,
+                                                named[i].first, " missing or resized"));
+      dst.copy_(f->view(*info));
+    }
+  }
+  opt.t = t;
+  return step;
+}
+
+}  // namespace
+
+absl::Status set_kv_repair_field(KvRepairConfig& c, const std::string& key, const std::string& value) {
+  if (key == "option") {
+    absl::StatusOr<RepairOption> o = parse_repair_option(value);
+    if (!o.ok()) return bad_field(key, value, "expected A, B or C");
+    c.repair.option = *o;
+    return absl::OkStatus();
+  }
+  if (key == "rank") return parse_int(key, value, c.repair.rank, 1, 4096);
+  if (key == "apply_to") {
+    if (value != "K" && value != "V" && value != "KV") return bad_field(key, value, "expected K, V or KV");
+    c.repair.repair_k = value.find('K') != std::string::npos;
+    c.repair.repair_v = value.find('V') != std::string::npos;
+    return absl::OkStatus();
+  }
+  if (key == "alpha_max") {
+    FROST_RETURN_IF_ERROR(parse_double(key, value, c.repair.alpha_max, 0, 1));
+    if (c.repair.alpha_max <= 0 || c.repair.alpha_max >= 1) return bad_field(key, value, "must be in (0, 1)");
+    return absl::OkStatus();
+  }
+  if (key == "contraction_rho") return parse_double(key, value, c.repair.contraction_rho, 0, 1e6);
+  if (key == "layers") {
+    if (value.empty()) return bad_field(key, value, "empty");
+    c.layers = value;  // checked against the model in validate_kv_repair_config
+    return absl::OkStatus();
+  }
+  if (key == "codec") {
+    absl::StatusOr<KvCodecKind> k = parse_kv_codec(value);
+    if (!k.ok()) return bad_field(key, value, "expected fp32, fp16, bf16, int8 or int4");
+    c.codec = *k;
+    return absl::OkStatus();
+  }
+  if (key == "corruption") {
+    absl::StatusOr<CorruptionSpec> s = parse_corruption(value);
+    if (!s.ok()) return bad_field(key, value, std::string(s.status().message()));
+    c.corruption = *s;
+    return absl::OkStatus();
+  }
+  if (key == "window") return parse_int(key, value, c.window, 2, 1 << 16);
+  if (key == "steps") return parse_int(key, value, c.steps, 0, 10'000'000);
+  if (key == "batch") return parse_int(key, value, c.batch, 1, 4096);
+  if (key == "lr") {
+    FROST_RETURN_IF_ERROR(parse_double(key, value, c.lr, 0, 10));
+    if (c.lr <= 0) return bad_field(key, value, "must be > 0");
+    return absl::OkStatus();
+  }
+  if (key == "contraction_weight") return parse_double(key, value, c.contraction_weight, 0, 1e6);
+  if (key == "attention_weight") return parse_double(key, value, c.attention_weight, 0, 1e6);
+  if (key == "self_sample_windows") return parse_int(key, value, c.self_sample_windows, 0, 1'000'000);
+  if (key == "seed") return parse_int(key, value, c.seed, 0, INT64_MAX);
+  return absl::InvalidArgumentError(
+      absl::StrCat("kv_repair config: unknown key \"", key,
+                   "\" (known: option, rank, apply_to, alpha_max, contraction_rho, layers, codec, "
+                   "corruption, window, steps, "
+                   "batch, lr, contraction_weight, attention_weight, self_sample_windows, seed)"));
+}
+
+absl::Status validate_kv_repair_config(const KvRepairConfig& c, const ModelConfig& m) {
+  FROST_RETURN_IF_ERROR(parse_repair_layers(c.layers, m.n_layer).status());
+  if (c.repair.rank > m.head_dim)
+    return bad_field("rank", std::to_string(c.repair.rank),
+                     absl::StrCat("exceeds the model's head_dim ", m.head_dim));
+  if (c.window > m.max_pos)
+    return bad_field("window", std::to_string(c.window),
+                     absl::StrCat("exceeds the model's max_pos ", m.max_pos));
+  return absl::OkStatus();
+}
+
+std::string kv_repair_config_json(const KvRepairConfig& c) {
+  nlohmann::ordered_json j = {
+      {"option", option_name(c.repair.option)},
+      {"rank", c.repair.rank},
+      {"apply_to", std::string(c.repair.repair_k ? "K" : "") + (c.repair.repair_v ? "V" : "")},
+      {"alpha_max", c.repair.alpha_max},
+      {"contraction_rho", c.repair.contraction_rho},
+      {"layers", c.layers},
+      {"codec", kv_codec_name(c.codec)},
+      {"corruption", c.corruption.to_string()},
+      {"window", c.window},
+      {"steps", c.steps},
+      {"batch", c.batch},
+      {"lr", c.lr},
+      {"contraction_weight", c.contraction_weight},
+      {"attention_weight", c.attention_weight},
+      {"self_sample_windows", c.self_sample_windows},
+      {"seed", c.seed}};
+  return j.dump();
+}
+
+absl::StatusOr<std::vector<std::string>> load_text_jsonl(const std::string& path, int64_t max_bytes) {
+  FROST_ASSIGN_OR_RETURN(std::string content, read_file(path, max_bytes));
+  std::vector<std::string> out;
+  size_t start = 0;
+  int64_t line_no = 0;
+  while (start < content.size()) {
+    size_t end = content.find('\n', start);
+    if (end == std::string::npos) end = content.size();
+    const std::string_view line(content.data() + start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    nlohmann::json j;
+    if (std::optional<std::string> err = parse_json_bounded(line, 16, &j))
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", *err));
+    if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": expected an object with a string \"text\""));
+    std::string text = j["text"].get<std::string>();
+    if (!is_valid_utf8(text))
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": text is not UTF-8"));
+    out.push_back(std::move(text));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<TokenWindow>> make_text_windows(const Tokenizer& tok,
+                                                           const std::vector<std::string>& texts,
+                                                           int64_t window, int64_t max_windows) {
+  if (window < 2) return absl::InvalidArgumentError(absl::StrCat("window ", window, " < 2"));
+  std::vector<int32_t> stream;
+  for (const std::string& t : texts) {
+    FROST_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok.encode(t, /*add_bos=*/true));
+    stream.insert(stream.end(), ids.begin(), ids.end());
+  }
+  std::vector<TokenWindow> out;
+  for (size_t i = 0; i + static_cast<size_t>(window) <= stream.size(); i += static_cast<size_t>(window)) {
+    if (max_windows > 0 && static_cast<int64_t>(out.size()) >= max_windows) break;
+    out.emplace_back(stream.begin() + static_cast<std::ptrdiff_t>(i),
+                     stream.begin() + static_cast<std::ptrdiff_t>(i) + window);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<TokenWindow>> sample_windows(const Transformer& model, int32_t bos, int64_t n,
+                                                        int64_t window, uint64_t seed) {
+  if (window < 2 || window > model.config().max_pos)
+    return absl::InvalidArgumentError(
+        absl::StrCat("window ", window, " outside [2, ", model.config().max_pos, "]"));
+  return torch_call([&] {
+    std::vector<TokenWindow> out;
+    std::mt19937_64 rng(seed ^ 0x5a3b1e5ULL);
+    std::uniform_real_distribution<double> u(0, 1);
+    DecodeScratch scratch = model.make_scratch(window);
+    const int64_t V = model.config().n_vocab;
+    for (int64_t i = 0; i < n; ++i) {
+      SequenceKv kv(model.kv_spec(window, KvCodecKind::kF32));
+      TokenWindow w{bos >= 0 ? bos : 0};
+      while (static_cast<int64_t>(w.size()) < window) {
+        const float* logits = model.decode_step(w.back(), kv, scratch);
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < V; ++j) mx = std::max(mx, logits[j]);
+        double sum = 0;
+        for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(logits[j] - mx));
+        double x = u(rng) * sum;
+        int32_t pick = static_cast<int32_t>(V - 1);
+        for (int64_t j = 0; j < V; ++j) {
+          x -= std::exp(static_cast<double>(logits[j] - mx));
+          if (x <= 0) {
+            pick = static_cast<int32_t>(j);
+            break;
+          }
+        }
+        w.push_back(pick);
+      }
+      out.push_back(std::move(w));
+    }
+    return out;
+  });
+}
+
+absl::StatusOr<std::shared_ptr<RepairSet>> train_kv_repair(const Transformer& model,
+                                                           const KvRepairConfig& cfg,
+                                                           const std::vector<TokenWindow>& windows,
+                                                           const KvRepairTrainOptions& opts) {
+  FROST_RETURN_IF_ERROR(validate_kv_repair_config(cfg, model.config()));
+  if (windows.empty()) return absl::InvalidArgumentError("kv_repair: no calibration windows");
+  for (const TokenWindow& w : windows)
+    if (static_cast<int64_t>(w.size()) != cfg.window)
+      return absl::InvalidArgumentError(
+          absl::StrCat("kv_repair: a calibration window has ", w.size(), " tokens, expected ", cfg.window));
+  FROST_ASSIGN_OR_RETURN(std::vector<int64_t> layers,
+                         parse_repair_layers(cfg.layers, model.config().n_layer));
+  FROST_ASSIGN_OR_RETURN(std::shared_ptr<RepairSet> set,
+                         RepairSet::create(cfg.repair, layers, dims_of(model.config()), cfg.seed));
+  Adam opt(set->parameters(), cfg.lr);
+  int64_t step = 0;
+  if (!opts.checkpoint_path.empty() && std::filesystem::exists(opts.checkpoint_path)) {
+    FROST_ASSIGN_OR_RETURN(step, load_checkpoint(opts.checkpoint_path, *set, opt));
+  }
+  KvStages clean_stages;
+  KvStages rep_stages;
+  rep_stages.corruption = cfg.corruption;
+  rep_stages.repair = set;
+  const bool use_att = cfg.attention_weight > 0;
+  const bool use_contr = cfg.repair.option == RepairOption::kA && cfg.contraction_weight > 0;
+  const int64_t batch = std::min<int64_t>(cfg.batch, static_cast<int64_t>(windows.size()));
+  while (step < cfg.steps) {
+    if (opts.cancel && opts.cancel->stop_requested()) {
+      if (!opts.checkpoint_path.empty())
+        FROST_RETURN_IF_ERROR(save_checkpoint(opts.checkpoint_path, *set, opt, step));
+      return absl::CancelledError(absl::StrCat("kv_repair: cancelled at step ", step));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    // this step's batch: a seeded partial shuffle, identical on resume
+    std::vector<size_t> idx(windows.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::mt19937_64 rng(cfg.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step) + 1);
+    for (int64_t i = 0; i < batch; ++i) {
+      std::uniform_int_distribution<size_t> d(static_cast<size_t>(i), idx.size() - 1);
+      std::swap(idx[static_cast<size_t>(i)], idx[d(rng)]);
+    }
+    double loss_sum = 0, kl_sum = 0;
+    FROST_RETURN_IF_ERROR(torch_call([&] {
+      for (const at::Tensor& p : opt.params)
+        if (p.grad().defined()) p.mutable_grad().zero_();
+      for (int64_t b = 0; b < batch; ++b) {
+        const TokenWindow& w = windows[idx[static_cast<size_t>(b)]];
+        KvTaps clean_taps, rep_taps;
+        clean_taps.attention = use_att;
+        rep_taps.attention = use_att;
+        rep_taps.contraction = use_contr;
+        at::Tensor logp;
+        {
+          at::NoGradGuard ng;
+          logp = window_logprobs(model, w, KvCodecKind::kF32, clean_stages, use_att ? &clean_taps : nullptr);
+        }
+        at::Tensor logq = window_logprobs(model, w, cfg.codec, rep_stages, &rep_taps);
+        at::Tensor kl = mean_kl(logp, logq);
+        at::Tensor loss = kl;
+        if (use_att) {
+          for (int64_t l : layers) {
+            const at::Tensor& a = rep_taps.attention_out[static_cast<size_t>(l)];
+            const at::Tensor& c = clean_taps.attention_out[static_cast<size_t>(l)];
+            loss = loss + cfg.attention_weight * (a - c).pow(2).sum() / (c.pow(2).sum() + 1e-12);
+          }
+        }
+        if (use_contr && rep_taps.contraction_sum.defined())
+          loss = loss + cfg.contraction_weight * rep_taps.contraction_sum;
+        (loss / static_cast<double>(batch)).backward();
+        loss_sum += loss.item<double>();
+        kl_sum += kl.item<double>();
+      }
+      // global-norm clip 1.0
+      double sq = 0;
+      for (const at::Tensor& p : opt.params)
+        if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
+      const double norm = std::sqrt(sq);
+      if (norm > 1.0) {
+        at::NoGradGuard ng;
+        for (const at::Tensor& p : opt.params)
+          if (p.grad().defined()) p.mutable_grad().mul_(1.0 / norm);
+      }
+      opt.step();
+    }));
+    ++step;
+    if (opts.progress) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      opts.progress({step, cfg.steps, loss_sum / static_cast<double>(batch),
+                     kl_sum / static_cast<double>(batch), s > 0 ? static_cast<double>(batch) / s : 0});
+    }
+    if (!opts.checkpoint_path.empty() && opts.checkpoint_every > 0 && step % opts.checkpoint_every == 0 &&
+        step < cfg.steps)
+      FROST_RETURN_IF_ERROR(save_checkpoint(opts.checkpoint_path, *set, opt, step));
+  }
+  set->freeze();
+  return set;
+}
+
+absl::StatusOr<KvEval> evaluate_kv(const Transformer& model, const std::vector<TokenWindow>& windows,
+                                   KvCodecKind codec, const CorruptionSpec& corruption,
+                                   std::shared_ptr<const RepairSet> repair) {
+  if (windows.empty()) return absl::InvalidArgumentError("evaluate_kv: no windows");
+  return torch_call([&] {
+    at::NoGradGuard ng;
+    KvStages clean, st;
+    st.corruption = corruption;
+    st.repair = std::move(repair);
+    double nll = 0, kl = 0;
+    int64_t n = 0;
+    for (const TokenWindow& w : windows) {
+      at::Tensor logp = window_logprobs(model, w, KvCodecKind::kF32, clean);
+      at::Tensor logq = window_logprobs(model, w, codec, st);
+      const int64_t T = logq.size(0);
+      at::Tensor next = at::tensor(std::vector<int64_t>(w.begin() + 1, w.end()), at::kLong);
+      nll -= logq.narrow(0, 0, T - 1).gather(1, next.unsqueeze(1)).sum().item<double>();
+      kl += (logp.exp() * (logp - logq)).sum().item<double>();
+      n += T;
+    }
+    KvEval e;
+    const int64_t pred = n - static_cast<int64_t>(windows.size());
+    e.ppl = std::exp(nll / static_cast<double>(pred));
+    e.mean_kl = kl / static_cast<double>(n);
+    e.positions = n;
+    return e;
+  });
+}
+
+}  // namespace frost

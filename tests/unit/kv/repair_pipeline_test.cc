@@ -1,0 +1,276 @@
+// The repair stage inside the model (KvStages): the folded raw-pointer form against the factorised and
+// materialised forms, forward() against decode_step() with repair and with persistent corruption, the
+// repair file round trip and its refusals, and kv_repair training (KL goes down, resume is exact).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/kv/repair_set.h"
+#include "core/kv/repair_train.h"
+#include "core/model/model_loader.h"
+
+namespace frost {
+namespace {
+
+constexpr int64_t D = 16, R = 4, H = 4, HKV = 2, T = 9;
+
+std::unique_ptr<RepairLayer> make_layer(RepairOption o, std::shared_ptr<RepairShared> shared = nullptr) {
+  RepairConfig c;
+  c.option = o;
+  c.rank = R;
+  if (o == RepairOption::kC && !shared) shared = make_repair_shared(D, H, R, 7);
+  auto l = std::make_unique<RepairLayer>(c, D, H, 1, 3, 11, shared);
+  at::NoGradGuard ng;  // make the correction large enough that a wrong formula shows
+  for (auto& [n, t] : l->named_parameters())
+    if (n[0] == 'u') t.mul_(50);
+  if (shared) {
+    shared->uk.mul_(50);
+    shared->uv.mul_(50);
+  }
+  return l;
+}
+
+class RepairFormsTest : public ::testing::TestWithParam<RepairOption> {};
+
+TEST_P(RepairFormsTest, FoldedAndRawPointerFormsEqualTheMaterialisedReference) {
+  at::NoGradGuard ng;
+  auto op = make_layer(GetParam());
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(5);
+  at::Tensor q = at::randn({H, 3, D}, g), k = at::randn({HKV, T, D}, g), v = at::randn({HKV, T, D}, g);
+  const double scale = 0.25;
+  at::Tensor ref = op->attend_reference(q, k, v, T - 3, scale);
+  EXPECT_LT((op->attend_folded(q, k, v, T - 3, scale) - ref).abs().max().item<double>(), 1e-4);
+  // raw-pointer form, one query (the last position) at a time per head
+  RepairLayer::Fast f = op->fast();
+  at::Tensor q1 = q.narrow(1, 2, 1).contiguous();                             // [H, 1, D] at position T-1
+  at::Tensor want = op->attend_reference(q1, k, v, T - 1, scale).squeeze(1);  // [H, D]
+  std::vector<float> q2(D), gv(R), tmp(8 * R), o(D);
+  for (int64_t h = 0; h < H; ++h) {
+    f.query(q1[h][0].data_ptr<float>(), h, q2.data(), gv.data(), tmp.data());
+    // plain attention of q' over the unrepaired cache of this head's kv group
+    at::Tensor qq = at::from_blob(q2.data(), {1, D}, at::kFloat);
+    at::Tensor kg = k[h / (H / HKV)], vg = v[h / (H / HKV)];
+    at::Tensor out = at::matmul(at::softmax(at::matmul(qq, kg.t()) * scale, -1), vg).squeeze(0).contiguous();
+    std::copy(out.data_ptr<float>(), out.data_ptr<float>() + D, o.begin());
+    f.output(gv.data(), o.data(), tmp.data());
+    for (int64_t i = 0; i < D; ++i)
+      EXPECT_NEAR(o[static_cast<size_t>(i)], want[h][i].item<float>(), 1e-4) << h;
+  }
+  // the repair did something measurable
+  at::Tensor unrepaired =
+      at::matmul(at::softmax(at::matmul(q1, k.repeat_interleave(H / HKV, 0).transpose(1, 2)) * scale, -1),
+                 v.repeat_interleave(H / HKV, 0))
+          .squeeze(1);
+  EXPECT_GT((want - unrepaired).abs().max().item<double>(), 1e-2);
+}
+
+TEST_P(RepairFormsTest, GramContractionPenaltyEqualsTheMaterialisedOne) {
+  auto op = make_layer(GetParam());
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(9);
+  at::Tensor q = at::randn({H, 4, D}, g), k = at::randn({HKV, T, D}, g), v = at::randn({HKV, T, D}, g);
+  const double fast = op->contraction_penalty(q, k, v).item<double>();
+  const double ref = op->contraction_penalty_reference(q, k, v).item<double>();
+  EXPECT_GT(ref, 0.0);
+  EXPECT_NEAR(fast, ref, 1e-4 * std::max(1.0, ref));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Options, RepairFormsTest, ::testing::Values(RepairOption::kA, RepairOption::kB, RepairOption::kC),
+    [](const auto& i) {
+      return std::string(i.param == RepairOption::kA ? "A" : i.param == RepairOption::kB ? "B" : "C");
+    });
+
+// ---- in the model ----
+
+class RepairModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = load_model("builtin:tiny");  // LLaMA, GQA 4/2 heads, head_dim 16
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(m).value();
+  }
+  const Transformer& tf() const { return *model_->model; }
+  RepairDims dims() const { return {model_->config.head_dim, model_->config.n_head, model_->config.n_layer}; }
+  std::shared_ptr<RepairSet> strong_set(RepairOption o, const std::string& layers = "all") const {
+    RepairConfig c;
+    c.option = o;
+    auto ls = parse_repair_layers(layers, model_->config.n_layer);
+    EXPECT_TRUE(ls.ok());
+    auto s = RepairSet::create(c, *ls, dims(), 3);
+    EXPECT_TRUE(s.ok()) << s.status();
+    at::NoGradGuard ng;
+    for (auto& [n, t] : (*s)->named_parameters())
+      if (n.find(".u") != std::string::npos) t.mul_(40);
+    (*s)->freeze();
+    return *s;
+  }
+  std::vector<int64_t> tokens(int64_t n) const {
+    std::vector<int64_t> t;
+    for (int64_t i = 0; i < n; ++i) t.push_back((i * 37 + 11) % model_->config.n_vocab);
+    return t;
+  }
+  at::Tensor full_logits(KvCodecKind codec, const KvStages& st, int64_t n) const {
+    at::NoGradGuard ng;
+    SequenceKv kv(tf().kv_spec(n, codec));
+    kv.set_stages(st);
+    return tf().forward(at::tensor(tokens(n), at::kLong), kv);
+  }
+  std::unique_ptr<LoadedModel> model_;
+};
+
+TEST_F(RepairModelTest, ForwardFormsAgreeAndRepairChangesTheLogits) {
+  for (RepairOption o : {RepairOption::kA, RepairOption::kB, RepairOption::kC}) {
+    KvStages st;
+    st.repair = strong_set(o);
+    st.repair_path = KvStages::RepairPath::kMaterialised;
+    at::Tensor ref = full_logits(KvCodecKind::kInt4, st, 12);
+    st.repair_path = KvStages::RepairPath::kFactorised;
+    EXPECT_LT((full_logits(KvCodecKind::kInt4, st, 12) - ref).abs().max().item<double>(), 1e-4);
+    st.repair_path = KvStages::RepairPath::kFolded;
+    EXPECT_LT((full_logits(KvCodecKind::kInt4, st, 12) - ref).abs().max().item<double>(), 1e-4);
+    EXPECT_GT((full_logits(KvCodecKind::kInt4, KvStages{}, 12) - ref).abs().max().item<double>(), 1e-2);
+  }
+}
+
+TEST_F(RepairModelTest, DecodeStepWithRepairEqualsForward) {
+  for (KvCodecKind codec : {KvCodecKind::kF32, KvCodecKind::kInt8}) {
+    KvStages st;
+    st.repair = strong_set(RepairOption::kA, "mid");
+    const int64_t n = 14;
+    at::Tensor want = full_logits(codec, st, n);
+    SequenceKv kv(tf().kv_spec(n, codec));
+    kv.set_stages(st);
+    DecodeScratch s = tf().make_scratch(n);
+    const std::vector<int64_t> toks = tokens(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* lg = tf().decode_step(static_cast<int32_t>(toks[static_cast<size_t>(i)]), kv, s);
+      at::Tensor got = at::from_blob(const_cast<float*>(lg), {model_->config.n_vocab}, at::kFloat);
+      EXPECT_LT((got - want[i]).abs().max().item<double>(), codec == KvCodecKind::kF32 ? 1e-4 : 1e-2)
+          << kv_codec_name(codec) << " position " << i;
+    }
+  }
+}
+
+TEST_F(RepairModelTest, PersistentCorruptionIsTheSameOnBothPathsAndFreshIsRefusedByDecode) {
+  KvStages st;
+  st.corruption = *parse_corruption("gaussian:0.3,persistent,seed=4");
+  const int64_t n = 8;
+  // forward one token at a time writes each row at its own step, as decode_step does
+  SequenceKv a(tf().kv_spec(n, KvCodecKind::kF32)), b(tf().kv_spec(n, KvCodecKind::kF32));
+  a.set_stages(st);
+  b.set_stages(st);
+  DecodeScratch s = tf().make_scratch(n);
+  const std::vector<int64_t> toks = tokens(n);
+  at::NoGradGuard ng;
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor want = tf().forward(at::tensor({toks[static_cast<size_t>(i)]}, at::kLong), a)[0];
+    const float* lg = tf().decode_step(static_cast<int32_t>(toks[static_cast<size_t>(i)]), b, s);
+    at::Tensor got = at::from_blob(const_cast<float*>(lg), {model_->config.n_vocab}, at::kFloat);
+    EXPECT_LT((got - want).abs().max().item<double>(), 1e-4) << i;
+  }
+  // and the corruption is real
+  EXPECT_GT((full_logits(KvCodecKind::kF32, st, n) - full_logits(KvCodecKind::kF32, {}, n))
+                .abs()
+                .max()
+                .item<double>(),
+            1e-3);
+  st.corruption = *parse_corruption("gaussian:0.3");
+  SequenceKv c(tf().kv_spec(n, KvCodecKind::kF32));
+  c.set_stages(st);
+  EXPECT_THROW(tf().decode_step(1, c, s), c10::Error);
+}
+
+TEST_F(RepairModelTest, FileRoundTripAndRefusals) {
+  const std::string dir = ::testing::TempDir() + "/repair_file_test";
+  std::filesystem::create_directories(dir);
+  auto set = strong_set(RepairOption::kC, "0,1");
+  ASSERT_TRUE(set->save(dir + "/r.safetensors", {{"codec", "int4"}}).ok());
+  auto back = RepairSet::load(dir + "/r.safetensors", dims());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ((*back)->metadata().at("codec"), "int4");
+  KvStages a, b;
+  a.repair = set;
+  b.repair = *back;
+  EXPECT_EQ((full_logits(KvCodecKind::kInt4, a, 10) - full_logits(KvCodecKind::kInt4, b, 10))
+                .abs()
+                .max()
+                .item<double>(),
+            0.0);
+  // another model's dimensions
+  RepairDims other = dims();
+  other.n_layers = 6;
+  auto wrong = RepairSet::load(dir + "/r.safetensors", other);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("n_layers = 2"), std::string::npos) << wrong.status();
+  // a truncated file
+  std::filesystem::resize_file(dir + "/r.safetensors", 100);
+  EXPECT_FALSE(RepairSet::load(dir + "/r.safetensors", dims()).ok());
+  EXPECT_FALSE(RepairSet::load(dir + "/missing.safetensors", dims()).ok());
+  // reserved metadata
+  EXPECT_FALSE(set->save(dir + "/x.safetensors", {{"rank", "3"}}).ok());
+}
+
+TEST(RepairConfigTest, FieldsAndLayersAreValidatedWithTheirNames) {
+  KvRepairConfig c;
+  EXPECT_TRUE(set_kv_repair_field(c, "option", "B").ok());
+  EXPECT_EQ(c.repair.option, RepairOption::kB);
+  absl::Status s = set_kv_repair_field(c, "rank", "zero");
+  EXPECT_NE(s.message().find("rank = \"zero\""), std::string::npos) << s;
+  s = set_kv_repair_field(c, "alpha_max", "1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  s = set_kv_repair_field(c, "corruption", "bogus:1");
+  EXPECT_NE(s.message().find("corruption"), std::string::npos) << s;
+  s = set_kv_repair_field(c, "nope", "1");
+  EXPECT_NE(s.message().find("unknown key \"nope\""), std::string::npos) << s;
+  EXPECT_EQ(*parse_repair_layers("mid", 6), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(*parse_repair_layers("mid", 5), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(*parse_repair_layers("1-2,4", 5), (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_FALSE(parse_repair_layers("5", 5).ok());
+  EXPECT_FALSE(parse_repair_layers("1,1", 5).ok());
+  EXPECT_FALSE(parse_repair_layers("x", 5).ok());
+}
+
+TEST_F(RepairModelTest, TrainingLowersKlAndResumesExactly) {
+  KvRepairConfig cfg;
+  cfg.layers = "all";
+  cfg.codec = KvCodecKind::kInt4;
+  cfg.window = 24;
+  cfg.steps = 30;
+  cfg.batch = 2;
+  cfg.lr = 1e-2;
+  auto windows = sample_windows(tf(), -1, 6, cfg.window, 1);
+  ASSERT_TRUE(windows.ok()) << windows.status();
+  auto before = evaluate_kv(tf(), *windows, KvCodecKind::kInt4, {}, nullptr);
+  ASSERT_TRUE(before.ok());
+  auto set = train_kv_repair(tf(), cfg, *windows);
+  ASSERT_TRUE(set.ok()) << set.status();
+  auto after = evaluate_kv(tf(), *windows, KvCodecKind::kInt4, {}, *set);
+  ASSERT_TRUE(after.ok());
+  EXPECT_GT(before->mean_kl, 0.0);
+  EXPECT_LT(after->mean_kl, 0.9 * before->mean_kl) << before->mean_kl << " -> " << after->mean_kl;
+
+  // cancel after 7 steps (checkpoint written), resume: the same parameters as the straight run
+  const std::string ckpt = ::testing::TempDir() + "/kv_repair_ckpt.safetensors";
+  std::filesystem::remove(ckpt);
+  CancelToken cancel;
+  KvRepairTrainOptions o;
+  o.cancel = &cancel;
+  o.checkpoint_path = ckpt;
+  o.checkpoint_every = 5;
+  o.progress = [&](const KvRepairProgress& p) {
+    if (p.step == 7) cancel.cancel();
+  };
+  auto stopped = train_kv_repair(tf(), cfg, *windows, o);
+  ASSERT_EQ(stopped.status().code(), absl::StatusCode::kCancelled);
+  KvRepairTrainOptions resume;
+  resume.checkpoint_path = ckpt;
+  auto resumed = train_kv_repair(tf(), cfg, *windows, resume);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  auto a = (*set)->named_parameters(), b = (*resumed)->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+}
+
+}  // namespace
+}  // namespace frost
