@@ -142,6 +142,7 @@ absl::Status FrostServer::load_model() {
   ec.gen.limits.max_logprobs = cfg_.limits.max_logprobs;
   ec.max_running = cfg_.engine.max_running;
   ec.max_waiting = cfg_.engine.max_waiting;
+  ec.kv_repair = &jobs_->kv_repair();
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(model, ec);
   if (!engine.ok()) return engine.status();
   std::shared_ptr<Engine> e(std::move(engine).value());

@@ -109,6 +109,16 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
     }
     out.kv_codec = *codec;
   }
+  if (req.kv().has_repair()) {
+    switch (req.kv().repair()) {
+      case v1::KV_REPAIR_MODE_AUTO: out.kv_repair = GenerationRequest::KvRepair::kAuto; break;
+      case v1::KV_REPAIR_MODE_ON: out.kv_repair = GenerationRequest::KvRepair::kOn; break;
+      case v1::KV_REPAIR_MODE_OFF: out.kv_repair = GenerationRequest::KvRepair::kOff; break;
+      default:
+        return invalid(absl::StrCat("kv.repair: unknown value ", static_cast<int>(req.kv().repair()),
+                                    " (expected KV_REPAIR_MODE_AUTO|ON|OFF)"));
+    }
+  }
   return out;
 }
 
@@ -282,6 +292,8 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
         f->set_stop_reason(r.stop_reason);
         f->set_prompt_tokens(r.n_prompt);
         f->set_completion_tokens(r.n_completion);
+        f->set_kv_codec(r.kv_codec);
+        f->set_kv_repair(r.kv_repair);
         v1::Timings* t = f->mutable_timings();
         t->set_queue_s(r.t_queue_s);
         t->set_prefill_s(r.t_prefill_s);

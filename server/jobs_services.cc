@@ -9,6 +9,7 @@
 #include "core/common/log.h"
 #include "core/common/status_macros.h"
 #include "core/common/utf8.h"
+#include "core/jobs/kv_repair_job.h"
 #include "core/jobs/prototype_job.h"
 #include "server/proto_codec.h"
 #include "server/status_convert.h"
@@ -129,6 +130,19 @@ std::string prototype_spec_json(const v1::PrototypeJobSpec& s) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string kv_repair_spec_json(const v1::KvRepairJobSpec& s) {
+  json j = json::object();
+  if (!s.calib_path().empty()) j["calib_path"] = s.calib_path();
+  if (!s.test_path().empty()) j["test_path"] = s.test_path();
+  if (s.has_calib_windows()) j["calib_windows"] = s.calib_windows();
+  if (s.has_eval_windows()) j["eval_windows"] = s.eval_windows();
+  json cfg = json::object();
+  for (const auto& [k, v] : s.config()) cfg[k] = v;
+  j["config"] = std::move(cfg);
+  j["activate"] = s.activate();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 // ---------------------------------------------------------------------------------------------
 // JobsRuntime
 
@@ -161,18 +175,33 @@ absl::Status JobsRuntime::start(std::shared_ptr<const LoadedModel> model) {
     absl::MutexLock l(&mu_);
     model_ = model;
   }
-  if (!cfg_.jobs.enabled) return absl::OkStatus();
-  absl::StatusOr<std::optional<std::string>> active = store_->active("prototype");
-  if (active.ok() && active->has_value()) {
-    // activate() logs the success; it also rewrites ACTIVE with the same name (harmless).
-    if (absl::Status st = activate(**active).status(); !st.ok())
-      FROST_LOG_ERROR(
-          "frostd: the active prototype artifact %s cannot be served, Predict is off until one is "
-          "activated: %s",
-          (*active)->c_str(), st.ToString().c_str());
-  } else if (!active.ok()) {
-    FROST_LOG_ERROR("frostd: %s", active.status().ToString().c_str());
+  bool kv_repair_artifact = false;
+  if (cfg_.jobs.enabled) {
+    for (const char* kind : {"prototype", "kv_repair"}) {
+      absl::StatusOr<std::optional<std::string>> active = store_->active(kind);
+      if (active.ok() && active->has_value()) {
+        // activate() logs the success; it also rewrites ACTIVE with the same name (harmless).
+        if (absl::Status st = activate(**active).status(); !st.ok()) {
+          FROST_LOG_ERROR("frostd: the active %s artifact %s cannot be served (%s is off until one is activated): %s",
+                          kind, (*active)->c_str(), std::string(kind) == "prototype" ? "Predict" : "KV repair",
+                          st.ToString().c_str());
+        } else if (std::string(kind) == "kv_repair") {
+          kv_repair_artifact = true;
+        }
+      } else if (!active.ok()) {
+        FROST_LOG_ERROR("frostd: %s", active.status().ToString().c_str());
+      }
+    }
   }
+  if (!kv_repair_artifact && !cfg_.engine.kv_repair.empty()) {
+    const RepairDims dims{model->config.head_dim, model->config.n_head, model->config.n_layer};
+    absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> r =
+        load_served_repair(cfg_.engine.kv_repair, dims, "file:" + cfg_.engine.kv_repair, model->name);
+    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("engine.kv_repair: ", r.status().message()));
+    kv_repair_.set(*r);
+    FROST_LOG_INFO("frostd: KV repair %s for the %s codec", (*r)->name.c_str(), kv_codec_name((*r)->codec));
+  }
+  if (!cfg_.jobs.enabled) return absl::OkStatus();
 
   jobs::SchedulerOptions so;
   so.state_dir = cfg_.jobs.state_dir;
@@ -190,6 +219,11 @@ absl::Status JobsRuntime::start(std::shared_ptr<const LoadedModel> model) {
   po.max_inline_bytes = cfg_.jobs.max_inline_bytes;
   std::map<std::string, std::shared_ptr<jobs::JobKind>> kinds;
   kinds["prototype"] = std::make_shared<jobs::PrototypeJobKind>(po);
+  jobs::KvRepairJobOptions ko;
+  ko.data_root = cfg_.jobs.data_root;
+  ko.model = model;
+  ko.store = store_.get();
+  kinds["kv_repair"] = std::make_shared<jobs::KvRepairJobKind>(ko);
   FROST_ASSIGN_OR_RETURN(std::unique_ptr<jobs::Scheduler> s, jobs::Scheduler::create(so, std::move(kinds)));
   s->set_activator([this](const std::string& name) { return activate(name).status(); });
   s->start();
@@ -207,6 +241,20 @@ absl::StatusOr<jobs::ArtifactInfo> JobsRuntime::activate(const std::string& name
   if (!m) return absl::UnavailableError("model is loading: not ready yet");
   FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, store_->get(name));
   absl::MutexLock l(&activate_mu_);
+  if (a.kind == "kv_repair") {
+    const RepairDims dims{m->config.head_dim, m->config.n_head, m->config.n_layer};
+    absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> r = jobs::load_kv_repair_artifact(a.dir, dims, a.name, m->name);
+    if (!r.ok()) {
+      ++kv_repair_swap_failures_;
+      return absl::FailedPreconditionError(
+          absl::StrCat("artifact '", a.name, "' cannot be activated: ", r.status().message()));
+    }
+    FROST_RETURN_IF_ERROR(store_->set_active(a.kind, a.name));  // persisted before it serves
+    kv_repair_.set(*r);
+    ++kv_repair_swaps_;
+    FROST_LOG_INFO("frostd: activated %s (KV repair for the %s codec)", a.name.c_str(), kv_codec_name((*r)->codec));
+    return a;
+  }
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<const jobs::ServedPrototype> loaded, prototypes_.load(a, m));
   FROST_RETURN_IF_ERROR(store_->set_active(a.kind, a.name));  // persisted before it serves
   prototypes_.install(std::move(loaded));
@@ -237,8 +285,8 @@ JobsStats JobsRuntime::stats() const {
     }
   }
   s.store_bytes = tensors_.bytes_by_device();
-  s.artifact_swaps = prototypes_.swaps();
-  s.artifact_swap_failures = prototypes_.swap_failures();
+  s.artifact_swaps = prototypes_.swaps() + kv_repair_swaps_.load();
+  s.artifact_swap_failures = prototypes_.swap_failures() + kv_repair_swap_failures_.load();
   return s;
 }
 
@@ -334,8 +382,12 @@ grpc::ServerUnaryReactor* TrainingService::SubmitJob(grpc::CallbackServerContext
             }
             spec = prototype_spec_json(req.prototype());
             break;
+          case v1::SubmitJobRequest::kKvRepair:
+            kind = "kv_repair";
+            spec = kv_repair_spec_json(req.kv_repair());
+            break;
           default:
-            return absl::InvalidArgumentError("spec: no job spec given (set `prototype`)");
+            return absl::InvalidArgumentError("spec: no job spec given (set `prototype` or `kv_repair`)");
         }
         FROST_ASSIGN_OR_RETURN(jobs::JobRecord j,
                                rt_->scheduler()->submit(kind, spec, req.priority(), req.idempotency_key()));
@@ -510,6 +562,7 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
         info.set_device(rt_->tensors().device());
         for (const auto& [d, b] : rt_->tensors().bytes_by_device()) (*info.mutable_store_bytes())[d] = b;
         if (auto cur = rt_->prototypes().current()) info.add_active_artifacts(cur->name);
+        if (auto kr = rt_->kv_repair().get()) info.add_active_artifacts(kr->name);
         if (rt_->scheduler()) {
           jobs::Scheduler::Counts c = rt_->scheduler()->counts();
           info.set_jobs_queued(static_cast<int32_t>(c.queued));

@@ -58,6 +58,8 @@ class JobsRuntime {
   jobs::ArtifactStore* store() const { return store_.get(); }
   jobs::TensorStore& tensors() { return tensors_; }
   jobs::PrototypeServing& prototypes() { return prototypes_; }
+  // The KV repair operator Generate applies (kv_repair artifacts and engine.kv_repair fill it).
+  RepairSlot& kv_repair() { return kv_repair_; }
   // nullptr until start() (or when jobs are disabled).
   jobs::Scheduler* scheduler() const { return scheduler_.get(); }
   std::shared_ptr<const LoadedModel> model() const;
@@ -75,6 +77,8 @@ class JobsRuntime {
   std::unique_ptr<jobs::ArtifactStore> store_;
   jobs::TensorStore tensors_;
   jobs::PrototypeServing prototypes_;
+  RepairSlot kv_repair_;
+  std::atomic<int64_t> kv_repair_swaps_{0}, kv_repair_swap_failures_{0};
   std::unique_ptr<jobs::Scheduler> scheduler_;
   std::atomic<bool> draining_{false};
   mutable absl::Mutex mu_;

@@ -87,6 +87,38 @@ prometheus::MetricFamily gauge_family(const std::string& name, const std::string
   return f;
 }
 
+// One labelled sample: label pairs and a value.
+struct Sample {
+  std::vector<std::pair<std::string, std::string>> labels;
+  double value = 0;
+};
+
+prometheus::MetricFamily labelled_family(const std::string& name, const std::string& help,
+                                         prometheus::MetricType type, const std::vector<Sample>& samples) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  for (const Sample& smp : samples) {
+    prometheus::ClientMetric m;
+    for (const auto& [k, v] : smp.labels) m.label.push_back({k, v});
+    if (type == prometheus::MetricType::Counter) m.counter.value = smp.value;
+    else m.gauge.value = smp.value;
+    f.metric.push_back(std::move(m));
+  }
+  return f;
+}
+
+prometheus::MetricFamily counter_value(const std::string& name, const std::string& help, double value) {
+  return labelled_family(name, help, prometheus::MetricType::Counter, std::vector<Sample>{Sample{{}, value}});
+}
+
+std::vector<Sample> by_codec(const EngineStats& s) {
+  std::vector<Sample> out;
+  for (const auto& [codec, n] : s.finished_by_codec) out.push_back({{{"codec", codec}}, static_cast<double>(n)});
+  return out;
+}
+
 // A port the kernel considers free on `host` right now (bind to port 0, read it back, close). civetweb cannot
 // bind port 0 itself; the port could be taken between this probe and civetweb's bind, so serve() retries with
 // a fresh probe.
@@ -171,6 +203,20 @@ class Metrics::EngineCollector : public prometheus::Collectable {
                      "KV cache bytes per token position (all layers) with the "
                      "default codec.",
                      static_cast<double>(s.kv_bytes_per_token)),
+        labelled_family("frost_kv_codec_info", "The default KV storage codec (value 1).",
+                        prometheus::MetricType::Gauge, std::vector<Sample>{Sample{{{"codec", s.kv_codec}}, 1.0}}),
+        labelled_family("frost_kv_sequences_total", "Finished Generate sequences by the KV codec they stored.",
+                        prometheus::MetricType::Counter, by_codec(s)),
+        labelled_family("frost_kv_repair_active",
+                        "The KV repair operator applied to new sequences of its codec (value 1; absent = none).",
+                        prometheus::MetricType::Gauge,
+                        s.kv_repair_active.empty()
+                            ? std::vector<Sample>{}
+                            : std::vector<Sample>{
+                                  Sample{{{"artifact", s.kv_repair_active}, {"codec", s.kv_repair_codec}}, 1.0}}),
+        counter_value("frost_kv_repair_sequences_total",
+                      "Finished Generate sequences that ran with a KV repair operator.",
+                      static_cast<double>(s.n_repaired)),
     };
   }
 

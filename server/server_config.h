@@ -56,6 +56,10 @@ struct EngineSection {
   int32_t max_context = 0;
   // Default KV storage codec.
   KvCodecKind kv_codec = KvCodecKind::kF32;
+  // A KV repair operator file (repair.safetensors, as frost-bench kv-repair --artifact or a kv_repair
+  // artifact writes it) served from start when no kv_repair artifact is active; "" = none. Relative
+  // paths are against the working directory.
+  std::string kv_repair;
 };
 
 // `limits:` — per-request caps checked before any model work.

@@ -36,6 +36,8 @@ const char kGenerateUsage[] =
     "  --logprobs N              per-token logprobs with N alternatives to "
     "stderr (0: sampled only)\n"
     "  --kv-codec fp32|fp16|bf16|int8|int4 KV cache storage for this request\n"
+    "  --kv-repair auto|on|off          KV repair for this request (default auto: when the active\n"
+    "                                   operator matches the codec)\n"
     "  --no-bos                  do not prepend BOS to the prompt\n"
     "  --request-id ID           id shown in the server's logs\n"
     "  --json                    print each response message as a JSON line "
@@ -78,6 +80,14 @@ std::vector<Flag> generate_flags(GenerateOptions* o, CommonOptions* common) {
                    o->print_logprobs = true;
                  }),
       string_flag("--kv-codec", [req](const std::string& v) { req->mutable_kv()->set_codec(v); }),
+      Flag{"--kv-repair", true,
+           [req](const std::string& v) {
+             if (v == "auto") req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_AUTO);
+             else if (v == "on") req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_ON);
+             else if (v == "off") req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_OFF);
+             else return absl::InvalidArgumentError(absl::StrCat("--kv-repair: \"", v, "\" (expected auto|on|off)"));
+             return absl::OkStatus();
+           }},
       switch_flag("--no-bos", [req] { req->set_add_bos(false); }),
       string_flag("--request-id", [req](const std::string& v) { req->set_request_id(v); }),
       switch_flag("--json", [o] { o->json = true; }),

@@ -1,7 +1,8 @@
-// frostctl train submit: Training.SubmitJob for a prototype job. The training data is either a JSONL file on
-// the server (--data, under its jobs.data_root) or a local JSONL file sent inline (--inline-jsonl, checked
-// here first so a bad line is reported as file:line). Prints the job id (or the Job as a JSON line), then,
-// with --watch, follows the job like `jobs watch`.
+// frostctl train submit: Training.SubmitJob for a prototype job or a kv_repair job. Prototype training data
+// is either a JSONL file on the server (--data, under its jobs.data_root) or a local JSONL file sent inline
+// (--inline-jsonl, checked here first so a bad line is reported as file:line). kv-repair calibration text is a
+// JSONL file on the server. Prints the job id (or the Job as a JSON line), then, with --watch, follows the job
+// like `jobs watch`.
 #include <grpcpp/client_context.h>
 
 #include <cstdio>
@@ -36,7 +37,17 @@ const char kTrainUsage[] =
     "                            succeeds)\n"
     "  --json                    print the Job as a JSON line instead of its id (with --watch, then\n"
     "                            one JobEvent JSON line per event)\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 60; --watch: none)  --token-file PATH\n";
+    "  --addr HOST:PORT  --timeout SECONDS (default 60; --watch: none)  --token-file PATH\n"
+    "\n"
+    "       frostctl train submit kv-repair [--data PATH] [flags]\n"
+    "  --data PATH               calibration text on the server: JSONL, one {\"text\": ...} per line\n"
+    "                            (optional with --set self_sample_windows=N)\n"
+    "  --test PATH               held-out JSONL on the server (default: text sampled from the model)\n"
+    "  --calib-windows N --eval-windows N\n"
+    "                            windows of `window` tokens to train / evaluate on (default 64 / 16)\n"
+    "  --set KEY=VALUE           kv_repair config (repeatable): codec, corruption, layers, option, rank,\n"
+    "                            apply_to, steps, batch, lr, window, ... (see frost-bench kv-repair)\n"
+    "  --priority --idempotency-key --activate --watch --json, and the connection flags, as above\n";
 
 namespace {
 
@@ -83,16 +94,72 @@ std::vector<Flag> submit_flags(SubmitOptions* o, CommonOptions* common) {
   return flags;
 }
 
+absl::Status set_config(google::protobuf::Map<std::string, std::string>* m, const std::string& v) {
+  absl::StatusOr<std::pair<std::string, std::string>> kv = parse_key_value(v);
+  if (!kv.ok()) return absl::InvalidArgumentError(absl::StrCat("--set: ", kv.status().message()));
+  if (!m->insert({kv->first, kv->second}).second)
+    return absl::InvalidArgumentError(absl::StrCat("--set: key \"", kv->first, "\" given twice"));
+  return absl::OkStatus();
+}
+
+int submit_and_watch(const frost::v1::SubmitJobRequest& request, bool json, bool watch, CommonOptions common) {
+  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  const std::shared_ptr<grpc::Channel> channel = make_channel(common);
+  std::unique_ptr<frost::v1::Training::Stub> stub = frost::v1::Training::NewStub(channel);
+  grpc::ClientContext ctx;
+  prepare_context(common, kSubmitTimeoutS, &ctx);
+  frost::v1::Job job;
+  const grpc::Status status = stub->SubmitJob(&ctx, request, &job);
+  if (!status.ok()) return report_rpc_error(status);
+  if (json) {
+    print_json_line(job);
+  } else {
+    std::printf("%s\n", job.id().c_str());
+    std::fflush(stdout);
+  }
+  if (!watch) return kExitOk;
+  return watch_job(channel, job.id(), common, json);
+}
+
+int run_submit_kv_repair(const std::vector<std::string>& args, CommonOptions common) {
+  frost::v1::SubmitJobRequest request;
+  frost::v1::KvRepairJobSpec* spec = request.mutable_kv_repair();
+  bool watch = false, json = false;
+  std::vector<Flag> flags = common_flags(&common);
+  std::vector<Flag> own = {
+      string_flag("--data", [spec](const std::string& v) { spec->set_calib_path(v); }),
+      string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); }),
+      int32_flag("--calib-windows", [spec](int32_t v) { spec->set_calib_windows(v); }),
+      int32_flag("--eval-windows", [spec](int32_t v) { spec->set_eval_windows(v); }),
+      Flag{"--set", true, [spec](const std::string& v) { return set_config(spec->mutable_config(), v); }},
+      int32_flag("--priority", [&request](int32_t v) { request.set_priority(v); }),
+      string_flag("--idempotency-key", [&request](const std::string& v) { request.set_idempotency_key(v); }),
+      switch_flag("--activate", [spec] { spec->set_activate(true); }),
+      switch_flag("--watch", [&watch] { watch = true; }),
+      switch_flag("--json", [&json] { json = true; }),
+  };
+  flags.insert(flags.end(), own.begin(), own.end());
+  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
+  if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
+  if (!positional->empty()) {
+    return report_usage_error(absl::StrCat("train submit kv-repair: unexpected argument \"", positional->front(), "\""),
+                              kTrainUsage);
+  }
+  return submit_and_watch(request, json, watch, common);
+}
+
 int run_submit(const std::vector<std::string>& args, CommonOptions common) {
+  if (!args.empty() && args.front() == "kv-repair")
+    return run_submit_kv_repair(std::vector<std::string>(args.begin() + 1, args.end()), common);
   SubmitOptions o;
   absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, submit_flags(&o, &common));
   if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
   if (positional->empty()) {
-    return report_usage_error("train submit: expected the job kind (prototype)", kTrainUsage);
+    return report_usage_error("train submit: expected the job kind (prototype | kv-repair)", kTrainUsage);
   }
   if (positional->front() != "prototype") {
     return report_usage_error(
-        absl::StrCat("train submit: unknown job kind \"", positional->front(), "\" (expected prototype)"),
+        absl::StrCat("train submit: unknown job kind \"", positional->front(), "\" (expected prototype | kv-repair)"),
         kTrainUsage);
   }
   if (positional->size() > 1) {
@@ -113,7 +180,6 @@ int run_submit(const std::vector<std::string>& args, CommonOptions common) {
     spec->set_label_max(*o.label_max);
     range = LabelRange{*o.label_min, *o.label_max};
   }
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
 
   if (o.data) {
     spec->set_train_path(*o.data);
@@ -133,21 +199,7 @@ int run_submit(const std::vector<std::string>& args, CommonOptions common) {
     *spec->mutable_inline_rows() = std::move(*rows);
   }
 
-  const std::shared_ptr<grpc::Channel> channel = make_channel(common);
-  std::unique_ptr<frost::v1::Training::Stub> stub = frost::v1::Training::NewStub(channel);
-  grpc::ClientContext ctx;
-  prepare_context(common, kSubmitTimeoutS, &ctx);
-  frost::v1::Job job;
-  const grpc::Status status = stub->SubmitJob(&ctx, o.request, &job);
-  if (!status.ok()) return report_rpc_error(status);
-  if (o.json) {
-    print_json_line(job);
-  } else {
-    std::printf("%s\n", job.id().c_str());
-    std::fflush(stdout);
-  }
-  if (!o.watch) return kExitOk;
-  return watch_job(channel, job.id(), common, o.json);
+  return submit_and_watch(o.request, o.json, o.watch, common);
 }
 
 }  // namespace

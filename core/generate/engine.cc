@@ -15,6 +15,7 @@ struct Engine::Pending {
   std::vector<int32_t> prompt;
   SamplingParams params;
   KvCodecKind codec = KvCodecKind::kF32;
+  GenerationRequest::KvRepair repair_mode = GenerationRequest::KvRepair::kAuto;
   std::shared_ptr<TokenSink> sink;
   std::shared_ptr<CancelToken> cancel;
   int64_t t_submit_ns = 0;
@@ -28,6 +29,7 @@ struct Engine::Active {
   std::unique_ptr<Sequence> seq;
   double t_queue_s = 0;
   int64_t kv_bytes = 0;  // allocated for this sequence (counted in kv_bytes_in_use_)
+  std::string kv_repair;  // the repair operator it runs with ("" = none)
 };
 
 Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
@@ -56,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
   {
     absl::MutexLock lock(&e->mu_);
     e->counters_.kv_bytes_per_token = per_token;
+    e->counters_.kv_codec = kv_codec_name(cfg.gen.kv_codec);
   }
   e->worker_ = std::thread([raw = e.get()] { raw->run(); });
   return e;
@@ -73,6 +76,21 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->prompt = std::move(prompt).value();
   p->params = req.params;
   p->codec = req.kv_codec.value_or(cfg_.gen.kv_codec);
+  p->repair_mode = req.kv_repair;
+  if (req.kv_repair == GenerationRequest::KvRepair::kOn) {
+    std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
+    if (!r) {
+      return absl::FailedPreconditionError(
+          "kv.repair: ON but no KV repair operator is active (train a kv_repair job and activate it, or set "
+          "engine.kv_repair)");
+    }
+    if (r->codec != p->codec) {
+      return absl::FailedPreconditionError(absl::StrCat("kv.repair: ON but the active operator ", r->name,
+                                                        " repairs the ", kv_codec_name(r->codec),
+                                                        " codec and this request stores its KV as ",
+                                                        kv_codec_name(p->codec)));
+    }
+  }
   p->sink = std::move(sink);
   p->cancel = std::move(cancel);
   p->t_submit_ns = RealClock::get().now_ns();
@@ -96,6 +114,10 @@ EngineStats Engine::stats() const {
   s.n_running = n_running_;
   s.n_waiting = static_cast<int32_t>(pending_.size());
   s.kv_bytes_in_use = kv_bytes_in_use_;
+  if (std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr) {
+    s.kv_repair_active = r->name;
+    s.kv_repair_codec = kv_codec_name(r->codec);
+  }
   return s;
 }
 
@@ -131,7 +153,11 @@ void Engine::run() {
   c10::InferenceMode inference_mode;
   std::vector<std::unique_ptr<Active>> active;
   auto finish = [this](Active& a, absl::StatusOr<GenerationResult> r) {
-    if (r.ok()) r->t_queue_s = a.t_queue_s;
+    if (r.ok()) {
+      r->t_queue_s = a.t_queue_s;
+      r->kv_codec = kv_codec_name(a.req->codec);
+      r->kv_repair = a.kv_repair;
+    }
     a.kv.reset();  // release the KV memory before telling the client
     {
       absl::MutexLock lock(&mu_);
@@ -142,6 +168,8 @@ void Engine::run() {
     absl::MutexLock lock(&mu_);
     --n_running_;
     ++counters_.n_finished;
+    if (!a.kv_repair.empty()) ++counters_.n_repaired;
+    ++counters_.finished_by_codec[kv_codec_name(a.req->codec)];
   };
   // A request cancelled (or past its deadline) while it waited: no KV is allocated for it.
   auto finish_unstarted = [this](Pending& p, FinishReason reason) {
@@ -183,6 +211,13 @@ void Engine::run() {
       a->req = std::move(p);
       absl::Status st = torch_call([&] {
         a->kv = std::make_unique<SequenceKv>(model_->model->kv_spec(validator_.max_context(), a->req->codec));
+        if (std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
+            r && r->codec == a->req->codec && a->req->repair_mode != GenerationRequest::KvRepair::kOff) {
+          KvStages stages;
+          stages.repair = r->set;
+          a->kv->set_stages(std::move(stages));
+          a->kv_repair = r->name;
+        }
         a->scratch = model_->model->make_scratch(validator_.max_context());
         a->kv_bytes = a->kv->bytes_allocated();
       });

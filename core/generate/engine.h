@@ -15,6 +15,8 @@
 // TokenSink callbacks run on the worker thread and must not block.
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <string>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "core/common/cancel.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
+#include "core/kv/repair_set.h"
 
 namespace frost {
 
@@ -41,6 +44,8 @@ struct EngineConfig {
   GeneratorConfig gen;       // KV codec, context length, fast path, request limits
   int32_t max_running = 4;   // sequences decoding concurrently
   int32_t max_waiting = 16;  // bounded admission queue
+  // The active KV repair operator (owned by the caller, outlives the engine); null = never repair.
+  RepairSlot* kv_repair = nullptr;
 };
 
 struct EngineStats {
@@ -51,6 +56,11 @@ struct EngineStats {
   uint64_t n_accepted = 0;
   uint64_t n_rejected_full = 0;  // RESOURCE_EXHAUSTED at submit
   uint64_t n_finished = 0;
+  uint64_t n_repaired = 0;       // finished sequences that ran with a KV repair operator
+  std::map<std::string, uint64_t> finished_by_codec;  // finished sequences per KV codec
+  std::string kv_codec;          // the default codec
+  std::string kv_repair_active;  // name of the active operator ("" = none)
+  std::string kv_repair_codec;   // the codec it repairs
 };
 
 class Engine {

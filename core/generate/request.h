@@ -21,6 +21,9 @@ struct GenerationRequest {
   bool add_bos = true;              // for text prompts, when the tokenizer has a BOS
   SamplingParams params;
   std::optional<KvCodecKind> kv_codec;  // KV storage for this request; unset = engine default
+  // KV repair (core/kv/repair_set.h RepairSlot): kAuto applies the active operator when it was trained
+  // for this request's codec; kOn requires that (FAILED_PRECONDITION otherwise); kOff never repairs.
+  enum class KvRepair { kAuto, kOn, kOff } kv_repair = KvRepair::kAuto;
 };
 
 // One streamed event. id >= 0: a generated token, with the text it released (valid UTF-8,
@@ -49,6 +52,8 @@ struct GenerationResult {
   double t_prefill_s = 0;      // prompt forward pass
   double t_decode_s = 0;       // all decode steps after the prefill
   int32_t n_decode_steps = 0;  // forward passes after the prefill
+  std::string kv_codec;        // the KV storage codec this sequence used
+  std::string kv_repair;       // the repair operator it used ("" = none)
   double t_first_token_s = 0;  // from start of generate() to the first token
   double prefill_tok_s() const { return t_prefill_s > 0 ? n_prompt / t_prefill_s : 0; }
   double decode_tok_s() const { return t_decode_s > 0 ? n_decode_steps / t_decode_s : 0; }

@@ -276,8 +276,9 @@ class Frostd:
     # -- jobs -------------------------------------------------------------------------------
 
     def submit(self, spec, key="", priority=0, metadata=ADMIN):
+        kind = "kv_repair" if isinstance(spec, training_pb2.KvRepairJobSpec) else "prototype"
         return self.training.SubmitJob(
-            training_pb2.SubmitJobRequest(idempotency_key=key, priority=priority, prototype=spec),
+            training_pb2.SubmitJobRequest(idempotency_key=key, priority=priority, **{kind: spec}),
             metadata=metadata, timeout=60)
 
     def get_job(self, job_id):

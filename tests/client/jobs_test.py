@@ -592,6 +592,63 @@ class JobsServiceTest(unittest.TestCase):
             self.assertEqual(f.read().strip(), str(self.s.pid))
 
 
+    # -- 11 ------------------------------------------------------------------------------------
+
+    def test_11_kv_repair_job_then_generate_with_it(self):
+        """A kv_repair job (int4 codec, every layer) trains on the calibration text, reports a lower
+        held-out KL with repair than without, and once activated Generate repairs int4 sequences: the
+        Final names the operator, OFF opts out, ON with another codec is refused, and /metrics shows it."""
+        test_rel = "emo/heldout.jsonl"  # 200 lines of emobank's test split
+        with open(os.path.join(lib.emobank_dir(), "test.jsonl"), encoding="utf-8") as src, \
+                open(os.path.join(self.data_root, test_rel), "w", encoding="utf-8") as dst:
+            dst.writelines(line for i, line in enumerate(src) if i < 200)
+        spec = T.KvRepairJobSpec(calib_path=self.train_rel, test_path=test_rel, calib_windows=24, eval_windows=8,
+                                 activate=True, config={"codec": "int4", "layers": "all", "steps": "60",
+                                                        "window": "32", "lr": "0.01", "batch": "4"})
+        job = self.s.wait_job(self.s.submit(spec, key="kv-repair-1").id, timeout=300)
+        self.assertEqual(job.state, T.JOB_STATE_SUCCEEDED, f"{job}\n{self.s.log()}")
+        self.assertEqual(job.kind, "kv_repair")
+        self.assertTrue(job.artifact.startswith("kv_repair/"), job.artifact)
+        report = json.loads(job.report_json)
+        self.assertGreater(report["corrupted"]["mean_kl"], 0)
+        self.assertLess(report["repaired"]["mean_kl"], report["corrupted"]["mean_kl"], report)
+        info = self.s.admin.GetServerInfo(admin_pb2.ServerInfoRequest(), metadata=ADMIN)
+        self.assertIn(job.artifact, list(info.active_artifacts))
+
+        def generate(**kv):
+            req = generation_pb2.GenerateRequest(
+                text="Once upon a time", sampling=generation_pb2.SamplingParams(temperature=0, max_new_tokens=12,
+                                                                                ignore_eos=True),
+                kv=generation_pb2.KvOptions(**kv))
+            final, text = None, ""
+            for m in self.s.generation.Generate(req, timeout=60):
+                if m.HasField("chunk"):
+                    text += m.chunk.text
+                if m.HasField("final"):
+                    final = m.final
+            return final, text
+
+        f_rep, t_rep = generate(codec="int4")
+        self.assertEqual((f_rep.kv_codec, f_rep.kv_repair), ("int4", job.artifact))
+        self.assertEqual(f_rep.completion_tokens, 12)
+        f_off, _ = generate(codec="int4", repair=generation_pb2.KV_REPAIR_MODE_OFF)
+        self.assertEqual((f_off.kv_codec, f_off.kv_repair), ("int4", ""))
+        f_fp32, _ = generate(codec="fp32")
+        self.assertEqual(f_fp32.kv_repair, "", "an int4 operator must not touch an fp32 cache")
+        with self.assertRaises(grpc.RpcError) as e:
+            generate(codec="fp32", repair=generation_pb2.KV_REPAIR_MODE_ON)
+        self.assertEqual(e.exception.code(), Code.FAILED_PRECONDITION)
+        self.assertIn("int4", e.exception.details())
+        m = self.s.metrics_text()
+        self.assertIn(f'frost_kv_repair_active{{artifact="{job.artifact}",codec="int4"}} 1', m)
+        self.assertRegex(m, r"frost_kv_repair_sequences_total [1-9]")
+        self.assertRegex(m, r'frost_kv_sequences_total\{codec="int4"\} [2-9]')
+        # the active operator cannot be deleted
+        with self.assertRaises(grpc.RpcError) as e:
+            self.s.admin.DeleteArtifact(admin_pb2.DeleteArtifactRequest(name=job.artifact), metadata=ADMIN)
+        self.assertEqual(e.exception.code(), Code.FAILED_PRECONDITION)
+
+
 class CrashRecoveryTest(unittest.TestCase):
     """kill -9 while a job trains and inside a checkpoint write; the resumed jobs must produce the
     same prototype.safetensors as an uninterrupted run of the same spec (jobs.threads: 1)."""

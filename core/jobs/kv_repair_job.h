@@ -1,0 +1,52 @@
+#pragma once
+// The `kv_repair` job kind: trains KV repair operators (core/kv/repair_train.h) on calibration text,
+// evaluates them on held-out text, and publishes a `kv_repair/<N>` artifact that Generate can serve
+// (JobsRuntime::activate → the engine's RepairSlot).
+//
+// Spec (JSON; frostd builds it from frost.v1.KvRepairJobSpec):
+//   {"calib_path": "a/train.jsonl",   JSONL with a "text" field per line; optional when the config
+//                                      asks for self_sample_windows > 0
+//    "test_path": "a/test.jsonl",      optional held-out text; default: windows sampled from the model
+//    "calib_windows": 64, "eval_windows": 16,
+//    "config": {"codec": "int4", "layers": "mid", "steps": "200", ...},   set_kv_repair_field keys
+//    "activate": true}
+// prepare() resolves the paths under the data root, reads every line, applies and validates the config
+// against the served model, checks there is text for at least one window, and returns the normalised spec.
+//
+// Artifact files: repair.safetensors (RepairSet::save, metadata codec / corruption / model) and
+// manifest.json {"format": "frost.kv_repair.v1", "file": "repair.safetensors", "sha256", "bytes"}, written
+// last. load_kv_repair_artifact() verifies the manifest and checksum before reading the tensors.
+#include <memory>
+#include <string>
+
+#include "core/jobs/artifact_store.h"
+#include "core/jobs/scheduler.h"
+#include "core/kv/repair_set.h"
+#include "core/model/model_loader.h"
+
+namespace frost::jobs {
+
+struct KvRepairJobOptions {
+  std::string data_root;
+  std::shared_ptr<const LoadedModel> model;
+  ArtifactStore* store = nullptr;
+};
+
+class KvRepairJobKind final : public JobKind {
+ public:
+  explicit KvRepairJobKind(KvRepairJobOptions opts) : opts_(std::move(opts)) {}
+  absl::StatusOr<std::string> prepare(const std::string& spec_json) override;
+  absl::StatusOr<JobResult> run(const JobRecord& job, const JobContext& ctx) override;
+
+ private:
+  KvRepairJobOptions opts_;
+};
+
+// Verifies and loads a kv_repair artifact directory for serving (FAILED_PRECONDITION-worthy errors are
+// returned as INVALID_ARGUMENT / DATA_LOSS naming the file; the caller maps them).
+absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> load_kv_repair_artifact(const std::string& dir,
+                                                                                  const RepairDims& dims,
+                                                                                  const std::string& name,
+                                                                                  const std::string& model);
+
+}  // namespace frost::jobs
