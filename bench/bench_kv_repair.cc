@@ -251,29 +251,31 @@ int run_kv_repair_bench(int argc, char** argv) {
   out["repair_params"] = ops.begin()->second->n_params();
   out["repair_layers"] = repair_layers_string(ops.begin()->second->layers());
 
-  // evaluation rows
-  const CorruptionSpec none;
-  auto row = [&](const std::string& name, KvCodecKind codec, const CorruptionSpec& corr,
-                 std::shared_ptr<const RepairSet> rep) -> absl::Status {
-    auto e = evaluate_kv(m, eval, codec, corr, std::move(rep));
-    if (!e.ok()) return e.status();
-    SequenceKv kv(m.kv_spec(1, codec));
-    out["rows"].push_back({{"name", name},
-                           {"codec", kv_codec_name(codec)},
-                           {"corruption", corr.to_string()},
-                           {"ppl", e->ppl},
-                           {"mean_kl", e->mean_kl},
-                           {"kv_bytes_per_token", kv.bytes_per_token()}});
-    return absl::OkStatus();
-  };
-  if (auto st = row("clean", KvCodecKind::kF32, none, nullptr); !st.ok()) return fail(st);
+  // evaluation rows: clean, then every shown codec corrupted, then every trained codec repaired
+  std::vector<std::string> names = {"clean"};
+  std::vector<KvEvalCase> cases = {KvEvalCase{}};
   std::vector<KvCodecKind> shown = {KvCodecKind::kF16, KvCodecKind::kInt8, KvCodecKind::kInt4};
   for (KvCodecKind c : trained)
     if (std::find(shown.begin(), shown.end(), c) == shown.end()) shown.push_back(c);
-  for (KvCodecKind c : shown)
-    if (auto st = row("corrupted", c, cfg.corruption, nullptr); !st.ok()) return fail(st);
-  for (auto& [c, set] : ops)
-    if (auto st = row("repaired", c, cfg.corruption, set); !st.ok()) return fail(st);
+  for (KvCodecKind c : shown) {
+    names.push_back("corrupted");
+    cases.push_back({c, cfg.corruption, nullptr});
+  }
+  for (auto& [c, set] : ops) {
+    names.push_back("repaired");
+    cases.push_back({c, cfg.corruption, set});
+  }
+  auto evals = evaluate_kv(m, eval, cases);
+  if (!evals.ok()) return fail(evals.status());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SequenceKv kv(m.kv_spec(1, cases[i].codec));
+    out["rows"].push_back({{"name", names[i]},
+                           {"codec", kv_codec_name(cases[i].codec)},
+                           {"corruption", cases[i].corruption.to_string()},
+                           {"ppl", (*evals)[i].ppl},
+                           {"mean_kl", (*evals)[i].mean_kl},
+                           {"kv_bytes_per_token", kv.bytes_per_token()}});
+  }
 
   // targets and decode speed per trained codec
   const double fp32_ppl = out["rows"][0]["ppl"].get<double>();

@@ -194,9 +194,9 @@ absl::Status JobsRuntime::start(std::shared_ptr<const LoadedModel> model) {
     }
   }
   if (!kv_repair_artifact && !cfg_.engine.kv_repair.empty()) {
-    const RepairDims dims{model->config.head_dim, model->config.n_head, model->config.n_layer};
     absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> r =
-        load_served_repair(cfg_.engine.kv_repair, dims, "file:" + cfg_.engine.kv_repair, model->name);
+        load_served_repair(cfg_.engine.kv_repair, repair_dims(model->config), "file:" + cfg_.engine.kv_repair,
+                           model->name);
     if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("engine.kv_repair: ", r.status().message()));
     kv_repair_.set(*r);
     FROST_LOG_INFO("frostd: KV repair %s for the %s codec", (*r)->name.c_str(), kv_codec_name((*r)->codec));
@@ -242,8 +242,8 @@ absl::StatusOr<jobs::ArtifactInfo> JobsRuntime::activate(const std::string& name
   FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, store_->get(name));
   absl::MutexLock l(&activate_mu_);
   if (a.kind == "kv_repair") {
-    const RepairDims dims{m->config.head_dim, m->config.n_head, m->config.n_layer};
-    absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> r = jobs::load_kv_repair_artifact(a.dir, dims, a.name, m->name);
+    absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> r =
+        jobs::load_kv_repair_artifact(a.dir, repair_dims(m->config), a.name, m->name);
     if (!r.ok()) {
       ++kv_repair_swap_failures_;
       return absl::FailedPreconditionError(

@@ -151,9 +151,11 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
 
   // held-out evaluation: clean fp32, the codec (+ corruption) without and with repair
   if (ctx.progress) ctx.progress(json{{"stage", "evaluate"}, {"step", 0}, {"steps_total", 3}}.dump());
-  FROST_ASSIGN_OR_RETURN(KvEval plain, evaluate_kv(*m.model, eval, ls.cfg.codec, ls.cfg.corruption, nullptr));
-  FROST_ASSIGN_OR_RETURN(KvEval repaired, evaluate_kv(*m.model, eval, ls.cfg.codec, ls.cfg.corruption, set));
-  FROST_ASSIGN_OR_RETURN(KvEval clean, evaluate_kv(*m.model, eval, KvCodecKind::kF32, {}, nullptr));
+  FROST_ASSIGN_OR_RETURN(std::vector<KvEval> ev,
+                         evaluate_kv(*m.model, eval,
+                                     {KvEvalCase{ls.cfg.codec, ls.cfg.corruption, nullptr},
+                                      KvEvalCase{ls.cfg.codec, ls.cfg.corruption, set}, KvEvalCase{}}));
+  const KvEval &plain = ev[0], &repaired = ev[1], &clean = ev[2];
   json report = {{"job_id", job.id},
                  {"config", json::parse(kv_repair_config_json(ls.cfg))},
                  {"calibration_windows", calib.size()},

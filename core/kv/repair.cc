@@ -33,6 +33,29 @@ at::Tensor causal_mask(int64_t tq, int64_t t, int64_t first_pos) {
 
 }  // namespace
 
+const char* repair_option_name(RepairOption o) {
+  switch (o) {
+    case RepairOption::kA:
+      return "A";
+    case RepairOption::kB:
+      return "B";
+    case RepairOption::kC:
+      return "C";
+  }
+  return "?";
+}
+
+std::string repair_apply_to_name(const RepairConfig& c) {
+  return std::string(c.repair_k ? "K" : "") + (c.repair_v ? "V" : "");
+}
+
+bool set_repair_apply_to(const std::string& s, RepairConfig& c) {
+  if (s != "K" && s != "V" && s != "KV") return false;
+  c.repair_k = s != "V";
+  c.repair_v = s != "K";
+  return true;
+}
+
 absl::StatusOr<RepairOption> parse_repair_option(const std::string& s) {
   if (s == "A") return RepairOption::kA;
   if (s == "B") return RepairOption::kB;
@@ -212,7 +235,7 @@ at::Tensor RepairLayer::attend_folded(const at::Tensor& q, const at::Tensor& k, 
 std::vector<std::pair<std::string, at::Tensor>> RepairLayer::named_parameters() const {
   switch (cfg_.option) {
     case RepairOption::kA:
-      return {{"wk", wk_}, {"uk", uk_}, {"wv", wv_}, {"uv", uv_},
+      return {{"wk", wk_},   {"uk", uk_},   {"wv", wv_},   {"uv", uv_},
               {"g1k", g1k_}, {"g2k", g2k_}, {"g1v", g1v_}, {"g2v", g2v_}};
     case RepairOption::kB:
       return {{"bk", wk_}, {"bv", wv_}, {"g1", g1k_}, {"g2", g2k_}};
@@ -236,6 +259,20 @@ void mv(const float* m, const float* x, float* y, int64_t n_out, int64_t n_in) {
   }
 }
 float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+// y += back (γ ⊙ projᵀ x), with proj and back row-major [d, r]; c: r floats of scratch. y may alias x
+// (c is complete before y changes).
+void add_lowrank(const float* proj, const float* back, const float* gamma, const float* x, float* y,
+                 int64_t d, int64_t r, float* c) {
+  for (int64_t j = 0; j < r; ++j) c[j] = 0;
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < r; ++j) c[j] += proj[i * r + j] * x[i];
+  for (int64_t j = 0; j < r; ++j) c[j] *= gamma[j];
+  for (int64_t i = 0; i < d; ++i) {
+    float acc = 0;
+    for (int64_t j = 0; j < r; ++j) acc += back[i * r + j] * c[j];
+    y[i] += acc;
+  }
+}
 }  // namespace
 
 RepairLayer::Fast RepairLayer::fast() const {
@@ -270,10 +307,10 @@ RepairLayer::Fast RepairLayer::fast() const {
 
 void RepairLayer::Fast::query(const float* q_h, int64_t h, float* q_out, float* gv_out, float* tmp) const {
   const int64_t g = gate_out;
-  float* a = tmp;           // [g] hidden
-  float* gk = tmp + g;      // [g] gate output (B: s_k | s_v)
-  float* c = tmp + 2 * g;   // [r] (γ_k ⊙ U_kᵀ q)
-  float* gv2 = tmp + 3 * g; // [g]
+  float* a = tmp;            // [g] hidden
+  float* gk = tmp + g;       // [g] gate output (B: s_k | s_v)
+  float* c = tmp + 2 * g;    // [r] (γ_k ⊙ U_kᵀ q)
+  float* gv2 = tmp + 3 * g;  // [g]
   const float* cond_h = cond.empty() ? nullptr : cond.data() + h * r;
   auto gate = [&](const std::vector<float>& g1, const std::vector<float>& g2, float* out) {
     mv(g1.data(), q_h, a, g, d);
@@ -299,34 +336,18 @@ void RepairLayer::Fast::query(const float* q_h, int64_t h, float* q_out, float* 
   }
   for (int64_t i = 0; i < d; ++i) q_out[i] = q_h[i];
   if (!repair_k) return;
-  // c = γ_k ⊙ (U_kᵀ q); q' = q + W_k c   (U, W row-major [D, r])
-  for (int64_t j = 0; j < r; ++j) c[j] = 0;
-  for (int64_t i = 0; i < d; ++i)
-    for (int64_t j = 0; j < r; ++j) c[j] += uk[i * r + j] * q_h[i];
-  for (int64_t j = 0; j < r; ++j) c[j] *= gkv[j];
-  for (int64_t i = 0; i < d; ++i) {
-    float acc = 0;
-    for (int64_t j = 0; j < r; ++j) acc += wk[i * r + j] * c[j];
-    q_out[i] += acc;
-  }
+  // q' = q + W_k (γ_k ⊙ U_kᵀ q)
+  add_lowrank(uk.data(), wk.data(), gkv, q_h, q_out, d, r, c);
 }
 
 void RepairLayer::Fast::output(const float* gv, float* o_h, float* tmp) const {
   if (!repair_v) return;
-  // c = γ_v ⊙ (W_vᵀ o); o += U_v c
-  for (int64_t j = 0; j < r; ++j) tmp[j] = 0;
-  for (int64_t i = 0; i < d; ++i)
-    for (int64_t j = 0; j < r; ++j) tmp[j] += wv[i * r + j] * o_h[i];
-  for (int64_t j = 0; j < r; ++j) tmp[j] *= gv[j];
-  for (int64_t i = 0; i < d; ++i) {
-    float acc = 0;
-    for (int64_t j = 0; j < r; ++j) acc += uv[i * r + j] * tmp[j];
-    o_h[i] += acc;
-  }
+  // o += U_v (γ_v ⊙ W_vᵀ o)
+  add_lowrank(wv.data(), uv.data(), gv, o_h, o_h, d, r, tmp);
 }
 
 at::Tensor RepairLayer::contraction_penalty_reference(const at::Tensor& q, const at::Tensor& k,
-                                            const at::Tensor& v) const {
+                                                      const at::Tensor& v) const {
   const int64_t H = q.size(0);
   auto [gk, gv] = gammas(q);
   at::Tensor total = at::zeros({}, at::kFloat);
@@ -340,7 +361,8 @@ at::Tensor RepairLayer::contraction_penalty_reference(const at::Tensor& q, const
   return total;
 }
 
-at::Tensor RepairLayer::contraction_penalty(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+at::Tensor RepairLayer::contraction_penalty(const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v) const {
   // ‖ΔXⱼ‖² for query q = ‖((Xⱼ W) ⊙ γ_q) Uᵀ‖² = (γ_q ⊗ γ_q) · vec((cⱼ cⱼᵀ) ⊙ UᵀU), cⱼ = Xⱼ W: one
   // [Tq, r²] × [r², T] product per head instead of materialising [H, Tq, T, D].
   const int64_t H = q.size(0);
@@ -349,9 +371,9 @@ at::Tensor RepairLayer::contraction_penalty(const at::Tensor& q, const at::Tenso
   for (int side = 0; side < 2; ++side) {
     const at::Tensor& x = side ? v : k;
     const at::Tensor& g = side ? gv : gk;
-    at::Tensor xh = by_head(x, H);                                      // [H, T, D]
-    at::Tensor c = at::matmul(xh, w(side == 1));                        // [H, T, r]
-    at::Tensor gram = at::matmul(u(side == 1).t(), u(side == 1));       // [r, r]
+    at::Tensor xh = by_head(x, H);                                         // [H, T, D]
+    at::Tensor c = at::matmul(xh, w(side == 1));                           // [H, T, r]
+    at::Tensor gram = at::matmul(u(side == 1).t(), u(side == 1));          // [r, r]
     at::Tensor m = (c.unsqueeze(-1) * c.unsqueeze(-2) * gram).flatten(2);  // [H, T, r²]
     at::Tensor gg = (g.unsqueeze(-1) * g.unsqueeze(-2)).flatten(2);        // [H, Tq, r²]
     at::Tensor sq = at::matmul(gg, m.transpose(1, 2)).clamp_min(0);        // [H, Tq, T]

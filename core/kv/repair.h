@@ -54,6 +54,10 @@ struct RepairConfig {
 
 // "A" | "B" | "C"; "K" | "V" | "KV".
 absl::StatusOr<RepairOption> parse_repair_option(const std::string& s);
+const char* repair_option_name(RepairOption o);
+std::string repair_apply_to_name(const RepairConfig& c);
+// Sets c.repair_k / c.repair_v from "K", "V" or "KV"; false (c unchanged) for anything else.
+bool set_repair_apply_to(const std::string& s, RepairConfig& c);
 
 // Option C's parameters shared by all protected layers.
 struct RepairShared {
@@ -107,7 +111,7 @@ class RepairLayer {
     int64_t d = 0, r = 0, gate_out = 0;  // gate_out: r (A, C) or 2r (B, one shared gate)
     float alpha_max = 0;
     bool repair_k = true, repair_v = true;
-    std::vector<float> wk, uk, wv, uv;  // [D, r] row-major
+    std::vector<float> wk, uk, wv, uv;      // [D, r] row-major
     std::vector<float> g1k, g2k, g1v, g2v;  // [gate_out, D], [gate_out, gate_out]
     std::vector<float> cond;                // C: [H, r] = e_layer + e_head[h]; else empty
     // q_h [D] (head h) → q_out [D] = q'; gv_out [r] = γ_v(q_h). tmp: 4·gate_out floats.
@@ -120,7 +124,8 @@ class RepairLayer {
   // The contraction regularizer above for queries q over cache K, V (all query/row pairs): computed
   // from Gram matrices (O(H·Tq·T·r²)), and its twin that materialises K̂ − K as written.
   at::Tensor contraction_penalty(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
-  at::Tensor contraction_penalty_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  at::Tensor contraction_penalty_reference(const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v) const;
 
  private:
   at::Tensor w(bool is_v) const;

@@ -21,22 +21,6 @@ namespace {
 
 constexpr const char* kFormat = "frost.kv_repair.v1";
 
-const char* option_name(RepairOption o) {
-  switch (o) {
-    case RepairOption::kA:
-      return "A";
-    case RepairOption::kB:
-      return "B";
-    case RepairOption::kC:
-      return "C";
-  }
-  return "?";
-}
-
-std::string apply_to_name(const RepairConfig& c) {
-  return std::string(c.repair_k ? "K" : "") + (c.repair_v ? "V" : "");
-}
-
 absl::Status bad(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("kv repair file ", path, ": ", what));
 }
@@ -157,9 +141,9 @@ int64_t RepairSet::n_params() const {
 absl::Status RepairSet::save(const std::string& path, const std::map<std::string, std::string>& extra) const {
   std::map<std::string, std::string> meta = {
       {"format", kFormat},
-      {"option", option_name(cfg_.option)},
+      {"option", repair_option_name(cfg_.option)},
       {"rank", std::to_string(cfg_.rank)},
-      {"apply_to", apply_to_name(cfg_)},
+      {"apply_to", repair_apply_to_name(cfg_)},
       {"alpha_max", absl::StrCat(cfg_.alpha_max)},
       {"contraction_rho", absl::StrCat(cfg_.contraction_rho)},
       {"layers", repair_layers_string(layers_)},
@@ -200,10 +184,7 @@ absl::StatusOr<std::shared_ptr<RepairSet>> RepairSet::load(const std::string& pa
   FROST_ASSIGN_OR_RETURN(cfg.option, parse_repair_option(opt));
   FROST_ASSIGN_OR_RETURN(cfg.rank, int_field("rank"));
   FROST_ASSIGN_OR_RETURN(std::string apply, field("apply_to"));
-  if (apply != "K" && apply != "V" && apply != "KV")
-    return bad(path, absl::StrCat("apply_to \"", apply, "\""));
-  cfg.repair_k = apply.find('K') != std::string::npos;
-  cfg.repair_v = apply.find('V') != std::string::npos;
+  if (!set_repair_apply_to(apply, cfg)) return bad(path, absl::StrCat("apply_to \"", apply, "\""));
   FROST_ASSIGN_OR_RETURN(std::string am, field("alpha_max"));
   FROST_ASSIGN_OR_RETURN(std::string rho, field("contraction_rho"));
   if (!absl::SimpleAtod(am, &cfg.alpha_max) || !absl::SimpleAtod(rho, &cfg.contraction_rho))

@@ -42,12 +42,6 @@ absl::Status parse_double(const std::string& key, const std::string& value, doub
   return absl::OkStatus();
 }
 
-const char* option_name(RepairOption o) {
-  return o == RepairOption::kA ? "A" : o == RepairOption::kB ? "B" : "C";
-}
-
-RepairDims dims_of(const ModelConfig& c) { return {c.head_dim, c.n_head, c.n_layer}; }
-
 // Adam over a parameter list; moments are plain tensors so checkpoints are safetensors.
 struct Adam {
   std::vector<at::Tensor> params, m, v;
@@ -142,9 +136,7 @@ absl::Status set_kv_repair_field(KvRepairConfig& c, const std::string& key, cons
   }
   if (key == "rank") return parse_int(key, value, c.repair.rank, 1, 4096);
   if (key == "apply_to") {
-    if (value != "K" && value != "V" && value != "KV") return bad_field(key, value, "expected K, V or KV");
-    c.repair.repair_k = value.find('K') != std::string::npos;
-    c.repair.repair_v = value.find('V') != std::string::npos;
+    if (!set_repair_apply_to(value, c.repair)) return bad_field(key, value, "expected K, V or KV");
     return absl::OkStatus();
   }
   if (key == "alpha_max") {
@@ -201,23 +193,22 @@ absl::Status validate_kv_repair_config(const KvRepairConfig& c, const ModelConfi
 }
 
 std::string kv_repair_config_json(const KvRepairConfig& c) {
-  nlohmann::ordered_json j = {
-      {"option", option_name(c.repair.option)},
-      {"rank", c.repair.rank},
-      {"apply_to", std::string(c.repair.repair_k ? "K" : "") + (c.repair.repair_v ? "V" : "")},
-      {"alpha_max", c.repair.alpha_max},
-      {"contraction_rho", c.repair.contraction_rho},
-      {"layers", c.layers},
-      {"codec", kv_codec_name(c.codec)},
-      {"corruption", c.corruption.to_string()},
-      {"window", c.window},
-      {"steps", c.steps},
-      {"batch", c.batch},
-      {"lr", c.lr},
-      {"contraction_weight", c.contraction_weight},
-      {"attention_weight", c.attention_weight},
-      {"self_sample_windows", c.self_sample_windows},
-      {"seed", c.seed}};
+  nlohmann::ordered_json j = {{"option", repair_option_name(c.repair.option)},
+                              {"rank", c.repair.rank},
+                              {"apply_to", repair_apply_to_name(c.repair)},
+                              {"alpha_max", c.repair.alpha_max},
+                              {"contraction_rho", c.repair.contraction_rho},
+                              {"layers", c.layers},
+                              {"codec", kv_codec_name(c.codec)},
+                              {"corruption", c.corruption.to_string()},
+                              {"window", c.window},
+                              {"steps", c.steps},
+                              {"batch", c.batch},
+                              {"lr", c.lr},
+                              {"contraction_weight", c.contraction_weight},
+                              {"attention_weight", c.attention_weight},
+                              {"self_sample_windows", c.self_sample_windows},
+                              {"seed", c.seed}};
   return j.dump();
 }
 
@@ -315,7 +306,7 @@ absl::StatusOr<std::shared_ptr<RepairSet>> train_kv_repair(const Transformer& mo
   FROST_ASSIGN_OR_RETURN(std::vector<int64_t> layers,
                          parse_repair_layers(cfg.layers, model.config().n_layer));
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<RepairSet> set,
-                         RepairSet::create(cfg.repair, layers, dims_of(model.config()), cfg.seed));
+                         RepairSet::create(cfg.repair, layers, repair_dims(model.config()), cfg.seed));
   Adam opt(set->parameters(), cfg.lr);
   int64_t step = 0;
   if (!opts.checkpoint_path.empty() && std::filesystem::exists(opts.checkpoint_path)) {
@@ -400,33 +391,49 @@ absl::StatusOr<std::shared_ptr<RepairSet>> train_kv_repair(const Transformer& mo
   return set;
 }
 
-absl::StatusOr<KvEval> evaluate_kv(const Transformer& model, const std::vector<TokenWindow>& windows,
-                                   KvCodecKind codec, const CorruptionSpec& corruption,
-                                   std::shared_ptr<const RepairSet> repair) {
+absl::StatusOr<std::vector<KvEval>> evaluate_kv(const Transformer& model,
+                                                const std::vector<TokenWindow>& windows,
+                                                const std::vector<KvEvalCase>& cases) {
   if (windows.empty()) return absl::InvalidArgumentError("evaluate_kv: no windows");
   return torch_call([&] {
     at::NoGradGuard ng;
-    KvStages clean, st;
-    st.corruption = corruption;
-    st.repair = std::move(repair);
-    double nll = 0, kl = 0;
+    std::vector<KvStages> stages(cases.size());
+    for (size_t c = 0; c < cases.size(); ++c) {
+      stages[c].corruption = cases[c].corruption;
+      stages[c].repair = cases[c].repair;
+    }
+    std::vector<double> nll(cases.size(), 0), kl(cases.size(), 0);
     int64_t n = 0;
     for (const TokenWindow& w : windows) {
-      at::Tensor logp = window_logprobs(model, w, KvCodecKind::kF32, clean);
-      at::Tensor logq = window_logprobs(model, w, codec, st);
-      const int64_t T = logq.size(0);
+      at::Tensor logp = window_logprobs(model, w, KvCodecKind::kF32, KvStages{});
       at::Tensor next = at::tensor(std::vector<int64_t>(w.begin() + 1, w.end()), at::kLong);
-      nll -= logq.narrow(0, 0, T - 1).gather(1, next.unsqueeze(1)).sum().item<double>();
-      kl += (logp.exp() * (logp - logq)).sum().item<double>();
+      const int64_t T = logp.size(0);
+      for (size_t c = 0; c < cases.size(); ++c) {
+        const bool clean = cases[c].codec == KvCodecKind::kF32 &&
+                           cases[c].corruption.kind == CorruptionKind::kNone && !cases[c].repair;
+        at::Tensor logq = clean ? logp : window_logprobs(model, w, cases[c].codec, stages[c]);
+        nll[c] -= logq.narrow(0, 0, T - 1).gather(1, next.unsqueeze(1)).sum().item<double>();
+        kl[c] += (logp.exp() * (logp - logq)).sum().item<double>();
+      }
       n += T;
     }
-    KvEval e;
     const int64_t pred = n - static_cast<int64_t>(windows.size());
-    e.ppl = std::exp(nll / static_cast<double>(pred));
-    e.mean_kl = kl / static_cast<double>(n);
-    e.positions = n;
-    return e;
+    std::vector<KvEval> out(cases.size());
+    for (size_t c = 0; c < cases.size(); ++c) {
+      out[c].ppl = std::exp(nll[c] / static_cast<double>(pred));
+      out[c].mean_kl = kl[c] / static_cast<double>(n);
+      out[c].positions = n;
+    }
+    return out;
   });
+}
+
+absl::StatusOr<KvEval> evaluate_kv(const Transformer& model, const std::vector<TokenWindow>& windows,
+                                   KvCodecKind codec, const CorruptionSpec& corruption,
+                                   std::shared_ptr<const RepairSet> repair) {
+  FROST_ASSIGN_OR_RETURN(std::vector<KvEval> e,
+                         evaluate_kv(model, windows, {KvEvalCase{codec, corruption, std::move(repair)}}));
+  return e[0];
 }
 
 }  // namespace frost

@@ -100,7 +100,17 @@ struct KvEval {
   double mean_kl = 0;  // mean over positions of KL(p_clean_fp32 ‖ p)
   int64_t positions = 0;
 };
-// Teacher-forced evaluation of (codec, corruption, repair) on the windows (reference path).
+struct KvEvalCase {
+  KvCodecKind codec = KvCodecKind::kF32;
+  CorruptionSpec corruption;
+  std::shared_ptr<const RepairSet> repair;
+};
+// Teacher-forced evaluation of each (codec, corruption, repair) case on the windows (reference path).
+// The clean fp32 pass runs once per window for all cases (and is reused for a clean case).
+absl::StatusOr<std::vector<KvEval>> evaluate_kv(const Transformer& model,
+                                                const std::vector<TokenWindow>& windows,
+                                                const std::vector<KvEvalCase>& cases);
+// One case.
 absl::StatusOr<KvEval> evaluate_kv(const Transformer& model, const std::vector<TokenWindow>& windows,
                                    KvCodecKind codec, const CorruptionSpec& corruption,
                                    std::shared_ptr<const RepairSet> repair);

@@ -90,7 +90,7 @@ class RepairModelTest : public ::testing::Test {
     model_ = std::move(m).value();
   }
   const Transformer& tf() const { return *model_->model; }
-  RepairDims dims() const { return {model_->config.head_dim, model_->config.n_head, model_->config.n_layer}; }
+  RepairDims dims() const { return repair_dims(model_->config); }
   std::shared_ptr<RepairSet> strong_set(RepairOption o, const std::string& layers = "all") const {
     RepairConfig c;
     c.option = o;
