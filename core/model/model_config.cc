@@ -349,7 +349,7 @@ absl::Status validate_with_label(const ModelConfig& c, const std::string& label)
       return err("eos_token_id", absl::StrCat("(", e, ") must be in [0, ", n.vocab, " = ", c.n_vocab, ")"));
     }
   }
-  return absl::OkStatus();
+  return validate_variant_config(c, label);
 }
 
 absl::StatusOr<ModelConfig> parse_with_label(const std::string& text, const std::string& label) {
@@ -364,6 +364,7 @@ absl::StatusOr<ModelConfig> parse_with_label(const std::string& text, const std:
   FROST_CFG_TRY(c.arch == Arch::kGpt2 ? parse_gpt2(f, &c) : parse_llama(f, &c));
   FROST_CFG_TRY(f.opt_token_id("bos_token_id", &c.bos_id));
   FROST_CFG_TRY(f.opt_token_ids("eos_token_id", &c.eos_ids));
+  FROST_CFG_TRY(parse_variant_config(j, label, c.n_layer, &c.variants));
   FROST_CFG_TRY(validate_with_label(c, label + ": "));
   return c;
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/model/variant_config.h"
 
 namespace frost {
 
@@ -33,6 +34,7 @@ struct ModelConfig {
   Activation act = Activation::kSilu;
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;  // eos_token_id may be a list in config.json
+  VariantConfig variants;        // "frost_variants" (core/model/variant_config.h); empty = plain model
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
