@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include <string>
+#include <vector>
 
 namespace frost {
 
@@ -20,6 +21,9 @@ struct KvSpec {
   int64_t head_dim = 0;
   int64_t max_tokens = 0;  // capacity: storage is preallocated for this many positions
   KvCodecKind codec = KvCodecKind::kF32;
+  // Layers that also keep a reverse store (SequenceKv::reverse): the SBA layers of the model
+  // (core/model/variants.h). Empty for plain models.
+  std::vector<int64_t> reverse_layers;
 };
 
 }  // namespace frost

@@ -11,6 +11,11 @@ SequenceKv::SequenceKv(const KvSpec& spec) : spec_(spec) {
   for (int64_t i = 0; i < spec.n_layer; ++i) {
     layers_.push_back(make_codec(spec.codec, spec.n_head_kv, spec.head_dim, spec.max_tokens));
   }
+  for (int64_t l : spec.reverse_layers) {
+    TORCH_CHECK(l >= 0 && l < spec.n_layer, "SequenceKv: reverse layer ", l, " out of range");
+    if (reverse_.empty()) reverse_.resize(static_cast<size_t>(spec.n_layer));
+    reverse_[static_cast<size_t>(l)] = make_codec(spec.codec, spec.n_head_kv, spec.head_dim, spec.max_tokens);
+  }
 }
 
 void SequenceKv::truncate(int64_t n) {
@@ -21,6 +26,7 @@ void SequenceKv::truncate(int64_t n) {
 int64_t SequenceKv::bytes_per_token() const {
   int64_t b = 0;
   for (const auto& l : layers_) b += l->bytes_per_token();
+  for (const auto& l : reverse_) b += l ? l->bytes_per_token() : 0;
   return b;
 }
 

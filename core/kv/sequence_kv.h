@@ -47,6 +47,9 @@ class SequenceKv {
   const KvSpec& spec() const { return spec_; }
   KvCodec& layer(int64_t i) { return *layers_[static_cast<size_t>(i)]; }
   const KvCodec& layer(int64_t i) const { return *layers_[static_cast<size_t>(i)]; }
+  // Layer i's reverse store, a second codec of spec.codec whose K slot holds q rows (SBA layers,
+  // spec.reverse_layers; core/model/variants.h); nullptr for other layers.
+  KvCodec* reverse(int64_t i) { return reverse_.empty() ? nullptr : reverse_[static_cast<size_t>(i)].get(); }
 
   // Number of positions written so far (the next token's position).
   int64_t n_tokens() const { return n_tokens_; }
@@ -68,6 +71,7 @@ class SequenceKv {
  private:
   KvSpec spec_;
   std::vector<std::unique_ptr<KvCodec>> layers_;
+  std::vector<std::unique_ptr<KvCodec>> reverse_;  // n_layer entries (null = none) or empty
   int64_t n_tokens_ = 0;
   KvStages stages_;
   KvTaps taps_;

@@ -3,6 +3,7 @@
 // tests/unit/model/transformer_test.cc and tests/integration/hf_reference_test.cc.
 #include <c10/util/BFloat16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -77,6 +78,7 @@ DecodeScratch Transformer::make_scratch(int64_t max_tokens) const {
   s.h_act.resize(static_cast<size_t>(cfg_.ffn_dim));
   s.scores.resize(static_cast<size_t>(cfg_.n_head * std::min(max_tokens, cfg_.max_pos)));
   s.logits.resize(static_cast<size_t>(cfg_.n_vocab));
+  variants::size_scratch(cfg_, std::min(max_tokens, cfg_.max_pos), &s.var);
   return s;
 }
 
@@ -106,6 +108,8 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
 
   // 1. embeddings (+ learned positions for GPT-2)
   embed_row(w_.tok_embed, token, x);
+  if (!s.var.e_tok.empty())
+    std::memcpy(s.var.e_tok.data(), x, static_cast<size_t>(C) * sizeof(float));  // router E(x)
   if (cfg_.arch == Arch::kGpt2) {
     const float* pe = w_.pos_embed.data_ptr<float>() + pos * C;
     for (int64_t i = 0; i < C; ++i) x[i] += pe[i];
@@ -122,6 +126,7 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
       rope_row(q, H, D, cos_row, sin_row);
       rope_row(k, Hkv, D, cos_row, sin_row);
     }
+    if (cfg_.variants.is_ra(l)) std::swap_ranges(q, q + H * D, k);  // RA: cache q rows, probe with k_i
     // 3. KV pipeline: [corrupt at write] → append this token → attend over positions [0, pos],
     //    repaired in folded form (core/kv/repair.h): q' before the kernel, the value correction after.
     KvCodec& cache = kv.layer(l);
@@ -151,12 +156,21 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
       for (int64_t h = 0; h < H; ++h)
         rf->output(s.repair_gv.data() + h * rf->r, s.att_out.data() + h * D, s.repair_tmp.data());
     }
-    // 4. output projection + residual
-    matvec_t(lw.wo, lw.bo, s.att_out.data(), xn);
+    if (cfg_.variants.is_sba(l))
+      variants::sba_step(cfg_, l, kv, q, k, v, pos, scale, s.var, s.att_out.data());
+    // 4. output projection (router layers: two group projections mixed per token) + residual
+    if (lw.var.router()) {
+      variants::router_step(cfg_, lw.var, s.att_out.data(), x, s.var.e_tok.data(), s.var, xn);
+    } else {
+      matvec_t(lw.wo, lw.bo, s.att_out.data(), xn);
+    }
     for (int64_t i = 0; i < C; ++i) x[i] += xn[i];
+    const bool ctx = lw.var.ctx_active();  // MLP context: keep the attention output for the MLP
+    if (ctx) std::memcpy(s.var.ctx_summary.data(), xn, static_cast<size_t>(C) * sizeof(float));
     // 5. MLP + residual
     norm_row(cfg_, x, fptr(lw.mlp_norm_w), fptr(lw.mlp_norm_b), xn);
     matvec_t(lw.w_in, lw.b_in, xn, s.h_in.data());
+    if (ctx) variants::mlp_ctx_step(cfg_, lw.var, s.var.ctx_summary.data(), s.var, s.h_in.data());
     float* hin = s.h_in.data();
     float* act = s.h_act.data();
     if (cfg_.arch == Arch::kLlama) {

@@ -21,6 +21,10 @@ Transformer::Transformer(ModelConfig cfg, ModelWeights w) : cfg_(std::move(cfg))
     rope_cos_ = angles.cos().contiguous();
     rope_sin_ = angles.sin().contiguous();
   }
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+    variants::check_layer_weights(cfg_, l, lw.var, lw.wo.defined());
+  }
 }
 
 // Calls fn(t) once for every distinct weight tensor (a tied lm_head counts once).
@@ -35,6 +39,7 @@ static void for_each_weight(const ModelWeights& w, Fn&& fn) {
     for (const auto* t : {&l.attn_norm_w, &l.attn_norm_b, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm_w,
                           &l.mlp_norm_b, &l.w_in, &l.b_in, &l.w_out, &l.b_out})
       visit(*t);
+    for (const at::Tensor* t : l.var.tensors()) visit(*t);
   }
   visit(w.final_norm_w);
   visit(w.final_norm_b);
@@ -60,6 +65,7 @@ KvSpec Transformer::kv_spec(int64_t max_tokens, KvCodecKind codec) const {
   s.head_dim = cfg_.head_dim;
   s.max_tokens = std::min(max_tokens, cfg_.max_pos);
   s.codec = codec;
+  s.reverse_layers = variants::reverse_store_layers(cfg_);
   return s;
 }
 
@@ -108,6 +114,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
 
   // 1. embeddings (+ learned positions for GPT-2)                       x: [T, C]
   at::Tensor x = w_.tok_embed.index_select(0, ids).to(at::kFloat);
+  const at::Tensor e_tok = x;  // E(x) of the router features: the token embedding, no position
   if (cfg_.arch == Arch::kGpt2) x = x + w_.pos_embed.narrow(0, pos, T).to(at::kFloat);
 
   // causal mask over absolute positions: query pos+i sees keys j <= pos+i  [T, S]
@@ -126,6 +133,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
       q = apply_rope(q, pos);
       k = apply_rope(k, pos);
     }
+    if (cfg_.variants.is_ra(l)) std::swap(q, k);  // RA: the cache stores q rows, k_i probes them
     // 4. KV pipeline: [corrupt at write] → codec append → read the whole cache back → [corrupt
     //    fresh] → [repair inside attention]                                  K, V: [Hkv, S, D]
     KvCodec& cache = kv.layer(l);
@@ -171,9 +179,12 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
       scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
       att = at::matmul(at::softmax(scores, -1), V);
     }
+    if (cfg_.variants.is_sba(l)) att = variants::sba_attend(cfg_, l, kv, att, q, k, v, pos, mask, scale);
     if (kv.taps().attention) kv.taps().attention_out.push_back(att);
     at::Tensor o = att.transpose(0, 1).reshape({T, H * D});
-    x = x + linear(o, lw.wo, lw.bo);
+    const at::Tensor a_out =
+        lw.var.router() ? variants::router_out(lw.var, o, x, e_tok) : linear(o, lw.wo, lw.bo);
+    x = x + a_out;
 
     // 6. MLP block                                                       [T, C]
     h = norm(x, lw.mlp_norm_w, lw.mlp_norm_b);
@@ -184,6 +195,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
       a = at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F);
     } else {  // gelu_new(c_fc h)
       at::Tensor u = linear(h, lw.w_in, lw.b_in);
+      if (lw.var.ctx_active()) u = variants::mlp_ctx_mix(lw.var, u, a_out);
       a = 0.5 * u * (1.0 + at::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * u.pow(3))));
     }
     x = x + linear(a, lw.w_out, lw.b_out);

@@ -27,6 +27,7 @@
 
 #include "core/kv/sequence_kv.h"
 #include "core/model/model_config.h"
+#include "core/model/variants.h"
 
 namespace frost {
 
@@ -35,10 +36,11 @@ namespace frost {
 struct LayerWeights {
   at::Tensor attn_norm_w, attn_norm_b;  // [C]; b undefined for RMSNorm
   at::Tensor wqkv, bqkv;                // [H*D + 2*Hkv*D, C] rows q | k | v; bias optional
-  at::Tensor wo, bo;                    // [C, H*D]
+  at::Tensor wo, bo;                    // [C, H*D]; undefined in router layers (var.proj_*)
   at::Tensor mlp_norm_w, mlp_norm_b;    // [C]
   at::Tensor w_in, b_in;                // LLaMA: [2F, C] rows gate | up; GPT-2: c_fc [F, C]
   at::Tensor w_out, b_out;              // [C, F]
+  VariantLayerWeights var;              // architecture variants (core/model/variants.h)
 };
 
 struct ModelWeights {
@@ -53,6 +55,7 @@ struct ModelWeights {
 struct DecodeScratch {
   std::vector<float> x, xn, qkv, att_out, h_in, h_act, scores, logits, hidden;
   std::vector<float> repair_q, repair_gv, repair_tmp;  // repair stage (sized on first use)
+  VariantScratch var;                                  // architecture variants
 };
 
 class Transformer {
