@@ -51,6 +51,42 @@ at::Tensor rand_tensor(SplitMix64& rng, std::vector<int64_t> shape, float std, f
   return t;
 }
 
+// The tensors of cfg.variants (core/model/variants.h), from a generator of their own so that the
+// plain weights stay the same bits with or without variants. Router layers drop wo / bo for
+// proj_full / proj_ra; ctx_alpha is drawn in [0.2, 0.8]; the conductor's route gate alternates
+// 0.3 (context on) / 0.7 (off) from the first MLP-context layer on.
+void add_random_variant_weights(const ModelConfig& c, uint64_t seed, at::ScalarType wd, ModelWeights* w) {
+  SplitMix64 rng{seed ^ 0xA11A7E5ull};
+  const VariantConfig& v = c.variants;
+  const int64_t C = c.dim, D = c.head_dim, F = c.ffn_dim;
+  int64_t n_ctx = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    VariantLayerWeights& vw = w->layers[static_cast<size_t>(l)].var;
+    if (v.is_router(l)) {
+      LayerWeights& lw = w->layers[static_cast<size_t>(l)];
+      lw.wo = at::Tensor();
+      lw.bo = at::Tensor();
+      const int64_t hid = v.router_hidden, nr = v.router_ra_heads, nf = c.n_head - nr;
+      vw.router_w1 = rand_tensor(rng, {hid, 4}, 0.5f);
+      vw.router_b1 = rand_tensor(rng, {hid}, 0.5f);
+      vw.router_w2 = rand_tensor(rng, {2, hid}, 1.f / std::sqrt(static_cast<float>(hid)));
+      vw.router_b2 = rand_tensor(rng, {2}, 0.3f);
+      vw.proj_full = rand_tensor(rng, {C, nf * D}, 1.f / std::sqrt(static_cast<float>(c.q_dim()))).to(wd);
+      vw.proj_full_b = rand_tensor(rng, {C}, 0.05f);
+      vw.proj_ra = rand_tensor(rng, {C, nr * D}, 1.f / std::sqrt(static_cast<float>(nr * D))).to(wd);
+      vw.proj_ra_b = rand_tensor(rng, {C}, 0.05f);
+    }
+    if (v.has_mlp_ctx(l)) {
+      const int64_t R = v.mlp_ctx_rank;
+      vw.ctx_down = rand_tensor(rng, {R, C}, 1.f / std::sqrt(static_cast<float>(C))).to(wd);
+      vw.ctx_up = rand_tensor(rng, {F, R}, 1.f / std::sqrt(static_cast<float>(R))).to(wd);
+      vw.ctx_alpha = at::full({}, 0.5f + 0.3f * rng.uniform_pm1(), at::kFloat);
+      if (v.mlp_ctx_conductor) vw.route_gate = at::full({}, n_ctx % 2 == 0 ? 0.3f : 0.7f, at::kFloat);
+      ++n_ctx;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> builtin_model_names() { return {"builtin:tiny", "builtin:tiny-gpt2", "builtin:15m"}; }
@@ -129,6 +165,7 @@ ModelWeights random_weights(const ModelConfig& c, uint64_t seed, at::ScalarType 
     }
     w.lm_head = head.to(wd);
   }
+  if (c.variants.any()) add_random_variant_weights(c, seed, wd, &w);
   return w;
 }
 

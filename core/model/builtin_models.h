@@ -23,7 +23,8 @@ absl::StatusOr<ModelConfig> builtin_config(const std::string& name);
 // Deterministic random weights for `cfg` (same seed → same bits on every platform: drawn
 // with our own splitmix64 generator, not a library distribution). Matrices are uniform with
 // std 1/sqrt(fan_in), embeddings std 0.05, norm weights 1 (+ small noise), biases small;
-// untied heads give logits of std ~2.5 and never favour non-printable byte tokens.
+// untied heads give logits of std ~2.5 and never favour non-printable byte tokens. The tensors of
+// cfg.variants, when it declares any, come from a separate generator (the plain ones are unchanged).
 ModelWeights random_weights(const ModelConfig& cfg, uint64_t seed, at::ScalarType wdtype);
 
 }  // namespace frost

@@ -53,6 +53,15 @@ class TensorTable {
     return torch_call([&] { return src.file->view(*src.info).to(dtype).contiguous().clone(); });
   }
 
+  // A learned scalar stored with shape [] or [1], as an fp32 tensor of shape [].
+  absl::StatusOr<at::Tensor> get_scalar(const std::string& name) {
+    auto it = by_name_.find(name);
+    const bool one = it != by_name_.end() && it->second.info->shape == std::vector<int64_t>{1};
+    FROST_ASSIGN_OR_RETURN(at::Tensor t,
+                           get(name, one ? std::vector<int64_t>{1} : std::vector<int64_t>{}, at::kFloat));
+    return t.reshape({});
+  }
+
   void ignore(const std::string& name) { used_.insert(name); }
 
   absl::Status check_all_used() const {
@@ -74,6 +83,42 @@ class TensorTable {
   std::vector<std::string> files_;  // file names, for messages
 };
 
+// The architecture-variant tensors of layer i (core/model/variants.h, docs/architecture_variants.md), in
+// torch.nn.Linear layout [out, in] for both families. `attn` / `mlp` are the layer's attention and MLP
+// name prefixes ("h.3.attn.", "model.layers.3.self_attn."). Learned scalars must lie in [0, 1].
+absl::Status map_variant_layer(const ModelConfig& c, TensorTable& t, int64_t i, const std::string& attn,
+                               const std::string& mlp, at::ScalarType wd, VariantLayerWeights* w) {
+  const VariantConfig& v = c.variants;
+  const int64_t C = c.dim, D = c.head_dim;
+  if (v.is_router(i)) {
+    const int64_t hid = v.router_hidden, nr = v.router_ra_heads, nf = c.n_head - nr;
+    FROST_ASSIGN_OR_RETURN(w->router_w1, t.get(attn + "router.fc1.weight", {hid, 4}, at::kFloat));
+    FROST_ASSIGN_OR_RETURN(w->router_b1, t.get(attn + "router.fc1.bias", {hid}, at::kFloat));
+    FROST_ASSIGN_OR_RETURN(w->router_w2, t.get(attn + "router.fc2.weight", {2, hid}, at::kFloat));
+    FROST_ASSIGN_OR_RETURN(w->router_b2, t.get(attn + "router.fc2.bias", {2}, at::kFloat));
+    FROST_ASSIGN_OR_RETURN(w->proj_full, t.get(attn + "proj_full.weight", {C, nf * D}, wd));
+    FROST_ASSIGN_OR_RETURN(w->proj_full_b, t.get(attn + "proj_full.bias", {C}, at::kFloat));
+    FROST_ASSIGN_OR_RETURN(w->proj_ra, t.get(attn + "proj_ra.weight", {C, nr * D}, wd));
+    FROST_ASSIGN_OR_RETURN(w->proj_ra_b, t.get(attn + "proj_ra.bias", {C}, at::kFloat));
+  }
+  if (v.has_mlp_ctx(i)) {
+    const int64_t R = v.mlp_ctx_rank;
+    FROST_ASSIGN_OR_RETURN(w->ctx_down, t.get(mlp + "ctx_down.weight", {R, C}, wd));
+    FROST_ASSIGN_OR_RETURN(w->ctx_up, t.get(mlp + "ctx_up.weight", {c.ffn_dim, R}, wd));
+    auto unit = [&](const std::string& name, at::Tensor* out) -> absl::Status {
+      FROST_ASSIGN_OR_RETURN(*out, t.get_scalar(name));
+      const float x = out->item<float>();
+      if (!(x >= 0.f && x <= 1.f)) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' must be in [0, 1], got ", x));
+      }
+      return absl::OkStatus();
+    };
+    FROST_RETURN_IF_ERROR(unit(mlp + "ctx_alpha", &w->ctx_alpha));
+    if (v.mlp_ctx_conductor) FROST_RETURN_IF_ERROR(unit(mlp + "route_gate", &w->route_gate));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelWeights> map_llama(const ModelConfig& c, TensorTable& t, at::ScalarType wd) {
   const int64_t C = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim, V = c.n_vocab;
   ModelWeights w;
@@ -85,13 +130,17 @@ absl::StatusOr<ModelWeights> map_llama(const ModelConfig& c, TensorTable& t, at:
     FROST_ASSIGN_OR_RETURN(at::Tensor wq, t.get(p + "self_attn.q_proj.weight", {Q, C}, wd));
     FROST_ASSIGN_OR_RETURN(at::Tensor wk, t.get(p + "self_attn.k_proj.weight", {KV, C}, wd));
     FROST_ASSIGN_OR_RETURN(at::Tensor wv, t.get(p + "self_attn.v_proj.weight", {KV, C}, wd));
-    FROST_ASSIGN_OR_RETURN(lw.wo, t.get(p + "self_attn.o_proj.weight", {C, Q}, wd));
+    if (!c.variants.is_router(i)) {  // router layers: proj_full / proj_ra instead
+      FROST_ASSIGN_OR_RETURN(lw.wo, t.get(p + "self_attn.o_proj.weight", {C, Q}, wd));
+    }
     lw.wqkv = at::cat({wq, wk, wv}, 0).contiguous();
     if (c.attention_bias) {
       FROST_ASSIGN_OR_RETURN(at::Tensor bq, t.get(p + "self_attn.q_proj.bias", {Q}, at::kFloat));
       FROST_ASSIGN_OR_RETURN(at::Tensor bk, t.get(p + "self_attn.k_proj.bias", {KV}, at::kFloat));
       FROST_ASSIGN_OR_RETURN(at::Tensor bv, t.get(p + "self_attn.v_proj.bias", {KV}, at::kFloat));
-      FROST_ASSIGN_OR_RETURN(lw.bo, t.get(p + "self_attn.o_proj.bias", {C}, at::kFloat));
+      if (!c.variants.is_router(i)) {
+        FROST_ASSIGN_OR_RETURN(lw.bo, t.get(p + "self_attn.o_proj.bias", {C}, at::kFloat));
+      }
       lw.bqkv = at::cat({bq, bk, bv}, 0).contiguous();
     }
     FROST_ASSIGN_OR_RETURN(lw.mlp_norm_w, t.get(p + "post_attention_layernorm.weight", {C}, at::kFloat));
@@ -106,6 +155,7 @@ absl::StatusOr<ModelWeights> map_llama(const ModelConfig& c, TensorTable& t, at:
       lw.b_in = at::cat({bg, bu}, 0).contiguous();
     }
     t.ignore(p + "self_attn.rotary_emb.inv_freq");  // buffer in older checkpoints
+    FROST_RETURN_IF_ERROR(map_variant_layer(c, t, i, p + "self_attn.", p + "mlp.", wd, &lw.var));
     w.layers.push_back(std::move(lw));
   }
   FROST_ASSIGN_OR_RETURN(w.final_norm_w, t.get("model.norm.weight", {C}, at::kFloat));
@@ -141,8 +191,10 @@ absl::StatusOr<ModelWeights> map_gpt2(const ModelConfig& c, TensorTable& t, at::
     FROST_ASSIGN_OR_RETURN(lw.attn_norm_b, t.get(p + "ln_1.bias", {C}, at::kFloat));
     FROST_ASSIGN_OR_RETURN(lw.wqkv, conv(p + "attn.c_attn.weight", C, 3 * C));
     FROST_ASSIGN_OR_RETURN(lw.bqkv, t.get(p + "attn.c_attn.bias", {3 * C}, at::kFloat));
-    FROST_ASSIGN_OR_RETURN(lw.wo, conv(p + "attn.c_proj.weight", C, C));
-    FROST_ASSIGN_OR_RETURN(lw.bo, t.get(p + "attn.c_proj.bias", {C}, at::kFloat));
+    if (!c.variants.is_router(i)) {  // router layers: proj_full / proj_ra instead
+      FROST_ASSIGN_OR_RETURN(lw.wo, conv(p + "attn.c_proj.weight", C, C));
+      FROST_ASSIGN_OR_RETURN(lw.bo, t.get(p + "attn.c_proj.bias", {C}, at::kFloat));
+    }
     FROST_ASSIGN_OR_RETURN(lw.mlp_norm_w, t.get(p + "ln_2.weight", {C}, at::kFloat));
     FROST_ASSIGN_OR_RETURN(lw.mlp_norm_b, t.get(p + "ln_2.bias", {C}, at::kFloat));
     FROST_ASSIGN_OR_RETURN(lw.w_in, conv(p + "mlp.c_fc.weight", C, F));
@@ -151,6 +203,7 @@ absl::StatusOr<ModelWeights> map_gpt2(const ModelConfig& c, TensorTable& t, at::
     FROST_ASSIGN_OR_RETURN(lw.b_out, t.get(p + "mlp.c_proj.bias", {C}, at::kFloat));
     t.ignore(p + "attn.bias");         // causal-mask buffer of old checkpoints
     t.ignore(p + "attn.masked_bias");  // idem
+    FROST_RETURN_IF_ERROR(map_variant_layer(c, t, i, p + "attn.", p + "mlp.", wd, &lw.var));
     w.layers.push_back(std::move(lw));
   }
   FROST_ASSIGN_OR_RETURN(w.final_norm_w, t.get(pre + "ln_f.weight", {C}, at::kFloat));

@@ -62,10 +62,24 @@ BackboneId backbone_id(const LoadedModel& model) {
   const ModelWeights& w = model.model->weights();
   fnv_tensor(h, w.tok_embed);
   fnv_tensor(h, w.pos_embed);
+  const VariantConfig& v = c.variants;
+  if (v.any()) {  // architecture variants change the function (plain models keep their fingerprint)
+    for (const std::vector<int64_t>* ls :
+         {&v.ra_layers, &v.sba_layers, &v.router_layers, &v.mlp_ctx_layers}) {
+      const int64_t n = static_cast<int64_t>(ls->size());
+      fnv(h, &n, sizeof(n));
+      fnv(h, ls->data(), ls->size() * sizeof(int64_t));
+    }
+    const int64_t knobs[] = {v.router_ra_heads, v.router_hidden, v.mlp_ctx_rank, v.mlp_ctx_conductor ? 1 : 0};
+    fnv(h, knobs, sizeof(knobs));
+    fnv(h, &v.sba_alpha, sizeof(v.sba_alpha));
+  }
   for (const LayerWeights& l : w.layers) {
     for (const at::Tensor* t : {&l.attn_norm_w, &l.attn_norm_b, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm_w,
                                 &l.mlp_norm_b, &l.w_in, &l.b_in, &l.w_out, &l.b_out})
       fnv_tensor(h, *t);
+    if (v.any())
+      for (const at::Tensor* t : l.var.tensors()) fnv_tensor(h, *t);
   }
   fnv_tensor(h, w.final_norm_w);
   fnv_tensor(h, w.final_norm_b);
