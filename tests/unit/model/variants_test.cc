@@ -1,0 +1,834 @@
+// Architecture variants (core/model/variants.h, docs/architecture_variants.md) on random models:
+//  (a) incremental decode_step() == full forward() == chunked / one-token forward();
+//  (b) all of them == a naive transcription of the seeds' formulas written here (double precision,
+//      explicit loops over positions, no code shared with core/model);
+//  (c) RA and SBA at decode agree with forward() on every KV codec;
+//  (d) config validation names the field and the value;
+// plus the checkpoint loader on variant weights and the parameter counts of the low-rank MLP context.
+#include "core/model/variants.h"
+
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/kv/repair_set.h"
+#include "core/model/builtin_models.h"
+#include "core/model/model_config.h"
+#include "core/model/model_loader.h"
+#include "core/model/transformer.h"
+#include "tests/testing/st_writer.h"
+#include "tests/testing/test_util.h"
+
+namespace frost {
+namespace {
+
+using ::frost::testing::max_abs_diff;
+using ::frost::testing::NamedTensors;
+using ::frost::testing::TempDir;
+using ::frost::testing::write_model_dir;
+using ojson = nlohmann::ordered_json;
+
+constexpr uint64_t kSeed = 0xC0FFEE;
+
+// ---------------------------------------------------------------------------------------------
+// The naive reference: the seeds' formulas, transcribed directly (double precision).
+
+at::Tensor dbl(const at::Tensor& t) { return t.defined() ? t.to(at::kDouble) : t; }
+
+at::Tensor naive_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int64_t>& toks) {
+  const auto T = static_cast<int64_t>(toks.size());
+  const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, F = c.ffn_dim;
+  const bool gpt2 = c.arch == Arch::kGpt2;
+  const VariantConfig& var = c.variants;
+  auto norm = [&](const at::Tensor& x, const at::Tensor& g, const at::Tensor& b) {
+    if (gpt2) {
+      const at::Tensor mu = x.mean(-1, true);
+      const at::Tensor v = (x - mu).pow(2).mean(-1, true);
+      return (x - mu) / (v + c.norm_eps).sqrt() * dbl(g) + dbl(b);
+    }
+    return x / (x.pow(2).mean(-1, true) + c.norm_eps).sqrt() * dbl(g);
+  };
+  auto lin = [](const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
+    at::Tensor y = at::matmul(x, dbl(W).t());
+    return b.defined() ? y + dbl(b) : y;
+  };
+  const at::Tensor ids = at::tensor(toks, at::kLong);
+  const at::Tensor E = dbl(w.tok_embed).index_select(0, ids);  // [T, C], no position
+  at::Tensor x = E.clone();
+  if (gpt2) x = x + dbl(w.pos_embed).narrow(0, 0, T);
+
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    const at::Tensor qkv = lin(norm(x, lw.attn_norm_w, lw.attn_norm_b), lw.wqkv, lw.bqkv);
+    at::Tensor q = qkv.narrow(1, 0, H * D).reshape({T, H, D}).clone();
+    at::Tensor k = qkv.narrow(1, H * D, Hkv * D).reshape({T, Hkv, D}).clone();
+    const at::Tensor v = qkv.narrow(1, H * D + Hkv * D, Hkv * D).reshape({T, Hkv, D});
+    if (!gpt2) {  // RoPE, rotate-half pairs (j, j + D/2), angle t·θ^(−2j/D)
+      for (at::Tensor* m : {&q, &k}) {
+        auto a = m->accessor<double, 3>();
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < m->size(1); ++h)
+            for (int64_t j = 0; j < D / 2; ++j) {
+              const double ang =
+                  static_cast<double>(t) * std::pow(c.rope_theta, -2.0 * j / static_cast<double>(D));
+              const double x1 = a[t][h][j], x2 = a[t][h][j + D / 2];
+              a[t][h][j] = x1 * std::cos(ang) - x2 * std::sin(ang);
+              a[t][h][j + D / 2] = x2 * std::cos(ang) + x1 * std::sin(ang);
+            }
+      }
+    }
+    // softmax over j <= i of probe·rows_j / √D
+    auto probs = [&](const at::Tensor& probe, const at::Tensor& rows, int64_t i) {
+      std::vector<double> p(static_cast<size_t>(i + 1));
+      double m = -1e300, z = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        p[static_cast<size_t>(j)] =
+            (probe * rows[j]).sum().item<double>() / std::sqrt(static_cast<double>(D));
+        m = std::max(m, p[static_cast<size_t>(j)]);
+      }
+      for (double& s : p) z += (s = std::exp(s - m));
+      for (double& s : p) s /= z;
+      return p;
+    };
+    at::Tensor o = at::zeros({T, H, D}, at::kDouble);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / Hkv);
+      const at::Tensor qh = q.select(1, h), kg = k.select(1, g), vg = v.select(1, g);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> p;
+        if (var.is_ra(l)) {  // s_ij = k_i·q_j
+          p = probs(kg[i], qh, i);
+        } else if (var.is_sba(l)) {  // α·p_fwd + (1 − α)·p_rev
+          const std::vector<double> pf = probs(qh[i], kg, i), pr = probs(kg[i], qh, i);
+          for (size_t j = 0; j < pf.size(); ++j)
+            p.push_back(var.sba_alpha * pf[j] + (1 - var.sba_alpha) * pr[j]);
+        } else {  // s_ij = q_i·k_j
+          p = probs(qh[i], kg, i);
+        }
+        at::Tensor acc = at::zeros({D}, at::kDouble);
+        for (int64_t j = 0; j <= i; ++j) acc = acc + p[static_cast<size_t>(j)] * vg[j];
+        o[i][h] = acc;
+      }
+    }
+    o = o.reshape({T, H * D});
+    at::Tensor a_out;
+    if (var.is_router(l)) {
+      const int64_t nf = (H - var.router_ra_heads) * D;
+      const at::Tensor out_full = lin(o.narrow(1, 0, nf), lw.var.proj_full, lw.var.proj_full_b);
+      const at::Tensor out_ra = lin(o.narrow(1, nf, H * D - nf), lw.var.proj_ra, lw.var.proj_ra_b);
+      at::Tensor f = at::zeros({T, 4}, at::kDouble);
+      for (int64_t t = 0; t < T; ++t) {
+        f[t][0] = (x[t] - E[t]).pow(2).sum().sqrt();  // shift = ‖x − E(x)‖
+        f[t][1] = x[t].pow(2).sum().sqrt();
+        f[t][2] = E[t].pow(2).sum().sqrt();
+        f[t][3] = (x[t] * E[t]).sum();
+      }
+      at::Tensor hid = lin(f, lw.var.router_w1, lw.var.router_b1);
+      hid = 0.5 * hid * (1 + at::erf(hid / std::sqrt(2.0)));
+      const at::Tensor z = lin(hid, lw.var.router_w2, lw.var.router_b2);
+      const at::Tensor p = z.exp() / z.exp().sum(-1, true);  // (p_ra, p_full)
+      a_out = p.narrow(1, 0, 1) * out_ra + p.narrow(1, 1, 1) * out_full;
+    } else {
+      a_out = lin(o, lw.wo, lw.bo);
+    }
+    x = x + a_out;
+    const at::Tensor hn = norm(x, lw.mlp_norm_w, lw.mlp_norm_b);
+    at::Tensor act;
+    if (gpt2) {
+      at::Tensor u = lin(hn, lw.w_in, lw.b_in);
+      if (var.has_mlp_ctx(l)) {
+        const bool use = !var.mlp_ctx_conductor || lw.var.route_gate.item<double>() < 0.5;
+        if (use) {
+          const double alpha = lw.var.ctx_alpha.item<double>();
+          const at::Tensor ctx_h =
+              lin(lin(a_out, lw.var.ctx_down, at::Tensor()), lw.var.ctx_up, at::Tensor());
+          u = (1 - alpha) * u + alpha * ctx_h;
+        }
+      }
+      act = 0.5 * u * (1 + at::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * u.pow(3))));
+    } else {
+      const at::Tensor gu = lin(hn, lw.w_in, lw.b_in);
+      const at::Tensor g = gu.narrow(1, 0, F);
+      act = g / (1 + (-g).exp()) * gu.narrow(1, F, F);
+    }
+    x = x + lin(act, lw.w_out, lw.b_out);
+  }
+  return lin(norm(x, w.final_norm_w, w.final_norm_b), w.lm_head, at::Tensor()).to(at::kFloat);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random variant models.
+
+struct VCase {
+  std::string name;
+  std::string base;  // builtin:tiny (LLaMA) | builtin:tiny-gpt2
+  bool mha;          // LLaMA: n_head_kv = n_head (RA/SBA need it)
+  VariantConfig v;
+};
+
+ModelConfig make_config(const std::string& base, bool mha, const VariantConfig& v) {
+  ModelConfig c = *builtin_config(base);
+  if (mha) c.n_head_kv = c.n_head;
+  c.variants = v;
+  const absl::Status st = validate_model_config(c);
+  EXPECT_TRUE(st.ok()) << st;
+  return c;
+}
+
+std::unique_ptr<Transformer> make_model(const ModelConfig& c, at::ScalarType wd = at::kFloat) {
+  return std::make_unique<Transformer>(c, random_weights(c, kSeed, wd));
+}
+
+std::vector<int64_t> tokens(int64_t n, int64_t vocab) {
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < n; ++i) t.push_back((i * 53 + 7) % vocab);
+  return t;
+}
+
+VariantConfig ra(std::vector<int64_t> l) {
+  VariantConfig v;
+  v.ra_layers = std::move(l);
+  return v;
+}
+VariantConfig sba(std::vector<int64_t> l, double alpha) {
+  VariantConfig v;
+  v.sba_layers = std::move(l);
+  v.sba_alpha = alpha;
+  return v;
+}
+VariantConfig router(std::vector<int64_t> l, int64_t ra_heads, int64_t hidden,
+                     std::vector<int64_t> ra_l = {}) {
+  VariantConfig v;
+  v.router_layers = std::move(l);
+  v.router_ra_heads = ra_heads;
+  v.router_hidden = hidden;
+  v.ra_layers = std::move(ra_l);
+  return v;
+}
+VariantConfig mlp_ctx(int64_t rank, bool conductor) {
+  VariantConfig v;
+  v.mlp_ctx_layers = {0, 1};
+  v.mlp_ctx_rank = rank;
+  v.mlp_ctx_conductor = conductor;
+  return v;
+}
+VariantConfig all_of_them() {
+  VariantConfig v = mlp_ctx(4, true);
+  v.ra_layers = {0};
+  v.sba_layers = {1};
+  v.sba_alpha = 0.5;
+  v.router_layers = {0, 1};
+  v.router_ra_heads = 2;
+  v.router_hidden = 16;
+  return v;
+}
+
+std::vector<VCase> cases() {
+  return {
+      {"ra_gpt2", "builtin:tiny-gpt2", false, ra({0})},
+      {"ra_llama", "builtin:tiny", true, ra({1})},
+      {"sba_gpt2", "builtin:tiny-gpt2", false, sba({1}, 0.3)},
+      {"sba_llama", "builtin:tiny", true, sba({0}, 0.6)},
+      {"router_gpt2", "builtin:tiny-gpt2", false, router({0, 1}, 1, 16)},
+      {"router_llama_gqa", "builtin:tiny", false, router({1}, 2, 8)},
+      {"router_on_ra_layer_gpt2", "builtin:tiny-gpt2", false, router({1}, 3, 16, {1})},
+      {"mlp_ctx_gpt2", "builtin:tiny-gpt2", false, mlp_ctx(8, false)},
+      {"conductor_gpt2", "builtin:tiny-gpt2", false, mlp_ctx(8, true)},
+      {"all_gpt2", "builtin:tiny-gpt2", false, all_of_them()},
+  };
+}
+
+void PrintTo(const VCase& c, std::ostream* os) { *os << c.name; }
+
+class VariantPathsTest : public ::testing::TestWithParam<VCase> {};
+
+// (a) + (b)
+TEST_P(VariantPathsTest, DecodeEqualsForwardEqualsNaiveFormulas) {
+  c10::InferenceMode im;
+  const ModelConfig cfg = make_config(GetParam().base, GetParam().mha, GetParam().v);
+  const auto tf = make_model(cfg);
+  const int64_t T = 16, V = cfg.n_vocab;
+  const std::vector<int64_t> toks = tokens(T, V);
+  const at::Tensor ids = at::tensor(toks, at::kLong);
+
+  SequenceKv kv_full(tf->kv_spec(T, KvCodecKind::kF32));
+  const at::Tensor full = tf->forward(ids, kv_full);
+  SequenceKv kv_chunk(tf->kv_spec(T, KvCodecKind::kF32));
+  const at::Tensor chunked =
+      at::cat({tf->forward(ids.narrow(0, 0, 7), kv_chunk), tf->forward(ids.narrow(0, 7, 9), kv_chunk)});
+  SequenceKv kv_fast(tf->kv_spec(T, KvCodecKind::kF32)), kv_ref(tf->kv_spec(T, KvCodecKind::kF32));
+  DecodeScratch s = tf->make_scratch(T);
+  double err_fast = 0, err_ref = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lf = tf->decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv_fast, s);
+    err_fast =
+        std::max(err_fast, max_abs_diff(at::from_blob(const_cast<float*>(lf), {V}, at::kFloat), full[t]));
+    err_ref = std::max(err_ref, max_abs_diff(tf->forward(ids.narrow(0, t, 1), kv_ref)[0], full[t]));
+  }
+  const at::Tensor naive = naive_logits(cfg, tf->weights(), toks);
+  const double err_naive = max_abs_diff(full, naive);
+  std::fprintf(stderr, "%s: max |diff| decode_step %.3g, forward T=1 %.3g, chunked %.3g, naive %.3g\n",
+               GetParam().name.c_str(), err_fast, err_ref, max_abs_diff(chunked, full), err_naive);
+  EXPECT_LE(err_fast, 1e-4);
+  EXPECT_LE(err_ref, 1e-4);
+  EXPECT_LE(max_abs_diff(chunked, full), 1e-4);
+  EXPECT_LE(err_naive, 1e-4);
+
+  // The variant matters: the plain model with the same base weights gives other logits.
+  ModelConfig plain = cfg;
+  plain.variants = VariantConfig();
+  const auto tf_plain = make_model(plain);
+  SequenceKv kv_plain(tf_plain->kv_spec(T, KvCodecKind::kF32));
+  EXPECT_GT(max_abs_diff(tf_plain->forward(ids, kv_plain), full), 1e-2);
+  EXPECT_GT(max_abs_diff(full[0], full[T - 1]), 1e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, VariantPathsTest, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<VCase>& i) { return i.param.name; });
+
+// bf16 weights: the variant matrices go through the bf16 mat-vec kernel too.
+TEST(VariantPathsBf16Test, DecodeEqualsForward) {
+  c10::InferenceMode im;
+  const ModelConfig cfg = make_config("builtin:tiny-gpt2", false, all_of_them());
+  const auto tf = make_model(cfg, at::kBFloat16);
+  const int64_t T = 12;
+  const std::vector<int64_t> toks = tokens(T, cfg.n_vocab);
+  SequenceKv kv_full(tf->kv_spec(T, KvCodecKind::kF32)), kv_fast(tf->kv_spec(T, KvCodecKind::kF32));
+  const at::Tensor full = tf->forward(at::tensor(toks, at::kLong), kv_full);
+  DecodeScratch s = tf->make_scratch(T);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lf = tf->decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv_fast, s);
+    EXPECT_LE(max_abs_diff(at::from_blob(const_cast<float*>(lf), {cfg.n_vocab}, at::kFloat), full[t]), 1e-4)
+        << t;
+  }
+}
+
+// The conductor's gate really switches the context: with every g >= 0.5 the model equals the plain
+// one; with g < 0.5 it does not.
+TEST(ConductorTest, GateAboveHalfTurnsTheContextOff) {
+  c10::InferenceMode im;
+  const ModelConfig cfg = make_config("builtin:tiny-gpt2", false, mlp_ctx(8, true));
+  ModelConfig plain = cfg;
+  plain.variants = VariantConfig();
+  const std::vector<int64_t> toks = tokens(10, cfg.n_vocab);
+  auto logits = [&](const ModelConfig& c, const ModelWeights& w) {
+    Transformer tf(c, w);
+    SequenceKv kv(tf.kv_spec(10, KvCodecKind::kF32));
+    return tf.forward(at::tensor(toks, at::kLong), kv);
+  };
+  const at::Tensor ref = logits(plain, random_weights(plain, kSeed, at::kFloat));
+  for (float g : {0.5f, 0.49f}) {
+    ModelWeights w = random_weights(cfg, kSeed, at::kFloat);
+    for (auto& lw : w.layers) lw.var.route_gate = at::full({}, g, at::kFloat);
+    const double d = max_abs_diff(logits(cfg, w), ref);
+    if (g >= 0.5f) {
+      EXPECT_EQ(d, 0.0) << "g = " << g;
+    } else {
+      EXPECT_GT(d, 1e-3) << "g = " << g;
+    }
+  }
+}
+
+// (c) RA and SBA at decode on every codec agree with forward() on the same codec.
+struct CodecCase {
+  std::string name;
+  std::string base;
+  VariantConfig v;
+  KvCodecKind codec;
+};
+
+void PrintTo(const CodecCase& c, std::ostream* os) { *os << c.name; }
+
+class VariantCodecTest : public ::testing::TestWithParam<CodecCase> {};
+
+// As TransformerPathsTest: K/V rows computed by a mat-vec vs a GEMM differ in the last fp32 bit,
+// which may flip one storage rounding.
+double codec_tolerance(KvCodecKind k) {
+  switch (k) {
+    case KvCodecKind::kF32:
+      return 1e-4;
+    case KvCodecKind::kF16:
+      return 2e-3;
+    case KvCodecKind::kBF16:
+      return 2e-2;
+    case KvCodecKind::kInt8:
+      return 1e-2;
+    case KvCodecKind::kInt4:
+      return 5e-2;
+  }
+  return 0;
+}
+
+TEST_P(VariantCodecTest, DecodeStepEqualsForwardOnTheSameCodec) {
+  c10::InferenceMode im;
+  const CodecCase& p = GetParam();
+  const ModelConfig cfg = make_config(p.base, true, p.v);
+  const auto tf = make_model(cfg);
+  const int64_t T = 24, V = cfg.n_vocab;
+  const std::vector<int64_t> toks = tokens(T, V);
+  SequenceKv kv_full(tf->kv_spec(T, p.codec)), kv_fast(tf->kv_spec(T, p.codec)),
+      kv_ref(tf->kv_spec(T, p.codec));
+  const at::Tensor full = tf->forward(at::tensor(toks, at::kLong), kv_full);
+  DecodeScratch s = tf->make_scratch(T);
+  double err_fast = 0, err_ref = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lf = tf->decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv_fast, s);
+    err_fast =
+        std::max(err_fast, max_abs_diff(at::from_blob(const_cast<float*>(lf), {V}, at::kFloat), full[t]));
+    err_ref = std::max(
+        err_ref,
+        max_abs_diff(tf->forward(at::tensor({toks[static_cast<size_t>(t)]}, at::kLong), kv_ref)[0], full[t]));
+  }
+  std::fprintf(stderr, "%s: max |diff| decode_step %.3g forward T=1 %.3g\n", p.name.c_str(), err_fast,
+               err_ref);
+  EXPECT_LE(err_fast, codec_tolerance(p.codec));
+  EXPECT_LE(err_ref, codec_tolerance(p.codec));
+  // the codec is really in the loop: its logits differ from the fp32 cache's (fp16 barely)
+  if (p.codec != KvCodecKind::kF32 && p.codec != KvCodecKind::kF16) {
+    SequenceKv kv32(tf->kv_spec(T, KvCodecKind::kF32));
+    EXPECT_GT(max_abs_diff(tf->forward(at::tensor(toks, at::kLong), kv32), full), 1e-5);
+  }
+}
+
+std::vector<CodecCase> codec_cases() {
+  std::vector<CodecCase> out;
+  for (KvCodecKind k : {KvCodecKind::kF16, KvCodecKind::kBF16, KvCodecKind::kInt8, KvCodecKind::kInt4}) {
+    const std::string n = kv_codec_name(k);
+    out.push_back({"ra_gpt2_" + n, "builtin:tiny-gpt2", ra({0, 1}), k});
+    out.push_back({"ra_llama_" + n, "builtin:tiny", ra({0}), k});
+    out.push_back({"sba_gpt2_" + n, "builtin:tiny-gpt2", sba({0}, 0.4), k});
+    out.push_back({"sba_llama_" + n, "builtin:tiny", sba({1}, 0.7), k});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, VariantCodecTest, ::testing::ValuesIn(codec_cases()),
+                         [](const ::testing::TestParamInfo<CodecCase>& i) { return i.param.name; });
+
+// RA goes through the KV pipeline unchanged: with persistent corruption and a repair operator on
+// an int4 cache, decode_step still equals forward(). SBA refuses those stages with a clear error.
+TEST(VariantStagesTest, RaKeepsCorruptionAndRepairSbaRefusesThem) {
+  c10::InferenceMode im;
+  const ModelConfig cfg = make_config("builtin:tiny", true, ra({0, 1}));
+  const auto tf = make_model(cfg);
+  RepairConfig rc;
+  auto set = RepairSet::create(rc, {0, 1}, repair_dims(cfg), 5);
+  ASSERT_TRUE(set.ok()) << set.status();
+  KvStages st;
+  st.repair = *set;
+  st.corruption.kind = CorruptionKind::kGaussian;
+  st.corruption.mode = CorruptionMode::kPersistentAtWrite;
+  st.corruption.amount = 0.05;
+  const int64_t T = 12;
+  const std::vector<int64_t> toks = tokens(T, cfg.n_vocab);
+  // persistent noise is drawn per write (seeded by its first position): forward() one token at a
+  // time writes each row at its own step, as decode_step does
+  SequenceKv kv_ref(tf->kv_spec(T, KvCodecKind::kInt4)), kv_fast(tf->kv_spec(T, KvCodecKind::kInt4));
+  kv_ref.set_stages(st);
+  kv_fast.set_stages(st);
+  DecodeScratch s = tf->make_scratch(T);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t tok = toks[static_cast<size_t>(t)];
+    const at::Tensor want = tf->forward(at::tensor({tok}, at::kLong), kv_ref)[0];
+    const float* lf = tf->decode_step(static_cast<int32_t>(tok), kv_fast, s);
+    EXPECT_LE(max_abs_diff(at::from_blob(const_cast<float*>(lf), {cfg.n_vocab}, at::kFloat), want), 5e-2)
+        << t;
+  }
+  // the stages are really active on the RA layers
+  SequenceKv kv_plain(tf->kv_spec(T, KvCodecKind::kInt4)), kv_staged(tf->kv_spec(T, KvCodecKind::kInt4));
+  kv_staged.set_stages(st);
+  EXPECT_GT(max_abs_diff(tf->forward(at::tensor(toks, at::kLong), kv_plain),
+                         tf->forward(at::tensor(toks, at::kLong), kv_staged)),
+            1e-3);
+
+  const ModelConfig cs = make_config("builtin:tiny", true, sba({1}, 0.5));
+  const auto tfs = make_model(cs);
+  KvStages rep;
+  rep.repair = *set;
+  SequenceKv kv(tfs->kv_spec(T, KvCodecKind::kF32));
+  kv.set_stages(rep);
+  try {
+    tfs->forward(at::tensor(toks, at::kLong), kv);
+    ADD_FAILURE() << "SBA with repair did not throw";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not supported with symmetric bidirectional attention"),
+              std::string::npos)
+        << e.what();
+  }
+  DecodeScratch s2 = tfs->make_scratch(T);
+  SequenceKv kv2(tfs->kv_spec(T, KvCodecKind::kF32));
+  kv2.set_stages(rep);
+  EXPECT_THROW(tfs->decode_step(3, kv2, s2), c10::Error);
+  // a SequenceKv made without the reverse store is refused by name
+  KvSpec bare = tfs->kv_spec(T, KvCodecKind::kF32);
+  bare.reverse_layers.clear();
+  SequenceKv kv3(bare);
+  try {
+    tfs->forward(at::tensor(toks, at::kLong), kv3);
+    ADD_FAILURE() << "SBA without reverse store did not throw";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reverse store"), std::string::npos) << e.what();
+  }
+  // the reverse store is counted in the cache's bytes
+  EXPECT_EQ(SequenceKv(tfs->kv_spec(T, KvCodecKind::kF32)).bytes_per_token(),
+            3 * SequenceKv(bare).bytes_per_token() / 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) config validation.
+
+ojson gpt2_json() {
+  return ojson{{"architectures", {"GPT2LMHeadModel"}},
+               {"model_type", "gpt2"},
+               {"vocab_size", 512},
+               {"n_embd", 64},
+               {"n_layer", 2},
+               {"n_head", 4},
+               {"n_positions", 512},
+               {"tie_word_embeddings", false}};
+}
+ojson llama_json(int64_t kv_heads) {
+  return ojson{{"architectures", {"LlamaForCausalLM"}},
+               {"vocab_size", 512},
+               {"hidden_size", 64},
+               {"intermediate_size", 172},
+               {"num_hidden_layers", 2},
+               {"num_attention_heads", 4},
+               {"num_key_value_heads", kv_heads},
+               {"max_position_embeddings", 512}};
+}
+
+absl::Status parse_with(ojson base, const ojson& variants) {
+  base["frost_variants"] = variants;
+  return parse_model_config(base.dump()).status();
+}
+
+TEST(VariantConfigTest, ParsesEveryFieldAndKeepsPlainConfigsPlain) {
+  auto plain = parse_model_config(gpt2_json().dump());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->variants.any());
+  ojson j = gpt2_json();
+  j["frost_variants"] = nullptr;
+  ASSERT_TRUE(parse_model_config(j.dump()).ok());
+  j["frost_variants"] = ojson::parse(R"({"ra_layers": [0], "sba": {"layers": [1], "alpha": 0.25},
+      "router": {"layers": [0, 1], "ra_heads": 1, "hidden": 8}, "mlp_ctx": {"rank": 16, "conductor": true}})");
+  auto c = parse_model_config(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  const VariantConfig& v = c->variants;
+  EXPECT_EQ(v.ra_layers, (std::vector<int64_t>{0}));
+  EXPECT_EQ(v.sba_layers, (std::vector<int64_t>{1}));
+  EXPECT_DOUBLE_EQ(v.sba_alpha, 0.25);
+  EXPECT_EQ(v.router_layers, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(v.router_ra_heads, 1);
+  EXPECT_EQ(v.router_hidden, 8);
+  EXPECT_EQ(v.mlp_ctx_layers, (std::vector<int64_t>{0, 1}));  // absent "layers" = all
+  EXPECT_EQ(v.mlp_ctx_rank, 16);
+  EXPECT_TRUE(v.mlp_ctx_conductor);
+  // router.hidden defaults to 16; RA with GQA-free LLaMA is fine
+  auto r = parse_model_config([] {
+    ojson l = llama_json(4);
+    l["frost_variants"] = {{"router", {{"layers", {1}}, {"ra_heads", 3}}}, {"ra_layers", {0, 1}}};
+    return l.dump();
+  }());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->variants.router_hidden, 16);
+}
+
+TEST(VariantConfigTest, RejectsBadFieldsNamingFieldAndValue) {
+  const ojson g = gpt2_json();
+  EXPECT_INVALID(parse_with(g, 3), "frost_variants must be an object, got 3");
+  EXPECT_INVALID(parse_with(g, {{"ra_layer", {0}}}), "frost_variants.ra_layer is unknown");
+  EXPECT_INVALID(parse_with(g, {{"ra_layers", 0}}),
+                 "frost_variants.ra_layers must be a list of layer indices, got 0");
+  EXPECT_INVALID(parse_with(g, {{"ra_layers", {"0"}}}),
+                 "frost_variants.ra_layers must be a list of layer indices");
+  EXPECT_INVALID(parse_with(g, {{"ra_layers", {2}}}), "frost_variants.ra_layers has layer 2, outside [0, 2)");
+  EXPECT_INVALID(parse_with(g, {{"ra_layers", {-1}}}), "frost_variants.ra_layers has layer -1");
+  EXPECT_INVALID(parse_with(g, {{"ra_layers", {1, 1}}}), "frost_variants.ra_layers lists layer 1 twice");
+  EXPECT_INVALID(parse_with(llama_json(2), {{"ra_layers", {0}}}),
+                 "frost_variants.ra_layers needs num_key_value_heads (2) == num_attention_heads (4)");
+  EXPECT_INVALID(parse_with(llama_json(2), {{"sba", {{"layers", {1}}, {"alpha", 0.5}}}}),
+                 "frost_variants.sba.layers needs num_key_value_heads (2)");
+  EXPECT_INVALID(parse_with(g, {{"sba", {{"layers", {1}}, {"alpha", 1.5}}}}),
+                 "frost_variants.sba.alpha must be in [0, 1], got 1.5");
+  EXPECT_INVALID(parse_with(g, {{"sba", {{"layers", {1}}, {"alpha", "half"}}}}),
+                 "frost_variants.sba.alpha must be a number, got \"half\"");
+  EXPECT_INVALID(parse_with(g, {{"sba", {{"layers", {1}}}}}), "frost_variants.sba.alpha is missing");
+  EXPECT_INVALID(parse_with(g, {{"sba", {{"layers", {1}}, {"alpha", 0.5}, {"beta", 1}}}}),
+                 "frost_variants.sba.beta is unknown");
+  EXPECT_INVALID(parse_with(g, {{"ra_layers", {1}}, {"sba", {{"layers", {1}}, {"alpha", 0.5}}}}),
+                 "frost_variants.sba.layers has layer 1, which ra_layers also lists");
+  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {0}}}}}), "frost_variants.router.ra_heads is missing");
+  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {0}}, {"ra_heads", 0}}}}),
+                 "frost_variants.router.ra_heads must be in [1, n_head = 4), got 0");
+  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {0}}, {"ra_heads", 4}}}}),
+                 "frost_variants.router.ra_heads must be in [1, n_head = 4), got 4");
+  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {0}}, {"ra_heads", 1}, {"hidden", 0}}}}),
+                 "frost_variants.router.hidden must be in [1, 4096], got 0");
+  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {5}}, {"ra_heads", 1}}}}),
+                 "frost_variants.router.layers has layer 5");
+  EXPECT_INVALID(parse_with(g, {{"mlp_ctx", {{"rank", 0}}}}),
+                 "frost_variants.mlp_ctx.rank must be in [1, 1048576], got 0");
+  EXPECT_INVALID(parse_with(g, {{"mlp_ctx", {{"rank", 8.5}}}}),
+                 "frost_variants.mlp_ctx.rank must be an integer, got 8.5");
+  EXPECT_INVALID(parse_with(g, {{"mlp_ctx", {{"rank", 8}, {"conductor", 1}}}}),
+                 "frost_variants.mlp_ctx.conductor must be true or false, got 1");
+  EXPECT_INVALID(parse_with(g, {{"mlp_ctx", {{"rank", 8}, {"layers", {0, 3}}}}}),
+                 "frost_variants.mlp_ctx.layers has layer 3");
+  EXPECT_INVALID(parse_with(llama_json(4), {{"mlp_ctx", {{"rank", 8}}}}),
+                 "frost_variants.mlp_ctx is GPT-2 only");
+  // the config.json label is part of the message
+  EXPECT_INVALID(parse_with(g, {{"ra_layers", {7}}}), "config.json: frost_variants.ra_layers");
+  // builtin configs go through the same validation
+  ModelConfig c = *builtin_config("builtin:tiny");
+  c.variants = ra({0});
+  EXPECT_INVALID(validate_model_config(c), "frost_variants.ra_layers needs num_key_value_heads (2)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameter counts (../shared/seeds/lowrank-mlp-context.md).
+
+TEST(VariantParamsTest, ReproducesTheSeedTable) {
+  using variants::seed_ctx_accounting;
+  const auto a = seed_ctx_accounting(768, 12, 4, 128);
+  EXPECT_EQ(a.ctx_down, 98'304);  // "768 × 128 = 98K"
+  EXPECT_EQ(a.ctx_up, 393'216);   // "128 × 3072 = 393K"
+  EXPECT_EQ(a.ctx_per_layer, 491'520);
+  EXPECT_EQ(a.ctx_total, 5'898'240);  // "+5.9M"
+  EXPECT_NEAR(a.ctx_total / 1e6, 5.9, 0.05);
+  EXPECT_EQ(a.attn_per_layer, 2'359'296);      // "4*E² = 2.36M"
+  EXPECT_EQ(a.mlp_per_layer, 4'718'592);       // "4.72M"
+  EXPECT_EQ(a.baseline_per_layer, 7'077'888);  // "7.08M"
+  EXPECT_EQ(a.baseline_total, 84'934'656);     // "85M"
+  EXPECT_NEAR(a.baseline_total / 1e6, 85, 0.1);
+  EXPECT_EQ(a.lowrank_per_layer, 7'569'408);  // "7.57M/layer"
+  EXPECT_NEAR(a.lowrank_per_layer / 1e6, 7.57, 0.005);
+  // "90.9M": exactly 90,832,896 = 90.83M by the seed's own accounting (the docs note the rounding)
+  EXPECT_EQ(a.lowrank_total, 90'832'896);
+  EXPECT_NEAR(a.lowrank_total / 1e6, 90.9, 0.1);
+  EXPECT_EQ(a.fullrank_ctx_per_layer, 2'359'296);  // naive ctx_proj "2.36M"
+  EXPECT_EQ(a.fullrank_total, 113'246'208);        // "113.3M" (113.25M)
+  EXPECT_NEAR(a.fullrank_total / 1e6, 113.3, 0.1);
+  EXPECT_NEAR((a.fullrank_total - a.lowrank_total) / 1e6, 22.4, 0.05);                      // "saved 22.4M"
+  EXPECT_NEAR(static_cast<double>(a.fullrank_ctx_per_layer) / a.ctx_per_layer, 4.8, 0.01);  // "5×"
+  EXPECT_EQ(seed_ctx_accounting(768, 12, 4, 64).ctx_per_layer, 245'760);                    // "245K"
+  EXPECT_EQ(seed_ctx_accounting(768, 12, 4, 256).ctx_per_layer, 983'040);                   // seed: "982K"
+  // seed: "R=3072 back to 2.36M" — not for the factorised form: 768·3072 + 3072·3072
+  EXPECT_EQ(seed_ctx_accounting(768, 12, 4, 3072).ctx_per_layer, 11'796'480);
+
+  // variant_params on a GPT-2 124M-shaped config
+  ModelConfig c = *builtin_config("builtin:tiny-gpt2");
+  c.dim = 768;
+  c.n_head = c.n_head_kv = 12;
+  c.head_dim = 64;
+  c.n_layer = 12;
+  c.ffn_dim = 3072;
+  c.variants.mlp_ctx_rank = 128;
+  for (int64_t l = 0; l < 12; ++l) c.variants.mlp_ctx_layers.push_back(l);
+  ASSERT_TRUE(validate_model_config(c).ok());
+  EXPECT_EQ(variants::variant_params(c).mlp_ctx, 5'898'240);
+  EXPECT_EQ(variants::variant_params(c).mlp_ctx_scalars, 12);
+}
+
+TEST(VariantParamsTest, AgreesWithTransformerNParams) {
+  struct P {
+    std::string base;
+    bool mha;
+    VariantConfig v;
+  };
+  for (const P& p :
+       {P{"builtin:tiny-gpt2", false, all_of_them()}, P{"builtin:tiny-gpt2", false, mlp_ctx(8, false)},
+        P{"builtin:tiny", false, router({0, 1}, 1, 16)}, P{"builtin:tiny", true, ra({0})}}) {
+    const ModelConfig cfg = make_config(p.base, p.mha, p.v);
+    ModelConfig plain = cfg;
+    plain.variants = VariantConfig();
+    const int64_t added = make_model(cfg)->n_params() - make_model(plain)->n_params();
+    EXPECT_EQ(added, variants::variant_params(cfg).total()) << p.base;
+    if (!p.v.mlp_ctx_layers.empty()) {
+      EXPECT_EQ(variants::variant_params(cfg).mlp_ctx,
+                2 * variants::mlp_ctx_params_per_layer(cfg.dim, cfg.ffn_dim, p.v.mlp_ctx_rank));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loader: a tiny safetensors checkpoint with the variant weights, HF names.
+
+// GPT-2 names (Conv1D [in, out] for the base matrices; the variant tensors are nn.Linear [out, in]).
+NamedTensors gpt2_tensors(const ModelConfig& c, const ModelWeights& w) {
+  NamedTensors ts;
+  auto add = [&](const std::string& n, const at::Tensor& t) { ts.emplace_back(n, t.contiguous()); };
+  add("wte.weight", w.tok_embed);
+  add("wpe.weight", w.pos_embed);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const std::string p = "h." + std::to_string(i) + ".";
+    add(p + "ln_1.weight", l.attn_norm_w);
+    add(p + "ln_1.bias", l.attn_norm_b);
+    add(p + "attn.c_attn.weight", l.wqkv.t());
+    add(p + "attn.c_attn.bias", l.bqkv);
+    if (l.wo.defined()) {
+      add(p + "attn.c_proj.weight", l.wo.t());
+      add(p + "attn.c_proj.bias", l.bo);
+    }
+    add(p + "ln_2.weight", l.mlp_norm_w);
+    add(p + "ln_2.bias", l.mlp_norm_b);
+    add(p + "mlp.c_fc.weight", l.w_in.t());
+    add(p + "mlp.c_fc.bias", l.b_in);
+    add(p + "mlp.c_proj.weight", l.w_out.t());
+    add(p + "mlp.c_proj.bias", l.b_out);
+    const VariantLayerWeights& v = l.var;
+    if (v.router()) {
+      add(p + "attn.router.fc1.weight", v.router_w1);
+      add(p + "attn.router.fc1.bias", v.router_b1);
+      add(p + "attn.router.fc2.weight", v.router_w2);
+      add(p + "attn.router.fc2.bias", v.router_b2);
+      add(p + "attn.proj_full.weight", v.proj_full);
+      add(p + "attn.proj_full.bias", v.proj_full_b);
+      add(p + "attn.proj_ra.weight", v.proj_ra);
+      add(p + "attn.proj_ra.bias", v.proj_ra_b);
+    }
+    if (v.ctx_down.defined()) {
+      add(p + "mlp.ctx_down.weight", v.ctx_down);
+      add(p + "mlp.ctx_up.weight", v.ctx_up);
+      add(p + "mlp.ctx_alpha", i == 0 ? v.ctx_alpha : v.ctx_alpha.reshape({1}));  // [] and [1] both load
+      if (v.route_gate.defined()) add(p + "mlp.route_gate", v.route_gate);
+    }
+  }
+  add("ln_f.weight", w.final_norm_w);
+  add("ln_f.bias", w.final_norm_b);
+  add("lm_head.weight", w.lm_head);
+  return ts;
+}
+
+NamedTensors llama_tensors(const ModelConfig& c, const ModelWeights& w) {
+  NamedTensors ts;
+  const int64_t Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim;
+  auto add = [&](const std::string& n, const at::Tensor& t) { ts.emplace_back(n, t.contiguous()); };
+  add("model.embed_tokens.weight", w.tok_embed);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", l.attn_norm_w);
+    add(p + "self_attn.q_proj.weight", l.wqkv.narrow(0, 0, Q));
+    add(p + "self_attn.k_proj.weight", l.wqkv.narrow(0, Q, KV));
+    add(p + "self_attn.v_proj.weight", l.wqkv.narrow(0, Q + KV, KV));
+    if (l.wo.defined()) add(p + "self_attn.o_proj.weight", l.wo);
+    add(p + "post_attention_layernorm.weight", l.mlp_norm_w);
+    add(p + "mlp.gate_proj.weight", l.w_in.narrow(0, 0, F));
+    add(p + "mlp.up_proj.weight", l.w_in.narrow(0, F, F));
+    add(p + "mlp.down_proj.weight", l.w_out);
+    const VariantLayerWeights& v = l.var;
+    if (v.router()) {
+      add(p + "self_attn.router.fc1.weight", v.router_w1);
+      add(p + "self_attn.router.fc1.bias", v.router_b1);
+      add(p + "self_attn.router.fc2.weight", v.router_w2);
+      add(p + "self_attn.router.fc2.bias", v.router_b2);
+      add(p + "self_attn.proj_full.weight", v.proj_full);
+      add(p + "self_attn.proj_full.bias", v.proj_full_b);
+      add(p + "self_attn.proj_ra.weight", v.proj_ra);
+      add(p + "self_attn.proj_ra.bias", v.proj_ra_b);
+    }
+  }
+  add("model.norm.weight", w.final_norm_w);
+  add("lm_head.weight", w.lm_head);
+  return ts;
+}
+
+ojson gpt2_variant_json() {
+  ojson j = gpt2_json();
+  j["frost_variants"] = ojson::parse(R"({"ra_layers": [0], "sba": {"layers": [1], "alpha": 0.5},
+      "router": {"layers": [0, 1], "ra_heads": 2, "hidden": 16}, "mlp_ctx": {"rank": 4, "conductor": true}})");
+  return j;
+}
+
+at::Tensor logits_of(const Transformer& tf, const std::vector<int64_t>& toks) {
+  SequenceKv kv(tf.kv_spec(static_cast<int64_t>(toks.size()), KvCodecKind::kF32));
+  return tf.forward(at::tensor(toks, at::kLong), kv);
+}
+
+TEST(VariantLoaderTest, LoadsGpt2AndLlamaCheckpointsWithVariantWeights) {
+  c10::InferenceMode im;
+  {  // GPT-2, every variant
+    auto cfg = parse_model_config(gpt2_variant_json().dump());
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    const auto tf = make_model(*cfg);
+    TempDir dir("frost_variants");
+    write_model_dir(dir.path(), gpt2_variant_json().dump(), gpt2_tensors(*cfg, tf->weights()));
+    auto m = load_model(dir.path());
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->config.variants.router_layers, (std::vector<int64_t>{0, 1}));
+    EXPECT_EQ((*m)->model->n_params(), tf->n_params());
+    const std::vector<int64_t> toks = tokens(9, cfg->n_vocab);
+    EXPECT_LE(max_abs_diff(logits_of(*(*m)->model, toks), logits_of(*tf, toks)), 1e-6);
+  }
+  {  // LLaMA (MHA), RA + router
+    ojson j = llama_json(4);
+    j["tie_word_embeddings"] = false;
+    j["frost_variants"] = {{"ra_layers", {1}}, {"router", {{"layers", {0}}, {"ra_heads", 1}, {"hidden", 8}}}};
+    auto cfg = parse_model_config(j.dump());
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    const auto tf = make_model(*cfg);
+    TempDir dir("frost_variants");
+    write_model_dir(dir.path(), j.dump(), llama_tensors(*cfg, tf->weights()));
+    auto m = load_model(dir.path());
+    ASSERT_TRUE(m.ok()) << m.status();
+    const std::vector<int64_t> toks = tokens(9, cfg->n_vocab);
+    EXPECT_LE(max_abs_diff(logits_of(*(*m)->model, toks), logits_of(*tf, toks)), 1e-6);
+  }
+}
+
+TEST(VariantLoaderTest, MissingExtraAndBadVariantTensorsAreNamed) {
+  c10::InferenceMode im;
+  auto cfg = parse_model_config(gpt2_variant_json().dump());
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  const auto tf = make_model(*cfg);
+  const NamedTensors good = gpt2_tensors(*cfg, tf->weights());
+  auto load_with = [&](const std::function<void(NamedTensors&)>& edit, const ojson& j = gpt2_variant_json()) {
+    NamedTensors ts = good;
+    edit(ts);
+    TempDir dir("frost_variants");
+    write_model_dir(dir.path(), j.dump(), ts);
+    return load_model(dir.path()).status();
+  };
+  auto drop = [](const std::string& name) {
+    return [name](NamedTensors& ts) {
+      ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const auto& p) { return p.first == name; }),
+               ts.end());
+    };
+  };
+  auto set = [](const std::string& name, at::Tensor t) {
+    return [name, t](NamedTensors& ts) {
+      for (auto& p : ts)
+        if (p.first == name) p.second = t;
+    };
+  };
+  EXPECT_TRUE(load_with([](NamedTensors&) {}).ok());
+  EXPECT_INVALID(load_with(drop("h.0.attn.proj_ra.weight")), "missing tensor 'h.0.attn.proj_ra.weight'");
+  EXPECT_INVALID(load_with(drop("h.1.attn.router.fc2.bias")), "missing tensor 'h.1.attn.router.fc2.bias'");
+  EXPECT_INVALID(load_with(drop("h.1.mlp.route_gate")), "missing tensor 'h.1.mlp.route_gate'");
+  EXPECT_INVALID(load_with([](NamedTensors& ts) {
+                   ts.emplace_back("h.0.attn.c_proj.weight", at::zeros({64, 64}));
+                 }),
+                 "unexpected tensor 'h.0.attn.c_proj.weight'");
+  EXPECT_INVALID(load_with(set("h.0.attn.proj_full.weight", at::zeros({64, 48}))),
+                 "tensor 'h.0.attn.proj_full.weight' has shape [64, 48], expected [64, 32]");
+  EXPECT_INVALID(load_with(set("h.1.mlp.ctx_alpha", at::full({}, 1.5f))),
+                 "tensor 'h.1.mlp.ctx_alpha' must be in [0, 1], got 1.5");
+  EXPECT_INVALID(load_with(set("h.0.mlp.route_gate", at::full({2}, 0.2f))),
+                 "tensor 'h.0.mlp.route_gate' has shape [2], expected []");
+  // variant tensors without the config key are unexpected, and the plain model still wants c_proj
+  ojson plain = gpt2_json();
+  EXPECT_INVALID(load_with([](NamedTensors&) {}, plain), "missing tensor 'h.0.attn.c_proj.weight'");
+}
+
+}  // namespace
+}  // namespace frost
