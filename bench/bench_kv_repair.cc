@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "bench/bench_windows.h"
 #include "core/common/device.h"
 #include "core/kv/repair_train.h"
 #include "core/model/model_loader.h"
@@ -178,36 +179,12 @@ int run_kv_repair_bench(int argc, char** argv) {
   if (!model.ok()) return fail(model.status());
   const Transformer& m = *(*model)->model;
   if (auto st = validate_kv_repair_config(cfg, m.config()); !st.ok()) usage(std::string(st.message()));
-  const int32_t bos = (*model)->tokenizer->bos_id();
 
   // calibration and held-out windows
-  std::vector<TokenWindow> calib, eval;
-  if (data_dir == "self") {
-    auto c = sample_windows(m, bos, calib_windows, cfg.window, cfg.seed + 1);
-    auto e = sample_windows(m, bos, eval_windows, cfg.window, cfg.seed + 2);
-    if (!c.ok()) return fail(c.status());
-    if (!e.ok()) return fail(e.status());
-    calib = *c;
-    eval = *e;
-  } else {
-    auto tr = load_text_jsonl(data_dir + "/train.jsonl");
-    auto te = load_text_jsonl(data_dir + "/test.jsonl");
-    if (!tr.ok()) return fail(tr.status());
-    if (!te.ok()) return fail(te.status());
-    auto c = make_text_windows(*(*model)->tokenizer, *tr, cfg.window, calib_windows);
-    auto e = make_text_windows(*(*model)->tokenizer, *te, cfg.window, eval_windows);
-    if (!c.ok()) return fail(c.status());
-    if (!e.ok()) return fail(e.status());
-    calib = *c;
-    eval = *e;
-  }
-  if (cfg.self_sample_windows > 0) {
-    auto s = sample_windows(m, bos, cfg.self_sample_windows, cfg.window, cfg.seed + 3);
-    if (!s.ok()) return fail(s.status());
-    calib.insert(calib.end(), s->begin(), s->end());
-  }
-  if (calib.empty() || eval.empty())
-    return fail(absl::InvalidArgumentError("not enough text for one window"));
+  auto bw = load_bench_windows(**model, data_dir, cfg.window, calib_windows, eval_windows,
+                               cfg.self_sample_windows, cfg.seed);
+  if (!bw.ok()) return fail(bw.status());
+  const std::vector<TokenWindow>&calib = bw->calib, &eval = bw->eval;
 
   nlohmann::ordered_json out;
   out["bench"] = "kv-repair";

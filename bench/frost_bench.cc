@@ -1,12 +1,16 @@
 // frost-bench: speed benchmarks printing one JSON object.
 //
-//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--kv fp32|fp16|bf16|int8|int4]
+//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--kv
+//   fp32|fp16|bf16|int8|int4]
 //                       [--prompt-tokens 16] [--new-tokens 256] [--repeat 5] [--path fast|reference]
 //                       [--via generator|engine] [--json]
 //   frost-bench prototype --model DIR --data DATASET_DIR [--set key=value ...] [--threads N] [--json]
 //                       (train + evaluate the prototype regression head: bench/bench_prototype.cc)
-//   frost-bench kv-repair --model DIR --codec int4[,...] [--corruption SPEC] --data DIR|self [--set key=value ...]
+//   frost-bench kv-repair --model DIR --codec int4[,...] [--corruption SPEC] --data DIR|self [--set key=value
+//   ...]
 //                       (train + evaluate KV repair operators: bench/bench_kv_repair.cc)
+//   frost-bench kvsplice --model DIR [--rank R[,...]] --data DIR|self [--set key=value ...]
+//                       (KVSplice compression report + Fisher analysis: bench/bench_kvsplice.cc)
 //   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--prompt-tokens 128]
 //                       [--repeat 5] [--json]
 //
@@ -32,6 +36,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "bench/bench_kv_repair.h"
+#include "bench/bench_kvsplice.h"
 #include "bench/bench_prototype.h"
 #include "bench/bench_util.h"
 #include "core/common/device.h"
@@ -48,7 +53,8 @@ using frost::bench::percentile;
 
 [[noreturn]] void usage(const std::string& msg) {
   std::fprintf(stderr,
-               "error: %s\nusage: frost-bench decode|prefill|prototype|kv-repair --model builtin:15m|DIR [--threads N] "
+               "error: %s\nusage: frost-bench decode|prefill|prototype|kv-repair|kvsplice --model "
+               "builtin:15m|DIR [--threads N] "
                "[--dtype fp32|bf16] [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens N] [--new-tokens N] "
                "[--repeat N] [--path fast|reference] [--json]\n",
                msg.c_str());
@@ -81,6 +87,7 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   if (mode == "prototype") return frost::bench::run_prototype_bench(argc, argv);
   if (mode == "kv-repair") return frost::bench::run_kv_repair_bench(argc, argv);
+  if (mode == "kvsplice") return frost::bench::run_kvsplice_bench(argc, argv);
   if (mode != "decode" && mode != "prefill") usage("unknown mode '" + mode + "'");
   std::map<std::string, std::string> opt = {{"model", "builtin:15m"}, {"threads", "0"}, {"dtype", "fp32"},
                                             {"kv", "fp32"},           {"repeat", "5"},  {"path", "fast"},

@@ -8,6 +8,7 @@
 #include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/state_dir.h"
+#include "core/jobs/text_job_spec.h"
 #include "core/kv/repair_train.h"
 
 namespace frost::jobs {
@@ -21,79 +22,20 @@ constexpr const char* kFile = "repair.safetensors";
 
 struct LoadedSpec {
   KvRepairConfig cfg;
-  std::vector<std::string> calib_texts, test_texts;
-  int64_t calib_windows = 64, eval_windows = 16;
-  bool activate = false;
+  TextJobSpec text;
 };
 
-absl::StatusOr<int64_t> count_field(const json& spec, const char* key, int64_t def) {
-  if (!spec.contains(key)) return def;
-  if (!spec[key].is_number_integer() || spec[key].get<int64_t>() < 1 || spec[key].get<int64_t>() > 100000)
-    return absl::InvalidArgumentError(absl::StrCat(key, ": expected an integer in [1, 100000]"));
-  return spec[key].get<int64_t>();
-}
+const std::vector<std::pair<std::string, int64_t>> kCounts = {{"calib_windows", 64}, {"eval_windows", 16}};
 
 // Parses and checks a spec; fills `norm` (absolute paths, every default explicit) when given.
 absl::StatusOr<LoadedSpec> load_spec(const json& spec, const KvRepairJobOptions& o, json* norm) {
-  if (!spec.is_object()) return absl::InvalidArgumentError("spec: not a JSON object");
-  for (const auto& [k, v] : spec.items()) {
-    if (k != "calib_path" && k != "test_path" && k != "calib_windows" && k != "eval_windows" &&
-        k != "config" && k != "activate")
-      return absl::InvalidArgumentError(absl::StrCat("spec: unknown field \"", k, "\""));
-  }
   LoadedSpec ls;
-  json out = json::object();
-  if (spec.contains("config")) {
-    if (!spec["config"].is_object())
-      return absl::InvalidArgumentError("config: expected an object of key: value");
-    for (const auto& [k, v] : spec["config"].items()) {
-      if (!v.is_string())
-        return absl::InvalidArgumentError(absl::StrCat("config.", k, ": expected a string value"));
-      FROST_RETURN_IF_ERROR(set_kv_repair_field(ls.cfg, k, v.get<std::string>()));
-    }
-  }
+  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec, o.data_root, kCounts));
+  for (const auto& [k, v] : ls.text.config) FROST_RETURN_IF_ERROR(set_kv_repair_field(ls.cfg, k, v));
   FROST_RETURN_IF_ERROR(validate_kv_repair_config(ls.cfg, o.model->config));
-  for (const char* key : {"calib_path", "test_path"}) {
-    if (!spec.contains(key)) continue;
-    if (!spec[key].is_string()) return absl::InvalidArgumentError(absl::StrCat(key, ": expected a string"));
-    FROST_ASSIGN_OR_RETURN(std::string path,
-                           resolve_data_path(o.data_root, spec[key].get<std::string>(), key));
-    FROST_ASSIGN_OR_RETURN(std::vector<std::string> texts, load_text_jsonl(path));
-    (std::string(key) == "calib_path" ? ls.calib_texts : ls.test_texts) = std::move(texts);
-    out[key] = path;
-  }
-  FROST_ASSIGN_OR_RETURN(ls.calib_windows, count_field(spec, "calib_windows", 64));
-  FROST_ASSIGN_OR_RETURN(ls.eval_windows, count_field(spec, "eval_windows", 16));
-  if (spec.contains("activate")) {
-    if (!spec["activate"].is_boolean()) return absl::InvalidArgumentError("activate: expected true or false");
-    ls.activate = spec["activate"].get<bool>();
-  }
-  if (ls.calib_texts.empty() && ls.cfg.self_sample_windows == 0)
-    return absl::InvalidArgumentError(
-        "calib_path: no calibration text (give calib_path or config.self_sample_windows > 0)");
-  const Tokenizer& tok = *o.model->tokenizer;
-  if (!ls.calib_texts.empty()) {
-    FROST_ASSIGN_OR_RETURN(auto w, make_text_windows(tok, ls.calib_texts, ls.cfg.window, 1));
-    if (w.empty())
-      return absl::InvalidArgumentError(
-          absl::StrCat("calib_path: the text is shorter than one window of ", ls.cfg.window, " tokens"));
-  }
-  if (!ls.test_texts.empty()) {
-    FROST_ASSIGN_OR_RETURN(auto w, make_text_windows(tok, ls.test_texts, ls.cfg.window, 1));
-    if (w.empty())
-      return absl::InvalidArgumentError(
-          absl::StrCat("test_path: the text is shorter than one window of ", ls.cfg.window, " tokens"));
-  }
-  if (norm) {
-    out["calib_windows"] = ls.calib_windows;
-    out["eval_windows"] = ls.eval_windows;
-    out["activate"] = ls.activate;
-    json cfg = json::parse(kv_repair_config_json(ls.cfg));
-    json cfg_strings = json::object();  // the normalised config, as strings (the spec's own format)
-    for (const auto& [k, v] : cfg.items()) cfg_strings[k] = v.is_string() ? v.get<std::string>() : v.dump();
-    out["config"] = cfg_strings;
-    *norm = std::move(out);
-  }
+  FROST_RETURN_IF_ERROR(
+      check_text_job_windows(ls.text, *o.model->tokenizer, ls.cfg.window, ls.cfg.self_sample_windows));
+  if (norm) *norm = normalised_text_job_spec(ls.text, kv_repair_config_json(ls.cfg));
   return ls;
 }
 
@@ -110,24 +52,11 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
   json spec = json::parse(job.spec_json, nullptr, /*allow_exceptions=*/false);
   FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(spec, opts_, nullptr));
   const LoadedModel& m = *opts_.model;
-  const int32_t bos = m.tokenizer->bos_id();
-  std::vector<TokenWindow> calib, eval;
-  if (!ls.calib_texts.empty()) {
-    FROST_ASSIGN_OR_RETURN(calib,
-                           make_text_windows(*m.tokenizer, ls.calib_texts, ls.cfg.window, ls.calib_windows));
-  }
-  if (ls.cfg.self_sample_windows > 0) {
-    FROST_ASSIGN_OR_RETURN(
-        auto s, sample_windows(*m.model, bos, ls.cfg.self_sample_windows, ls.cfg.window, ls.cfg.seed + 3));
-    calib.insert(calib.end(), s.begin(), s.end());
-  }
-  if (!ls.test_texts.empty()) {
-    FROST_ASSIGN_OR_RETURN(eval,
-                           make_text_windows(*m.tokenizer, ls.test_texts, ls.cfg.window, ls.eval_windows));
-  } else {
-    FROST_ASSIGN_OR_RETURN(eval,
-                           sample_windows(*m.model, bos, ls.eval_windows, ls.cfg.window, ls.cfg.seed + 2));
-  }
+  FROST_ASSIGN_OR_RETURN(
+      JobWindows jw,
+      make_job_windows(ls.text, m, ls.cfg.window, ls.text.count("calib_windows"),
+                       ls.text.count("eval_windows"), ls.cfg.self_sample_windows, ls.cfg.seed));
+  const std::vector<TokenWindow>&calib = jw.calib, &eval = jw.eval;
 
   KvRepairTrainOptions to;
   to.cancel = ctx.cancel;
@@ -160,7 +89,7 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
                  {"config", json::parse(kv_repair_config_json(ls.cfg))},
                  {"calibration_windows", calib.size()},
                  {"eval_windows", eval.size()},
-                 {"eval_source", ls.test_texts.empty() ? "sampled from the model" : "test_path"},
+                 {"eval_source", ls.text.test_texts.empty() ? "sampled from the model" : "test_path"},
                  {"repair_params", set->n_params()},
                  {"layers", repair_layers_string(set->layers())},
                  {"clean", {{"ppl", clean.ppl}}},
@@ -188,7 +117,7 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
   JobResult r;
   r.artifact = info.name;
   r.report_json = report.dump();
-  r.activate = ls.activate;
+  r.activate = ls.text.activate;
   return r;
 }
 

@@ -10,14 +10,17 @@
 // Later codecs (int8/int4 with per-token per-head scales, kvsplice latents) implement the same
 // interface; the corruption and repair stages of the pipeline sit between append and attend
 // in KvLayer (later issue) and read through keys()/values().
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <memory>
-
-#include <ATen/ATen.h>
 
 #include "core/kv/kv_spec.h"
 
 namespace frost {
+
+struct KvSpliceFast;
+struct LearnedKvSplice;
 
 class KvCodec {
  public:
@@ -42,6 +45,13 @@ class KvCodec {
   virtual const float* raw_key_scales() const { return nullptr; }
   virtual const float* raw_value_scales() const { return nullptr; }
 
+  // kvsplice: the layer's K and V splices (raw_keys()/raw_values() are the fp16 latents [Tmax, r]).
+  virtual const KvSpliceFast* splice_k() const { return nullptr; }
+  virtual const KvSpliceFast* splice_v() const { return nullptr; }
+  // kvsplice: the differentiable splices (training); nullptr otherwise.
+  virtual const LearnedKvSplice* learned_k() const { return nullptr; }
+  virtual const LearnedKvSplice* learned_v() const { return nullptr; }
+
   virtual KvCodecKind kind() const = 0;
   virtual int64_t bytes_per_token() const = 0;  // K + V, all heads, this layer
   virtual int64_t capacity() const = 0;
@@ -53,7 +63,11 @@ std::unique_ptr<KvCodec> make_float_codec(KvCodecKind kind, int64_t n_head_kv, i
 // int8 / int4 storage with per-token per-head scales (core/kv/codec_quant.cc).
 std::unique_ptr<KvCodec> make_quant_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
                                           int64_t max_tokens);
-// Any kind.
-std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens);
+// kvsplice storage for layer `layer` of `set` (core/kv/codec_kvsplice.cc).
+std::unique_ptr<KvCodec> make_kvsplice_codec(std::shared_ptr<const KvSpliceSet> set, int64_t layer,
+                                             int64_t max_tokens);
+// Any kind but kvsplice.
+std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                                    int64_t max_tokens);
 
 }  // namespace frost

@@ -128,6 +128,8 @@ std::unique_ptr<KvCodec> make_quant_codec(KvCodecKind kind, int64_t n_head_kv, i
 
 std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
                                     int64_t max_tokens) {
+  TORCH_CHECK(kind != KvCodecKind::kKvSplice,
+              "make_codec: kvsplice needs a KvSpliceSet (make_kvsplice_codec)");
   if (kind == KvCodecKind::kInt8 || kind == KvCodecKind::kInt4)
     return make_quant_codec(kind, n_head_kv, head_dim, max_tokens);
   return make_float_codec(kind, n_head_kv, head_dim, max_tokens);

@@ -1,17 +1,21 @@
 #pragma once
 // KvSpec: the shape and storage codec of one sequence's KV cache.
 #include <cstdint>
-
-#include "absl/status/statusor.h"
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace frost {
 
-// Storage codecs (core/kv/codec.h). kvsplice arrives with a later issue behind the same interface.
-enum class KvCodecKind { kF32, kF16, kBF16, kInt8, kInt4 };
+class KvSpliceSet;
 
-const char* kv_codec_name(KvCodecKind k);  // "fp32" | "fp16" | "bf16" | "int8" | "int4"
+// Storage codecs (core/kv/codec.h). kKvSplice stores a learned low-rank latent (core/kv/kvsplice.h)
+// and needs a KvSpliceSet on the spec.
+enum class KvCodecKind { kF32, kF16, kBF16, kInt8, kInt4, kKvSplice };
+
+const char* kv_codec_name(KvCodecKind k);  // "fp32" | "fp16" | "bf16" | "int8" | "int4" | "kvsplice"
 // Parses those names; INVALID_ARGUMENT naming the value otherwise.
 absl::StatusOr<KvCodecKind> parse_kv_codec(const std::string& name);
 
@@ -21,6 +25,7 @@ struct KvSpec {
   int64_t head_dim = 0;
   int64_t max_tokens = 0;  // capacity: storage is preallocated for this many positions
   KvCodecKind codec = KvCodecKind::kF32;
+  std::shared_ptr<const KvSpliceSet> splice;  // kKvSplice only: the per-layer splices
   // Layers that also keep a reverse store (SequenceKv::reverse): the SBA layers of the model
   // (core/model/variants.h). Empty for plain models.
   std::vector<int64_t> reverse_layers;

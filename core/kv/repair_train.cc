@@ -14,6 +14,7 @@
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 #include "core/common/utf8.h"
+#include "core/kv/train_util.h"
 #include "core/model/safetensors.h"
 
 namespace frost {
@@ -40,89 +41,6 @@ absl::Status parse_double(const std::string& key, const std::string& value, doub
   if (x < lo || x > hi) return bad_field(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
   out = x;
   return absl::OkStatus();
-}
-
-// Adam over a parameter list; moments are plain tensors so checkpoints are safetensors.
-struct Adam {
-  std::vector<at::Tensor> params, m, v;
-  int64_t t = 0;
-  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8;
-  Adam(std::vector<at::Tensor> ps, double lr_) : params(std::move(ps)), lr(lr_) {
-    for (const at::Tensor& p : params) {
-      m.push_back(at::zeros_like(p).detach());
-      v.push_back(at::zeros_like(p).detach());
-    }
-  }
-  void step() {
-    at::NoGradGuard ng;
-    ++t;
-    const double c1 = 1 - std::pow(b1, static_cast<double>(t)), c2 = 1 - std::pow(b2, static_cast<double>(t));
-    for (size_t i = 0; i < params.size(); ++i) {
-      at::Tensor g = params[i].grad();
-      if (!g.defined()) continue;
-      m[i].mul_(b1).add_(g, 1 - b1);
-      v[i].mul_(b2).addcmul_(g, g, 1 - b2);
-      params[i].sub_((m[i] / c1) / ((v[i] / c2).sqrt() + eps) * lr);
-    }
-  }
-};
-
-// log-probabilities [T, V] of a fresh sequence over `w` with `stages`.
-at::Tensor window_logprobs(const Transformer& model, const TokenWindow& w, KvCodecKind codec,
-                           const KvStages& stages, KvTaps* taps_out = nullptr) {
-  SequenceKv kv(model.kv_spec(static_cast<int64_t>(w.size()), codec));
-  kv.set_stages(stages);
-  if (taps_out) {
-    kv.taps().contraction = taps_out->contraction;
-    kv.taps().attention = taps_out->attention;
-  }
-  at::Tensor ids = at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong);
-  at::Tensor logits = model.forward(ids, kv);
-  if (taps_out) *taps_out = kv.taps();
-  return at::log_softmax(logits, -1);
-}
-
-// mean over positions of KL(p ‖ q) from log-probabilities [T, V].
-at::Tensor mean_kl(const at::Tensor& logp, const at::Tensor& logq) {
-  return (logp.exp() * (logp - logq)).sum(-1).mean();
-}
-
-absl::Status save_checkpoint(const std::string& path, const RepairSet& set, const Adam& opt, int64_t step) {
-  std::vector<std::pair<std::string, at::Tensor>> ts;
-  auto named = set.named_parameters();
-  for (size_t i = 0; i < named.size(); ++i) {
-    ts.emplace_back("param/" + named[i].first, named[i].second.detach().contiguous());
-    ts.emplace_back("adam.m/" + named[i].first, opt.m[i]);
-    ts.emplace_back("adam.v/" + named[i].first, opt.v[i]);
-  }
-  FROST_ASSIGN_OR_RETURN(std::string bytes, safetensors_serialize(ts, {{"step", std::to_string(step)},
-                                                                       {"adam_t", std::to_string(opt.t)}}));
-  return write_file_atomic(path, bytes);
-}
-
-// Restores parameters and moments; returns the step to resume at.
-absl::StatusOr<int64_t> load_checkpoint(const std::string& path, const RepairSet& set, Adam& opt) {
-  FROST_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f, SafetensorsFile::open(path));
-  int64_t step = 0, t = 0;
-  auto it = f->metadata().find("step"), jt = f->metadata().find("adam_t");
-  if (it == f->metadata().end() || jt == f->metadata().end() || !absl::SimpleAtoi(it->second, &step) ||
-      !absl::SimpleAtoi(jt->second, &t))
-    return absl::DataLossError(absl::StrCat("kv_repair checkpoint ", path, ": step metadata missing"));
-  auto named = set.named_parameters();
-  at::NoGradGuard ng;
-  for (size_t i = 0; i < named.size(); ++i) {
-    for (auto [prefix, dst] : {std::pair<std::string, at::Tensor>{"param/", named[i].second},
-                               {"adam.m/", opt.m[i]},
-                               {"adam.v/", opt.v[i]}}) {
-      const StTensorInfo* info = f->find(prefix + named[i].first);
-      if (!info || f->view(*info).sizes() != dst.sizes())
-        return absl::DataLossError(absl::StrCat("kv_repair checkpoint ", path, ": tensor ", prefix,
-                                                named[i].first, " missing or resized"));
-      dst.copy_(f->view(*info));
-    }
-  }
-  opt.t = t;
-  return step;
 }
 
 }  // namespace
@@ -182,6 +100,10 @@ absl::Status set_kv_repair_field(KvRepairConfig& c, const std::string& key, cons
 }
 
 absl::Status validate_kv_repair_config(const KvRepairConfig& c, const ModelConfig& m) {
+  if (c.codec == KvCodecKind::kKvSplice)
+    return bad_field(
+        "codec", "kvsplice",
+        "KV repair does not train for the kvsplice codec (expected fp32, fp16, bf16, int8 or int4)");
   FROST_RETURN_IF_ERROR(parse_repair_layers(c.layers, m.n_layer).status());
   if (c.repair.rank > m.head_dim)
     return bad_field("rank", std::to_string(c.repair.rank),
@@ -307,10 +229,11 @@ absl::StatusOr<std::shared_ptr<RepairSet>> train_kv_repair(const Transformer& mo
                          parse_repair_layers(cfg.layers, model.config().n_layer));
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<RepairSet> set,
                          RepairSet::create(cfg.repair, layers, repair_dims(model.config()), cfg.seed));
-  Adam opt(set->parameters(), cfg.lr);
+  KvAdam opt(set->parameters(), cfg.lr);
   int64_t step = 0;
   if (!opts.checkpoint_path.empty() && std::filesystem::exists(opts.checkpoint_path)) {
-    FROST_ASSIGN_OR_RETURN(step, load_checkpoint(opts.checkpoint_path, *set, opt));
+    FROST_ASSIGN_OR_RETURN(
+        step, load_train_checkpoint(opts.checkpoint_path, "kv_repair", set->named_parameters(), opt));
   }
   KvStages clean_stages;
   KvStages rep_stages;
@@ -322,22 +245,16 @@ absl::StatusOr<std::shared_ptr<RepairSet>> train_kv_repair(const Transformer& mo
   while (step < cfg.steps) {
     if (opts.cancel && opts.cancel->stop_requested()) {
       if (!opts.checkpoint_path.empty())
-        FROST_RETURN_IF_ERROR(save_checkpoint(opts.checkpoint_path, *set, opt, step));
+        FROST_RETURN_IF_ERROR(
+            save_train_checkpoint(opts.checkpoint_path, set->named_parameters(), opt, step));
       return absl::CancelledError(absl::StrCat("kv_repair: cancelled at step ", step));
     }
     const auto t0 = std::chrono::steady_clock::now();
     // this step's batch: a seeded partial shuffle, identical on resume
-    std::vector<size_t> idx(windows.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::mt19937_64 rng(cfg.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step) + 1);
-    for (int64_t i = 0; i < batch; ++i) {
-      std::uniform_int_distribution<size_t> d(static_cast<size_t>(i), idx.size() - 1);
-      std::swap(idx[static_cast<size_t>(i)], idx[d(rng)]);
-    }
+    const std::vector<size_t> idx = step_batch(cfg.seed, step, windows.size(), batch);
     double loss_sum = 0, kl_sum = 0;
     FROST_RETURN_IF_ERROR(torch_call([&] {
-      for (const at::Tensor& p : opt.params)
-        if (p.grad().defined()) p.mutable_grad().zero_();
+      opt.zero_grad();
       for (int64_t b = 0; b < batch; ++b) {
         const TokenWindow& w = windows[idx[static_cast<size_t>(b)]];
         KvTaps clean_taps, rep_taps;
@@ -365,16 +282,7 @@ absl::StatusOr<std::shared_ptr<RepairSet>> train_kv_repair(const Transformer& mo
         loss_sum += loss.item<double>();
         kl_sum += kl.item<double>();
       }
-      // global-norm clip 1.0
-      double sq = 0;
-      for (const at::Tensor& p : opt.params)
-        if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
-      const double norm = std::sqrt(sq);
-      if (norm > 1.0) {
-        at::NoGradGuard ng;
-        for (const at::Tensor& p : opt.params)
-          if (p.grad().defined()) p.mutable_grad().mul_(1.0 / norm);
-      }
+      clip_grad_norm(opt.params, 1.0);
       opt.step();
     }));
     ++step;
@@ -385,7 +293,7 @@ absl::StatusOr<std::shared_ptr<RepairSet>> train_kv_repair(const Transformer& mo
     }
     if (!opts.checkpoint_path.empty() && opts.checkpoint_every > 0 && step % opts.checkpoint_every == 0 &&
         step < cfg.steps)
-      FROST_RETURN_IF_ERROR(save_checkpoint(opts.checkpoint_path, *set, opt, step));
+      FROST_RETURN_IF_ERROR(save_train_checkpoint(opts.checkpoint_path, set->named_parameters(), opt, step));
   }
   set->freeze();
   return set;
@@ -401,6 +309,7 @@ absl::StatusOr<std::vector<KvEval>> evaluate_kv(const Transformer& model,
     for (size_t c = 0; c < cases.size(); ++c) {
       stages[c].corruption = cases[c].corruption;
       stages[c].repair = cases[c].repair;
+      stages[c].temporal = cases[c].temporal;
     }
     std::vector<double> nll(cases.size(), 0), kl(cases.size(), 0);
     int64_t n = 0;
@@ -410,8 +319,10 @@ absl::StatusOr<std::vector<KvEval>> evaluate_kv(const Transformer& model,
       const int64_t T = logp.size(0);
       for (size_t c = 0; c < cases.size(); ++c) {
         const bool clean = cases[c].codec == KvCodecKind::kF32 &&
-                           cases[c].corruption.kind == CorruptionKind::kNone && !cases[c].repair;
-        at::Tensor logq = clean ? logp : window_logprobs(model, w, cases[c].codec, stages[c]);
+                           cases[c].corruption.kind == CorruptionKind::kNone && !cases[c].repair &&
+                           !cases[c].temporal;
+        at::Tensor logq =
+            clean ? logp : window_logprobs(model, w, cases[c].codec, stages[c], nullptr, cases[c].splice);
         nll[c] -= logq.narrow(0, 0, T - 1).gather(1, next.unsqueeze(1)).sum().item<double>();
         kl[c] += (logp.exp() * (logp - logq)).sum().item<double>();
       }
@@ -431,9 +342,120 @@ absl::StatusOr<std::vector<KvEval>> evaluate_kv(const Transformer& model,
 absl::StatusOr<KvEval> evaluate_kv(const Transformer& model, const std::vector<TokenWindow>& windows,
                                    KvCodecKind codec, const CorruptionSpec& corruption,
                                    std::shared_ptr<const RepairSet> repair) {
-  FROST_ASSIGN_OR_RETURN(std::vector<KvEval> e,
-                         evaluate_kv(model, windows, {KvEvalCase{codec, corruption, std::move(repair)}}));
+  FROST_ASSIGN_OR_RETURN(
+      std::vector<KvEval> e,
+      evaluate_kv(model, windows, {KvEvalCase{codec, corruption, std::move(repair), nullptr}}));
   return e[0];
+}
+
+// ---------------------------------------------------------------- train_util.h
+
+KvAdam::KvAdam(std::vector<at::Tensor> ps, double lr_) : params(std::move(ps)), lr(lr_) {
+  for (const at::Tensor& p : params) {
+    m.push_back(at::zeros_like(p).detach());
+    v.push_back(at::zeros_like(p).detach());
+  }
+}
+
+void KvAdam::zero_grad() {
+  for (const at::Tensor& p : params)
+    if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+void KvAdam::step() {
+  at::NoGradGuard ng;
+  ++t;
+  const double c1 = 1 - std::pow(b1, static_cast<double>(t)), c2 = 1 - std::pow(b2, static_cast<double>(t));
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    m[i].mul_(b1).add_(g, 1 - b1);
+    v[i].mul_(b2).addcmul_(g, g, 1 - b2);
+    params[i].sub_((m[i] / c1) / ((v[i] / c2).sqrt() + eps) * lr);
+  }
+}
+
+at::Tensor window_logprobs(const Transformer& model, const TokenWindow& w, KvCodecKind codec,
+                           const KvStages& stages, KvTaps* taps_out,
+                           std::shared_ptr<const KvSpliceSet> splice) {
+  SequenceKv kv(model.kv_spec(static_cast<int64_t>(w.size()), codec, std::move(splice)));
+  kv.set_stages(stages);
+  if (taps_out) {
+    kv.taps().contraction = taps_out->contraction;
+    kv.taps().attention = taps_out->attention;
+    kv.taps().probs = taps_out->probs;
+  }
+  at::Tensor ids = at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong);
+  at::Tensor logits = model.forward(ids, kv);
+  if (taps_out) *taps_out = kv.taps();
+  return at::log_softmax(logits, -1);
+}
+
+at::Tensor mean_kl(const at::Tensor& logp, const at::Tensor& logq) {
+  return (logp.exp() * (logp - logq)).sum(-1).mean();
+}
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+  double sq = 0;
+  for (const at::Tensor& p : params)
+    if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
+  const double norm = std::sqrt(sq);
+  if (norm > max_norm) {
+    at::NoGradGuard ng;
+    for (const at::Tensor& p : params)
+      if (p.grad().defined()) p.mutable_grad().mul_(max_norm / norm);
+  }
+  return norm;
+}
+
+std::vector<size_t> step_batch(uint64_t seed, int64_t step, size_t n, int64_t batch) {
+  std::vector<size_t> idx(n);
+  for (size_t i = 0; i < n; ++i) idx[i] = i;
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step) + 1);
+  for (int64_t i = 0; i < batch && static_cast<size_t>(i) < n; ++i) {
+    std::uniform_int_distribution<size_t> d(static_cast<size_t>(i), n - 1);
+    std::swap(idx[static_cast<size_t>(i)], idx[d(rng)]);
+  }
+  return idx;
+}
+
+absl::Status save_train_checkpoint(const std::string& path,
+                                   const std::vector<std::pair<std::string, at::Tensor>>& named,
+                                   const KvAdam& opt, int64_t step) {
+  std::vector<std::pair<std::string, at::Tensor>> ts;
+  for (size_t i = 0; i < named.size(); ++i) {
+    ts.emplace_back("param/" + named[i].first, named[i].second.detach().contiguous());
+    ts.emplace_back("adam.m/" + named[i].first, opt.m[i]);
+    ts.emplace_back("adam.v/" + named[i].first, opt.v[i]);
+  }
+  FROST_ASSIGN_OR_RETURN(std::string bytes, safetensors_serialize(ts, {{"step", std::to_string(step)},
+                                                                       {"adam_t", std::to_string(opt.t)}}));
+  return write_file_atomic(path, bytes);
+}
+
+absl::StatusOr<int64_t> load_train_checkpoint(const std::string& path, const std::string& what,
+                                              const std::vector<std::pair<std::string, at::Tensor>>& named,
+                                              KvAdam& opt) {
+  FROST_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f, SafetensorsFile::open(path));
+  int64_t step = 0, t = 0;
+  auto it = f->metadata().find("step"), jt = f->metadata().find("adam_t");
+  if (it == f->metadata().end() || jt == f->metadata().end() || !absl::SimpleAtoi(it->second, &step) ||
+      !absl::SimpleAtoi(jt->second, &t))
+    return absl::DataLossError(absl::StrCat(what, " checkpoint ", path, ": step metadata missing"));
+  at::NoGradGuard ng;
+  for (size_t i = 0; i < named.size(); ++i) {
+    for (auto [prefix, dst] : {std::pair<std::string, at::Tensor>{"param/", named[i].second},
+                               {"adam.m/", opt.m[i]},
+                               {"adam.v/", opt.v[i]}}) {
+      const StTensorInfo* info = f->find(prefix + named[i].first);
+      if (!info || f->view(*info).sizes() != dst.sizes())
+        return absl::DataLossError(absl::StrCat(what, " checkpoint ", path, ": tensor ", prefix,
+                                                named[i].first, " missing or resized"));
+      dst.copy_(f->view(*info));
+    }
+  }
+  opt.t = t;
+  return step;
 }
 
 }  // namespace frost

@@ -32,6 +32,7 @@
 #include "core/kv/corruption.h"
 #include "core/kv/kv_spec.h"
 #include "core/kv/repair_set.h"
+#include "core/kv/train_util.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
 
@@ -65,7 +66,6 @@ std::string kv_repair_config_json(const KvRepairConfig& cfg);
 absl::StatusOr<std::vector<std::string>> load_text_jsonl(const std::string& path,
                                                          int64_t max_bytes = 256 << 20);
 
-using TokenWindow = std::vector<int32_t>;
 // Tokenizes `texts` (BOS before each when the tokenizer has one), concatenates, and cuts windows of
 // exactly `window` tokens (the tail shorter than a window is dropped), at most max_windows (0 = all).
 absl::StatusOr<std::vector<TokenWindow>> make_text_windows(const Tokenizer& tok,
@@ -104,6 +104,8 @@ struct KvEvalCase {
   KvCodecKind codec = KvCodecKind::kF32;
   CorruptionSpec corruption;
   std::shared_ptr<const RepairSet> repair;
+  std::shared_ptr<const KvSpliceSet> splice;    // the kvsplice codec's splices
+  std::shared_ptr<const FimKvSplice> temporal;  // FIMKVSplice temporal compression (KvStages::temporal)
 };
 // Teacher-forced evaluation of each (codec, corruption, repair) case on the windows (reference path).
 // The clean fp32 pass runs once per window for all cases (and is reused for a clean case).

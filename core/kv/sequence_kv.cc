@@ -2,14 +2,26 @@
 
 #include <c10/util/Exception.h>
 
+#include "core/kv/kvsplice.h"
+
 namespace frost {
 
 SequenceKv::SequenceKv(const KvSpec& spec) : spec_(spec) {
   TORCH_CHECK(spec.n_layer > 0 && spec.n_head_kv > 0 && spec.head_dim > 0 && spec.max_tokens > 0,
               "SequenceKv: invalid spec");
   layers_.reserve(static_cast<size_t>(spec.n_layer));
+  if (spec.codec == KvCodecKind::kKvSplice) {
+    TORCH_CHECK(spec.splice, "SequenceKv: the kvsplice codec needs a KvSpliceSet (no KVSplice is active)");
+    const KvSpliceDims& d = spec.splice->dims();
+    TORCH_CHECK(d.n_layers == spec.n_layer && d.n_head_kv == spec.n_head_kv && d.head_dim == spec.head_dim,
+                "SequenceKv: the KvSpliceSet was made for ", d.n_layers, " layers × ", d.n_head_kv,
+                " kv heads × ", d.head_dim, ", the model has ", spec.n_layer, " × ", spec.n_head_kv, " × ",
+                spec.head_dim);
+  }
   for (int64_t i = 0; i < spec.n_layer; ++i) {
-    layers_.push_back(make_codec(spec.codec, spec.n_head_kv, spec.head_dim, spec.max_tokens));
+    layers_.push_back(spec.codec == KvCodecKind::kKvSplice
+                          ? make_kvsplice_codec(spec.splice, i, spec.max_tokens)
+                          : make_codec(spec.codec, spec.n_head_kv, spec.head_dim, spec.max_tokens));
   }
   for (int64_t l : spec.reverse_layers) {
     TORCH_CHECK(l >= 0 && l < spec.n_layer, "SequenceKv: reverse layer ", l, " out of range");

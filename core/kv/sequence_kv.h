@@ -1,11 +1,11 @@
 #pragma once
 // SequenceKv: the KV cache of one sequence, all layers, preallocated to spec.max_tokens.
 // Owned by whoever runs the sequence (the engine thread); not thread-safe.
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "core/kv/codec.h"
 #include "core/kv/corruption.h"
@@ -14,6 +14,7 @@
 namespace frost {
 
 class RepairSet;
+class FimKvSplice;
 
 // The optional stages of the KV pipeline between the codec and attention (DESIGN.md, "The KV
 // pipeline"; ../shared/seeds/kv-repair-operators.md §1): corrupt C(K, V), then repair R_phi.
@@ -26,6 +27,10 @@ struct KvStages {
   // Which form forward() uses for repaired layers (core/kv/repair.h); decode_step always folds.
   enum class RepairPath { kFolded, kFactorised, kMaterialised };
   RepairPath repair_path = RepairPath::kFolded;
+  // FIMKVSplice (temporal; core/kv/fisher.h), evaluation only, reference path: every unrepaired layer's
+  // K and V (per query head, [H, S, D]) are replaced by their rank-r temporal reconstruction before
+  // attention. Needs a fresh sequence run as one forward() of exactly the basis' window.
+  std::shared_ptr<const FimKvSplice> temporal;
 };
 
 // What a training forward() collects from the protected layers (off by default).
@@ -34,9 +39,12 @@ struct KvTaps {
   at::Tensor contraction_sum;
   bool attention = false;  // keep every layer's attention output [H, T, D] (before W_o)
   std::vector<at::Tensor> attention_out;
+  bool probs = false;  // keep every unrepaired layer's attention probabilities [H, T, S] (Fisher analysis)
+  std::vector<at::Tensor> attention_probs;
   void clear() {
     contraction_sum = at::Tensor();
     attention_out.clear();
+    attention_probs.clear();
   }
 };
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 #include "core/model/cpu_kernels.h"
 #include "core/model/transformer.h"
@@ -90,9 +91,10 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
   TORCH_CHECK(static_cast<int64_t>(s.scores.size()) >= H * (pos + 1), "decode_step: scratch too small");
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const KvStages& st = kv.stages();
-  TORCH_CHECK(st.corruption.kind == CorruptionKind::kNone || st.corruption.mode != CorruptionMode::kFreshPerStep,
-              "decode_step: fresh-per-step corruption (", st.corruption.to_string(),
-              ") runs on the reference path; use forward()");
+  TORCH_CHECK(
+      st.corruption.kind == CorruptionKind::kNone || st.corruption.mode != CorruptionMode::kFreshPerStep,
+      "decode_step: fresh-per-step corruption (", st.corruption.to_string(),
+      ") runs on the reference path; use forward()");
   const bool persistent = st.corruption.kind != CorruptionKind::kNone;
   if (st.repair) {  // sized once per scratch (the rank is not known at make_scratch)
     const int64_t r = st.repair->cfg().rank;
@@ -141,13 +143,19 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
     const float* qa = q;
     if (rf) {
       for (int64_t h = 0; h < H; ++h)
-        rf->query(q + h * D, h, s.repair_q.data() + h * D, s.repair_gv.data() + h * rf->r, s.repair_tmp.data());
+        rf->query(q + h * D, h, s.repair_q.data() + h * D, s.repair_gv.data() + h * rf->r,
+                  s.repair_tmp.data());
       qa = s.repair_q.data();
     }
-    if (const float* ks = cache.raw_key_scales()) {
+    if (const KvSpliceFast* sk = cache.splice_k()) {  // attention in the latent space (core/kv/kvsplice.h)
+      const int64_t need = H * 2 * sk->r;
+      if (static_cast<int64_t>(s.splice_tmp.size()) < need) s.splice_tmp.resize(static_cast<size_t>(need));
+      kvsplice_attend_one(*sk, *cache.splice_v(), qa, cache.raw_keys(), cache.raw_values(), H, Hkv, D,
+                          pos + 1, scale, s.scores.data(), s.splice_tmp.data(), s.att_out.data());
+    } else if (const float* ks = cache.raw_key_scales()) {
       kernels::attend_one_quant(qa, cache.raw_keys(), ks, cache.raw_values(), cache.raw_value_scales(),
-                                cache.kind() == KvCodecKind::kInt4 ? 4 : 8, H, Hkv, D, cache.capacity(), pos + 1,
-                                scale, s.scores.data(), s.att_out.data());
+                                cache.kind() == KvCodecKind::kInt4 ? 4 : 8, H, Hkv, D, cache.capacity(),
+                                pos + 1, scale, s.scores.data(), s.att_out.data());
     } else {
       kernels::attend_one(qa, cache.raw_keys(), cache.raw_values(), cache.storage_dtype(), H, Hkv, D,
                           cache.capacity(), pos + 1, scale, s.scores.data(), s.att_out.data());

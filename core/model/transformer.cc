@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "core/kv/fisher.h"
+#include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 
 namespace frost {
@@ -15,8 +17,8 @@ Transformer::Transformer(ModelConfig cfg, ModelWeights w) : cfg_(std::move(cfg))
     // RoPE tables computed exactly as Hugging Face does, in float32:
     // inv_freq = 1 / theta^(arange(0, D, 2) / D); angle = pos * inv_freq.
     const int64_t d = cfg_.head_dim;
-    at::Tensor inv_freq =
-        1.0 / at::pow(cfg_.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+    at::Tensor inv_freq = 1.0 / at::pow(cfg_.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) /
+                                                             static_cast<double>(d));
     at::Tensor angles = at::outer(at::arange(cfg_.max_pos, at::kLong).to(at::kFloat), inv_freq);  // [P, D/2]
     rope_cos_ = angles.cos().contiguous();
     rope_sin_ = angles.sin().contiguous();
@@ -58,13 +60,15 @@ int64_t Transformer::weight_bytes() const {
   return n;
 }
 
-KvSpec Transformer::kv_spec(int64_t max_tokens, KvCodecKind codec) const {
+KvSpec Transformer::kv_spec(int64_t max_tokens, KvCodecKind codec,
+                            std::shared_ptr<const KvSpliceSet> splice) const {
   KvSpec s;
   s.n_layer = cfg_.n_layer;
   s.n_head_kv = cfg_.n_head_kv;
   s.head_dim = cfg_.head_dim;
   s.max_tokens = std::min(max_tokens, cfg_.max_pos);
   s.codec = codec;
+  s.splice = std::move(splice);
   s.reverse_layers = variants::reverse_store_layers(cfg_);
   return s;
 }
@@ -102,8 +106,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
               "forward: token id out of range [0, ", cfg_.n_vocab, ")");
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const KvStages& st = kv.stages();
-  const bool persistent = st.corruption.kind != CorruptionKind::kNone &&
-                          st.corruption.mode == CorruptionMode::kPersistentAtWrite;
+  const bool persistent =
+      st.corruption.kind != CorruptionKind::kNone && st.corruption.mode == CorruptionMode::kPersistentAtWrite;
   const bool fresh =
       st.corruption.kind != CorruptionKind::kNone && st.corruption.mode == CorruptionMode::kFreshPerStep;
   // Straight-through: the value of `noisy`, the gradient of `x` (corruption and codec rounding are
@@ -118,7 +122,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
   if (cfg_.arch == Arch::kGpt2) x = x + w_.pos_embed.narrow(0, pos, T).to(at::kFloat);
 
   // causal mask over absolute positions: query pos+i sees keys j <= pos+i  [T, S]
-  const at::Tensor mask = at::arange(S, at::kLong).unsqueeze(0) > (at::arange(T, at::kLong) + pos).unsqueeze(1);
+  const at::Tensor mask =
+      at::arange(S, at::kLong).unsqueeze(0) > (at::arange(T, at::kLong) + pos).unsqueeze(1);
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
@@ -144,7 +149,16 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
     }
     cache.append(k.detach(), v.detach(), pos);
     at::Tensor K = cache.keys(S), V = cache.values(S);
-    if (k.requires_grad()) {  // training: the new rows pass the codec straight through (identity gradient)
+    if (const LearnedKvSplice* sk = cache.learned_k(); sk && sk->scale.requires_grad()) {
+      // kvsplice training: the new rows take the value the cache returns (fp16 latents) and the gradient
+      // of the fp32 splice reconstruction, so it reaches the splice's tensors and the rows.
+      const LearnedKvSplice* sv = cache.learned_v();
+      at::Tensor kr = sk->reconstruct(k.reshape({T, Hkv * D})).view({T, Hkv, D}).transpose(0, 1);
+      at::Tensor vr = sv->reconstruct(v.reshape({T, Hkv * D})).view({T, Hkv, D}).transpose(0, 1);
+      K = at::cat({K.narrow(1, 0, pos), ste(kr, K.narrow(1, pos, T))}, 1);
+      V = at::cat({V.narrow(1, 0, pos), ste(vr, V.narrow(1, pos, T))}, 1);
+    } else if (k.requires_grad()) {  // training: the new rows pass the codec straight through (identity
+                                     // gradient)
       K = at::cat({K.narrow(1, 0, pos), ste(k.transpose(0, 1), K.narrow(1, pos, T))}, 1);
       V = at::cat({V.narrow(1, 0, pos), ste(v.transpose(0, 1), V.narrow(1, pos, T))}, 1);
     }
@@ -156,8 +170,12 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
     if (const RepairLayer* rl = st.repair ? st.repair->layer(l) : nullptr) {
       const at::Tensor qh = q.transpose(0, 1);  // [H, T, D]
       switch (st.repair_path) {
-        case KvStages::RepairPath::kFolded: att = rl->attend_folded(qh, K, V, pos, scale); break;
-        case KvStages::RepairPath::kMaterialised: att = rl->attend_reference(qh, K, V, pos, scale); break;
+        case KvStages::RepairPath::kFolded:
+          att = rl->attend_folded(qh, K, V, pos, scale);
+          break;
+        case KvStages::RepairPath::kMaterialised:
+          att = rl->attend_reference(qh, K, V, pos, scale);
+          break;
         case KvStages::RepairPath::kFactorised: {
           auto [kw, vw] = rl->projections(K, V);
           att = rl->attend_fast(qh, K, V, kw, vw, pos, scale);
@@ -174,10 +192,19 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
         K = K.repeat_interleave(H / Hkv, 0);
         V = V.repeat_interleave(H / Hkv, 0);
       }
+      if (st.temporal) {  // FIMKVSplice evaluation: each head's K, V through its temporal rank-r basis
+        TORCH_CHECK(pos == 0 && S == st.temporal->window(),
+                    "forward: FIMKVSplice needs one pass over a fresh ", st.temporal->window(),
+                    "-token window, got positions ", pos, "..", S - 1);
+        K = st.temporal->reconstruct(l, K);
+        V = st.temporal->reconstruct(l, V);
+      }
       // 5. scores, causal mask, softmax, weighted values
       at::Tensor scores = at::matmul(q.transpose(0, 1), K.transpose(1, 2)) * scale;  // [H, T, S]
       scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-      att = at::matmul(at::softmax(scores, -1), V);
+      at::Tensor probs = at::softmax(scores, -1);
+      if (kv.taps().probs) kv.taps().attention_probs.push_back(probs);
+      att = at::matmul(probs, V);
     }
     if (cfg_.variants.is_sba(l)) att = variants::sba_attend(cfg_, l, kv, att, q, k, v, pos, mask, scale);
     if (kv.taps().attention) kv.taps().attention_out.push_back(att);

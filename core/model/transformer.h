@@ -19,11 +19,11 @@
 //
 // Weights are immutable after construction; const methods are safe to call concurrently on
 // different SequenceKv / DecodeScratch objects.
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "core/kv/sequence_kv.h"
 #include "core/model/model_config.h"
@@ -44,17 +44,18 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  at::Tensor tok_embed;                 // [V, C]
-  at::Tensor pos_embed;                 // [max_pos, C] GPT-2 only
+  at::Tensor tok_embed;  // [V, C]
+  at::Tensor pos_embed;  // [max_pos, C] GPT-2 only
   std::vector<LayerWeights> layers;
   at::Tensor final_norm_w, final_norm_b;  // [C]
-  at::Tensor lm_head;                   // [V, C]; aliases tok_embed when tied
+  at::Tensor lm_head;                     // [V, C]; aliases tok_embed when tied
 };
 
 // Per-sequence buffers of the fast decode path. Create with Transformer::make_scratch().
 struct DecodeScratch {
   std::vector<float> x, xn, qkv, att_out, h_in, h_act, scores, logits, hidden;
   std::vector<float> repair_q, repair_gv, repair_tmp;  // repair stage (sized on first use)
+  std::vector<float> splice_tmp;                       // kvsplice latent attention (sized on first use)
   VariantScratch var;                                  // architecture variants
 };
 
@@ -69,8 +70,9 @@ class Transformer {
   int64_t n_params() const;
   int64_t weight_bytes() const;
 
-  // KvSpec for a sequence of up to max_tokens positions (<= max_pos).
-  KvSpec kv_spec(int64_t max_tokens, KvCodecKind codec) const;
+  // KvSpec for a sequence of up to max_tokens positions (<= max_pos). kvsplice needs `splice`.
+  KvSpec kv_spec(int64_t max_tokens, KvCodecKind codec,
+                 std::shared_ptr<const KvSpliceSet> splice = nullptr) const;
 
   // Reference path. tokens [T] (int64, values < V) are placed at positions
   // kv.n_tokens() .. +T-1; kv advances by T. Returns logits [T, V] (or [1, V] of the last
@@ -94,7 +96,7 @@ class Transformer {
   ModelConfig cfg_;
   ModelWeights w_;
   at::ScalarType wdtype_ = at::kFloat;  // dtype of the matrices (fp32 or bf16)
-  at::Tensor rope_cos_, rope_sin_;  // [max_pos, D/2] fp32 (LLaMA)
+  at::Tensor rope_cos_, rope_sin_;      // [max_pos, D/2] fp32 (LLaMA)
 };
 
 }  // namespace frost

@@ -1,0 +1,250 @@
+// frost-bench kvsplice: the KVSplice compression report (core/kv/kvsplice_train.h, core/kv/fisher.h).
+//
+//   frost-bench kvsplice --model DIR|builtin:NAME [--rank R[,R...]] --data DIR|self [--set key=value ...]
+//                        [--calib-windows 64] [--eval-windows 32] [--fisher-windows 16] [--decode-tokens 256]
+//                        [--threads N] [--artifact PATH] [--progress] [--json]
+//
+// DIR holds train.jsonl (calibration) and test.jsonl (held-out), {"text": ...} per line; `--data self`
+// samples both from the model. --set takes the kvsplice job's config keys (steps, lr, window, batch,
+// fisher_threshold, fim_rank, seed, ...). Without --rank the Fisher-suggested rank is used.
+// Report:
+//   fisher: per-layer metrics of the attention Fisher matrices on calibration windows and the suggested rank.
+//   rows: perplexity and mean KL to fp32 on held-out windows, KV bytes per token and compression against
+//         fp16, for fp32, fp16, int8, int4 and, per rank, the PCA initialisation and the fine-tuned splice
+//         (and FIMKVSplice when fim_rank > 0), plus batch-1 greedy decode tokens/s of the fast path.
+// --artifact writes the fine-tuned splice of the first rank (kvsplice.safetensors format).
+#include "bench/bench_kvsplice.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "bench/bench_windows.h"
+#include "core/common/device.h"
+#include "core/kv/kvsplice_train.h"
+#include "core/model/model_loader.h"
+
+namespace frost::bench {
+
+namespace {
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::fprintf(stderr,
+               "error: %s\nusage: frost-bench kvsplice --model DIR [--rank R[,R...]] --data DIR|self "
+               "[--set key=value ...] [--calib-windows N] [--eval-windows N] [--fisher-windows N] "
+               "[--decode-tokens N] [--threads N] [--artifact PATH] [--progress] [--json]\n",
+               msg.c_str());
+  std::exit(2);
+}
+
+int fail(const absl::Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int64_t to_int(const std::string& flag, const std::string& v) {
+  try {
+    return std::stoll(v);
+  } catch (...) {
+    usage(flag + " is not a number");
+  }
+}
+
+// tokens/s of batch-1 greedy decode_step (the fast path; kvsplice attends in the latent space).
+double decode_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const KvSpliceSet> splice,
+                  int64_t n_new) {
+  const int64_t n = std::min<int64_t>(16 + n_new, m.config().max_pos);
+  std::vector<double> runs;
+  DecodeScratch scratch = m.make_scratch(n);
+  for (int rep = 0; rep < 4; ++rep) {
+    SequenceKv kv(m.kv_spec(n, codec, splice));
+    int32_t tok = 1;
+    for (int64_t i = 0; i < 16; ++i) m.decode_step(static_cast<int32_t>(3 + i * 7 % 200), kv, scratch);
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t steps = 0;
+    while (kv.n_tokens() < n) {
+      const float* logits = m.decode_step(tok, kv, scratch);
+      tok = static_cast<int32_t>(std::max_element(logits, logits + m.config().n_vocab) - logits);
+      ++steps;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) runs.push_back(static_cast<double>(steps) / s);  // run 0 warms up
+  }
+  return median(runs);
+}
+
+}  // namespace
+
+int run_kvsplice_bench(int argc, char** argv) {
+  std::string model_path, data_dir, artifact, ranks_arg;
+  std::vector<std::string> sets;
+  int threads = 0;
+  int64_t calib_windows = 64, eval_windows = 32, fisher_windows = 16, decode_tokens = 256;
+  bool progress = false;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("flag " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--json") continue;  // JSON is the only output format
+    if (a == "--progress")
+      progress = true;
+    else if (a == "--model")
+      model_path = value();
+    else if (a == "--data")
+      data_dir = value();
+    else if (a == "--rank")
+      ranks_arg = value();
+    else if (a == "--artifact")
+      artifact = value();
+    else if (a == "--set")
+      sets.push_back(value());
+    else if (a == "--threads")
+      threads = static_cast<int>(to_int(a, value()));
+    else if (a == "--calib-windows")
+      calib_windows = to_int(a, value());
+    else if (a == "--eval-windows")
+      eval_windows = to_int(a, value());
+    else if (a == "--fisher-windows")
+      fisher_windows = to_int(a, value());
+    else if (a == "--decode-tokens")
+      decode_tokens = to_int(a, value());
+    else
+      usage("unknown flag '" + a + "'");
+  }
+  if (model_path.empty()) usage("--model is required");
+  if (data_dir.empty()) usage("--data is required");
+  if (calib_windows < 1 || eval_windows < 1 || fisher_windows < 1 || decode_tokens < 1)
+    usage("window and token counts must be >= 1");
+  KvSpliceConfig cfg;
+  for (const std::string& kv : sets) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) usage("--set expects key=value, got '" + kv + "'");
+    if (auto st = set_kvsplice_field(cfg, kv.substr(0, eq), kv.substr(eq + 1)); !st.ok())
+      usage(std::string(st.message()));
+  }
+  std::vector<int64_t> ranks;
+  if (!ranks_arg.empty())
+    for (absl::string_view r : absl::StrSplit(ranks_arg, ','))
+      ranks.push_back(to_int("--rank", std::string(r)));
+  if (auto st = apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
+  auto model = load_model(model_path);
+  if (!model.ok()) return fail(model.status());
+  const Transformer& m = *(*model)->model;
+  for (int64_t r : ranks) {
+    KvSpliceConfig c = cfg;
+    c.rank = r;
+    if (auto st = validate_kvsplice_config(c, m.config()); !st.ok() || r < 1)
+      usage(st.ok() ? "--rank must be >= 1" : std::string(st.message()));
+  }
+  if (auto st = validate_kvsplice_config(cfg, m.config()); !st.ok()) usage(std::string(st.message()));
+  auto bw = load_bench_windows(**model, data_dir, cfg.window, calib_windows, eval_windows,
+                               cfg.self_sample_windows, cfg.seed);
+  if (!bw.ok()) return fail(bw.status());
+  const std::vector<TokenWindow>&calib = bw->calib, &eval = bw->eval;
+
+  nlohmann::ordered_json out;
+  out["bench"] = "kvsplice";
+  out["model"] = (*model)->name;
+  out["threads"] = at::get_num_threads();
+  out["machine"] = machine_json();
+  out["config"] = nlohmann::ordered_json::parse(kvsplice_config_json(cfg));
+  out["calibration_windows"] = calib.size();
+  out["eval_windows"] = eval.size();
+  out["eval_positions"] = static_cast<int64_t>(eval.size()) * cfg.window;
+
+  // Fisher analysis
+  const size_t n_fisher = std::min(calib.size(), static_cast<size_t>(fisher_windows));
+  auto acc = accumulate_fisher(m, std::vector<TokenWindow>(calib.begin(), calib.begin() + n_fisher));
+  if (!acc.ok()) return fail(acc.status());
+  auto fisher = acc->finish();
+  if (!fisher.ok()) return fail(fisher.status());
+  auto suggested = fisher->suggested_rank(cfg.fisher_threshold);
+  auto fj = fisher->to_json(cfg.fisher_threshold);
+  if (!suggested.ok()) return fail(suggested.status());
+  if (!fj.ok()) return fail(fj.status());
+  out["fisher"] = *fj;
+  const int64_t d = m.config().n_head_kv * m.config().head_dim;
+  if (ranks.empty()) ranks.push_back(std::clamp<int64_t>(*suggested, 1, d));
+  out["ranks"] = ranks;
+
+  // reference rows, then PCA and fine-tuned splices per rank
+  std::vector<std::string> names = {"fp32", "fp16", "int8", "int4"};
+  std::vector<KvEvalCase> cases = {KvEvalCase{}, KvEvalCase{KvCodecKind::kF16},
+                                   KvEvalCase{KvCodecKind::kInt8}, KvEvalCase{KvCodecKind::kInt4}};
+  std::vector<int64_t> row_rank = {0, 0, 0, 0};
+  for (int64_t r : ranks) {
+    KvSpliceConfig c = cfg;
+    c.rank = r;
+    KvSpliceConfig pca_c = c;
+    pca_c.steps = 0;
+    auto pca = train_kvsplice(m, pca_c, calib);
+    if (!pca.ok()) return fail(pca.status());
+    KvRepairTrainOptions topts;
+    if (progress) {
+      topts.progress = [r](const KvRepairProgress& p) {
+        if (p.step % 20 == 0 || p.step == p.steps)
+          std::fprintf(stderr, "rank %lld step %lld/%lld kl %.5f %.1f windows/s\n", static_cast<long long>(r),
+                       static_cast<long long>(p.step), static_cast<long long>(p.steps), p.kl,
+                       p.windows_per_s);
+      };
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto tuned = train_kvsplice(m, c, calib, topts);
+    if (!tuned.ok()) return fail(tuned.status());
+    out["train_seconds"][std::to_string(r)] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!artifact.empty() && r == ranks.front()) {
+      if (auto st = (*tuned)->save(artifact, {{"model", (*model)->name}}); !st.ok()) return fail(st);
+    }
+    names.push_back("kvsplice_pca");
+    cases.push_back(KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, *pca, nullptr});
+    row_rank.push_back(r);
+    names.push_back("kvsplice");
+    cases.push_back(KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, *tuned, nullptr});
+    row_rank.push_back(r);
+  }
+  if (cfg.fim_rank > 0) {
+    auto fim = FimKvSplice::from_accumulator(*acc, cfg.fim_rank);
+    if (!fim.ok()) return fail(fim.status());
+    names.push_back("fim_temporal");
+    cases.push_back(KvEvalCase{
+        KvCodecKind::kF32, {}, nullptr, nullptr, std::make_shared<const FimKvSplice>(std::move(*fim))});
+    row_rank.push_back(cfg.fim_rank);
+  }
+  auto evals = evaluate_kv(m, eval, cases);
+  if (!evals.ok()) return fail(evals.status());
+  const double fp16_ppl = (*evals)[1].ppl;
+  const int64_t fp16_bytes = m.config().n_layer * 2 * d * 2;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SequenceKv kv(m.kv_spec(1, cases[i].codec, cases[i].splice));
+    nlohmann::ordered_json row = {{"name", names[i]},
+                                  {"codec", kv_codec_name(cases[i].codec)},
+                                  {"ppl", (*evals)[i].ppl},
+                                  {"mean_kl", (*evals)[i].mean_kl},
+                                  {"ppl_vs_fp16", (*evals)[i].ppl / fp16_ppl - 1.0}};
+    if (names[i] == "fim_temporal") {
+      row["temporal_rank"] = row_rank[i];
+      row["window"] = cfg.window;
+      row["temporal_compression"] = static_cast<double>(cfg.window) / static_cast<double>(row_rank[i]);
+    } else {
+      if (row_rank[i] > 0) row["rank"] = row_rank[i];
+      row["kv_bytes_per_token"] = kv.bytes_per_token();
+      row["compression_vs_fp16"] =
+          static_cast<double>(fp16_bytes) / static_cast<double>(kv.bytes_per_token());
+      if (names[i] != "kvsplice_pca")
+        row["decode_tokens_per_s"] = decode_tps(m, cases[i].codec, cases[i].splice, decode_tokens);
+    }
+    out["rows"].push_back(row);
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace frost::bench

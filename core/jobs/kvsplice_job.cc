@@ -1,0 +1,183 @@
+#include "core/jobs/kvsplice_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/fs.h"
+#include "core/common/sha256.h"
+#include "core/common/status_macros.h"
+#include "core/jobs/text_job_spec.h"
+#include "core/kv/kvsplice_train.h"
+
+namespace frost::jobs {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kManifestFormat = "frost.kvsplice.v1";
+constexpr const char* kFile = "kvsplice.safetensors";
+
+struct LoadedSpec {
+  KvSpliceConfig cfg;
+  TextJobSpec text;
+};
+
+const std::vector<std::pair<std::string, int64_t>> kCounts = {
+    {"calib_windows", 64}, {"eval_windows", 16}, {"fisher_windows", 16}};
+
+absl::StatusOr<LoadedSpec> load_spec(const json& spec, const KvSpliceJobOptions& o, json* norm) {
+  LoadedSpec ls;
+  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec, o.data_root, kCounts));
+  for (const auto& [k, v] : ls.text.config) FROST_RETURN_IF_ERROR(set_kvsplice_field(ls.cfg, k, v));
+  FROST_RETURN_IF_ERROR(validate_kvsplice_config(ls.cfg, o.model->config));
+  FROST_RETURN_IF_ERROR(
+      check_text_job_windows(ls.text, *o.model->tokenizer, ls.cfg.window, ls.cfg.self_sample_windows));
+  if (norm) *norm = normalised_text_job_spec(ls.text, kvsplice_config_json(ls.cfg));
+  return ls;
+}
+
+json eval_json(const KvEval& e, const KvEval& fp16) {
+  return {
+      {"ppl", e.ppl}, {"mean_kl", e.mean_kl}, {"ppl_vs_fp16", fp16.ppl > 0 ? e.ppl / fp16.ppl - 1.0 : 0.0}};
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> KvSpliceJobKind::prepare(const std::string& spec_json) {
+  json spec = json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
+  json norm;
+  FROST_RETURN_IF_ERROR(load_spec(spec, opts_, &norm).status());
+  return norm.dump();
+}
+
+absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobContext& ctx) {
+  json spec = json::parse(job.spec_json, nullptr, /*allow_exceptions=*/false);
+  FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(spec, opts_, nullptr));
+  const LoadedModel& m = *opts_.model;
+  const Transformer& model = *m.model;
+  FROST_ASSIGN_OR_RETURN(
+      JobWindows jw,
+      make_job_windows(ls.text, m, ls.cfg.window, ls.text.count("calib_windows"),
+                       ls.text.count("eval_windows"), ls.cfg.self_sample_windows, ls.cfg.seed));
+  auto stage = [&](const char* name) {
+    if (ctx.progress) ctx.progress(json{{"stage", name}, {"step", 0}, {"steps_total", ls.cfg.steps}}.dump());
+  };
+
+  // 1. Fisher analysis of the attention on calibration windows; its suggested rank is the default.
+  stage("fisher");
+  const size_t n_fisher = std::min(jw.calib.size(), static_cast<size_t>(ls.text.count("fisher_windows")));
+  FROST_ASSIGN_OR_RETURN(
+      FisherAccumulator acc,
+      accumulate_fisher(model, std::vector<TokenWindow>(jw.calib.begin(), jw.calib.begin() + n_fisher)));
+  FROST_ASSIGN_OR_RETURN(FisherReport fisher, acc.finish());
+  FROST_ASSIGN_OR_RETURN(int64_t suggested, fisher.suggested_rank(ls.cfg.fisher_threshold));
+  FROST_ASSIGN_OR_RETURN(json fisher_json, fisher.to_json(ls.cfg.fisher_threshold));
+  const int64_t d = model.config().n_head_kv * model.config().head_dim;
+  KvSpliceConfig cfg = ls.cfg;
+  const bool from_fisher = cfg.rank == 0;
+  if (from_fisher) cfg.rank = std::clamp<int64_t>(suggested, 1, d);
+
+  // 2. PCA initialisation, then fine-tuning on next-token KL.
+  stage("kvsplice");
+  KvRepairTrainOptions to;
+  to.cancel = ctx.cancel;
+  to.checkpoint_path = ctx.checkpoint_path;
+  to.checkpoint_every = ctx.checkpoint_every;
+  const auto t0 = std::chrono::steady_clock::now();
+  to.progress = [&](const KvRepairProgress& p) {
+    if (!ctx.progress) return;
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ctx.progress(json{
+        {"stage", "kvsplice"},
+        {"step", p.step},
+        {"steps_total", p.steps},
+        {"loss", p.loss},
+        {"kl", p.kl},
+        {"examples_per_s", p.windows_per_s},
+        {"eta_s", p.step > 0 ? el / static_cast<double>(p.step) * static_cast<double>(p.steps - p.step) : 0}}
+                     .dump());
+  };
+  KvSpliceConfig pca_cfg = cfg;
+  pca_cfg.steps = 0;
+  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> pca, train_kvsplice(model, pca_cfg, jw.calib));
+  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set, train_kvsplice(model, cfg, jw.calib, to));
+
+  // 3. held-out evaluation
+  stage("evaluate");
+  std::vector<KvEvalCase> cases = {KvEvalCase{}, KvEvalCase{KvCodecKind::kF16, {}, nullptr, nullptr, nullptr},
+                                   KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, pca, nullptr},
+                                   KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, set, nullptr}};
+  std::shared_ptr<const FimKvSplice> fim;
+  if (cfg.fim_rank > 0) {
+    FROST_ASSIGN_OR_RETURN(FimKvSplice f, FimKvSplice::from_accumulator(acc, cfg.fim_rank));
+    fim = std::make_shared<const FimKvSplice>(std::move(f));
+    cases.push_back(KvEvalCase{KvCodecKind::kF32, {}, nullptr, nullptr, fim});
+  }
+  FROST_ASSIGN_OR_RETURN(std::vector<KvEval> ev, evaluate_kv(model, jw.eval, cases));
+  const KvEval& fp16 = ev[1];
+  const int64_t L = model.config().n_layer;
+  json report = {{"job_id", job.id},
+                 {"config", json::parse(kvsplice_config_json(ls.cfg))},
+                 {"rank", cfg.rank},
+                 {"rank_source", from_fisher ? "fisher" : "config"},
+                 {"fisher", fisher_json},
+                 {"calibration_windows", jw.calib.size()},
+                 {"fisher_windows", n_fisher},
+                 {"eval_windows", jw.eval.size()},
+                 {"eval_source", ls.text.test_texts.empty() ? "sampled from the model" : "test_path"},
+                 {"kv_bytes_per_token", {{"fp16", L * 2 * d * 2}, {"kvsplice", set->bytes_per_token()}}},
+                 {"compression_vs_fp16", set->compression_vs_fp16()},
+                 {"kvsplice_params", set->n_params()},
+                 {"fp32", {{"ppl", ev[0].ppl}}},
+                 {"fp16", eval_json(fp16, fp16)},
+                 {"pca", eval_json(ev[2], fp16)},
+                 {"kvsplice", eval_json(ev[3], fp16)}};
+  if (fim) {
+    json f = eval_json(ev[4], fp16);
+    f["rank"] = cfg.fim_rank;
+    f["window"] = cfg.window;
+    f["note"] = "temporal compression of each window to fim_rank Fisher modes per head (evaluation only)";
+    report["fim"] = f;
+  }
+
+  ArtifactMeta meta;
+  meta.job_id = job.id;
+  meta.backbone = m.name;
+  meta.report_json = report.dump();
+  FROST_ASSIGN_OR_RETURN(ArtifactInfo info,
+                         opts_.store->publish("kvsplice", meta, [&](const std::string& dir) -> absl::Status {
+                           const std::string file = dir + "/" + kFile;
+                           FROST_RETURN_IF_ERROR(set->save(file, {{"model", m.name}}));
+                           FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(file));
+                           json manifest = {{"format", kManifestFormat},
+                                            {"file", kFile},
+                                            {"sha256", sha256_hex(bytes)},
+                                            {"bytes", bytes.size()}};
+                           return write_file_atomic(dir + "/manifest.json", manifest.dump(2));
+                         }));
+  JobResult r;
+  r.artifact = info.name;
+  r.report_json = report.dump();
+  r.activate = ls.text.activate;
+  return r;
+}
+
+absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_kvsplice_artifact(const std::string& dir,
+                                                                                   const KvSpliceDims& dims,
+                                                                                   const std::string& name,
+                                                                                   const std::string& model) {
+  FROST_ASSIGN_OR_RETURN(std::string mtext, read_file(dir + "/manifest.json", 1 << 20));
+  json manifest = json::parse(mtext, nullptr, false);
+  if (!manifest.is_object() || manifest.value("format", "") != kManifestFormat ||
+      manifest.value("file", "") != kFile || !manifest.contains("sha256") || !manifest["sha256"].is_string())
+    return absl::DataLossError(absl::StrCat(dir, "/manifest.json: not a ", kManifestFormat, " manifest"));
+  FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(dir + "/" + kFile));
+  if (sha256_hex(bytes) != manifest["sha256"].get<std::string>())
+    return absl::DataLossError(absl::StrCat(dir, "/", kFile, ": sha256 does not match the manifest"));
+  return load_served_kvsplice(dir + "/" + kFile, dims, name, model);
+}
+
+}  // namespace frost::jobs

@@ -1,0 +1,151 @@
+#pragma once
+// KVSplice: a learned low-rank latent KV cache (../shared/seeds/reciprocal-attention-kvsplice.md,
+// "LearnedKVSplice"; DESIGN.md, "The KV pipeline").
+//
+// Per layer, one LearnedKVSplice for K and one for V, each over the layer's whole K (or V) row
+// x ∈ R^d, d = n_head_kv · head_dim (all kv heads together, so the latent is shared by every head):
+//   transform  x' = x ⊙ σ + b,   σ = softplus(scale) > 0  (the learned monotonic transform)
+//   compress   c  = x' Cᵀ        C = compress [r, d]
+//   expand     y  = c Eᵀ         E = expand   [d, r]
+//   inverse    x̂  = (y − b) ⊘ σ
+// The cache stores only c for K and c for V: r numbers each per token per layer. Choice: latents are
+// stored as fp16 (like the fp16 codec), so the cache is 2·r·2 bytes per token per layer against
+// fp16's 2·d·2: a compression of d / r versus fp16.
+//
+// Attention in the latent space (what decode_step runs). For query head h of kv group g (columns
+// G = g·D .. g·D + D − 1 of the row):
+//   q·x̂ⱼ[G] = cⱼ · (E[G]ᵀ (q ⊘ σ[G])) − (q ⊘ σ[G])·b[G]
+// the last term is the same for every j and drops out of softmax, so the score of row j is
+// cⱼ · q̃ with the absorbed query q̃ = E[G]ᵀ (q ⊘ σ[G]) ∈ R^r, and the head's output is
+//   Σⱼ pⱼ x̂ⱼ[G] = ((Σⱼ pⱼ cⱼ) E[G]ᵀ − b[G]) ⊘ σ[G]
+// (the values are expanded once per step, not once per row). Cost per head and step: O(S·r + D·r).
+// The reference path (Transformer::forward) instead expands every cached row (KvCodec::keys()) and
+// attends as for any codec; tests hold the two equal.
+//
+// Initialisation (choice, the seed's "hybrid approach"): σ = 1 (scale = softplus⁻¹(1)),
+// b = −mean(x) (centres the calibration rows), C = U_rᵀ and E = U_r with U_r the top-r right singular
+// vectors of the centred rows: exactly PCA. Fine-tuning (core/kv/kvsplice_train.h) then moves all four.
+//
+// File (kvsplice.safetensors): tensors "layers.<l>.{k,v}.{scale,shift,compress,expand}" F32; metadata
+// format "frost.kvsplice.v1", rank, n_layers, n_head_kv, head_dim, latent_dtype "fp16", plus whatever
+// the writer adds (model, report figures) under other keys.
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/model/model_config.h"
+
+namespace frost {
+
+struct KvSpliceDims {
+  int64_t n_layers = 0, n_head_kv = 0, head_dim = 0;
+  int64_t d() const { return n_head_kv * head_dim; }
+};
+inline KvSpliceDims kvsplice_dims(const ModelConfig& c) { return {c.n_layer, c.n_head_kv, c.head_dim}; }
+
+// One LearnedKVSplice (LibTorch, differentiable in its four tensors).
+struct LearnedKvSplice {
+  at::Tensor scale, shift;  // [d]
+  at::Tensor compress;      // [r, d]
+  at::Tensor expand;        // [d, r]
+
+  at::Tensor sigma() const;                      // softplus(scale)
+  at::Tensor encode(const at::Tensor& x) const;  // [..., d] → c [..., r]
+  at::Tensor decode(const at::Tensor& c) const;  // [..., r] → x̂ [..., d]
+  at::Tensor reconstruct(const at::Tensor& x) const { return decode(encode(x)); }
+};
+
+// Frozen raw-pointer copy of one LearnedKvSplice for the fast path.
+struct KvSpliceFast {
+  int64_t d = 0, r = 0;
+  std::vector<float> sigma, inv_sigma, shift;  // [d]
+  std::vector<float> compress;                 // [r, d] row-major
+  std::vector<float> expand;                   // [d, r] row-major
+
+  // c[r] = C (x ⊙ σ + b); tmp needs d floats.
+  void encode(const float* x, float* c, float* tmp) const;
+  // q̃[r] = E[G]ᵀ (q ⊘ σ[G]) for the D columns starting at col0.
+  void absorb(const float* q, int64_t col0, int64_t D, float* qt) const;
+  // out[D] = (E[G] cbar − b[G]) ⊘ σ[G] for the D columns starting at col0.
+  void expand_cols(const float* cbar, int64_t col0, int64_t D, float* out) const;
+};
+
+class KvSpliceSet {
+ public:
+  // σ = 1, b = 0, C = Eᵀ = the first r rows of a seeded random orthonormal basis (a valid but
+  // untrained splice; calibration replaces it). 1 <= rank <= d.
+  static absl::StatusOr<std::shared_ptr<KvSpliceSet>> create(const KvSpliceDims& dims, int64_t rank,
+                                                             uint64_t seed = 0);
+  static absl::StatusOr<std::shared_ptr<KvSpliceSet>> load(const std::string& path, const KvSpliceDims& dims);
+  absl::Status save(const std::string& path, const std::map<std::string, std::string>& extra = {}) const;
+
+  int64_t rank() const { return rank_; }
+  const KvSpliceDims& dims() const { return dims_; }
+  const LearnedKvSplice& k(int64_t l) const { return k_[static_cast<size_t>(l)]; }
+  const LearnedKvSplice& v(int64_t l) const { return v_[static_cast<size_t>(l)]; }
+  LearnedKvSplice& mutable_k(int64_t l) { return k_[static_cast<size_t>(l)]; }
+  LearnedKvSplice& mutable_v(int64_t l) { return v_[static_cast<size_t>(l)]; }
+  // Fast copies; valid after freeze() (create/load freeze; call again after changing the tensors).
+  const KvSpliceFast& fast_k(int64_t l) const { return fk_[static_cast<size_t>(l)]; }
+  const KvSpliceFast& fast_v(int64_t l) const { return fv_[static_cast<size_t>(l)]; }
+  void freeze();
+
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  std::vector<at::Tensor> parameters() const;
+  int64_t n_params() const;
+  // KV cache bytes per token, all layers (fp16 latents for K and V).
+  int64_t bytes_per_token() const { return dims_.n_layers * 2 * rank_ * 2; }
+  // d / r: the compression against an fp16 cache.
+  double compression_vs_fp16() const { return static_cast<double>(dims_.d()) / static_cast<double>(rank_); }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  KvSpliceSet() = default;
+  KvSpliceDims dims_;
+  int64_t rank_ = 0;
+  std::vector<LearnedKvSplice> k_, v_;
+  std::vector<KvSpliceFast> fk_, fv_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Batch-1 decode attention of all H query heads over n latent rows (fp16 [Tmax, r] for K and for V),
+// in the latent space (see above). q [H·D]; scores needs H·n floats, tmp H·2·r floats; out [H·D].
+void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const void* ck,
+                         const void* cv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n,
+                         float scale, float* scores, float* tmp, float* out);
+
+// The KVSplice a server stores new sequences with when they ask for the kvsplice codec; hot-swappable
+// (a sequence keeps the Active it started with).
+class KvSpliceSlot {
+ public:
+  struct Active {
+    std::shared_ptr<const KvSpliceSet> set;
+    std::string name;  // "kvsplice/3" or "file:<path>"
+  };
+  void set(std::shared_ptr<const Active> a) {
+    absl::MutexLock l(&mu_);
+    a_ = std::move(a);
+  }
+  std::shared_ptr<const Active> get() const {
+    absl::MutexLock l(&mu_);
+    return a_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Active> a_ ABSL_GUARDED_BY(mu_);
+};
+
+// Loads a kvsplice file for serving; a "model" metadata entry, when present, must equal `model`.
+absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_served_kvsplice(const std::string& path,
+                                                                                 const KvSpliceDims& dims,
+                                                                                 const std::string& name,
+                                                                                 const std::string& model);
+
+}  // namespace frost

@@ -1,0 +1,247 @@
+#include "core/kv/kvsplice_train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/common/torch_status.h"
+
+namespace frost {
+namespace {
+
+absl::Status bad_field(const std::string& key, const std::string& value, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("kvsplice config ", key, " = \"", value, "\": ", why));
+}
+
+absl::Status int_field(const std::string& key, const std::string& value, int64_t& out, int64_t lo,
+                       int64_t hi) {
+  int64_t x = 0;
+  if (!absl::SimpleAtoi(value, &x)) return bad_field(key, value, "not an integer");
+  if (x < lo || x > hi) return bad_field(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
+  out = x;
+  return absl::OkStatus();
+}
+
+absl::Status double_field(const std::string& key, const std::string& value, double& out, double lo,
+                          double hi) {
+  double x = 0;
+  if (!absl::SimpleAtod(value, &x) || !std::isfinite(x)) return bad_field(key, value, "not a finite number");
+  if (x < lo || x > hi) return bad_field(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
+  out = x;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status set_kvsplice_field(KvSpliceConfig& c, const std::string& key, const std::string& value) {
+  if (key == "rank") return int_field(key, value, c.rank, 0, 1 << 16);
+  if (key == "window") return int_field(key, value, c.window, 2, 1 << 16);
+  if (key == "steps") return int_field(key, value, c.steps, 0, 1000000);
+  if (key == "batch") return int_field(key, value, c.batch, 1, 1024);
+  if (key == "lr") return double_field(key, value, c.lr, 1e-7, 1.0);
+  if (key == "pca_windows") return int_field(key, value, c.pca_windows, 0, 1 << 20);
+  if (key == "self_sample_windows") return int_field(key, value, c.self_sample_windows, 0, 1 << 16);
+  if (key == "fisher_threshold") return double_field(key, value, c.fisher_threshold, 0.01, 1.0);
+  if (key == "fim_rank") return int_field(key, value, c.fim_rank, 0, 1 << 16);
+  if (key == "seed") {
+    int64_t s = 0;
+    FROST_RETURN_IF_ERROR(int_field(key, value, s, 0, INT64_MAX));
+    c.seed = static_cast<uint64_t>(s);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("kvsplice config: unknown key \"", key,
+                   "\" (known: rank, window, steps, batch, lr, pca_windows, self_sample_windows, "
+                   "fisher_threshold, fim_rank, seed)"));
+}
+
+absl::Status validate_kvsplice_config(const KvSpliceConfig& c, const ModelConfig& m) {
+  const int64_t d = m.n_head_kv * m.head_dim;
+  if (c.rank < 0 || c.rank > d)
+    return bad_field(
+        "rank", std::to_string(c.rank),
+        absl::StrCat("must be in [1, ", d, "] (n_head_kv · head_dim), or 0 for the Fisher-suggested rank"));
+  if (c.window < 2 || c.window > m.max_pos)
+    return bad_field("window", std::to_string(c.window), absl::StrCat("must be in [2, ", m.max_pos, "]"));
+  if (c.fim_rank > c.window)
+    return bad_field("fim_rank", std::to_string(c.fim_rank),
+                     absl::StrCat("a temporal rank must be at most the window (", c.window, ")"));
+  return absl::OkStatus();
+}
+
+std::string kvsplice_config_json(const KvSpliceConfig& c) {
+  nlohmann::ordered_json j = {{"rank", c.rank},
+                              {"window", c.window},
+                              {"steps", c.steps},
+                              {"batch", c.batch},
+                              {"lr", c.lr},
+                              {"pca_windows", c.pca_windows},
+                              {"self_sample_windows", c.self_sample_windows},
+                              {"fisher_threshold", c.fisher_threshold},
+                              {"fim_rank", c.fim_rank},
+                              {"seed", c.seed}};
+  return j.dump();
+}
+
+absl::StatusOr<KvRows> collect_kv_rows(const Transformer& model, const std::vector<TokenWindow>& windows) {
+  if (windows.empty()) return absl::InvalidArgumentError("kvsplice: no calibration windows");
+  return torch_call([&] {
+    at::NoGradGuard ng;
+    const ModelConfig& mc = model.config();
+    const int64_t L = mc.n_layer, d = mc.n_head_kv * mc.head_dim;
+    std::vector<std::vector<at::Tensor>> ks(static_cast<size_t>(L)), vs(static_cast<size_t>(L));
+    for (const TokenWindow& w : windows) {
+      const auto T = static_cast<int64_t>(w.size());
+      SequenceKv kv(model.kv_spec(T, KvCodecKind::kF32));
+      model.forward(at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong), kv, /*last_only=*/true);
+      for (int64_t l = 0; l < L; ++l) {  // [Hkv, T, D] → [T, d]
+        ks[static_cast<size_t>(l)].push_back(kv.layer(l).keys(T).transpose(0, 1).reshape({T, d}));
+        vs[static_cast<size_t>(l)].push_back(kv.layer(l).values(T).transpose(0, 1).reshape({T, d}));
+      }
+    }
+    KvRows rows;
+    for (int64_t l = 0; l < L; ++l) {
+      rows.k.push_back(at::cat(ks[static_cast<size_t>(l)], 0));
+      rows.v.push_back(at::cat(vs[static_cast<size_t>(l)], 0));
+    }
+    return rows;
+  });
+}
+
+absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(const KvSpliceDims& dims, int64_t rank,
+                                                               const KvRows& rows,
+                                                               std::vector<std::array<double, 2>>* energy) {
+  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set, KvSpliceSet::create(dims, rank));
+  if (static_cast<int64_t>(rows.k.size()) != dims.n_layers || rows.v.size() != rows.k.size())
+    return absl::InvalidArgumentError("kvsplice_from_pca: rows for the wrong number of layers");
+  if (energy) energy->assign(static_cast<size_t>(dims.n_layers), {0, 0});
+  FROST_RETURN_IF_ERROR(torch_call([&] {
+    at::NoGradGuard ng;
+    for (int64_t l = 0; l < dims.n_layers; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        const at::Tensor& x = (kv == 0 ? rows.k : rows.v)[static_cast<size_t>(l)].to(at::kDouble);
+        TORCH_CHECK(x.dim() == 2 && x.size(1) == dims.d(), "kvsplice_from_pca: rows of layer ", l, " are ",
+                    x.sizes(), ", expected [N, ", dims.d(), "]");
+        const at::Tensor mean = x.mean(0);
+        const at::Tensor xc = x - mean;
+        // right singular vectors of the centred rows = eigenvectors of the covariance
+        auto [U, S, Vh] = at::linalg_svd(xc, /*full_matrices=*/false);
+        const int64_t k = std::min<int64_t>(rank, Vh.size(0));
+        at::Tensor basis = at::zeros({dims.d(), rank}, at::kDouble);
+        basis.narrow(1, 0, k).copy_(Vh.narrow(0, 0, k).t());
+        LearnedKvSplice& sp = kv == 0 ? set->mutable_k(l) : set->mutable_v(l);
+        sp.shift.copy_(-mean);  // σ = 1 from create()
+        sp.expand.copy_(basis);
+        sp.compress.copy_(basis.t());
+        if (energy) {
+          const at::Tensor s2 = S.pow(2);
+          const double total = s2.sum().item<double>();
+          (*energy)[static_cast<size_t>(l)][static_cast<size_t>(kv)] =
+              total > 0 ? s2.narrow(0, 0, k).sum().item<double>() / total : 1.0;
+        }
+      }
+    }
+  }));
+  set->freeze();
+  return set;
+}
+
+absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& model,
+                                                            const KvSpliceConfig& cfg,
+                                                            const std::vector<TokenWindow>& windows,
+                                                            const KvRepairTrainOptions& opts) {
+  FROST_RETURN_IF_ERROR(validate_kvsplice_config(cfg, model.config()));
+  if (cfg.rank < 1) return absl::InvalidArgumentError("kvsplice: the rank must be resolved before training");
+  if (windows.empty()) return absl::InvalidArgumentError("kvsplice: no calibration windows");
+  for (const TokenWindow& w : windows)
+    if (static_cast<int64_t>(w.size()) != cfg.window)
+      return absl::InvalidArgumentError(
+          absl::StrCat("kvsplice: a calibration window has ", w.size(), " tokens, expected ", cfg.window));
+  const size_t n_pca =
+      cfg.pca_windows > 0 ? std::min(windows.size(), static_cast<size_t>(cfg.pca_windows)) : windows.size();
+  FROST_ASSIGN_OR_RETURN(KvRows rows, collect_kv_rows(model, std::vector<TokenWindow>(
+                                                                 windows.begin(), windows.begin() + n_pca)));
+  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set,
+                         kvsplice_from_pca(kvsplice_dims(model.config()), cfg.rank, rows));
+  if (cfg.steps == 0) return set;
+  std::vector<at::Tensor> params = set->parameters();
+  for (at::Tensor& p : params) p.requires_grad_(true);
+  KvAdam opt(params, cfg.lr);
+  int64_t step = 0;
+  if (!opts.checkpoint_path.empty() && std::filesystem::exists(opts.checkpoint_path)) {
+    FROST_ASSIGN_OR_RETURN(
+        step, load_train_checkpoint(opts.checkpoint_path, "kvsplice", set->named_parameters(), opt));
+  }
+  const int64_t batch = std::min<int64_t>(cfg.batch, static_cast<int64_t>(windows.size()));
+  auto finish = [&] {
+    for (at::Tensor& p : params) p.requires_grad_(false);
+    set->freeze();
+  };
+  while (step < cfg.steps) {
+    if (opts.cancel && opts.cancel->stop_requested()) {
+      if (!opts.checkpoint_path.empty())
+        FROST_RETURN_IF_ERROR(
+            save_train_checkpoint(opts.checkpoint_path, set->named_parameters(), opt, step));
+      finish();
+      return absl::CancelledError(absl::StrCat("kvsplice: cancelled at step ", step));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<size_t> idx = step_batch(cfg.seed, step, windows.size(), batch);
+    double kl_sum = 0;
+    FROST_RETURN_IF_ERROR(torch_call([&] {
+      opt.zero_grad();
+      for (int64_t b = 0; b < batch; ++b) {
+        const TokenWindow& w = windows[idx[static_cast<size_t>(b)]];
+        at::Tensor logp;
+        {
+          at::NoGradGuard ng;
+          logp = window_logprobs(model, w, KvCodecKind::kF32, KvStages{});
+        }
+        at::Tensor logq = window_logprobs(model, w, KvCodecKind::kKvSplice, KvStages{}, nullptr, set);
+        at::Tensor kl = mean_kl(logp, logq);
+        (kl / static_cast<double>(batch)).backward();
+        kl_sum += kl.item<double>();
+      }
+      clip_grad_norm(opt.params, 1.0);
+      opt.step();
+    }));
+    ++step;
+    if (opts.progress) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double kl = kl_sum / static_cast<double>(batch);
+      opts.progress({step, cfg.steps, kl, kl, s > 0 ? static_cast<double>(batch) / s : 0});
+    }
+    if (!opts.checkpoint_path.empty() && opts.checkpoint_every > 0 && step % opts.checkpoint_every == 0 &&
+        step < cfg.steps)
+      FROST_RETURN_IF_ERROR(save_train_checkpoint(opts.checkpoint_path, set->named_parameters(), opt, step));
+  }
+  finish();
+  return set;
+}
+
+absl::StatusOr<FisherAccumulator> accumulate_fisher(const Transformer& model,
+                                                    const std::vector<TokenWindow>& windows) {
+  if (windows.empty()) return absl::InvalidArgumentError("fisher: no windows");
+  const ModelConfig& mc = model.config();
+  FisherAccumulator acc(mc.n_layer, mc.n_head);
+  for (const TokenWindow& w : windows) {
+    KvTaps taps;
+    taps.probs = true;
+    FROST_RETURN_IF_ERROR(torch_call([&] {
+      at::NoGradGuard ng;
+      window_logprobs(model, w, KvCodecKind::kF32, KvStages{}, &taps);
+    }));
+    if (static_cast<int64_t>(taps.attention_probs.size()) != mc.n_layer)
+      return absl::InternalError("fisher: the model did not report every layer's attention probabilities");
+    for (int64_t l = 0; l < mc.n_layer; ++l)
+      FROST_RETURN_IF_ERROR(acc.add(l, taps.attention_probs[static_cast<size_t>(l)]));
+  }
+  return acc;
+}
+
+}  // namespace frost

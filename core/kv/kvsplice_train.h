@@ -1,0 +1,73 @@
+#pragma once
+// Calibration of a KVSplice (core/kv/kvsplice.h) on a frozen model: the library behind the `kvsplice`
+// job kind and `frost-bench kvsplice`.
+//
+//  1. collect: run the calibration windows through the model with an fp32 cache and read every layer's
+//     K and V rows back (post-RoPE, as the codec sees them): [N, d] per layer.
+//  2. PCA: per layer and for K and V, σ = 1, b = −mean, C = U_rᵀ, E = U_r from the SVD of the centred rows
+//     (the seed's "hybrid approach": principled initialisation, then fine-tuning).
+//  3. fine-tune: all four tensors of every splice on the next-token KL
+//       KL(p_clean_fp32(· | w≤t) ‖ p_kvsplice(· | w≤t)), averaged over positions,
+//     with the frozen model in between (Transformer::forward passes gradients through the splice's fp32
+//     reconstruction; the fp16 latent rounding is straight-through). Adam, global-norm clip 1.0, seeded
+//     batches (core/kv/train_util.h), checkpoint/resume like kv_repair.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/kv/fisher.h"
+#include "core/kv/kvsplice.h"
+#include "core/kv/repair_train.h"
+#include "core/kv/train_util.h"
+#include "core/model/transformer.h"
+
+namespace frost {
+
+struct KvSpliceConfig {
+  int64_t rank = 0;     // latent size r; 0 = the Fisher-suggested rank (the job's default), clamped to [1, d]
+  int64_t window = 64;  // tokens per calibration window (BOS included)
+  int64_t steps = 100;  // fine-tuning steps after the PCA initialisation (0 = PCA only)
+  int64_t batch = 4;
+  double lr = 1e-3;
+  int64_t pca_windows = 0;          // windows whose rows feed the PCA (0 = all)
+  int64_t self_sample_windows = 0;  // extra calibration windows sampled from the model
+  double fisher_threshold = 0.9;    // energy for the suggested rank
+  int64_t fim_rank = 0;             // > 0: also evaluate FIMKVSplice (temporal) at this rank
+  uint64_t seed = 0;
+};
+
+// key=value overrides: rank, window, steps, batch, lr, pca_windows, self_sample_windows,
+// fisher_threshold, fim_rank, seed. INVALID_ARGUMENT naming the key and the value.
+absl::Status set_kvsplice_field(KvSpliceConfig& cfg, const std::string& key, const std::string& value);
+// Ranges and the model (rank <= n_head_kv · head_dim, window <= max_pos, ...).
+absl::Status validate_kvsplice_config(const KvSpliceConfig& cfg, const ModelConfig& model);
+std::string kvsplice_config_json(const KvSpliceConfig& cfg);
+
+// Every layer's K and V rows over the windows, fp32 cache: k[l], v[l] are [N, d].
+struct KvRows {
+  std::vector<at::Tensor> k, v;
+};
+absl::StatusOr<KvRows> collect_kv_rows(const Transformer& model, const std::vector<TokenWindow>& windows);
+
+// The PCA-initialised splice of rank r from the rows. When energy is given it receives, per layer, the
+// fraction of the centred rows' variance the rank-r subspace keeps, for K and for V ([l][0], [l][1]).
+absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(
+    const KvSpliceDims& dims, int64_t rank, const KvRows& rows,
+    std::vector<std::array<double, 2>>* energy = nullptr);
+
+// PCA initialisation (from the first pca_windows windows) then cfg.steps of fine-tuning. cfg.rank must be
+// resolved (> 0). CANCELLED after writing a checkpoint when the token fires.
+absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& model,
+                                                            const KvSpliceConfig& cfg,
+                                                            const std::vector<TokenWindow>& windows,
+                                                            const KvRepairTrainOptions& opts = {});
+
+// Runs the windows through the model (fp32 cache, reference path) and accumulates every layer's attention
+// probabilities into a Fisher accumulator (core/kv/fisher.h). All windows must have the same length.
+absl::StatusOr<FisherAccumulator> accumulate_fisher(const Transformer& model,
+                                                    const std::vector<TokenWindow>& windows);
+
+}  // namespace frost

@@ -1,0 +1,305 @@
+// KVSplice (core/kv/kvsplice.h): the seed's LearnedKVSplice formula, the raw-pointer copies, latent-space
+// attention against the reference (expand every cached row, then attend), decode_step against forward()
+// with the kvsplice codec, the file round trip and its refusals, PCA initialisation and fine-tuning.
+#include "core/kv/kvsplice.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/common/fs.h"
+#include "core/kv/kvsplice_train.h"
+#include "core/model/builtin_models.h"
+#include "core/model/model_loader.h"
+#include "core/model/safetensors.h"
+#include "tests/testing/test_util.h"
+
+namespace frost {
+namespace {
+
+constexpr int64_t D = 16, H = 4, HKV = 2, L = 2, R = 6;
+
+// A splice set with a non-trivial transform (σ ≠ 1, b ≠ 0), so a formula that ignores either fails.
+std::shared_ptr<KvSpliceSet> random_set(int64_t rank = R, uint64_t seed = 3) {
+  auto s = KvSpliceSet::create({L, HKV, D}, rank, seed);
+  EXPECT_TRUE(s.ok()) << s.status();
+  at::NoGradGuard ng;
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed + 100);
+  for (auto& [n, t] : (*s)->named_parameters()) {
+    if (n.find("scale") != std::string::npos) t.copy_(at::randn(t.sizes(), g));
+    if (n.find("shift") != std::string::npos) t.copy_(at::randn(t.sizes(), g));
+  }
+  (*s)->freeze();
+  return *s;
+}
+
+TEST(KvSpliceTest, LearnedSpliceIsTheSeedsFourSteps) {
+  auto set = random_set();
+  at::NoGradGuard ng;
+  const LearnedKvSplice& sp = set->k(1);
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(1);
+  at::Tensor x = at::randn({5, HKV * D}, g);
+  // direct transcription: x·softplus(scale)+shift → compress → expand → inverse transform
+  at::Tensor sig = at::log1p(at::exp(sp.scale));
+  at::Tensor c = at::matmul(x * sig + sp.shift, sp.compress.t());
+  at::Tensor want = (at::matmul(c, sp.expand.t()) - sp.shift) / sig;
+  EXPECT_LT(testing::max_abs_diff(sp.encode(x), c), 1e-5);
+  EXPECT_LT(testing::max_abs_diff(sp.reconstruct(x), want), 1e-5);
+  // raw-pointer copy
+  const KvSpliceFast& f = set->fast_k(1);
+  std::vector<float> cf(R), tmp(HKV * D);
+  at::Tensor x0 = x[0].contiguous();
+  f.encode(x0.data_ptr<float>(), cf.data(), tmp.data());
+  for (int64_t k = 0; k < R; ++k) EXPECT_NEAR(cf[static_cast<size_t>(k)], c[0][k].item<float>(), 1e-4);
+  // rank d with an orthonormal basis reconstructs exactly; rank < d does not
+  auto full = random_set(HKV * D);
+  EXPECT_LT(testing::max_abs_diff(full->v(0).reconstruct(x), x), 1e-4);
+  EXPECT_GT(testing::max_abs_diff(sp.reconstruct(x), x), 1e-2);
+}
+
+TEST(KvSpliceTest, LatentAttentionEqualsExpandThenAttend) {
+  auto set = random_set();
+  const int64_t n = 11;
+  auto codec = make_kvsplice_codec(set, 1, 16);
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(2);
+  at::Tensor k = at::randn({n, HKV, D}, g), v = at::randn({n, HKV, D}, g), q = at::randn({H, D}, g);
+  codec->append(k.narrow(0, 0, 4), v.narrow(0, 0, 4), 0);  // the LibTorch write path
+  for (int64_t t = 4; t < n; ++t) {                        // and the raw one
+    at::Tensor kt = k[t].contiguous(), vt = v[t].contiguous();
+    codec->append_token(kt.data_ptr<float>(), vt.data_ptr<float>(), t);
+  }
+  EXPECT_EQ(codec->bytes_per_token(), 2 * R * 2);
+  // reference: expand every cached row, then plain attention per head
+  at::Tensor K = codec->keys(n), V = codec->values(n);  // [HKV, n, D]
+  const float scale = 0.3f;
+  std::vector<float> scores(H * n), tmp(H * 2 * R), out(H * D);
+  at::Tensor qc = q.contiguous();
+  kvsplice_attend_one(*codec->splice_k(), *codec->splice_v(), qc.data_ptr<float>(), codec->raw_keys(),
+                      codec->raw_values(), H, HKV, D, n, scale, scores.data(), tmp.data(), out.data());
+  for (int64_t h = 0; h < H; ++h) {
+    at::Tensor kg = K[h / (H / HKV)], vg = V[h / (H / HKV)];
+    at::Tensor want = at::matmul(at::softmax(at::matmul(kg, q[h]) * scale, 0), vg);
+    for (int64_t i = 0; i < D; ++i)
+      EXPECT_NEAR(out[static_cast<size_t>(h * D + i)], want[i].item<float>(), 1e-4);
+  }
+  // the cache really is lossy at r < d (the test would pass vacuously otherwise)
+  EXPECT_GT(testing::max_abs_diff(K.transpose(0, 1), k), 1e-2);
+}
+
+class KvSpliceModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = load_model("builtin:tiny");  // LLaMA, GQA 4/2 heads, head_dim 16
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(m).value();
+  }
+  const Transformer& tf() const { return *model_->model; }
+  std::vector<int64_t> tokens(int64_t n) const {
+    std::vector<int64_t> t;
+    for (int64_t i = 0; i < n; ++i) t.push_back((i * 37 + 11) % model_->config.n_vocab);
+    return t;
+  }
+  std::shared_ptr<KvSpliceSet> set(int64_t rank) const {
+    auto s = KvSpliceSet::create(kvsplice_dims(model_->config), rank, 5);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  }
+  std::unique_ptr<LoadedModel> model_;
+};
+
+TEST_F(KvSpliceModelTest, DecodeStepInTheLatentSpaceEqualsTheReferenceForward) {
+  const int64_t n = 14, d = model_->config.n_head_kv * model_->config.head_dim;
+  for (int64_t rank : {int64_t{4}, d}) {
+    auto sp = set(rank);
+    at::NoGradGuard ng;
+    SequenceKv ref_kv(tf().kv_spec(n, KvCodecKind::kKvSplice, sp));
+    at::Tensor ref = tf().forward(at::tensor(tokens(n), at::kLong), ref_kv);  // expands every row
+    SequenceKv kv(tf().kv_spec(n, KvCodecKind::kKvSplice, sp));
+    DecodeScratch s = tf().make_scratch(n);
+    const auto toks = tokens(n);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* lg = tf().decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv, s);
+      at::Tensor got = at::from_blob(const_cast<float*>(lg), {model_->config.n_vocab}, at::kFloat);
+      EXPECT_LT(testing::max_abs_diff(got, ref[t]), 2e-3) << "rank " << rank << " position " << t;
+    }
+    EXPECT_EQ(kv.bytes_per_token(), model_->config.n_layer * 2 * rank * 2);
+    // full rank ≈ the fp32 model (fp16 latent rounding only); low rank differs measurably
+    SequenceKv f32(tf().kv_spec(n, KvCodecKind::kF32));
+    at::Tensor clean = tf().forward(at::tensor(tokens(n), at::kLong), f32);
+    if (rank == d)
+      EXPECT_LT(testing::max_abs_diff(ref, clean), 5e-2);
+    else
+      EXPECT_GT(testing::max_abs_diff(ref, clean), 5e-2);
+  }
+}
+
+TEST_F(KvSpliceModelTest, SequenceWithoutASpliceSetIsRefused) {
+  EXPECT_THROW(SequenceKv(tf().kv_spec(8, KvCodecKind::kKvSplice)), c10::Error);
+  auto other =
+      KvSpliceSet::create({model_->config.n_layer + 1, model_->config.n_head_kv, model_->config.head_dim}, 2);
+  ASSERT_TRUE(other.ok());
+  EXPECT_THROW(SequenceKv(tf().kv_spec(8, KvCodecKind::kKvSplice, *other)), c10::Error);
+  EXPECT_EQ(parse_kv_codec("kvsplice").value(), KvCodecKind::kKvSplice);
+  EXPECT_STREQ(kv_codec_name(KvCodecKind::kKvSplice), "kvsplice");
+}
+
+TEST_F(KvSpliceModelTest, PcaInitialisationIsExactAtFullRankAndOrderedByEnergy) {
+  std::vector<TokenWindow> windows;
+  for (int w = 0; w < 3; ++w) {
+    TokenWindow t;
+    for (int i = 0; i < 16; ++i)
+      t.push_back(static_cast<int32_t>((i * 13 + w * 7 + 1) % model_->config.n_vocab));
+    windows.push_back(t);
+  }
+  auto rows = collect_kv_rows(tf(), windows);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const int64_t d = model_->config.n_head_kv * model_->config.head_dim;
+  ASSERT_EQ(rows->k[0].sizes(), (std::vector<int64_t>{48, d}));
+  std::vector<double> prev(2, 0);
+  for (int64_t r : {int64_t{2}, int64_t{8}, d}) {
+    std::vector<std::array<double, 2>> energy;
+    auto s = kvsplice_from_pca(kvsplice_dims(model_->config), r, *rows, &energy);
+    ASSERT_TRUE(s.ok()) << s.status();
+    at::NoGradGuard ng;
+    const double err = testing::max_abs_diff((*s)->k(1).reconstruct(rows->k[1]), rows->k[1]);
+    if (r == d) {
+      EXPECT_LT(err, 1e-3);
+      EXPECT_NEAR(energy[1][0], 1.0, 1e-9);
+    }
+    EXPECT_GE(energy[1][0], prev[0]);
+    EXPECT_GE(energy[1][1], prev[1]);
+    prev = {energy[1][0], energy[1][1]};
+  }
+}
+
+TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
+  KvSpliceConfig cfg;
+  cfg.rank = 4;
+  cfg.window = 16;
+  cfg.steps = 12;
+  cfg.batch = 2;
+  cfg.lr = 3e-3;
+  std::vector<TokenWindow> windows;
+  for (int w = 0; w < 6; ++w) {
+    TokenWindow t;
+    for (int i = 0; i < 16; ++i)
+      t.push_back(static_cast<int32_t>((i * 29 + w * 5 + 3) % model_->config.n_vocab));
+    windows.push_back(t);
+  }
+  KvSpliceConfig pca_only = cfg;
+  pca_only.steps = 0;
+  auto base = train_kvsplice(tf(), pca_only, windows);
+  ASSERT_TRUE(base.ok()) << base.status();
+  std::vector<double> kls;
+  KvRepairTrainOptions opts;
+  opts.progress = [&](const KvRepairProgress& p) { kls.push_back(p.kl); };
+  auto tuned = train_kvsplice(tf(), cfg, windows, opts);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  ASSERT_EQ(kls.size(), 12u);
+  auto ev = evaluate_kv(tf(), windows,
+                        {KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, *base},
+                         KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, *tuned}});
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  EXPECT_LT((*ev)[1].mean_kl, (*ev)[0].mean_kl * 0.95)
+      << "pca " << (*ev)[0].mean_kl << " tuned " << (*ev)[1].mean_kl;
+  for (const auto& p : (*tuned)->parameters()) EXPECT_FALSE(p.requires_grad());
+
+  // file round trip: same logits; refusals name the problem
+  testing::TempDir dir;
+  ASSERT_TRUE((*tuned)->save(dir.file("s.safetensors"), {{"model", "builtin:tiny"}}).ok());
+  auto back = KvSpliceSet::load(dir.file("s.safetensors"), kvsplice_dims(model_->config));
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (auto& [n, t] : (*tuned)->named_parameters()) {
+    bool found = false;
+    for (auto& [m, u] : (*back)->named_parameters())
+      if (m == n) {
+        found = true;
+        EXPECT_LT(testing::max_abs_diff(t, u), 0.0 + 1e-12) << n;
+      }
+    EXPECT_TRUE(found) << n;
+  }
+  KvSpliceDims wrong = kvsplice_dims(model_->config);
+  wrong.head_dim *= 2;
+  EXPECT_INVALID(KvSpliceSet::load(dir.file("s.safetensors"), wrong).status(), "head_dim");
+  EXPECT_INVALID(
+      load_served_kvsplice(dir.file("s.safetensors"), kvsplice_dims(model_->config), "x", "other").status(),
+      "trained on model");
+  // a tensor with NaN
+  {
+    std::vector<std::pair<std::string, at::Tensor>> ts;
+    for (auto& [n, t] : (*tuned)->named_parameters()) ts.emplace_back(n, t.clone());
+    ts[0].second[0] = std::nanf("");
+    auto bytes = safetensors_serialize(ts, {{"format", "frost.kvsplice.v1"},
+                                            {"rank", "4"},
+                                            {"n_layers", std::to_string(model_->config.n_layer)},
+                                            {"n_head_kv", std::to_string(model_->config.n_head_kv)},
+                                            {"head_dim", std::to_string(model_->config.head_dim)}});
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_TRUE(write_file_atomic(dir.file("nan.safetensors"), *bytes).ok());
+    EXPECT_INVALID(KvSpliceSet::load(dir.file("nan.safetensors"), kvsplice_dims(model_->config)).status(),
+                   "non-finite");
+  }
+  EXPECT_INVALID(KvSpliceSet::create(kvsplice_dims(model_->config), 0).status(), "rank");
+}
+
+TEST_F(KvSpliceModelTest, FisherFromTheModelsAttentionAndFimTemporalCompression) {
+  const int64_t T = 12;
+  std::vector<TokenWindow> windows;
+  for (int w = 0; w < 4; ++w) {
+    TokenWindow t;
+    for (int64_t i = 0; i < T; ++i)
+      t.push_back(static_cast<int32_t>((i * 11 + w * 3 + 2) % model_->config.n_vocab));
+    windows.push_back(t);
+  }
+  auto acc = accumulate_fisher(tf(), windows);
+  ASSERT_TRUE(acc.ok()) << acc.status();
+  EXPECT_EQ(acc->window(), T);
+  // the accumulated F of layer 0 equals the mean of diag(p) − ppᵀ over the model's own probabilities
+  at::Tensor want = at::zeros({model_->config.n_head, T, T}, at::kDouble);
+  for (const TokenWindow& w : windows) {
+    KvTaps taps;
+    taps.probs = true;
+    at::NoGradGuard ng;
+    window_logprobs(tf(), w, KvCodecKind::kF32, KvStages{}, &taps);
+    ASSERT_EQ(static_cast<int64_t>(taps.attention_probs.size()), model_->config.n_layer);
+    at::Tensor p = taps.attention_probs[0].to(at::kDouble);  // [H, T, T]
+    EXPECT_LT((p.sum(-1) - 1).abs().max().item<double>(), 1e-5);
+    want += at::diag_embed(p).sum(1) - at::matmul(p.transpose(1, 2), p);
+  }
+  want /= static_cast<double>(windows.size() * T);
+  EXPECT_LT(testing::max_abs_diff(acc->mean_fisher(0), want), 1e-6);
+  auto rep = acc->finish();
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(static_cast<int64_t>(rep->layers.size()), model_->config.n_layer);
+  // FIMKVSplice: rank T is lossless, a small rank is not
+  auto full = FimKvSplice::from_accumulator(*acc, T);
+  auto small = FimKvSplice::from_accumulator(*acc, 2);
+  ASSERT_TRUE(full.ok() && small.ok());
+  auto ev = evaluate_kv(
+      tf(), windows,
+      {KvEvalCase{KvCodecKind::kF32, {}, nullptr, nullptr, std::make_shared<FimKvSplice>(*full)},
+       KvEvalCase{KvCodecKind::kF32, {}, nullptr, nullptr, std::make_shared<FimKvSplice>(*small)}});
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  EXPECT_LT((*ev)[0].mean_kl, 1e-6);
+  EXPECT_GT((*ev)[1].mean_kl, 1e-3);
+  // a window of another length is refused, not silently mis-compressed
+  KvStages st;
+  st.temporal = std::make_shared<FimKvSplice>(*small);
+  SequenceKv kv(tf().kv_spec(T + 1, KvCodecKind::kF32));
+  kv.set_stages(st);
+  EXPECT_THROW(tf().forward(at::tensor(std::vector<int64_t>(T + 1, 3), at::kLong), kv), c10::Error);
+}
+
+TEST(KvSpliceConfigTest, FieldsAreValidatedWithTheirNames) {
+  KvSpliceConfig c;
+  EXPECT_INVALID(set_kvsplice_field(c, "rank", "x"), "rank");
+  EXPECT_INVALID(set_kvsplice_field(c, "lr", "-1"), "lr");
+  EXPECT_INVALID(set_kvsplice_field(c, "nope", "1"), "unknown key");
+  ASSERT_TRUE(set_kvsplice_field(c, "rank", "999").ok());
+  auto m = builtin_config("builtin:tiny");
+  ASSERT_TRUE(m.ok());
+  EXPECT_INVALID(validate_kvsplice_config(c, *m), "rank");
+}
+
+}  // namespace
+}  // namespace frost
