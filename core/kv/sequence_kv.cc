@@ -25,6 +25,9 @@ SequenceKv::SequenceKv(const KvSpec& spec) : spec_(spec) {
   }
   for (int64_t l : spec.reverse_layers) {
     TORCH_CHECK(l >= 0 && l < spec.n_layer, "SequenceKv: reverse layer ", l, " out of range");
+    TORCH_CHECK(spec.codec != KvCodecKind::kKvSplice, "SequenceKv: layer ", l,
+                " keeps a reverse (q, v) store (SBA) and the kvsplice codec is not supported there: its "
+                "splices are fitted to K rows");
     if (reverse_.empty()) reverse_.resize(static_cast<size_t>(spec.n_layer));
     reverse_[static_cast<size_t>(l)] = make_codec(spec.codec, spec.n_head_kv, spec.head_dim, spec.max_tokens);
   }

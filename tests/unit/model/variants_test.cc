@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 #include "core/model/builtin_models.h"
 #include "core/model/model_config.h"
@@ -363,6 +364,8 @@ double codec_tolerance(KvCodecKind k) {
       return 1e-2;
     case KvCodecKind::kInt4:
       return 5e-2;
+    case KvCodecKind::kKvSplice:  // as KvSpliceModelTest
+      return 2e-3;
   }
   return 0;
 }
@@ -412,6 +415,42 @@ std::vector<CodecCase> codec_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, VariantCodecTest, ::testing::ValuesIn(codec_cases()),
                          [](const ::testing::TestParamInfo<CodecCase>& i) { return i.param.name; });
+
+// RA on the kvsplice codec: the splice compresses the cached q rows; decode_step (attention in the
+// latent space) equals forward() (expanded rows). SBA's reverse store refuses kvsplice by name.
+TEST(VariantCodecTest, RaOnKvSpliceAndSbaRefusesIt) {
+  c10::InferenceMode im;
+  for (const std::string base : {"builtin:tiny-gpt2", "builtin:tiny"}) {
+    const ModelConfig cfg = make_config(base, true, ra({0}));
+    const auto tf = make_model(cfg);
+    auto sp = KvSpliceSet::create(kvsplice_dims(cfg), 4, 5);
+    ASSERT_TRUE(sp.ok()) << sp.status();
+    const int64_t T = 14;
+    const std::vector<int64_t> toks = tokens(T, cfg.n_vocab);
+    SequenceKv kv_full(tf->kv_spec(T, KvCodecKind::kKvSplice, *sp)),
+        kv_fast(tf->kv_spec(T, KvCodecKind::kKvSplice, *sp));
+    const at::Tensor full = tf->forward(at::tensor(toks, at::kLong), kv_full);
+    DecodeScratch s = tf->make_scratch(T);
+    double err = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* lf = tf->decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv_fast, s);
+      err = std::max(err,
+                     max_abs_diff(at::from_blob(const_cast<float*>(lf), {cfg.n_vocab}, at::kFloat), full[t]));
+    }
+    std::fprintf(stderr, "ra kvsplice %s: max |diff| decode_step %.3g\n", base.c_str(), err);
+    EXPECT_LE(err, codec_tolerance(KvCodecKind::kKvSplice)) << base;
+  }
+  const ModelConfig cs = make_config("builtin:tiny", true, sba({1}, 0.5));
+  auto sp = KvSpliceSet::create(kvsplice_dims(cs), 4, 5);
+  ASSERT_TRUE(sp.ok()) << sp.status();
+  try {
+    SequenceKv kv(make_model(cs)->kv_spec(8, KvCodecKind::kKvSplice, *sp));
+    ADD_FAILURE() << "SBA with kvsplice did not throw";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kvsplice codec is not supported there"), std::string::npos)
+        << e.what();
+  }
+}
 
 // RA goes through the KV pipeline unchanged: with persistent corruption and a repair operator on
 // an int4 cache, decode_step still equals forward(). SBA refuses those stages with a clear error.
