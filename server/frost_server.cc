@@ -72,12 +72,14 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   }
   s->auth_ = std::make_unique<Authenticator>(*std::move(auth));
   if (!s->auth_->has_admin_token())
-    FROST_LOG_WARN("frostd: no admin token configured (auth.admin_token_file / $%s): Training and Admin "
-                   "refuse every call",
-                   cfg.auth.admin_token_env.c_str());
+    FROST_LOG_WARN(
+        "frostd: no admin token configured (auth.admin_token_file / $%s): Training and Admin "
+        "refuse every call",
+        cfg.auth.admin_token_env.c_str());
   s->generation_ = std::make_unique<GenerationService>(cfg, s->metrics_.get());
   s->generation_->set_authenticator(s->auth_.get());
-  absl::StatusOr<std::unique_ptr<JobsRuntime>> jobs = JobsRuntime::create(cfg, s->metrics_.get(), s->auth_.get());
+  absl::StatusOr<std::unique_ptr<JobsRuntime>> jobs =
+      JobsRuntime::create(cfg, s->metrics_.get(), s->auth_.get());
   if (!jobs.ok()) {
     s->stopped_ = true;
     return jobs.status();
@@ -143,6 +145,7 @@ absl::Status FrostServer::load_model() {
   ec.max_running = cfg_.engine.max_running;
   ec.max_waiting = cfg_.engine.max_waiting;
   ec.kv_repair = &jobs_->kv_repair();
+  ec.kv_splice = &jobs_->kv_splice();
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(model, ec);
   if (!engine.ok()) return engine.status();
   std::shared_ptr<Engine> e(std::move(engine).value());
@@ -154,6 +157,9 @@ absl::Status FrostServer::load_model() {
   warm.params.temperature = 0;
   warm.params.max_new_tokens = 2;
   warm.params.ignore_eos = true;
+  // No KVSplice is loaded yet (jobs_->start below activates one): a kvsplice default warms up with fp32.
+  if (cfg_.engine.kv_codec == KvCodecKind::kKvSplice && !jobs_->kv_splice().get())
+    warm.kv_codec = KvCodecKind::kF32;
   auto sink = std::make_shared<WarmupSink>();
   if (absl::Status st = e->submit(warm, sink, std::make_shared<CancelToken>()); !st.ok()) {
     return absl::InternalError(absl::StrCat("warm-up generation refused: ", st.message()));

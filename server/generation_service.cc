@@ -104,16 +104,22 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
   if (req.kv().has_codec()) {
     absl::StatusOr<KvCodecKind> codec = parse_kv_codec(req.kv().codec());
     if (!codec.ok()) {
-      return invalid(
-          absl::StrCat("kv.codec: unknown value \"", req.kv().codec(), "\" (expected fp32|fp16|bf16|int8|int4)"));
+      return invalid(absl::StrCat("kv.codec: unknown value \"", req.kv().codec(),
+                                  "\" (expected fp32|fp16|bf16|int8|int4|kvsplice)"));
     }
     out.kv_codec = *codec;
   }
   if (req.kv().has_repair()) {
     switch (req.kv().repair()) {
-      case v1::KV_REPAIR_MODE_AUTO: out.kv_repair = GenerationRequest::KvRepair::kAuto; break;
-      case v1::KV_REPAIR_MODE_ON: out.kv_repair = GenerationRequest::KvRepair::kOn; break;
-      case v1::KV_REPAIR_MODE_OFF: out.kv_repair = GenerationRequest::KvRepair::kOff; break;
+      case v1::KV_REPAIR_MODE_AUTO:
+        out.kv_repair = GenerationRequest::KvRepair::kAuto;
+        break;
+      case v1::KV_REPAIR_MODE_ON:
+        out.kv_repair = GenerationRequest::KvRepair::kOn;
+        break;
+      case v1::KV_REPAIR_MODE_OFF:
+        out.kv_repair = GenerationRequest::KvRepair::kOff;
+        break;
       default:
         return invalid(absl::StrCat("kv.repair: unknown value ", static_cast<int>(req.kv().repair()),
                                     " (expected KV_REPAIR_MODE_AUTO|ON|OFF)"));
@@ -294,6 +300,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
         f->set_completion_tokens(r.n_completion);
         f->set_kv_codec(r.kv_codec);
         f->set_kv_repair(r.kv_repair);
+        f->set_kv_splice(r.kv_splice);
         v1::Timings* t = f->mutable_timings();
         t->set_queue_s(r.t_queue_s);
         t->set_prefill_s(r.t_prefill_s);

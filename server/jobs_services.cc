@@ -10,6 +10,7 @@
 #include "core/common/status_macros.h"
 #include "core/common/utf8.h"
 #include "core/jobs/kv_repair_job.h"
+#include "core/jobs/kvsplice_job.h"
 #include "core/jobs/prototype_job.h"
 #include "server/proto_codec.h"
 #include "server/status_convert.h"
@@ -143,6 +144,20 @@ std::string kv_repair_spec_json(const v1::KvRepairJobSpec& s) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string kvsplice_spec_json(const v1::KvSpliceJobSpec& s) {
+  json j = json::object();
+  if (!s.calib_path().empty()) j["calib_path"] = s.calib_path();
+  if (!s.test_path().empty()) j["test_path"] = s.test_path();
+  if (s.has_calib_windows()) j["calib_windows"] = s.calib_windows();
+  if (s.has_eval_windows()) j["eval_windows"] = s.eval_windows();
+  if (s.has_fisher_windows()) j["fisher_windows"] = s.fisher_windows();
+  json cfg = json::object();
+  for (const auto& [k, v] : s.config()) cfg[k] = v;
+  j["config"] = std::move(cfg);
+  j["activate"] = s.activate();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 // ---------------------------------------------------------------------------------------------
 // JobsRuntime
 
@@ -175,18 +190,23 @@ absl::Status JobsRuntime::start(std::shared_ptr<const LoadedModel> model) {
     absl::MutexLock l(&mu_);
     model_ = model;
   }
-  bool kv_repair_artifact = false;
+  bool kv_repair_artifact = false, kv_splice_artifact = false;
   if (cfg_.jobs.enabled) {
-    for (const char* kind : {"prototype", "kv_repair"}) {
+    for (const std::string kind : {"prototype", "kv_repair", "kvsplice"}) {
       absl::StatusOr<std::optional<std::string>> active = store_->active(kind);
       if (active.ok() && active->has_value()) {
         // activate() logs the success; it also rewrites ACTIVE with the same name (harmless).
         if (absl::Status st = activate(**active).status(); !st.ok()) {
-          FROST_LOG_ERROR("frostd: the active %s artifact %s cannot be served (%s is off until one is activated): %s",
-                          kind, (*active)->c_str(), std::string(kind) == "prototype" ? "Predict" : "KV repair",
-                          st.ToString().c_str());
-        } else if (std::string(kind) == "kv_repair") {
+          const char* what = kind == "prototype"   ? "Predict"
+                             : kind == "kv_repair" ? "KV repair"
+                                                   : "kv.codec kvsplice";
+          FROST_LOG_ERROR(
+              "frostd: the active %s artifact %s cannot be served (%s is off until one is activated): %s",
+              kind.c_str(), (*active)->c_str(), what, st.ToString().c_str());
+        } else if (kind == "kv_repair") {
           kv_repair_artifact = true;
+        } else if (kind == "kvsplice") {
+          kv_splice_artifact = true;
         }
       } else if (!active.ok()) {
         FROST_LOG_ERROR("frostd: %s", active.status().ToString().c_str());
@@ -194,12 +214,24 @@ absl::Status JobsRuntime::start(std::shared_ptr<const LoadedModel> model) {
     }
   }
   if (!kv_repair_artifact && !cfg_.engine.kv_repair.empty()) {
-    absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> r =
-        load_served_repair(cfg_.engine.kv_repair, repair_dims(model->config), "file:" + cfg_.engine.kv_repair,
-                           model->name);
+    absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> r = load_served_repair(
+        cfg_.engine.kv_repair, repair_dims(model->config), "file:" + cfg_.engine.kv_repair, model->name);
     if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("engine.kv_repair: ", r.status().message()));
     kv_repair_.set(*r);
     FROST_LOG_INFO("frostd: KV repair %s for the %s codec", (*r)->name.c_str(), kv_codec_name((*r)->codec));
+  }
+  if (!kv_splice_artifact && !cfg_.engine.kv_splice.empty()) {
+    absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> r = load_served_kvsplice(
+        cfg_.engine.kv_splice, kvsplice_dims(model->config), "file:" + cfg_.engine.kv_splice, model->name);
+    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("engine.kv_splice: ", r.status().message()));
+    kv_splice_.set(*r);
+    FROST_LOG_INFO("frostd: KVSplice %s (rank %lld) for kv.codec kvsplice", (*r)->name.c_str(),
+                   static_cast<long long>((*r)->set->rank()));
+  }
+  if (cfg_.engine.kv_codec == KvCodecKind::kKvSplice && !kv_splice_.get()) {
+    FROST_LOG_WARN(
+        "frostd: engine.kv_codec is kvsplice but no KVSplice is active: requests without kv.codec fail "
+        "FAILED_PRECONDITION until a kvsplice artifact is activated (or engine.kv_splice is set)");
   }
   if (!cfg_.jobs.enabled) return absl::OkStatus();
 
@@ -224,6 +256,11 @@ absl::Status JobsRuntime::start(std::shared_ptr<const LoadedModel> model) {
   ko.model = model;
   ko.store = store_.get();
   kinds["kv_repair"] = std::make_shared<jobs::KvRepairJobKind>(ko);
+  jobs::KvSpliceJobOptions so_splice;
+  so_splice.data_root = cfg_.jobs.data_root;
+  so_splice.model = model;
+  so_splice.store = store_.get();
+  kinds["kvsplice"] = std::make_shared<jobs::KvSpliceJobKind>(so_splice);
   FROST_ASSIGN_OR_RETURN(std::unique_ptr<jobs::Scheduler> s, jobs::Scheduler::create(so, std::move(kinds)));
   s->set_activator([this](const std::string& name) { return activate(name).status(); });
   s->start();
@@ -252,7 +289,23 @@ absl::StatusOr<jobs::ArtifactInfo> JobsRuntime::activate(const std::string& name
     FROST_RETURN_IF_ERROR(store_->set_active(a.kind, a.name));  // persisted before it serves
     kv_repair_.set(*r);
     ++kv_repair_swaps_;
-    FROST_LOG_INFO("frostd: activated %s (KV repair for the %s codec)", a.name.c_str(), kv_codec_name((*r)->codec));
+    FROST_LOG_INFO("frostd: activated %s (KV repair for the %s codec)", a.name.c_str(),
+                   kv_codec_name((*r)->codec));
+    return a;
+  }
+  if (a.kind == "kvsplice") {
+    absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> r =
+        jobs::load_kvsplice_artifact(a.dir, kvsplice_dims(m->config), a.name, m->name);
+    if (!r.ok()) {
+      ++kv_splice_swap_failures_;
+      return absl::FailedPreconditionError(
+          absl::StrCat("artifact '", a.name, "' cannot be activated: ", r.status().message()));
+    }
+    FROST_RETURN_IF_ERROR(store_->set_active(a.kind, a.name));  // persisted before it serves
+    kv_splice_.set(*r);
+    ++kv_splice_swaps_;
+    FROST_LOG_INFO("frostd: activated %s (KVSplice rank %lld for kv.codec kvsplice)", a.name.c_str(),
+                   static_cast<long long>((*r)->set->rank()));
     return a;
   }
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<const jobs::ServedPrototype> loaded, prototypes_.load(a, m));
@@ -285,8 +338,9 @@ JobsStats JobsRuntime::stats() const {
     }
   }
   s.store_bytes = tensors_.bytes_by_device();
-  s.artifact_swaps = prototypes_.swaps() + kv_repair_swaps_.load();
-  s.artifact_swap_failures = prototypes_.swap_failures() + kv_repair_swap_failures_.load();
+  s.artifact_swaps = prototypes_.swaps() + kv_repair_swaps_.load() + kv_splice_swaps_.load();
+  s.artifact_swap_failures =
+      prototypes_.swap_failures() + kv_repair_swap_failures_.load() + kv_splice_swap_failures_.load();
   return s;
 }
 
@@ -386,8 +440,13 @@ grpc::ServerUnaryReactor* TrainingService::SubmitJob(grpc::CallbackServerContext
             kind = "kv_repair";
             spec = kv_repair_spec_json(req.kv_repair());
             break;
+          case v1::SubmitJobRequest::kKvsplice:
+            kind = "kvsplice";
+            spec = kvsplice_spec_json(req.kvsplice());
+            break;
           default:
-            return absl::InvalidArgumentError("spec: no job spec given (set `prototype` or `kv_repair`)");
+            return absl::InvalidArgumentError(
+                "spec: no job spec given (set `prototype`, `kv_repair` or `kvsplice`)");
         }
         FROST_ASSIGN_OR_RETURN(jobs::JobRecord j,
                                rt_->scheduler()->submit(kind, spec, req.priority(), req.idempotency_key()));
@@ -563,6 +622,7 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
         for (const auto& [d, b] : rt_->tensors().bytes_by_device()) (*info.mutable_store_bytes())[d] = b;
         if (auto cur = rt_->prototypes().current()) info.add_active_artifacts(cur->name);
         if (auto kr = rt_->kv_repair().get()) info.add_active_artifacts(kr->name);
+        if (auto ks = rt_->kv_splice().get()) info.add_active_artifacts(ks->name);
         if (rt_->scheduler()) {
           jobs::Scheduler::Counts c = rt_->scheduler()->counts();
           info.set_jobs_queued(static_cast<int32_t>(c.queued));
@@ -582,9 +642,14 @@ grpc::ServerUnaryReactor* AdminService::ListArtifacts(grpc::CallbackServerContex
           return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
         FROST_ASSIGN_OR_RETURN(std::vector<jobs::ArtifactInfo> all, rt_->store()->list(req.kind()));
         std::shared_ptr<const jobs::ServedPrototype> cur = rt_->prototypes().current();
+        std::shared_ptr<const RepairSlot::Active> kr = rt_->kv_repair().get();
+        std::shared_ptr<const KvSpliceSlot::Active> ks = rt_->kv_splice().get();
         v1::ListArtifactsResponse resp;
-        for (const jobs::ArtifactInfo& a : all)
-          *resp.add_artifacts() = to_proto(a, cur && cur->name == a.name, rt_->tensors().bytes_of(a.name));
+        for (const jobs::ArtifactInfo& a : all) {
+          const bool active =
+              (cur && cur->name == a.name) || (kr && kr->name == a.name) || (ks && ks->name == a.name);
+          *resp.add_artifacts() = to_proto(a, active, rt_->tensors().bytes_of(a.name));
+        }
         return resp;
       });
 }

@@ -23,6 +23,7 @@
 #include "core/jobs/scheduler.h"
 #include "core/jobs/serving.h"
 #include "core/jobs/state_dir.h"
+#include "core/kv/kvsplice.h"
 #include "frost/v1/admin.grpc.pb.h"
 #include "frost/v1/prediction.grpc.pb.h"
 #include "frost/v1/training.grpc.pb.h"
@@ -60,6 +61,9 @@ class JobsRuntime {
   jobs::PrototypeServing& prototypes() { return prototypes_; }
   // The KV repair operator Generate applies (kv_repair artifacts and engine.kv_repair fill it).
   RepairSlot& kv_repair() { return kv_repair_; }
+  // The KVSplice Generate stores kv.codec = "kvsplice" sequences with (kvsplice artifacts and
+  // engine.kv_splice fill it).
+  KvSpliceSlot& kv_splice() { return kv_splice_; }
   // nullptr until start() (or when jobs are disabled).
   jobs::Scheduler* scheduler() const { return scheduler_.get(); }
   std::shared_ptr<const LoadedModel> model() const;
@@ -79,6 +83,8 @@ class JobsRuntime {
   jobs::PrototypeServing prototypes_;
   RepairSlot kv_repair_;
   std::atomic<int64_t> kv_repair_swaps_{0}, kv_repair_swap_failures_{0};
+  KvSpliceSlot kv_splice_;
+  std::atomic<int64_t> kv_splice_swaps_{0}, kv_splice_swap_failures_{0};
   std::unique_ptr<jobs::Scheduler> scheduler_;
   std::atomic<bool> draining_{false};
   mutable absl::Mutex mu_;
@@ -148,5 +154,9 @@ class AdminService final : public AdminServiceBase {
 v1::Job to_proto(const jobs::JobRecord& j, bool with_spec = true);
 // frost.v1.PrototypeJobSpec → the prototype kind's spec JSON (core/jobs/prototype_job.h).
 std::string prototype_spec_json(const v1::PrototypeJobSpec& spec);
+// frost.v1.KvRepairJobSpec / KvSpliceJobSpec → the kv_repair / kvsplice kinds' spec JSON
+// (core/jobs/kv_repair_job.h, core/jobs/kvsplice_job.h).
+std::string kv_repair_spec_json(const v1::KvRepairJobSpec& spec);
+std::string kvsplice_spec_json(const v1::KvSpliceJobSpec& spec);
 
 }  // namespace frost::server

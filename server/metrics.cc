@@ -102,8 +102,10 @@ prometheus::MetricFamily labelled_family(const std::string& name, const std::str
   for (const Sample& smp : samples) {
     prometheus::ClientMetric m;
     for (const auto& [k, v] : smp.labels) m.label.push_back({k, v});
-    if (type == prometheus::MetricType::Counter) m.counter.value = smp.value;
-    else m.gauge.value = smp.value;
+    if (type == prometheus::MetricType::Counter)
+      m.counter.value = smp.value;
+    else
+      m.gauge.value = smp.value;
     f.metric.push_back(std::move(m));
   }
   return f;
@@ -115,7 +117,8 @@ prometheus::MetricFamily counter_value(const std::string& name, const std::strin
 
 std::vector<Sample> by_codec(const EngineStats& s) {
   std::vector<Sample> out;
-  for (const auto& [codec, n] : s.finished_by_codec) out.push_back({{{"codec", codec}}, static_cast<double>(n)});
+  for (const auto& [codec, n] : s.finished_by_codec)
+    out.push_back({{{"codec", codec}}, static_cast<double>(n)});
   return out;
 }
 
@@ -204,19 +207,33 @@ class Metrics::EngineCollector : public prometheus::Collectable {
                      "default codec.",
                      static_cast<double>(s.kv_bytes_per_token)),
         labelled_family("frost_kv_codec_info", "The default KV storage codec (value 1).",
-                        prometheus::MetricType::Gauge, std::vector<Sample>{Sample{{{"codec", s.kv_codec}}, 1.0}}),
-        labelled_family("frost_kv_sequences_total", "Finished Generate sequences by the KV codec they stored.",
-                        prometheus::MetricType::Counter, by_codec(s)),
-        labelled_family("frost_kv_repair_active",
-                        "The KV repair operator applied to new sequences of its codec (value 1; absent = none).",
                         prometheus::MetricType::Gauge,
-                        s.kv_repair_active.empty()
-                            ? std::vector<Sample>{}
-                            : std::vector<Sample>{
-                                  Sample{{{"artifact", s.kv_repair_active}, {"codec", s.kv_repair_codec}}, 1.0}}),
+                        std::vector<Sample>{Sample{{{"codec", s.kv_codec}}, 1.0}}),
+        labelled_family("frost_kv_sequences_total",
+                        "Finished Generate sequences by the KV codec they stored.",
+                        prometheus::MetricType::Counter, by_codec(s)),
+        labelled_family(
+            "frost_kv_repair_active",
+            "The KV repair operator applied to new sequences of its codec (value 1; absent = none).",
+            prometheus::MetricType::Gauge,
+            s.kv_repair_active.empty()
+                ? std::vector<Sample>{}
+                : std::vector<Sample>{Sample{{{"artifact", s.kv_repair_active}, {"codec", s.kv_repair_codec}},
+                                             1.0}}),
         counter_value("frost_kv_repair_sequences_total",
                       "Finished Generate sequences that ran with a KV repair operator.",
                       static_cast<double>(s.n_repaired)),
+        labelled_family(
+            "frost_kv_splice_active",
+            "The KVSplice new kv.codec=kvsplice sequences store their KV with (value 1; absent = none).",
+            prometheus::MetricType::Gauge,
+            s.kv_splice_active.empty()
+                ? std::vector<Sample>{}
+                : std::vector<Sample>{Sample{
+                      {{"artifact", s.kv_splice_active}, {"rank", std::to_string(s.kv_splice_rank)}}, 1.0}}),
+        counter_value("frost_kv_splice_sequences_total",
+                      "Finished Generate sequences that stored their KV with a KVSplice (codec kvsplice).",
+                      static_cast<double>(s.n_spliced)),
     };
   }
 
@@ -266,14 +283,14 @@ class Metrics::JobsCollector : public prometheus::Collectable {
       return f;
     };
     return {
-        labelled("frost_jobs", "Training jobs in the journal by state.", prometheus::MetricType::Gauge, "state",
-                 s.jobs_by_state),
+        labelled("frost_jobs", "Training jobs in the journal by state.", prometheus::MetricType::Gauge,
+                 "state", s.jobs_by_state),
         gauge_family("frost_job_running", "1 while a training job runs.", s.job_running ? 1 : 0),
         gauge_family("frost_job_loss", "Last reported training loss of the running job.", s.job_loss),
         gauge_family("frost_job_examples_per_second", "Training throughput of the running job.",
                      s.job_examples_per_s),
-        labelled("frost_store_bytes", "Bytes of loaded artifact tensors by device.", prometheus::MetricType::Gauge,
-                 "device", s.store_bytes),
+        labelled("frost_store_bytes", "Bytes of loaded artifact tensors by device.",
+                 prometheus::MetricType::Gauge, "device", s.store_bytes),
         counter("frost_artifact_swaps_total", "Artifact activations that swapped a new version in.",
                 static_cast<double>(s.artifact_swaps)),
         counter("frost_artifact_swap_failures_total",
@@ -431,7 +448,9 @@ void Metrics::set_stats_source(std::function<EngineStats()> source) {
   engine_collector_->set_source(std::move(source));
 }
 
-void Metrics::set_jobs_source(std::function<JobsStats()> source) { jobs_collector_->set_source(std::move(source)); }
+void Metrics::set_jobs_source(std::function<JobsStats()> source) {
+  jobs_collector_->set_source(std::move(source));
+}
 
 void Metrics::record_predictions(int64_t texts, int64_t out_of_distribution) {
   predictions_->Increment(static_cast<double>(texts));

@@ -51,20 +51,23 @@ std::string yaml_quoted(const std::string& s) {
 // How a node reads in a message: a scalar's text in quotes, else its kind.
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: return yaml_quoted(node.Scalar());
-    case YAML::NodeType::Sequence: return "a sequence";
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Undefined: break;
+    case YAML::NodeType::Scalar:
+      return yaml_quoted(node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Undefined:
+      break;
   }
   return "nothing";
 }
 
 // A plain (unquoted, non-block) scalar: the only form numbers and booleans may take, so
 // `max_running: "4"` is rejected as a string rather than silently converted.
-bool is_plain_scalar(const YAML::Node& node) {
-  return node.IsScalar() && node.Tag() == "?";
-}
+bool is_plain_scalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
 
 Field int_field(const char* key, int32_t* out, int64_t lo, int64_t hi) {
   Field f;
@@ -104,8 +107,8 @@ Field double_field(const char* key, double* out, double lo, double hi) {
       return field_error(path, absl::StrCat("expected a finite number, got ", describe(value)));
     }
     if (v < lo || v > hi) {
-      return field_error(path, absl::StrCat("must be in [", format_double(lo), ", ",
-                                            format_double(hi), "], got ", value.Scalar()));
+      return field_error(path, absl::StrCat("must be in [", format_double(lo), ", ", format_double(hi),
+                                            "], got ", value.Scalar()));
     }
     *out = v;
     return absl::OkStatus();
@@ -156,8 +159,7 @@ Field enum_field(const char* key, E* out, std::vector<std::pair<std::string, E>>
   f.key = key;
   f.parse = [out, names, expected](const YAML::Node& value, const std::string& path) {
     if (!value.IsScalar()) {
-      return field_error(path,
-                         absl::StrCat("expected one of ", expected, ", got ", describe(value)));
+      return field_error(path, absl::StrCat("expected one of ", expected, ", got ", describe(value)));
     }
     for (const auto& [name, e] : names) {
       if (value.Scalar() == name) {
@@ -165,8 +167,8 @@ Field enum_field(const char* key, E* out, std::vector<std::pair<std::string, E>>
         return absl::OkStatus();
       }
     }
-    return field_error(path, absl::StrCat("unknown value ", yaml_quoted(value.Scalar()),
-                                          " (expected ", expected, ")"));
+    return field_error(
+        path, absl::StrCat("unknown value ", yaml_quoted(value.Scalar()), " (expected ", expected, ")"));
   };
   f.format = [out, names] {
     for (const auto& [name, e] : names) {
@@ -185,8 +187,7 @@ std::vector<Section> schema(ServerConfig* cfg) {
   LimitsSection& l = cfg->limits;
   return {
       {"server",
-       {string_field("listen", &s.listen),
-        string_field("metrics_listen", &s.metrics_listen),
+       {string_field("listen", &s.listen), string_field("metrics_listen", &s.metrics_listen),
         bool_field("reflection", &s.reflection),
         int_field("max_receive_message_bytes", &s.max_receive_message_bytes, 1, kInt32Max),
         int_field("max_send_message_bytes", &s.max_send_message_bytes, 1, kInt32Max),
@@ -204,8 +205,9 @@ std::vector<Section> schema(ServerConfig* cfg) {
                     {"fp16", KvCodecKind::kF16},
                     {"bf16", KvCodecKind::kBF16},
                     {"int8", KvCodecKind::kInt8},
-                    {"int4", KvCodecKind::kInt4}}),
-        string_field("kv_repair", &e.kv_repair)}},
+                    {"int4", KvCodecKind::kInt4},
+                    {"kvsplice", KvCodecKind::kKvSplice}}),
+        string_field("kv_repair", &e.kv_repair), string_field("kv_splice", &e.kv_splice)}},
       {"limits",
        {int_field("max_prompt_bytes", &l.max_prompt_bytes, 1, kInt32Max),
         int_field("max_prompt_tokens", &l.max_prompt_tokens, 0, kInt32Max),
@@ -215,13 +217,11 @@ std::vector<Section> schema(ServerConfig* cfg) {
         int_field("max_logprobs", &l.max_logprobs, 0, kInt32Max),
         int_field("max_predict_texts", &l.max_predict_texts, 1, 100000)}},
       {"jobs",
-       {bool_field("enabled", &cfg->jobs.enabled),
-        string_field("state_dir", &cfg->jobs.state_dir),
+       {bool_field("enabled", &cfg->jobs.enabled), string_field("state_dir", &cfg->jobs.state_dir),
         string_field("data_root", &cfg->jobs.data_root),
         int_field("max_queued", &cfg->jobs.max_queued, 1, 1000000),
         int_field("concurrency", &cfg->jobs.concurrency, 1, 64),
-        int_field("threads", &cfg->jobs.threads, 1, 1024),
-        int_field("nice", &cfg->jobs.nice, 0, 19),
+        int_field("threads", &cfg->jobs.threads, 1, 1024), int_field("nice", &cfg->jobs.nice, 0, 19),
         int_field("checkpoint_every", &cfg->jobs.checkpoint_every, 1, kInt32Max),
         int_field("max_attempts", &cfg->jobs.max_attempts, 1, 1000),
         int_field("max_inline_rows", &cfg->jobs.max_inline_rows, 0, kInt32Max),
@@ -266,8 +266,8 @@ absl::Status for_each_entry(
     size_t index = 0;
     while (index < known.size() && known[index] != it->first.Scalar()) ++index;
     if (index == known.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown key '", path, "' (expected one of ",
-                                                     absl::StrJoin(known, "|"), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown key '", path, "' (expected one of ", absl::StrJoin(known, "|"), ")"));
     }
     if (!seen.insert(path).second) {
       return absl::InvalidArgumentError(absl::StrCat("duplicate key '", path, "'"));
@@ -282,16 +282,14 @@ absl::Status parse_document(const YAML::Node& root, ServerConfig* cfg) {
   std::vector<std::string> section_keys;
   for (const Section& s : sections) section_keys.push_back(s.key);
   return for_each_entry(
-      root, "", section_keys,
-      [&](size_t i, const YAML::Node& section_node, const std::string& section_path) {
+      root, "", section_keys, [&](size_t i, const YAML::Node& section_node, const std::string& section_path) {
         const std::vector<Field>& fields = sections[i].fields;
         std::vector<std::string> field_keys;
         for (const Field& f : fields) field_keys.push_back(f.key);
-        return for_each_entry(
-            section_node, section_path, field_keys,
-            [&](size_t j, const YAML::Node& value, const std::string& path) {
-              return fields[j].parse(value, path);
-            });
+        return for_each_entry(section_node, section_path, field_keys,
+                              [&](size_t j, const YAML::Node& value, const std::string& path) {
+                                return fields[j].parse(value, path);
+                              });
       });
 }
 
@@ -346,12 +344,14 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
                                     yaml_quoted(cfg.server.metrics_listen)));
   }
   if (cfg.model.path.empty()) return field_error("model.path", "must not be empty");
-  if (cfg.jobs.enabled && cfg.jobs.state_dir.empty()) return field_error("jobs.state_dir", "must not be empty");
-  if (cfg.jobs.enabled && cfg.jobs.data_root.empty()) return field_error("jobs.data_root", "must not be empty");
+  if (cfg.jobs.enabled && cfg.jobs.state_dir.empty())
+    return field_error("jobs.state_dir", "must not be empty");
+  if (cfg.jobs.enabled && cfg.jobs.data_root.empty())
+    return field_error("jobs.data_root", "must not be empty");
   if (cfg.engine.max_context > 0 && cfg.limits.max_prompt_tokens > cfg.engine.max_context) {
     return field_error("limits.max_prompt_tokens",
-                       absl::StrCat("must be <= engine.max_context (", cfg.engine.max_context,
-                                    "), got ", cfg.limits.max_prompt_tokens));
+                       absl::StrCat("must be <= engine.max_context (", cfg.engine.max_context, "), got ",
+                                    cfg.limits.max_prompt_tokens));
   }
   return absl::OkStatus();
 }
@@ -367,9 +367,8 @@ absl::StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text) {
     if (!docs.empty()) FROST_RETURN_IF_ERROR(parse_document(docs[0], &cfg));
   } catch (const YAML::ParserException& e) {
     // yaml-cpp marks are 0-based.
-    return absl::InvalidArgumentError(absl::StrCat("config: YAML syntax error at line ",
-                                                   e.mark.line + 1, ", column ",
-                                                   e.mark.column + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat("config: YAML syntax error at line ", e.mark.line + 1,
+                                                   ", column ", e.mark.column + 1, ": ", e.msg));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("config: ", e.what()));
   } catch (const std::exception& e) {
@@ -382,8 +381,7 @@ absl::StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text) {
 absl::StatusOr<ServerConfig> load_server_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read config file '", path, "': ", std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "': ", std::strerror(errno)));
   }
   std::ostringstream text;
   text << in.rdbuf();

@@ -6,7 +6,7 @@
 // Every error is INVALID_ARGUMENT (NOT_FOUND for a missing file) and names the full field
 // path and the offending value, e.g.
 //   unknown key 'server.lisen'
-//   engine.kv_codec: unknown value "int3" (expected fp32|fp16|bf16|int8|int4)
+//   engine.kv_codec: unknown value "int3" (expected fp32|fp16|bf16|int8|int4|kvsplice)
 //   server.listen: expected HOST:PORT, got "abc"
 // Nothing here throws.
 #include <cstdint>
@@ -54,12 +54,18 @@ struct EngineSection {
   int32_t max_waiting = 16;
   // Tokens per sequence (prompt + completion); 0 = the model's maximum.
   int32_t max_context = 0;
-  // Default KV storage codec.
+  // Default KV storage codec. kvsplice needs an active KVSplice (a kvsplice artifact or kv_splice below):
+  // while none is active, requests that use the default fail FAILED_PRECONDITION and
+  // frost_kv_cache_bytes_per_token reads 0.
   KvCodecKind kv_codec = KvCodecKind::kF32;
   // A KV repair operator file (repair.safetensors, as frost-bench kv-repair --artifact or a kv_repair
   // artifact writes it) served from start when no kv_repair artifact is active; "" = none. Relative
   // paths are against the working directory.
   std::string kv_repair;
+  // A KVSplice file (kvsplice.safetensors, as a kvsplice artifact writes it) served from start for
+  // kv.codec = "kvsplice" when no kvsplice artifact is active; "" = none. Relative paths are against the
+  // working directory.
+  std::string kv_splice;
 };
 
 // `limits:` — per-request caps checked before any model work.
@@ -95,7 +101,7 @@ struct JobsSection {
 // config. Training and Admin need the admin token; with require_for_inference, Generation and
 // Prediction need the user or the admin token. Health is always open.
 struct AuthSection {
-  std::string admin_token_file;                    // "" = use admin_token_env
+  std::string admin_token_file;  // "" = use admin_token_env
   std::string admin_token_env = "FROST_ADMIN_TOKEN";
   std::string user_token_file;
   std::string user_token_env = "FROST_USER_TOKEN";

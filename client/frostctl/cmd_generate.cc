@@ -35,7 +35,9 @@ const char kGenerateUsage[] =
     "  --ignore-eos              keep generating after EOS\n"
     "  --logprobs N              per-token logprobs with N alternatives to "
     "stderr (0: sampled only)\n"
-    "  --kv-codec fp32|fp16|bf16|int8|int4 KV cache storage for this request\n"
+    "  --kv-codec fp32|fp16|bf16|int8|int4|kvsplice\n"
+    "                                   KV cache storage for this request (kvsplice: the server's\n"
+    "                                   active KVSplice, a learned low-rank latent)\n"
     "  --kv-repair auto|on|off          KV repair for this request (default auto: when the active\n"
     "                                   operator matches the codec)\n"
     "  --no-bos                  do not prepend BOS to the prompt\n"
@@ -82,10 +84,15 @@ std::vector<Flag> generate_flags(GenerateOptions* o, CommonOptions* common) {
       string_flag("--kv-codec", [req](const std::string& v) { req->mutable_kv()->set_codec(v); }),
       Flag{"--kv-repair", true,
            [req](const std::string& v) {
-             if (v == "auto") req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_AUTO);
-             else if (v == "on") req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_ON);
-             else if (v == "off") req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_OFF);
-             else return absl::InvalidArgumentError(absl::StrCat("--kv-repair: \"", v, "\" (expected auto|on|off)"));
+             if (v == "auto")
+               req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_AUTO);
+             else if (v == "on")
+               req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_ON);
+             else if (v == "off")
+               req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_OFF);
+             else
+               return absl::InvalidArgumentError(
+                   absl::StrCat("--kv-repair: \"", v, "\" (expected auto|on|off)"));
              return absl::OkStatus();
            }},
       switch_flag("--no-bos", [req] { req->set_add_bos(false); }),
@@ -116,15 +123,20 @@ std::string finish_reason_name(frost::v1::FinishReason reason) {
                       : std::string(absl::StripPrefix(name, "FINISH_REASON_"));
 }
 
-// e.g. "finish=STOP (token:2) prompt_tokens=5 completion_tokens=12 ttft=0.004s decode=612.3 tok/s"
+// e.g. "finish=STOP (token:2) prompt_tokens=5 completion_tokens=12 ttft=0.004s decode=612.3 tok/s kv=fp32",
+// with " kv_repair=NAME" / " kv_splice=NAME" when the request ran with one.
 void print_summary(const frost::v1::Final& final) {
   std::string reason = finish_reason_name(final.finish_reason());
   if (!final.stop_reason().empty()) absl::StrAppend(&reason, " (", final.stop_reason(), ")");
+  std::string kv;
+  if (!final.kv_codec().empty()) absl::StrAppend(&kv, " kv=", final.kv_codec());
+  if (!final.kv_repair().empty()) absl::StrAppend(&kv, " kv_repair=", final.kv_repair());
+  if (!final.kv_splice().empty()) absl::StrAppend(&kv, " kv_splice=", final.kv_splice());
   std::fprintf(stderr,
                "finish=%s prompt_tokens=%d completion_tokens=%d ttft=%.3fs "
-               "decode=%.1f tok/s\n",
+               "decode=%.1f tok/s%s\n",
                reason.c_str(), final.prompt_tokens(), final.completion_tokens(),
-               final.timings().time_to_first_token_s(), final.timings().decode_tokens_per_s());
+               final.timings().time_to_first_token_s(), final.timings().decode_tokens_per_s(), kv.c_str());
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-// frostctl train submit: Training.SubmitJob for a prototype job or a kv_repair job. Prototype training data
-// is either a JSONL file on the server (--data, under its jobs.data_root) or a local JSONL file sent inline
-// (--inline-jsonl, checked here first so a bad line is reported as file:line). kv-repair calibration text is a
-// JSONL file on the server. Prints the job id (or the Job as a JSON line), then, with --watch, follows the job
-// like `jobs watch`.
+// frostctl train submit: Training.SubmitJob for a prototype, kv_repair or kvsplice job. Prototype training
+// data is either a JSONL file on the server (--data, under its jobs.data_root) or a local JSONL file sent
+// inline (--inline-jsonl, checked here first so a bad line is reported as file:line). kv-repair and kvsplice
+// calibration text is a JSONL file on the server. Prints the job id (or the Job as a JSON line), then, with
+// --watch, follows the job like `jobs watch`.
 #include <grpcpp/client_context.h>
 
 #include <cstdio>
@@ -47,7 +47,21 @@ const char kTrainUsage[] =
     "                            windows of `window` tokens to train / evaluate on (default 64 / 16)\n"
     "  --set KEY=VALUE           kv_repair config (repeatable): codec, corruption, layers, option, rank,\n"
     "                            apply_to, steps, batch, lr, window, ... (see frost-bench kv-repair)\n"
-    "  --priority --idempotency-key --activate --watch --json, and the connection flags, as above\n";
+    "  --priority --idempotency-key --activate --watch --json, and the connection flags, as above\n"
+    "\n"
+    "       frostctl train submit kvsplice [--calib PATH] [flags]\n"
+    "  --calib PATH              calibration text on the server: JSONL, one {\"text\": ...} per line\n"
+    "                            (alias --data; optional with --set self_sample_windows=N)\n"
+    "  --test PATH               held-out JSONL on the server (default: text sampled from the model)\n"
+    "  --calib-windows N --eval-windows N --fisher-windows N\n"
+    "                            windows to calibrate / evaluate / run the Fisher analysis on\n"
+    "                            (default 64 / 16 / 16)\n"
+    "  --set KEY=VALUE           kvsplice config (repeatable): rank (unset = the Fisher-suggested rank),\n"
+    "                            window, steps, batch, lr, pca_windows, self_sample_windows,\n"
+    "                            fisher_threshold, fim_rank, seed\n"
+    "  --activate                then Generate serves kv.codec kvsplice with it (frostctl generate\n"
+    "                            --kv-codec kvsplice)\n"
+    "  --priority --idempotency-key --watch --json, and the connection flags, as above\n";
 
 namespace {
 
@@ -102,7 +116,8 @@ absl::Status set_config(google::protobuf::Map<std::string, std::string>* m, cons
   return absl::OkStatus();
 }
 
-int submit_and_watch(const frost::v1::SubmitJobRequest& request, bool json, bool watch, CommonOptions common) {
+int submit_and_watch(const frost::v1::SubmitJobRequest& request, bool json, bool watch,
+                     CommonOptions common) {
   if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
   const std::shared_ptr<grpc::Channel> channel = make_channel(common);
   std::unique_ptr<frost::v1::Training::Stub> stub = frost::v1::Training::NewStub(channel);
@@ -142,8 +157,39 @@ int run_submit_kv_repair(const std::vector<std::string>& args, CommonOptions com
   absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
   if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
   if (!positional->empty()) {
-    return report_usage_error(absl::StrCat("train submit kv-repair: unexpected argument \"", positional->front(), "\""),
-                              kTrainUsage);
+    return report_usage_error(
+        absl::StrCat("train submit kv-repair: unexpected argument \"", positional->front(), "\""),
+        kTrainUsage);
+  }
+  return submit_and_watch(request, json, watch, common);
+}
+
+int run_submit_kvsplice(const std::vector<std::string>& args, CommonOptions common) {
+  frost::v1::SubmitJobRequest request;
+  frost::v1::KvSpliceJobSpec* spec = request.mutable_kvsplice();
+  bool watch = false, json = false;
+  std::vector<Flag> flags = common_flags(&common);
+  std::vector<Flag> own = {
+      string_flag("--calib", [spec](const std::string& v) { spec->set_calib_path(v); }),
+      string_flag("--data", [spec](const std::string& v) { spec->set_calib_path(v); }),
+      string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); }),
+      int32_flag("--calib-windows", [spec](int32_t v) { spec->set_calib_windows(v); }),
+      int32_flag("--eval-windows", [spec](int32_t v) { spec->set_eval_windows(v); }),
+      int32_flag("--fisher-windows", [spec](int32_t v) { spec->set_fisher_windows(v); }),
+      Flag{"--set", true, [spec](const std::string& v) { return set_config(spec->mutable_config(), v); }},
+      int32_flag("--priority", [&request](int32_t v) { request.set_priority(v); }),
+      string_flag("--idempotency-key", [&request](const std::string& v) { request.set_idempotency_key(v); }),
+      switch_flag("--activate", [spec] { spec->set_activate(true); }),
+      switch_flag("--watch", [&watch] { watch = true; }),
+      switch_flag("--json", [&json] { json = true; }),
+  };
+  flags.insert(flags.end(), own.begin(), own.end());
+  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
+  if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
+  if (!positional->empty()) {
+    return report_usage_error(
+        absl::StrCat("train submit kvsplice: unexpected argument \"", positional->front(), "\""),
+        kTrainUsage);
   }
   return submit_and_watch(request, json, watch, common);
 }
@@ -151,16 +197,19 @@ int run_submit_kv_repair(const std::vector<std::string>& args, CommonOptions com
 int run_submit(const std::vector<std::string>& args, CommonOptions common) {
   if (!args.empty() && args.front() == "kv-repair")
     return run_submit_kv_repair(std::vector<std::string>(args.begin() + 1, args.end()), common);
+  if (!args.empty() && args.front() == "kvsplice")
+    return run_submit_kvsplice(std::vector<std::string>(args.begin() + 1, args.end()), common);
   SubmitOptions o;
   absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, submit_flags(&o, &common));
   if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
   if (positional->empty()) {
-    return report_usage_error("train submit: expected the job kind (prototype | kv-repair)", kTrainUsage);
+    return report_usage_error("train submit: expected the job kind (prototype | kv-repair | kvsplice)",
+                              kTrainUsage);
   }
   if (positional->front() != "prototype") {
-    return report_usage_error(
-        absl::StrCat("train submit: unknown job kind \"", positional->front(), "\" (expected prototype | kv-repair)"),
-        kTrainUsage);
+    return report_usage_error(absl::StrCat("train submit: unknown job kind \"", positional->front(),
+                                           "\" (expected prototype | kv-repair | kvsplice)"),
+                              kTrainUsage);
   }
   if (positional->size() > 1) {
     return report_usage_error(absl::StrCat("train submit: unexpected argument \"", (*positional)[1], "\""),

@@ -23,6 +23,7 @@ constexpr char kUsage[] =
     "  health            print the serving status; exit 0 only when SERVING\n"
     "  predict TEXT...   predict a value per text, with the prototypes that explain it\n"
     "  train submit prototype (--data PATH | --inline-jsonl FILE)\n"
+    "  train submit kv-repair | kvsplice [--data PATH | --calib PATH]\n"
     "                    submit a training job; print its id (--watch: then follow it)\n"
     "  jobs list | get ID | cancel ID | watch ID\n"
     "                    list, show, cancel or follow training jobs\n"

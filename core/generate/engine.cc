@@ -16,6 +16,9 @@ struct Engine::Pending {
   SamplingParams params;
   KvCodecKind codec = KvCodecKind::kF32;
   GenerationRequest::KvRepair repair_mode = GenerationRequest::KvRepair::kAuto;
+  // kvsplice: the KVSplice active at submit (the sequence starts with the one active at admission, this
+  // one when the slot was emptied in between).
+  std::shared_ptr<const KvSpliceSlot::Active> splice;
   std::shared_ptr<TokenSink> sink;
   std::shared_ptr<CancelToken> cancel;
   int64_t t_submit_ns = 0;
@@ -28,8 +31,9 @@ struct Engine::Active {
   DecodeScratch scratch;
   std::unique_ptr<Sequence> seq;
   double t_queue_s = 0;
-  int64_t kv_bytes = 0;  // allocated for this sequence (counted in kv_bytes_in_use_)
+  int64_t kv_bytes = 0;   // allocated for this sequence (counted in kv_bytes_in_use_)
   std::string kv_repair;  // the repair operator it runs with ("" = none)
+  std::string kv_splice;  // the KVSplice it stores its KV with ("" = none)
 };
 
 Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
@@ -47,7 +51,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
   std::unique_ptr<Engine> e(new Engine(std::move(model), cfg));
   const KvSpec spec = e->model_->model->kv_spec(e->validator_.max_context(), cfg.gen.kv_codec);
   int64_t per_token = 0;
-  {
+  // kvsplice as the default codec: the bytes depend on the active set's rank, so stats() computes them at
+  // read time (KvSpliceSet::bytes_per_token; 0 while none is active) instead of allocating a cache here.
+  if (cfg.gen.kv_codec != KvCodecKind::kKvSplice) {
     // bytes of one position, all layers (the codec decides the element size)
     FROST_ASSIGN_OR_RETURN(per_token, torch_call([&] {
                              KvSpec one = spec;
@@ -77,6 +83,14 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->params = req.params;
   p->codec = req.kv_codec.value_or(cfg_.gen.kv_codec);
   p->repair_mode = req.kv_repair;
+  if (p->codec == KvCodecKind::kKvSplice) {
+    p->splice = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
+    if (!p->splice || !p->splice->set) {
+      return absl::FailedPreconditionError(
+          "kv.codec: kvsplice but no KVSplice is active (train a kvsplice job and activate it, or set "
+          "engine.kv_splice)");
+    }
+  }
   if (req.kv_repair == GenerationRequest::KvRepair::kOn) {
     std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
     if (!r) {
@@ -85,10 +99,9 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
           "engine.kv_repair)");
     }
     if (r->codec != p->codec) {
-      return absl::FailedPreconditionError(absl::StrCat("kv.repair: ON but the active operator ", r->name,
-                                                        " repairs the ", kv_codec_name(r->codec),
-                                                        " codec and this request stores its KV as ",
-                                                        kv_codec_name(p->codec)));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kv.repair: ON but the active operator ", r->name, " repairs the ", kv_codec_name(r->codec),
+          " codec and this request stores its KV as ", kv_codec_name(p->codec)));
     }
   }
   p->sink = std::move(sink);
@@ -118,6 +131,13 @@ EngineStats Engine::stats() const {
     s.kv_repair_active = r->name;
     s.kv_repair_codec = kv_codec_name(r->codec);
   }
+  std::shared_ptr<const KvSpliceSlot::Active> sp = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
+  if (sp && sp->set) {
+    s.kv_splice_active = sp->name;
+    s.kv_splice_rank = sp->set->rank();
+  }
+  if (cfg_.gen.kv_codec == KvCodecKind::kKvSplice)
+    s.kv_bytes_per_token = sp && sp->set ? sp->set->bytes_per_token() : 0;
   return s;
 }
 
@@ -157,6 +177,7 @@ void Engine::run() {
       r->t_queue_s = a.t_queue_s;
       r->kv_codec = kv_codec_name(a.req->codec);
       r->kv_repair = a.kv_repair;
+      r->kv_splice = a.kv_splice;
     }
     a.kv.reset();  // release the KV memory before telling the client
     {
@@ -169,6 +190,7 @@ void Engine::run() {
     --n_running_;
     ++counters_.n_finished;
     if (!a.kv_repair.empty()) ++counters_.n_repaired;
+    if (!a.kv_splice.empty()) ++counters_.n_spliced;
     ++counters_.finished_by_codec[kv_codec_name(a.req->codec)];
   };
   // A request cancelled (or past its deadline) while it waited: no KV is allocated for it.
@@ -210,7 +232,17 @@ void Engine::run() {
       a->t_queue_s = static_cast<double>(now - p->t_submit_ns) * 1e-9;
       a->req = std::move(p);
       absl::Status st = torch_call([&] {
-        a->kv = std::make_unique<SequenceKv>(model_->model->kv_spec(validator_.max_context(), a->req->codec));
+        std::shared_ptr<const KvSpliceSet> splice;
+        if (a->req->codec == KvCodecKind::kKvSplice) {
+          // The Active of this moment (a later swap does not touch this sequence; it holds the set).
+          std::shared_ptr<const KvSpliceSlot::Active> sp = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
+          if (!sp || !sp->set) sp = a->req->splice;
+          a->req->splice.reset();
+          splice = sp->set;
+          a->kv_splice = sp->name;
+        }
+        a->kv = std::make_unique<SequenceKv>(
+            model_->model->kv_spec(validator_.max_context(), a->req->codec, std::move(splice)));
         if (std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
             r && r->codec == a->req->codec && a->req->repair_mode != GenerationRequest::KvRepair::kOff) {
           KvStages stages;

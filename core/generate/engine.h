@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <string>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,6 +27,7 @@
 #include "core/common/cancel.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
+#include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 
 namespace frost {
@@ -46,21 +47,30 @@ struct EngineConfig {
   int32_t max_waiting = 16;  // bounded admission queue
   // The active KV repair operator (owned by the caller, outlives the engine); null = never repair.
   RepairSlot* kv_repair = nullptr;
+  // The active KVSplice (owned by the caller, outlives the engine) that sequences with the kvsplice codec
+  // store their KV with; null or empty = kvsplice requests fail FAILED_PRECONDITION at submit. A sequence
+  // keeps the Active it started with (hot swap safe). With gen.kv_codec = kvsplice the default codec
+  // needs it too; kv_bytes_per_token then follows the active set (0 while none is active).
+  KvSpliceSlot* kv_splice = nullptr;
 };
 
 struct EngineStats {
   int32_t n_running = 0;
   int32_t n_waiting = 0;
   int64_t kv_bytes_in_use = 0;     // KV caches of the active sequences (allocated)
-  int64_t kv_bytes_per_token = 0;  // all layers, one position, default codec
+  int64_t kv_bytes_per_token = 0;  // all layers, one position, default codec (kvsplice: of the active
+                                   // set, 0 while none is active)
   uint64_t n_accepted = 0;
   uint64_t n_rejected_full = 0;  // RESOURCE_EXHAUSTED at submit
   uint64_t n_finished = 0;
-  uint64_t n_repaired = 0;       // finished sequences that ran with a KV repair operator
+  uint64_t n_repaired = 0;                            // finished sequences that ran with a KV repair operator
   std::map<std::string, uint64_t> finished_by_codec;  // finished sequences per KV codec
-  std::string kv_codec;          // the default codec
-  std::string kv_repair_active;  // name of the active operator ("" = none)
-  std::string kv_repair_codec;   // the codec it repairs
+  std::string kv_codec;                               // the default codec
+  std::string kv_repair_active;                       // name of the active operator ("" = none)
+  std::string kv_repair_codec;                        // the codec it repairs
+  uint64_t n_spliced = 0;        // finished sequences stored with a KVSplice (kvsplice codec)
+  std::string kv_splice_active;  // name of the active KVSplice ("" = none)
+  int64_t kv_splice_rank = 0;    // its latent rank
 };
 
 class Engine {

@@ -65,9 +65,13 @@ absl::StatusOr<GenerationResult> Generator::generate(const GenerationRequest& re
                                                      const CancelToken& cancel) {
   FROST_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prepare(req));
   const KvCodecKind codec = req.kv_codec.value_or(cfg_.kv_codec);
+  if (codec == KvCodecKind::kKvSplice && !cfg_.kv_splice)
+    return absl::FailedPreconditionError(
+        "kv.codec: kvsplice but the generator has no KVSplice (GeneratorConfig::kv_splice)");
   if (!kv_ || kv_->spec().codec != codec) {
     FROST_RETURN_IF_ERROR(torch_call([&] {
-      kv_ = std::make_unique<SequenceKv>(model_.model->kv_spec(max_context_, codec));
+      kv_ = std::make_unique<SequenceKv>(model_.model->kv_spec(
+          max_context_, codec, codec == KvCodecKind::kKvSplice ? cfg_.kv_splice : nullptr));
       scratch_ = model_.model->make_scratch(max_context_);
     }));
   }

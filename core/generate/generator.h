@@ -19,6 +19,9 @@ struct GeneratorConfig {
   bool fast_decode = true;        // decode with Transformer::decode_step (else forward())
   int64_t max_prompt_tokens = 0;  // cap on prompt length in tokens; 0 = the context length
   SamplingLimits limits;
+  // The KVSplice that requests with the kvsplice codec store their KV with; null = such requests fail
+  // FAILED_PRECONDITION.
+  std::shared_ptr<const KvSpliceSet> kv_splice;
 };
 
 class Generator {

@@ -20,7 +20,9 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;  // token ids, used as given (no BOS added)
   bool add_bos = true;              // for text prompts, when the tokenizer has a BOS
   SamplingParams params;
-  std::optional<KvCodecKind> kv_codec;  // KV storage for this request; unset = engine default
+  // KV storage for this request; unset = engine default. kKvSplice needs an active KVSplice
+  // (EngineConfig::kv_splice / GeneratorConfig::kv_splice; FAILED_PRECONDITION otherwise).
+  std::optional<KvCodecKind> kv_codec;
   // KV repair (core/kv/repair_set.h RepairSlot): kAuto applies the active operator when it was trained
   // for this request's codec; kOn requires that (FAILED_PRECONDITION otherwise); kOff never repairs.
   enum class KvRepair { kAuto, kOn, kOff } kv_repair = KvRepair::kAuto;
@@ -54,6 +56,7 @@ struct GenerationResult {
   int32_t n_decode_steps = 0;  // forward passes after the prefill
   std::string kv_codec;        // the KV storage codec this sequence used
   std::string kv_repair;       // the repair operator it used ("" = none)
+  std::string kv_splice;       // the KVSplice it stored its KV with (kvsplice codec; "" = none)
   double t_first_token_s = 0;  // from start of generate() to the first token
   double prefill_tok_s() const { return t_prefill_s > 0 ? n_prompt / t_prefill_s : 0; }
   double decode_tok_s() const { return t_decode_s > 0 ? n_decode_steps / t_decode_s : 0; }

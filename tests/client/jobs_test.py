@@ -25,6 +25,7 @@ import math
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -647,6 +648,98 @@ class JobsServiceTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as e:
             self.s.admin.DeleteArtifact(admin_pb2.DeleteArtifactRequest(name=job.artifact), metadata=ADMIN)
         self.assertEqual(e.exception.code(), Code.FAILED_PRECONDITION)
+
+
+    # -- 12 ------------------------------------------------------------------------------------
+
+    def test_12_kvsplice_job_then_generate_with_it(self):
+        """kv.codec "kvsplice" is refused (FAILED_PRECONDITION) until a KVSplice is active; a kvsplice job
+        (rank 4, a few steps) calibrates one, reports the Fisher analysis and held-out perplexities, and once
+        activated Generate stores kvsplice sequences with it: the Final names it, ListArtifacts and
+        ServerInfo show it active, /metrics exports it. A kv_repair job for the kvsplice codec is refused."""
+        def generate(**kv):
+            req = generation_pb2.GenerateRequest(
+                text="Once upon a time", sampling=generation_pb2.SamplingParams(temperature=0, max_new_tokens=12,
+                                                                                ignore_eos=True),
+                kv=generation_pb2.KvOptions(**kv))
+            final, text, n = None, "", 0
+            for m in self.s.generation.Generate(req, timeout=60):
+                if m.HasField("chunk"):
+                    text += m.chunk.text
+                    n += len(m.chunk.token_ids)
+                if m.HasField("final"):
+                    final = m.final
+            return final, text, n
+
+        self.assertEqual(len(self.s.admin.ListArtifacts(admin_pb2.ListArtifactsRequest(kind="kvsplice"),
+                                                        metadata=ADMIN, timeout=30).artifacts), 0)
+        with self.assertRaises(grpc.RpcError) as e:
+            generate(codec="kvsplice")
+        self.assertEqual(e.exception.code(), Code.FAILED_PRECONDITION, e.exception.details())
+        self.assertIn("kvsplice", e.exception.details())
+        self.assertIn("no KVSplice is active", e.exception.details())
+        # KV repair does not train for the kvsplice codec: refused at submit.
+        with self.assertRaises(grpc.RpcError) as e:
+            self.s.submit(T.KvRepairJobSpec(calib_path=self.train_rel, config={"codec": "kvsplice"}))
+        self.assertEqual(e.exception.code(), Code.INVALID_ARGUMENT, e.exception.details())
+        self.assertIn("kvsplice", e.exception.details())
+
+        test_rel = "emo/heldout_kvsplice.jsonl"
+        with open(os.path.join(lib.emobank_dir(), "test.jsonl"), encoding="utf-8") as src, \
+                open(os.path.join(self.data_root, test_rel), "w", encoding="utf-8") as dst:
+            dst.writelines(line for i, line in enumerate(src) if i < 100)
+        spec = T.KvSpliceJobSpec(calib_path=self.train_rel, test_path=test_rel, calib_windows=8, eval_windows=4,
+                                 fisher_windows=4, activate=True,
+                                 config={"rank": "4", "steps": "5", "window": "32", "batch": "4", "lr": "0.01"})
+        t0 = time.monotonic()
+        job = self.s.training.SubmitJob(T.SubmitJobRequest(idempotency_key="kvsplice-1", kvsplice=spec),
+                                        metadata=ADMIN, timeout=60)
+        self.assertEqual(job.kind, "kvsplice")
+        spec_json = json.loads(job.spec_json)
+        self.assertEqual((spec_json["calib_windows"], spec_json["eval_windows"], spec_json["fisher_windows"]),
+                         (8, 4, 4), spec_json)
+        job = self.s.wait_job(job.id, timeout=300)
+        self.assertEqual(job.state, T.JOB_STATE_SUCCEEDED, f"{job}\n{self.s.log()}")
+        self.assertTrue(job.artifact.startswith("kvsplice/"), job.artifact)
+        report = json.loads(job.report_json)
+        self.assertIn("suggested_rank", report["fisher"], report)
+        self.assertEqual((report["rank"], report["rank_source"]), (4, "config"), report)
+        for k in ("fp32", "fp16", "pca", "kvsplice"):
+            self.assertTrue(math.isfinite(report[k]["ppl"]) and report[k]["ppl"] > 0, report)
+        self.assertIn("ppl_vs_fp16", report["kvsplice"])
+        self.assertLess(report["kv_bytes_per_token"]["kvsplice"], report["kv_bytes_per_token"]["fp16"], report)
+        info = self.s.admin.GetServerInfo(admin_pb2.ServerInfoRequest(), metadata=ADMIN)
+        self.assertIn(job.artifact, list(info.active_artifacts))
+        arts = self.s.admin.ListArtifacts(admin_pb2.ListArtifactsRequest(kind="kvsplice"), metadata=ADMIN,
+                                          timeout=30).artifacts
+        self.assertEqual([a.name for a in arts], [job.artifact])
+        self.assertTrue(arts[0].active)
+        self.assertEqual(json.loads(arts[0].report_json)["rank"], 4)
+
+        f_sp, t_sp, n_sp = generate(codec="kvsplice")
+        self.assertEqual((f_sp.kv_codec, f_sp.kv_splice), ("kvsplice", job.artifact))
+        self.assertEqual((f_sp.completion_tokens, n_sp), (12, 12))
+        self.assertEqual(f_sp.kv_repair, "", "no repair operator applies to a kvsplice cache")
+        f_fp32, _, _ = generate(codec="fp32")
+        self.assertEqual((f_fp32.kv_codec, f_fp32.kv_splice), ("fp32", ""))
+        frostctl = os.environ.get("FROST_FROSTCTL") or os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(os.environ["FROST_FROSTD"]))), "client", "frostctl")
+        if os.path.exists(frostctl):
+            r = subprocess.run([frostctl, "--addr", self.s.addr, "generate", "--kv-codec", "kvsplice",
+                                "--temperature", "0", "--max-new-tokens", "12", "--ignore-eos", "Once upon a time"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout, t_sp)
+            self.assertIn(f"kv=kvsplice kv_splice={job.artifact}", r.stderr)
+        m = self.s.metrics_text()
+        self.assertIn(f'frost_kv_splice_active{{artifact="{job.artifact}",rank="4"}} 1', m)
+        self.assertRegex(m, r"frost_kv_splice_sequences_total [1-9]")
+        self.assertRegex(m, r'frost_kv_sequences_total\{codec="kvsplice"\} [1-9]')
+        # the active KVSplice cannot be deleted
+        with self.assertRaises(grpc.RpcError) as e:
+            self.s.admin.DeleteArtifact(admin_pb2.DeleteArtifactRequest(name=job.artifact), metadata=ADMIN)
+        self.assertEqual(e.exception.code(), Code.FAILED_PRECONDITION)
+        self.assertLess(time.monotonic() - t0, 60, "the small kvsplice job and its checks should take seconds")
 
 
 class CrashRecoveryTest(unittest.TestCase):

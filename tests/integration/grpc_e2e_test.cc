@@ -247,8 +247,8 @@ class Frostd {
     testing::write_text_file(config, o.yaml.empty() ? std::string(kBaseYaml) : o.yaml);
     std::vector<std::string> args = {
         FROST_FROSTD_PATH, "--config",    config, "--listen", "127.0.0.1:0", "--metrics-listen",
-        "127.0.0.1:0",     "--port-file", ports,  "--model",  o.model,
-        "--state-dir",     dir_.file("state")};
+        "127.0.0.1:0",     "--port-file", ports,  "--model",  o.model,       "--state-dir",
+        dir_.file("state")};
     if (o.load_delay_s > 0) {
       args.push_back("--load-delay-s");
       args.push_back(std::to_string(o.load_delay_s));
@@ -698,7 +698,19 @@ TEST_F(GrpcE2eStories, GenerateWithEveryKvCodec) {
     } else {
       EXPECT_EQ(o.ids, want_ids);
     }
+    EXPECT_EQ(o.final.kv_codec(), codec);
+    EXPECT_EQ(o.final.kv_splice(), "");
   }
+  // kvsplice needs an active KVSplice (a kvsplice artifact or engine.kv_splice): refused before any model
+  // work.
+  v1::GenerateRequest req;
+  req.set_text(c["prompt"].get<std::string>());
+  req.mutable_kv()->set_codec("kvsplice");
+  const StreamOutcome o = RunGenerate(f->stub(), req);
+  EXPECT_EQ(o.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << Describe(o);
+  EXPECT_NE(o.status.error_message().find("kv.codec: kvsplice but no KVSplice is active"), std::string::npos)
+      << Describe(o);
+  EXPECT_EQ(o.chunks, 0);
 }
 
 TEST_F(GrpcE2eStories, TokenizeAndModelInfo) {

@@ -64,6 +64,16 @@ TEST(GenerationRequestTest, SetFieldsAreCarriedOver) {
   EXPECT_EQ(*g->kv_codec, KvCodecKind::kF16);
 }
 
+TEST(GenerationRequestTest, KvSpliceCodecIsAccepted) {
+  // Whether a KVSplice is active is the engine's check (FAILED_PRECONDITION at submit).
+  v1::GenerateRequest r = text_request("Once");
+  r.mutable_kv()->set_codec("kvsplice");
+  absl::StatusOr<GenerationRequest> g = to_generation_request(r, LimitsSection{});
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(g->kv_codec.has_value());
+  EXPECT_EQ(*g->kv_codec, KvCodecKind::kKvSplice);
+}
+
 TEST(GenerationRequestTest, TokenIdPromptIsUsedAsGiven) {
   v1::GenerateRequest r;
   r.mutable_token_ids()->add_ids(1);
@@ -111,6 +121,7 @@ TEST(GenerationRequestTest, EdgeChecksNameTheFieldAndValue) {
     v1::GenerateRequest r = text_request("a");
     r.mutable_kv()->set_codec("int3");
     check(r, "kv.codec: unknown value \"int3\"");
+    check(r, "kvsplice");  // the message lists every codec
   }
 }
 

@@ -63,6 +63,28 @@ TEST(MetricsTest, EngineGaugesAreReadAtScrapeTime) {
   EXPECT_TRUE(has_line(m.render(), "frost_kv_cache_bytes_in_use 0"));
 }
 
+TEST(MetricsTest, KvRepairAndKvSpliceFamilies) {
+  Metrics m;
+  EngineStats stats;
+  m.set_stats_source([&stats] { return stats; });
+  std::string text = m.render();
+  EXPECT_EQ(text.find("frost_kv_splice_active{"), std::string::npos) << text;  // absent = none
+  EXPECT_TRUE(has_line(text, "frost_kv_splice_sequences_total 0")) << text;
+  stats.kv_splice_active = "kvsplice/2";
+  stats.kv_splice_rank = 8;
+  stats.n_spliced = 3;
+  stats.finished_by_codec["kvsplice"] = 3;
+  stats.kv_repair_active = "kv_repair/1";
+  stats.kv_repair_codec = "int4";
+  text = m.render();
+  EXPECT_TRUE(has_line(text, "frost_kv_splice_active{artifact=\"kvsplice/2\",rank=\"8\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "frost_kv_splice_sequences_total 3")) << text;
+  EXPECT_TRUE(has_line(text, "frost_kv_sequences_total{codec=\"kvsplice\"} 3")) << text;
+  EXPECT_TRUE(has_line(text, "frost_kv_repair_active{artifact=\"kv_repair/1\",codec=\"int4\"} 1")) << text;
+  EXPECT_NE(text.find("# TYPE frost_kv_splice_active gauge"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE frost_kv_splice_sequences_total counter"), std::string::npos) << text;
+}
+
 TEST(MetricsTest, ServeRejectsAMalformedAddressNamingIt) {
   Metrics m;
   absl::StatusOr<int> port = m.serve("no-port-here");

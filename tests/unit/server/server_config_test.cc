@@ -134,6 +134,21 @@ TEST(ServerConfigTest, PartialSectionKeepsOtherDefaults) {
   EXPECT_EQ(c.server.listen, "0.0.0.0:50051");
 }
 
+TEST(ServerConfigTest, KvSpliceCodecAndFile) {
+  EXPECT_EQ(ServerConfig().engine.kv_splice, "");
+  const ServerConfig c = parse_ok(
+      "engine:\n  kv_codec: kvsplice\n  kv_splice: art/kvsplice.safetensors\n  kv_repair: r.safetensors\n");
+  EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kKvSplice);
+  EXPECT_EQ(c.engine.kv_splice, "art/kvsplice.safetensors");
+  EXPECT_EQ(c.engine.kv_repair, "r.safetensors");
+  const std::string text = format_server_config(c);
+  EXPECT_NE(text.find("kv_codec: kvsplice"), std::string::npos) << text;
+  const ServerConfig back = parse_ok(text);
+  EXPECT_EQ(back.engine.kv_splice, c.engine.kv_splice);
+  EXPECT_EQ(back.engine.kv_codec, KvCodecKind::kKvSplice);
+  EXPECT_INVALID(parse_status("engine:\n  kv_splice: [a, b]\n"), "engine.kv_splice: expected a string");
+}
+
 TEST(ServerConfigTest, FormatRoundTrips) {
   ServerConfig c;
   c.server.listen = "127.0.0.1:0";
@@ -197,8 +212,7 @@ TEST(ServerConfigTest, RejectsWrongTypes) {
                  "server.drain_timeout_s: expected a finite number, got \"nan\"");
   EXPECT_INVALID(parse_status("server:\n  listen: {host: x}\n"),
                  "server.listen: expected a string, got a mapping");
-  EXPECT_INVALID(parse_status("model:\n  path: [a, b]\n"),
-                 "model.path: expected a string, got a sequence");
+  EXPECT_INVALID(parse_status("model:\n  path: [a, b]\n"), "model.path: expected a string, got a sequence");
   EXPECT_INVALID(parse_status("model:\n  path: ~\n"), "model.path: expected a string, got null");
   EXPECT_INVALID(parse_status("log:\n  level: [info]\n"),
                  "log.level: expected one of debug|info|warn|error, got a sequence");
@@ -213,8 +227,7 @@ TEST(ServerConfigTest, RejectsOutOfRangeValues) {
                  "engine.max_context: must be in [0, 2147483647], got 2147483648");
   EXPECT_INVALID(parse_status("engine:\n  max_context: 99999999999999999999999\n"),
                  "engine.max_context: expected an integer, got \"99999999999999999999999\"");
-  EXPECT_INVALID(parse_status("model:\n  threads: 5000\n"),
-                 "model.threads: must be in [0, 1024], got 5000");
+  EXPECT_INVALID(parse_status("model:\n  threads: 5000\n"), "model.threads: must be in [0, 1024], got 5000");
   EXPECT_INVALID(parse_status("server:\n  max_receive_message_bytes: 0\n"),
                  "server.max_receive_message_bytes: must be in [1, 2147483647], got 0");
   EXPECT_INVALID(parse_status("server:\n  max_send_message_bytes: -5\n"),
@@ -239,9 +252,9 @@ TEST(ServerConfigTest, RejectsOutOfRangeValues) {
 
 TEST(ServerConfigTest, RejectsUnknownEnumValues) {
   EXPECT_INVALID(parse_status("engine:\n  kv_codec: int3\n"),
-                 "engine.kv_codec: unknown value \"int3\" (expected fp32|fp16|bf16|int8|int4)");
+                 "engine.kv_codec: unknown value \"int3\" (expected fp32|fp16|bf16|int8|int4|kvsplice)");
   EXPECT_INVALID(parse_status("engine:\n  kv_codec: FP16\n"),
-                 "engine.kv_codec: unknown value \"FP16\" (expected fp32|fp16|bf16|int8|int4)");
+                 "engine.kv_codec: unknown value \"FP16\" (expected fp32|fp16|bf16|int8|int4|kvsplice)");
   EXPECT_INVALID(parse_status("model:\n  dtype: fp16\n"),
                  "model.dtype: unknown value \"fp16\" (expected fp32|bf16)");
   EXPECT_INVALID(parse_status("log:\n  level: verbose\n"),
@@ -253,10 +266,9 @@ TEST(ServerConfigTest, ListenAddresses) {
                          "my-host.example.com:8080", "[::ffff:127.0.0.1]:1"}) {
     EXPECT_TRUE(validate_host_port("server.listen", ok).ok()) << ok;
   }
-  EXPECT_INVALID(parse_status("server:\n  listen: abc\n"),
-                 "server.listen: expected HOST:PORT, got \"abc\"");
-  for (const char* bad : {"abc", "abc:", ":50051", "host:port", "host:-1", "::1:50051",
-                          "[::1:50051", "[]:1", "a b:1", "host:12:34x", ""}) {
+  EXPECT_INVALID(parse_status("server:\n  listen: abc\n"), "server.listen: expected HOST:PORT, got \"abc\"");
+  for (const char* bad : {"abc", "abc:", ":50051", "host:port", "host:-1", "::1:50051", "[::1:50051", "[]:1",
+                          "a b:1", "host:12:34x", ""}) {
     EXPECT_INVALID(validate_host_port("server.listen", bad),
                    "server.listen: expected HOST:PORT, got \"" + std::string(bad) + "\"");
   }
@@ -290,8 +302,7 @@ TEST(ServerConfigTest, YamlSyntaxErrorsNameLineAndColumn) {
   EXPECT_INVALID(parse_status("server:\n  listen: 'x' y\n"),
                  "config: YAML syntax error at line 2, column 15");
   EXPECT_INVALID(parse_status("model:\n\t- b\n"), "config: YAML syntax error at line 2, column 2");
-  EXPECT_INVALID(parse_status("server: {}\n---\nlog: {}\n"),
-                 "config: expected one YAML document, got 2");
+  EXPECT_INVALID(parse_status("server: {}\n---\nlog: {}\n"), "config: expected one YAML document, got 2");
 }
 
 TEST(ServerConfigTest, LoadFromFile) {
@@ -304,8 +315,7 @@ TEST(ServerConfigTest, LoadFromFile) {
 
   const std::string bad = dir.file("bad.yaml");
   write_text_file(bad, "engine:\n  kv_codec: int3\n");
-  EXPECT_INVALID(load_server_config(bad).status(),
-                 bad + ": engine.kv_codec: unknown value \"int3\"");
+  EXPECT_INVALID(load_server_config(bad).status(), bad + ": engine.kv_codec: unknown value \"int3\"");
 
   const absl::Status missing = load_server_config(dir.file("absent.yaml")).status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
