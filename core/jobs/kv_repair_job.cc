@@ -4,8 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "core/common/fs.h"
-#include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/state_dir.h"
 #include "core/jobs/text_job_spec.h"
@@ -102,17 +100,12 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
   meta.backbone = m.name;
   meta.report_json = report.dump();
   FROST_ASSIGN_OR_RETURN(
-      ArtifactInfo info, opts_.store->publish("kv_repair", meta, [&](const std::string& dir) -> absl::Status {
-        const std::string file = dir + "/" + kFile;
-        FROST_RETURN_IF_ERROR(set->save(file, {{"codec", kv_codec_name(ls.cfg.codec)},
-                                               {"corruption", ls.cfg.corruption.to_string()},
-                                               {"model", m.name}}));
-        FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(file));
-        json manifest = {{"format", kManifestFormat},
-                         {"file", kFile},
-                         {"sha256", sha256_hex(bytes)},
-                         {"bytes", bytes.size()}};
-        return write_file_atomic(dir + "/manifest.json", manifest.dump(2));
+      ArtifactInfo info, opts_.store->publish("kv_repair", meta, [&](const std::string& dir) {
+        return write_checked_file(dir, kFile, kManifestFormat, [&](const std::string& path) {
+          return set->save(path, {{"codec", kv_codec_name(ls.cfg.codec)},
+                                  {"corruption", ls.cfg.corruption.to_string()},
+                                  {"model", m.name}});
+        });
       }));
   JobResult r;
   r.artifact = info.name;
@@ -125,15 +118,8 @@ absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> load_kv_repair_artifac
                                                                                   const RepairDims& dims,
                                                                                   const std::string& name,
                                                                                   const std::string& model) {
-  FROST_ASSIGN_OR_RETURN(std::string mtext, read_file(dir + "/manifest.json", 1 << 20));
-  json manifest = json::parse(mtext, nullptr, false);
-  if (!manifest.is_object() || manifest.value("format", "") != kManifestFormat ||
-      manifest.value("file", "") != kFile || !manifest.contains("sha256") || !manifest["sha256"].is_string())
-    return absl::DataLossError(absl::StrCat(dir, "/manifest.json: not a ", kManifestFormat, " manifest"));
-  FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(dir + "/" + kFile));
-  if (sha256_hex(bytes) != manifest["sha256"].get<std::string>())
-    return absl::DataLossError(absl::StrCat(dir, "/", kFile, ": sha256 does not match the manifest"));
-  return load_served_repair(dir + "/" + kFile, dims, name, model);
+  FROST_ASSIGN_OR_RETURN(std::string path, verify_checked_file(dir, kFile, kManifestFormat));
+  return load_served_repair(path, dims, name, model);
 }
 
 }  // namespace frost::jobs

@@ -5,8 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "core/common/fs.h"
-#include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/text_job_spec.h"
 #include "core/kv/kvsplice_train.h"
@@ -147,17 +145,12 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
   meta.job_id = job.id;
   meta.backbone = m.name;
   meta.report_json = report.dump();
-  FROST_ASSIGN_OR_RETURN(ArtifactInfo info,
-                         opts_.store->publish("kvsplice", meta, [&](const std::string& dir) -> absl::Status {
-                           const std::string file = dir + "/" + kFile;
-                           FROST_RETURN_IF_ERROR(set->save(file, {{"model", m.name}}));
-                           FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(file));
-                           json manifest = {{"format", kManifestFormat},
-                                            {"file", kFile},
-                                            {"sha256", sha256_hex(bytes)},
-                                            {"bytes", bytes.size()}};
-                           return write_file_atomic(dir + "/manifest.json", manifest.dump(2));
-                         }));
+  FROST_ASSIGN_OR_RETURN(
+      ArtifactInfo info, opts_.store->publish("kvsplice", meta, [&](const std::string& dir) {
+        return write_checked_file(dir, kFile, kManifestFormat, [&](const std::string& path) {
+          return set->save(path, {{"model", m.name}});
+        });
+      }));
   JobResult r;
   r.artifact = info.name;
   r.report_json = report.dump();
@@ -169,15 +162,8 @@ absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_kvsplice_artifa
                                                                                    const KvSpliceDims& dims,
                                                                                    const std::string& name,
                                                                                    const std::string& model) {
-  FROST_ASSIGN_OR_RETURN(std::string mtext, read_file(dir + "/manifest.json", 1 << 20));
-  json manifest = json::parse(mtext, nullptr, false);
-  if (!manifest.is_object() || manifest.value("format", "") != kManifestFormat ||
-      manifest.value("file", "") != kFile || !manifest.contains("sha256") || !manifest["sha256"].is_string())
-    return absl::DataLossError(absl::StrCat(dir, "/manifest.json: not a ", kManifestFormat, " manifest"));
-  FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(dir + "/" + kFile));
-  if (sha256_hex(bytes) != manifest["sha256"].get<std::string>())
-    return absl::DataLossError(absl::StrCat(dir, "/", kFile, ": sha256 does not match the manifest"));
-  return load_served_kvsplice(dir + "/" + kFile, dims, name, model);
+  FROST_ASSIGN_OR_RETURN(std::string path, verify_checked_file(dir, kFile, kManifestFormat));
+  return load_served_kvsplice(path, dims, name, model);
 }
 
 }  // namespace frost::jobs

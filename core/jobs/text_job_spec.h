@@ -3,6 +3,7 @@
 // the data root, window counts, a string→string config map, activate; and the token windows made from
 // them (held-out windows default to text sampled from the model).
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -44,5 +45,14 @@ struct JobWindows {
 absl::StatusOr<JobWindows> make_job_windows(const TextJobSpec& s, const LoadedModel& m, int64_t window,
                                             int64_t calib, int64_t eval, int64_t self_sample_windows,
                                             uint64_t seed);
+
+// An artifact's checked file: `save` writes dir/file, then manifest.json {"format", "file", "sha256",
+// "bytes"} is written last (write_checked_file). verify_checked_file reads the manifest back, checks its
+// format and file name and the file's sha256 (DATA_LOSS naming the file otherwise) and returns the file's
+// path.
+absl::Status write_checked_file(const std::string& dir, const std::string& file, const std::string& format,
+                                const std::function<absl::Status(const std::string& path)>& save);
+absl::StatusOr<std::string> verify_checked_file(const std::string& dir, const std::string& file,
+                                                const std::string& format);
 
 }  // namespace frost::jobs

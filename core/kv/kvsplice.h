@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "core/common/active_slot.h"
 #include "core/model/model_config.h"
 
 namespace frost {
@@ -122,25 +122,11 @@ void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const f
 
 // The KVSplice a server stores new sequences with when they ask for the kvsplice codec; hot-swappable
 // (a sequence keeps the Active it started with).
-class KvSpliceSlot {
- public:
-  struct Active {
-    std::shared_ptr<const KvSpliceSet> set;
-    std::string name;  // "kvsplice/3" or "file:<path>"
-  };
-  void set(std::shared_ptr<const Active> a) {
-    absl::MutexLock l(&mu_);
-    a_ = std::move(a);
-  }
-  std::shared_ptr<const Active> get() const {
-    absl::MutexLock l(&mu_);
-    return a_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::shared_ptr<const Active> a_ ABSL_GUARDED_BY(mu_);
+struct KvSpliceActive {
+  std::shared_ptr<const KvSpliceSet> set;
+  std::string name;  // "kvsplice/3" or "file:<path>"
 };
+using KvSpliceSlot = ActiveSlot<KvSpliceActive>;
 
 // Loads a kvsplice file for serving; a "model" metadata entry, when present, must equal `model`.
 absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_served_kvsplice(const std::string& path,

@@ -15,25 +15,15 @@ namespace frost {
 namespace {
 
 absl::Status bad_field(const std::string& key, const std::string& value, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat("kvsplice config ", key, " = \"", value, "\": ", why));
+  return config_field_error("kvsplice", key, value, why);
 }
-
-absl::Status int_field(const std::string& key, const std::string& value, int64_t& out, int64_t lo,
-                       int64_t hi) {
-  int64_t x = 0;
-  if (!absl::SimpleAtoi(value, &x)) return bad_field(key, value, "not an integer");
-  if (x < lo || x > hi) return bad_field(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
-  out = x;
-  return absl::OkStatus();
+template <typename T>
+absl::Status int_field(const std::string& key, const std::string& value, T& out, int64_t lo, int64_t hi) {
+  return parse_config_int("kvsplice", key, value, out, lo, hi);
 }
-
 absl::Status double_field(const std::string& key, const std::string& value, double& out, double lo,
                           double hi) {
-  double x = 0;
-  if (!absl::SimpleAtod(value, &x) || !std::isfinite(x)) return bad_field(key, value, "not a finite number");
-  if (x < lo || x > hi) return bad_field(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
-  out = x;
-  return absl::OkStatus();
+  return parse_config_double("kvsplice", key, value, out, lo, hi);
 }
 
 }  // namespace
@@ -48,12 +38,7 @@ absl::Status set_kvsplice_field(KvSpliceConfig& c, const std::string& key, const
   if (key == "self_sample_windows") return int_field(key, value, c.self_sample_windows, 0, 1 << 16);
   if (key == "fisher_threshold") return double_field(key, value, c.fisher_threshold, 0.01, 1.0);
   if (key == "fim_rank") return int_field(key, value, c.fim_rank, 0, 1 << 16);
-  if (key == "seed") {
-    int64_t s = 0;
-    FROST_RETURN_IF_ERROR(int_field(key, value, s, 0, INT64_MAX));
-    c.seed = static_cast<uint64_t>(s);
-    return absl::OkStatus();
-  }
+  if (key == "seed") return int_field(key, value, c.seed, 0, INT64_MAX);
   return absl::InvalidArgumentError(
       absl::StrCat("kvsplice config: unknown key \"", key,
                    "\" (known: rank, window, steps, batch, lr, pca_windows, self_sample_windows, "

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
@@ -204,26 +203,8 @@ absl::StatusOr<std::shared_ptr<RepairSet>> RepairSet::load(const std::string& pa
   if (!layers.ok()) return bad(path, std::string(layers.status().message()));
   absl::StatusOr<std::shared_ptr<RepairSet>> s = create(cfg, *layers, dims, 0);
   if (!s.ok()) return bad(path, std::string(s.status().message()));
-  std::set<std::string> expected;
-  for (auto& [n, t] : (*s)->named_parameters()) {
-    expected.insert(n);
-    const StTensorInfo* info = f->find(n);
-    if (!info) return bad(path, absl::StrCat("tensor ", n, " missing"));
-    at::Tensor src = f->view(*info);
-    if (src.sizes() != t.sizes())
-      return bad(path, absl::StrCat("tensor ", n, " has shape ", c10::str(src.sizes()), ", expected ",
-                                    c10::str(t.sizes())));
-    FROST_ASSIGN_OR_RETURN(bool finite, torch_call([&] {
-                             at::NoGradGuard ng;
-                             at::Tensor fsrc = src.to(at::kFloat);
-                             if (!at::isfinite(fsrc).all().item<bool>()) return false;
-                             t.copy_(fsrc);
-                             return true;
-                           }));
-    if (!finite) return bad(path, absl::StrCat("tensor ", n, " has non-finite values"));
-  }
-  for (const StTensorInfo& info : f->tensors())
-    if (!expected.count(info.name)) return bad(path, absl::StrCat("unexpected tensor ", info.name));
+  if (absl::Status st = safetensors_load_into(*f, (*s)->named_parameters()); !st.ok())
+    return st.code() == absl::StatusCode::kInvalidArgument ? bad(path, std::string(st.message())) : st;
   (*s)->metadata_ = m;
   (*s)->freeze();
   return s;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "core/common/active_slot.h"
 #include "core/kv/kv_spec.h"
 #include "core/kv/repair.h"
 #include "core/model/model_config.h"
@@ -78,26 +78,12 @@ class RepairSet {
 // The repair operator a server applies to new sequences, hot-swappable: a sequence takes the Active it
 // saw when it started and keeps it to its end. An operator is trained for one storage codec and
 // serves sequences stored with that codec only.
-class RepairSlot {
- public:
-  struct Active {
-    std::shared_ptr<const RepairSet> set;
-    std::string name;  // "kv_repair/3" or "file:<path>"
-    KvCodecKind codec = KvCodecKind::kInt4;
-  };
-  void set(std::shared_ptr<const Active> a) {
-    absl::MutexLock l(&mu_);
-    a_ = std::move(a);
-  }
-  std::shared_ptr<const Active> get() const {
-    absl::MutexLock l(&mu_);
-    return a_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::shared_ptr<const Active> a_ ABSL_GUARDED_BY(mu_);
+struct RepairActive {
+  std::shared_ptr<const RepairSet> set;
+  std::string name;  // "kv_repair/3" or "file:<path>"
+  KvCodecKind codec = KvCodecKind::kInt4;
 };
+using RepairSlot = ActiveSlot<RepairActive>;
 
 // Loads a repair file for serving: its "codec" metadata names the codec it repairs (INVALID_ARGUMENT
 // when missing or unknown), and a "model" entry, when present, must equal `model` (an operator learned

@@ -22,25 +22,14 @@ namespace frost {
 namespace {
 
 absl::Status bad_field(const std::string& key, const std::string& value, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat("kv_repair config ", key, " = \"", value, "\": ", why));
+  return config_field_error("kv_repair", key, value, why);
 }
-
 template <typename T>
 absl::Status parse_int(const std::string& key, const std::string& value, T& out, int64_t lo, int64_t hi) {
-  int64_t x = 0;
-  if (!absl::SimpleAtoi(value, &x)) return bad_field(key, value, "not an integer");
-  if (x < lo || x > hi) return bad_field(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
-  out = static_cast<T>(x);
-  return absl::OkStatus();
+  return parse_config_int("kv_repair", key, value, out, lo, hi);
 }
-
-absl::Status parse_double(const std::string& key, const std::string& value, double& out, double lo,
-                          double hi) {
-  double x = 0;
-  if (!absl::SimpleAtod(value, &x) || !std::isfinite(x)) return bad_field(key, value, "not a finite number");
-  if (x < lo || x > hi) return bad_field(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
-  out = x;
-  return absl::OkStatus();
+absl::Status parse_double(const std::string& key, const std::string& value, double& out, double lo, double hi) {
+  return parse_config_double("kv_repair", key, value, out, lo, hi);
 }
 
 }  // namespace
@@ -349,6 +338,21 @@ absl::StatusOr<KvEval> evaluate_kv(const Transformer& model, const std::vector<T
 }
 
 // ---------------------------------------------------------------- train_util.h
+
+absl::Status config_field_error(const std::string& what, const std::string& key, const std::string& value,
+                                const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(what, " config ", key, " = \"", value, "\": ", why));
+}
+
+absl::Status parse_config_double(const std::string& what, const std::string& key, const std::string& value,
+                                 double& out, double lo, double hi) {
+  double x = 0;
+  if (!absl::SimpleAtod(value, &x) || !std::isfinite(x))
+    return config_field_error(what, key, value, "not a finite number");
+  if (x < lo || x > hi) return config_field_error(what, key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
+  out = x;
+  return absl::OkStatus();
+}
 
 KvAdam::KvAdam(std::vector<at::Tensor> ps, double lr_) : params(std::move(ps)), lr(lr_) {
   for (const at::Tensor& p : params) {

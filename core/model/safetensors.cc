@@ -21,6 +21,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/common/torch_status.h"
 
 namespace frost {
 namespace {
@@ -427,6 +428,33 @@ absl::StatusOr<std::string> safetensors_serialize(const std::vector<std::pair<st
   out += h;
   out += data;
   return out;
+}
+
+absl::Status safetensors_load_into(const SafetensorsFile& f,
+                                   const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
+  std::set<std::string> expected;
+  for (const auto& [n, t] : named) {
+    expected.insert(n);
+    const StTensorInfo* info = f.find(n);
+    if (!info) return bad(absl::StrCat("tensor ", n, " missing"));
+    at::Tensor src = f.view(*info);
+    if (src.sizes() != t.sizes())
+      return bad(absl::StrCat("tensor ", n, " has shape ", c10::str(src.sizes()), ", expected ", c10::str(t.sizes())));
+    absl::StatusOr<bool> finite = torch_call([&] {
+      at::NoGradGuard ng;
+      at::Tensor fsrc = src.to(at::kFloat);
+      if (!at::isfinite(fsrc).all().item<bool>()) return false;
+      at::Tensor dst = t;
+      dst.copy_(fsrc);
+      return true;
+    });
+    if (!finite.ok()) return finite.status();
+    if (!*finite) return bad(absl::StrCat("tensor ", n, " has non-finite values"));
+  }
+  for (const StTensorInfo& info : f.tensors())
+    if (!expected.count(info.name)) return bad(absl::StrCat("unexpected tensor ", info.name));
+  return absl::OkStatus();
 }
 
 }  // namespace frost

@@ -86,6 +86,14 @@ class SafetensorsFile {
 absl::StatusOr<std::string> safetensors_serialize(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                                                   const std::map<std::string, std::string>& metadata = {});
 
+// Copies the file's tensors into `named` (name → preallocated tensor; values converted to its dtype):
+// every name must be in the file with the same shape and only finite values, and the file must hold no
+// other tensor. INVALID_ARGUMENT naming the tensor and the problem ("tensor X missing", "tensor X has
+// shape [..], expected [..]", "tensor X has non-finite values", "unexpected tensor X"); the caller adds
+// the file's name. On error some tensors may already have been written.
+absl::Status safetensors_load_into(const SafetensorsFile& f,
+                                   const std::vector<std::pair<std::string, at::Tensor>>& named);
+
 // Refuses weight formats we do not load: *.bin / *.pt / *.pth / *.ckpt / pickle or
 // TorchScript zip files → INVALID_ARGUMENT "unsupported format: use safetensors (<file>)".
 // Returns OK for a file that is not one of those.
