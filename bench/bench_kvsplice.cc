@@ -1,12 +1,14 @@
 // frost-bench kvsplice: the KVSplice compression report (core/kv/kvsplice_train.h, core/kv/fisher.h).
 //
-//   frost-bench kvsplice --model DIR|builtin:NAME [--rank R[,R...]] --data DIR|self [--set key=value ...]
+//   frost-bench kvsplice --model DIR|builtin:NAME [--rank R|RK:RV[,...]] --data DIR|self [--set key=value
+//   ...]
 //                        [--calib-windows 64] [--eval-windows 32] [--fisher-windows 16] [--decode-tokens 256]
 //                        [--threads N] [--artifact PATH] [--progress] [--json]
 //
 // DIR holds train.jsonl (calibration) and test.jsonl (held-out), {"text": ...} per line; `--data self`
 // samples both from the model. --set takes the kvsplice job's config keys (steps, lr, window, batch,
-// fisher_threshold, fim_rank, seed, ...). Without --rank the Fisher-suggested rank is used.
+// fisher_threshold, fim_rank, seed, ...). Without --rank the Fisher-suggested rank is used. A rank RK:RV
+// gives K and V their own latent sizes (e.g. 12:20 is 2x against fp16 when d = 32).
 // Report:
 //   fisher: per-layer metrics of the attention Fisher matrices on calibration windows and the suggested rank.
 //   rows: perplexity and mean KL to fp32 on held-out windows, KV bytes per token and compression against
@@ -129,18 +131,23 @@ int run_kvsplice_bench(int argc, char** argv) {
     if (auto st = set_kvsplice_field(cfg, kv.substr(0, eq), kv.substr(eq + 1)); !st.ok())
       usage(std::string(st.message()));
   }
-  std::vector<int64_t> ranks;
+  std::vector<KvSpliceRanks> ranks;
   if (!ranks_arg.empty())
-    for (absl::string_view r : absl::StrSplit(ranks_arg, ','))
-      ranks.push_back(to_int("--rank", std::string(r)));
+    for (absl::string_view r : absl::StrSplit(ranks_arg, ',')) {
+      std::vector<std::string> kv = absl::StrSplit(r, ':');
+      if (kv.size() > 2) usage("--rank takes R or RK:RV, got '" + std::string(r) + "'");
+      const int64_t rk = to_int("--rank", kv[0]);
+      ranks.push_back({rk, kv.size() == 2 ? to_int("--rank", kv[1]) : rk});
+    }
   if (auto st = apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
   auto model = load_model(model_path);
   if (!model.ok()) return fail(model.status());
   const Transformer& m = *(*model)->model;
-  for (int64_t r : ranks) {
+  for (const KvSpliceRanks& r : ranks) {
     KvSpliceConfig c = cfg;
-    c.rank = r;
-    if (auto st = validate_kvsplice_config(c, m.config()); !st.ok() || r < 1)
+    c.k_rank = r.k;
+    c.v_rank = r.v;
+    if (auto st = validate_kvsplice_config(c, m.config()); !st.ok() || r.k < 1 || r.v < 1)
       usage(st.ok() ? "--rank must be >= 1" : std::string(st.message()));
   }
   if (auto st = validate_kvsplice_config(cfg, m.config()); !st.ok()) usage(std::string(st.message()));
@@ -171,17 +178,21 @@ int run_kvsplice_bench(int argc, char** argv) {
   if (!fj.ok()) return fail(fj.status());
   out["fisher"] = *fj;
   const int64_t d = m.config().n_head_kv * m.config().head_dim;
-  if (ranks.empty()) ranks.push_back(std::clamp<int64_t>(*suggested, 1, d));
-  out["ranks"] = ranks;
+  if (ranks.empty()) {
+    const int64_t s = std::clamp<int64_t>(*suggested, 1, d);
+    ranks.push_back({s, s});
+  }
+  for (const KvSpliceRanks& r : ranks) out["ranks"].push_back(r.label());
 
   // reference rows, then PCA and fine-tuned splices per rank
   std::vector<std::string> names = {"fp32", "fp16", "int8", "int4"};
   std::vector<KvEvalCase> cases = {KvEvalCase{}, KvEvalCase{KvCodecKind::kF16},
                                    KvEvalCase{KvCodecKind::kInt8}, KvEvalCase{KvCodecKind::kInt4}};
-  std::vector<int64_t> row_rank = {0, 0, 0, 0};
-  for (int64_t r : ranks) {
+  std::vector<KvSpliceRanks> row_rank(4);
+  for (const KvSpliceRanks& r : ranks) {
     KvSpliceConfig c = cfg;
-    c.rank = r;
+    c.k_rank = r.k;
+    c.v_rank = r.v;
     KvSpliceConfig pca_c = c;
     pca_c.steps = 0;
     auto pca = train_kvsplice(m, pca_c, calib);
@@ -190,7 +201,7 @@ int run_kvsplice_bench(int argc, char** argv) {
     if (progress) {
       topts.progress = [r](const KvRepairProgress& p) {
         if (p.step % 20 == 0 || p.step == p.steps)
-          std::fprintf(stderr, "rank %lld step %lld/%lld kl %.5f %.1f windows/s\n", static_cast<long long>(r),
+          std::fprintf(stderr, "rank %s step %lld/%lld kl %.5f %.1f windows/s\n", r.label().c_str(),
                        static_cast<long long>(p.step), static_cast<long long>(p.steps), p.kl,
                        p.windows_per_s);
       };
@@ -198,9 +209,9 @@ int run_kvsplice_bench(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     auto tuned = train_kvsplice(m, c, calib, topts);
     if (!tuned.ok()) return fail(tuned.status());
-    out["train_seconds"][std::to_string(r)] =
+    out["train_seconds"][r.label()] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!artifact.empty() && r == ranks.front()) {
+    if (!artifact.empty() && &r == &ranks.front()) {
       if (auto st = (*tuned)->save(artifact, {{"model", (*model)->name}}); !st.ok()) return fail(st);
     }
     names.push_back("kvsplice_pca");
@@ -216,7 +227,7 @@ int run_kvsplice_bench(int argc, char** argv) {
     names.push_back("fim_temporal");
     cases.push_back(KvEvalCase{
         KvCodecKind::kF32, {}, nullptr, nullptr, std::make_shared<const FimKvSplice>(std::move(*fim))});
-    row_rank.push_back(cfg.fim_rank);
+    row_rank.push_back({cfg.fim_rank, cfg.fim_rank});
   }
   auto evals = evaluate_kv(m, eval, cases);
   if (!evals.ok()) return fail(evals.status());
@@ -230,11 +241,15 @@ int run_kvsplice_bench(int argc, char** argv) {
                                   {"mean_kl", (*evals)[i].mean_kl},
                                   {"ppl_vs_fp16", (*evals)[i].ppl / fp16_ppl - 1.0}};
     if (names[i] == "fim_temporal") {
-      row["temporal_rank"] = row_rank[i];
+      row["temporal_rank"] = row_rank[i].k;
       row["window"] = cfg.window;
-      row["temporal_compression"] = static_cast<double>(cfg.window) / static_cast<double>(row_rank[i]);
+      row["temporal_compression"] = static_cast<double>(cfg.window) / static_cast<double>(row_rank[i].k);
     } else {
-      if (row_rank[i] > 0) row["rank"] = row_rank[i];
+      if (row_rank[i].k > 0) {
+        row["rank"] = row_rank[i].label();
+        row["k_rank"] = row_rank[i].k;
+        row["v_rank"] = row_rank[i].v;
+      }
       row["kv_bytes_per_token"] = kv.bytes_per_token();
       row["compression_vs_fp16"] =
           static_cast<double>(fp16_bytes) / static_cast<double>(kv.bytes_per_token());

@@ -225,8 +225,8 @@ absl::Status JobsRuntime::start(std::shared_ptr<const LoadedModel> model) {
         cfg_.engine.kv_splice, kvsplice_dims(model->config), "file:" + cfg_.engine.kv_splice, model->name);
     if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("engine.kv_splice: ", r.status().message()));
     kv_splice_.set(*r);
-    FROST_LOG_INFO("frostd: KVSplice %s (rank %lld) for kv.codec kvsplice", (*r)->name.c_str(),
-                   static_cast<long long>((*r)->set->rank()));
+    FROST_LOG_INFO("frostd: KVSplice %s (rank %s) for kv.codec kvsplice", (*r)->name.c_str(),
+                   (*r)->set->ranks().label().c_str());
   }
   if (cfg_.engine.kv_codec == KvCodecKind::kKvSplice && !kv_splice_.get()) {
     FROST_LOG_WARN(
@@ -304,8 +304,8 @@ absl::StatusOr<jobs::ArtifactInfo> JobsRuntime::activate(const std::string& name
     FROST_RETURN_IF_ERROR(store_->set_active(a.kind, a.name));  // persisted before it serves
     kv_splice_.set(*r);
     ++kv_splice_swaps_;
-    FROST_LOG_INFO("frostd: activated %s (KVSplice rank %lld for kv.codec kvsplice)", a.name.c_str(),
-                   static_cast<long long>((*r)->set->rank()));
+    FROST_LOG_INFO("frostd: activated %s (KVSplice rank %s for kv.codec kvsplice)", a.name.c_str(),
+                   (*r)->set->ranks().label().c_str());
     return a;
   }
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<const jobs::ServedPrototype> loaded, prototypes_.load(a, m));

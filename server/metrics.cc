@@ -230,7 +230,7 @@ class Metrics::EngineCollector : public prometheus::Collectable {
             s.kv_splice_active.empty()
                 ? std::vector<Sample>{}
                 : std::vector<Sample>{Sample{
-                      {{"artifact", s.kv_splice_active}, {"rank", std::to_string(s.kv_splice_rank)}}, 1.0}}),
+                      {{"artifact", s.kv_splice_active}, {"rank", s.kv_splice_rank}}, 1.0}}),
         counter_value("frost_kv_splice_sequences_total",
                       "Finished Generate sequences that stored their KV with a KVSplice (codec kvsplice).",
                       static_cast<double>(s.n_spliced)),

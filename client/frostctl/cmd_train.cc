@@ -57,6 +57,7 @@ const char kTrainUsage[] =
     "                            windows to calibrate / evaluate / run the Fisher analysis on\n"
     "                            (default 64 / 16 / 16)\n"
     "  --set KEY=VALUE           kvsplice config (repeatable): rank (unset = the Fisher-suggested rank),\n"
+    "                            k_rank, v_rank (K or V latent size; unset = rank),\n"
     "                            window, steps, batch, lr, pca_windows, self_sample_windows,\n"
     "                            fisher_threshold, fim_rank, seed\n"
     "  --activate                then Generate serves kv.codec kvsplice with it (frostctl generate\n"

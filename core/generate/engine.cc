@@ -134,7 +134,7 @@ EngineStats Engine::stats() const {
   std::shared_ptr<const KvSpliceSlot::Active> sp = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
   if (sp && sp->set) {
     s.kv_splice_active = sp->name;
-    s.kv_splice_rank = sp->set->rank();
+    s.kv_splice_rank = sp->set->ranks().label();
   }
   if (cfg_.gen.kv_codec == KvCodecKind::kKvSplice)
     s.kv_bytes_per_token = sp && sp->set ? sp->set->bytes_per_token() : 0;

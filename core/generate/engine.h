@@ -70,7 +70,7 @@ struct EngineStats {
   std::string kv_repair_codec;                        // the codec it repairs
   uint64_t n_spliced = 0;        // finished sequences stored with a KVSplice (kvsplice codec)
   std::string kv_splice_active;  // name of the active KVSplice ("" = none)
-  int64_t kv_splice_rank = 0;    // its latent rank
+  std::string kv_splice_rank;    // its latent ranks: "16", or "12/20" when K and V differ
 };
 
 class Engine {

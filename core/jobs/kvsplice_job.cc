@@ -75,8 +75,9 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
   FROST_ASSIGN_OR_RETURN(json fisher_json, fisher.to_json(ls.cfg.fisher_threshold));
   const int64_t d = model.config().n_head_kv * model.config().head_dim;
   KvSpliceConfig cfg = ls.cfg;
-  const bool from_fisher = cfg.rank == 0;
-  if (from_fisher) cfg.rank = std::clamp<int64_t>(suggested, 1, d);
+  // the suggestion fills rank; k_rank / v_rank, when set, still override it for K or V
+  const bool from_fisher = cfg.rank == 0 && (cfg.k_rank == 0 || cfg.v_rank == 0);
+  if (cfg.rank == 0) cfg.rank = std::clamp<int64_t>(suggested, 1, d);
 
   // 2. PCA initialisation, then fine-tuning on next-token KL.
   stage("kvsplice");
@@ -120,6 +121,8 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
   json report = {{"job_id", job.id},
                  {"config", json::parse(kvsplice_config_json(ls.cfg))},
                  {"rank", cfg.rank},
+                 {"k_rank", cfg.ranks().k},
+                 {"v_rank", cfg.ranks().v},
                  {"rank_source", from_fisher ? "fisher" : "config"},
                  {"fisher", fisher_json},
                  {"calibration_windows", jw.calib.size()},

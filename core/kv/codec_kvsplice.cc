@@ -1,8 +1,10 @@
-// kvsplice KV storage (core/kv/kvsplice.h): per token, the fp16 latents c_k, c_v [r] of the layer's K and
-// V rows, [Tmax, r] each, written by index. keys()/values() expand them back (the reference path).
+// kvsplice KV storage (core/kv/kvsplice.h): per token, the fp16 latents c_k [r_k], c_v [r_v] of the layer's
+// K and V rows, [Tmax, r_k] and [Tmax, r_v], written by index. keys()/values() expand them back (the
+// reference path).
 #include <ATen/ATen.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/kv/codec.h"
@@ -17,10 +19,10 @@ class KvSpliceCodec final : public KvCodec {
       : set_(std::move(set)), layer_(layer), max_tokens_(max_tokens) {
     TORCH_CHECK(set_ && layer >= 0 && layer < set_->dims().n_layers, "KvSpliceCodec: layer ", layer,
                 " out of range");
-    const int64_t r = set_->rank();
-    ck_ = at::empty({max_tokens, r}, at::kHalf);
-    cv_ = at::empty({max_tokens, r}, at::kHalf);
-    tmp_.resize(static_cast<size_t>(set_->dims().d() + r));
+    const int64_t rk = set_->rank_k(), rv = set_->rank_v();
+    ck_ = at::empty({max_tokens, rk}, at::kHalf);
+    cv_ = at::empty({max_tokens, rv}, at::kHalf);
+    tmp_.resize(static_cast<size_t>(set_->dims().d() + std::max(rk, rv)));
   }
 
   void append(const at::Tensor& k, const at::Tensor& v, int64_t pos) override {
@@ -40,11 +42,10 @@ class KvSpliceCodec final : public KvCodec {
   void append_token(const float* k, const float* v, int64_t pos) override {
     TORCH_CHECK(pos >= 0 && pos < max_tokens_, "KvSpliceCodec::append_token: position ", pos,
                 " exceeds capacity ", max_tokens_);
-    const int64_t r = set_->rank();
     float* c = tmp_.data();
-    float* scratch = c + r;
-    write(set_->fast_k(layer_), k, ck_.data_ptr<c10::Half>() + pos * r, c, scratch);
-    write(set_->fast_v(layer_), v, cv_.data_ptr<c10::Half>() + pos * r, c, scratch);
+    float* scratch = c + std::max(set_->rank_k(), set_->rank_v());
+    write(set_->fast_k(layer_), k, ck_.data_ptr<c10::Half>() + pos * set_->rank_k(), c, scratch);
+    write(set_->fast_v(layer_), v, cv_.data_ptr<c10::Half>() + pos * set_->rank_v(), c, scratch);
   }
 
   at::Tensor keys(int64_t n) const override { return expand(set_->k(layer_), ck_, n); }
@@ -58,7 +59,7 @@ class KvSpliceCodec final : public KvCodec {
   const LearnedKvSplice* learned_k() const override { return &set_->k(layer_); }
   const LearnedKvSplice* learned_v() const override { return &set_->v(layer_); }
   KvCodecKind kind() const override { return KvCodecKind::kKvSplice; }
-  int64_t bytes_per_token() const override { return 2 * set_->rank() * 2; }
+  int64_t bytes_per_token() const override { return (set_->rank_k() + set_->rank_v()) * 2; }
   int64_t capacity() const override { return max_tokens_; }
 
  private:
@@ -80,7 +81,7 @@ class KvSpliceCodec final : public KvCodec {
 
   std::shared_ptr<const KvSpliceSet> set_;
   int64_t layer_, max_tokens_;
-  at::Tensor ck_, cv_;      // [Tmax, r] fp16
+  at::Tensor ck_, cv_;      // [Tmax, r_k], [Tmax, r_v] fp16
   std::vector<float> tmp_;  // encode scratch (a codec belongs to one sequence: not shared)
 };
 

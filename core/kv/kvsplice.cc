@@ -74,22 +74,26 @@ void KvSpliceFast::expand_cols(const float* cbar, int64_t col0, int64_t D, float
   }
 }
 
-absl::StatusOr<std::shared_ptr<KvSpliceSet>> KvSpliceSet::create(const KvSpliceDims& dims, int64_t rank,
-                                                                 uint64_t seed) {
+std::string KvSpliceRanks::label() const { return k == v ? std::to_string(k) : absl::StrCat(k, "/", v); }
+
+absl::StatusOr<std::shared_ptr<KvSpliceSet>> KvSpliceSet::create(const KvSpliceDims& dims,
+                                                                 KvSpliceRanks ranks, uint64_t seed) {
   if (dims.n_layers <= 0 || dims.n_head_kv <= 0 || dims.head_dim <= 0)
     return absl::InvalidArgumentError("kvsplice: model dimensions must be positive");
-  if (rank < 1 || rank > dims.d())
-    return absl::InvalidArgumentError(
-        absl::StrCat("kvsplice rank: ", rank, " out of range [1, ", dims.d(), "] (n_head_kv · head_dim)"));
+  for (auto [name, r] : {std::pair<const char*, int64_t>{"rank_k", ranks.k}, {"rank_v", ranks.v}}) {
+    if (r < 1 || r > dims.d())
+      return absl::InvalidArgumentError(absl::StrCat("kvsplice ", name, ": ", r, " out of range [1, ",
+                                                     dims.d(), "] (n_head_kv · head_dim)"));
+  }
   std::shared_ptr<KvSpliceSet> s(new KvSpliceSet());
   s->dims_ = dims;
-  s->rank_ = rank;
+  s->ranks_ = ranks;
   return torch_call([&]() -> std::shared_ptr<KvSpliceSet> {
     at::NoGradGuard ng;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     const int64_t d = dims.d();
     for (int64_t l = 0; l < dims.n_layers; ++l) {
-      for (auto* vec : {&s->k_, &s->v_}) {
+      for (auto [vec, rank] : {std::pair{&s->k_, ranks.k}, std::pair{&s->v_, ranks.v}}) {
         LearnedKvSplice sp;
         sp.scale = at::full({d}, kScaleForUnitSigma, at::kFloat);
         sp.shift = at::zeros({d}, at::kFloat);
@@ -157,14 +161,16 @@ absl::Status KvSpliceSet::save(const std::string& path,
                                const std::map<std::string, std::string>& extra) const {
   std::map<std::string, std::string> meta = {
       {"format", kFormat},
-      {"rank", std::to_string(rank_)},
+      {"rank_k", std::to_string(ranks_.k)},
+      {"rank_v", std::to_string(ranks_.v)},
       {"n_layers", std::to_string(dims_.n_layers)},
       {"n_head_kv", std::to_string(dims_.n_head_kv)},
       {"head_dim", std::to_string(dims_.head_dim)},
       {"latent_dtype", "fp16"},
   };
+  if (ranks_.k == ranks_.v) meta["rank"] = std::to_string(ranks_.k);  // readable by single-rank loaders
   for (const auto& [k, v] : extra) {
-    if (meta.count(k))
+    if (meta.count(k) || k == "rank")
       return absl::InvalidArgumentError(absl::StrCat("kvsplice save: metadata key ", k, " is reserved"));
     meta[k] = v;
   }
@@ -202,8 +208,19 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> KvSpliceSet::load(const std::string
     if (a != b)
       return bad(path, absl::StrCat("made for a model with ", name, " = ", a, ", this model has ", b));
   }
-  FROST_ASSIGN_OR_RETURN(int64_t rank, int_field("rank"));
-  absl::StatusOr<std::shared_ptr<KvSpliceSet>> s = create(dims, rank, 0);
+  KvSpliceRanks ranks;
+  if (m.count("rank_k") || m.count("rank_v")) {
+    FROST_ASSIGN_OR_RETURN(ranks.k, int_field("rank_k"));
+    FROST_ASSIGN_OR_RETURN(ranks.v, int_field("rank_v"));
+    if (auto r = m.find("rank");
+        r != m.end() && !(ranks.k == ranks.v && r->second == std::to_string(ranks.k)))
+      return bad(path, absl::StrCat("metadata rank = \"", r->second, "\" contradicts rank_k = ", ranks.k,
+                                    ", rank_v = ", ranks.v));
+  } else {
+    FROST_ASSIGN_OR_RETURN(ranks.k, int_field("rank"));
+    ranks.v = ranks.k;
+  }
+  absl::StatusOr<std::shared_ptr<KvSpliceSet>> s = create(dims, ranks, 0);
   if (!s.ok()) return bad(path, std::string(s.status().message()));
   if (absl::Status st = safetensors_load_into(*f, (*s)->named_parameters()); !st.ok())
     return st.code() == absl::StatusCode::kInvalidArgument ? bad(path, std::string(st.message())) : st;
@@ -215,23 +232,23 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> KvSpliceSet::load(const std::string
 void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const void* ck,
                          const void* cv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n,
                          float scale, float* scores, float* tmp, float* out) {
-  const int64_t r = kf.r, group = n_head / n_head_kv, D = head_dim;
-  TORCH_CHECK(vf.r == r && kf.d == n_head_kv * D && vf.d == kf.d, "kvsplice_attend_one: shape mismatch");
+  const int64_t rk = kf.r, rv = vf.r, group = n_head / n_head_kv, D = head_dim;
+  TORCH_CHECK(kf.d == n_head_kv * D && vf.d == kf.d, "kvsplice_attend_one: shape mismatch");
   const auto* K = static_cast<const c10::Half*>(ck);
   const auto* V = static_cast<const c10::Half*>(cv);
-  const int64_t grain = n * r * n_head < (int64_t{1} << 15) ? n_head : 1;
+  const int64_t grain = n * (rk + rv) * n_head < (int64_t{1} << 16) ? n_head : 1;
   at::parallel_for(0, n_head, grain, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
       const int64_t col0 = (h / group) * D;
-      float* qt = tmp + h * 2 * r;
-      float* cbar = qt + r;
+      float* qt = tmp + h * (rk + rv);
+      float* cbar = qt + rk;
       float* s = scores + h * n;
       kf.absorb(q + h * D, col0, D, qt);  // q̃ = E[G]ᵀ (q ⊘ σ[G])
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n; ++j) {
-        const c10::Half* row = K + j * r;
+        const c10::Half* row = K + j * rk;
         float acc = 0;
-        for (int64_t k = 0; k < r; ++k) acc += static_cast<float>(row[k]) * qt[k];
+        for (int64_t k = 0; k < rk; ++k) acc += static_cast<float>(row[k]) * qt[k];
         s[j] = acc * scale;
         mx = std::max(mx, s[j]);
       }
@@ -241,11 +258,11 @@ void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const f
         sum += s[j];
       }
       const float inv = 1.f / sum;
-      std::fill(cbar, cbar + r, 0.f);
+      std::fill(cbar, cbar + rv, 0.f);
       for (int64_t j = 0; j < n; ++j) {  // Σⱼ pⱼ cⱼ
         const float p = s[j] * inv;
-        const c10::Half* row = V + j * r;
-        for (int64_t k = 0; k < r; ++k) cbar[k] += p * static_cast<float>(row[k]);
+        const c10::Half* row = V + j * rv;
+        for (int64_t k = 0; k < rv; ++k) cbar[k] += p * static_cast<float>(row[k]);
       }
       vf.expand_cols(cbar, col0, D, out + h * D);  // (c̄ E[G]ᵀ − b[G]) ⊘ σ[G]
     }

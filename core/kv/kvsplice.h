@@ -8,9 +8,12 @@
 //   compress   c  = x' Cᵀ        C = compress [r, d]
 //   expand     y  = c Eᵀ         E = expand   [d, r]
 //   inverse    x̂  = (y − b) ⊘ σ
-// The cache stores only c for K and c for V: r numbers each per token per layer. Choice: latents are
-// stored as fp16 (like the fp16 codec), so the cache is 2·r·2 bytes per token per layer against
-// fp16's 2·d·2: a compression of d / r versus fp16.
+// The cache stores only c for K (r_k numbers) and c for V (r_v numbers) per token per layer. The two
+// ranks may differ (choice: K and V have different spectra — on stories260K post-RoPE K keeps ~96% of
+// its variance at r = d/2, V only ~85% — so a fixed latent budget r_k + r_v is better split unevenly);
+// r_k = r_v = r is the seed's single rank. Choice: latents are stored as fp16 (like the fp16 codec), so
+// the cache is (r_k + r_v)·2 bytes per token per layer against fp16's 2·d·2: a compression of
+// 2d / (r_k + r_v) versus fp16.
 //
 // Attention in the latent space (what decode_step runs). For query head h of kv group g (columns
 // G = g·D .. g·D + D − 1 of the row):
@@ -27,8 +30,9 @@
 // vectors of the centred rows: exactly PCA. Fine-tuning (core/kv/kvsplice_train.h) then moves all four.
 //
 // File (kvsplice.safetensors): tensors "layers.<l>.{k,v}.{scale,shift,compress,expand}" F32; metadata
-// format "frost.kvsplice.v1", rank, n_layers, n_head_kv, head_dim, latent_dtype "fp16", plus whatever
-// the writer adds (model, report figures) under other keys.
+// format "frost.kvsplice.v1", rank_k, rank_v, rank (only when rank_k == rank_v; a file with rank alone
+// means both), n_layers, n_head_kv, head_dim, latent_dtype "fp16", plus whatever the writer adds (model,
+// report figures) under other keys.
 #include <ATen/ATen.h>
 
 #include <map>
@@ -76,16 +80,30 @@ struct KvSpliceFast {
   void expand_cols(const float* cbar, int64_t col0, int64_t D, float* out) const;
 };
 
+// Latent sizes of the K and the V splices (the same for every layer).
+struct KvSpliceRanks {
+  int64_t k = 0, v = 0;
+  bool operator==(const KvSpliceRanks& o) const { return k == o.k && v == o.v; }
+  // "16" when equal, else "k/v", e.g. "12/20" (logs, the metrics label, reports)
+  std::string label() const;
+};
+
 class KvSpliceSet {
  public:
   // σ = 1, b = 0, C = Eᵀ = the first r rows of a seeded random orthonormal basis (a valid but
   // untrained splice; calibration replaces it). 1 <= rank <= d.
-  static absl::StatusOr<std::shared_ptr<KvSpliceSet>> create(const KvSpliceDims& dims, int64_t rank,
+  static absl::StatusOr<std::shared_ptr<KvSpliceSet>> create(const KvSpliceDims& dims, KvSpliceRanks ranks,
                                                              uint64_t seed = 0);
+  static absl::StatusOr<std::shared_ptr<KvSpliceSet>> create(const KvSpliceDims& dims, int64_t rank,
+                                                             uint64_t seed = 0) {
+    return create(dims, KvSpliceRanks{rank, rank}, seed);
+  }
   static absl::StatusOr<std::shared_ptr<KvSpliceSet>> load(const std::string& path, const KvSpliceDims& dims);
   absl::Status save(const std::string& path, const std::map<std::string, std::string>& extra = {}) const;
 
-  int64_t rank() const { return rank_; }
+  const KvSpliceRanks& ranks() const { return ranks_; }
+  int64_t rank_k() const { return ranks_.k; }
+  int64_t rank_v() const { return ranks_.v; }
   const KvSpliceDims& dims() const { return dims_; }
   const LearnedKvSplice& k(int64_t l) const { return k_[static_cast<size_t>(l)]; }
   const LearnedKvSplice& v(int64_t l) const { return v_[static_cast<size_t>(l)]; }
@@ -100,22 +118,25 @@ class KvSpliceSet {
   std::vector<at::Tensor> parameters() const;
   int64_t n_params() const;
   // KV cache bytes per token, all layers (fp16 latents for K and V).
-  int64_t bytes_per_token() const { return dims_.n_layers * 2 * rank_ * 2; }
-  // d / r: the compression against an fp16 cache.
-  double compression_vs_fp16() const { return static_cast<double>(dims_.d()) / static_cast<double>(rank_); }
+  int64_t bytes_per_token() const { return dims_.n_layers * (ranks_.k + ranks_.v) * 2; }
+  // 2d / (r_k + r_v): the compression against an fp16 cache.
+  double compression_vs_fp16() const {
+    return 2.0 * static_cast<double>(dims_.d()) / static_cast<double>(ranks_.k + ranks_.v);
+  }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
   KvSpliceSet() = default;
   KvSpliceDims dims_;
-  int64_t rank_ = 0;
+  KvSpliceRanks ranks_;
   std::vector<LearnedKvSplice> k_, v_;
   std::vector<KvSpliceFast> fk_, fv_;
   std::map<std::string, std::string> metadata_;
 };
 
-// Batch-1 decode attention of all H query heads over n latent rows (fp16 [Tmax, r] for K and for V),
-// in the latent space (see above). q [H·D]; scores needs H·n floats, tmp H·2·r floats; out [H·D].
+// Batch-1 decode attention of all H query heads over n latent rows (fp16 [Tmax, r_k] for K and
+// [Tmax, r_v] for V), in the latent space (see above). q [H·D]; scores needs H·n floats, tmp
+// H·(r_k + r_v) floats; out [H·D].
 void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const void* ck,
                          const void* cv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n,
                          float scale, float* scores, float* tmp, float* out);

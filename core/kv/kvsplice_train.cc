@@ -30,6 +30,8 @@ absl::Status double_field(const std::string& key, const std::string& value, doub
 
 absl::Status set_kvsplice_field(KvSpliceConfig& c, const std::string& key, const std::string& value) {
   if (key == "rank") return int_field(key, value, c.rank, 0, 1 << 16);
+  if (key == "k_rank") return int_field(key, value, c.k_rank, 0, 1 << 16);
+  if (key == "v_rank") return int_field(key, value, c.v_rank, 0, 1 << 16);
   if (key == "window") return int_field(key, value, c.window, 2, 1 << 16);
   if (key == "steps") return int_field(key, value, c.steps, 0, 1000000);
   if (key == "batch") return int_field(key, value, c.batch, 1, 1024);
@@ -39,10 +41,10 @@ absl::Status set_kvsplice_field(KvSpliceConfig& c, const std::string& key, const
   if (key == "fisher_threshold") return double_field(key, value, c.fisher_threshold, 0.01, 1.0);
   if (key == "fim_rank") return int_field(key, value, c.fim_rank, 0, 1 << 16);
   if (key == "seed") return int_field(key, value, c.seed, 0, INT64_MAX);
-  return absl::InvalidArgumentError(
-      absl::StrCat("kvsplice config: unknown key \"", key,
-                   "\" (known: rank, window, steps, batch, lr, pca_windows, self_sample_windows, "
-                   "fisher_threshold, fim_rank, seed)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kvsplice config: unknown key \"", key,
+      "\" (known: rank, k_rank, v_rank, window, steps, batch, lr, pca_windows, self_sample_windows, "
+      "fisher_threshold, fim_rank, seed)"));
 }
 
 absl::Status validate_kvsplice_config(const KvSpliceConfig& c, const ModelConfig& m) {
@@ -51,6 +53,11 @@ absl::Status validate_kvsplice_config(const KvSpliceConfig& c, const ModelConfig
     return bad_field(
         "rank", std::to_string(c.rank),
         absl::StrCat("must be in [1, ", d, "] (n_head_kv · head_dim), or 0 for the Fisher-suggested rank"));
+  for (auto [key, r] : {std::pair<const char*, int64_t>{"k_rank", c.k_rank}, {"v_rank", c.v_rank}}) {
+    if (r < 0 || r > d)
+      return bad_field(key, std::to_string(r),
+                       absl::StrCat("must be in [1, ", d, "] (n_head_kv · head_dim), or 0 for rank's value"));
+  }
   if (c.window < 2 || c.window > m.max_pos)
     return bad_field("window", std::to_string(c.window), absl::StrCat("must be in [2, ", m.max_pos, "]"));
   if (c.fim_rank > c.window)
@@ -61,6 +68,8 @@ absl::Status validate_kvsplice_config(const KvSpliceConfig& c, const ModelConfig
 
 std::string kvsplice_config_json(const KvSpliceConfig& c) {
   nlohmann::ordered_json j = {{"rank", c.rank},
+                              {"k_rank", c.k_rank},
+                              {"v_rank", c.v_rank},
                               {"window", c.window},
                               {"steps", c.steps},
                               {"batch", c.batch},
@@ -98,10 +107,10 @@ absl::StatusOr<KvRows> collect_kv_rows(const Transformer& model, const std::vect
   });
 }
 
-absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(const KvSpliceDims& dims, int64_t rank,
+absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(const KvSpliceDims& dims, KvSpliceRanks ranks,
                                                                const KvRows& rows,
                                                                std::vector<std::array<double, 2>>* energy) {
-  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set, KvSpliceSet::create(dims, rank));
+  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set, KvSpliceSet::create(dims, ranks));
   if (static_cast<int64_t>(rows.k.size()) != dims.n_layers || rows.v.size() != rows.k.size())
     return absl::InvalidArgumentError("kvsplice_from_pca: rows for the wrong number of layers");
   if (energy) energy->assign(static_cast<size_t>(dims.n_layers), {0, 0});
@@ -116,6 +125,7 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(const KvSpliceDim
         const at::Tensor xc = x - mean;
         // right singular vectors of the centred rows = eigenvectors of the covariance
         auto [U, S, Vh] = at::linalg_svd(xc, /*full_matrices=*/false);
+        const int64_t rank = kv == 0 ? ranks.k : ranks.v;
         const int64_t k = std::min<int64_t>(rank, Vh.size(0));
         at::Tensor basis = at::zeros({dims.d(), rank}, at::kDouble);
         basis.narrow(1, 0, k).copy_(Vh.narrow(0, 0, k).t());
@@ -141,7 +151,8 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& m
                                                             const std::vector<TokenWindow>& windows,
                                                             const KvRepairTrainOptions& opts) {
   FROST_RETURN_IF_ERROR(validate_kvsplice_config(cfg, model.config()));
-  if (cfg.rank < 1) return absl::InvalidArgumentError("kvsplice: the rank must be resolved before training");
+  if (cfg.ranks().k < 1 || cfg.ranks().v < 1)
+    return absl::InvalidArgumentError("kvsplice: the rank must be resolved before training");
   if (windows.empty()) return absl::InvalidArgumentError("kvsplice: no calibration windows");
   for (const TokenWindow& w : windows)
     if (static_cast<int64_t>(w.size()) != cfg.window)
@@ -152,7 +163,7 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& m
   FROST_ASSIGN_OR_RETURN(KvRows rows, collect_kv_rows(model, std::vector<TokenWindow>(
                                                                  windows.begin(), windows.begin() + n_pca)));
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set,
-                         kvsplice_from_pca(kvsplice_dims(model.config()), cfg.rank, rows));
+                         kvsplice_from_pca(kvsplice_dims(model.config()), cfg.ranks(), rows));
   if (cfg.steps == 0) return set;
   std::vector<at::Tensor> params = set->parameters();
   for (at::Tensor& p : params) p.requires_grad_(true);

@@ -28,6 +28,8 @@ namespace frost {
 
 struct KvSpliceConfig {
   int64_t rank = 0;     // latent size r; 0 = the Fisher-suggested rank (the job's default), clamped to [1, d]
+  int64_t k_rank = 0;   // K latent size when > 0 (else rank); K and V may differ (core/kv/kvsplice.h)
+  int64_t v_rank = 0;   // V latent size when > 0 (else rank)
   int64_t window = 64;  // tokens per calibration window (BOS included)
   int64_t steps = 100;  // fine-tuning steps after the PCA initialisation (0 = PCA only)
   int64_t batch = 4;
@@ -37,9 +39,12 @@ struct KvSpliceConfig {
   double fisher_threshold = 0.9;    // energy for the suggested rank
   int64_t fim_rank = 0;             // > 0: also evaluate FIMKVSplice (temporal) at this rank
   uint64_t seed = 0;
+
+  // The K and V ranks this config trains (0 where rank is still unresolved).
+  KvSpliceRanks ranks() const { return {k_rank > 0 ? k_rank : rank, v_rank > 0 ? v_rank : rank}; }
 };
 
-// key=value overrides: rank, window, steps, batch, lr, pca_windows, self_sample_windows,
+// key=value overrides: rank, k_rank, v_rank, window, steps, batch, lr, pca_windows, self_sample_windows,
 // fisher_threshold, fim_rank, seed. INVALID_ARGUMENT naming the key and the value.
 absl::Status set_kvsplice_field(KvSpliceConfig& cfg, const std::string& key, const std::string& value);
 // Ranges and the model (rank <= n_head_kv · head_dim, window <= max_pos, ...).
@@ -52,14 +57,15 @@ struct KvRows {
 };
 absl::StatusOr<KvRows> collect_kv_rows(const Transformer& model, const std::vector<TokenWindow>& windows);
 
-// The PCA-initialised splice of rank r from the rows. When energy is given it receives, per layer, the
-// fraction of the centred rows' variance the rank-r subspace keeps, for K and for V ([l][0], [l][1]).
+// The PCA-initialised splice of ranks (r_k, r_v) from the rows. When energy is given it receives, per
+// layer, the fraction of the centred rows' variance the rank-r subspace keeps, for K and for V ([l][0],
+// [l][1]).
 absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(
-    const KvSpliceDims& dims, int64_t rank, const KvRows& rows,
+    const KvSpliceDims& dims, KvSpliceRanks ranks, const KvRows& rows,
     std::vector<std::array<double, 2>>* energy = nullptr);
 
-// PCA initialisation (from the first pca_windows windows) then cfg.steps of fine-tuning. cfg.rank must be
-// resolved (> 0). CANCELLED after writing a checkpoint when the token fires.
+// PCA initialisation (from the first pca_windows windows) then cfg.steps of fine-tuning. cfg.ranks() must
+// be resolved (> 0). CANCELLED after writing a checkpoint when the token fires.
 absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& model,
                                                             const KvSpliceConfig& cfg,
                                                             const std::vector<TokenWindow>& windows,

@@ -148,7 +148,7 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
       qa = s.repair_q.data();
     }
     if (const KvSpliceFast* sk = cache.splice_k()) {  // attention in the latent space (core/kv/kvsplice.h)
-      const int64_t need = H * 2 * sk->r;
+      const int64_t need = H * (sk->r + cache.splice_v()->r);
       if (static_cast<int64_t>(s.splice_tmp.size()) < need) s.splice_tmp.resize(static_cast<size_t>(need));
       kvsplice_attend_one(*sk, *cache.splice_v(), qa, cache.raw_keys(), cache.raw_values(), H, Hkv, D,
                           pos + 1, scale, s.scores.data(), s.splice_tmp.data(), s.att_out.data());

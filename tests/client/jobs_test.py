@@ -690,7 +690,8 @@ class JobsServiceTest(unittest.TestCase):
             dst.writelines(line for i, line in enumerate(src) if i < 100)
         spec = T.KvSpliceJobSpec(calib_path=self.train_rel, test_path=test_rel, calib_windows=8, eval_windows=4,
                                  fisher_windows=4, activate=True,
-                                 config={"rank": "4", "steps": "5", "window": "32", "batch": "4", "lr": "0.01"})
+                                 config={"rank": "4", "v_rank": "6", "steps": "5", "window": "32", "batch": "4",
+                                         "lr": "0.01"})
         t0 = time.monotonic()
         job = self.s.training.SubmitJob(T.SubmitJobRequest(idempotency_key="kvsplice-1", kvsplice=spec),
                                         metadata=ADMIN, timeout=60)
@@ -703,11 +704,14 @@ class JobsServiceTest(unittest.TestCase):
         self.assertTrue(job.artifact.startswith("kvsplice/"), job.artifact)
         report = json.loads(job.report_json)
         self.assertIn("suggested_rank", report["fisher"], report)
-        self.assertEqual((report["rank"], report["rank_source"]), (4, "config"), report)
+        self.assertEqual((report["rank"], report["k_rank"], report["v_rank"], report["rank_source"]),
+                         (4, 4, 6, "config"), report)
         for k in ("fp32", "fp16", "pca", "kvsplice"):
             self.assertTrue(math.isfinite(report[k]["ppl"]) and report[k]["ppl"] > 0, report)
         self.assertIn("ppl_vs_fp16", report["kvsplice"])
-        self.assertLess(report["kv_bytes_per_token"]["kvsplice"], report["kv_bytes_per_token"]["fp16"], report)
+        # stories260K: 5 layers, d = 4 kv heads x 8 = 32; fp16 2*32*2 B, kvsplice (4 + 6)*2 B per layer
+        self.assertEqual(report["kv_bytes_per_token"], {"fp16": 640, "kvsplice": 100}, report)
+        self.assertAlmostEqual(report["compression_vs_fp16"], 6.4, places=9)
         info = self.s.admin.GetServerInfo(admin_pb2.ServerInfoRequest(), metadata=ADMIN)
         self.assertIn(job.artifact, list(info.active_artifacts))
         arts = self.s.admin.ListArtifacts(admin_pb2.ListArtifactsRequest(kind="kvsplice"), metadata=ADMIN,
@@ -732,7 +736,7 @@ class JobsServiceTest(unittest.TestCase):
             self.assertEqual(r.stdout, t_sp)
             self.assertIn(f"kv=kvsplice kv_splice={job.artifact}", r.stderr)
         m = self.s.metrics_text()
-        self.assertIn(f'frost_kv_splice_active{{artifact="{job.artifact}",rank="4"}} 1', m)
+        self.assertIn(f'frost_kv_splice_active{{artifact="{job.artifact}",rank="4/6"}} 1', m)
         self.assertRegex(m, r"frost_kv_splice_sequences_total [1-9]")
         self.assertRegex(m, r'frost_kv_sequences_total\{codec="kvsplice"\} [1-9]')
         # the active KVSplice cannot be deleted

@@ -262,7 +262,7 @@ TEST_F(EngineKvSpliceTest, ServesWithTheActiveSetAndASequenceKeepsItsSetAcrossAS
   auto engine = make_with(&slot);
   EngineStats s = engine->stats();
   EXPECT_EQ(s.kv_splice_active, "kvsplice/1");
-  EXPECT_EQ(s.kv_splice_rank, full_rank());
+  EXPECT_EQ(s.kv_splice_rank, std::to_string(full_rank()));
   EXPECT_GT(s.kv_bytes_per_token, 0);  // fp32 default: unaffected by the splice
 
   // Held at its first token while the slot swaps to kvsplice/2: it finishes on kvsplice/1.
@@ -298,7 +298,7 @@ TEST_F(EngineKvSpliceTest, ServesWithTheActiveSetAndASequenceKeepsItsSetAcrossAS
   EXPECT_EQ(s.n_spliced, 2u);
   EXPECT_EQ(s.finished_by_codec["kvsplice"], 2u);
   EXPECT_EQ(s.kv_splice_active, "kvsplice/2");
-  EXPECT_EQ(s.kv_splice_rank, 4);
+  EXPECT_EQ(s.kv_splice_rank, "4");
   EXPECT_EQ(s.kv_bytes_in_use, 0);
 }
 

@@ -20,8 +20,8 @@ namespace {
 constexpr int64_t D = 16, H = 4, HKV = 2, L = 2, R = 6;
 
 // A splice set with a non-trivial transform (σ ≠ 1, b ≠ 0), so a formula that ignores either fails.
-std::shared_ptr<KvSpliceSet> random_set(int64_t rank = R, uint64_t seed = 3) {
-  auto s = KvSpliceSet::create({L, HKV, D}, rank, seed);
+std::shared_ptr<KvSpliceSet> random_set(KvSpliceRanks ranks = {R, R}, uint64_t seed = 3) {
+  auto s = KvSpliceSet::create({L, HKV, D}, ranks, seed);
   EXPECT_TRUE(s.ok()) << s.status();
   at::NoGradGuard ng;
   at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed + 100);
@@ -52,38 +52,42 @@ TEST(KvSpliceTest, LearnedSpliceIsTheSeedsFourSteps) {
   f.encode(x0.data_ptr<float>(), cf.data(), tmp.data());
   for (int64_t k = 0; k < R; ++k) EXPECT_NEAR(cf[static_cast<size_t>(k)], c[0][k].item<float>(), 1e-4);
   // rank d with an orthonormal basis reconstructs exactly; rank < d does not
-  auto full = random_set(HKV * D);
+  auto full = random_set({HKV * D, HKV * D});
   EXPECT_LT(testing::max_abs_diff(full->v(0).reconstruct(x), x), 1e-4);
   EXPECT_GT(testing::max_abs_diff(sp.reconstruct(x), x), 1e-2);
 }
 
 TEST(KvSpliceTest, LatentAttentionEqualsExpandThenAttend) {
-  auto set = random_set();
-  const int64_t n = 11;
-  auto codec = make_kvsplice_codec(set, 1, 16);
-  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(2);
-  at::Tensor k = at::randn({n, HKV, D}, g), v = at::randn({n, HKV, D}, g), q = at::randn({H, D}, g);
-  codec->append(k.narrow(0, 0, 4), v.narrow(0, 0, 4), 0);  // the LibTorch write path
-  for (int64_t t = 4; t < n; ++t) {                        // and the raw one
-    at::Tensor kt = k[t].contiguous(), vt = v[t].contiguous();
-    codec->append_token(kt.data_ptr<float>(), vt.data_ptr<float>(), t);
+  for (KvSpliceRanks rk : {KvSpliceRanks{R, R}, KvSpliceRanks{3, 9}}) {  // one rank, and K, V apart
+    SCOPED_TRACE(rk.label());
+    auto set = random_set(rk);
+    const int64_t n = 11;
+    auto codec = make_kvsplice_codec(set, 1, 16);
+    at::Generator g = at::make_generator<at::CPUGeneratorImpl>(2);
+    at::Tensor k = at::randn({n, HKV, D}, g), v = at::randn({n, HKV, D}, g), q = at::randn({H, D}, g);
+    codec->append(k.narrow(0, 0, 4), v.narrow(0, 0, 4), 0);  // the LibTorch write path
+    for (int64_t t = 4; t < n; ++t) {                        // and the raw one
+      at::Tensor kt = k[t].contiguous(), vt = v[t].contiguous();
+      codec->append_token(kt.data_ptr<float>(), vt.data_ptr<float>(), t);
+    }
+    EXPECT_EQ(codec->bytes_per_token(), (rk.k + rk.v) * 2);
+    // reference: expand every cached row, then plain attention per head
+    at::Tensor K = codec->keys(n), V = codec->values(n);  // [HKV, n, D]
+    const float scale = 0.3f;
+    std::vector<float> scores(H * n), tmp(H * (rk.k + rk.v)), out(H * D);
+    at::Tensor qc = q.contiguous();
+    kvsplice_attend_one(*codec->splice_k(), *codec->splice_v(), qc.data_ptr<float>(), codec->raw_keys(),
+                        codec->raw_values(), H, HKV, D, n, scale, scores.data(), tmp.data(), out.data());
+    for (int64_t h = 0; h < H; ++h) {
+      at::Tensor kg = K[h / (H / HKV)], vg = V[h / (H / HKV)];
+      at::Tensor want = at::matmul(at::softmax(at::matmul(kg, q[h]) * scale, 0), vg);
+      for (int64_t i = 0; i < D; ++i)
+        EXPECT_NEAR(out[static_cast<size_t>(h * D + i)], want[i].item<float>(), 1e-4);
+    }
+    // the cache really is lossy at r < d (the test would pass vacuously otherwise)
+    EXPECT_GT(testing::max_abs_diff(K.transpose(0, 1), k), 1e-2);
+    EXPECT_GT(testing::max_abs_diff(V.transpose(0, 1), v), 1e-2);
   }
-  EXPECT_EQ(codec->bytes_per_token(), 2 * R * 2);
-  // reference: expand every cached row, then plain attention per head
-  at::Tensor K = codec->keys(n), V = codec->values(n);  // [HKV, n, D]
-  const float scale = 0.3f;
-  std::vector<float> scores(H * n), tmp(H * 2 * R), out(H * D);
-  at::Tensor qc = q.contiguous();
-  kvsplice_attend_one(*codec->splice_k(), *codec->splice_v(), qc.data_ptr<float>(), codec->raw_keys(),
-                      codec->raw_values(), H, HKV, D, n, scale, scores.data(), tmp.data(), out.data());
-  for (int64_t h = 0; h < H; ++h) {
-    at::Tensor kg = K[h / (H / HKV)], vg = V[h / (H / HKV)];
-    at::Tensor want = at::matmul(at::softmax(at::matmul(kg, q[h]) * scale, 0), vg);
-    for (int64_t i = 0; i < D; ++i)
-      EXPECT_NEAR(out[static_cast<size_t>(h * D + i)], want[i].item<float>(), 1e-4);
-  }
-  // the cache really is lossy at r < d (the test would pass vacuously otherwise)
-  EXPECT_GT(testing::max_abs_diff(K.transpose(0, 1), k), 1e-2);
 }
 
 class KvSpliceModelTest : public ::testing::Test {
@@ -99,8 +103,8 @@ class KvSpliceModelTest : public ::testing::Test {
     for (int64_t i = 0; i < n; ++i) t.push_back((i * 37 + 11) % model_->config.n_vocab);
     return t;
   }
-  std::shared_ptr<KvSpliceSet> set(int64_t rank) const {
-    auto s = KvSpliceSet::create(kvsplice_dims(model_->config), rank, 5);
+  std::shared_ptr<KvSpliceSet> set(KvSpliceRanks ranks) const {
+    auto s = KvSpliceSet::create(kvsplice_dims(model_->config), ranks, 5);
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
@@ -109,7 +113,7 @@ class KvSpliceModelTest : public ::testing::Test {
 
 TEST_F(KvSpliceModelTest, DecodeStepInTheLatentSpaceEqualsTheReferenceForward) {
   const int64_t n = 14, d = model_->config.n_head_kv * model_->config.head_dim;
-  for (int64_t rank : {int64_t{4}, d}) {
+  for (KvSpliceRanks rank : {KvSpliceRanks{4, 4}, KvSpliceRanks{3, 7}, KvSpliceRanks{d, d}}) {
     auto sp = set(rank);
     at::NoGradGuard ng;
     SequenceKv ref_kv(tf().kv_spec(n, KvCodecKind::kKvSplice, sp));
@@ -120,13 +124,15 @@ TEST_F(KvSpliceModelTest, DecodeStepInTheLatentSpaceEqualsTheReferenceForward) {
     for (int64_t t = 0; t < n; ++t) {
       const float* lg = tf().decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv, s);
       at::Tensor got = at::from_blob(const_cast<float*>(lg), {model_->config.n_vocab}, at::kFloat);
-      EXPECT_LT(testing::max_abs_diff(got, ref[t]), 2e-3) << "rank " << rank << " position " << t;
+      EXPECT_LT(testing::max_abs_diff(got, ref[t]), 2e-3) << "rank " << rank.label() << " position " << t;
     }
-    EXPECT_EQ(kv.bytes_per_token(), model_->config.n_layer * 2 * rank * 2);
+    EXPECT_EQ(kv.bytes_per_token(), model_->config.n_layer * (rank.k + rank.v) * 2);
+    EXPECT_EQ(sp->bytes_per_token(), kv.bytes_per_token());
+    EXPECT_DOUBLE_EQ(sp->compression_vs_fp16(), 2.0 * d / static_cast<double>(rank.k + rank.v));
     // full rank ≈ the fp32 model (fp16 latent rounding only); low rank differs measurably
     SequenceKv f32(tf().kv_spec(n, KvCodecKind::kF32));
     at::Tensor clean = tf().forward(at::tensor(tokens(n), at::kLong), f32);
-    if (rank == d)
+    if (rank.k == d)
       EXPECT_LT(testing::max_abs_diff(ref, clean), 5e-2);
     else
       EXPECT_GT(testing::max_abs_diff(ref, clean), 5e-2);
@@ -158,7 +164,7 @@ TEST_F(KvSpliceModelTest, PcaInitialisationIsExactAtFullRankAndOrderedByEnergy) 
   std::vector<double> prev(2, 0);
   for (int64_t r : {int64_t{2}, int64_t{8}, d}) {
     std::vector<std::array<double, 2>> energy;
-    auto s = kvsplice_from_pca(kvsplice_dims(model_->config), r, *rows, &energy);
+    auto s = kvsplice_from_pca(kvsplice_dims(model_->config), {r, r}, *rows, &energy);
     ASSERT_TRUE(s.ok()) << s.status();
     at::NoGradGuard ng;
     const double err = testing::max_abs_diff((*s)->k(1).reconstruct(rows->k[1]), rows->k[1]);
@@ -170,11 +176,20 @@ TEST_F(KvSpliceModelTest, PcaInitialisationIsExactAtFullRankAndOrderedByEnergy) 
     EXPECT_GE(energy[1][1], prev[1]);
     prev = {energy[1][0], energy[1][1]};
   }
+  // K and V apart: each side's energy is the one its own rank gives
+  std::vector<std::array<double, 2>> e28, e22, e88;
+  ASSERT_TRUE(kvsplice_from_pca(kvsplice_dims(model_->config), {2, 8}, *rows, &e28).ok());
+  ASSERT_TRUE(kvsplice_from_pca(kvsplice_dims(model_->config), {2, 2}, *rows, &e22).ok());
+  ASSERT_TRUE(kvsplice_from_pca(kvsplice_dims(model_->config), {8, 8}, *rows, &e88).ok());
+  EXPECT_DOUBLE_EQ(e28[1][0], e22[1][0]);
+  EXPECT_DOUBLE_EQ(e28[1][1], e88[1][1]);
+  EXPECT_LT(e28[1][0], e28[1][1]);
 }
 
 TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
   KvSpliceConfig cfg;
   cfg.rank = 4;
+  cfg.v_rank = 6;  // K and V apart: trained, saved and loaded with their own sizes
   cfg.window = 16;
   cfg.steps = 12;
   cfg.batch = 2;
@@ -209,6 +224,9 @@ TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
   ASSERT_TRUE((*tuned)->save(dir.file("s.safetensors"), {{"model", "builtin:tiny"}}).ok());
   auto back = KvSpliceSet::load(dir.file("s.safetensors"), kvsplice_dims(model_->config));
   ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ((*back)->ranks(), (KvSpliceRanks{4, 6}));
+  EXPECT_EQ((*back)->ranks().label(), "4/6");
+  EXPECT_EQ((*back)->metadata().count("rank"), 0u);  // a single-rank reader refuses it instead of misreading
   for (auto& [n, t] : (*tuned)->named_parameters()) {
     bool found = false;
     for (auto& [m, u] : (*back)->named_parameters())
@@ -230,7 +248,8 @@ TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
     for (auto& [n, t] : (*tuned)->named_parameters()) ts.emplace_back(n, t.clone());
     ts[0].second[0] = std::nanf("");
     auto bytes = safetensors_serialize(ts, {{"format", "frost.kvsplice.v1"},
-                                            {"rank", "4"},
+                                            {"rank_k", "4"},
+                                            {"rank_v", "6"},
                                             {"n_layers", std::to_string(model_->config.n_layer)},
                                             {"n_head_kv", std::to_string(model_->config.n_head_kv)},
                                             {"head_dim", std::to_string(model_->config.head_dim)}});
@@ -239,6 +258,31 @@ TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
     EXPECT_INVALID(KvSpliceSet::load(dir.file("nan.safetensors"), kvsplice_dims(model_->config)).status(),
                    "non-finite");
   }
+  // metadata whose rank contradicts rank_k / rank_v
+  {
+    std::vector<std::pair<std::string, at::Tensor>> ts;
+    for (auto& [n, t] : (*tuned)->named_parameters()) ts.emplace_back(n, t.clone());
+    auto bytes = safetensors_serialize(ts, {{"format", "frost.kvsplice.v1"},
+                                            {"rank", "4"},
+                                            {"rank_k", "4"},
+                                            {"rank_v", "6"},
+                                            {"n_layers", std::to_string(model_->config.n_layer)},
+                                            {"n_head_kv", std::to_string(model_->config.n_head_kv)},
+                                            {"head_dim", std::to_string(model_->config.head_dim)}});
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_TRUE(write_file_atomic(dir.file("two.safetensors"), *bytes).ok());
+    EXPECT_INVALID(KvSpliceSet::load(dir.file("two.safetensors"), kvsplice_dims(model_->config)).status(),
+                   "contradicts");
+  }
+  // an equal-rank file keeps the single "rank" key older readers need
+  auto eq = KvSpliceSet::create(kvsplice_dims(model_->config), 4);
+  ASSERT_TRUE(eq.ok());
+  ASSERT_TRUE((*eq)->save(dir.file("eq.safetensors")).ok());
+  auto eqb = KvSpliceSet::load(dir.file("eq.safetensors"), kvsplice_dims(model_->config));
+  ASSERT_TRUE(eqb.ok()) << eqb.status();
+  EXPECT_EQ((*eqb)->metadata().at("rank"), "4");
+  EXPECT_EQ((*eqb)->ranks(), (KvSpliceRanks{4, 4}));
+  EXPECT_INVALID(KvSpliceSet::create(kvsplice_dims(model_->config), KvSpliceRanks{4, 0}).status(), "rank_v");
   EXPECT_INVALID(KvSpliceSet::create(kvsplice_dims(model_->config), 0).status(), "rank");
 }
 
@@ -299,6 +343,15 @@ TEST(KvSpliceConfigTest, FieldsAreValidatedWithTheirNames) {
   auto m = builtin_config("builtin:tiny");
   ASSERT_TRUE(m.ok());
   EXPECT_INVALID(validate_kvsplice_config(c, *m), "rank");
+  // K and V ranks: their own names, 0 = rank's value
+  KvSpliceConfig kv;
+  ASSERT_TRUE(set_kvsplice_field(kv, "rank", "8").ok());
+  ASSERT_TRUE(set_kvsplice_field(kv, "v_rank", "12").ok());
+  EXPECT_EQ(kv.ranks(), (KvSpliceRanks{8, 12}));
+  EXPECT_TRUE(validate_kvsplice_config(kv, *m).ok());
+  EXPECT_INVALID(set_kvsplice_field(kv, "k_rank", "-1"), "k_rank");
+  ASSERT_TRUE(set_kvsplice_field(kv, "k_rank", "999").ok());
+  EXPECT_INVALID(validate_kvsplice_config(kv, *m), "k_rank");
 }
 
 }  // namespace

@@ -71,7 +71,7 @@ TEST(MetricsTest, KvRepairAndKvSpliceFamilies) {
   EXPECT_EQ(text.find("frost_kv_splice_active{"), std::string::npos) << text;  // absent = none
   EXPECT_TRUE(has_line(text, "frost_kv_splice_sequences_total 0")) << text;
   stats.kv_splice_active = "kvsplice/2";
-  stats.kv_splice_rank = 8;
+  stats.kv_splice_rank = "8";
   stats.n_spliced = 3;
   stats.finished_by_codec["kvsplice"] = 3;
   stats.kv_repair_active = "kv_repair/1";
