@@ -8,7 +8,8 @@
 // DIR holds train.jsonl (calibration) and test.jsonl (held-out), {"text": ...} per line; `--data self`
 // samples both from the model. --set takes the kvsplice job's config keys (steps, lr, window, batch,
 // fisher_threshold, fim_rank, seed, ...). Without --rank the Fisher-suggested rank is used. A rank RK:RV
-// gives K and V their own latent sizes (e.g. 12:20 is 2x against fp16 when d = 32).
+// gives K and V their own latent sizes (e.g. 12:20 is 2x against fp16 when d = 32). --set latent=int8
+// stores the latents as int8 with a scale per row (r_k + r_v + 8 bytes per token per layer).
 // Report:
 //   fisher: per-layer metrics of the attention Fisher matrices on calibration windows and the suggested rank.
 //   rows: perplexity and mean KL to fp32 on held-out windows, KV bytes per token and compression against
@@ -249,6 +250,7 @@ int run_kvsplice_bench(int argc, char** argv) {
         row["rank"] = row_rank[i].label();
         row["k_rank"] = row_rank[i].k;
         row["v_rank"] = row_rank[i].v;
+        row["latent"] = kv_latent_name(cfg.latent);
       }
       row["kv_bytes_per_token"] = kv.bytes_per_token();
       row["compression_vs_fp16"] =

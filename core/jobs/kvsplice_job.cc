@@ -123,6 +123,7 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
                  {"rank", cfg.rank},
                  {"k_rank", cfg.ranks().k},
                  {"v_rank", cfg.ranks().v},
+                 {"latent", kv_latent_name(cfg.latent)},
                  {"rank_source", from_fisher ? "fisher" : "config"},
                  {"fisher", fisher_json},
                  {"calibration_windows", jw.calib.size()},

@@ -74,6 +74,15 @@ void KvSpliceFast::expand_cols(const float* cbar, int64_t col0, int64_t D, float
   }
 }
 
+const char* kv_latent_name(KvLatentDtype t) { return t == KvLatentDtype::kF16 ? "fp16" : "int8"; }
+
+absl::StatusOr<KvLatentDtype> parse_kv_latent(const std::string& name) {
+  if (name == "fp16") return KvLatentDtype::kF16;
+  if (name == "int8") return KvLatentDtype::kI8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("kvsplice latent dtype \"", name, "\" (expected fp16 or int8)"));
+}
+
 std::string KvSpliceRanks::label() const { return k == v ? std::to_string(k) : absl::StrCat(k, "/", v); }
 
 absl::StatusOr<std::shared_ptr<KvSpliceSet>> KvSpliceSet::create(const KvSpliceDims& dims,
@@ -166,7 +175,7 @@ absl::Status KvSpliceSet::save(const std::string& path,
       {"n_layers", std::to_string(dims_.n_layers)},
       {"n_head_kv", std::to_string(dims_.n_head_kv)},
       {"head_dim", std::to_string(dims_.head_dim)},
-      {"latent_dtype", "fp16"},
+      {"latent_dtype", kv_latent_name(latent_)},
   };
   if (ranks_.k == ranks_.v) meta["rank"] = std::to_string(ranks_.k);  // readable by single-rank loaders
   for (const auto& [k, v] : extra) {
@@ -196,8 +205,12 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> KvSpliceSet::load(const std::string
   if (fmt == m.end()) return bad(path, "metadata field format missing");
   if (fmt->second != kFormat)
     return bad(path, absl::StrCat("format \"", fmt->second, "\" (expected ", kFormat, ")"));
-  if (auto dt = m.find("latent_dtype"); dt != m.end() && dt->second != "fp16")
-    return bad(path, absl::StrCat("latent_dtype \"", dt->second, "\" (expected fp16)"));
+  KvLatentDtype latent = KvLatentDtype::kF16;  // files from before int8 latents carry fp16 or nothing
+  if (auto dt = m.find("latent_dtype"); dt != m.end()) {
+    absl::StatusOr<KvLatentDtype> t = parse_kv_latent(dt->second);
+    if (!t.ok()) return bad(path, std::string(t.status().message()));
+    latent = *t;
+  }
   KvSpliceDims fd;
   FROST_ASSIGN_OR_RETURN(fd.n_layers, int_field("n_layers"));
   FROST_ASSIGN_OR_RETURN(fd.n_head_kv, int_field("n_head_kv"));
@@ -225,17 +238,22 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> KvSpliceSet::load(const std::string
   if (absl::Status st = safetensors_load_into(*f, (*s)->named_parameters()); !st.ok())
     return st.code() == absl::StatusCode::kInvalidArgument ? bad(path, std::string(st.message())) : st;
   (*s)->metadata_ = m;
+  (*s)->latent_ = latent;
   (*s)->freeze();
   return s;
 }
 
-void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const void* ck,
-                         const void* cv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n,
-                         float scale, float* scores, float* tmp, float* out) {
-  const int64_t rk = kf.r, rv = vf.r, group = n_head / n_head_kv, D = head_dim;
-  TORCH_CHECK(kf.d == n_head_kv * D && vf.d == kf.d, "kvsplice_attend_one: shape mismatch");
-  const auto* K = static_cast<const c10::Half*>(ck);
-  const auto* V = static_cast<const c10::Half*>(cv);
+namespace {
+
+// One latent row element as float: fp16, or int8 times its row's scale (applied once per row).
+inline float latent_at(const c10::Half* rows, int64_t i) { return static_cast<float>(rows[i]); }
+inline float latent_at(const int8_t* rows, int64_t i) { return static_cast<float>(rows[i]); }
+
+template <typename KT, typename VT>
+void attend_latent(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const KT* K, const VT* V,
+                   const float* ks, const float* vs, int64_t n_head, int64_t n_head_kv, int64_t D, int64_t n,
+                   float scale, float* scores, float* tmp, float* out) {
+  const int64_t rk = kf.r, rv = vf.r, group = n_head / n_head_kv;
   const int64_t grain = n * (rk + rv) * n_head < (int64_t{1} << 16) ? n_head : 1;
   at::parallel_for(0, n_head, grain, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
@@ -246,10 +264,10 @@ void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const f
       kf.absorb(q + h * D, col0, D, qt);  // q̃ = E[G]ᵀ (q ⊘ σ[G])
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n; ++j) {
-        const c10::Half* row = K + j * rk;
+        const KT* row = K + j * rk;
         float acc = 0;
-        for (int64_t k = 0; k < rk; ++k) acc += static_cast<float>(row[k]) * qt[k];
-        s[j] = acc * scale;
+        for (int64_t k = 0; k < rk; ++k) acc += latent_at(row, k) * qt[k];
+        s[j] = acc * scale * (ks ? ks[j] : 1.f);
         mx = std::max(mx, s[j]);
       }
       float sum = 0;
@@ -260,13 +278,29 @@ void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const f
       const float inv = 1.f / sum;
       std::fill(cbar, cbar + rv, 0.f);
       for (int64_t j = 0; j < n; ++j) {  // Σⱼ pⱼ cⱼ
-        const float p = s[j] * inv;
-        const c10::Half* row = V + j * rv;
-        for (int64_t k = 0; k < rv; ++k) cbar[k] += p * static_cast<float>(row[k]);
+        const float p = s[j] * inv * (vs ? vs[j] : 1.f);
+        const VT* row = V + j * rv;
+        for (int64_t k = 0; k < rv; ++k) cbar[k] += p * latent_at(row, k);
       }
       vf.expand_cols(cbar, col0, D, out + h * D);  // (c̄ E[G]ᵀ − b[G]) ⊘ σ[G]
     }
   });
+}
+
+}  // namespace
+
+void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const void* ck,
+                         const void* cv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n,
+                         float scale, float* scores, float* tmp, float* out, const float* ks,
+                         const float* vs) {
+  TORCH_CHECK(kf.d == n_head_kv * head_dim && vf.d == kf.d, "kvsplice_attend_one: shape mismatch");
+  TORCH_CHECK((ks == nullptr) == (vs == nullptr), "kvsplice_attend_one: K and V latents of one dtype");
+  if (ks)
+    attend_latent(kf, vf, q, static_cast<const int8_t*>(ck), static_cast<const int8_t*>(cv), ks, vs, n_head,
+                  n_head_kv, head_dim, n, scale, scores, tmp, out);
+  else
+    attend_latent(kf, vf, q, static_cast<const c10::Half*>(ck), static_cast<const c10::Half*>(cv), ks, vs,
+                  n_head, n_head_kv, head_dim, n, scale, scores, tmp, out);
 }
 
 absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_served_kvsplice(const std::string& path,

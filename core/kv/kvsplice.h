@@ -11,9 +11,12 @@
 // The cache stores only c for K (r_k numbers) and c for V (r_v numbers) per token per layer. The two
 // ranks may differ (choice: K and V have different spectra — on stories260K post-RoPE K keeps ~96% of
 // its variance at r = d/2, V only ~85% — so a fixed latent budget r_k + r_v is better split unevenly);
-// r_k = r_v = r is the seed's single rank. Choice: latents are stored as fp16 (like the fp16 codec), so
-// the cache is (r_k + r_v)·2 bytes per token per layer against fp16's 2·d·2: a compression of
-// 2d / (r_k + r_v) versus fp16.
+// r_k = r_v = r is the seed's single rank. Choice (the seed leaves the latent's storage open): latents
+// are stored as fp16 (like the fp16 codec) — (r_k + r_v)·2 bytes per token per layer against fp16's
+// 2·d·2, a compression of 2d / (r_k + r_v) — or, with latent dtype int8, as int8 with one fp32 scale
+// per latent row (s = max|c| / 127, c ≈ s·round(c / s), like the int8 codec but over the whole latent
+// instead of per head): r_k + r_v + 8 bytes. int8 latents stack quantisation on the rank reduction; the
+// calibration trains through it (the cache's values in the forward, straight-through gradients).
 //
 // Attention in the latent space (what decode_step runs). For query head h of kv group g (columns
 // G = g·D .. g·D + D − 1 of the row):
@@ -80,6 +83,11 @@ struct KvSpliceFast {
   void expand_cols(const float* cbar, int64_t col0, int64_t D, float* out) const;
 };
 
+// How the cache stores the latents (see above).
+enum class KvLatentDtype { kF16, kI8 };
+const char* kv_latent_name(KvLatentDtype t);                             // "fp16" / "int8"
+absl::StatusOr<KvLatentDtype> parse_kv_latent(const std::string& name);  // INVALID_ARGUMENT names it
+
 // Latent sizes of the K and the V splices (the same for every layer).
 struct KvSpliceRanks {
   int64_t k = 0, v = 0;
@@ -102,6 +110,8 @@ class KvSpliceSet {
   absl::Status save(const std::string& path, const std::map<std::string, std::string>& extra = {}) const;
 
   const KvSpliceRanks& ranks() const { return ranks_; }
+  KvLatentDtype latent() const { return latent_; }
+  void set_latent(KvLatentDtype t) { latent_ = t; }  // before the set serves (it is shared const then)
   int64_t rank_k() const { return ranks_.k; }
   int64_t rank_v() const { return ranks_.v; }
   const KvSpliceDims& dims() const { return dims_; }
@@ -117,11 +127,14 @@ class KvSpliceSet {
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<at::Tensor> parameters() const;
   int64_t n_params() const;
-  // KV cache bytes per token, all layers (fp16 latents for K and V).
-  int64_t bytes_per_token() const { return dims_.n_layers * (ranks_.k + ranks_.v) * 2; }
-  // 2d / (r_k + r_v): the compression against an fp16 cache.
+  // KV cache bytes per token of one layer: (r_k + r_v)·2 for fp16 latents, r_k + r_v + 2·4 for int8.
+  int64_t bytes_per_token_layer() const {
+    return latent_ == KvLatentDtype::kF16 ? (ranks_.k + ranks_.v) * 2 : ranks_.k + ranks_.v + 8;
+  }
+  int64_t bytes_per_token() const { return dims_.n_layers * bytes_per_token_layer(); }  // all layers
+  // The compression against an fp16 cache (2·d·2 bytes per token per layer).
   double compression_vs_fp16() const {
-    return 2.0 * static_cast<double>(dims_.d()) / static_cast<double>(ranks_.k + ranks_.v);
+    return 4.0 * static_cast<double>(dims_.d()) / static_cast<double>(bytes_per_token_layer());
   }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
@@ -129,17 +142,19 @@ class KvSpliceSet {
   KvSpliceSet() = default;
   KvSpliceDims dims_;
   KvSpliceRanks ranks_;
+  KvLatentDtype latent_ = KvLatentDtype::kF16;
   std::vector<LearnedKvSplice> k_, v_;
   std::vector<KvSpliceFast> fk_, fv_;
   std::map<std::string, std::string> metadata_;
 };
 
-// Batch-1 decode attention of all H query heads over n latent rows (fp16 [Tmax, r_k] for K and
-// [Tmax, r_v] for V), in the latent space (see above). q [H·D]; scores needs H·n floats, tmp
-// H·(r_k + r_v) floats; out [H·D].
+// Batch-1 decode attention of all H query heads over n latent rows ([Tmax, r_k] for K and [Tmax, r_v]
+// for V), in the latent space (see above). Rows are fp16, or int8 when the per-row scales ks, vs
+// ([Tmax] each) are given. q [H·D]; scores needs H·n floats, tmp H·(r_k + r_v) floats; out [H·D].
 void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const void* ck,
                          const void* cv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n,
-                         float scale, float* scores, float* tmp, float* out);
+                         float scale, float* scores, float* tmp, float* out, const float* ks = nullptr,
+                         const float* vs = nullptr);
 
 // The KVSplice a server stores new sequences with when they ask for the kvsplice codec; hot-swappable
 // (a sequence keeps the Active it started with).

@@ -32,6 +32,18 @@ absl::Status set_kvsplice_field(KvSpliceConfig& c, const std::string& key, const
   if (key == "rank") return int_field(key, value, c.rank, 0, 1 << 16);
   if (key == "k_rank") return int_field(key, value, c.k_rank, 0, 1 << 16);
   if (key == "v_rank") return int_field(key, value, c.v_rank, 0, 1 << 16);
+  if (key == "pca_metric") {
+    if (value != "attention" && value != "euclidean")
+      return bad_field(key, value, "must be attention or euclidean");
+    c.pca_metric = value == "attention" ? KvPcaMetric::kAttention : KvPcaMetric::kEuclidean;
+    return absl::OkStatus();
+  }
+  if (key == "latent") {
+    absl::StatusOr<KvLatentDtype> t = parse_kv_latent(value);
+    if (!t.ok()) return bad_field(key, value, "must be fp16 or int8");
+    c.latent = *t;
+    return absl::OkStatus();
+  }
   if (key == "window") return int_field(key, value, c.window, 2, 1 << 16);
   if (key == "steps") return int_field(key, value, c.steps, 0, 1000000);
   if (key == "batch") return int_field(key, value, c.batch, 1, 1024);
@@ -41,10 +53,11 @@ absl::Status set_kvsplice_field(KvSpliceConfig& c, const std::string& key, const
   if (key == "fisher_threshold") return double_field(key, value, c.fisher_threshold, 0.01, 1.0);
   if (key == "fim_rank") return int_field(key, value, c.fim_rank, 0, 1 << 16);
   if (key == "seed") return int_field(key, value, c.seed, 0, INT64_MAX);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "kvsplice config: unknown key \"", key,
-      "\" (known: rank, k_rank, v_rank, window, steps, batch, lr, pca_windows, self_sample_windows, "
-      "fisher_threshold, fim_rank, seed)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("kvsplice config: unknown key \"", key,
+                   "\" (known: rank, k_rank, v_rank, latent, pca_metric, window, steps, batch, lr, "
+                   "pca_windows, self_sample_windows, "
+                   "fisher_threshold, fim_rank, seed)"));
 }
 
 absl::Status validate_kvsplice_config(const KvSpliceConfig& c, const ModelConfig& m) {
@@ -67,18 +80,21 @@ absl::Status validate_kvsplice_config(const KvSpliceConfig& c, const ModelConfig
 }
 
 std::string kvsplice_config_json(const KvSpliceConfig& c) {
-  nlohmann::ordered_json j = {{"rank", c.rank},
-                              {"k_rank", c.k_rank},
-                              {"v_rank", c.v_rank},
-                              {"window", c.window},
-                              {"steps", c.steps},
-                              {"batch", c.batch},
-                              {"lr", c.lr},
-                              {"pca_windows", c.pca_windows},
-                              {"self_sample_windows", c.self_sample_windows},
-                              {"fisher_threshold", c.fisher_threshold},
-                              {"fim_rank", c.fim_rank},
-                              {"seed", c.seed}};
+  nlohmann::ordered_json j = {
+      {"rank", c.rank},
+      {"k_rank", c.k_rank},
+      {"v_rank", c.v_rank},
+      {"latent", kv_latent_name(c.latent)},
+      {"pca_metric", c.pca_metric == KvPcaMetric::kAttention ? "attention" : "euclidean"},
+      {"window", c.window},
+      {"steps", c.steps},
+      {"batch", c.batch},
+      {"lr", c.lr},
+      {"pca_windows", c.pca_windows},
+      {"self_sample_windows", c.self_sample_windows},
+      {"fisher_threshold", c.fisher_threshold},
+      {"fim_rank", c.fim_rank},
+      {"seed", c.seed}};
   return j.dump();
 }
 
@@ -88,20 +104,45 @@ absl::StatusOr<KvRows> collect_kv_rows(const Transformer& model, const std::vect
     at::NoGradGuard ng;
     const ModelConfig& mc = model.config();
     const int64_t L = mc.n_layer, d = mc.n_head_kv * mc.head_dim;
+    const int64_t H = mc.n_head, Hkv = mc.n_head_kv, D = mc.head_dim, group = H / Hkv;
     std::vector<std::vector<at::Tensor>> ks(static_cast<size_t>(L)), vs(static_cast<size_t>(L));
+    std::vector<at::Tensor> qq(static_cast<size_t>(L));  // Σ q qᵀ per kv group [Hkv, D, D] (double)
+    int64_t n_rows = 0;
     for (const TokenWindow& w : windows) {
       const auto T = static_cast<int64_t>(w.size());
       SequenceKv kv(model.kv_spec(T, KvCodecKind::kF32));
+      kv.taps().queries = true;
       model.forward(at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong), kv, /*last_only=*/true);
+      TORCH_CHECK(static_cast<int64_t>(kv.taps().query_rows.size()) == L,
+                  "collect_kv_rows: query tap missing");
       for (int64_t l = 0; l < L; ++l) {  // [Hkv, T, D] → [T, d]
         ks[static_cast<size_t>(l)].push_back(kv.layer(l).keys(T).transpose(0, 1).reshape({T, d}));
         vs[static_cast<size_t>(l)].push_back(kv.layer(l).values(T).transpose(0, 1).reshape({T, d}));
+        // queries [T, H, D] → per group g: the T·group rows of its heads
+        const at::Tensor q =
+            kv.taps().query_rows[static_cast<size_t>(l)].to(at::kDouble).view({T, Hkv, group, D});
+        const at::Tensor g = at::einsum("tgha,tghb->gab", {q, q});
+        at::Tensor& acc = qq[static_cast<size_t>(l)];
+        acc = acc.defined() ? acc + g : g;
       }
+      n_rows += T;
     }
     KvRows rows;
     for (int64_t l = 0; l < L; ++l) {
       rows.k.push_back(at::cat(ks[static_cast<size_t>(l)], 0));
       rows.v.push_back(at::cat(vs[static_cast<size_t>(l)], 0));
+      // K: E[(q·δk)²] summed over the group's query heads = δkᵀ (E[q qᵀ]) δk, block-diagonal over groups
+      rows.k_metric.push_back(
+          at::block_diag(at::unbind(qq[static_cast<size_t>(l)] / static_cast<double>(n_rows), 0)));
+      // V: a head's output error is W_o[:, h] δv; summed over the group's heads, the metric is
+      // Σ_h W_o[:, h]ᵀ W_o[:, h]. Router layers have no single W_o: Euclidean there.
+      const at::Tensor& wo = model.weights().layers[static_cast<size_t>(l)].wo;
+      if (wo.defined()) {
+        const at::Tensor w = wo.to(at::kDouble).view({wo.size(0), Hkv, group, D});
+        rows.v_metric.push_back(at::block_diag(at::unbind(at::einsum("cgha,cghb->gab", {w, w}), 0)));
+      } else {
+        rows.v_metric.push_back(at::eye(d, at::kDouble));
+      }
     }
     return rows;
   });
@@ -109,7 +150,8 @@ absl::StatusOr<KvRows> collect_kv_rows(const Transformer& model, const std::vect
 
 absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(const KvSpliceDims& dims, KvSpliceRanks ranks,
                                                                const KvRows& rows,
-                                                               std::vector<std::array<double, 2>>* energy) {
+                                                               std::vector<std::array<double, 2>>* energy,
+                                                               bool whiten, bool metric) {
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set, KvSpliceSet::create(dims, ranks));
   if (static_cast<int64_t>(rows.k.size()) != dims.n_layers || rows.v.size() != rows.k.size())
     return absl::InvalidArgumentError("kvsplice_from_pca: rows for the wrong number of layers");
@@ -122,17 +164,47 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(const KvSpliceDim
         TORCH_CHECK(x.dim() == 2 && x.size(1) == dims.d(), "kvsplice_from_pca: rows of layer ", l, " are ",
                     x.sizes(), ", expected [N, ", dims.d(), "]");
         const at::Tensor mean = x.mean(0);
-        const at::Tensor xc = x - mean;
+        // Attention-aware PCA (when a metric M is given): PCA of the rows mapped by A = M^½, so the kept
+        // subspace minimises E‖A(x − x̂)‖², the error attention sees, not E‖x − x̂‖². A is regularised
+        // (eigenvalues floored at 1e-4 of the mean) so A⁻¹ stays bounded. Without M, A = I: plain PCA.
+        const std::vector<at::Tensor>& metrics = kv == 0 ? rows.k_metric : rows.v_metric;
+        at::Tensor A, A_inv;
+        if (metric && !metrics.empty()) {
+          const at::Tensor M = metrics[static_cast<size_t>(l)].to(at::kDouble);
+          TORCH_CHECK(M.sizes() == at::IntArrayRef({dims.d(), dims.d()}),
+                      "kvsplice_from_pca: metric of layer ", l, " is ", M.sizes());
+          auto [lam, Q] = at::linalg_eigh((M + M.t()) / 2);
+          // scaled to mean eigenvalue 1 (the subspace does not depend on the scale; C and E then keep
+          // magnitudes like plain PCA's, which the fine-tuning's fixed learning rate expects)
+          lam = (lam / std::max(lam.mean().item<double>(), 1e-30)).clamp_min(1e-4);
+          A = at::matmul(Q * lam.sqrt().unsqueeze(0), Q.t());
+          A_inv = at::matmul(Q * lam.rsqrt().unsqueeze(0), Q.t());
+        } else {
+          A = A_inv = at::eye(dims.d(), at::kDouble);
+        }
+        const at::Tensor xc = at::matmul(x - mean, A);  // A symmetric
         // right singular vectors of the centred rows = eigenvectors of the covariance
         auto [U, S, Vh] = at::linalg_svd(xc, /*full_matrices=*/false);
         const int64_t rank = kv == 0 ? ranks.k : ranks.v;
         const int64_t k = std::min<int64_t>(rank, Vh.size(0));
         at::Tensor basis = at::zeros({dims.d(), rank}, at::kDouble);
         basis.narrow(1, 0, k).copy_(Vh.narrow(0, 0, k).t());
+        // compress C = Uᵣᵀ A, expand E = A⁻¹ Uᵣ (as [d, r] columns: "in" = A Uᵣ, "out" = A⁻¹ Uᵣ)
+        const at::Tensor in = at::matmul(A, basis), out = at::matmul(A_inv, basis);
         LearnedKvSplice& sp = kv == 0 ? set->mutable_k(l) : set->mutable_v(l);
         sp.shift.copy_(-mean);  // σ = 1 from create()
-        sp.expand.copy_(basis);
-        sp.compress.copy_(basis.t());
+        if (whiten) {
+          // C = diag(1/sᵢ) Uᵀ, E = U diag(sᵢ) with sᵢ the std of component i: the same reconstruction, but
+          // every latent component has unit variance, so one int8 scale per row suits all of them.
+          at::Tensor sd = at::ones({rank}, at::kDouble);
+          const double n_rows = static_cast<double>(std::max<int64_t>(x.size(0), 1));
+          sd.narrow(0, 0, k).copy_((S.narrow(0, 0, k) / std::sqrt(n_rows)).clamp_min(1e-6));
+          sp.expand.copy_(out * sd.unsqueeze(0));
+          sp.compress.copy_((in / sd.unsqueeze(0)).t());
+        } else {
+          sp.expand.copy_(out);
+          sp.compress.copy_(in.t());
+        }
         if (energy) {
           const at::Tensor s2 = S.pow(2);
           const double total = s2.sum().item<double>();
@@ -163,7 +235,10 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& m
   FROST_ASSIGN_OR_RETURN(KvRows rows, collect_kv_rows(model, std::vector<TokenWindow>(
                                                                  windows.begin(), windows.begin() + n_pca)));
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set,
-                         kvsplice_from_pca(kvsplice_dims(model.config()), cfg.ranks(), rows));
+                         kvsplice_from_pca(kvsplice_dims(model.config()), cfg.ranks(), rows, nullptr,
+                                           /*whiten=*/cfg.latent == KvLatentDtype::kI8,
+                                           /*metric=*/cfg.pca_metric == KvPcaMetric::kAttention));
+  set->set_latent(cfg.latent);  // the fine-tuning below runs through the latents as the cache stores them
   if (cfg.steps == 0) return set;
   std::vector<at::Tensor> params = set->parameters();
   for (at::Tensor& p : params) p.requires_grad_(true);

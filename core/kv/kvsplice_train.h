@@ -26,11 +26,17 @@
 
 namespace frost {
 
+// What the PCA initialisation minimises: E‖x − x̂‖² (euclidean, the seed's plain PCA) or the error
+// attention sees (attention: K weighted by the queries' second moment, V by W_oᵀW_o; kvsplice_from_pca).
+enum class KvPcaMetric { kAttention, kEuclidean };
+
 struct KvSpliceConfig {
-  int64_t rank = 0;     // latent size r; 0 = the Fisher-suggested rank (the job's default), clamped to [1, d]
-  int64_t k_rank = 0;   // K latent size when > 0 (else rank); K and V may differ (core/kv/kvsplice.h)
-  int64_t v_rank = 0;   // V latent size when > 0 (else rank)
-  int64_t window = 64;  // tokens per calibration window (BOS included)
+  int64_t rank = 0;    // latent size r; 0 = the Fisher-suggested rank (the job's default), clamped to [1, d]
+  int64_t k_rank = 0;  // K latent size when > 0 (else rank); K and V may differ (core/kv/kvsplice.h)
+  int64_t v_rank = 0;  // V latent size when > 0 (else rank)
+  KvLatentDtype latent = KvLatentDtype::kF16;        // how the cache stores the latents ("fp16" / "int8")
+  KvPcaMetric pca_metric = KvPcaMetric::kAttention;  // "attention" / "euclidean"
+  int64_t window = 64;                               // tokens per calibration window (BOS included)
   int64_t steps = 100;  // fine-tuning steps after the PCA initialisation (0 = PCA only)
   int64_t batch = 4;
   double lr = 1e-3;
@@ -44,25 +50,33 @@ struct KvSpliceConfig {
   KvSpliceRanks ranks() const { return {k_rank > 0 ? k_rank : rank, v_rank > 0 ? v_rank : rank}; }
 };
 
-// key=value overrides: rank, k_rank, v_rank, window, steps, batch, lr, pca_windows, self_sample_windows,
-// fisher_threshold, fim_rank, seed. INVALID_ARGUMENT naming the key and the value.
+// key=value overrides: rank, k_rank, v_rank, latent, pca_metric, window, steps, batch, lr, pca_windows,
+// self_sample_windows, fisher_threshold, fim_rank, seed. INVALID_ARGUMENT naming the key and the value.
 absl::Status set_kvsplice_field(KvSpliceConfig& cfg, const std::string& key, const std::string& value);
 // Ranges and the model (rank <= n_head_kv · head_dim, window <= max_pos, ...).
 absl::Status validate_kvsplice_config(const KvSpliceConfig& cfg, const ModelConfig& model);
 std::string kvsplice_config_json(const KvSpliceConfig& cfg);
 
 // Every layer's K and V rows over the windows, fp32 cache: k[l], v[l] are [N, d].
+// Also, per layer, the attention metrics of K and V ([d, d], block-diagonal over kv groups): K's is
+// E[q qᵀ] summed over the group's query heads (the queries that probe those rows), V's Σ_h W_o[:, h]ᵀ
+// W_o[:, h] over the group's heads (identity in router layers).
 struct KvRows {
   std::vector<at::Tensor> k, v;
+  std::vector<at::Tensor> k_metric, v_metric;
 };
 absl::StatusOr<KvRows> collect_kv_rows(const Transformer& model, const std::vector<TokenWindow>& windows);
 
 // The PCA-initialised splice of ranks (r_k, r_v) from the rows. When energy is given it receives, per
 // layer, the fraction of the centred rows' variance the rank-r subspace keeps, for K and for V ([l][0],
-// [l][1]).
+// [l][1]) — in the metric when metric is set. metric: attention-aware PCA with rows.k_metric / v_metric
+// (KvPcaMetric::kAttention, the default of train_kvsplice). whiten: the latent components are scaled to unit
+// variance (C = diag(1/s) Uᵀ, E = U diag(s); the same reconstruction). Choice: train_kvsplice whitens for
+// int8 latents, whose one scale per row would otherwise leave the small components a few quantisation levels;
+// fp16 latents keep plain PCA.
 absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(
     const KvSpliceDims& dims, KvSpliceRanks ranks, const KvRows& rows,
-    std::vector<std::array<double, 2>>* energy = nullptr);
+    std::vector<std::array<double, 2>>* energy = nullptr, bool whiten = false, bool metric = false);
 
 // PCA initialisation (from the first pca_windows windows) then cfg.steps of fine-tuning. cfg.ranks() must
 // be resolved (> 0). CANCELLED after writing a checkpoint when the token fires.

@@ -41,7 +41,11 @@ struct KvTaps {
   std::vector<at::Tensor> attention_out;
   bool probs = false;  // keep every unrepaired layer's attention probabilities [H, T, S] (Fisher analysis)
   std::vector<at::Tensor> attention_probs;
+  bool queries = false;  // keep every layer's query rows [T, H, D] as they probe the cache (post-RoPE,
+                         // after the RA swap; KVSplice's attention-aware PCA)
+  std::vector<at::Tensor> query_rows;
   void clear() {
+    query_rows.clear();
     contraction_sum = at::Tensor();
     attention_out.clear();
     attention_probs.clear();

@@ -139,6 +139,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
       k = apply_rope(k, pos);
     }
     if (cfg_.variants.is_ra(l)) std::swap(q, k);  // RA: the cache stores q rows, k_i probes them
+    if (kv.taps().queries) kv.taps().query_rows.push_back(q.detach());
     // 4. KV pipeline: [corrupt at write] → codec append → read the whole cache back → [corrupt
     //    fresh] → [repair inside attention]                                  K, V: [Hkv, S, D]
     KvCodec& cache = kv.layer(l);

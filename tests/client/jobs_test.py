@@ -690,8 +690,8 @@ class JobsServiceTest(unittest.TestCase):
             dst.writelines(line for i, line in enumerate(src) if i < 100)
         spec = T.KvSpliceJobSpec(calib_path=self.train_rel, test_path=test_rel, calib_windows=8, eval_windows=4,
                                  fisher_windows=4, activate=True,
-                                 config={"rank": "4", "v_rank": "6", "steps": "5", "window": "32", "batch": "4",
-                                         "lr": "0.01"})
+                                 config={"rank": "4", "v_rank": "6", "latent": "int8", "steps": "5", "window": "32",
+                                         "batch": "4", "lr": "0.01"})
         t0 = time.monotonic()
         job = self.s.training.SubmitJob(T.SubmitJobRequest(idempotency_key="kvsplice-1", kvsplice=spec),
                                         metadata=ADMIN, timeout=60)
@@ -709,9 +709,10 @@ class JobsServiceTest(unittest.TestCase):
         for k in ("fp32", "fp16", "pca", "kvsplice"):
             self.assertTrue(math.isfinite(report[k]["ppl"]) and report[k]["ppl"] > 0, report)
         self.assertIn("ppl_vs_fp16", report["kvsplice"])
-        # stories260K: 5 layers, d = 4 kv heads x 8 = 32; fp16 2*32*2 B, kvsplice (4 + 6)*2 B per layer
-        self.assertEqual(report["kv_bytes_per_token"], {"fp16": 640, "kvsplice": 100}, report)
-        self.assertAlmostEqual(report["compression_vs_fp16"], 6.4, places=9)
+        # stories260K: 5 layers, d = 4 kv heads x 8 = 32; fp16 2*32*2 B, int8 kvsplice 4 + 6 + 2*4 B per layer
+        self.assertEqual(report["kv_bytes_per_token"], {"fp16": 640, "kvsplice": 90}, report)
+        self.assertAlmostEqual(report["compression_vs_fp16"], 640 / 90, places=9)
+        self.assertEqual((report["latent"], report["config"]["pca_metric"]), ("int8", "attention"), report)
         info = self.s.admin.GetServerInfo(admin_pb2.ServerInfoRequest(), metadata=ADMIN)
         self.assertIn(job.artifact, list(info.active_artifacts))
         arts = self.s.admin.ListArtifacts(admin_pb2.ListArtifactsRequest(kind="kvsplice"), metadata=ADMIN,

@@ -20,9 +20,11 @@ namespace {
 constexpr int64_t D = 16, H = 4, HKV = 2, L = 2, R = 6;
 
 // A splice set with a non-trivial transform (σ ≠ 1, b ≠ 0), so a formula that ignores either fails.
-std::shared_ptr<KvSpliceSet> random_set(KvSpliceRanks ranks = {R, R}, uint64_t seed = 3) {
+std::shared_ptr<KvSpliceSet> random_set(KvSpliceRanks ranks = {R, R}, uint64_t seed = 3,
+                                        KvLatentDtype latent = KvLatentDtype::kF16) {
   auto s = KvSpliceSet::create({L, HKV, D}, ranks, seed);
   EXPECT_TRUE(s.ok()) << s.status();
+  (*s)->set_latent(latent);
   at::NoGradGuard ng;
   at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed + 100);
   for (auto& [n, t] : (*s)->named_parameters()) {
@@ -58,9 +60,12 @@ TEST(KvSpliceTest, LearnedSpliceIsTheSeedsFourSteps) {
 }
 
 TEST(KvSpliceTest, LatentAttentionEqualsExpandThenAttend) {
-  for (KvSpliceRanks rk : {KvSpliceRanks{R, R}, KvSpliceRanks{3, 9}}) {  // one rank, and K, V apart
-    SCOPED_TRACE(rk.label());
-    auto set = random_set(rk);
+  // one rank, K and V apart, and int8 latents
+  for (auto [rk, latent] : {std::pair{KvSpliceRanks{R, R}, KvLatentDtype::kF16},
+                            std::pair{KvSpliceRanks{3, 9}, KvLatentDtype::kF16},
+                            std::pair{KvSpliceRanks{3, 9}, KvLatentDtype::kI8}}) {
+    SCOPED_TRACE(rk.label() + kv_latent_name(latent));
+    auto set = random_set(rk, 3, latent);
     const int64_t n = 11;
     auto codec = make_kvsplice_codec(set, 1, 16);
     at::Generator g = at::make_generator<at::CPUGeneratorImpl>(2);
@@ -70,14 +75,25 @@ TEST(KvSpliceTest, LatentAttentionEqualsExpandThenAttend) {
       at::Tensor kt = k[t].contiguous(), vt = v[t].contiguous();
       codec->append_token(kt.data_ptr<float>(), vt.data_ptr<float>(), t);
     }
-    EXPECT_EQ(codec->bytes_per_token(), (rk.k + rk.v) * 2);
+    EXPECT_EQ(codec->bytes_per_token(), latent == KvLatentDtype::kF16 ? (rk.k + rk.v) * 2 : rk.k + rk.v + 8);
+    EXPECT_EQ(codec->bytes_per_token(), set->bytes_per_token_layer());
     // reference: expand every cached row, then plain attention per head
     at::Tensor K = codec->keys(n), V = codec->values(n);  // [HKV, n, D]
     const float scale = 0.3f;
     std::vector<float> scores(H * n), tmp(H * (rk.k + rk.v)), out(H * D);
     at::Tensor qc = q.contiguous();
     kvsplice_attend_one(*codec->splice_k(), *codec->splice_v(), qc.data_ptr<float>(), codec->raw_keys(),
-                        codec->raw_values(), H, HKV, D, n, scale, scores.data(), tmp.data(), out.data());
+                        codec->raw_values(), H, HKV, D, n, scale, scores.data(), tmp.data(), out.data(),
+                        codec->raw_key_scales(), codec->raw_value_scales());
+    if (latent == KvLatentDtype::kI8) {  // int8 rows with a scale per row, against the fp16-latent cache
+      auto c16 = make_kvsplice_codec(random_set(rk, 3), 1, 16);
+      c16->append(k.narrow(0, 0, n), v.narrow(0, 0, n), 0);
+      EXPECT_EQ(codec->storage_dtype(), at::kChar);
+      const at::Tensor K16 = c16->keys(n), V16 = c16->values(n);
+      EXPECT_GT(testing::max_abs_diff(K, K16), 1e-5);  // it really is quantised
+      EXPECT_LT(testing::max_abs_diff(K, K16), 0.05 * K16.abs().max().item<double>());
+      EXPECT_LT(testing::max_abs_diff(V, V16), 0.05 * V16.abs().max().item<double>());
+    }
     for (int64_t h = 0; h < H; ++h) {
       at::Tensor kg = K[h / (H / HKV)], vg = V[h / (H / HKV)];
       at::Tensor want = at::matmul(at::softmax(at::matmul(kg, q[h]) * scale, 0), vg);
@@ -113,8 +129,12 @@ class KvSpliceModelTest : public ::testing::Test {
 
 TEST_F(KvSpliceModelTest, DecodeStepInTheLatentSpaceEqualsTheReferenceForward) {
   const int64_t n = 14, d = model_->config.n_head_kv * model_->config.head_dim;
-  for (KvSpliceRanks rank : {KvSpliceRanks{4, 4}, KvSpliceRanks{3, 7}, KvSpliceRanks{d, d}}) {
+  for (auto [rank, latent] : {std::pair{KvSpliceRanks{4, 4}, KvLatentDtype::kF16},
+                              std::pair{KvSpliceRanks{3, 7}, KvLatentDtype::kF16},
+                              std::pair{KvSpliceRanks{3, 7}, KvLatentDtype::kI8},
+                              std::pair{KvSpliceRanks{d, d}, KvLatentDtype::kF16}}) {
     auto sp = set(rank);
+    sp->set_latent(latent);
     at::NoGradGuard ng;
     SequenceKv ref_kv(tf().kv_spec(n, KvCodecKind::kKvSplice, sp));
     at::Tensor ref = tf().forward(at::tensor(tokens(n), at::kLong), ref_kv);  // expands every row
@@ -126,9 +146,10 @@ TEST_F(KvSpliceModelTest, DecodeStepInTheLatentSpaceEqualsTheReferenceForward) {
       at::Tensor got = at::from_blob(const_cast<float*>(lg), {model_->config.n_vocab}, at::kFloat);
       EXPECT_LT(testing::max_abs_diff(got, ref[t]), 2e-3) << "rank " << rank.label() << " position " << t;
     }
-    EXPECT_EQ(kv.bytes_per_token(), model_->config.n_layer * (rank.k + rank.v) * 2);
+    const int64_t per_layer = latent == KvLatentDtype::kF16 ? (rank.k + rank.v) * 2 : rank.k + rank.v + 8;
+    EXPECT_EQ(kv.bytes_per_token(), model_->config.n_layer * per_layer);
     EXPECT_EQ(sp->bytes_per_token(), kv.bytes_per_token());
-    EXPECT_DOUBLE_EQ(sp->compression_vs_fp16(), 2.0 * d / static_cast<double>(rank.k + rank.v));
+    EXPECT_DOUBLE_EQ(sp->compression_vs_fp16(), 4.0 * d / static_cast<double>(per_layer));
     // full rank ≈ the fp32 model (fp16 latent rounding only); low rank differs measurably
     SequenceKv f32(tf().kv_spec(n, KvCodecKind::kF32));
     at::Tensor clean = tf().forward(at::tensor(tokens(n), at::kLong), f32);
@@ -181,6 +202,51 @@ TEST_F(KvSpliceModelTest, PcaInitialisationIsExactAtFullRankAndOrderedByEnergy) 
   ASSERT_TRUE(kvsplice_from_pca(kvsplice_dims(model_->config), {2, 8}, *rows, &e28).ok());
   ASSERT_TRUE(kvsplice_from_pca(kvsplice_dims(model_->config), {2, 2}, *rows, &e22).ok());
   ASSERT_TRUE(kvsplice_from_pca(kvsplice_dims(model_->config), {8, 8}, *rows, &e88).ok());
+  // attention-aware PCA: metrics are [d, d], block-diagonal over kv groups, and the metric PCA keeps the
+  // subspace with the least metric-weighted error (never more than plain PCA's in that metric)
+  ASSERT_EQ(rows->k_metric.size(), static_cast<size_t>(model_->config.n_layer));
+  ASSERT_EQ(rows->v_metric.size(), static_cast<size_t>(model_->config.n_layer));
+  {
+    at::NoGradGuard ng;
+    const int64_t Dh = model_->config.head_dim;
+    EXPECT_EQ(rows->k_metric[1].sizes(), (std::vector<int64_t>{d, d}));
+    EXPECT_EQ(rows->k_metric[1].narrow(0, 0, Dh).narrow(1, Dh, Dh).abs().max().item<double>(), 0.0);
+    EXPECT_GT(rows->k_metric[1].narrow(0, 0, Dh).narrow(1, 0, Dh).abs().max().item<double>(), 0.0);
+    auto eu = kvsplice_from_pca(kvsplice_dims(model_->config), {3, 3}, *rows);
+    auto at_ =
+        kvsplice_from_pca(kvsplice_dims(model_->config), {3, 3}, *rows, nullptr, false, /*metric=*/true);
+    ASSERT_TRUE(eu.ok() && at_.ok());
+    auto werr = [](const at::Tensor& err, const at::Tensor& M) {
+      const at::Tensor e = err.to(at::kDouble);
+      return (at::matmul(e, M) * e).sum(1).mean().item<double>();
+    };
+    for (int64_t l = 0; l < model_->config.n_layer; ++l) {
+      const auto& K = rows->k[static_cast<size_t>(l)];
+      const auto& V = rows->v[static_cast<size_t>(l)];
+      const double k_eu = werr((*eu)->k(l).reconstruct(K) - K, rows->k_metric[static_cast<size_t>(l)]);
+      const double k_at = werr((*at_)->k(l).reconstruct(K) - K, rows->k_metric[static_cast<size_t>(l)]);
+      const double v_eu = werr((*eu)->v(l).reconstruct(V) - V, rows->v_metric[static_cast<size_t>(l)]);
+      const double v_at = werr((*at_)->v(l).reconstruct(V) - V, rows->v_metric[static_cast<size_t>(l)]);
+      EXPECT_LE(k_at, k_eu * (1 + 1e-6)) << "layer " << l;
+      EXPECT_LE(v_at, v_eu * (1 + 1e-6)) << "layer " << l;
+      EXPECT_LT(k_at, k_eu * 0.99) << "layer " << l << ": the metric changed nothing";
+    }
+  }
+  // whitened PCA (int8 latents): the same reconstruction, unit-variance latent components
+  auto plain = kvsplice_from_pca(kvsplice_dims(model_->config), {8, 8}, *rows);
+  auto white = kvsplice_from_pca(kvsplice_dims(model_->config), {8, 8}, *rows, nullptr, /*whiten=*/true);
+  ASSERT_TRUE(plain.ok() && white.ok());
+  {
+    at::NoGradGuard ng;
+    for (int64_t l = 0; l < model_->config.n_layer; ++l) {
+      EXPECT_LT(testing::max_abs_diff((*white)->v(l).reconstruct(rows->v[l]),
+                                      (*plain)->v(l).reconstruct(rows->v[l])),
+                1e-4);
+      const at::Tensor var = (*white)->k(l).encode(rows->k[l]).var(0, /*unbiased=*/false);
+      EXPECT_LT(testing::max_abs_diff(var, at::ones_like(var)), 1e-3) << var;
+      EXPECT_GT((*plain)->k(l).encode(rows->k[l]).var(0, false).max().item<double>(), 1.5);  // not white
+    }
+  }
   EXPECT_DOUBLE_EQ(e28[1][0], e22[1][0]);
   EXPECT_DOUBLE_EQ(e28[1][1], e88[1][1]);
   EXPECT_LT(e28[1][0], e28[1][1]);
@@ -189,7 +255,8 @@ TEST_F(KvSpliceModelTest, PcaInitialisationIsExactAtFullRankAndOrderedByEnergy) 
 TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
   KvSpliceConfig cfg;
   cfg.rank = 4;
-  cfg.v_rank = 6;  // K and V apart: trained, saved and loaded with their own sizes
+  cfg.v_rank = 6;                   // K and V apart: trained, saved and loaded with their own sizes
+  cfg.latent = KvLatentDtype::kI8;  // and trained through int8 latents
   cfg.window = 16;
   cfg.steps = 12;
   cfg.batch = 2;
@@ -226,6 +293,8 @@ TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ((*back)->ranks(), (KvSpliceRanks{4, 6}));
   EXPECT_EQ((*back)->ranks().label(), "4/6");
+  EXPECT_EQ((*back)->latent(), KvLatentDtype::kI8);
+  EXPECT_EQ((*back)->metadata().at("latent_dtype"), "int8");
   EXPECT_EQ((*back)->metadata().count("rank"), 0u);  // a single-rank reader refuses it instead of misreading
   for (auto& [n, t] : (*tuned)->named_parameters()) {
     bool found = false;
@@ -273,6 +342,17 @@ TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
     ASSERT_TRUE(write_file_atomic(dir.file("two.safetensors"), *bytes).ok());
     EXPECT_INVALID(KvSpliceSet::load(dir.file("two.safetensors"), kvsplice_dims(model_->config)).status(),
                    "contradicts");
+    auto bytes4 = safetensors_serialize(ts, {{"format", "frost.kvsplice.v1"},
+                                             {"rank_k", "4"},
+                                             {"rank_v", "6"},
+                                             {"latent_dtype", "int4"},
+                                             {"n_layers", std::to_string(model_->config.n_layer)},
+                                             {"n_head_kv", std::to_string(model_->config.n_head_kv)},
+                                             {"head_dim", std::to_string(model_->config.head_dim)}});
+    ASSERT_TRUE(bytes4.ok());
+    ASSERT_TRUE(write_file_atomic(dir.file("int4.safetensors"), *bytes4).ok());
+    EXPECT_INVALID(KvSpliceSet::load(dir.file("int4.safetensors"), kvsplice_dims(model_->config)).status(),
+                   "int4");
   }
   // an equal-rank file keeps the single "rank" key older readers need
   auto eq = KvSpliceSet::create(kvsplice_dims(model_->config), 4);
@@ -348,6 +428,9 @@ TEST(KvSpliceConfigTest, FieldsAreValidatedWithTheirNames) {
   ASSERT_TRUE(set_kvsplice_field(kv, "rank", "8").ok());
   ASSERT_TRUE(set_kvsplice_field(kv, "v_rank", "12").ok());
   EXPECT_EQ(kv.ranks(), (KvSpliceRanks{8, 12}));
+  EXPECT_INVALID(set_kvsplice_field(kv, "latent", "int4"), "latent");
+  ASSERT_TRUE(set_kvsplice_field(kv, "latent", "int8").ok());
+  EXPECT_EQ(kv.latent, KvLatentDtype::kI8);
   EXPECT_TRUE(validate_kvsplice_config(kv, *m).ok());
   EXPECT_INVALID(set_kvsplice_field(kv, "k_rank", "-1"), "k_rank");
   ASSERT_TRUE(set_kvsplice_field(kv, "k_rank", "999").ok());
