@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "core/common/fs.h"
 #include "core/kv/kvsplice_train.h"
@@ -311,49 +312,29 @@ TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
   EXPECT_INVALID(
       load_served_kvsplice(dir.file("s.safetensors"), kvsplice_dims(model_->config), "x", "other").status(),
       "trained on model");
-  // a tensor with NaN
-  {
+  // hand-written files: the tuned tensors (one value replaced when nan) and the given metadata on top of
+  // a valid split-rank header; each is refused with the named problem
+  auto refused = [&](const std::string& name, std::map<std::string, std::string> meta, bool nan,
+                     const std::string& why) {
     std::vector<std::pair<std::string, at::Tensor>> ts;
     for (auto& [n, t] : (*tuned)->named_parameters()) ts.emplace_back(n, t.clone());
-    ts[0].second[0] = std::nanf("");
-    auto bytes = safetensors_serialize(ts, {{"format", "frost.kvsplice.v1"},
+    if (nan) ts[0].second[0] = std::nanf("");
+    std::map<std::string, std::string> m = {{"format", "frost.kvsplice.v1"},
                                             {"rank_k", "4"},
                                             {"rank_v", "6"},
                                             {"n_layers", std::to_string(model_->config.n_layer)},
                                             {"n_head_kv", std::to_string(model_->config.n_head_kv)},
-                                            {"head_dim", std::to_string(model_->config.head_dim)}});
+                                            {"head_dim", std::to_string(model_->config.head_dim)}};
+    for (auto& [k, v] : meta) m[k] = v;
+    auto bytes = safetensors_serialize(ts, m);
     ASSERT_TRUE(bytes.ok());
-    ASSERT_TRUE(write_file_atomic(dir.file("nan.safetensors"), *bytes).ok());
-    EXPECT_INVALID(KvSpliceSet::load(dir.file("nan.safetensors"), kvsplice_dims(model_->config)).status(),
-                   "non-finite");
-  }
-  // metadata whose rank contradicts rank_k / rank_v
-  {
-    std::vector<std::pair<std::string, at::Tensor>> ts;
-    for (auto& [n, t] : (*tuned)->named_parameters()) ts.emplace_back(n, t.clone());
-    auto bytes = safetensors_serialize(ts, {{"format", "frost.kvsplice.v1"},
-                                            {"rank", "4"},
-                                            {"rank_k", "4"},
-                                            {"rank_v", "6"},
-                                            {"n_layers", std::to_string(model_->config.n_layer)},
-                                            {"n_head_kv", std::to_string(model_->config.n_head_kv)},
-                                            {"head_dim", std::to_string(model_->config.head_dim)}});
-    ASSERT_TRUE(bytes.ok());
-    ASSERT_TRUE(write_file_atomic(dir.file("two.safetensors"), *bytes).ok());
-    EXPECT_INVALID(KvSpliceSet::load(dir.file("two.safetensors"), kvsplice_dims(model_->config)).status(),
-                   "contradicts");
-    auto bytes4 = safetensors_serialize(ts, {{"format", "frost.kvsplice.v1"},
-                                             {"rank_k", "4"},
-                                             {"rank_v", "6"},
-                                             {"latent_dtype", "int4"},
-                                             {"n_layers", std::to_string(model_->config.n_layer)},
-                                             {"n_head_kv", std::to_string(model_->config.n_head_kv)},
-                                             {"head_dim", std::to_string(model_->config.head_dim)}});
-    ASSERT_TRUE(bytes4.ok());
-    ASSERT_TRUE(write_file_atomic(dir.file("int4.safetensors"), *bytes4).ok());
-    EXPECT_INVALID(KvSpliceSet::load(dir.file("int4.safetensors"), kvsplice_dims(model_->config)).status(),
-                   "int4");
-  }
+    ASSERT_TRUE(write_file_atomic(dir.file(name), *bytes).ok());
+    SCOPED_TRACE(name);
+    EXPECT_INVALID(KvSpliceSet::load(dir.file(name), kvsplice_dims(model_->config)).status(), why);
+  };
+  refused("nan.safetensors", {}, /*nan=*/true, "non-finite");
+  refused("two.safetensors", {{"rank", "4"}}, false, "contradicts");  // rank against rank_k / rank_v
+  refused("int4.safetensors", {{"latent_dtype", "int4"}}, false, "int4");
   // an equal-rank file keeps the single "rank" key older readers need
   auto eq = KvSpliceSet::create(kvsplice_dims(model_->config), 4);
   ASSERT_TRUE(eq.ok());
