@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "bench/bench_kv_common.h"
 #include "bench/bench_util.h"
-#include "bench/bench_windows.h"
 #include "core/common/device.h"
 #include "core/kv/repair_train.h"
 #include "core/model/model_loader.h"
@@ -41,45 +41,6 @@ namespace {
       "[--threads N] [--artifact PATH] [--progress] [--json]\n",
       msg.c_str());
   std::exit(2);
-}
-
-int fail(const absl::Status& s) {
-  std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
-  return 1;
-}
-
-int64_t to_int(const std::string& flag, const std::string& v) {
-  try {
-    return std::stoll(v);
-  } catch (...) {
-    usage(flag + " is not a number");
-  }
-}
-
-// tokens/s of greedy decode_step over n_new tokens after a short prompt.
-double decode_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const RepairSet> repair,
-                  int64_t n_new) {
-  const int64_t n = std::min<int64_t>(16 + n_new, m.config().max_pos);
-  std::vector<double> runs;
-  DecodeScratch scratch = m.make_scratch(n);
-  for (int rep = 0; rep < 4; ++rep) {
-    SequenceKv kv(m.kv_spec(n, codec));
-    KvStages st;
-    st.repair = repair;
-    kv.set_stages(st);
-    int32_t tok = 1;
-    for (int64_t i = 0; i < 16; ++i) m.decode_step(static_cast<int32_t>(3 + i * 7 % 200), kv, scratch);
-    const auto t0 = std::chrono::steady_clock::now();
-    int64_t steps = 0;
-    while (kv.n_tokens() < n) {
-      const float* logits = m.decode_step(tok, kv, scratch);
-      tok = static_cast<int32_t>(std::max_element(logits, logits + m.config().n_vocab) - logits);
-      ++steps;
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (rep > 0) runs.push_back(static_cast<double>(steps) / s);  // run 0 warms up
-  }
-  return median(runs);
 }
 
 // tokens/s of the reference path: forward() one token at a time with the seed's materialised repair.
@@ -113,56 +74,23 @@ double reference_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<co
 }  // namespace
 
 int run_kv_repair_bench(int argc, char** argv) {
-  std::string model_path, data_dir, artifact, codecs_arg, corruption_arg;
-  std::vector<std::string> sets;
-  int threads = 0;
-  int64_t calib_windows = 64, eval_windows = 32, decode_tokens = 256;
-  bool progress = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("flag " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--json") continue;  // JSON is the only output format
-    if (a == "--progress")
-      progress = true;
-    else if (a == "--model")
-      model_path = value();
-    else if (a == "--data")
-      data_dir = value();
-    else if (a == "--codec")
-      codecs_arg = value();
-    else if (a == "--corruption")
-      corruption_arg = value();
-    else if (a == "--artifact")
-      artifact = value();
-    else if (a == "--set")
-      sets.push_back(value());
-    else if (a == "--threads")
-      threads = static_cast<int>(to_int(a, value()));
-    else if (a == "--calib-windows")
-      calib_windows = to_int(a, value());
-    else if (a == "--eval-windows")
-      eval_windows = to_int(a, value());
-    else if (a == "--decode-tokens")
-      decode_tokens = to_int(a, value());
-    else
-      usage("unknown flag '" + a + "'");
-  }
-  if (model_path.empty()) usage("--model is required");
-  if (data_dir.empty()) usage("--data is required");
+  std::string codecs_arg, corruption_arg;
+  const KvBenchFlags f = parse_kv_bench_flags(
+      argc, argv, usage, [&](const std::string& a, const std::function<std::string()>& value) {
+        if (a == "--codec")
+          codecs_arg = value();
+        else if (a == "--corruption")
+          corruption_arg = value();
+        else
+          return false;
+        return true;
+      });
   if (codecs_arg.empty()) usage("--codec is required");
-  if (calib_windows < 1 || eval_windows < 1 || decode_tokens < 1)
-    usage("window and token counts must be >= 1");
 
   KvRepairConfig cfg;
-  for (const std::string& kv : sets) {
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos) usage("--set expects key=value, got '" + kv + "'");
-    if (auto st = set_kv_repair_field(cfg, kv.substr(0, eq), kv.substr(eq + 1)); !st.ok())
-      usage(std::string(st.message()));
-  }
+  apply_bench_sets(f.sets, usage, [&](const std::string& k, const std::string& v) {
+    return set_kv_repair_field(cfg, k, v);
+  });
   if (!corruption_arg.empty()) {
     auto c = parse_corruption(corruption_arg);
     if (!c.ok()) usage(std::string(c.status().message()));
@@ -174,14 +102,14 @@ int run_kv_repair_bench(int argc, char** argv) {
     if (!k.ok()) usage(std::string(k.status().message()));
     trained.push_back(*k);
   }
-  if (auto st = apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
-  auto model = load_model(model_path);
+  if (auto st = apply_device_config({f.threads}); !st.ok()) usage(std::string(st.message()));
+  auto model = load_model(f.model_path);
   if (!model.ok()) return fail(model.status());
   const Transformer& m = *(*model)->model;
   if (auto st = validate_kv_repair_config(cfg, m.config()); !st.ok()) usage(std::string(st.message()));
 
   // calibration and held-out windows
-  auto bw = load_bench_windows(**model, data_dir, cfg.window, calib_windows, eval_windows,
+  auto bw = load_bench_windows(**model, f.data_dir, cfg.window, f.calib_windows, f.eval_windows,
                                cfg.self_sample_windows, cfg.seed);
   if (!bw.ok()) return fail(bw.status());
   const std::vector<TokenWindow>&calib = bw->calib, &eval = bw->eval;
@@ -202,7 +130,7 @@ int run_kv_repair_bench(int argc, char** argv) {
     KvRepairConfig c = cfg;
     c.codec = codec;
     KvRepairTrainOptions topts;
-    if (progress) {
+    if (f.progress) {
       topts.progress = [codec](const KvRepairProgress& p) {
         if (p.step % 20 == 0 || p.step == p.steps)
           std::fprintf(stderr, "%s step %lld/%lld loss %.5f kl %.5f %.1f windows/s\n", kv_codec_name(codec),
@@ -216,8 +144,8 @@ int run_kv_repair_bench(int argc, char** argv) {
     out["train_seconds"][kv_codec_name(codec)] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ops[codec] = *set;
-    if (!artifact.empty()) {
-      const std::string path = trained.size() == 1 ? artifact : artifact + "." + kv_codec_name(codec);
+    if (!f.artifact.empty()) {
+      const std::string path = trained.size() == 1 ? f.artifact : f.artifact + "." + kv_codec_name(codec);
       if (auto st = (*set)->save(path, {{"codec", kv_codec_name(codec)},
                                         {"corruption", cfg.corruption.to_string()},
                                         {"model", (*model)->name}});
@@ -274,14 +202,16 @@ int run_kv_repair_bench(int argc, char** argv) {
     t["kv_bytes_frac_of_fp32"] = bytes / fp32_bytes;
     if (cfg.corruption.kind == CorruptionKind::kNone ||
         cfg.corruption.mode == CorruptionMode::kPersistentAtWrite) {
-      const double plain = decode_tps(m, c, nullptr, decode_tokens);
-      const double rep = decode_tps(m, c, set, decode_tokens);
+      KvStages with_repair;
+      with_repair.repair = set;
+      const double plain = greedy_decode_tps(m, c, nullptr, KvStages{}, f.decode_tokens);
+      const double rep = greedy_decode_tps(m, c, nullptr, with_repair, f.decode_tokens);
       t["decode_tokens_per_s"] = plain;
       t["decode_tokens_per_s_repaired"] = rep;
       t["decode_overhead"] = 1.0 - rep / plain;
       // the same on the reference path (forward() per token, K̂ and V̂ materialised as the seed writes them)
-      const double ref_plain = reference_tps(m, c, nullptr, decode_tokens);
-      const double ref_rep = reference_tps(m, c, set, decode_tokens);
+      const double ref_plain = reference_tps(m, c, nullptr, f.decode_tokens);
+      const double ref_rep = reference_tps(m, c, set, f.decode_tokens);
       t["reference_decode_tokens_per_s"] = ref_plain;
       t["reference_decode_tokens_per_s_repaired"] = ref_rep;
       t["reference_decode_overhead"] = 1.0 - ref_rep / ref_plain;

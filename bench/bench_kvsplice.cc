@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "bench/bench_kv_common.h"
 #include "bench/bench_util.h"
-#include "bench/bench_windows.h"
 #include "core/common/device.h"
 #include "core/kv/kvsplice_train.h"
 #include "core/model/model_loader.h"
@@ -45,103 +45,35 @@ namespace {
   std::exit(2);
 }
 
-int fail(const absl::Status& s) {
-  std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
-  return 1;
-}
-
-int64_t to_int(const std::string& flag, const std::string& v) {
-  try {
-    return std::stoll(v);
-  } catch (...) {
-    usage(flag + " is not a number");
-  }
-}
-
-// tokens/s of batch-1 greedy decode_step (the fast path; kvsplice attends in the latent space).
-double decode_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const KvSpliceSet> splice,
-                  int64_t n_new) {
-  const int64_t n = std::min<int64_t>(16 + n_new, m.config().max_pos);
-  std::vector<double> runs;
-  DecodeScratch scratch = m.make_scratch(n);
-  for (int rep = 0; rep < 4; ++rep) {
-    SequenceKv kv(m.kv_spec(n, codec, splice));
-    int32_t tok = 1;
-    for (int64_t i = 0; i < 16; ++i) m.decode_step(static_cast<int32_t>(3 + i * 7 % 200), kv, scratch);
-    const auto t0 = std::chrono::steady_clock::now();
-    int64_t steps = 0;
-    while (kv.n_tokens() < n) {
-      const float* logits = m.decode_step(tok, kv, scratch);
-      tok = static_cast<int32_t>(std::max_element(logits, logits + m.config().n_vocab) - logits);
-      ++steps;
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (rep > 0) runs.push_back(static_cast<double>(steps) / s);  // run 0 warms up
-  }
-  return median(runs);
-}
-
 }  // namespace
 
 int run_kvsplice_bench(int argc, char** argv) {
-  std::string model_path, data_dir, artifact, ranks_arg;
-  std::vector<std::string> sets;
-  int threads = 0;
-  int64_t calib_windows = 64, eval_windows = 32, fisher_windows = 16, decode_tokens = 256;
-  bool progress = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("flag " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--json") continue;  // JSON is the only output format
-    if (a == "--progress")
-      progress = true;
-    else if (a == "--model")
-      model_path = value();
-    else if (a == "--data")
-      data_dir = value();
-    else if (a == "--rank")
-      ranks_arg = value();
-    else if (a == "--artifact")
-      artifact = value();
-    else if (a == "--set")
-      sets.push_back(value());
-    else if (a == "--threads")
-      threads = static_cast<int>(to_int(a, value()));
-    else if (a == "--calib-windows")
-      calib_windows = to_int(a, value());
-    else if (a == "--eval-windows")
-      eval_windows = to_int(a, value());
-    else if (a == "--fisher-windows")
-      fisher_windows = to_int(a, value());
-    else if (a == "--decode-tokens")
-      decode_tokens = to_int(a, value());
-    else
-      usage("unknown flag '" + a + "'");
-  }
-  if (model_path.empty()) usage("--model is required");
-  if (data_dir.empty()) usage("--data is required");
-  if (calib_windows < 1 || eval_windows < 1 || fisher_windows < 1 || decode_tokens < 1)
-    usage("window and token counts must be >= 1");
+  std::string ranks_arg;
+  int64_t fisher_windows = 16;
+  const KvBenchFlags f = parse_kv_bench_flags(
+      argc, argv, usage, [&](const std::string& a, const std::function<std::string()>& value) {
+        if (a == "--rank")
+          ranks_arg = value();
+        else if (a == "--fisher-windows")
+          fisher_windows = flag_int(a, value(), usage);
+        else
+          return false;
+        return true;
+      });
+  if (fisher_windows < 1) usage("window and token counts must be >= 1");
   KvSpliceConfig cfg;
-  for (const std::string& kv : sets) {
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos) usage("--set expects key=value, got '" + kv + "'");
-    if (auto st = set_kvsplice_field(cfg, kv.substr(0, eq), kv.substr(eq + 1)); !st.ok())
-      usage(std::string(st.message()));
-  }
+  apply_bench_sets(f.sets, usage,
+                   [&](const std::string& k, const std::string& v) { return set_kvsplice_field(cfg, k, v); });
   std::vector<KvSpliceRanks> ranks;
   if (!ranks_arg.empty())
     for (absl::string_view r : absl::StrSplit(ranks_arg, ',')) {
       std::vector<std::string> kv = absl::StrSplit(r, ':');
       if (kv.size() > 2) usage("--rank takes R or RK:RV, got '" + std::string(r) + "'");
-      const int64_t rk = to_int("--rank", kv[0]);
-      ranks.push_back({rk, kv.size() == 2 ? to_int("--rank", kv[1]) : rk});
+      const int64_t rk = flag_int("--rank", kv[0], usage);
+      ranks.push_back({rk, kv.size() == 2 ? flag_int("--rank", kv[1], usage) : rk});
     }
-  if (auto st = apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
-  auto model = load_model(model_path);
+  if (auto st = apply_device_config({f.threads}); !st.ok()) usage(std::string(st.message()));
+  auto model = load_model(f.model_path);
   if (!model.ok()) return fail(model.status());
   const Transformer& m = *(*model)->model;
   for (const KvSpliceRanks& r : ranks) {
@@ -152,7 +84,7 @@ int run_kvsplice_bench(int argc, char** argv) {
       usage(st.ok() ? "--rank must be >= 1" : std::string(st.message()));
   }
   if (auto st = validate_kvsplice_config(cfg, m.config()); !st.ok()) usage(std::string(st.message()));
-  auto bw = load_bench_windows(**model, data_dir, cfg.window, calib_windows, eval_windows,
+  auto bw = load_bench_windows(**model, f.data_dir, cfg.window, f.calib_windows, f.eval_windows,
                                cfg.self_sample_windows, cfg.seed);
   if (!bw.ok()) return fail(bw.status());
   const std::vector<TokenWindow>&calib = bw->calib, &eval = bw->eval;
@@ -199,7 +131,7 @@ int run_kvsplice_bench(int argc, char** argv) {
     auto pca = train_kvsplice(m, pca_c, calib);
     if (!pca.ok()) return fail(pca.status());
     KvRepairTrainOptions topts;
-    if (progress) {
+    if (f.progress) {
       topts.progress = [r](const KvRepairProgress& p) {
         if (p.step % 20 == 0 || p.step == p.steps)
           std::fprintf(stderr, "rank %s step %lld/%lld kl %.5f %.1f windows/s\n", r.label().c_str(),
@@ -212,8 +144,8 @@ int run_kvsplice_bench(int argc, char** argv) {
     if (!tuned.ok()) return fail(tuned.status());
     out["train_seconds"][r.label()] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!artifact.empty() && &r == &ranks.front()) {
-      if (auto st = (*tuned)->save(artifact, {{"model", (*model)->name}}); !st.ok()) return fail(st);
+    if (!f.artifact.empty() && &r == &ranks.front()) {
+      if (auto st = (*tuned)->save(f.artifact, {{"model", (*model)->name}}); !st.ok()) return fail(st);
     }
     names.push_back("kvsplice_pca");
     cases.push_back(KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, *pca, nullptr});
@@ -256,7 +188,8 @@ int run_kvsplice_bench(int argc, char** argv) {
       row["compression_vs_fp16"] =
           static_cast<double>(fp16_bytes) / static_cast<double>(kv.bytes_per_token());
       if (names[i] != "kvsplice_pca")
-        row["decode_tokens_per_s"] = decode_tps(m, cases[i].codec, cases[i].splice, decode_tokens);
+        row["decode_tokens_per_s"] =
+            greedy_decode_tps(m, cases[i].codec, cases[i].splice, KvStages{}, f.decode_tokens);
     }
     out["rows"].push_back(row);
   }

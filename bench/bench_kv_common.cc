@@ -1,0 +1,124 @@
+#include "bench/bench_kv_common.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
+#include "core/common/status_macros.h"
+#include "core/kv/repair_train.h"
+
+namespace frost::bench {
+
+KvBenchFlags parse_kv_bench_flags(
+    int argc, char** argv, BenchUsage usage,
+    const std::function<bool(const std::string& flag, const std::function<std::string()>& value)>& own) {
+  KvBenchFlags f;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    const std::function<std::string()> value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("flag " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--json") continue;  // JSON is the only output format
+    if (a == "--progress")
+      f.progress = true;
+    else if (a == "--model")
+      f.model_path = value();
+    else if (a == "--data")
+      f.data_dir = value();
+    else if (a == "--artifact")
+      f.artifact = value();
+    else if (a == "--set")
+      f.sets.push_back(value());
+    else if (a == "--threads")
+      f.threads = static_cast<int>(flag_int(a, value(), usage));
+    else if (a == "--calib-windows")
+      f.calib_windows = flag_int(a, value(), usage);
+    else if (a == "--eval-windows")
+      f.eval_windows = flag_int(a, value(), usage);
+    else if (a == "--decode-tokens")
+      f.decode_tokens = flag_int(a, value(), usage);
+    else if (!own(a, value))
+      usage("unknown flag '" + a + "'");
+  }
+  if (f.model_path.empty()) usage("--model is required");
+  if (f.data_dir.empty()) usage("--data is required");
+  if (f.calib_windows < 1 || f.eval_windows < 1 || f.decode_tokens < 1)
+    usage("window and token counts must be >= 1");
+  return f;
+}
+
+int fail(const absl::Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int64_t flag_int(const std::string& flag, const std::string& value, BenchUsage usage) {
+  try {
+    return std::stoll(value);
+  } catch (...) {
+    usage(flag + " is not a number");
+  }
+  std::abort();  // usage does not return
+}
+
+void apply_bench_sets(const std::vector<std::string>& sets, BenchUsage usage,
+                      const std::function<absl::Status(const std::string&, const std::string&)>& set) {
+  for (const std::string& kv : sets) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) usage("--set expects key=value, got '" + kv + "'");
+    if (absl::Status st = set(kv.substr(0, eq), kv.substr(eq + 1)); !st.ok())
+      usage(std::string(st.message()));
+  }
+}
+
+double greedy_decode_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const KvSpliceSet> splice,
+                         const KvStages& stages, int64_t n_new) {
+  const int64_t n = std::min<int64_t>(16 + n_new, m.config().max_pos);
+  std::vector<double> runs;
+  DecodeScratch scratch = m.make_scratch(n);
+  for (int rep = 0; rep < 4; ++rep) {
+    SequenceKv kv(m.kv_spec(n, codec, splice));
+    kv.set_stages(stages);
+    int32_t tok = 1;
+    for (int64_t i = 0; i < 16; ++i) m.decode_step(static_cast<int32_t>(3 + i * 7 % 200), kv, scratch);
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t steps = 0;
+    while (kv.n_tokens() < n) {
+      const float* logits = m.decode_step(tok, kv, scratch);
+      tok = static_cast<int32_t>(std::max_element(logits, logits + m.config().n_vocab) - logits);
+      ++steps;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) runs.push_back(static_cast<double>(steps) / s);  // run 0 warms up
+  }
+  return median(runs);
+}
+
+absl::StatusOr<BenchWindows> load_bench_windows(const LoadedModel& m, const std::string& data, int64_t window,
+                                                int64_t calib, int64_t eval, int64_t self_sample,
+                                                uint64_t seed) {
+  BenchWindows w;
+  const int32_t bos = m.tokenizer->bos_id();
+  if (data == "self") {
+    FROST_ASSIGN_OR_RETURN(w.calib, sample_windows(*m.model, bos, calib, window, seed + 1));
+    FROST_ASSIGN_OR_RETURN(w.eval, sample_windows(*m.model, bos, eval, window, seed + 2));
+  } else {
+    FROST_ASSIGN_OR_RETURN(auto tr, load_text_jsonl(data + "/train.jsonl"));
+    FROST_ASSIGN_OR_RETURN(auto te, load_text_jsonl(data + "/test.jsonl"));
+    FROST_ASSIGN_OR_RETURN(w.calib, make_text_windows(*m.tokenizer, tr, window, calib));
+    FROST_ASSIGN_OR_RETURN(w.eval, make_text_windows(*m.tokenizer, te, window, eval));
+  }
+  if (self_sample > 0) {
+    FROST_ASSIGN_OR_RETURN(auto s, sample_windows(*m.model, bos, self_sample, window, seed + 3));
+    w.calib.insert(w.calib.end(), s.begin(), s.end());
+  }
+  if (w.calib.empty() || w.eval.empty())
+    return absl::InvalidArgumentError(absl::StrCat("not enough text for one window of ", window, " tokens"));
+  return w;
+}
+
+}  // namespace frost::bench

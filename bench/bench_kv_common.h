@@ -1,0 +1,55 @@
+#pragma once
+// What the KV benchmarks (kv-repair, kvsplice) share: their common flags, --set key=value, calibration
+// and held-out token windows, and batch-1 greedy decode speed.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/kv/train_util.h"
+#include "core/model/model_loader.h"
+
+namespace frost::bench {
+
+// Prints the bench's usage with the message and exits (2); never returns.
+using BenchUsage = void (*)(const std::string& msg);
+
+struct KvBenchFlags {
+  std::string model_path, data_dir, artifact;
+  std::vector<std::string> sets;  // --set key=value, in order
+  int threads = 0;
+  int64_t calib_windows = 64, eval_windows = 32, decode_tokens = 256;
+  bool progress = false;
+};
+// argv[2..]: --model, --data, --artifact, --set, --threads, --calib-windows, --eval-windows,
+// --decode-tokens, --progress, --json (JSON is the only output format). Any other flag goes to `own`
+// with a getter for its value; `own` returns false for a flag it does not know either. --model and
+// --data are required and the counts must be >= 1; errors go to usage.
+KvBenchFlags parse_kv_bench_flags(
+    int argc, char** argv, BenchUsage usage,
+    const std::function<bool(const std::string& flag, const std::function<std::string()>& value)>& own);
+// Prints "error: <status>" and returns the bench's exit code for it (1).
+int fail(const absl::Status& s);
+// A flag's integer value (usage when it is not one).
+int64_t flag_int(const std::string& flag, const std::string& value, BenchUsage usage);
+// Each "key=value" through `set` (a config's set_*_field); usage with its message on the first error.
+void apply_bench_sets(const std::vector<std::string>& sets, BenchUsage usage,
+                      const std::function<absl::Status(const std::string&, const std::string&)>& set);
+
+// DIR/train.jsonl and DIR/test.jsonl ({"text": ...} per line), or "self": both sampled from the model
+// (seeds + 1, + 2); plus `self_sample` extra calibration windows sampled with seed + 3.
+struct BenchWindows {
+  std::vector<TokenWindow> calib, eval;
+};
+absl::StatusOr<BenchWindows> load_bench_windows(const LoadedModel& m, const std::string& data, int64_t window,
+                                                int64_t calib, int64_t eval, int64_t self_sample,
+                                                uint64_t seed);
+
+// Tokens/s of greedy decode_step (the fast path) over n_new tokens after a 16-token prompt, with the
+// codec, KVSplice and stages given: the median of 3 runs after a warm-up.
+double greedy_decode_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const KvSpliceSet> splice,
+                         const KvStages& stages, int64_t n_new);
+
+}  // namespace frost::bench
