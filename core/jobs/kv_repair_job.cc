@@ -56,24 +56,7 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
                        ls.text.count("eval_windows"), ls.cfg.self_sample_windows, ls.cfg.seed));
   const std::vector<TokenWindow>&calib = jw.calib, &eval = jw.eval;
 
-  KvRepairTrainOptions to;
-  to.cancel = ctx.cancel;
-  to.checkpoint_path = ctx.checkpoint_path;
-  to.checkpoint_every = ctx.checkpoint_every;
-  const auto t0 = std::chrono::steady_clock::now();
-  to.progress = [&](const KvRepairProgress& p) {
-    if (!ctx.progress) return;
-    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    json j = {
-        {"stage", "kv_repair"},
-        {"step", p.step},
-        {"steps_total", p.steps},
-        {"loss", p.loss},
-        {"kl", p.kl},
-        {"examples_per_s", p.windows_per_s},
-        {"eta_s", p.step > 0 ? el / static_cast<double>(p.step) * static_cast<double>(p.steps - p.step) : 0}};
-    ctx.progress(j.dump());
-  };
+  const KvRepairTrainOptions to = kv_train_options(ctx, "kv_repair");
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<RepairSet> set, train_kv_repair(*m.model, ls.cfg, calib, to));
 
   // held-out evaluation: clean fp32, the codec (+ corruption) without and with repair
@@ -95,23 +78,12 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
                  {"repaired", {{"ppl", repaired.ppl}, {"mean_kl", repaired.mean_kl}}},
                  {"kl_reduction", plain.mean_kl > 0 ? 1.0 - repaired.mean_kl / plain.mean_kl : 0.0}};
 
-  ArtifactMeta meta;
-  meta.job_id = job.id;
-  meta.backbone = m.name;
-  meta.report_json = report.dump();
-  FROST_ASSIGN_OR_RETURN(
-      ArtifactInfo info, opts_.store->publish("kv_repair", meta, [&](const std::string& dir) {
-        return write_checked_file(dir, kFile, kManifestFormat, [&](const std::string& path) {
-          return set->save(path, {{"codec", kv_codec_name(ls.cfg.codec)},
-                                  {"corruption", ls.cfg.corruption.to_string()},
-                                  {"model", m.name}});
-        });
-      }));
-  JobResult r;
-  r.artifact = info.name;
-  r.report_json = report.dump();
-  r.activate = ls.text.activate;
-  return r;
+  return publish_checked_artifact(*opts_.store, "kv_repair", job, m.name, report, kFile, kManifestFormat,
+                                  ls.text.activate, [&](const std::string& path) {
+                                    return set->save(path, {{"codec", kv_codec_name(ls.cfg.codec)},
+                                                            {"corruption", ls.cfg.corruption.to_string()},
+                                                            {"model", m.name}});
+                                  });
 }
 
 absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> load_kv_repair_artifact(const std::string& dir,

@@ -81,24 +81,7 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
 
   // 2. PCA initialisation, then fine-tuning on next-token KL.
   stage("kvsplice");
-  KvRepairTrainOptions to;
-  to.cancel = ctx.cancel;
-  to.checkpoint_path = ctx.checkpoint_path;
-  to.checkpoint_every = ctx.checkpoint_every;
-  const auto t0 = std::chrono::steady_clock::now();
-  to.progress = [&](const KvRepairProgress& p) {
-    if (!ctx.progress) return;
-    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ctx.progress(json{
-        {"stage", "kvsplice"},
-        {"step", p.step},
-        {"steps_total", p.steps},
-        {"loss", p.loss},
-        {"kl", p.kl},
-        {"examples_per_s", p.windows_per_s},
-        {"eta_s", p.step > 0 ? el / static_cast<double>(p.step) * static_cast<double>(p.steps - p.step) : 0}}
-                     .dump());
-  };
+  const KvRepairTrainOptions to = kv_train_options(ctx, "kvsplice");
   KvSpliceConfig pca_cfg = cfg;
   pca_cfg.steps = 0;
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> pca, train_kvsplice(model, pca_cfg, jw.calib));
@@ -145,21 +128,10 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
     report["fim"] = f;
   }
 
-  ArtifactMeta meta;
-  meta.job_id = job.id;
-  meta.backbone = m.name;
-  meta.report_json = report.dump();
-  FROST_ASSIGN_OR_RETURN(
-      ArtifactInfo info, opts_.store->publish("kvsplice", meta, [&](const std::string& dir) {
-        return write_checked_file(dir, kFile, kManifestFormat, [&](const std::string& path) {
-          return set->save(path, {{"model", m.name}});
-        });
-      }));
-  JobResult r;
-  r.artifact = info.name;
-  r.report_json = report.dump();
-  r.activate = ls.text.activate;
-  return r;
+  return publish_checked_artifact(*opts_.store, "kvsplice", job, m.name, report, kFile, kManifestFormat,
+                                  ls.text.activate, [&](const std::string& path) {
+                                    return set->save(path, {{"model", m.name}});
+                                  });
 }
 
 absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_kvsplice_artifact(const std::string& dir,

@@ -1,5 +1,7 @@
 #include "core/jobs/text_job_spec.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "core/common/fs.h"
 #include "core/common/sha256.h"
@@ -135,6 +137,46 @@ absl::StatusOr<std::string> verify_checked_file(const std::string& dir, const st
   if (sha256_hex(bytes) != manifest["sha256"].get<std::string>())
     return absl::DataLossError(absl::StrCat(dir, "/", file, ": sha256 does not match the manifest"));
   return path;
+}
+
+KvRepairTrainOptions kv_train_options(const JobContext& ctx, const std::string& stage) {
+  KvRepairTrainOptions to;
+  to.cancel = ctx.cancel;
+  to.checkpoint_path = ctx.checkpoint_path;
+  to.checkpoint_every = ctx.checkpoint_every;
+  if (!ctx.progress) return to;
+  const auto t0 = std::chrono::steady_clock::now();
+  to.progress = [report = ctx.progress, stage, t0](const KvRepairProgress& p) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report(nlohmann::json{
+        {"stage", stage},
+        {"step", p.step},
+        {"steps_total", p.steps},
+        {"loss", p.loss},
+        {"kl", p.kl},
+        {"examples_per_s", p.windows_per_s},
+        {"eta_s", p.step > 0 ? el / static_cast<double>(p.step) * static_cast<double>(p.steps - p.step) : 0}}
+               .dump());
+  };
+  return to;
+}
+
+absl::StatusOr<JobResult> publish_checked_artifact(
+    ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
+    const nlohmann::json& report, const std::string& file, const std::string& format, bool activate,
+    const std::function<absl::Status(const std::string& path)>& save) {
+  ArtifactMeta meta;
+  meta.job_id = job.id;
+  meta.backbone = backbone;
+  meta.report_json = report.dump();
+  FROST_ASSIGN_OR_RETURN(ArtifactInfo info, store.publish(kind, meta, [&](const std::string& dir) {
+    return write_checked_file(dir, file, format, save);
+  }));
+  JobResult r;
+  r.artifact = info.name;
+  r.report_json = meta.report_json;
+  r.activate = activate;
+  return r;
 }
 
 }  // namespace frost::jobs

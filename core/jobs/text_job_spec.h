@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/jobs/artifact_store.h"
+#include "core/jobs/scheduler.h"
+#include "core/kv/repair_train.h"
 #include "core/kv/train_util.h"
 #include "core/model/model_loader.h"
 
@@ -54,5 +57,16 @@ absl::Status write_checked_file(const std::string& dir, const std::string& file,
                                 const std::function<absl::Status(const std::string& path)>& save);
 absl::StatusOr<std::string> verify_checked_file(const std::string& dir, const std::string& file,
                                                 const std::string& format);
+
+// The KV trainers' options from a job's context: its cancel token and checkpoints, and progress reported
+// as {"stage", step, steps_total, loss, kl, examples_per_s, eta_s} (ETA from the time since this call).
+KvRepairTrainOptions kv_train_options(const JobContext& ctx, const std::string& stage);
+
+// Publishes a KV job's artifact of `kind`: one checked file (write_checked_file) plus the report, and the
+// JobResult naming it (activate as the spec asked).
+absl::StatusOr<JobResult> publish_checked_artifact(
+    ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
+    const nlohmann::json& report, const std::string& file, const std::string& format, bool activate,
+    const std::function<absl::Status(const std::string& path)>& save);
 
 }  // namespace frost::jobs
