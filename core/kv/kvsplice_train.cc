@@ -14,45 +14,35 @@
 namespace frost {
 namespace {
 
-absl::Status bad_field(const std::string& key, const std::string& value, const std::string& why) {
-  return config_field_error("kvsplice", key, value, why);
-}
-template <typename T>
-absl::Status int_field(const std::string& key, const std::string& value, T& out, int64_t lo, int64_t hi) {
-  return parse_config_int("kvsplice", key, value, out, lo, hi);
-}
-absl::Status double_field(const std::string& key, const std::string& value, double& out, double lo,
-                          double hi) {
-  return parse_config_double("kvsplice", key, value, out, lo, hi);
-}
+constexpr ConfigFields kFields{"kvsplice"};
 
 }  // namespace
 
 absl::Status set_kvsplice_field(KvSpliceConfig& c, const std::string& key, const std::string& value) {
-  if (key == "rank") return int_field(key, value, c.rank, 0, 1 << 16);
-  if (key == "k_rank") return int_field(key, value, c.k_rank, 0, 1 << 16);
-  if (key == "v_rank") return int_field(key, value, c.v_rank, 0, 1 << 16);
+  if (key == "rank") return kFields.integer(key, value, c.rank, 0, 1 << 16);
+  if (key == "k_rank") return kFields.integer(key, value, c.k_rank, 0, 1 << 16);
+  if (key == "v_rank") return kFields.integer(key, value, c.v_rank, 0, 1 << 16);
   if (key == "pca_metric") {
     if (value != "attention" && value != "euclidean")
-      return bad_field(key, value, "must be attention or euclidean");
+      return kFields.error(key, value, "must be attention or euclidean");
     c.pca_metric = value == "attention" ? KvPcaMetric::kAttention : KvPcaMetric::kEuclidean;
     return absl::OkStatus();
   }
   if (key == "latent") {
     absl::StatusOr<KvLatentDtype> t = parse_kv_latent(value);
-    if (!t.ok()) return bad_field(key, value, "must be fp16 or int8");
+    if (!t.ok()) return kFields.error(key, value, "must be fp16 or int8");
     c.latent = *t;
     return absl::OkStatus();
   }
-  if (key == "window") return int_field(key, value, c.window, 2, 1 << 16);
-  if (key == "steps") return int_field(key, value, c.steps, 0, 1000000);
-  if (key == "batch") return int_field(key, value, c.batch, 1, 1024);
-  if (key == "lr") return double_field(key, value, c.lr, 1e-7, 1.0);
-  if (key == "pca_windows") return int_field(key, value, c.pca_windows, 0, 1 << 20);
-  if (key == "self_sample_windows") return int_field(key, value, c.self_sample_windows, 0, 1 << 16);
-  if (key == "fisher_threshold") return double_field(key, value, c.fisher_threshold, 0.01, 1.0);
-  if (key == "fim_rank") return int_field(key, value, c.fim_rank, 0, 1 << 16);
-  if (key == "seed") return int_field(key, value, c.seed, 0, INT64_MAX);
+  if (key == "window") return kFields.integer(key, value, c.window, 2, 1 << 16);
+  if (key == "steps") return kFields.integer(key, value, c.steps, 0, 1000000);
+  if (key == "batch") return kFields.integer(key, value, c.batch, 1, 1024);
+  if (key == "lr") return kFields.number(key, value, c.lr, 1e-7, 1.0);
+  if (key == "pca_windows") return kFields.integer(key, value, c.pca_windows, 0, 1 << 20);
+  if (key == "self_sample_windows") return kFields.integer(key, value, c.self_sample_windows, 0, 1 << 16);
+  if (key == "fisher_threshold") return kFields.number(key, value, c.fisher_threshold, 0.01, 1.0);
+  if (key == "fim_rank") return kFields.integer(key, value, c.fim_rank, 0, 1 << 16);
+  if (key == "seed") return kFields.integer(key, value, c.seed, 0, INT64_MAX);
   return absl::InvalidArgumentError(
       absl::StrCat("kvsplice config: unknown key \"", key,
                    "\" (known: rank, k_rank, v_rank, latent, pca_metric, window, steps, batch, lr, "
@@ -63,19 +53,20 @@ absl::Status set_kvsplice_field(KvSpliceConfig& c, const std::string& key, const
 absl::Status validate_kvsplice_config(const KvSpliceConfig& c, const ModelConfig& m) {
   const int64_t d = m.n_head_kv * m.head_dim;
   if (c.rank < 0 || c.rank > d)
-    return bad_field(
+    return kFields.error(
         "rank", std::to_string(c.rank),
         absl::StrCat("must be in [1, ", d, "] (n_head_kv · head_dim), or 0 for the Fisher-suggested rank"));
   for (auto [key, r] : {std::pair<const char*, int64_t>{"k_rank", c.k_rank}, {"v_rank", c.v_rank}}) {
     if (r < 0 || r > d)
-      return bad_field(key, std::to_string(r),
-                       absl::StrCat("must be in [1, ", d, "] (n_head_kv · head_dim), or 0 for rank's value"));
+      return kFields.error(
+          key, std::to_string(r),
+          absl::StrCat("must be in [1, ", d, "] (n_head_kv · head_dim), or 0 for rank's value"));
   }
   if (c.window < 2 || c.window > m.max_pos)
-    return bad_field("window", std::to_string(c.window), absl::StrCat("must be in [2, ", m.max_pos, "]"));
+    return kFields.error("window", std::to_string(c.window), absl::StrCat("must be in [2, ", m.max_pos, "]"));
   if (c.fim_rank > c.window)
-    return bad_field("fim_rank", std::to_string(c.fim_rank),
-                     absl::StrCat("a temporal rank must be at most the window (", c.window, ")"));
+    return kFields.error("fim_rank", std::to_string(c.fim_rank),
+                         absl::StrCat("a temporal rank must be at most the window (", c.window, ")"));
   return absl::OkStatus();
 }
 

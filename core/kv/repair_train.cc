@@ -21,66 +21,58 @@ namespace frost {
 
 namespace {
 
-absl::Status bad_field(const std::string& key, const std::string& value, const std::string& why) {
-  return config_field_error("kv_repair", key, value, why);
-}
-template <typename T>
-absl::Status parse_int(const std::string& key, const std::string& value, T& out, int64_t lo, int64_t hi) {
-  return parse_config_int("kv_repair", key, value, out, lo, hi);
-}
-absl::Status parse_double(const std::string& key, const std::string& value, double& out, double lo, double hi) {
-  return parse_config_double("kv_repair", key, value, out, lo, hi);
-}
+constexpr ConfigFields kFields{"kv_repair"};
 
 }  // namespace
 
 absl::Status set_kv_repair_field(KvRepairConfig& c, const std::string& key, const std::string& value) {
   if (key == "option") {
     absl::StatusOr<RepairOption> o = parse_repair_option(value);
-    if (!o.ok()) return bad_field(key, value, "expected A, B or C");
+    if (!o.ok()) return kFields.error(key, value, "expected A, B or C");
     c.repair.option = *o;
     return absl::OkStatus();
   }
-  if (key == "rank") return parse_int(key, value, c.repair.rank, 1, 4096);
+  if (key == "rank") return kFields.integer(key, value, c.repair.rank, 1, 4096);
   if (key == "apply_to") {
-    if (!set_repair_apply_to(value, c.repair)) return bad_field(key, value, "expected K, V or KV");
+    if (!set_repair_apply_to(value, c.repair)) return kFields.error(key, value, "expected K, V or KV");
     return absl::OkStatus();
   }
   if (key == "alpha_max") {
-    FROST_RETURN_IF_ERROR(parse_double(key, value, c.repair.alpha_max, 0, 1));
-    if (c.repair.alpha_max <= 0 || c.repair.alpha_max >= 1) return bad_field(key, value, "must be in (0, 1)");
+    FROST_RETURN_IF_ERROR(kFields.number(key, value, c.repair.alpha_max, 0, 1));
+    if (c.repair.alpha_max <= 0 || c.repair.alpha_max >= 1)
+      return kFields.error(key, value, "must be in (0, 1)");
     return absl::OkStatus();
   }
-  if (key == "contraction_rho") return parse_double(key, value, c.repair.contraction_rho, 0, 1e6);
+  if (key == "contraction_rho") return kFields.number(key, value, c.repair.contraction_rho, 0, 1e6);
   if (key == "layers") {
-    if (value.empty()) return bad_field(key, value, "empty");
+    if (value.empty()) return kFields.error(key, value, "empty");
     c.layers = value;  // checked against the model in validate_kv_repair_config
     return absl::OkStatus();
   }
   if (key == "codec") {
     absl::StatusOr<KvCodecKind> k = parse_kv_codec(value);
-    if (!k.ok()) return bad_field(key, value, "expected fp32, fp16, bf16, int8 or int4");
+    if (!k.ok()) return kFields.error(key, value, "expected fp32, fp16, bf16, int8 or int4");
     c.codec = *k;
     return absl::OkStatus();
   }
   if (key == "corruption") {
     absl::StatusOr<CorruptionSpec> s = parse_corruption(value);
-    if (!s.ok()) return bad_field(key, value, std::string(s.status().message()));
+    if (!s.ok()) return kFields.error(key, value, std::string(s.status().message()));
     c.corruption = *s;
     return absl::OkStatus();
   }
-  if (key == "window") return parse_int(key, value, c.window, 2, 1 << 16);
-  if (key == "steps") return parse_int(key, value, c.steps, 0, 10'000'000);
-  if (key == "batch") return parse_int(key, value, c.batch, 1, 4096);
+  if (key == "window") return kFields.integer(key, value, c.window, 2, 1 << 16);
+  if (key == "steps") return kFields.integer(key, value, c.steps, 0, 10'000'000);
+  if (key == "batch") return kFields.integer(key, value, c.batch, 1, 4096);
   if (key == "lr") {
-    FROST_RETURN_IF_ERROR(parse_double(key, value, c.lr, 0, 10));
-    if (c.lr <= 0) return bad_field(key, value, "must be > 0");
+    FROST_RETURN_IF_ERROR(kFields.number(key, value, c.lr, 0, 10));
+    if (c.lr <= 0) return kFields.error(key, value, "must be > 0");
     return absl::OkStatus();
   }
-  if (key == "contraction_weight") return parse_double(key, value, c.contraction_weight, 0, 1e6);
-  if (key == "attention_weight") return parse_double(key, value, c.attention_weight, 0, 1e6);
-  if (key == "self_sample_windows") return parse_int(key, value, c.self_sample_windows, 0, 1'000'000);
-  if (key == "seed") return parse_int(key, value, c.seed, 0, INT64_MAX);
+  if (key == "contraction_weight") return kFields.number(key, value, c.contraction_weight, 0, 1e6);
+  if (key == "attention_weight") return kFields.number(key, value, c.attention_weight, 0, 1e6);
+  if (key == "self_sample_windows") return kFields.integer(key, value, c.self_sample_windows, 0, 1'000'000);
+  if (key == "seed") return kFields.integer(key, value, c.seed, 0, INT64_MAX);
   return absl::InvalidArgumentError(
       absl::StrCat("kv_repair config: unknown key \"", key,
                    "\" (known: option, rank, apply_to, alpha_max, contraction_rho, layers, codec, "
@@ -90,15 +82,15 @@ absl::Status set_kv_repair_field(KvRepairConfig& c, const std::string& key, cons
 
 absl::Status validate_kv_repair_config(const KvRepairConfig& c, const ModelConfig& m) {
   if (c.codec == KvCodecKind::kKvSplice)
-    return bad_field(
+    return kFields.error(
         "codec", "kvsplice",
         "KV repair does not train for the kvsplice codec (expected fp32, fp16, bf16, int8 or int4)");
   FROST_RETURN_IF_ERROR(parse_repair_layers(c.layers, m.n_layer).status());
   if (c.repair.rank > m.head_dim)
-    return bad_field("rank", std::to_string(c.repair.rank),
+    return kFields.error("rank", std::to_string(c.repair.rank),
                      absl::StrCat("exceeds the model's head_dim ", m.head_dim));
   if (c.window > m.max_pos)
-    return bad_field("window", std::to_string(c.window),
+    return kFields.error("window", std::to_string(c.window),
                      absl::StrCat("exceeds the model's max_pos ", m.max_pos));
   return absl::OkStatus();
 }
@@ -339,17 +331,16 @@ absl::StatusOr<KvEval> evaluate_kv(const Transformer& model, const std::vector<T
 
 // ---------------------------------------------------------------- train_util.h
 
-absl::Status config_field_error(const std::string& what, const std::string& key, const std::string& value,
-                                const std::string& why) {
+absl::Status ConfigFields::error(const std::string& key, const std::string& value,
+                                  const std::string& why) const {
   return absl::InvalidArgumentError(absl::StrCat(what, " config ", key, " = \"", value, "\": ", why));
 }
 
-absl::Status parse_config_double(const std::string& what, const std::string& key, const std::string& value,
-                                 double& out, double lo, double hi) {
+absl::Status ConfigFields::number(const std::string& key, const std::string& value, double& out, double lo,
+                                  double hi) const {
   double x = 0;
-  if (!absl::SimpleAtod(value, &x) || !std::isfinite(x))
-    return config_field_error(what, key, value, "not a finite number");
-  if (x < lo || x > hi) return config_field_error(what, key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
+  if (!absl::SimpleAtod(value, &x) || !std::isfinite(x)) return error(key, value, "not a finite number");
+  if (x < lo || x > hi) return error(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
   out = x;
   return absl::OkStatus();
 }
