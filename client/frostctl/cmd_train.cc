@@ -41,7 +41,7 @@ const char kTrainUsage[] =
     "\n"
     "       frostctl train submit kv-repair [--data PATH] [flags]\n"
     "  --data PATH               calibration text on the server: JSONL, one {\"text\": ...} per line\n"
-    "                            (optional with --set self_sample_windows=N)\n"
+    "                            (alias --calib; optional with --set self_sample_windows=N)\n"
     "  --test PATH               held-out JSONL on the server (default: text sampled from the model)\n"
     "  --calib-windows N --eval-windows N\n"
     "                            windows of `window` tokens to train / evaluate on (default 64 / 16)\n"
@@ -138,37 +138,13 @@ int submit_and_watch(const frost::v1::SubmitJobRequest& request, bool json, bool
   return watch_job(channel, job.id(), common, json);
 }
 
-int run_submit_kv_repair(const std::vector<std::string>& args, CommonOptions common) {
-  frost::v1::SubmitJobRequest request;
-  frost::v1::KvRepairJobSpec* spec = request.mutable_kv_repair();
-  bool watch = false, json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  std::vector<Flag> own = {
-      string_flag("--data", [spec](const std::string& v) { spec->set_calib_path(v); }),
-      string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); }),
-      int32_flag("--calib-windows", [spec](int32_t v) { spec->set_calib_windows(v); }),
-      int32_flag("--eval-windows", [spec](int32_t v) { spec->set_eval_windows(v); }),
-      Flag{"--set", true, [spec](const std::string& v) { return set_config(spec->mutable_config(), v); }},
-      int32_flag("--priority", [&request](int32_t v) { request.set_priority(v); }),
-      string_flag("--idempotency-key", [&request](const std::string& v) { request.set_idempotency_key(v); }),
-      switch_flag("--activate", [spec] { spec->set_activate(true); }),
-      switch_flag("--watch", [&watch] { watch = true; }),
-      switch_flag("--json", [&json] { json = true; }),
-  };
-  flags.insert(flags.end(), own.begin(), own.end());
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
-  if (!positional->empty()) {
-    return report_usage_error(
-        absl::StrCat("train submit kv-repair: unexpected argument \"", positional->front(), "\""),
-        kTrainUsage);
-  }
-  return submit_and_watch(request, json, watch, common);
-}
-
-int run_submit_kvsplice(const std::vector<std::string>& args, CommonOptions common) {
-  frost::v1::SubmitJobRequest request;
-  frost::v1::KvSpliceJobSpec* spec = request.mutable_kvsplice();
+// `train submit kv-repair | kvsplice`: the flags both KV job specs share (calibration and held-out text,
+// window counts, --set config, --activate) plus the submit flags, and `extra` for the kind's own; then
+// submits (and watches).
+template <typename Spec>
+int run_submit_kv(const char* kind, frost::v1::SubmitJobRequest& request, Spec* spec,
+                  const std::vector<std::string>& args, CommonOptions common,
+                  const std::vector<Flag>& extra) {
   bool watch = false, json = false;
   std::vector<Flag> flags = common_flags(&common);
   std::vector<Flag> own = {
@@ -177,7 +153,6 @@ int run_submit_kvsplice(const std::vector<std::string>& args, CommonOptions comm
       string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); }),
       int32_flag("--calib-windows", [spec](int32_t v) { spec->set_calib_windows(v); }),
       int32_flag("--eval-windows", [spec](int32_t v) { spec->set_eval_windows(v); }),
-      int32_flag("--fisher-windows", [spec](int32_t v) { spec->set_fisher_windows(v); }),
       Flag{"--set", true, [spec](const std::string& v) { return set_config(spec->mutable_config(), v); }},
       int32_flag("--priority", [&request](int32_t v) { request.set_priority(v); }),
       string_flag("--idempotency-key", [&request](const std::string& v) { request.set_idempotency_key(v); }),
@@ -186,14 +161,27 @@ int run_submit_kvsplice(const std::vector<std::string>& args, CommonOptions comm
       switch_flag("--json", [&json] { json = true; }),
   };
   flags.insert(flags.end(), own.begin(), own.end());
+  flags.insert(flags.end(), extra.begin(), extra.end());
   absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
   if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
   if (!positional->empty()) {
     return report_usage_error(
-        absl::StrCat("train submit kvsplice: unexpected argument \"", positional->front(), "\""),
+        absl::StrCat("train submit ", kind, ": unexpected argument \"", positional->front(), "\""),
         kTrainUsage);
   }
   return submit_and_watch(request, json, watch, common);
+}
+
+int run_submit_kv_repair(const std::vector<std::string>& args, CommonOptions common) {
+  frost::v1::SubmitJobRequest request;
+  return run_submit_kv("kv-repair", request, request.mutable_kv_repair(), args, common, {});
+}
+
+int run_submit_kvsplice(const std::vector<std::string>& args, CommonOptions common) {
+  frost::v1::SubmitJobRequest request;
+  frost::v1::KvSpliceJobSpec* spec = request.mutable_kvsplice();
+  return run_submit_kv("kvsplice", request, spec, args, common,
+                       {int32_flag("--fisher-windows", [spec](int32_t v) { spec->set_fisher_windows(v); })});
 }
 
 int run_submit(const std::vector<std::string>& args, CommonOptions common) {
