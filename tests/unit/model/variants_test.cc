@@ -702,6 +702,21 @@ TEST(VariantParamsTest, AgreesWithTransformerNParams) {
 // Loader: a tiny safetensors checkpoint with the variant weights, HF names.
 
 // GPT-2 names (Conv1D [in, out] for the base matrices; the variant tensors are nn.Linear [out, in]).
+// A router layer's tensors under `prefix` (the architecture's attention module), as documented in
+// docs/architecture_variants.md.
+template <typename Add>
+void add_router(const Add& add, const std::string& prefix, const VariantLayerWeights& v) {
+  if (!v.router()) return;
+  add(prefix + "router.fc1.weight", v.router_w1);
+  add(prefix + "router.fc1.bias", v.router_b1);
+  add(prefix + "router.fc2.weight", v.router_w2);
+  add(prefix + "router.fc2.bias", v.router_b2);
+  add(prefix + "proj_full.weight", v.proj_full);
+  add(prefix + "proj_full.bias", v.proj_full_b);
+  add(prefix + "proj_ra.weight", v.proj_ra);
+  add(prefix + "proj_ra.bias", v.proj_ra_b);
+}
+
 NamedTensors gpt2_tensors(const ModelConfig& c, const ModelWeights& w) {
   NamedTensors ts;
   auto add = [&](const std::string& n, const at::Tensor& t) { ts.emplace_back(n, t.contiguous()); };
@@ -725,16 +740,7 @@ NamedTensors gpt2_tensors(const ModelConfig& c, const ModelWeights& w) {
     add(p + "mlp.c_proj.weight", l.w_out.t());
     add(p + "mlp.c_proj.bias", l.b_out);
     const VariantLayerWeights& v = l.var;
-    if (v.router()) {
-      add(p + "attn.router.fc1.weight", v.router_w1);
-      add(p + "attn.router.fc1.bias", v.router_b1);
-      add(p + "attn.router.fc2.weight", v.router_w2);
-      add(p + "attn.router.fc2.bias", v.router_b2);
-      add(p + "attn.proj_full.weight", v.proj_full);
-      add(p + "attn.proj_full.bias", v.proj_full_b);
-      add(p + "attn.proj_ra.weight", v.proj_ra);
-      add(p + "attn.proj_ra.bias", v.proj_ra_b);
-    }
+    add_router(add, p + "attn.", v);
     if (v.ctx_down.defined()) {
       add(p + "mlp.ctx_down.weight", v.ctx_down);
       add(p + "mlp.ctx_up.weight", v.ctx_up);
@@ -765,17 +771,7 @@ NamedTensors llama_tensors(const ModelConfig& c, const ModelWeights& w) {
     add(p + "mlp.gate_proj.weight", l.w_in.narrow(0, 0, F));
     add(p + "mlp.up_proj.weight", l.w_in.narrow(0, F, F));
     add(p + "mlp.down_proj.weight", l.w_out);
-    const VariantLayerWeights& v = l.var;
-    if (v.router()) {
-      add(p + "self_attn.router.fc1.weight", v.router_w1);
-      add(p + "self_attn.router.fc1.bias", v.router_b1);
-      add(p + "self_attn.router.fc2.weight", v.router_w2);
-      add(p + "self_attn.router.fc2.bias", v.router_b2);
-      add(p + "self_attn.proj_full.weight", v.proj_full);
-      add(p + "self_attn.proj_full.bias", v.proj_full_b);
-      add(p + "self_attn.proj_ra.weight", v.proj_ra);
-      add(p + "self_attn.proj_ra.bias", v.proj_ra_b);
-    }
+    add_router(add, p + "self_attn.", l.var);
   }
   add("model.norm.weight", w.final_norm_w);
   add("lm_head.weight", w.lm_head);
