@@ -126,10 +126,6 @@ int run_kvsplice_bench(int argc, char** argv) {
     KvSpliceConfig c = cfg;
     c.k_rank = r.k;
     c.v_rank = r.v;
-    KvSpliceConfig pca_c = c;
-    pca_c.steps = 0;
-    auto pca = train_kvsplice(m, pca_c, calib);
-    if (!pca.ok()) return fail(pca.status());
     KvRepairTrainOptions topts;
     if (f.progress) {
       topts.progress = [r](const KvRepairProgress& p) {
@@ -140,7 +136,8 @@ int run_kvsplice_bench(int argc, char** argv) {
       };
     }
     const auto t0 = std::chrono::steady_clock::now();
-    auto tuned = train_kvsplice(m, c, calib, topts);
+    std::shared_ptr<KvSpliceSet> pca;
+    auto tuned = train_kvsplice(m, c, calib, topts, &pca);
     if (!tuned.ok()) return fail(tuned.status());
     out["train_seconds"][r.label()] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -148,7 +145,7 @@ int run_kvsplice_bench(int argc, char** argv) {
       if (auto st = (*tuned)->save(f.artifact, {{"model", (*model)->name}}); !st.ok()) return fail(st);
     }
     names.push_back("kvsplice_pca");
-    cases.push_back(KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, *pca, nullptr});
+    cases.push_back(KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, pca, nullptr});
     row_rank.push_back(r);
     names.push_back("kvsplice");
     cases.push_back(KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, *tuned, nullptr});

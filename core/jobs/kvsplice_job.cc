@@ -82,10 +82,8 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
   // 2. PCA initialisation, then fine-tuning on next-token KL.
   stage("kvsplice");
   const KvRepairTrainOptions to = kv_train_options(ctx, "kvsplice");
-  KvSpliceConfig pca_cfg = cfg;
-  pca_cfg.steps = 0;
-  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> pca, train_kvsplice(model, pca_cfg, jw.calib));
-  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set, train_kvsplice(model, cfg, jw.calib, to));
+  std::shared_ptr<KvSpliceSet> pca;
+  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set, train_kvsplice(model, cfg, jw.calib, to, &pca));
 
   // 3. held-out evaluation
   stage("evaluate");

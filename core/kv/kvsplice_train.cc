@@ -212,7 +212,8 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(const KvSpliceDim
 absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& model,
                                                             const KvSpliceConfig& cfg,
                                                             const std::vector<TokenWindow>& windows,
-                                                            const KvRepairTrainOptions& opts) {
+                                                            const KvRepairTrainOptions& opts,
+                                                            std::shared_ptr<KvSpliceSet>* pca_init) {
   FROST_RETURN_IF_ERROR(validate_kvsplice_config(cfg, model.config()));
   if (cfg.ranks().k < 1 || cfg.ranks().v < 1)
     return absl::InvalidArgumentError("kvsplice: the rank must be resolved before training");
@@ -225,11 +226,18 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& m
       cfg.pca_windows > 0 ? std::min(windows.size(), static_cast<size_t>(cfg.pca_windows)) : windows.size();
   FROST_ASSIGN_OR_RETURN(KvRows rows, collect_kv_rows(model, std::vector<TokenWindow>(
                                                                  windows.begin(), windows.begin() + n_pca)));
-  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set,
-                         kvsplice_from_pca(kvsplice_dims(model.config()), cfg.ranks(), rows, nullptr,
-                                           /*whiten=*/cfg.latent == KvLatentDtype::kI8,
-                                           /*metric=*/cfg.pca_metric == KvPcaMetric::kAttention));
-  set->set_latent(cfg.latent);  // the fine-tuning below runs through the latents as the cache stores them
+  auto from_pca = [&]() -> absl::StatusOr<std::shared_ptr<KvSpliceSet>> {
+    FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> s,
+                           kvsplice_from_pca(kvsplice_dims(model.config()), cfg.ranks(), rows, nullptr,
+                                             /*whiten=*/cfg.latent == KvLatentDtype::kI8,
+                                             /*metric=*/cfg.pca_metric == KvPcaMetric::kAttention));
+    s->set_latent(cfg.latent);  // the fine-tuning runs through the latents as the cache stores them
+    return s;
+  };
+  FROST_ASSIGN_OR_RETURN(std::shared_ptr<KvSpliceSet> set, from_pca());
+  if (pca_init) {  // a second set from the same rows (only the SVDs again, not the forward passes)
+    FROST_ASSIGN_OR_RETURN(*pca_init, from_pca());
+  }
   if (cfg.steps == 0) return set;
   std::vector<at::Tensor> params = set->parameters();
   for (at::Tensor& p : params) p.requires_grad_(true);

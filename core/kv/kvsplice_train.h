@@ -79,11 +79,13 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> kvsplice_from_pca(
     std::vector<std::array<double, 2>>* energy = nullptr, bool whiten = false, bool metric = false);
 
 // PCA initialisation (from the first pca_windows windows) then cfg.steps of fine-tuning. cfg.ranks() must
-// be resolved (> 0). CANCELLED after writing a checkpoint when the token fires.
+// be resolved (> 0). CANCELLED after writing a checkpoint when the token fires. pca_init, when given,
+// receives the PCA initialisation itself (untrained; the report's baseline), from the same collected rows.
 absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& model,
                                                             const KvSpliceConfig& cfg,
                                                             const std::vector<TokenWindow>& windows,
-                                                            const KvRepairTrainOptions& opts = {});
+                                                            const KvRepairTrainOptions& opts = {},
+                                                            std::shared_ptr<KvSpliceSet>* pca_init = nullptr);
 
 // Runs the windows through the model (fp32 cache, reference path) and accumulates every layer's attention
 // probabilities into a Fisher accumulator (core/kv/fisher.h). All windows must have the same length.

@@ -276,8 +276,14 @@ TEST_F(KvSpliceModelTest, FineTuningLowersTheKlAndTheFileRoundTrips) {
   std::vector<double> kls;
   KvRepairTrainOptions opts;
   opts.progress = [&](const KvRepairProgress& p) { kls.push_back(p.kl); };
-  auto tuned = train_kvsplice(tf(), cfg, windows, opts);
+  std::shared_ptr<KvSpliceSet> init;
+  auto tuned = train_kvsplice(tf(), cfg, windows, opts, &init);
   ASSERT_TRUE(tuned.ok()) << tuned.status();
+  // the PCA initialisation handed back is exactly the untrained (steps = 0) splice
+  ASSERT_TRUE(init);
+  EXPECT_EQ(init->latent(), KvLatentDtype::kI8);
+  for (size_t i = 0; i < init->parameters().size(); ++i)
+    EXPECT_TRUE(at::equal(init->parameters()[i], (*base)->parameters()[i])) << i;
   ASSERT_EQ(kls.size(), 12u);
   auto ev = evaluate_kv(tf(), windows,
                         {KvEvalCase{KvCodecKind::kKvSplice, {}, nullptr, *base},
