@@ -45,9 +45,12 @@ class KvCodec {
   virtual const float* raw_key_scales() const { return nullptr; }
   virtual const float* raw_value_scales() const { return nullptr; }
 
-  // kvsplice: the layer's K and V splices (raw_keys()/raw_values() are the fp16 latents [Tmax, r]).
+  // kvsplice: the layer's K and V splices (raw_keys()/raw_values() are the latents [Tmax, r_k], [Tmax, r_v]),
+  // and for int8 latents their per-row scales [Tmax] (nullptr for fp16 latents).
   virtual const KvSpliceFast* splice_k() const { return nullptr; }
   virtual const KvSpliceFast* splice_v() const { return nullptr; }
+  virtual const float* splice_scales_k() const { return nullptr; }
+  virtual const float* splice_scales_v() const { return nullptr; }
   // kvsplice: the differentiable splices (training); nullptr otherwise.
   virtual const LearnedKvSplice* learned_k() const { return nullptr; }
   virtual const LearnedKvSplice* learned_v() const { return nullptr; }

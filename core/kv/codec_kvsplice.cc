@@ -62,10 +62,8 @@ class KvSpliceCodec final : public KvCodec {
   const void* raw_keys() const override { return ck_.data_ptr(); }
   const void* raw_values() const override { return cv_.data_ptr(); }
   at::ScalarType storage_dtype() const override { return ck_.scalar_type(); }
-  // int8 latents: one scale per latent row [Tmax] (not the per-head [Hkv, Tmax] of the int8 codec; only
-  // kvsplice_attend_one reads them, through splice_k()).
-  const float* raw_key_scales() const override { return int8_ ? sk_.data_ptr<float>() : nullptr; }
-  const float* raw_value_scales() const override { return int8_ ? sv_.data_ptr<float>() : nullptr; }
+  const float* splice_scales_k() const override { return int8_ ? sk_.data_ptr<float>() : nullptr; }
+  const float* splice_scales_v() const override { return int8_ ? sv_.data_ptr<float>() : nullptr; }
   const KvSpliceFast* splice_k() const override { return &set_->fast_k(layer_); }
   const KvSpliceFast* splice_v() const override { return &set_->fast_v(layer_); }
   const LearnedKvSplice* learned_k() const override { return &set_->k(layer_); }

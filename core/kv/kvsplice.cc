@@ -245,10 +245,7 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> KvSpliceSet::load(const std::string
 
 namespace {
 
-// One latent row element as float: fp16, or int8 times its row's scale (applied once per row).
-inline float latent_at(const c10::Half* rows, int64_t i) { return static_cast<float>(rows[i]); }
-inline float latent_at(const int8_t* rows, int64_t i) { return static_cast<float>(rows[i]); }
-
+// KT, VT: fp16 or int8 rows; int8 rows carry a scale per row (ks, vs), applied once per row.
 template <typename KT, typename VT>
 void attend_latent(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const KT* K, const VT* V,
                    const float* ks, const float* vs, int64_t n_head, int64_t n_head_kv, int64_t D, int64_t n,
@@ -266,7 +263,7 @@ void attend_latent(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* 
       for (int64_t j = 0; j < n; ++j) {
         const KT* row = K + j * rk;
         float acc = 0;
-        for (int64_t k = 0; k < rk; ++k) acc += latent_at(row, k) * qt[k];
+        for (int64_t k = 0; k < rk; ++k) acc += static_cast<float>(row[k]) * qt[k];
         s[j] = acc * scale * (ks ? ks[j] : 1.f);
         mx = std::max(mx, s[j]);
       }
@@ -280,7 +277,7 @@ void attend_latent(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* 
       for (int64_t j = 0; j < n; ++j) {  // Σⱼ pⱼ cⱼ
         const float p = s[j] * inv * (vs ? vs[j] : 1.f);
         const VT* row = V + j * rv;
-        for (int64_t k = 0; k < rv; ++k) cbar[k] += p * latent_at(row, k);
+        for (int64_t k = 0; k < rv; ++k) cbar[k] += p * static_cast<float>(row[k]);
       }
       vf.expand_cols(cbar, col0, D, out + h * D);  // (c̄ E[G]ᵀ − b[G]) ⊘ σ[G]
     }

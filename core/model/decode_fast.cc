@@ -152,7 +152,7 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
       if (static_cast<int64_t>(s.splice_tmp.size()) < need) s.splice_tmp.resize(static_cast<size_t>(need));
       kvsplice_attend_one(*sk, *cache.splice_v(), qa, cache.raw_keys(), cache.raw_values(), H, Hkv, D,
                           pos + 1, scale, s.scores.data(), s.splice_tmp.data(), s.att_out.data(),
-                          cache.raw_key_scales(), cache.raw_value_scales());
+                          cache.splice_scales_k(), cache.splice_scales_v());
     } else if (const float* ks = cache.raw_key_scales()) {
       kernels::attend_one_quant(qa, cache.raw_keys(), ks, cache.raw_values(), cache.raw_value_scales(),
                                 cache.kind() == KvCodecKind::kInt4 ? 4 : 8, H, Hkv, D, cache.capacity(),

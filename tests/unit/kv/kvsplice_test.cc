@@ -85,7 +85,7 @@ TEST(KvSpliceTest, LatentAttentionEqualsExpandThenAttend) {
     at::Tensor qc = q.contiguous();
     kvsplice_attend_one(*codec->splice_k(), *codec->splice_v(), qc.data_ptr<float>(), codec->raw_keys(),
                         codec->raw_values(), H, HKV, D, n, scale, scores.data(), tmp.data(), out.data(),
-                        codec->raw_key_scales(), codec->raw_value_scales());
+                        codec->splice_scales_k(), codec->splice_scales_v());
     if (latent == KvLatentDtype::kI8) {  // int8 rows with a scale per row, against the fp16-latent cache
       auto c16 = make_kvsplice_codec(random_set(rk, 3), 1, 16);
       c16->append(k.narrow(0, 0, n), v.narrow(0, 0, n), 0);
