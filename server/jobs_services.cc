@@ -397,6 +397,7 @@ grpc::ServerUnaryReactor* PredictionService::Predict(grpc::CallbackServerContext
           r->set_alpha(p.alpha);
           r->set_beta(p.beta);
           r->set_restr_fallback(p.restr_fallback);
+          r->set_label_reliance(p.label_reliance);
           n_ood += p.out_of_distribution;
           for (const proto::Attribution& a : p.top) {
             v1::PrototypeRef* pr = r->add_prototypes();

@@ -47,6 +47,7 @@ void print_result(const std::string& text, const frost::v1::PredictionResult& r,
   std::printf("population_consistency: %.3f\n", r.population_consistency());
   std::printf("agreement_consistency: %.3f\n", r.agreement_consistency());
   std::printf("restr_fallback: %s\n", yes_no(r.restr_fallback()));
+  std::printf("label_reliance: %.4f\n", r.label_reliance());
   std::printf("artifact: %s\n", response.artifact().empty() ? "-" : response.artifact().c_str());
   if (r.prototypes_size() == 0) return;
   std::vector<std::vector<std::string>> rows;

@@ -83,7 +83,12 @@ absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir) {
     art.backbone.n_layer = bb.at("n_layer").get<int64_t>();
     art.backbone.n_vocab = bb.at("n_vocab").get<int64_t>();
     art.backbone.fingerprint = bb.at("fingerprint").get<std::string>();
-    absl::StatusOr<PrototypeConfig> cfg = config_from_json(m.at("config"));
+    nlohmann::json cj = m.at("config");
+    // Artifacts written before these fields existed were trained with the seed's head and
+    // N(0, 1) slots: read them as such, not with today's defaults.
+    if (cj.is_object() && !cj.contains("key_bias")) cj["key_bias"] = 0.0;
+    if (cj.is_object() && !cj.contains("slot_init")) cj["slot_init"] = "normal";
+    absl::StatusOr<PrototypeConfig> cfg = config_from_json(cj);
     if (!cfg.ok()) return bad(dir, std::string(cfg.status().message()));
     art.cfg = *cfg;
     art.bounds.a = m.at("bounds").at("a").get<double>();

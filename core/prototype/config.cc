@@ -18,7 +18,7 @@ namespace frost::proto {
   X(huber_delta)                                                                                    \
   X(tau_start) X(tau_end) X(lambda_emb) X(lambda_ov) X(lambda_rep) X(m_cos) X(lr) X(weight_decay)   \
       X(grad_clip) X(norm_eps) X(gumbel_eps) X(restr_norm_eps) X(restr_alpha_max) X(restr_beta_max) \
-          X(ood_quantile)
+          X(ood_quantile) X(key_bias) X(label_flip_p)
 
 namespace {
 
@@ -94,7 +94,8 @@ absl::Status validate(const PrototypeConfig& c) {
                       {"lambda_ov", c.lambda_ov},
                       {"lambda_rep", c.lambda_rep},
                       {"weight_decay", c.weight_decay},
-                      {"restr_norm_eps", c.restr_norm_eps}}) {
+                      {"restr_norm_eps", c.restr_norm_eps},
+                      {"key_bias", c.key_bias}}) {
     if (v < 0) return bad(f, absl::StrCat("must be >= 0, got ", v));
   }
   if (c.m_cos < -1 || c.m_cos > 1) return bad("m_cos", absl::StrCat("must be in [-1, 1], got ", c.m_cos));
@@ -107,6 +108,10 @@ absl::Status validate(const PrototypeConfig& c) {
     return bad("restr_beta_max", absl::StrCat("must be in [0, 1], got ", c.restr_beta_max));
   if (c.ood_quantile < 0 || c.ood_quantile >= 1)
     return bad("ood_quantile", absl::StrCat("must be in [0, 1), got ", c.ood_quantile));
+  if (c.label_flip_p < 0 || c.label_flip_p > 1)
+    return bad("label_flip_p", absl::StrCat("must be in [0, 1], got ", c.label_flip_p));
+  if (c.slot_init != "kmeans++" && c.slot_init != "normal")
+    return bad("slot_init", absl::StrCat("must be 'kmeans++' or 'normal', got '", c.slot_init, "'"));
   if (c.feature_cache_bytes < 0)
     return bad("feature_cache_bytes", absl::StrCat("must be >= 0, got ", c.feature_cache_bytes));
   // Sizes that would not fit any machine are refused before allocation.
@@ -141,6 +146,10 @@ absl::Status set_field(PrototypeConfig& c, const std::string& key, const std::st
       return bad("seed", absl::StrCat("must be an unsigned integer, got '", value, "'"));
     return absl::OkStatus();
   }
+  if (key == "slot_init") {
+    c.slot_init = value;
+    return absl::OkStatus();
+  }
   if (key == "spill_dir") {
     c.spill_dir = value;
     return absl::OkStatus();
@@ -165,6 +174,7 @@ nlohmann::json to_json(const PrototypeConfig& c) {
   FROST_PROTO_DOUBLE_FIELDS(FROST_TO_JSON)
 #undef FROST_TO_JSON
   j["seed"] = c.seed;
+  j["slot_init"] = c.slot_init;
   j["spill_dir"] = c.spill_dir;
   return j;
 }

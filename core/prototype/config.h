@@ -44,7 +44,22 @@ struct PrototypeConfig {
   double norm_eps = 1e-6;      // the seed's epsilon in key/slot normalisation
   double gumbel_eps = 1e-10;   // the seed's epsilon inside the Gumbel transform
   uint64_t seed = 0;           // parameter init, shuffling, Gumbel noise
-  int64_t eval_batch = 64;     // batch of no-grad passes (cache build, evaluation)
+  // Departure from the seed (docs/prototype.md, "Attribution"): gamma of the block similarity
+  // bias. Every memory attention of the inference head (Stage B and Predict) adds
+  // gamma * cos(k_query, k_proto) to the logits of all m+1 tokens of each prototype block, so
+  // attention over prototypes starts from key similarity and a block's label token is bound to
+  // its memory tokens. 0 = the seed's head exactly.
+  double key_bias = 16.0;
+  // choice (the seed does not say how slots start): "kmeans++" sets s_k to KeyCache keys drawn
+  // by k-means++ seeding (D² = squared distance of unit keys) when Stage B starts, so the first
+  // candidate pools already cover the key space; "normal" keeps the N(0, 1) draw of the net.
+  std::string slot_init = "kmeans++";
+  // Departure (docs/prototype.md, "Label reflection"), off by default: the probability that a
+  // Stage B minibatch has its targets and all prototype labels reflected, y -> a + b - y. The
+  // query alone then cannot tell the answer, so the head must read the labels of the prototypes
+  // it attends to. Raises Prediction::label_reliance; costs accuracy when the keys are weak.
+  double label_flip_p = 0.0;
+  int64_t eval_batch = 64;  // batch of no-grad passes (cache build, evaluation)
 
   // --- resTR + RLCS (Predict-time reliability) ---
   double restr_norm_eps = 0.5;   // guard: ||Z_out|| <= (1 + eps) ||Z_in|| per example

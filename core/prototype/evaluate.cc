@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -76,7 +77,7 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
   const int64_t Nt = data.test.size();
   std::vector<double> pred, pred0, knn;
   int64_t n_ood = 0, n_fallback = 0;
-  double sum_pop = 0, sum_agree = 0;
+  double sum_pop = 0, sum_agree = 0, sum_reliance = 0, sum_top_weight = 0;
   nlohmann::json examples = nlohmann::json::array();
   t0 = now_s();
   for (int64_t s = 0; s < Nt; s += trainer->config().eval_batch) {
@@ -94,6 +95,8 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
       n_fallback += p.restr_fallback;
       sum_pop += p.population_consistency;
       sum_agree += p.agreement_consistency;
+      sum_reliance += p.label_reliance;
+      sum_top_weight += *std::max_element(p.weights.begin(), p.weights.end());
       const int64_t i = idx[j];
       if (i < 3) {
         nlohmann::json top = nlohmann::json::array();
@@ -104,6 +107,7 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
                             {"prediction", p.value},
                             {"population_consistency", p.population_consistency},
                             {"agreement_consistency", p.agreement_consistency},
+                            {"label_reliance", p.label_reliance},
                             {"out_of_distribution", p.out_of_distribution},
                             {"top_prototypes", top}});
       }
@@ -145,6 +149,10 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
                  {"restr_fallback_rate", static_cast<double>(n_fallback) / static_cast<double>(Nt)},
                  {"mean_population_consistency", sum_pop / static_cast<double>(Nt)},
                  {"mean_agreement_consistency", sum_agree / static_cast<double>(Nt)}};
+  // How attribution behaves on the test split: the mean weight of the top prototype, and how far
+  // ŷ moves when every prototype's label is hidden (Prediction::label_reliance).
+  out["attribution"] = {{"mean_top_weight", sum_top_weight / static_cast<double>(Nt)},
+                        {"mean_label_reliance", sum_reliance / static_cast<double>(Nt)}};
   out["stages"] = trainer->report().value("stages", nlohmann::json::object());
   out["stages"]["test_features"] = {{"seconds", t_test_features}};
   out["stages"]["predict"] = {{"seconds", t_predict},

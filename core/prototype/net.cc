@@ -79,7 +79,7 @@ at::Tensor LayerNorm::operator()(const at::Tensor& x) const {
 }
 
 at::Tensor Attention::operator()(const at::Tensor& q_in, const at::Tensor& kv, const at::Tensor& key_mask,
-                                 at::Tensor* probs_out) const {
+                                 at::Tensor* probs_out, const at::Tensor& bias) const {
   const int64_t B = q_in.size(0), nq = q_in.size(1), d = q_in.size(2);
   const int64_t Bk = kv.size(0), nk = kv.size(1), dh = d / heads;
   // [B, nq, d] → [B, H, nq, dh]
@@ -90,6 +90,9 @@ at::Tensor Attention::operator()(const at::Tensor& q_in, const at::Tensor& kv, c
     // [H, nk, dh] keys are used as they are instead of being broadcast-copied B times.
     at::Tensor qh = q(q_in).view({B * nq, heads, dh}).transpose(0, 1).unsqueeze(0);  // [1, H, B*nq, dh]
     at::Tensor scores = at::matmul(qh, kh.transpose(2, 3)) / std::sqrt(static_cast<double>(dh));
+    if (bias.defined())
+      scores =
+          (scores.view({1, heads, B, nq, nk}) + bias.view({1, 1, B, 1, nk})).view({1, heads, B * nq, nk});
     at::Tensor p = at::softmax(scores, -1);  // [1, H, B*nq, nk]
     if (probs_out) *probs_out = p.view({heads, B, nq, nk}).transpose(0, 1);
     at::Tensor out = at::matmul(p, vh).squeeze(0).transpose(0, 1).reshape({B, nq, d});
@@ -97,6 +100,7 @@ at::Tensor Attention::operator()(const at::Tensor& q_in, const at::Tensor& kv, c
   }
   at::Tensor qh = q(q_in).view({B, nq, heads, dh}).transpose(1, 2);
   at::Tensor scores = at::matmul(qh, kh.transpose(2, 3)) / std::sqrt(static_cast<double>(dh));  // [B,H,nq,nk]
+  if (bias.defined()) scores = scores + bias.view({B, 1, 1, nk});
   if (key_mask.defined())
     scores = scores.masked_fill(key_mask.logical_not().view({Bk, 1, 1, nk}),
                                 -std::numeric_limits<float>::infinity());
@@ -120,13 +124,13 @@ at::Tensor Compressor::operator()(const at::Tensor& x, const at::Tensor& mask) c
 }
 
 at::Tensor InferenceHead::operator()(const at::Tensor& q_tokens, const at::Tensor& mem,
-                                     std::vector<at::Tensor>* mem_probs) const {
+                                     std::vector<at::Tensor>* mem_probs, const at::Tensor& mem_bias) const {
   const int64_t B = q_tokens.size(0), d = r0.size(0);
   at::Tensor r = r0.view({1, 1, d}).expand({B, 1, d});
   for (const HeadLayer& l : layers) {
     r = r + l.att_q(l.ln_r1(r), l.ln_q(q_tokens), at::Tensor());
     at::Tensor p;
-    r = r + l.att_mem(l.ln_r2(r), l.ln_mem(mem), at::Tensor(), mem_probs ? &p : nullptr);
+    r = r + l.att_mem(l.ln_r2(r), l.ln_mem(mem), at::Tensor(), mem_probs ? &p : nullptr, mem_bias);
     if (mem_probs) mem_probs->push_back(p);
     r = r + l.ffn(l.ln_ff(r));
   }
@@ -168,6 +172,13 @@ at::Tensor ResTR::operator()(const at::Tensor& z, const at::Tensor& alpha, const
   if (out.sizes() != z.sizes()) return z;
   // where(), not arithmetic mixing: a NaN in a rejected row must not leak into the result
   return at::where(keep.view({B, 1, 1}), out, z);
+}
+
+at::Tensor block_key_bias(const at::Tensor& q_keys, const at::Tensor& proto_keys, int64_t block,
+                          double gamma) {
+  if (gamma == 0) return {};
+  at::Tensor cos = at::matmul(q_keys, proto_keys.t()) * gamma;  // [B, K]
+  return cos.unsqueeze(-1).expand({cos.size(0), cos.size(1), block}).reshape({cos.size(0), -1});
 }
 
 at::Tensor huber(const at::Tensor& pred, const at::Tensor& target, double delta) {

@@ -70,9 +70,10 @@ struct Attention {
   Linear q, k, v, o;
   int64_t heads = 1;
   // q_in [B, nq, d]; kv [Bk, nk, d] with Bk == B or 1 (shared memory); key_mask [Bk, nk] bool
-  // (true = attend) or undefined. probs_out, when given, receives the softmax [B, H, nq, nk].
+  // (true = attend) or undefined. bias [B, nk] (added to every head's logits of every query
+  // row) or undefined. probs_out, when given, receives the softmax [B, H, nq, nk].
   at::Tensor operator()(const at::Tensor& q_in, const at::Tensor& kv, const at::Tensor& key_mask,
-                        at::Tensor* probs_out = nullptr) const;
+                        at::Tensor* probs_out = nullptr, const at::Tensor& bias = at::Tensor()) const;
 };
 struct FFN {
   Linear fc1, fc2;
@@ -97,9 +98,11 @@ struct InferenceHead {
   LayerNorm ln_out;
   Linear out1, out2;
   // q_tokens [B, m_q, d]; mem [Bm, n, d] (Bm == B or 1). Returns z [B]. mem_probs, when given,
-  // receives each layer's memory-attention weights [B, H, 1, n].
+  // receives each layer's memory-attention weights [B, H, 1, n]. mem_bias [B, n], when defined,
+  // is added to the memory-attention logits of every layer and head (the key_bias departure).
   at::Tensor operator()(const at::Tensor& q_tokens, const at::Tensor& mem,
-                        std::vector<at::Tensor>* mem_probs = nullptr) const;
+                        std::vector<at::Tensor>* mem_probs = nullptr,
+                        const at::Tensor& mem_bias = at::Tensor()) const;
 };
 
 // Invariant guards of resTR (counted; see RestrStats).
@@ -167,6 +170,12 @@ class PrototypeNet {
   ResTR restr_;
   at::Tensor slots_;
 };
+
+// The key_bias logits of a prototype memory: gamma * cos(query key, prototype key) for every
+// token of each block. q_keys [B, d] and proto_keys [K, d] are normalised keys; returns
+// [B, K * block] (block = m + 1), or an undefined tensor when gamma == 0.
+at::Tensor block_key_bias(const at::Tensor& q_keys, const at::Tensor& proto_keys, int64_t block,
+                          double gamma);
 
 // Huber loss per element with threshold delta (the seed's L_reg).
 at::Tensor huber(const at::Tensor& pred, const at::Tensor& target, double delta);

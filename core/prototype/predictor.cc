@@ -43,7 +43,12 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::create(PrototypeArtifact a
     at::Tensor mem = art.tensor("proto.memory").to(at::kFloat);                      // [K, m, d]
     at::Tensor lab = p->net_->label_embed(art.tensor("proto.labels")).unsqueeze(1);  // [K, 1, d]
     p->mem_fixed_ = at::cat({mem, lab}, 1).reshape({1, c.K * (c.m + 1), c.d_h}).contiguous();
+    at::Tensor mean_lab = p->net_->label_embed(at::full({c.K}, art.label_mu, at::kFloat)).unsqueeze(1);
+    p->mem_hidden_ = at::cat({mem, mean_lab}, 1).reshape({1, c.K * (c.m + 1), c.d_h}).contiguous();
     p->keys_ = art.tensor("cache.keys").to(at::kFloat).contiguous();
+    std::vector<int64_t> proto_idx;
+    for (const PrototypeEntry& e : art.prototypes) proto_idx.push_back(e.index);
+    p->proto_keys_ = p->keys_.index_select(0, at::tensor(proto_idx, at::kLong)).contiguous();  // [K, d]
     p->labels_ = art.tensor("cache.labels").to(at::kFloat).contiguous();
     p->population_ = art.tensor("rlcs.population").contiguous();
   }));
@@ -115,7 +120,8 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
         static_cast<double>(population_.size(0));
     at::Tensor w = sim.clamp_min(0) + 1e-6;
     at::Tensor knn = (w * labels_.index_select(0, nn.indices.reshape({-1})).view({B, kk})).sum(1) / w.sum(1);
-    at::Tensor y0 = net_->bound(net_->head()(q_tokens, mem_fixed_));
+    at::Tensor bias = block_key_bias(q_key, proto_keys_, c.m + 1, c.key_bias);
+    at::Tensor y0 = net_->bound(net_->head()(q_tokens, mem_fixed_, nullptr, bias));
     at::Tensor agree = (1.0 - (y0 - knn).abs() / (b - a)).clamp(0.0, 1.0);
     at::Tensor ood = pop < c.ood_quantile;
     at::Tensor gate = agree.masked_fill(ood, 0.0).to(at::kFloat);
@@ -128,7 +134,8 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
     n_fb_nonfinite_ += st.fallback_nonfinite;
     n_fb_norm_ += st.fallback_norm;
     std::vector<at::Tensor> probs;
-    at::Tensor y = net_->bound(net_->head()(qr, mem_fixed_, &probs));
+    at::Tensor y = net_->bound(net_->head()(qr, mem_fixed_, &probs, bias));
+    at::Tensor reliance = (y - net_->bound(net_->head()(qr, mem_hidden_, nullptr, bias))).abs();
     // attribution: mean over layers and heads → [B, K(m+1)] → per prototype block [B, K]
     at::Tensor att = at::stack(probs, 0).mean(0).mean(1).select(1, 0);
     at::Tensor per_proto = att.view({B, c.K, c.m + 1}).sum(2).to(at::kDouble).contiguous();
@@ -143,6 +150,7 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
       pr.beta = beta[i].item<double>();
       pr.out_of_distribution = ood[i].item<bool>();
       pr.restr_fallback = fell_back[i].item<bool>();
+      pr.label_reliance = reliance[i].item<double>();
       const double* wp = per_proto[i].data_ptr<double>();
       pr.weights.assign(wp, wp + c.K);
       std::vector<int64_t> order(static_cast<size_t>(c.K));

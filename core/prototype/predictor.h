@@ -52,7 +52,11 @@ struct Prediction {
   double agreement_consistency = 0;
   double alpha = 0, beta = 0;
   bool out_of_distribution = false;
-  bool restr_fallback = false;   // a resTR guard fired and the refinement was dropped
+  bool restr_fallback = false;  // a resTR guard fired and the refinement was dropped
+  // |ŷ − ŷ with every prototype's label token replaced by E(train mean)|: how much the labels of
+  // the prototypes drive ŷ. Near 0: the head answered from the query and the top prototypes are
+  // the examples it looked at, not its evidence (docs/prototype.md, "Attribution").
+  double label_reliance = 0;
   std::vector<Attribution> top;  // descending weight
   std::vector<double> weights;   // all K prototype weights (slot order), sum 1
 };
@@ -80,7 +84,9 @@ class Predictor {
   const LoadedModel* model_ = nullptr;
   std::unique_ptr<PrototypeNet> net_;
   at::Tensor mem_fixed_;   // [1, K(m+1), d]
+  at::Tensor mem_hidden_;  // mem_fixed_ with every label token E(train mean): label_reliance
   at::Tensor keys_;        // [N, d] fp32
+  at::Tensor proto_keys_;  // [K, d] the prototypes' rows of keys_ (key_bias)
   at::Tensor labels_;      // [N] fp32
   at::Tensor population_;  // [N] sorted
   mutable std::atomic<int64_t> n_applied_{0}, n_fb_shape_{0}, n_fb_nonfinite_{0}, n_fb_norm_{0};

@@ -99,6 +99,26 @@ at::Tensor repulsion_loss(const at::Tensor& cand, const at::Tensor& p, const at:
   return upper_mean(at::relu(at::matmul(kt, kt.t()) - m_cos));
 }
 
+std::vector<int64_t> kmeanspp_indices(const at::Tensor& keys, int64_t K, at::Generator gen) {
+  const int64_t N = keys.size(0);
+  TORCH_CHECK(K >= 1 && K <= N, "kmeanspp_indices: need 1 <= K <= N, got K=", K, " N=", N);
+  at::NoGradGuard ng;
+  const at::Tensor k = keys.to(at::kDouble);
+  std::vector<int64_t> out;
+  at::Tensor chosen = at::zeros({N}, at::kBool);
+  at::Tensor d2 = at::full({N}, 1.0, at::kDouble);  // before the first pick: uniform
+  for (int64_t j = 0; j < K; ++j) {
+    at::Tensor w = d2.masked_fill(chosen, 0.0).clamp_min(0.0);
+    if (!(w.sum().item<double>() > 0)) w = chosen.logical_not().to(at::kDouble);
+    const int64_t i = at::multinomial(w, 1, /*replacement=*/false, gen).item<int64_t>();
+    out.push_back(i);
+    chosen[i] = true;
+    at::Tensor di = (k - k[i]).pow(2).sum(1);
+    d2 = j == 0 ? di : at::minimum(d2, di);
+  }
+  return out;
+}
+
 std::vector<int64_t> finalize_prototypes(const at::Tensor& slots, const at::Tensor& keys, double norm_eps) {
   at::NoGradGuard ng;
   const int64_t K = slots.size(0), N = keys.size(0);

@@ -51,6 +51,11 @@ at::Tensor overlap_loss(const at::Tensor& cand, const at::Tensor& p, int64_t N);
 at::Tensor repulsion_loss(const at::Tensor& cand, const at::Tensor& p, const at::Tensor& keys, double m_cos,
                           double norm_eps);
 
+// k-means++ seeding over unit keys [N, d]: K distinct row indices, the first uniform, each next
+// drawn with probability ∝ min over the chosen of ||k_i - k_c||² (= 2 - 2 cos). When every
+// remaining key coincides with a chosen one, the next is uniform over the unchosen. K <= N.
+std::vector<int64_t> kmeanspp_indices(const at::Tensor& keys, int64_t K, at::Generator gen);
+
 // Final prototypes: i_k = argmax_{i not in i_1..i_{k-1}} s̄_k·k̄_i, slot by slot (greedy masked
 // decoding over the full dataset). Requires K <= N.
 std::vector<int64_t> finalize_prototypes(const at::Tensor& slots, const at::Tensor& keys, double norm_eps);

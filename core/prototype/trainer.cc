@@ -128,9 +128,9 @@ StepLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
 }
 
 StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
-                      const at::Tensor& y, const at::Tensor& alpha, const at::Tensor& beta,
-                      const at::Tensor& keys, const at::Tensor& mem_flat, const at::Tensor& labels,
-                      const at::Tensor& u, double tau) {
+                      const at::Tensor& y, const at::Tensor& q_keys, const at::Tensor& alpha,
+                      const at::Tensor& beta, const at::Tensor& keys, const at::Tensor& mem_flat,
+                      const at::Tensor& labels, const at::Tensor& u, double tau) {
   const PrototypeConfig& c = net.cfg();
   const int64_t N = keys.size(0), T = std::min(c.T, N);
   StepLoss l;
@@ -139,7 +139,9 @@ StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
   at::Tensor mt = weighted_rows(mem_flat, l.sel.cand, l.sel.w).view({c.K, c.m, c.d_h});  // M~_k
   at::Tensor lt = weighted_rows(net.label_embed(labels), l.sel.cand, l.sel.w);           // l~_k
   at::Tensor mem = at::cat({mt, lt.unsqueeze(1)}, 1).reshape({1, c.K * (c.m + 1), c.d_h});
-  l.yhat = net.bound(net.head()(q, mem));
+  // key_bias: the selected keys k~_k use the same straight-through weights as M~_k and l~_k
+  at::Tensor bias = block_key_bias(q_keys, weighted_rows(keys, l.sel.cand, l.sel.w), c.m + 1, c.key_bias);
+  l.yhat = net.bound(net.head()(q, mem, nullptr, bias));
   l.reg = huber(l.yhat, y, c.huber_delta).mean();
   l.aux = c.lambda_ov * overlap_loss(l.sel.cand, l.sel.p, N) +
           c.lambda_rep * repulsion_loss(l.sel.cand, l.sel.p, keys, c.m_cos, c.norm_eps);
@@ -359,7 +361,13 @@ absl::Status PrototypeTrainer::run_stage(int stage, const TrainHooks& hooks, int
           const int64_t Bq = static_cast<int64_t>(idx.size());
           at::Tensor alpha = at::rand({Bq}, g), beta = at::rand({Bq}, g);
           at::Tensor u = at::rand({cfg_.K, cfg_.T}, g);
-          l = stage_b_loss(*net_, fb.h, fb.mask, y, alpha, beta, keys_, mem_flat_, labels_, u, tau);
+          at::Tensor q_keys = keys_.index_select(0, at::tensor(idx, at::kLong));
+          // label_flip_p: reflect this minibatch's targets and every prototype label through the
+          // middle of [a, b] (drawn after u, so the other draws do not depend on the option)
+          const bool flip = cfg_.label_flip_p > 0 && at::rand({1}, g).item<double>() < cfg_.label_flip_p;
+          const double ab = bounds_.a + bounds_.b;
+          l = stage_b_loss(*net_, fb.h, fb.mask, flip ? ab - y : y, q_keys, alpha, beta, keys_, mem_flat_,
+                           flip ? ab - labels_ : labels_, u, tau);
         }
         at::Tensor loss = l.loss, l_reg = l.reg, l_aux = l.aux;
         loss.backward();
@@ -451,6 +459,15 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
   FROST_RETURN_IF_ERROR(build_cache());
   stage_report("cache", t);
 
+  if (pos[0] == kStageB && pos[1] == 0 && pos[2] == 0 && cfg_.slot_init == "kmeans++") {
+    // Stage B starts here (fresh or from the checkpoint written at its start): slots from the
+    // KeyCache, a pure function of the cache and the seed, so a resumed run draws the same.
+    FROST_RETURN_IF_ERROR(torch_call([&] {
+      at::NoGradGuard ng;
+      std::vector<int64_t> idx = kmeanspp_indices(keys_, cfg_.K, gen_for(cfg_.seed, kStageB, -1, -2));
+      net_->slots().copy_(keys_.index_select(0, at::tensor(idx, at::kLong)));
+    }));
+  }
   if (pos[0] == kStageB) {
     reset_peak_rss();
     t = now_s();

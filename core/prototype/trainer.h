@@ -80,12 +80,13 @@ struct StepLoss {
 // L_A for features h [B,S,C], mask [B,S], labels y [B]. The label reaches only the L_emb target.
 StepLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
                       const at::Tensor& y);
-// L_B with resTR gates alpha/beta [B], KeyCache keys [N,d], MemCache mem_flat [N, m*d],
-// LabelCache labels [N], Gumbel uniforms u [K,T] and temperature tau.
+// L_B with the queries' own normalised keys q_keys [B,d] (used by key_bias only), resTR gates
+// alpha/beta [B], KeyCache keys [N,d], MemCache mem_flat [N, m*d], LabelCache labels [N],
+// Gumbel uniforms u [K,T] and temperature tau.
 StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
-                      const at::Tensor& y, const at::Tensor& alpha, const at::Tensor& beta,
-                      const at::Tensor& keys, const at::Tensor& mem_flat, const at::Tensor& labels,
-                      const at::Tensor& u, double tau);
+                      const at::Tensor& y, const at::Tensor& q_keys, const at::Tensor& alpha,
+                      const at::Tensor& beta, const at::Tensor& keys, const at::Tensor& mem_flat,
+                      const at::Tensor& labels, const at::Tensor& u, double tau);
 
 class PrototypeTrainer {
  public:

@@ -52,7 +52,15 @@ KeywordData keyword_dataset() {
   return d;
 }
 
-TEST(PrototypeE2E, KeywordDeterminedLabelsAreLearnedAndExplained) {
+struct KeywordRun {
+  double mae = 0;             // test MAE
+  int keyword_match = 0;      // test queries whose top prototype shares their keyword, of 30
+  double label_reliance = 0;  // mean Prediction::label_reliance
+};
+
+// Trains the e2e test's small config (plus `extra` fields) on the keyword dataset and explains
+// the 30 held-out texts with their top prototype.
+void run_keyword(const std::vector<std::string>& extra, KeywordRun* r) {
   FROST_REQUIRE_SHARED(model_dir, "models/stories260K");
   auto model = load_model(model_dir);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -61,6 +69,7 @@ TEST(PrototypeE2E, KeywordDeterminedLabelsAreLearnedAndExplained) {
   ASSERT_TRUE(set_fields(c, {"max_tokens=32", "d_h=64", "H=4", "L=2", "m=4", "m_q=4", "K=12", "T=48",
                              "epochs_a=8", "epochs_b=4", "batch_size=16", "lr=0.002", "label_hidden=16"})
                   .ok());
+  ASSERT_TRUE(set_fields(c, extra).ok());
   auto tr = PrototypeTrainer::create(**model, d.train, LabelBounds{0.0, 6.0}, c);
   ASSERT_TRUE(tr.ok()) << tr.status();
   auto art = (*tr)->run({});
@@ -69,12 +78,10 @@ TEST(PrototypeE2E, KeywordDeterminedLabelsAreLearnedAndExplained) {
   ASSERT_TRUE(pred.ok()) << pred.status();
   auto out = (*pred)->predict(d.test.texts, 1);
   ASSERT_TRUE(out.ok()) << out.status();
-
-  double mae = 0;
-  int keyword_match = 0;
   for (size_t i = 0; i < out->size(); ++i) {
     const Prediction& p = (*out)[i];
-    mae += std::abs(p.value - d.test.labels[i]);
+    r->mae += std::abs(p.value - d.test.labels[i]) / static_cast<double>(out->size());
+    r->label_reliance += p.label_reliance / static_cast<double>(out->size());
     ASSERT_EQ(p.top.size(), 1u);
     // the explanation names a real training example with its true label
     const int64_t idx = p.top[0].index;
@@ -82,16 +89,36 @@ TEST(PrototypeE2E, KeywordDeterminedLabelsAreLearnedAndExplained) {
     ASSERT_LT(idx, d.train.size());
     EXPECT_EQ(p.top[0].text, d.train.texts[static_cast<size_t>(idx)]);
     EXPECT_EQ(p.top[0].label, d.train.labels[static_cast<size_t>(idx)]);
-    keyword_match += keyword_of(p.top[0].text) == d.test_keyword[i];
+    r->keyword_match += keyword_of(p.top[0].text) == d.test_keyword[i];
   }
-  mae /= static_cast<double>(out->size());
+  std::fprintf(stderr,
+               "keyword test: MAE %.3f, top prototype shares the keyword %d/30, label reliance %.3f\n",
+               r->mae, r->keyword_match, r->label_reliance);
+}
+
+TEST(PrototypeE2E, KeywordDeterminedLabelsAreLearnedAndExplained) {
+  KeywordRun r;
+  run_keyword({}, &r);
+  if (HasFatalFailure() || IsSkipped()) return;
   // Labels 1/3/5 in equal shares: predicting the mean scores MAE 1.33. The head must be far better.
-  EXPECT_LT(mae, 0.5) << "test MAE on keyword-determined labels";
-  // Not asserted: that the top prototype shares the query's keyword. With the seed's head it does
-  // only 9-18 times in 30 (chance: 10): the regression token can answer from the query tokens
-  // alone, and Stage A trains it to. Printed so the figure stays visible.
-  std::fprintf(stderr, "keyword test: MAE %.3f, top prototype shares the keyword %d/30\n", mae,
-               keyword_match);
+  EXPECT_LT(r.mae, 0.5) << "test MAE on keyword-determined labels";
+  // The top prototype of a query shares its keyword (chance: 1/3). This holds because of the
+  // key_bias departure (docs/prototype.md, "Attribution"): with the seed's head (key_bias=0) the
+  // figure is 0-18 of 30 over seeds 0-9 (median 9); with the default it is 28-30 over
+  // seeds 0-9. k-means++ slot initialisation makes every keyword appear among the prototypes.
+  EXPECT_GE(r.keyword_match, 27) << "top prototype shares the query's keyword";
+}
+
+TEST(PrototypeE2E, WithLabelReflectionThePrototypesLabelsDriveThePrediction) {
+  // label_flip_p makes the query alone ambiguous in Stage B, so the head learns to read the
+  // labels of the prototypes it attends to: hiding them moves ŷ by about the label spacing (2).
+  // With the default head it moves ŷ by ~0.003 (printed by the test above).
+  KeywordRun r;
+  run_keyword({"label_flip_p=0.5", "epochs_b=12"}, &r);
+  if (HasFatalFailure() || IsSkipped()) return;
+  EXPECT_LT(r.mae, 0.5) << "test MAE on keyword-determined labels";
+  EXPECT_GE(r.keyword_match, 27) << "top prototype shares the query's keyword";
+  EXPECT_GT(r.label_reliance, 0.5) << "mean |ŷ - ŷ with the prototype labels hidden|";
 }
 
 TEST(PrototypeE2E, SmallConfigOnEmobankBeatsTheTrainMean) {

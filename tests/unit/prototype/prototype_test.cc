@@ -67,6 +67,9 @@ TEST(PrototypeConfig, DefaultsAreTheSeedTable) {
   EXPECT_EQ(c.lambda_ov, 1.0);
   EXPECT_EQ(c.lambda_rep, 0.1);
   EXPECT_EQ(c.m_cos, 0.2);
+  // Not in the seed's table: frost's attribution departure and slot-initialisation choice.
+  EXPECT_EQ(c.key_bias, 16.0);
+  EXPECT_EQ(c.slot_init, "kmeans++");
   EXPECT_TRUE(validate(c).ok());
 }
 
@@ -85,6 +88,15 @@ TEST(PrototypeConfig, SetFieldsValidatesAndNamesTheField) {
   EXPECT_INVALID(set_fields(d, {"T=100"}), "T (100) must be >= K (128)");
   PrototypeConfig e;
   EXPECT_INVALID(set_fields(e, {"d_h=100"}), "d_h (100) must be divisible by H (8)");
+  PrototypeConfig f, f2, f3;
+  EXPECT_INVALID(set_fields(f2, {"key_bias=-1"}), "key_bias must be >= 0, got -1");
+  PrototypeConfig f4;
+  EXPECT_INVALID(set_fields(f4, {"label_flip_p=1.5"}), "label_flip_p must be in [0, 1], got 1.5");
+  EXPECT_INVALID(set_fields(f3, {"slot_init=zeros"}),
+                 "slot_init must be 'kmeans++' or 'normal', got 'zeros'");
+  ASSERT_TRUE(set_fields(f, {"key_bias=0", "slot_init=normal"}).ok());
+  EXPECT_EQ(f.key_bias, 0.0);
+  EXPECT_EQ(f.slot_init, "normal");
 }
 
 TEST(PrototypeConfig, JsonRoundTrip) {
@@ -241,6 +253,26 @@ TEST(Selection, RepulsionIsTheMeanCosineHinge) {
   EXPECT_NEAR(repulsion_loss(same, at::ones({4, 1}), eye, m_cos, 1e-6).item<double>(), 1.0 - m_cos, 1e-5);
 }
 
+TEST(Selection, KmeansppSeedsEveryClusterAndNeverRepeats) {
+  // Three tight clusters of unit keys: the first three k-means++ picks land one in each, for
+  // every seed (a pick inside a cluster leaves its members with D² ≈ 0).
+  at::Generator g = gen(30);
+  at::Tensor centers = unit_rows(at::randn({3, 16}, g));
+  at::Tensor keys =
+      unit_rows(centers.repeat({20, 1}) + 0.01 * at::randn({60, 16}, g));  // row i: cluster i % 3
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    std::vector<int64_t> idx = kmeanspp_indices(keys, 3, gen(seed));
+    std::set<int64_t> clusters;
+    for (int64_t i : idx) clusters.insert(i % 3);
+    EXPECT_EQ(clusters.size(), 3u) << "seed " << seed;
+  }
+  // Identical keys (D² = 0 everywhere): still K distinct rows.
+  std::vector<int64_t> same = kmeanspp_indices(unit_rows(at::ones({6, 4})), 6, gen(1));
+  EXPECT_EQ(std::set<int64_t>(same.begin(), same.end()).size(), 6u);
+  // A pure function of the keys and the generator's seed.
+  EXPECT_EQ(kmeanspp_indices(keys, 10, gen(4)), kmeanspp_indices(keys, 10, gen(4)));
+}
+
 TEST(Selection, FinalizeIsGreedyMaskedDecoding) {
   at::Generator g = gen(5);
   at::Tensor keys = unit_rows(at::randn({30, 5}, g));
@@ -304,6 +336,55 @@ TEST(PrototypeNet, SharedMemoryAttentionEqualsPerExampleMemory) {
   at::Tensor b = net.head()(q, mem.expand({5, 11, c.d_h}).contiguous(), &p2);
   EXPECT_TENSOR_NEAR(a, b, 1e-5);
   for (size_t l = 0; l < p1.size(); ++l) EXPECT_TENSOR_NEAR(p1[l], p2[l], 1e-6);
+}
+
+// Brute-force multi-head attention weights with an additive logit bias [B, nk].
+at::Tensor brute_attention_probs(const Attention& a, const at::Tensor& q_in, const at::Tensor& kv,
+                                 const at::Tensor& bias) {
+  const int64_t B = q_in.size(0), nq = q_in.size(1), d = q_in.size(2), H = a.heads, dh = d / H;
+  at::Tensor kvb = kv.expand({B, kv.size(1), d});
+  at::Tensor out = at::empty({B, H, nq, kv.size(1)});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      at::Tensor q = a.q(q_in[b]).narrow(1, h * dh, dh), k = a.k(kvb[b]).narrow(1, h * dh, dh);
+      at::Tensor s = at::matmul(q, k.t()) / std::sqrt(static_cast<double>(dh));
+      if (bias.defined()) s = s + bias[b].unsqueeze(0);
+      out[b][h] = at::softmax(s, -1);
+    }
+  return out;
+}
+
+TEST(PrototypeNet, KeyBiasAddsGammaCosineToEveryTokenOfABlock) {
+  // block_key_bias: gamma * cos(query key, prototype key), the same for the m+1 tokens of a block.
+  at::Generator g = gen(21);
+  at::Tensor qk = unit_rows(at::randn({3, 8}, g)), pk = unit_rows(at::randn({4, 8}, g));
+  at::Tensor bias = block_key_bias(qk, pk, 5, 2.5);
+  ASSERT_EQ(bias.sizes(), (std::vector<int64_t>{3, 20}));
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t k = 0; k < 4; ++k)
+      for (int64_t t = 0; t < 5; ++t)
+        EXPECT_NEAR(bias[b][k * 5 + t].item<double>(), 2.5 * at::dot(qk[b], pk[k]).item<double>(), 1e-5);
+  EXPECT_FALSE(block_key_bias(qk, pk, 5, 0.0).defined());  // gamma 0: the seed's head exactly
+
+  // The attention adds it to every head's logits, in the shared-memory and per-example paths.
+  PrototypeConfig c = small_cfg();
+  PrototypeNet net(c, 16, 0, 1, 0.5, 0.2);
+  const Attention& att = net.head().layers[0].att_mem;
+  at::Tensor q = at::randn({3, 1, c.d_h}, g), mem = at::randn({1, 20, c.d_h}, g);
+  at::NoGradGuard ng;
+  at::Tensor p_shared, p_each;
+  at::Tensor o_shared = att(q, mem, at::Tensor(), &p_shared, bias);
+  at::Tensor o_each = att(q, mem.expand({3, 20, c.d_h}).contiguous(), at::Tensor(), &p_each, bias);
+  at::Tensor want = brute_attention_probs(att, q, mem, bias);
+  EXPECT_TENSOR_NEAR(p_shared, want, 1e-5);
+  EXPECT_TENSOR_NEAR(p_each, want, 1e-5);
+  EXPECT_TENSOR_NEAR(o_shared, o_each, 1e-5);
+  // A large gamma makes the prototype with the nearest key take the attention.
+  at::Tensor p_big;
+  (void)att(q, mem, at::Tensor(), &p_big, block_key_bias(qk, pk, 5, 1e4));
+  at::Tensor per_block = p_big.mean(1).select(1, 0).view({3, 4, 5}).sum(2);  // [B, K]
+  EXPECT_TRUE(at::equal(per_block.argmax(1), at::matmul(qk, pk.t()).argmax(1)));
+  EXPECT_GT(std::get<0>(per_block.max(1)).min().item<double>(), 0.99);
 }
 
 TEST(PrototypeNet, StageAHasNoPathFromTheLabelToThePrediction) {
@@ -412,6 +493,7 @@ void expect_same_tensors(const PrototypeArtifact& a, const PrototypeArtifact& b)
 TEST(PrototypeTrainer, ResumeFromACheckpointEqualsAnUninterruptedRun) {
   Toy t = toy();
   PrototypeConfig c = small_cfg();
+  c.label_flip_p = 0.5;  // its per-step draw is part of the resumed randomness too
   auto full = PrototypeTrainer::create(*t.model, t.data, t.bounds, c);
   ASSERT_TRUE(full.ok()) << full.status();
   auto ref = (*full)->run({});
@@ -503,6 +585,8 @@ TEST(PrototypeArtifact, SavesAndLoadsBitExactlyAndPredicts) {
     EXPECT_GE(p.top[0].weight, p.top[1].weight);
     EXPECT_GE(p.population_consistency, 0.0);
     EXPECT_LE(p.population_consistency, 1.0);
+    EXPECT_GE(p.label_reliance, 0.0);
+    EXPECT_LE(p.label_reliance, 10.0);  // at most b - a
     EXPECT_GE(p.agreement_consistency, 0.0);
     EXPECT_LE(p.agreement_consistency, 1.0);
     if (p.out_of_distribution) {
@@ -533,6 +617,20 @@ TEST(PrototypeArtifact, RefusesCorruptFilesAndAnotherBackbone) {
   auto wrong = Predictor::create(*art, **other);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition) << wrong.status();
   EXPECT_MSG_HAS(wrong.status(), "trained on backbone");
+
+  // A manifest from before key_bias and slot_init existed describes the seed's head: it loads
+  // with key_bias 0 (and N(0, 1) slots), not with today's defaults.
+  {
+    nlohmann::json m = nlohmann::json::parse(frost::testing::read_text_file(dir.file("manifest.json")));
+    ASSERT_EQ(m["config"]["key_bias"].get<double>(), 16.0);
+    m["config"].erase("key_bias");
+    m["config"].erase("slot_init");
+    frost::testing::write_text_file(dir.file("manifest.json"), m.dump());
+    auto old = load_artifact(dir.path());
+    ASSERT_TRUE(old.ok()) << old.status();
+    EXPECT_EQ(old->cfg.key_bias, 0.0);
+    EXPECT_EQ(old->cfg.slot_init, "normal");
+  }
 
   // One flipped byte in the tensor file: checksum mismatch, named.
   std::string bytes = frost::testing::read_text_file(dir.file("prototype.safetensors"));
