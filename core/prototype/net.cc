@@ -174,6 +174,11 @@ at::Tensor ResTR::operator()(const at::Tensor& z, const at::Tensor& alpha, const
   return at::where(keep.view({B, 1, 1}), out, z);
 }
 
+at::Tensor prototype_memory(const at::Tensor& mem, const at::Tensor& label_tokens) {
+  const int64_t K = mem.size(0), m = mem.size(1), d = mem.size(2);
+  return at::cat({mem, label_tokens.unsqueeze(1)}, 1).reshape({1, K * (m + 1), d});
+}
+
 at::Tensor block_key_bias(const at::Tensor& q_keys, const at::Tensor& proto_keys, int64_t block,
                           double gamma) {
   if (gamma == 0) return {};

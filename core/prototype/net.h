@@ -171,6 +171,11 @@ class PrototypeNet {
   at::Tensor slots_;
 };
 
+// The flattened prototype memory Mem = [P_1; ...; P_K] with P_k = [M_k; l_k] (the seed's
+// block layout, which block_key_bias and the attribution's per-block sums rely on): memory
+// tokens [K, m, d] and label tokens [K, d] → [1, K(m+1), d].
+at::Tensor prototype_memory(const at::Tensor& mem, const at::Tensor& label_tokens);
+
 // The key_bias logits of a prototype memory: gamma * cos(query key, prototype key) for every
 // token of each block. q_keys [B, d] and proto_keys [K, d] are normalised keys; returns
 // [B, K * block] (block = m + 1), or an undefined tensor when gamma == 0.

@@ -40,11 +40,10 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::create(PrototypeArtifact a
     at::NoGradGuard ng;
     for (const auto& [name, t] : p->net_->params().items()) t.set_requires_grad(false);
     const PrototypeConfig& c = art.cfg;
-    at::Tensor mem = art.tensor("proto.memory").to(at::kFloat);                      // [K, m, d]
-    at::Tensor lab = p->net_->label_embed(art.tensor("proto.labels")).unsqueeze(1);  // [K, 1, d]
-    p->mem_fixed_ = at::cat({mem, lab}, 1).reshape({1, c.K * (c.m + 1), c.d_h}).contiguous();
-    at::Tensor mean_lab = p->net_->label_embed(at::full({c.K}, art.label_mu, at::kFloat)).unsqueeze(1);
-    p->mem_hidden_ = at::cat({mem, mean_lab}, 1).reshape({1, c.K * (c.m + 1), c.d_h}).contiguous();
+    at::Tensor mem = art.tensor("proto.memory").to(at::kFloat);  // [K, m, d]
+    p->mem_fixed_ = prototype_memory(mem, p->net_->label_embed(art.tensor("proto.labels"))).contiguous();
+    at::Tensor mean_labels = at::full({c.K}, art.label_mu, at::kFloat);
+    p->mem_hidden_ = prototype_memory(mem, p->net_->label_embed(mean_labels)).contiguous();
     p->keys_ = art.tensor("cache.keys").to(at::kFloat).contiguous();
     std::vector<int64_t> proto_idx;
     for (const PrototypeEntry& e : art.prototypes) proto_idx.push_back(e.index);

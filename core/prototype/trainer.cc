@@ -138,7 +138,7 @@ StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
   l.sel = select_prototypes(net.slots(), keys, T, tau, u, c.norm_eps, c.gumbel_eps);
   at::Tensor mt = weighted_rows(mem_flat, l.sel.cand, l.sel.w).view({c.K, c.m, c.d_h});  // M~_k
   at::Tensor lt = weighted_rows(net.label_embed(labels), l.sel.cand, l.sel.w);           // l~_k
-  at::Tensor mem = at::cat({mt, lt.unsqueeze(1)}, 1).reshape({1, c.K * (c.m + 1), c.d_h});
+  at::Tensor mem = prototype_memory(mt, lt);
   // key_bias: the selected keys k~_k use the same straight-through weights as M~_k and l~_k
   at::Tensor bias = block_key_bias(q_keys, weighted_rows(keys, l.sel.cand, l.sel.w), c.m + 1, c.key_bias);
   l.yhat = net.bound(net.head()(q, mem, nullptr, bias));
