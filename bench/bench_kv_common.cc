@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "core/common/status_macros.h"
-#include "core/kv/repair_train.h"
+#include "core/train/repair_train.h"
 
 namespace frost::bench {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/kv/train_util.h"
+#include "core/train/train_util.h"
 #include "core/model/model_loader.h"
 
 namespace frost::bench {

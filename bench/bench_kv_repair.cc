@@ -1,4 +1,4 @@
-// frost-bench kv-repair: trains KV repair operators for one or more codecs (core/kv/repair_train.h),
+// frost-bench kv-repair: trains KV repair operators for one or more codecs (core/train/repair_train.h),
 // then evaluates clean / corrupted / repaired on held-out text and times the fast decode path.
 //
 //   frost-bench kv-repair --model DIR|builtin:NAME --codec int4[,int8,...] [--corruption SPEC]
@@ -26,7 +26,7 @@
 #include "bench/bench_kv_common.h"
 #include "bench/bench_util.h"
 #include "core/common/device.h"
-#include "core/kv/repair_train.h"
+#include "core/train/repair_train.h"
 #include "core/model/model_loader.h"
 
 namespace frost::bench {

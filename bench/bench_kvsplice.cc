@@ -1,4 +1,4 @@
-// frost-bench kvsplice: the KVSplice compression report (core/kv/kvsplice_train.h, core/kv/fisher.h).
+// frost-bench kvsplice: the KVSplice compression report (core/train/kvsplice_train.h, core/kv/fisher.h).
 //
 //   frost-bench kvsplice --model DIR|builtin:NAME [--rank R|RK:RV[,...]] --data DIR|self [--set key=value
 //   ...]
@@ -29,7 +29,7 @@
 #include "bench/bench_kv_common.h"
 #include "bench/bench_util.h"
 #include "core/common/device.h"
-#include "core/kv/kvsplice_train.h"
+#include "core/train/kvsplice_train.h"
 #include "core/model/model_loader.h"
 
 namespace frost::bench {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/model/kv_dims.h"
 #include "core/common/clock.h"
 #include "core/common/log.h"
 #include "core/common/status_macros.h"

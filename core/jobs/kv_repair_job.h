@@ -1,5 +1,5 @@
 #pragma once
-// The `kv_repair` job kind: trains KV repair operators (core/kv/repair_train.h) on calibration text,
+// The `kv_repair` job kind: trains KV repair operators (core/train/repair_train.h) on calibration text,
 // evaluates them on held-out text, and publishes a `kv_repair/<N>` artifact that Generate can serve
 // (JobsRuntime::activate → the engine's RepairSlot).
 //

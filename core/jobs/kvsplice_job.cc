@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/text_job_spec.h"
-#include "core/kv/kvsplice_train.h"
+#include "core/train/kvsplice_train.h"
 
 namespace frost::jobs {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The `kvsplice` job kind: calibrates a KVSplice (core/kv/kvsplice_train.h) on calibration text, runs the
+// The `kvsplice` job kind: calibrates a KVSplice (core/train/kvsplice_train.h) on calibration text, runs the
 // Fisher analysis of the attention (core/kv/fisher.h), evaluates on held-out text and publishes a
 // `kvsplice/<N>` artifact that Generate serves for requests with kv.codec = "kvsplice"
 // (JobsRuntime::activate → the engine's KvSpliceSlot).

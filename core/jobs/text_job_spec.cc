@@ -7,7 +7,7 @@
 #include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/state_dir.h"
-#include "core/kv/repair_train.h"
+#include "core/train/repair_train.h"
 
 namespace frost::jobs {
 

@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "core/jobs/artifact_store.h"
 #include "core/jobs/scheduler.h"
-#include "core/kv/repair_train.h"
-#include "core/kv/train_util.h"
+#include "core/train/repair_train.h"
+#include "core/train/train_util.h"
 #include "core/model/model_loader.h"
 
 namespace frost::jobs {

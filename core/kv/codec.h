@@ -1,20 +1,22 @@
 #pragma once
-// KvCodec: one layer's K/V storage. The attention layer talks to the cache only through
-// this interface (DESIGN.md, "The KV pipeline", step 2).
+// KvCodec: one layer's K/V storage. The attention layer talks to the cache only through this interface
+// (DESIGN.md, "The KV pipeline", step 2): it writes rows, reads them back decoded (reference path), or asks
+// the codec to attend a query over them with its own kernel (fast paths).
 //
-// Shapes: Hkv = kv heads, D = head_dim, Tmax = capacity, T = new tokens, S = stored tokens.
-// Storage is preallocated as [Hkv, Tmax, D] for K and for V and written by index: no
-// concatenation, no per-step allocation on the fast path.
+// Shapes: Hkv = kv heads, D = head_dim, H = query heads, T = new tokens, n = positions read.
+// Storage lives in blocks (core/kv/kv_pages.h): a codec made by SequenceKv reads and writes its sequence's
+// block table; a standalone codec (make_codec / make_kvsplice_codec with a capacity) owns one private
+// block of that capacity — the classic preallocated [Hkv, Tmax, D] cache. Rows are written by index: no
+// concatenation, no allocation per step.
 //
-// Mutation: only append()/append_token() write, and only the rows they are given.
-// Later codecs (int8/int4 with per-token per-head scales, kvsplice latents) implement the same
-// interface; the corruption and repair stages of the pipeline sit between append and attend
-// in KvLayer (later issue) and read through keys()/values().
+// Mutation: only append()/append_token() write, and only the rows they are given; positions must lie
+// inside the blocks the sequence holds (capacity()).
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <memory>
 
+#include "core/kv/kv_pages.h"
 #include "core/kv/kv_spec.h"
 
 namespace frost {
@@ -31,46 +33,55 @@ class KvCodec {
   // Stores one token: k, v point at Hkv*D contiguous floats. Fast path; no allocation.
   virtual void append_token(const float* k, const float* v, int64_t pos) = 0;
 
-  // Decoded float32 K / V of positions [0, n): [Hkv, n, D]. For fp32 storage a view into
-  // the cache (valid until the next append); otherwise a fresh tensor.
+  // Decoded float32 K / V of positions [0, n): [Hkv, n, D] (the reference path). For fp32 storage in one
+  // block a view into the cache (valid until the next append); otherwise a fresh tensor.
   virtual at::Tensor keys(int64_t n) const = 0;
   virtual at::Tensor values(int64_t n) const = 0;
 
-  // Raw storage for fused kernels: [Hkv, Tmax, D] of storage_dtype() (float codecs); for int8
-  // [Hkv, Tmax, D] int8 (kChar) and for int4 [Hkv, Tmax, D/2] packed nibbles (kByte), with the
-  // per-token per-head scales [Hkv, Tmax] from raw_key_scales() / raw_value_scales().
-  virtual const void* raw_keys() const = 0;
-  virtual const void* raw_values() const = 0;
-  virtual at::ScalarType storage_dtype() const = 0;
-  virtual const float* raw_key_scales() const { return nullptr; }
-  virtual const float* raw_value_scales() const { return nullptr; }
+  // Fast path: softmax(scale · q_h·K[g]ᵀ) V[g] over positions [0, n) for query heads [h0, h1) of one
+  // query row q [n_head·D] (head h reads kv head g = h / (n_head / Hkv)), written to out[h·D .. h·D+D).
+  // The codec's own kernel reads its storage through the block table (int8/int4 rows are never
+  // dequantised into memory; KVSplice attends in the latent space). Serial and allocation-free after the
+  // first call on a thread: callers parallelise over rows and heads.
+  virtual void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
+                      float* out) const = 0;
 
-  // kvsplice: the layer's K and V splices (raw_keys()/raw_values() are the latents [Tmax, r_k], [Tmax, r_v]),
-  // and for int8 latents their per-row scales [Tmax] (nullptr for fp16 latents).
+  // kvsplice: the layer's K and V splices (fast copies and the differentiable ones, for training).
   virtual const KvSpliceFast* splice_k() const { return nullptr; }
   virtual const KvSpliceFast* splice_v() const { return nullptr; }
-  virtual const float* splice_scales_k() const { return nullptr; }
-  virtual const float* splice_scales_v() const { return nullptr; }
-  // kvsplice: the differentiable splices (training); nullptr otherwise.
   virtual const LearnedKvSplice* learned_k() const { return nullptr; }
   virtual const LearnedKvSplice* learned_v() const { return nullptr; }
 
   virtual KvCodecKind kind() const = 0;
-  virtual int64_t bytes_per_token() const = 0;  // K + V, all heads, this layer
+  virtual at::ScalarType storage_dtype() const = 0;  // element type of the stored rows
+  virtual int64_t bytes_per_token() const = 0;      // K + V (+ scales), all heads, this layer
+  // Positions that can be written now: the blocks held × positions per block.
   virtual int64_t capacity() const = 0;
 };
 
-// fp32 / fp16 / bf16 storage (core/kv/codec_float.cc).
-std::unique_ptr<KvCodec> make_float_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
-                                          int64_t max_tokens);
-// int8 / int4 storage with per-token per-head scales (core/kv/codec_quant.cc).
-std::unique_ptr<KvCodec> make_quant_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
-                                          int64_t max_tokens);
-// kvsplice storage for layer `layer` of `set` (core/kv/codec_kvsplice.cc).
+// The regions one layer of `kind` needs per position (core/kv/kv_pages.h). kvsplice needs `splice`.
+KvLayerFormat kv_layer_format(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvSpliceSet* splice);
+
+// Codecs over a sequence's pages (SequenceKv): `pages` outlives the codec; `fmt` carries the offsets.
+std::unique_ptr<KvCodec> make_paged_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                                          const KvPages* pages, const KvLayerFormat& fmt,
+                                          std::shared_ptr<const KvSpliceSet> splice, int64_t layer);
+
+// Standalone codecs with one private block of max_tokens positions.
+std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens);
 std::unique_ptr<KvCodec> make_kvsplice_codec(std::shared_ptr<const KvSpliceSet> set, int64_t layer,
                                              int64_t max_tokens);
-// Any kind but kvsplice.
-std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
-                                    int64_t max_tokens);
+
+// Internal (codec_*.cc): the concrete codecs over pages.
+std::unique_ptr<KvCodec> make_float_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                                          const KvPages* pages, const KvLayerFormat& fmt);
+std::unique_ptr<KvCodec> make_quant_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                                          const KvPages* pages, const KvLayerFormat& fmt);
+std::unique_ptr<KvCodec> make_kvsplice_paged_codec(std::shared_ptr<const KvSpliceSet> set, int64_t layer,
+                                                   const KvPages* pages, const KvLayerFormat& fmt);
+
+// Gathers region `r` of positions [0, n) as a [groups, n, row_bytes / elem_size] tensor of `dtype`: a view
+// when the rows sit in one block, else a copy (the reference path's read).
+at::Tensor kv_gather(const KvPages& pages, const KvRegion& r, int64_t n, at::ScalarType dtype);
 
 }  // namespace frost

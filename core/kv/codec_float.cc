@@ -1,10 +1,12 @@
-// fp32 / fp16 / bf16 KV storage: [Hkv, Tmax, D] for K and for V, written by index.
+// fp32 / fp16 / bf16 KV storage: per layer K and V regions [Hkv, block_tokens, D] in each block, written by
+// index (core/kv/kv_pages.h).
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <cstring>
 
+#include "core/kv/attend.h"
 #include "core/kv/codec.h"
 
 namespace frost {
@@ -17,7 +19,7 @@ at::ScalarType storage_type(KvCodecKind kind) {
     case KvCodecKind::kBF16: return at::kBFloat16;
     default: break;
   }
-  return at::kFloat;
+  TORCH_CHECK(false, "FloatCodec: not a float kind");
 }
 
 template <typename T>
@@ -31,28 +33,26 @@ void store_row(T* dst, const float* src, int64_t n) {
 
 class FloatCodec final : public KvCodec {
  public:
-  FloatCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens)
-      : kind_(kind), n_head_kv_(n_head_kv), head_dim_(head_dim), max_tokens_(max_tokens) {
-    auto opts = at::TensorOptions().dtype(storage_type(kind));
-    // Uninitialised: only rows below the sequence length are ever read, and a per-request
-    // cache must be cheap to allocate.
-    k_ = at::empty({n_head_kv, max_tokens, head_dim}, opts);
-    v_ = at::empty({n_head_kv, max_tokens, head_dim}, opts);
-  }
+  FloatCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvPages* pages, const KvLayerFormat& fmt)
+      : kind_(kind), dtype_(storage_type(kind)), n_head_kv_(n_head_kv), head_dim_(head_dim), pages_(pages),
+        fmt_(fmt) {}
 
   void append(const at::Tensor& k, const at::Tensor& v, int64_t pos) override {
-    // k, v: [T, Hkv, D] → rows pos..pos+T-1 of [Hkv, Tmax, D]
+    // k, v: [T, Hkv, D] → positions pos..pos+T-1
     const int64_t t = k.size(0);
-    TORCH_CHECK(k.dim() == 3 && k.size(1) == n_head_kv_ && k.size(2) == head_dim_, "kv append: bad k shape ", k.sizes());
+    TORCH_CHECK(k.dim() == 3 && k.size(1) == n_head_kv_ && k.size(2) == head_dim_, "kv append: bad k shape ",
+                k.sizes());
     TORCH_CHECK(v.sizes() == k.sizes(), "kv append: v shape ", v.sizes(), " != k shape ", k.sizes());
-    TORCH_CHECK(pos >= 0 && pos + t <= max_tokens_, "kv append: positions [", pos, ", ", pos + t,
-                ") exceed capacity ", max_tokens_);
-    k_.narrow(1, pos, t).copy_(k.transpose(0, 1));
-    v_.narrow(1, pos, t).copy_(v.transpose(0, 1));
+    TORCH_CHECK(pos >= 0 && pos + t <= capacity(), "kv append: positions [", pos, ", ", pos + t,
+                ") exceed capacity ", capacity());
+    const at::Tensor kc = k.to(at::kFloat).contiguous(), vc = v.to(at::kFloat).contiguous();
+    const int64_t row = n_head_kv_ * head_dim_;
+    for (int64_t i = 0; i < t; ++i)
+      append_token(kc.data_ptr<float>() + i * row, vc.data_ptr<float>() + i * row, pos + i);
   }
 
   void append_token(const float* k, const float* v, int64_t pos) override {
-    TORCH_CHECK(pos >= 0 && pos < max_tokens_, "kv append: position ", pos, " exceeds capacity ", max_tokens_);
+    TORCH_CHECK(pos >= 0 && pos < capacity(), "kv append: position ", pos, " exceeds capacity ", capacity());
     switch (kind_) {
       case KvCodecKind::kF32: write_token<float>(k, v, pos); break;
       case KvCodecKind::kF16: write_token<c10::Half>(k, v, pos); break;
@@ -61,45 +61,52 @@ class FloatCodec final : public KvCodec {
     }
   }
 
-  at::Tensor keys(int64_t n) const override { return decoded(k_, n); }
-  at::Tensor values(int64_t n) const override { return decoded(v_, n); }
-  const void* raw_keys() const override { return k_.data_ptr(); }
-  const void* raw_values() const override { return v_.data_ptr(); }
-  at::ScalarType storage_dtype() const override { return k_.scalar_type(); }
-  KvCodecKind kind() const override { return kind_; }
-  int64_t bytes_per_token() const override {
-    return 2 * n_head_kv_ * head_dim_ * static_cast<int64_t>(k_.element_size());
+  at::Tensor keys(int64_t n) const override { return decoded(fmt_.k, n); }
+  at::Tensor values(int64_t n) const override { return decoded(fmt_.v, n); }
+
+  void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
+              float* out) const override {
+    TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
+    kernels::attend_paged(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v), dtype_, n_head, n_head_kv_,
+                          head_dim_, n, scale, h0, h1, out);
   }
-  int64_t capacity() const override { return max_tokens_; }
+
+  at::ScalarType storage_dtype() const override { return dtype_; }
+  KvCodecKind kind() const override { return kind_; }
+  int64_t bytes_per_token() const override { return fmt_.bytes_per_token(); }
+  int64_t capacity() const override { return pages_->capacity(); }
 
  private:
   template <typename T>
   void write_token(const float* k, const float* v, int64_t pos) {
-    T* kd = static_cast<T*>(k_.data_ptr());
-    T* vd = static_cast<T*>(v_.data_ptr());
+    uint8_t* blk = pages_->block_of(pos);
+    const int64_t r = pos % pages_->block_tokens, bt = pages_->block_tokens;
+    T* kd = reinterpret_cast<T*>(blk + fmt_.k.off);
+    T* vd = reinterpret_cast<T*>(blk + fmt_.v.off);
     for (int64_t h = 0; h < n_head_kv_; ++h) {
-      const int64_t off = (h * max_tokens_ + pos) * head_dim_;
+      const int64_t off = (h * bt + r) * head_dim_;
       store_row(kd + off, k + h * head_dim_, head_dim_);
       store_row(vd + off, v + h * head_dim_, head_dim_);
     }
   }
 
-  at::Tensor decoded(const at::Tensor& store, int64_t n) const {
-    TORCH_CHECK(n >= 0 && n <= max_tokens_, "kv read: ", n, " tokens exceed capacity ", max_tokens_);
-    at::Tensor rows = store.narrow(1, 0, n);
+  at::Tensor decoded(const KvRegion& r, int64_t n) const {
+    at::Tensor rows = kv_gather(*pages_, r, n, dtype_);
     return kind_ == KvCodecKind::kF32 ? rows : rows.to(at::kFloat);
   }
 
   KvCodecKind kind_;
-  int64_t n_head_kv_, head_dim_, max_tokens_;
-  at::Tensor k_, v_;  // [Hkv, Tmax, D] in the storage dtype
+  at::ScalarType dtype_;
+  int64_t n_head_kv_, head_dim_;
+  const KvPages* pages_;
+  KvLayerFormat fmt_;
 };
 
 }  // namespace
 
 std::unique_ptr<KvCodec> make_float_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
-                                          int64_t max_tokens) {
-  return std::make_unique<FloatCodec>(kind, n_head_kv, head_dim, max_tokens);
+                                          const KvPages* pages, const KvLayerFormat& fmt) {
+  return std::make_unique<FloatCodec>(kind, n_head_kv, head_dim, pages, fmt);
 }
 
 }  // namespace frost

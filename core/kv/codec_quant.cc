@@ -6,12 +6,14 @@
 // most s / 2. int4 packs two values per byte: element 2j in the low nibble, 2j+1 in the high
 // nibble, two's complement (−8..7; −8 is never written). Scales are fp32.
 //
-// Layout: K and V each [Hkv, Tmax, D] int8 (or [Hkv, Tmax, D/2] bytes for int4), scales
-// [Hkv, Tmax] fp32. Bytes per token and layer: 2·Hkv·(D + 4) for int8, 2·Hkv·(D/2 + 4) for int4.
+// Layout in each block (core/kv/kv_pages.h): K and V regions [Hkv, block_tokens, D] int8 (or D/2 bytes for
+// int4), scale regions [Hkv, block_tokens] fp32. Bytes per token and layer: 2·Hkv·(D + 4) for int8,
+// 2·Hkv·(D/2 + 4) for int4.
 #include <ATen/ATen.h>
 
 #include <cmath>
 
+#include "core/kv/attend.h"
 #include "core/kv/codec.h"
 
 namespace frost {
@@ -19,20 +21,16 @@ namespace {
 
 class QuantCodec final : public KvCodec {
  public:
-  QuantCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens)
+  QuantCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvPages* pages, const KvLayerFormat& fmt)
       : kind_(kind),
         n_head_kv_(n_head_kv),
         head_dim_(head_dim),
-        max_tokens_(max_tokens),
-        row_bytes_(kind == KvCodecKind::kInt4 ? head_dim / 2 : head_dim) {
+        row_bytes_(kind == KvCodecKind::kInt4 ? head_dim / 2 : head_dim),
+        pages_(pages),
+        fmt_(fmt) {
     TORCH_CHECK(kind == KvCodecKind::kInt8 || kind == KvCodecKind::kInt4, "QuantCodec: not a quantised kind");
     TORCH_CHECK(kind != KvCodecKind::kInt4 || head_dim % 2 == 0, "int4 kv codec needs an even head_dim, got ",
                 head_dim);
-    const auto dt = kind == KvCodecKind::kInt8 ? at::kChar : at::kByte;
-    k_ = at::empty({n_head_kv, max_tokens, row_bytes_}, at::TensorOptions().dtype(dt));
-    v_ = at::empty({n_head_kv, max_tokens, row_bytes_}, at::TensorOptions().dtype(dt));
-    ks_ = at::empty({n_head_kv, max_tokens}, at::kFloat);
-    vs_ = at::empty({n_head_kv, max_tokens}, at::kFloat);
   }
 
   void append(const at::Tensor& k, const at::Tensor& v, int64_t pos) override {
@@ -40,8 +38,8 @@ class QuantCodec final : public KvCodec {
     TORCH_CHECK(k.dim() == 3 && k.size(1) == n_head_kv_ && k.size(2) == head_dim_, "kv append: bad k shape ",
                 k.sizes());
     TORCH_CHECK(v.sizes() == k.sizes(), "kv append: v shape ", v.sizes(), " != k shape ", k.sizes());
-    TORCH_CHECK(pos >= 0 && pos + t <= max_tokens_, "kv append: positions [", pos, ", ", pos + t,
-                ") exceed capacity ", max_tokens_);
+    TORCH_CHECK(pos >= 0 && pos + t <= capacity(), "kv append: positions [", pos, ", ", pos + t,
+                ") exceed capacity ", capacity());
     at::Tensor kc = k.to(at::kFloat).contiguous(), vc = v.to(at::kFloat).contiguous();
     for (int64_t i = 0; i < t; ++i)
       append_token(kc.data_ptr<float>() + i * n_head_kv_ * head_dim_,
@@ -49,27 +47,33 @@ class QuantCodec final : public KvCodec {
   }
 
   void append_token(const float* k, const float* v, int64_t pos) override {
-    TORCH_CHECK(pos >= 0 && pos < max_tokens_, "kv append: position ", pos, " exceeds capacity ",
-                max_tokens_);
+    TORCH_CHECK(pos >= 0 && pos < capacity(), "kv append: position ", pos, " exceeds capacity ", capacity());
+    uint8_t* blk = pages_->block_of(pos);
+    const int64_t bt = pages_->block_tokens, r = pos % bt;
     for (int64_t h = 0; h < n_head_kv_; ++h) {
-      const int64_t row = h * max_tokens_ + pos;
-      ks_.data_ptr<float>()[row] =
-          encode_row(k + h * head_dim_, static_cast<uint8_t*>(k_.data_ptr()) + row * row_bytes_);
-      vs_.data_ptr<float>()[row] =
-          encode_row(v + h * head_dim_, static_cast<uint8_t*>(v_.data_ptr()) + row * row_bytes_);
+      const int64_t row = h * bt + r;
+      reinterpret_cast<float*>(blk + fmt_.ks.off)[row] =
+          encode_row(k + h * head_dim_, blk + fmt_.k.off + row * row_bytes_);
+      reinterpret_cast<float*>(blk + fmt_.vs.off)[row] =
+          encode_row(v + h * head_dim_, blk + fmt_.v.off + row * row_bytes_);
     }
   }
 
-  at::Tensor keys(int64_t n) const override { return decoded(k_, ks_, n); }
-  at::Tensor values(int64_t n) const override { return decoded(v_, vs_, n); }
-  const void* raw_keys() const override { return k_.data_ptr(); }
-  const void* raw_values() const override { return v_.data_ptr(); }
-  const float* raw_key_scales() const override { return ks_.data_ptr<float>(); }
-  const float* raw_value_scales() const override { return vs_.data_ptr<float>(); }
-  at::ScalarType storage_dtype() const override { return k_.scalar_type(); }
+  at::Tensor keys(int64_t n) const override { return decoded(fmt_.k, fmt_.ks, n); }
+  at::Tensor values(int64_t n) const override { return decoded(fmt_.v, fmt_.vs, n); }
+
+  void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
+              float* out) const override {
+    TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
+    kernels::attend_paged_quant(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.ks), KvPagedRows(*pages_, fmt_.v),
+                                KvPagedRows(*pages_, fmt_.vs), kind_ == KvCodecKind::kInt4 ? 4 : 8, n_head,
+                                n_head_kv_, head_dim_, n, scale, h0, h1, out);
+  }
+
+  at::ScalarType storage_dtype() const override { return kind_ == KvCodecKind::kInt8 ? at::kChar : at::kByte; }
   KvCodecKind kind() const override { return kind_; }
   int64_t bytes_per_token() const override { return 2 * n_head_kv_ * (row_bytes_ + 4); }
-  int64_t capacity() const override { return max_tokens_; }
+  int64_t capacity() const override { return pages_->capacity(); }
 
  private:
   int q_max() const { return kind_ == KvCodecKind::kInt8 ? 127 : 7; }
@@ -97,42 +101,34 @@ class QuantCodec final : public KvCodec {
     return s;
   }
 
-  at::Tensor decoded(const at::Tensor& store, const at::Tensor& scales, int64_t n) const {
-    TORCH_CHECK(n >= 0 && n <= max_tokens_, "kv read: ", n, " tokens exceed capacity ", max_tokens_);
+  at::Tensor decoded(const KvRegion& rows, const KvRegion& scale_region, int64_t n) const {
+    at::Tensor store = kv_gather(*pages_, rows, n, storage_dtype());   // [Hkv, n, row_bytes]
+    at::Tensor scales = kv_gather(*pages_, scale_region, n, at::kFloat).squeeze(-1);  // [Hkv, n]
     at::Tensor q;
     if (kind_ == KvCodecKind::kInt8) {
-      q = store.narrow(1, 0, n).to(at::kFloat);
+      q = store.to(at::kFloat);
     } else {
       // sign-extend the nibbles: (b << 4) >> 4 for the low one, b >> 4 for the high one (as int8)
-      at::Tensor b = store.narrow(1, 0, n).to(at::kInt);
+      at::Tensor b = store.to(at::kInt);
       at::Tensor lo = b.bitwise_and(0xF), hi = b.bitwise_right_shift(4).bitwise_and(0xF);
       lo = lo - (lo >= 8).to(at::kInt) * 16;
       hi = hi - (hi >= 8).to(at::kInt) * 16;
       q = at::stack({lo, hi}, -1).reshape({n_head_kv_, n, head_dim_}).to(at::kFloat);
     }
-    return q * scales.narrow(1, 0, n).unsqueeze(-1);
+    return q * scales.unsqueeze(-1);
   }
 
   KvCodecKind kind_;
-  int64_t n_head_kv_, head_dim_, max_tokens_, row_bytes_;
-  at::Tensor k_, v_;    // quantised rows
-  at::Tensor ks_, vs_;  // [Hkv, Tmax] scales
+  int64_t n_head_kv_, head_dim_, row_bytes_;
+  const KvPages* pages_;
+  KvLayerFormat fmt_;
 };
 
 }  // namespace
 
 std::unique_ptr<KvCodec> make_quant_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
-                                          int64_t max_tokens) {
-  return std::make_unique<QuantCodec>(kind, n_head_kv, head_dim, max_tokens);
-}
-
-std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
-                                    int64_t max_tokens) {
-  TORCH_CHECK(kind != KvCodecKind::kKvSplice,
-              "make_codec: kvsplice needs a KvSpliceSet (make_kvsplice_codec)");
-  if (kind == KvCodecKind::kInt8 || kind == KvCodecKind::kInt4)
-    return make_quant_codec(kind, n_head_kv, head_dim, max_tokens);
-  return make_float_codec(kind, n_head_kv, head_dim, max_tokens);
+                                          const KvPages* pages, const KvLayerFormat& fmt) {
+  return std::make_unique<QuantCodec>(kind, n_head_kv, head_dim, pages, fmt);
 }
 
 }  // namespace frost

@@ -1,5 +1,7 @@
 #include "core/kv/kvsplice.h"
 
+#include "core/kv/attend.h"
+
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 
@@ -13,7 +15,7 @@
 #include "core/common/fs.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
-#include "core/model/safetensors.h"
+#include "core/store/safetensors.h"
 
 namespace frost {
 namespace {
@@ -245,59 +247,61 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> KvSpliceSet::load(const std::string
 
 namespace {
 
-// KT, VT: fp16 or int8 rows; int8 rows carry a scale per row (ks, vs), applied once per row.
-template <typename KT, typename VT>
-void attend_latent(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const KT* K, const VT* V,
-                   const float* ks, const float* vs, int64_t n_head, int64_t n_head_kv, int64_t D, int64_t n,
-                   float scale, float* scores, float* tmp, float* out) {
+// RT: fp16 or int8 latent rows; int8 rows carry a scale per row (ks, vs), applied once per row.
+template <typename RT>
+void attend_latent(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const KvPagedRows& K, const KvPagedRows& V,
+                   const KvPagedRows* ks, const KvPagedRows* vs, int64_t n_head, int64_t n_head_kv, int64_t D, int64_t n,
+                   float scale, int64_t h0, int64_t h1, float* out) {
   const int64_t rk = kf.r, rv = vf.r, group = n_head / n_head_kv;
-  const int64_t grain = n * (rk + rv) * n_head < (int64_t{1} << 16) ? n_head : 1;
-  at::parallel_for(0, n_head, grain, [&](int64_t h0, int64_t h1) {
-    for (int64_t h = h0; h < h1; ++h) {
-      const int64_t col0 = (h / group) * D;
-      float* qt = tmp + h * (rk + rv);
-      float* cbar = qt + rk;
-      float* s = scores + h * n;
-      kf.absorb(q + h * D, col0, D, qt);  // q̃ = E[G]ᵀ (q ⊘ σ[G])
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        const KT* row = K + j * rk;
+  float* s = kernels::thread_scratch(n + rk + rv);
+  float* qt = s + n;
+  float* cbar = qt + rk;
+  for (int64_t h = h0; h < h1; ++h) {
+    const int64_t col0 = (h / group) * D;
+    kf.absorb(q + h * D, col0, D, qt);  // q̃ = E[G]ᵀ (q ⊘ σ[G])
+    float mx = -std::numeric_limits<float>::infinity();
+    K.for_runs(0, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
+      const float* sc = ks ? reinterpret_cast<const float*>(ks->row(0, t0)) : nullptr;
+      for (int64_t i = 0; i < cnt; ++i) {
+        const RT* row = reinterpret_cast<const RT*>(p + i * K.row_bytes);
         float acc = 0;
         for (int64_t k = 0; k < rk; ++k) acc += static_cast<float>(row[k]) * qt[k];
-        s[j] = acc * scale * (ks ? ks[j] : 1.f);
-        mx = std::max(mx, s[j]);
+        const float x = acc * scale * (sc ? sc[i] : 1.f);
+        s[t0 + i] = x;
+        mx = std::max(mx, x);
       }
-      float sum = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = std::exp(s[j] - mx);
-        sum += s[j];
-      }
-      const float inv = 1.f / sum;
-      std::fill(cbar, cbar + rv, 0.f);
-      for (int64_t j = 0; j < n; ++j) {  // Σⱼ pⱼ cⱼ
-        const float p = s[j] * inv * (vs ? vs[j] : 1.f);
-        const VT* row = V + j * rv;
-        for (int64_t k = 0; k < rv; ++k) cbar[k] += p * static_cast<float>(row[k]);
-      }
-      vf.expand_cols(cbar, col0, D, out + h * D);  // (c̄ E[G]ᵀ − b[G]) ⊘ σ[G]
+    });
+    float sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      s[j] = std::exp(s[j] - mx);
+      sum += s[j];
     }
-  });
+    const float inv = 1.f / sum;
+    std::fill(cbar, cbar + rv, 0.f);
+    V.for_runs(0, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {  // Σⱼ pⱼ cⱼ
+      const float* sc = vs ? reinterpret_cast<const float*>(vs->row(0, t0)) : nullptr;
+      for (int64_t i = 0; i < cnt; ++i) {
+        const float pj = s[t0 + i] * inv * (sc ? sc[i] : 1.f);
+        const RT* row = reinterpret_cast<const RT*>(p + i * V.row_bytes);
+        for (int64_t k = 0; k < rv; ++k) cbar[k] += pj * static_cast<float>(row[k]);
+      }
+    });
+    vf.expand_cols(cbar, col0, D, out + h * D);  // (c̄ E[G]ᵀ − b[G]) ⊘ σ[G]
+  }
 }
 
 }  // namespace
 
-void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const void* ck,
-                         const void* cv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n,
-                         float scale, float* scores, float* tmp, float* out, const float* ks,
-                         const float* vs) {
-  TORCH_CHECK(kf.d == n_head_kv * head_dim && vf.d == kf.d, "kvsplice_attend_one: shape mismatch");
-  TORCH_CHECK((ks == nullptr) == (vs == nullptr), "kvsplice_attend_one: K and V latents of one dtype");
-  if (ks)
-    attend_latent(kf, vf, q, static_cast<const int8_t*>(ck), static_cast<const int8_t*>(cv), ks, vs, n_head,
-                  n_head_kv, head_dim, n, scale, scores, tmp, out);
+void kvsplice_attend(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const KvPagedRows& ck,
+                     const KvPagedRows& cv, const KvPagedRows& ks, const KvPagedRows& vs, bool int8, int64_t n_head,
+                     int64_t n_head_kv, int64_t head_dim, int64_t n, float scale, int64_t h0, int64_t h1,
+                     float* out) {
+  TORCH_CHECK(kf.d == n_head_kv * head_dim && vf.d == kf.d, "kvsplice_attend: shape mismatch");
+  if (int8)
+    attend_latent<int8_t>(kf, vf, q, ck, cv, &ks, &vs, n_head, n_head_kv, head_dim, n, scale, h0, h1, out);
   else
-    attend_latent(kf, vf, q, static_cast<const c10::Half*>(ck), static_cast<const c10::Half*>(cv), ks, vs,
-                  n_head, n_head_kv, head_dim, n, scale, scores, tmp, out);
+    attend_latent<c10::Half>(kf, vf, q, ck, cv, nullptr, nullptr, n_head, n_head_kv, head_dim, n, scale, h0, h1,
+                             out);
 }
 
 absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_served_kvsplice(const std::string& path,

@@ -30,7 +30,7 @@
 //
 // Initialisation (choice, the seed's "hybrid approach"): σ = 1 (scale = softplus⁻¹(1)),
 // b = −mean(x) (centres the calibration rows), C = U_rᵀ and E = U_r with U_r the top-r right singular
-// vectors of the centred rows: exactly PCA. Fine-tuning (core/kv/kvsplice_train.h) then moves all four.
+// vectors of the centred rows: exactly PCA. Fine-tuning (core/train/kvsplice_train.h) then moves all four.
 //
 // File (kvsplice.safetensors): tensors "layers.<l>.{k,v}.{scale,shift,compress,expand}" F32; metadata
 // format "frost.kvsplice.v1", rank_k, rank_v, rank (only when rank_k == rank_v; a file with rank alone
@@ -46,7 +46,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/common/active_slot.h"
-#include "core/model/model_config.h"
+#include "core/kv/kv_pages.h"
 
 namespace frost {
 
@@ -54,7 +54,7 @@ struct KvSpliceDims {
   int64_t n_layers = 0, n_head_kv = 0, head_dim = 0;
   int64_t d() const { return n_head_kv * head_dim; }
 };
-inline KvSpliceDims kvsplice_dims(const ModelConfig& c) { return {c.n_layer, c.n_head_kv, c.head_dim}; }
+// kvsplice_dims(ModelConfig) lives in core/model/kv_dims.h (kv sits below the model).
 
 // One LearnedKVSplice (LibTorch, differentiable in its four tensors).
 struct LearnedKvSplice {
@@ -148,13 +148,14 @@ class KvSpliceSet {
   std::map<std::string, std::string> metadata_;
 };
 
-// Batch-1 decode attention of all H query heads over n latent rows ([Tmax, r_k] for K and [Tmax, r_v]
-// for V), in the latent space (see above). Rows are fp16, or int8 when the per-row scales ks, vs
-// ([Tmax] each) are given. q [H·D]; scores needs H·n floats, tmp H·(r_k + r_v) floats; out [H·D].
-void kvsplice_attend_one(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const void* ck,
-                         const void* cv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n,
-                         float scale, float* scores, float* tmp, float* out, const float* ks = nullptr,
-                         const float* vs = nullptr);
+// Decode attention of query heads [h0, h1) of one query row q [H·D] over n latent rows read through a
+// sequence's block table (core/kv/kv_pages.h): ck, cv the [block_tokens, r_k] / [block_tokens, r_v] regions,
+// fp16 rows, or int8 rows (int8 = true) with their per-row scales in ks, vs. Works in the latent space (see
+// above); out [H·D] receives those heads' slices. Serial; scratch is per thread.
+void kvsplice_attend(const KvSpliceFast& kf, const KvSpliceFast& vf, const float* q, const KvPagedRows& ck,
+                     const KvPagedRows& cv, const KvPagedRows& ks, const KvPagedRows& vs, bool int8, int64_t n_head,
+                     int64_t n_head_kv, int64_t head_dim, int64_t n, float scale, int64_t h0, int64_t h1,
+                     float* out);
 
 // The KVSplice a server stores new sequences with when they ask for the kvsplice codec; hot-swappable
 // (a sequence keeps the Active it started with).

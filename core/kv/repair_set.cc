@@ -12,7 +12,7 @@
 #include "core/common/fs.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
-#include "core/model/safetensors.h"
+#include "core/store/safetensors.h"
 
 namespace frost {
 

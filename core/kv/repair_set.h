@@ -22,14 +22,13 @@
 #include "core/common/active_slot.h"
 #include "core/kv/kv_spec.h"
 #include "core/kv/repair.h"
-#include "core/model/model_config.h"
 
 namespace frost {
 
 struct RepairDims {
   int64_t head_dim = 0, n_heads = 0, n_layers = 0;
 };
-inline RepairDims repair_dims(const ModelConfig& c) { return {c.head_dim, c.n_head, c.n_layer}; }
+// repair_dims(ModelConfig) lives in core/model/kv_dims.h (kv sits below the model).
 
 // "2,3" | "2-4" | "all" | "mid" (the middle ⌈L/3⌉ layers, the seed's mid-layer block) → ascending
 // layer indices, each < n_layers. INVALID_ARGUMENT naming the text otherwise.

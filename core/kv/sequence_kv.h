@@ -7,7 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "core/kv/block_pool.h"
 #include "core/kv/codec.h"
+#include "core/kv/kv_pages.h"
 #include "core/kv/corruption.h"
 #include "core/kv/kv_spec.h"
 
@@ -54,7 +56,15 @@ struct KvTaps {
 
 class SequenceKv {
  public:
+  // Standalone: one private block of spec.max_tokens positions, all writable from the start (the classic
+  // preallocated cache; tests, jobs, the Generator and the bench use it).
   explicit SequenceKv(const KvSpec& spec);
+  // Paged: blocks come from `pool` (must outlive this) as the sequence grows (reserve()); the pool fixes the
+  // bytes of a block, this spec's codec how many positions one holds (layout().block_tokens).
+  SequenceKv(const KvSpec& spec, KvBlockPool* pool);
+  ~SequenceKv();  // gives its blocks back
+  SequenceKv(const SequenceKv&) = delete;
+  SequenceKv& operator=(const SequenceKv&) = delete;
 
   const KvSpec& spec() const { return spec_; }
   KvCodec& layer(int64_t i) { return *layers_[static_cast<size_t>(i)]; }
@@ -65,28 +75,70 @@ class SequenceKv {
 
   // Number of positions written so far (the next token's position).
   int64_t n_tokens() const { return n_tokens_; }
-  int64_t capacity() const { return spec_.max_tokens; }
+  // Positions that can be written now: spec.max_tokens standalone; paged, those of the blocks held.
+  int64_t capacity() const;
   // Called by the model after all layers stored `n` more tokens.
   void advance(int64_t n) { n_tokens_ += n; }
-  // Forget everything after the first `n` positions (n <= n_tokens()). O(1).
+  // Forget everything after the first `n` positions (n <= n_tokens()). Paged: blocks past position n go back
+  // to the pool; truncating into a block shared with other sequences (a cached prefix) is refused.
   void truncate(int64_t n);
-  void reset() { n_tokens_ = 0; }
+  // n_tokens() = 0; paged: every block goes back to the pool.
+  void reset();
+
+  // ---- blocks (core/kv/kv_pages.h, core/kv/block_pool.h) ----
+  bool paged() const { return pool_ != nullptr; }
+  const KvLayout& layout() const { return layout_; }
+  int64_t block_tokens() const { return layout_.block_tokens; }
+  const std::vector<int32_t>& block_table() const { return pages_.table; }
+  int64_t blocks_for(int64_t n) const { return (n + layout_.block_tokens - 1) / layout_.block_tokens; }
+  // Makes positions [0, n) writable (n <= spec.max_tokens). Paged: takes the missing blocks from the pool;
+  // false when it ran out (the blocks taken so far are kept). Standalone: true iff n <= spec.max_tokens.
+  bool reserve(int64_t n);
+
+  // ---- prefix cache (paged) ----
+  // What besides the tokens decides the rows (model, codec, repair operator, KVSplice version); set before
+  // adopt_prefix() / publish_full_blocks().
+  void set_prefix_salt(uint64_t salt) { salt_ = salt; }
+  // For a sequence holding nothing yet: adopts the longest chain of published full blocks that match
+  // tokens[0 .. max_tokens) from the start (shared, read-only). Returns the positions adopted, a multiple of
+  // block_tokens(); n_tokens() is set to it.
+  int64_t adopt_prefix(const int32_t* tokens, int64_t max_tokens);
+  // Publishes each full block below n_tokens() not yet published; tokens[0 .. n_tokens()) are the ids that
+  // were written.
+  void publish_full_blocks(const int32_t* tokens);
+  int64_t n_adopted() const { return n_adopted_; }  // positions adopted from the cache at the last start
 
   void set_stages(KvStages stages) { stages_ = std::move(stages); }
   const KvStages& stages() const { return stages_; }
   KvTaps& taps() { return taps_; }
 
-  int64_t bytes_per_token() const;  // all layers
-  int64_t bytes_allocated() const { return bytes_per_token() * spec_.max_tokens; }
+  int64_t bytes_per_token() const;  // all layers, payload
+  // Memory held: the blocks (standalone: its one block), padding included.
+  int64_t bytes_allocated() const { return static_cast<int64_t>(pages_.table.size()) * layout_.block_bytes; }
   int64_t bytes_in_use() const { return bytes_per_token() * n_tokens_; }
 
  private:
+  void make_codecs();
+  void drop_blocks_from(size_t first);
+
   KvSpec spec_;
+  KvBlockPool* pool_ = nullptr;  // paged; null = standalone
+  at::Tensor own_;               // standalone storage
+  KvLayout layout_;
+  KvPages pages_;
   std::vector<std::unique_ptr<KvCodec>> layers_;
   std::vector<std::unique_ptr<KvCodec>> reverse_;  // n_layer entries (null = none) or empty
   int64_t n_tokens_ = 0;
+  uint64_t salt_ = 0;
+  std::vector<uint64_t> hashes_;  // chain hash of each full block from the start (published or adopted)
+  int64_t n_adopted_ = 0;
   KvStages stages_;
   KvTaps taps_;
 };
+
+// The KvLayerFormat of every layer (and reverse store) of `spec` (core/kv/codec.h kv_layer_format).
+void kv_spec_formats(const KvSpec& spec, std::vector<KvLayerFormat>* layers, std::vector<KvLayerFormat>* reverse);
+// The layout a paged sequence of `spec` gets in blocks of block_bytes.
+KvLayout kv_paged_layout(const KvSpec& spec, int64_t block_bytes);
 
 }  // namespace frost

@@ -1,6 +1,7 @@
 // Transformer fast path: batch-1 single-token decode on raw pointers. Every buffer lives in
 // DecodeScratch; no LibTorch op runs per step. Held equal to forward() by
 // tests/unit/model/transformer_test.cc and tests/integration/hf_reference_test.cc.
+#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
@@ -60,6 +61,18 @@ void embed_row(const at::Tensor& table, int64_t id, float* out) {
   }
 }
 
+}  // namespace
+
+void attend_all_heads(const KvCodec& cache, const float* q, int64_t n_head, int64_t head_dim, int64_t n,
+                      float scale, float* out) {
+  // Parallel over heads only when there is enough work to pay for waking the pool.
+  const int64_t grain = n * head_dim * n_head < (int64_t{1} << 15) ? n_head : 1;
+  at::parallel_for(0, n_head, grain,
+                   [&](int64_t h0, int64_t h1) { cache.attend(q, n_head, n, scale, h0, h1, out); });
+}
+
+namespace {
+
 void matvec_t(const at::Tensor& w, const at::Tensor& b, const float* x, float* y) {
   kernels::matvec(w.data_ptr(), w.scalar_type(), x, fptr(b), y, w.size(0), w.size(1));
 }
@@ -77,7 +90,6 @@ DecodeScratch Transformer::make_scratch(int64_t max_tokens) const {
   const int64_t f_in = cfg_.arch == Arch::kLlama ? 2 * cfg_.ffn_dim : cfg_.ffn_dim;
   s.h_in.resize(static_cast<size_t>(f_in));
   s.h_act.resize(static_cast<size_t>(cfg_.ffn_dim));
-  s.scores.resize(static_cast<size_t>(cfg_.n_head * std::min(max_tokens, cfg_.max_pos)));
   s.logits.resize(static_cast<size_t>(cfg_.n_vocab));
   variants::size_scratch(cfg_, std::min(max_tokens, cfg_.max_pos), &s.var);
   return s;
@@ -88,7 +100,6 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
   const int64_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, D = cfg_.head_dim, F = cfg_.ffn_dim, C = cfg_.dim;
   TORCH_CHECK(token >= 0 && token < cfg_.n_vocab, "decode_step: token ", token, " out of range");
   TORCH_CHECK(pos < kv.capacity() && pos < cfg_.max_pos, "decode_step: position ", pos, " exceeds capacity");
-  TORCH_CHECK(static_cast<int64_t>(s.scores.size()) >= H * (pos + 1), "decode_step: scratch too small");
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const KvStages& st = kv.stages();
   TORCH_CHECK(
@@ -147,20 +158,7 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
                   s.repair_tmp.data());
       qa = s.repair_q.data();
     }
-    if (const KvSpliceFast* sk = cache.splice_k()) {  // attention in the latent space (core/kv/kvsplice.h)
-      const int64_t need = H * (sk->r + cache.splice_v()->r);
-      if (static_cast<int64_t>(s.splice_tmp.size()) < need) s.splice_tmp.resize(static_cast<size_t>(need));
-      kvsplice_attend_one(*sk, *cache.splice_v(), qa, cache.raw_keys(), cache.raw_values(), H, Hkv, D,
-                          pos + 1, scale, s.scores.data(), s.splice_tmp.data(), s.att_out.data(),
-                          cache.splice_scales_k(), cache.splice_scales_v());
-    } else if (const float* ks = cache.raw_key_scales()) {
-      kernels::attend_one_quant(qa, cache.raw_keys(), ks, cache.raw_values(), cache.raw_value_scales(),
-                                cache.kind() == KvCodecKind::kInt4 ? 4 : 8, H, Hkv, D, cache.capacity(),
-                                pos + 1, scale, s.scores.data(), s.att_out.data());
-    } else {
-      kernels::attend_one(qa, cache.raw_keys(), cache.raw_values(), cache.storage_dtype(), H, Hkv, D,
-                          cache.capacity(), pos + 1, scale, s.scores.data(), s.att_out.data());
-    }
+    attend_all_heads(cache, qa, H, D, pos + 1, scale, s.att_out.data());  // the codec's own kernel
     if (rf) {
       for (int64_t h = 0; h < H; ++h)
         rf->output(s.repair_gv.data() + h * rf->r, s.att_out.data() + h * D, s.repair_tmp.data());

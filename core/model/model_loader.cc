@@ -11,7 +11,7 @@
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 #include "core/model/builtin_models.h"
-#include "core/model/safetensors.h"
+#include "core/store/safetensors.h"
 #include "core/model/weight_map.h"
 
 namespace fs = std::filesystem;

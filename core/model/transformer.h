@@ -15,7 +15,7 @@
 // (persistent on both paths; fresh-per-step on forward() only) and the repair operators (forward():
 // folded, factorised or materialised form by KvStages::repair_path; decode_step(): folded, on raw
 // pointers). forward() is differentiable in the repair parameters: the codec and the corruption pass
-// gradients straight through (identity), which is how kv_repair training runs (core/kv/repair_train.h).
+// gradients straight through (identity), which is how kv_repair training runs (core/train/repair_train.h).
 //
 // Weights are immutable after construction; const methods are safe to call concurrently on
 // different SequenceKv / DecodeScratch objects.
@@ -53,7 +53,7 @@ struct ModelWeights {
 
 // Per-sequence buffers of the fast decode path. Create with Transformer::make_scratch().
 struct DecodeScratch {
-  std::vector<float> x, xn, qkv, att_out, h_in, h_act, scores, logits, hidden;
+  std::vector<float> x, xn, qkv, att_out, h_in, h_act, logits, hidden;
   std::vector<float> repair_q, repair_gv, repair_tmp;  // repair stage (sized on first use)
   std::vector<float> splice_tmp;                       // kvsplice latent attention (sized on first use)
   VariantScratch var;                                  // architecture variants

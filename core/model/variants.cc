@@ -42,29 +42,6 @@ KvCodec& reverse_store(SequenceKv& kv, int64_t l) {
   return *rev;
 }
 
-// Single-query attention of q [H, D] over a codec's first n rows into out [H, D], by storage kind.
-void attend_cache(const KvCodec& c, const float* q, int64_t H, int64_t Hkv, int64_t D, int64_t n, float scale,
-                  float* scores, float* out) {
-  switch (c.kind()) {
-    case KvCodecKind::kF32:
-    case KvCodecKind::kF16:
-    case KvCodecKind::kBF16:
-      kernels::attend_one(q, c.raw_keys(), c.raw_values(), c.storage_dtype(), H, Hkv, D, c.capacity(), n,
-                          scale, scores, out);
-      return;
-    case KvCodecKind::kInt8:
-    case KvCodecKind::kInt4:
-      kernels::attend_one_quant(q, c.raw_keys(), c.raw_key_scales(), c.raw_values(), c.raw_value_scales(),
-                                c.kind() == KvCodecKind::kInt4 ? 4 : 8, H, Hkv, D, c.capacity(), n, scale,
-                                scores, out);
-      return;
-    default:
-      break;  // a codec without a raw-storage kernel here
-  }
-  TORCH_CHECK(false, "SBA fast path: no attention kernel for codec ", kv_codec_name(c.kind()),
-              " (add it to variants::attend_cache)");
-}
-
 float gelu_erf(float h) { return 0.5f * h * (1.f + std::erf(h * 0.7071067811865476f)); }
 
 }  // namespace
@@ -81,7 +58,6 @@ void size_scratch(const ModelConfig& cfg, int64_t max_tokens, VariantScratch* s)
   }
   if (!v.sba_layers.empty()) {
     s->att_rev.resize(static_cast<size_t>(cfg.q_dim()));
-    s->scores.resize(static_cast<size_t>(cfg.n_head * max_tokens));
   }
   if (!v.mlp_ctx_layers.empty()) {
     s->ctx_summary.resize(C);
@@ -201,9 +177,8 @@ void sba_step(const ModelConfig& cfg, int64_t l, SequenceKv& kv, const float* q,
   check_sba_stages(kv.stages(), l);
   KvCodec& rev = reverse_store(kv, l);
   const int64_t H = cfg.n_head, D = cfg.head_dim;
-  TORCH_CHECK(static_cast<int64_t>(s.scores.size()) >= H * (pos + 1), "SBA: scratch too small");
   rev.append_token(q, v, pos);
-  attend_cache(rev, k, H, cfg.n_head_kv, D, pos + 1, scale, s.scores.data(), s.att_rev.data());
+  attend_all_heads(rev, k, H, D, pos + 1, scale, s.att_rev.data());
   const auto a = static_cast<float>(cfg.variants.sba_alpha);
   for (int64_t i = 0; i < H * D; ++i) att[i] = a * att[i] + (1.f - a) * s.att_rev[static_cast<size_t>(i)];
 }

@@ -59,7 +59,7 @@ struct VariantLayerWeights {
 // Per-sequence buffers of the variants on the fast path (part of DecodeScratch).
 struct VariantScratch {
   std::vector<float> e_tok;                      // [C] token embedding row (router)
-  std::vector<float> att_rev, scores;            // [H·D], [H·max_tokens] (SBA reverse half)
+  std::vector<float> att_rev;                    // [H·D] (SBA reverse half)
   std::vector<float> out_full, out_ra;           // [C] (router)
   std::vector<float> router_h;                   // [hidden] (router)
   std::vector<float> ctx_summary, ctx_r, ctx_h;  // [C], [R], [F] (MLP context)

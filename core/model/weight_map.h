@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model/model_config.h"
-#include "core/model/safetensors.h"
+#include "core/store/safetensors.h"
 #include "core/model/transformer.h"
 
 namespace frost {

@@ -8,7 +8,7 @@
 #include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
-#include "core/model/safetensors.h"
+#include "core/store/safetensors.h"
 
 namespace frost::proto {
 

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "core/model/safetensors.h"
+#include "core/store/safetensors.h"
 #include "tests/testing/test_util.h"
 
 namespace frost::testing {

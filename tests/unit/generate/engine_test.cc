@@ -1,5 +1,6 @@
 // The serving engine on builtin:tiny: interleaved sequences match the single-sequence
 // generator, admission control, cancellation, deadlines, KV release and shutdown.
+#include "core/model/kv_dims.h"
 #include "core/generate/engine.h"
 
 #include <gtest/gtest.h>

@@ -13,7 +13,7 @@ class FloatCodecTest : public ::testing::TestWithParam<KvCodecKind> {};
 TEST_P(FloatCodecTest, AppendBatchAndTokenRoundTrip) {
   const KvCodecKind kind = GetParam();
   const int64_t Hkv = 2, D = 8, Tmax = 16;
-  auto codec = make_float_codec(kind, Hkv, D, Tmax);
+  auto codec = make_codec(kind, Hkv, D, Tmax);
   at::manual_seed(1);
   at::Tensor k = at::randn({5, Hkv, D}), v = at::randn({5, Hkv, D});
   codec->append(k.narrow(0, 0, 3), v.narrow(0, 0, 3), 0);  // batch append
@@ -32,7 +32,7 @@ TEST_P(FloatCodecTest, AppendBatchAndTokenRoundTrip) {
 }
 
 TEST_P(FloatCodecTest, RejectsWritesPastCapacity) {
-  auto codec = make_float_codec(GetParam(), 1, 4, 4);
+  auto codec = make_codec(GetParam(), 1, 4, 4);
   at::Tensor k = at::zeros({2, 1, 4});
   EXPECT_THROW(codec->append(k, k, 3), c10::Error);
   std::vector<float> row(4);

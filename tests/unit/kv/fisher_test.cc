@@ -390,9 +390,12 @@ TEST(FimKvSpliceTest, BeatsRandomOrthonormalBasisOnFisherWeightedError) {
     at::Tensor eye = at::eye(t, at::kDouble).expand({h, t, t}).contiguous();
     const double fim_eye = fisher_error(f, eye, s.reconstruct(1, eye));
     double bottom = 0;
-    for (const auto& m : c.acc.finish()->layers[1].heads)
+    // The report is held in a local: a range-for over a member of the temporary StatusOr would read it after
+    // its destruction (the range-init temporary dies at the end of that full-expression before C++23).
+    const FisherReport rep = *c.acc.finish();
+    for (const auto& m : rep.layers[1].heads)
       for (int64_t k = r; k < t; ++k) bottom += m.eigenvalues[k];
-    EXPECT_NEAR(fim_eye, bottom, 1e-12);
+    EXPECT_NEAR(fim_eye, bottom, 1e-12) << "r = " << r;
     EXPECT_LT(fim_eye, fisher_error(f, eye, random_rec(eye)));
     // Random K.
     at::Tensor x = randn_kv(h, t, 64, 10 + r);

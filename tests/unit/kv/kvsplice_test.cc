@@ -1,6 +1,7 @@
 // KVSplice (core/kv/kvsplice.h): the seed's LearnedKVSplice formula, the raw-pointer copies, latent-space
 // attention against the reference (expand every cached row, then attend), decode_step against forward()
 // with the kvsplice codec, the file round trip and its refusals, PCA initialisation and fine-tuning.
+#include "core/model/kv_dims.h"
 #include "core/kv/kvsplice.h"
 
 #include <gtest/gtest.h>
@@ -9,10 +10,10 @@
 #include <map>
 
 #include "core/common/fs.h"
-#include "core/kv/kvsplice_train.h"
+#include "core/train/kvsplice_train.h"
 #include "core/model/builtin_models.h"
 #include "core/model/model_loader.h"
-#include "core/model/safetensors.h"
+#include "core/store/safetensors.h"
 #include "tests/testing/test_util.h"
 
 namespace frost {
@@ -81,11 +82,9 @@ TEST(KvSpliceTest, LatentAttentionEqualsExpandThenAttend) {
     // reference: expand every cached row, then plain attention per head
     at::Tensor K = codec->keys(n), V = codec->values(n);  // [HKV, n, D]
     const float scale = 0.3f;
-    std::vector<float> scores(H * n), tmp(H * (rk.k + rk.v)), out(H * D);
+    std::vector<float> out(H * D);
     at::Tensor qc = q.contiguous();
-    kvsplice_attend_one(*codec->splice_k(), *codec->splice_v(), qc.data_ptr<float>(), codec->raw_keys(),
-                        codec->raw_values(), H, HKV, D, n, scale, scores.data(), tmp.data(), out.data(),
-                        codec->splice_scales_k(), codec->splice_scales_v());
+    codec->attend(qc.data_ptr<float>(), H, n, scale, 0, H, out.data());  // latent-space kernel
     if (latent == KvLatentDtype::kI8) {  // int8 rows with a scale per row, against the fp16-latent cache
       auto c16 = make_kvsplice_codec(random_set(rk, 3), 1, 16);
       c16->append(k.narrow(0, 0, n), v.narrow(0, 0, n), 0);

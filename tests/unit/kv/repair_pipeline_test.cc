@@ -5,8 +5,9 @@
 
 #include <filesystem>
 
+#include "core/model/kv_dims.h"
 #include "core/kv/repair_set.h"
-#include "core/kv/repair_train.h"
+#include "core/train/repair_train.h"
 #include "core/model/model_loader.h"
 
 namespace frost {

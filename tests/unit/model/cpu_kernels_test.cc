@@ -1,5 +1,6 @@
 // Fast CPU kernels against their naive reference twins.
 #include "core/model/cpu_kernels.h"
+#include "core/kv/attend.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -87,10 +88,8 @@ TEST_P(AttendQuantTest, MatchesAttentionOverTheDecodedCache) {
   codec->append(k, v, 0);
   at::Tensor q = at::randn({H, D});
   const float scale = 0.25f;
-  std::vector<float> out(H * D), out_ref(H * D), scores(H * n);
-  attend_one_quant(q.data_ptr<float>(), codec->raw_keys(), codec->raw_key_scales(), codec->raw_values(),
-                   codec->raw_value_scales(), kind == KvCodecKind::kInt4 ? 4 : 8, H, Hkv, D, t_max, n, scale,
-                   scores.data(), out.data());
+  std::vector<float> out(H * D), out_ref(H * D);
+  codec->attend(q.data_ptr<float>(), H, n, scale, 0, H, out.data());  // the codec's own kernel
   // reference: the decoded rows copied into a [Hkv, t_max, D] fp32 cache
   at::Tensor kd = at::zeros({Hkv, t_max, D}), vd = at::zeros({Hkv, t_max, D});
   kd.narrow(1, 0, n).copy_(codec->keys(n));

@@ -1,5 +1,5 @@
 // SafetensorsFile: round trips through view() and every rejection documented in safetensors.h.
-#include "core/model/safetensors.h"
+#include "core/store/safetensors.h"
 
 #include <cstring>
 #include <string>

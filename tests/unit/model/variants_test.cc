@@ -5,6 +5,7 @@
 //  (c) RA and SBA at decode agree with forward() on every KV codec;
 //  (d) config validation names the field and the value;
 // plus the checkpoint loader on variant weights and the parameter counts of the low-rank MLP context.
+#include "core/model/kv_dims.h"
 #include "core/model/variants.h"
 
 #include <c10/core/InferenceMode.h>

@@ -1,6 +1,6 @@
 // Bounded safetensors reader: every byte of an untrusted file is checked before a tensor view
 // is handed out (see safetensors.h for the list of checks).
-#include "core/model/safetensors.h"
+#include "core/store/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

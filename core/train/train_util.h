@@ -1,6 +1,6 @@
 #pragma once
-// Shared pieces of the KV training loops (kv_repair: core/kv/repair_train.cc; kvsplice:
-// core/kv/kvsplice_train.cc): Adam with plain-tensor moments (so checkpoints are safetensors),
+// Shared pieces of the KV training loops (kv_repair: core/train/repair_train.cc; kvsplice:
+// core/train/kvsplice_train.cc): Adam with plain-tensor moments (so checkpoints are safetensors),
 // teacher-forced window log-probabilities, mean KL, the global-norm clip and the seeded batch draw.
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "core/kv/repair_train.h"
+#include "core/train/repair_train.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,8 +14,9 @@
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 #include "core/common/utf8.h"
-#include "core/kv/train_util.h"
-#include "core/model/safetensors.h"
+#include "core/model/kv_dims.h"
+#include "core/train/train_util.h"
+#include "core/store/safetensors.h"
 
 namespace frost {
 

@@ -10,7 +10,7 @@
 //       KL(p_clean_fp32(· | w≤t) ‖ p_kvsplice(· | w≤t)), averaged over positions,
 //     with the frozen model in between (Transformer::forward passes gradients through the splice's fp32
 //     reconstruction; the fp16 latent rounding is straight-through). Adam, global-norm clip 1.0, seeded
-//     batches (core/kv/train_util.h), checkpoint/resume like kv_repair.
+//     batches (core/train/train_util.h), checkpoint/resume like kv_repair.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -20,8 +20,8 @@
 #include "absl/status/statusor.h"
 #include "core/kv/fisher.h"
 #include "core/kv/kvsplice.h"
-#include "core/kv/repair_train.h"
-#include "core/kv/train_util.h"
+#include "core/train/repair_train.h"
+#include "core/train/train_util.h"
 #include "core/model/transformer.h"
 
 namespace frost {

@@ -1,4 +1,4 @@
-#include "core/kv/kvsplice_train.h"
+#include "core/train/kvsplice_train.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
+#include "core/model/kv_dims.h"
 
 namespace frost {
 namespace {

@@ -32,7 +32,7 @@
 #include "core/kv/corruption.h"
 #include "core/kv/kv_spec.h"
 #include "core/kv/repair_set.h"
-#include "core/kv/train_util.h"
+#include "core/train/train_util.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
 

@@ -1,0 +1,103 @@
+#pragma once
+// KvBlockPool: the KV memory of a serving engine — n_blocks fixed-size blocks in one allocation, their
+// reference counts, and the prefix cache over them (vLLM's BlockPool + KVCacheManager books; the
+// scheduler in core/generate decides, this only keeps the books).
+//
+// A block is in one of three states:
+//   used    ref_count > 0: held by one or more sequences (shared prefix blocks are held by several)
+//   cached  ref_count == 0 and published: a full block whose content is known by its hash; kept for
+//           reuse until the space is needed, then evicted least-recently-released first
+//   free    ref_count == 0, not published
+// allocate() takes a free block, else evicts the LRU cached one; it fails only when every block is used.
+//
+// Prefix cache. A full block's content is a pure function of the tokens up to its end and of everything
+// that changes the numbers written (the model, the KV codec, the repair operator, the KVSplice version, the
+// layout): the caller folds that into a `salt`, and block_hash() chains parent hash, salt and the block's
+// tokens (a sequence's i-th block hash covers tokens [0, (i+1)·block_tokens)). publish() records a block
+// under its hash once its last position is written; lookup() finds it again for a later sequence. A
+// lookup compares the stored parent hash, salt and tokens too, so a 64-bit hash collision can never hand
+// out a wrong block. Published blocks are immutable: sequences only write positions past the blocks they
+// adopted.
+//
+// Not thread-safe: the engine thread owns the pool (stats() copies are taken there).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+namespace frost {
+
+// The chained hash of one full block (see above). parent = 0 for the first block.
+uint64_t kv_block_hash(uint64_t parent, uint64_t salt, const int32_t* tokens, int64_t n);
+// Mixes a string into a salt (the prefix-cache key parts: model, codec, repair, splice).
+uint64_t kv_salt_mix(uint64_t salt, const std::string& part);
+
+struct KvPoolStats {
+  int64_t n_blocks = 0, block_bytes = 0;
+  int64_t n_used = 0;    // ref_count > 0
+  int64_t n_cached = 0;  // ref_count == 0, published (reusable by hash, evictable)
+  int64_t n_free = 0;    // neither
+  uint64_t n_evicted = 0;
+};
+
+class KvBlockPool {
+ public:
+  // INVALID_ARGUMENT for non-positive sizes; RESOURCE_EXHAUSTED when the memory cannot be allocated.
+  // The memory is reserved, not touched: pages become resident as blocks are first written.
+  static absl::StatusOr<std::unique_ptr<KvBlockPool>> create(int64_t n_blocks, int64_t block_bytes);
+  ~KvBlockPool();
+  KvBlockPool(const KvBlockPool&) = delete;
+  KvBlockPool& operator=(const KvBlockPool&) = delete;
+
+  uint8_t* base() const { return base_; }
+  int64_t n_blocks() const { return n_blocks_; }
+  int64_t block_bytes() const { return block_bytes_; }
+  // Blocks allocate() can hand out now (free + cached).
+  int64_t n_available() const { return static_cast<int64_t>(free_.size()) + n_cached_; }
+  int64_t n_used() const { return n_blocks_ - n_available(); }
+  KvPoolStats stats() const;
+
+  // A block with ref_count 1, or -1 when every block is used. May evict a cached block (unpublishes it).
+  int32_t allocate();
+  void retain(int32_t id);
+  // ref_count - 1; at 0 a published block becomes cached (most recently used), an unpublished one free.
+  void release(int32_t id);
+  int32_t ref_count(int32_t id) const { return meta_[static_cast<size_t>(id)].refs; }
+
+  // The published block holding exactly these tokens after `parent` under `salt`, retained for the caller;
+  // -1 when none.
+  int32_t lookup(uint64_t hash, uint64_t parent, uint64_t salt, const int32_t* tokens, int64_t n);
+  // Records used block `id` as holding these tokens (its last position is written). A block already
+  // published under that hash wins: `id` then stays unpublished (freed when released). No-op for an id that
+  // is already published.
+  void publish(int32_t id, uint64_t hash, uint64_t parent, uint64_t salt, const int32_t* tokens, int64_t n);
+  bool published(int32_t id) const { return meta_[static_cast<size_t>(id)].published; }
+  // Drops every cached block (free again); used blocks are untouched.
+  void clear_cache();
+
+ private:
+  struct Meta {
+    int32_t refs = 0;
+    bool published = false;
+    uint64_t hash = 0, parent = 0, salt = 0;
+    std::vector<int32_t> tokens;
+    int32_t prev = -1, next = -1;  // LRU list of cached blocks
+  };
+  KvBlockPool(uint8_t* base, int64_t n_blocks, int64_t block_bytes);
+  void lru_push_back(int32_t id);
+  void lru_remove(int32_t id);
+  void unpublish(int32_t id);
+
+  uint8_t* base_;
+  int64_t n_blocks_, block_bytes_;
+  std::vector<Meta> meta_;
+  std::vector<int32_t> free_;  // stack: the most recently freed block is reused first (warm in cache)
+  int32_t lru_head_ = -1, lru_tail_ = -1;
+  int64_t n_cached_ = 0;
+  uint64_t n_evicted_ = 0;
+  absl::flat_hash_map<uint64_t, int32_t> by_hash_;
+};
+
+}  // namespace frost

@@ -1,0 +1,126 @@
+// What every codec shares: the per-layer formats, the gather of stored rows for the reference path, and the
+// standalone codec (one private block) that tests, jobs and the bench use without a pool.
+#include "core/kv/codec.h"
+
+#include <ATen/ATen.h>
+
+#include "core/kv/kvsplice.h"
+
+namespace frost {
+
+KvLayerFormat kv_layer_format(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvSpliceSet* splice) {
+  KvLayerFormat f;
+  switch (kind) {
+    case KvCodecKind::kF32:
+    case KvCodecKind::kF16:
+    case KvCodecKind::kBF16: {
+      const int64_t es = kind == KvCodecKind::kF32 ? 4 : 2;
+      f.k = f.v = KvRegion{0, n_head_kv, head_dim * es};
+      break;
+    }
+    case KvCodecKind::kInt8:
+    case KvCodecKind::kInt4: {
+      TORCH_CHECK(kind != KvCodecKind::kInt4 || head_dim % 2 == 0, "int4 kv codec needs an even head_dim, got ",
+                  head_dim);
+      f.k = f.v = KvRegion{0, n_head_kv, kind == KvCodecKind::kInt8 ? head_dim : head_dim / 2};
+      f.ks = f.vs = KvRegion{0, n_head_kv, 4};
+      break;
+    }
+    case KvCodecKind::kKvSplice: {
+      TORCH_CHECK(splice, "the kvsplice codec needs a KvSpliceSet (no KVSplice is active)");
+      const bool i8 = splice->latent() == KvLatentDtype::kI8;
+      f.k = KvRegion{0, 1, splice->rank_k() * (i8 ? 1 : 2)};
+      f.v = KvRegion{0, 1, splice->rank_v() * (i8 ? 1 : 2)};
+      if (i8) f.ks = f.vs = KvRegion{0, 1, 4};
+      break;
+    }
+  }
+  return f;
+}
+
+std::unique_ptr<KvCodec> make_paged_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                                          const KvPages* pages, const KvLayerFormat& fmt,
+                                          std::shared_ptr<const KvSpliceSet> splice, int64_t layer) {
+  switch (kind) {
+    case KvCodecKind::kInt8:
+    case KvCodecKind::kInt4:
+      return make_quant_codec(kind, n_head_kv, head_dim, pages, fmt);
+    case KvCodecKind::kKvSplice:
+      return make_kvsplice_paged_codec(std::move(splice), layer, pages, fmt);
+    default:
+      return make_float_codec(kind, n_head_kv, head_dim, pages, fmt);
+  }
+}
+
+at::Tensor kv_gather(const KvPages& p, const KvRegion& r, int64_t n, at::ScalarType dtype) {
+  TORCH_CHECK(n >= 0 && n <= p.capacity(), "kv read: ", n, " tokens exceed capacity ", p.capacity());
+  const auto es = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t elems = r.row_bytes / es;
+  auto view = [&](size_t b) {
+    return at::from_blob(p.base + static_cast<int64_t>(p.table[b]) * p.block_bytes + r.off,
+                         {r.groups, p.block_tokens, elems}, at::TensorOptions().dtype(dtype));
+  };
+  if (n <= p.block_tokens) return p.table.empty() ? at::empty({r.groups, 0, elems}, dtype) : view(0).narrow(1, 0, n);
+  std::vector<at::Tensor> parts;
+  for (int64_t t0 = 0, b = 0; t0 < n; t0 += p.block_tokens, ++b)
+    parts.push_back(view(static_cast<size_t>(b)).narrow(1, 0, std::min(p.block_tokens, n - t0)));
+  return at::cat(parts, 1);
+}
+
+namespace {
+
+// A codec with its own storage: one block of max_tokens positions.
+class StandaloneCodec final : public KvCodec {
+ public:
+  StandaloneCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens,
+                  std::shared_ptr<const KvSpliceSet> splice, int64_t layer) {
+    TORCH_CHECK(max_tokens > 0, "kv codec: capacity must be positive, got ", max_tokens);
+    const KvLayout lay =
+        kv_layout_for_tokens({kv_layer_format(kind, n_head_kv, head_dim, splice.get())}, {}, max_tokens);
+    // Uninitialised: only rows below the sequence length are ever read, and a cache must be cheap to make.
+    mem_ = at::empty({lay.block_bytes + 64}, at::kByte);
+    pages_.base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem_.data_ptr()) + 63) & ~uintptr_t{63});
+    pages_.block_bytes = lay.block_bytes;
+    pages_.block_tokens = max_tokens;
+    pages_.table = {0};
+    inner_ = make_paged_codec(kind, n_head_kv, head_dim, &pages_, lay.layers[0], std::move(splice), layer);
+  }
+  void append(const at::Tensor& k, const at::Tensor& v, int64_t pos) override { inner_->append(k, v, pos); }
+  void append_token(const float* k, const float* v, int64_t pos) override { inner_->append_token(k, v, pos); }
+  at::Tensor keys(int64_t n) const override { return inner_->keys(n); }
+  at::Tensor values(int64_t n) const override { return inner_->values(n); }
+  void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
+              float* out) const override {
+    inner_->attend(q, n_head, n, scale, h0, h1, out);
+  }
+  const KvSpliceFast* splice_k() const override { return inner_->splice_k(); }
+  const KvSpliceFast* splice_v() const override { return inner_->splice_v(); }
+  const LearnedKvSplice* learned_k() const override { return inner_->learned_k(); }
+  const LearnedKvSplice* learned_v() const override { return inner_->learned_v(); }
+  KvCodecKind kind() const override { return inner_->kind(); }
+  at::ScalarType storage_dtype() const override { return inner_->storage_dtype(); }
+  int64_t bytes_per_token() const override { return inner_->bytes_per_token(); }
+  int64_t capacity() const override { return inner_->capacity(); }
+
+ private:
+  at::Tensor mem_;
+  KvPages pages_;
+  std::unique_ptr<KvCodec> inner_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens) {
+  TORCH_CHECK(kind != KvCodecKind::kKvSplice, "make_codec: kvsplice needs a KvSpliceSet (make_kvsplice_codec)");
+  return std::make_unique<StandaloneCodec>(kind, n_head_kv, head_dim, max_tokens, nullptr, 0);
+}
+
+std::unique_ptr<KvCodec> make_kvsplice_codec(std::shared_ptr<const KvSpliceSet> set, int64_t layer,
+                                             int64_t max_tokens) {
+  TORCH_CHECK(set, "make_kvsplice_codec: no KvSpliceSet");
+  const KvSpliceDims d = set->dims();
+  return std::make_unique<StandaloneCodec>(KvCodecKind::kKvSplice, d.n_head_kv, d.head_dim, max_tokens,
+                                           std::move(set), layer);
+}
+
+}  // namespace frost
