@@ -144,6 +144,10 @@ absl::Status FrostServer::load_model() {
   ec.gen.limits.max_logprobs = cfg_.limits.max_logprobs;
   ec.max_running = cfg_.engine.max_running;
   ec.max_waiting = cfg_.engine.max_waiting;
+  ec.max_batch_tokens = cfg_.engine.max_batch_tokens;
+  ec.kv_block_tokens = cfg_.engine.kv_block_tokens;
+  ec.kv_cache_bytes = cfg_.engine.kv_cache_bytes;
+  ec.prefix_caching = cfg_.engine.prefix_caching;
   ec.kv_repair = &jobs_->kv_repair();
   ec.kv_splice = &jobs_->kv_splice();
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(model, ec);

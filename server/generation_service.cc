@@ -476,6 +476,14 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
     response->set_n_params(m.model->n_params());
     response->set_weight_dtype(cfg_.model.dtype == WeightDtype::kBF16 ? "bf16" : "fp32");
     response->set_kv_codec(kv_codec_name(cfg_.engine.kv_codec));
+    const EngineStats st = e->stats();
+    response->set_kv_blocks(st.kv_blocks_total);
+    response->set_kv_block_bytes(st.kv_block_bytes);
+    response->set_kv_block_tokens(static_cast<int32_t>(st.kv_block_tokens));
+    response->set_kv_cache_bytes(st.kv_pool_bytes);
+    response->set_max_running(cfg_.engine.max_running);
+    response->set_max_batch_tokens(cfg_.engine.max_batch_tokens);
+    response->set_prefix_caching(cfg_.engine.prefix_caching);
   }
   metrics_->record_request("GetModelInfo", gs.error_code(), seconds_since(t0));
   reactor->Finish(gs);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <exception>
 #include <thread>
 
@@ -115,6 +116,22 @@ prometheus::MetricFamily counter_value(const std::string& name, const std::strin
   return labelled_family(name, help, prometheus::MetricType::Counter, std::vector<Sample>{Sample{{}, value}});
 }
 
+// A histogram family from an engine snapshot (cumulative bucket counts, Prometheus semantics).
+prometheus::MetricFamily histogram_family(const std::string& name, const std::string& help,
+                                          const EngineHistogram& h) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = prometheus::MetricType::Histogram;
+  prometheus::ClientMetric m;
+  m.histogram.sample_count = h.count;
+  m.histogram.sample_sum = h.sum;
+  for (size_t i = 0; i < h.bounds.size(); ++i) m.histogram.bucket.push_back({h.counts[i], h.bounds[i]});
+  m.histogram.bucket.push_back({h.count, std::numeric_limits<double>::infinity()});
+  f.metric.push_back(std::move(m));
+  return f;
+}
+
 std::vector<Sample> by_codec(const EngineStats& s) {
   std::vector<Sample> out;
   for (const auto& [codec, n] : s.finished_by_codec)
@@ -200,8 +217,33 @@ class Metrics::EngineCollector : public prometheus::Collectable {
                      "Generate requests decoding now (engine running slots in use).", s.n_running),
         gauge_family("frost_requests_waiting", "Generate requests admitted and waiting for a running slot.",
                      s.n_waiting),
-        gauge_family("frost_kv_cache_bytes_in_use", "Bytes of KV cache allocated to active sequences.",
+        gauge_family("frost_kv_cache_bytes_in_use", "Bytes of KV cache blocks held by running sequences.",
                      static_cast<double>(s.kv_bytes_in_use)),
+        gauge_family("frost_kv_cache_usage_ratio", "KV cache blocks held by running sequences / blocks in the pool.",
+                     s.kv_blocks_total > 0 ? static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total)
+                                           : 0.0),
+        labelled_family("frost_kv_cache_blocks",
+                        "KV cache blocks by state: used (held by running sequences), cached (unheld, kept for "
+                        "prefix reuse, evicted least recently used first), free.",
+                        prometheus::MetricType::Gauge,
+                        std::vector<Sample>{{{{"state", "used"}}, static_cast<double>(s.kv_blocks_used)},
+                                            {{{"state", "cached"}}, static_cast<double>(s.kv_blocks_cached)},
+                                            {{{"state", "free"}}, static_cast<double>(s.kv_blocks_free)}}),
+        gauge_family("frost_kv_cache_pool_bytes", "Bytes of the KV block pool (blocks × block bytes).",
+                     static_cast<double>(s.kv_pool_bytes)),
+        gauge_family("frost_kv_cache_block_bytes", "Bytes of one KV cache block.", static_cast<double>(s.kv_block_bytes)),
+        counter_value("frost_prefix_cache_queries_tokens_total",
+                      "Tokens looked up in the prefix cache when a sequence was admitted.",
+                      static_cast<double>(s.prefix_queries_tokens)),
+        counter_value("frost_prefix_cache_hits_tokens_total",
+                      "Of those, tokens whose KV blocks were found cached and reused.",
+                      static_cast<double>(s.prefix_hits_tokens)),
+        counter_value("frost_preemptions_total",
+                      "Running sequences preempted because the KV pool ran out of blocks (recomputed later).",
+                      static_cast<double>(s.n_preemptions)),
+        histogram_family("frost_batch_size", "Sequences per engine step.", s.batch_size),
+        histogram_family("frost_batch_tokens", "Tokens per engine step (decode rows + prompt chunks).",
+                         s.batch_tokens),
         gauge_family("frost_kv_cache_bytes_per_token",
                      "KV cache bytes per token position (all layers) with the "
                      "default codec.",

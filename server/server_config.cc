@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -81,6 +82,35 @@ Field int_field(const char* key, int32_t* out, int64_t lo, int64_t hi) {
       return field_error(path, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
     }
     *out = static_cast<int32_t>(v);
+    return absl::OkStatus();
+  };
+  f.format = [out] { return absl::StrCat(*out); };
+  return f;
+}
+
+// A byte size: a plain integer, optionally followed by KiB, MiB, GiB or TiB (no space), in [lo, hi].
+Field bytes_field(const char* key, int64_t* out, int64_t lo, int64_t hi) {
+  Field f;
+  f.key = key;
+  f.parse = [out, lo, hi](const YAML::Node& value, const std::string& path) {
+    const std::string text = is_plain_scalar(value) ? value.Scalar() : "";
+    std::string digits = text;
+    int shift = 0;
+    for (const auto& [suffix, sh] : {std::pair{"KiB", 10}, std::pair{"MiB", 20}, std::pair{"GiB", 30},
+                                    std::pair{"TiB", 40}}) {
+      if (absl::EndsWith(text, suffix)) {
+        digits = text.substr(0, text.size() - 3);
+        shift = sh;
+      }
+    }
+    int64_t v = 0;
+    if (digits.empty() || !absl::SimpleAtoi(digits, &v) || v < 0 || (shift > 0 && v > (hi >> shift))) {
+      return field_error(path, absl::StrCat("expected a byte size (an integer, optionally with KiB, MiB, GiB or "
+                                            "TiB), got ", describe(value)));
+    }
+    v <<= shift;
+    if (v < lo || v > hi) return field_error(path, absl::StrCat("must be in [", lo, ", ", hi, "] bytes, got ", v));
+    *out = v;
     return absl::OkStatus();
   };
   f.format = [out] { return absl::StrCat(*out); };
@@ -197,8 +227,12 @@ std::vector<Section> schema(ServerConfig* cfg) {
         enum_field("dtype", &m.dtype, {{"fp32", WeightDtype::kF32}, {"bf16", WeightDtype::kBF16}}),
         int_field("threads", &m.threads, 0, 1024)}},
       {"engine",
-       {int_field("max_running", &e.max_running, 1, kInt32Max),
+       {int_field("max_running", &e.max_running, 1, 65536),
         int_field("max_waiting", &e.max_waiting, 0, kInt32Max),
+        int_field("max_batch_tokens", &e.max_batch_tokens, 1, 1 << 20),
+        int_field("kv_block_tokens", &e.kv_block_tokens, 1, 4096),
+        bytes_field("kv_cache_bytes", &e.kv_cache_bytes, 0, int64_t{1} << 50),
+        bool_field("prefix_caching", &e.prefix_caching),
         int_field("max_context", &e.max_context, 0, kInt32Max),
         enum_field("kv_codec", &e.kv_codec,
                    {{"fp32", KvCodecKind::kF32},
@@ -348,6 +382,12 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
     return field_error("jobs.state_dir", "must not be empty");
   if (cfg.jobs.enabled && cfg.jobs.data_root.empty())
     return field_error("jobs.data_root", "must not be empty");
+  if (cfg.engine.max_batch_tokens < cfg.engine.max_running) {
+    return field_error("engine.max_batch_tokens",
+                       absl::StrCat("must be >= engine.max_running (", cfg.engine.max_running,
+                                    ": every running sequence decodes one token per step), got ",
+                                    cfg.engine.max_batch_tokens));
+  }
   if (cfg.engine.max_context > 0 && cfg.limits.max_prompt_tokens > cfg.engine.max_context) {
     return field_error("limits.max_prompt_tokens",
                        absl::StrCat("must be <= engine.max_context (", cfg.engine.max_context, "), got ",

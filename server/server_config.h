@@ -45,13 +45,23 @@ struct ModelSection {
   int32_t threads = 0;
 };
 
-// `engine:` — scheduling and KV cache.
+// `engine:` — scheduling and KV cache (core/generate/engine.h).
 struct EngineSection {
-  // Sequences decoding concurrently.
-  int32_t max_running = 4;
+  // Sequences in one batched step (continuous batching).
+  int32_t max_running = 32;
   // Admitted requests waiting for a running slot; beyond running + waiting a request is
   // rejected at once with RESOURCE_EXHAUSTED.
-  int32_t max_waiting = 16;
+  int32_t max_waiting = 128;
+  // Tokens in one step: every running sequence's next token plus prompt chunks (chunked prefill);
+  // must be >= max_running.
+  int32_t max_batch_tokens = 256;
+  // KV block size: positions per block at fp32 (compact codecs fit proportionally more).
+  int32_t kv_block_tokens = 16;
+  // KV block pool size in bytes (YAML: an integer, optionally with KiB/MiB/GiB); 0 = derived from the
+  // model, max_running and physical memory (core/generate/engine.h kv_default_pool_bytes).
+  int64_t kv_cache_bytes = 0;
+  // Reuse the KV blocks of shared prompt prefixes.
+  bool prefix_caching = true;
   // Tokens per sequence (prompt + completion); 0 = the model's maximum.
   int32_t max_context = 0;
   // Default KV storage codec. kvsplice needs an active KVSplice (a kvsplice artifact or kv_splice below):

@@ -53,6 +53,12 @@ int run_info(const std::vector<std::string>& args, CommonOptions common) {
   std::printf("n_params: %lld\n", static_cast<long long>(info.n_params()));
   std::printf("weight_dtype: %s\n", info.weight_dtype().c_str());
   std::printf("kv_codec: %s\n", info.kv_codec().c_str());
+  std::printf("kv_cache: %lld blocks × %lld bytes = %.1f MiB (%d positions per block at fp32)\n",
+              static_cast<long long>(info.kv_blocks()), static_cast<long long>(info.kv_block_bytes()),
+              static_cast<double>(info.kv_cache_bytes()) / (1 << 20), info.kv_block_tokens());
+  std::printf("max_running: %d\n", info.max_running());
+  std::printf("max_batch_tokens: %d\n", info.max_batch_tokens());
+  std::printf("prefix_caching: %s\n", info.prefix_caching() ? "on" : "off");
   return kExitOk;
 }
 

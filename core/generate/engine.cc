@@ -1,16 +1,50 @@
 #include "core/generate/engine.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/check.h"
 #include "core/common/log.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
+#include "core/generate/scheduler.h"
 #include "core/generate/sequence.h"
 
 namespace frost {
 
-// A validated request waiting for admission.
+int64_t kv_default_pool_bytes(int64_t full_context_bytes, int32_t max_running) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  const int64_t phys = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{4} << 30;
+  // Twice what max_running full-context fp32 sequences need (the rest serves the prefix cache and compact
+  // codecs' extra sequences), within a quarter of the memory and 4 GiB; at least one full context.
+  const int64_t want = 2 * std::max<int64_t>(1, max_running) * full_context_bytes;
+  const int64_t cap = std::min<int64_t>(phys / 4, int64_t{4} << 30);
+  return std::max(full_context_bytes, std::min(want, cap));
+}
+
+void EngineHistogram::observe(double v) {
+  for (size_t i = 0; i < bounds.size(); ++i)
+    if (v <= bounds[i]) ++counts[i];
+  ++count;
+  sum += v;
+}
+
+namespace {
+
+EngineHistogram powers_of_two(int max_exp) {
+  EngineHistogram h;
+  for (int e = 0; e <= max_exp; ++e) h.bounds.push_back(static_cast<double>(int64_t{1} << e));
+  h.counts.assign(h.bounds.size(), 0);
+  return h;
+}
+
+}  // namespace
+
+// A validated request waiting for the engine thread to pick it up.
 struct Engine::Pending {
   std::vector<int32_t> prompt;
   SamplingParams params;
@@ -24,16 +58,17 @@ struct Engine::Pending {
   int64_t t_submit_ns = 0;
 };
 
-// An admitted request: its own KV cache, scratch and state machine.
+// A request the engine thread holds: its sequence state, its scheduler entry (with its paged cache while it
+// runs) and what it was admitted with.
 struct Engine::Active {
   std::unique_ptr<Pending> req;
-  std::unique_ptr<SequenceKv> kv;
-  DecodeScratch scratch;
   std::unique_ptr<Sequence> seq;
-  double t_queue_s = 0;
-  int64_t kv_bytes = 0;   // allocated for this sequence (counted in kv_bytes_in_use_)
-  std::string kv_repair;  // the repair operator it runs with ("" = none)
-  std::string kv_splice;  // the KVSplice it stores its KV with ("" = none)
+  SchedEntry entry;
+  int64_t t_admit_ns = 0;  // first time it ran
+  int64_t t_first_ns = 0;  // its first token
+  std::string kv_repair;   // the repair operator it runs with ("" = none)
+  std::string kv_splice;   // the KVSplice it stores its KV with ("" = none)
+  bool done = false;
 };
 
 Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
@@ -42,30 +77,64 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const LoadedModel> model,
                                                        const EngineConfig& cfg) {
   if (!model || !model->model) return absl::InvalidArgumentError("engine: no model");
-  if (cfg.max_running < 1) {
+  if (cfg.max_running < 1)
     return absl::InvalidArgumentError(absl::StrCat("engine.max_running must be >= 1, got ", cfg.max_running));
-  }
-  if (cfg.max_waiting < 0) {
+  if (cfg.max_waiting < 0)
     return absl::InvalidArgumentError(absl::StrCat("engine.max_waiting must be >= 0, got ", cfg.max_waiting));
-  }
+  if (cfg.max_batch_tokens < cfg.max_running)
+    return absl::InvalidArgumentError(absl::StrCat("engine.max_batch_tokens must be >= engine.max_running (",
+                                                   cfg.max_running, ": every running sequence decodes each step), got ",
+                                                   cfg.max_batch_tokens));
+  if (cfg.kv_block_tokens < 1 || cfg.kv_block_tokens > 4096)
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.kv_block_tokens must be in [1, 4096], got ", cfg.kv_block_tokens));
+  if (cfg.kv_cache_bytes < 0)
+    return absl::InvalidArgumentError(absl::StrCat("engine.kv_cache_bytes must be >= 0, got ", cfg.kv_cache_bytes));
   std::unique_ptr<Engine> e(new Engine(std::move(model), cfg));
-  const KvSpec spec = e->model_->model->kv_spec(e->validator_.max_context(), cfg.gen.kv_codec);
-  int64_t per_token = 0;
+  const Transformer& tf = *e->model_->model;
+  const KvSpec spec = tf.kv_spec(e->validator_.max_context(), KvCodecKind::kF32);
+  int64_t block_bytes = 0, per_token = 0;
+  FROST_RETURN_IF_ERROR(torch_call([&] { block_bytes = kv_pool_block_bytes(spec, cfg.kv_block_tokens); }));
+  const int64_t full_context = (e->validator_.max_context() + cfg.kv_block_tokens - 1) / cfg.kv_block_tokens;
+  const int64_t pool_bytes =
+      cfg.kv_cache_bytes > 0 ? cfg.kv_cache_bytes : kv_default_pool_bytes(full_context * block_bytes, cfg.max_running);
+  const int64_t n_blocks = pool_bytes / block_bytes;
+  if (n_blocks < 1)
+    return absl::InvalidArgumentError(absl::StrCat("engine.kv_cache_bytes = ", pool_bytes,
+                                                   " is less than one KV block (", block_bytes, " bytes: ",
+                                                   cfg.kv_block_tokens, " positions of ", tf.config().n_layer,
+                                                   " layers at fp32)"));
+  FROST_ASSIGN_OR_RETURN(e->pool_, KvBlockPool::create(n_blocks, block_bytes));
+  if (n_blocks < full_context)
+    FROST_LOG_WARN("engine: the KV pool (%lld blocks) cannot hold one fp32 sequence of the full context (%lld "
+                   "blocks); longer requests are refused at submit",
+                   static_cast<long long>(n_blocks), static_cast<long long>(full_context));
   // kvsplice as the default codec: the bytes depend on the active set's rank, so stats() computes them at
-  // read time (KvSpliceSet::bytes_per_token; 0 while none is active) instead of allocating a cache here.
+  // read time (KvSpliceSet::bytes_per_token; 0 while none is active).
   if (cfg.gen.kv_codec != KvCodecKind::kKvSplice) {
-    // bytes of one position, all layers (the codec decides the element size)
-    FROST_ASSIGN_OR_RETURN(per_token, torch_call([&] {
-                             KvSpec one = spec;
-                             one.max_tokens = 1;
-                             return SequenceKv(one).bytes_per_token();
-                           }));
+    FROST_RETURN_IF_ERROR(torch_call([&] {
+      KvSpec d = tf.kv_spec(1, cfg.gen.kv_codec);
+      per_token = kv_paged_layout(d, block_bytes).bytes_per_token();
+    }));
   }
+  e->model_salt_ = kv_salt_mix(kv_salt_mix(0, e->model_->name), at::toString(tf.weight_dtype()));
   {
     absl::MutexLock lock(&e->mu_);
-    e->counters_.kv_bytes_per_token = per_token;
-    e->counters_.kv_codec = kv_codec_name(cfg.gen.kv_codec);
+    EngineStats& s = e->counters_;
+    s.kv_bytes_per_token = per_token;
+    s.kv_codec = kv_codec_name(cfg.gen.kv_codec);
+    s.kv_blocks_total = s.kv_blocks_free = n_blocks;
+    s.kv_block_bytes = block_bytes;
+    s.kv_block_tokens = cfg.kv_block_tokens;
+    s.kv_pool_bytes = n_blocks * block_bytes;
+    s.batch_size = powers_of_two(9);     // 1 .. 512 sequences
+    s.batch_tokens = powers_of_two(13);  // 1 .. 8192 tokens
   }
+  FROST_LOG_INFO("engine: KV pool %lld blocks × %lld bytes (%.1f MiB; %lld positions per block at fp32), "
+                 "max_running %d, max_batch_tokens %lld, prefix caching %s",
+                 static_cast<long long>(n_blocks), static_cast<long long>(block_bytes),
+                 static_cast<double>(n_blocks * block_bytes) / (1 << 20), static_cast<long long>(cfg.kv_block_tokens),
+                 cfg.max_running, static_cast<long long>(cfg.max_batch_tokens), cfg.prefix_caching ? "on" : "off");
   e->worker_ = std::thread([raw = e.get()] { raw->run(); });
   return e;
 }
@@ -103,20 +172,40 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
           "kv.repair: ON but the active operator ", r->name, " repairs the ", kv_codec_name(r->codec),
           " codec and this request stores its KV as ", kv_codec_name(p->codec)));
     }
+    if (!model_->config.variants.sba_layers.empty())
+      return absl::FailedPreconditionError(
+          "kv.repair: ON but this model has symmetric bidirectional attention (SBA) layers, which keep two KV "
+          "stores per layer; repair operators act on one");
+  }
+  // A request the pool could never hold, even alone, is refused now rather than stalling the queue.
+  const int64_t need = static_cast<int64_t>(p->prompt.size()) + req.params.max_new_tokens;
+  int64_t per_block = 0;
+  FROST_RETURN_IF_ERROR(torch_call([&] {
+    KvSpec spec = model_->model->kv_spec(validator_.max_context(), p->codec, p->splice ? p->splice->set : nullptr);
+    per_block = kv_paged_layout(spec, pool_->block_bytes()).block_tokens;
+  }));
+  const int64_t blocks = per_block > 0 ? (need + per_block - 1) / per_block : pool_->n_blocks() + 1;
+  if (blocks > pool_->n_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt tokens (", p->prompt.size(), ") + max_new_tokens (", req.params.max_new_tokens, ") = ", need,
+        " tokens need ", blocks, " KV blocks of ", per_block, " positions (codec ", kv_codec_name(p->codec),
+        ") but the KV pool holds ", pool_->n_blocks(), " blocks (engine.kv_cache_bytes = ",
+        pool_->n_blocks() * pool_->block_bytes(), ")"));
   }
   p->sink = std::move(sink);
   p->cancel = std::move(cancel);
   p->t_submit_ns = RealClock::get().now_ns();
   absl::MutexLock lock(&mu_);
   if (!accepting_) return absl::UnavailableError("server is shutting down: not accepting new requests");
-  const int64_t in_flight = n_running_ + static_cast<int64_t>(pending_.size());
-  if (in_flight >= static_cast<int64_t>(cfg_.max_running) + cfg_.max_waiting) {
+  if (n_in_flight_ >= static_cast<int64_t>(cfg_.max_running) + cfg_.max_waiting) {
     ++counters_.n_rejected_full;
-    return absl::ResourceExhaustedError(absl::StrCat("server busy: ", n_running_, " running and ",
-                                                     pending_.size(), " waiting requests (limits ",
-                                                     cfg_.max_running, " + ", cfg_.max_waiting, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat("server busy: ", counters_.n_running, " running and ",
+                                                     n_in_flight_ - counters_.n_running,
+                                                     " waiting requests (limits ", cfg_.max_running, " + ",
+                                                     cfg_.max_waiting, ")"));
   }
   ++counters_.n_accepted;
+  ++n_in_flight_;
   pending_.push_back(std::move(p));
   return absl::OkStatus();
 }
@@ -124,9 +213,6 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
 EngineStats Engine::stats() const {
   absl::MutexLock lock(&mu_);
   EngineStats s = counters_;
-  s.n_running = n_running_;
-  s.n_waiting = static_cast<int32_t>(pending_.size());
-  s.kv_bytes_in_use = kv_bytes_in_use_;
   if (std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr) {
     s.kv_repair_active = r->name;
     s.kv_repair_codec = kv_codec_name(r->codec);
@@ -148,7 +234,11 @@ void Engine::stop_accepting() {
 
 bool Engine::wait_idle(double timeout_s) const {
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return n_running_ == 0 && pending_.empty(); };
+  // Idle once every accepted request has finished and the engine thread has published the round that
+  // finished them (so stats() read after this shows the idle pool).
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return n_in_flight_ == 0 && counters_.n_running == 0 && counters_.n_waiting == 0;
+  };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(timeout_s));
 }
 
@@ -161,140 +251,187 @@ void Engine::shutdown() {
   if (worker_.joinable()) worker_.join();
 }
 
-void Engine::admit_locked(std::vector<std::unique_ptr<Pending>>& out) {
-  while (!pending_.empty() && n_running_ + static_cast<int32_t>(out.size()) < cfg_.max_running) {
-    out.push_back(std::move(pending_.front()));
-    pending_.pop_front();
-  }
-  n_running_ += static_cast<int32_t>(out.size());
+void Engine::publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running,
+                           int32_t n_waiting) {
+  const KvPoolStats ps = pool_->stats();
+  absl::MutexLock lock(&mu_);
+  EngineStats& s = counters_;
+  s.n_running = n_running;
+  s.n_waiting = n_waiting + static_cast<int32_t>(pending_.size());
+  s.kv_blocks_used = ps.n_used;
+  s.kv_blocks_cached = ps.n_cached;
+  s.kv_blocks_free = ps.n_free;
+  s.kv_bytes_in_use = ps.n_used * ps.block_bytes;
+  s.n_preemptions = preemptions;
+  s.prefix_queries_tokens = queries;
+  s.prefix_hits_tokens = hits;
 }
 
 void Engine::run() {
   c10::InferenceMode inference_mode;
-  std::vector<std::unique_ptr<Active>> active;
-  auto finish = [this](Active& a, absl::StatusOr<GenerationResult> r) {
-    if (r.ok()) {
-      r->t_queue_s = a.t_queue_s;
+  SchedulerConfig sc;
+  sc.max_running = cfg_.max_running;
+  sc.max_batch_tokens = cfg_.max_batch_tokens;
+  sc.watermark_blocks = std::max<int64_t>(1, pool_->n_blocks() / 100);
+  sc.prefix_caching = cfg_.prefix_caching;
+  Scheduler sched(sc, pool_.get());
+  std::vector<std::unique_ptr<Active>> actives;
+  BatchScratch scratch;
+  const Transformer& model = *model_->model;
+  const int64_t V = model_->config.n_vocab;
+  uint64_t order = 0;
+
+  auto emit = [](Active& a) {
+    TokenSink* sink = a.req->sink.get();
+    return [sink](const TokenEvent& ev) { sink->on_token(ev); };
+  };
+  // Ends a request (any outcome): its blocks go back to the pool before the client hears of it.
+  auto finish = [&](Active& a, absl::StatusOr<GenerationResult> r) {
+    sched.remove(&a.entry);
+    a.entry.kv.reset();
+    const int64_t now = RealClock::get().now_ns();
+    if (r.ok()) {  // timings from submit: queue (until it first ran), prefill (until its first token)
+      const int64_t t_admit = a.t_admit_ns > 0 ? a.t_admit_ns : now;
+      r->t_queue_s = static_cast<double>(t_admit - a.req->t_submit_ns) * 1e-9;
+      r->t_prefill_s = a.t_first_ns > 0 ? static_cast<double>(a.t_first_ns - t_admit) * 1e-9 : 0;
+      r->t_first_token_s = a.t_first_ns > 0 ? static_cast<double>(a.t_first_ns - a.req->t_submit_ns) * 1e-9 : 0;
       r->kv_codec = kv_codec_name(a.req->codec);
       r->kv_repair = a.kv_repair;
       r->kv_splice = a.kv_splice;
     }
-    a.kv.reset();  // release the KV memory before telling the client
-    {
-      absl::MutexLock lock(&mu_);
-      kv_bytes_in_use_ -= a.kv_bytes;
-      a.kv_bytes = 0;
-    }
+    a.done = true;
     a.req->sink->on_finish(std::move(r));
     absl::MutexLock lock(&mu_);
-    --n_running_;
+    --n_in_flight_;
     ++counters_.n_finished;
     if (!a.kv_repair.empty()) ++counters_.n_repaired;
     if (!a.kv_splice.empty()) ++counters_.n_spliced;
     ++counters_.finished_by_codec[kv_codec_name(a.req->codec)];
   };
-  // A request cancelled (or past its deadline) while it waited: no KV is allocated for it.
-  auto finish_unstarted = [this](Pending& p, FinishReason reason) {
-    GenerationResult r;
-    r.finish_reason = reason;
-    r.prompt_ids = p.prompt;
-    r.n_prompt = static_cast<int32_t>(p.prompt.size());
-    p.sink->on_finish(std::move(r));
-    absl::MutexLock lock(&mu_);
-    ++counters_.n_finished;
+  // The paged cache of a request, made when it first runs: the codec it asked for, the KVSplice and repair
+  // operator active at that moment (a later swap does not touch it), and its prefix-cache key.
+  auto make_kv = [this](Active* a) {
+    return [this, a]() {
+      std::shared_ptr<const KvSpliceSet> splice;
+      if (a->req->codec == KvCodecKind::kKvSplice) {
+        std::shared_ptr<const KvSpliceSlot::Active> sp = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
+        if (!sp || !sp->set) sp = a->req->splice;
+        a->req->splice.reset();
+        splice = sp->set;
+        a->kv_splice = sp->name;
+      }
+      auto kv = std::make_unique<SequenceKv>(model_->model->kv_spec(validator_.max_context(), a->req->codec, splice),
+                                             pool_.get());
+      std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
+      if (r && r->codec == a->req->codec && a->req->repair_mode != GenerationRequest::KvRepair::kOff &&
+          model_->config.variants.sba_layers.empty()) {
+        KvStages stages;
+        stages.repair = r->set;
+        kv->set_stages(std::move(stages));
+        a->kv_repair = r->name;
+      }
+      uint64_t salt = kv_salt_mix(model_salt_, kv_codec_name(a->req->codec));
+      salt = kv_salt_mix(kv_salt_mix(salt, a->kv_repair), a->kv_splice);
+      kv->set_prefix_salt(kv_salt_mix(salt, std::to_string(kv->block_tokens())));
+      return kv;
+    };
   };
 
   for (;;) {
-    // 1. schedule: admit waiting requests into free running slots (or sleep until work)
-    std::vector<std::unique_ptr<Pending>> admitted;
+    // 0. intake: requests submitted since the last round join the scheduler's waiting queue
+    std::deque<std::unique_ptr<Pending>> arrived;
     bool stopping = false;
     {
       absl::MutexLock lock(&mu_);
-      if (active.empty()) {
+      if (actives.empty()) {
         auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !pending_.empty(); };
         mu_.Await(absl::Condition(&has_work));
       }
       stopping = stop_;
-      if (!stopping) admit_locked(admitted);
+      arrived.swap(pending_);
+    }
+    for (auto& p : arrived) {
+      auto a = std::make_unique<Active>();
+      a->req = std::move(p);
+      a->seq = std::make_unique<Sequence>(*model_, a->req->prompt, a->req->params, &RealClock::get());
+      a->entry.order = order++;
+      a->entry.tokens = &a->seq->tokens();
+      a->entry.make_kv = make_kv(a.get());
+      a->entry.owner = a.get();
+      sched.add(&a->entry);
+      actives.push_back(std::move(a));
     }
     if (stopping) break;
-    const int64_t now = RealClock::get().now_ns();
-    for (auto& p : admitted) {
-      const CancelToken::State cs = p->cancel->state();
-      if (cs != CancelToken::State::kRunning) {
-        finish_unstarted(
-            *p, cs == CancelToken::State::kCancelled ? FinishReason::kCancelled : FinishReason::kDeadline);
-        absl::MutexLock lock(&mu_);
-        --n_running_;
-        continue;
+
+    // 1. cancellations and deadlines, running or waiting: a cancelled request ends within this round
+    for (auto& a : actives)
+      if (!a->done && a->seq->check_cancel(*a->req->cancel, emit(*a))) finish(*a, a->seq->take_result());
+
+    // 2. schedule
+    Scheduler::Step step = sched.schedule();
+    if (!step.seqs.empty()) {
+      const int64_t now = RealClock::get().now_ns();
+      for (SchedEntry* e : step.who) {
+        Active* a = static_cast<Active*>(e->owner);
+        if (a->t_admit_ns == 0) a->t_admit_ns = now;
       }
-      auto a = std::make_unique<Active>();
-      a->t_queue_s = static_cast<double>(now - p->t_submit_ns) * 1e-9;
-      a->req = std::move(p);
-      absl::Status st = torch_call([&] {
-        std::shared_ptr<const KvSpliceSet> splice;
-        if (a->req->codec == KvCodecKind::kKvSplice) {
-          // The Active of this moment (a later swap does not touch this sequence; it holds the set).
-          std::shared_ptr<const KvSpliceSlot::Active> sp = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
-          if (!sp || !sp->set) sp = a->req->splice;
-          a->req->splice.reset();
-          splice = sp->set;
-          a->kv_splice = sp->name;
+      // 3. run: one batched forward pass over every scheduled row
+      const float* logits = nullptr;
+      absl::Status st = torch_call([&] { logits = model.forward_batch(step.seqs, scratch); });
+      if (!st.ok()) {  // a broken invariant in tensor code: fail the sequences of this step, keep serving
+        FROST_LOG_ERROR("engine: batched step failed: %s", st.ToString().c_str());
+        for (SchedEntry* e : step.who)
+          if (Active* a = static_cast<Active*>(e->owner); !a->done) finish(*a, st);
+      } else {
+        sched.commit(step);
+        // 4. update: sample every sequence that got logits (in parallel: each touches only its own sampler),
+        //    then stream the tokens in order
+        std::vector<Active*> to_sample;
+        for (size_t i = 0; i < step.who.size(); ++i)
+          if (step.seqs[i].logits) to_sample.push_back(static_cast<Active*>(step.who[i]->owner));
+        std::vector<SampledToken> toks(to_sample.size());
+        const auto n_sample = static_cast<int64_t>(to_sample.size());
+        at::parallel_for(0, n_sample, n_sample >= 4 ? 1 : n_sample, [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i)
+            toks[static_cast<size_t>(i)] = to_sample[static_cast<size_t>(i)]->seq->sample(logits + i * V);
+        });
+        const int64_t t_tok = RealClock::get().now_ns();
+        for (size_t i = 0; i < to_sample.size(); ++i) {
+          Active& a = *to_sample[i];
+          if (a.t_first_ns == 0) a.t_first_ns = t_tok;
+          if (a.seq->accept(toks[i], emit(a))) finish(a, a.seq->take_result());
         }
-        a->kv = std::make_unique<SequenceKv>(
-            model_->model->kv_spec(validator_.max_context(), a->req->codec, std::move(splice)));
-        if (std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
-            r && r->codec == a->req->codec && a->req->repair_mode != GenerationRequest::KvRepair::kOff) {
-          KvStages stages;
-          stages.repair = r->set;
-          a->kv->set_stages(std::move(stages));
-          a->kv_repair = r->name;
-        }
-        a->scratch = model_->model->make_scratch(validator_.max_context());
-        a->kv_bytes = a->kv->bytes_allocated();
-      });
+      }
       {
         absl::MutexLock lock(&mu_);
-        kv_bytes_in_use_ += a->kv_bytes;
+        ++counters_.n_steps;
+        counters_.batch_size.observe(static_cast<double>(step.seqs.size()));
+        counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
       }
-      if (!st.ok()) {
-        finish(*a, st);
-        continue;
-      }
-      a->seq = std::make_unique<Sequence>(*model_, a->req->prompt, a->req->params, *a->kv, a->scratch,
-                                          cfg_.gen.fast_decode, &RealClock::get());
-      active.push_back(std::move(a));
     }
-
-    // 2. run: one step (one forward pass) per active sequence, round-robin
-    for (size_t i = 0; i < active.size();) {
-      Active& a = *active[i];
-      TokenSink& sink = *a.req->sink;
-      absl::StatusOr<bool> done =
-          a.seq->step([&sink](const TokenEvent& ev) { sink.on_token(ev); }, *a.req->cancel);
-      if (!done.ok() || *done) {
-        if (!done.ok()) FROST_LOG_ERROR("engine: sequence failed: %s", done.status().ToString().c_str());
-        finish(a, done.ok() ? absl::StatusOr<GenerationResult>(a.seq->take_result())
-                            : absl::StatusOr<GenerationResult>(done.status()));
-        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ++i;
-      }
+    actives.erase(std::remove_if(actives.begin(), actives.end(), [](const auto& a) { return a->done; }),
+                  actives.end());
+    publish_stats(sched.preemptions(), sched.prefix_queries_tokens(), sched.prefix_hits_tokens(),
+                  static_cast<int32_t>(sched.running().size()), static_cast<int32_t>(sched.waiting().size()));
+    if (cfg_.audit_kv) {
+      const std::string bad = sched.audit();
+      FROST_CHECK(bad.empty(), bad.c_str());
+    }
+    if (step.seqs.empty() && !actives.empty()) {
+      // Nothing could run (cannot happen with a consistent config: a lone request always fits the pool).
+      // Do not spin; new arrivals or cancellations change that.
+      absl::SleepFor(absl::Milliseconds(1));
     }
   }
 
-  // 3. shutdown: everything still queued or running ends CANCELLED, exactly once
-  for (auto& a : active) {
+  // 5. shutdown: everything still queued or running ends CANCELLED, exactly once
+  for (auto& a : actives) {
+    if (a->done) continue;
     a->req->cancel->cancel();
-    (void)a->seq->step([&](const TokenEvent& ev) { a->req->sink->on_token(ev); }, *a->req->cancel);
+    a->seq->check_cancel(*a->req->cancel, emit(*a));
     finish(*a, a->seq->take_result());
   }
-  std::deque<std::unique_ptr<Pending>> left;
-  {
-    absl::MutexLock lock(&mu_);
-    left.swap(pending_);
-  }
-  for (auto& p : left) finish_unstarted(*p, FinishReason::kCancelled);
+  publish_stats(sched.preemptions(), sched.prefix_queries_tokens(), sched.prefix_hits_tokens(), 0, 0);
 }
 
 }  // namespace frost

@@ -1,18 +1,31 @@
 #pragma once
-// Engine: owns the serving sequences. One worker thread runs every model forward pass
-// (llama.cpp's server_context, vLLM's EngineCore); callers only submit and cancel.
+// Engine: the serving loop (llama.cpp's server_context, vLLM's EngineCore). One worker thread owns the model
+// passes, the KV block pool and every running sequence; callers only submit and cancel.
 //
-// Each round the worker admits waiting requests while fewer than max_running are active,
-// then runs one step (one forward pass + sampling, see Sequence) for every active sequence,
-// round-robin. No batching yet: sequences are interleaved, not fused.
+// Continuous batching on a paged KV cache. Each round:
+//   1. schedule  core/generate/scheduler.h decides the step: every decoding sequence's next token, prompt
+//                chunks within engine.max_batch_tokens (chunked prefill), admissions while fewer than
+//                max_running run and the block pool allows, preemption of the newest sequence when blocks
+//                run out (recomputed later; never failed), prefix-cache adoption at admission.
+//   2. run       Transformer::forward_batch over all scheduled rows: every weight matrix read once per step,
+//                attention per sequence through its own codec (sequences with different codecs, repair
+//                operators and KVSplice sets share a step).
+//   3. update    sample every sequence that got logits (in parallel), stream the tokens, finish the ones that
+//                are done (their blocks go back to the pool at once), publish full blocks to the prefix cache.
+// A sequence's logits never depend on what shares its step (kernels/cpu/gemm.h, core/kv/attend.h), so a
+// request's output is the same at any load, chunking or preemption — and the same as Generator's.
 //
-// Admission control: at most max_running active plus max_waiting queued requests; submit()
-// beyond that fails at once with RESOURCE_EXHAUSTED. Each active sequence owns a KV cache of
-// max_context positions, allocated on admission and freed the moment it finishes, is
-// cancelled or hits its deadline (at most one more token is computed after a cancel).
+// KV memory is a pool of fixed-size blocks (core/kv/block_pool.h): a block holds kv_block_tokens positions at
+// fp32 and proportionally more with a compact codec; a sequence takes blocks as it grows. A request whose
+// prompt + max_new_tokens could never fit the pool is refused at submit (INVALID_ARGUMENT naming the limit).
+//
+// Admission control: at most max_running running plus max_waiting queued requests; submit() beyond that
+// fails at once with RESOURCE_EXHAUSTED. Cancellation and deadlines are polled every round, for running and
+// waiting requests alike (a cancelled request stops within one step; its blocks are freed before on_finish).
 //
 // Threading: submit(), stats(), stop_accepting(), wait_idle() and shutdown() are thread-safe.
 // TokenSink callbacks run on the worker thread and must not block.
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -27,6 +40,7 @@
 #include "core/common/cancel.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
+#include "core/kv/block_pool.h"
 #include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 
@@ -42,9 +56,20 @@ class TokenSink {
 };
 
 struct EngineConfig {
-  GeneratorConfig gen;       // KV codec, context length, fast path, request limits
-  int32_t max_running = 4;   // sequences decoding concurrently
-  int32_t max_waiting = 16;  // bounded admission queue
+  GeneratorConfig gen;        // default KV codec, context length, request limits (gen.fast_decode unused)
+  int32_t max_running = 32;   // sequences in one step
+  int32_t max_waiting = 128;  // bounded admission queue
+  // Tokens in one step, decode rows and prompt chunks together (>= max_running): a long prompt is prefilled
+  // in chunks of what decoding sequences leave, so it cannot stall their inter-token latency.
+  int64_t max_batch_tokens = 256;
+  // KV block size: positions per block at fp32 (compact codecs fit proportionally more in the same bytes).
+  int64_t kv_block_tokens = 16;
+  // KV pool size in bytes; 0 = kv_default_pool_bytes() of this model and max_running.
+  int64_t kv_cache_bytes = 0;
+  // Reuse the KV blocks of prompts that share a prefix (chain-hashed full blocks, LRU eviction).
+  bool prefix_caching = true;
+  // Debug: check the block books after every step (FROST_CHECK: crash loudly on a leak or double free).
+  bool audit_kv = false;
   // The active KV repair operator (owned by the caller, outlives the engine); null = never repair.
   RepairSlot* kv_repair = nullptr;
   // The active KVSplice (owned by the caller, outlives the engine) that sequences with the kvsplice codec
@@ -54,12 +79,38 @@ struct EngineConfig {
   KvSpliceSlot* kv_splice = nullptr;
 };
 
+// The pool size used when EngineConfig::kv_cache_bytes is 0, from the bytes of one full-context fp32
+// sequence: twice what max_running of them need, at most a quarter of physical memory and 4 GiB, at least one
+// full context. Reserved address space: pages become resident only as blocks are written.
+int64_t kv_default_pool_bytes(int64_t full_context_bytes, int32_t max_running);
+
+// A cumulative histogram snapshot (Prometheus semantics): counts[i] observations <= bounds[i], plus the
+// total count and sum (+Inf bucket = count).
+struct EngineHistogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;
+  uint64_t count = 0;
+  double sum = 0;
+  void observe(double v);
+};
+
 struct EngineStats {
   int32_t n_running = 0;
-  int32_t n_waiting = 0;
-  int64_t kv_bytes_in_use = 0;     // KV caches of the active sequences (allocated)
+  int32_t n_waiting = 0;           // queued for admission, preempted ones included
+  int64_t kv_bytes_in_use = 0;     // blocks held by running sequences × block bytes
   int64_t kv_bytes_per_token = 0;  // all layers, one position, default codec (kvsplice: of the active
                                    // set, 0 while none is active)
+  // The block pool.
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
+  int64_t kv_block_bytes = 0;   // bytes per block
+  int64_t kv_block_tokens = 0;  // positions per block at fp32 (engine.kv_block_tokens)
+  int64_t kv_pool_bytes = 0;    // blocks × bytes
+  uint64_t prefix_queries_tokens = 0;  // tokens looked up in the prefix cache at admission
+  uint64_t prefix_hits_tokens = 0;     // of those, found cached (whole blocks reused)
+  uint64_t n_preemptions = 0;
+  uint64_t n_steps = 0;
+  EngineHistogram batch_size;    // sequences per step
+  EngineHistogram batch_tokens;  // tokens per step
   uint64_t n_accepted = 0;
   uint64_t n_rejected_full = 0;  // RESOURCE_EXHAUSTED at submit
   uint64_t n_finished = 0;
@@ -75,17 +126,18 @@ struct EngineStats {
 
 class Engine {
  public:
-  // `model` is shared read-only; the engine keeps it alive. Starts the worker thread.
+  // `model` is shared read-only; the engine keeps it alive. Allocates the KV pool, starts the worker.
+  // INVALID_ARGUMENT naming the field for a bad config; RESOURCE_EXHAUSTED when the pool cannot be reserved.
   static absl::StatusOr<std::unique_ptr<Engine>> create(std::shared_ptr<const LoadedModel> model,
                                                         const EngineConfig& cfg);
   ~Engine();  // shutdown()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates and tokenizes on the calling thread (INVALID_ARGUMENT / FAILED_PRECONDITION
-  // naming the field), then queues. RESOURCE_EXHAUSTED when running + waiting are at their
-  // caps; UNAVAILABLE once stop_accepting() or shutdown() was called. When OK is returned,
-  // sink->on_finish() is called exactly once. Cancel through `cancel` (any thread).
+  // Validates and tokenizes on the calling thread (INVALID_ARGUMENT / FAILED_PRECONDITION naming the
+  // field), then queues. RESOURCE_EXHAUSTED when running + waiting are at their caps; UNAVAILABLE once
+  // stop_accepting() or shutdown() was called. When OK is returned, sink->on_finish() is called exactly
+  // once. Cancel through `cancel` (any thread).
   absl::Status submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
                       std::shared_ptr<CancelToken> cancel);
 
@@ -106,17 +158,17 @@ class Engine {
   struct Active;
   Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg);
   void run();
-  void admit_locked(std::vector<std::unique_ptr<Pending>>& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running, int32_t n_waiting);
 
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
-  Generator validator_;  // prepare() only: validation + tokenization,
-                         // thread-safe (const)
+  Generator validator_;  // prepare() only: validation + tokenization, thread-safe (const)
+  std::unique_ptr<KvBlockPool> pool_;  // engine thread only after create()
+  uint64_t model_salt_ = 0;            // prefix-cache key of the model (name, dtype)
 
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
-  int32_t n_running_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t kv_bytes_in_use_ ABSL_GUARDED_BY(mu_) = 0;  // sum of the active sequences' KV caches
+  int64_t n_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // accepted, not yet finished
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   EngineStats counters_ ABSL_GUARDED_BY(mu_);

@@ -75,9 +75,9 @@ absl::StatusOr<GenerationResult> Generator::generate(const GenerationRequest& re
       scratch_ = model_.model->make_scratch(max_context_);
     }));
   }
-  Sequence seq(model_, std::move(prompt), req.params, *kv_, scratch_, cfg_.fast_decode, clock_);
+  Sequence seq(model_, std::move(prompt), req.params, clock_);
   for (;;) {
-    FROST_ASSIGN_OR_RETURN(bool done, seq.step(on_token, cancel));
+    FROST_ASSIGN_OR_RETURN(bool done, seq.step(*kv_, scratch_, cfg_.fast_decode, on_token, cancel));
     if (done) return seq.take_result();
   }
 }

@@ -11,20 +11,16 @@
 namespace frost {
 
 Sequence::Sequence(const LoadedModel& model, std::vector<int32_t> prompt, const SamplingParams& params,
-                   SequenceKv& kv, DecodeScratch& scratch, bool fast_decode, const Clock* clock)
+                   const Clock* clock)
     : model_(model),
       params_(params),
-      kv_(kv),
-      scratch_(scratch),
-      fast_decode_(fast_decode),
       clock_(clock),
       sampler_(params, static_cast<int32_t>(model.config.n_vocab)),
-      stop_(params, model.config.eos_ids),
-      logits_(static_cast<size_t>(model.config.n_vocab)) {
+      stop_(params, model.config.eos_ids) {
   t_start_ns_ = clock_->now_ns();
-  kv_.reset();
   sampler_.add_prompt(prompt);
   if (model_.tokenizer) detok_.emplace(*model_.tokenizer);
+  tokens_ = prompt;
   res_.prompt_ids = std::move(prompt);
   res_.n_prompt = static_cast<int32_t>(res_.prompt_ids.size());
   res_.finish_reason = FinishReason::kLength;
@@ -57,11 +53,12 @@ void Sequence::finish(FinishReason reason, const TokenCallback& on_token) {
     }
   }
   res_.n_completion = static_cast<int32_t>(res_.ids.size());
-  if (prefilled_) res_.t_decode_s = static_cast<double>(clock_->now_ns() - t_decode0_ns_) * 1e-9;
+  if (t_decode0_ns_ > 0) res_.t_decode_s = static_cast<double>(clock_->now_ns() - t_decode0_ns_) * 1e-9;
   done_ = true;
 }
 
 bool Sequence::check_cancel(const CancelToken& cancel, const TokenCallback& on_token) {
+  if (done_) return true;
   switch (cancel.state()) {
     case CancelToken::State::kRunning: return false;
     case CancelToken::State::kCancelled: finish(FinishReason::kCancelled, on_token); return true;
@@ -70,48 +67,26 @@ bool Sequence::check_cancel(const CancelToken& cancel, const TokenCallback& on_t
   return false;
 }
 
-absl::StatusOr<bool> Sequence::step(const TokenCallback& on_token, const CancelToken& cancel) {
+SampledToken Sequence::sample(const float* logits) { return sampler_.sample(logits); }
+
+bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
   if (done_) return true;
-  if (check_cancel(cancel, on_token)) return true;
-  c10::InferenceMode inference_mode;
-  const Transformer& model = *model_.model;
-
-  // 1. one forward pass: the prompt (reference path, batched GEMMs), or the last sampled token
-  if (!prefilled_) {
-    const int64_t t0 = clock_->now_ns();
-    FROST_RETURN_IF_ERROR(torch_call([&] {
-      at::Tensor ids = at::empty({static_cast<int64_t>(res_.prompt_ids.size())}, at::kLong);
-      for (size_t i = 0; i < res_.prompt_ids.size(); ++i) ids.data_ptr<int64_t>()[i] = res_.prompt_ids[i];
-      at::Tensor out = model.forward(ids, kv_, /*last_only=*/true).contiguous();
-      std::memcpy(logits_.data(), out.data_ptr<float>(), logits_.size() * sizeof(float));
-    }));
-    t_decode0_ns_ = clock_->now_ns();
-    res_.t_prefill_s = static_cast<double>(t_decode0_ns_ - t0) * 1e-9;
-    prefilled_ = true;
-  } else {
-    FROST_RETURN_IF_ERROR(torch_call([&] {
-      if (fast_decode_) {
-        const float* out = model.decode_step(last_token_, kv_, scratch_);
-        std::memcpy(logits_.data(), out, logits_.size() * sizeof(float));
-      } else {
-        at::Tensor ids = at::full({1}, static_cast<int64_t>(last_token_), at::kLong);
-        at::Tensor out = model.forward(ids, kv_, /*last_only=*/true).contiguous();
-        std::memcpy(logits_.data(), out.data_ptr<float>(), logits_.size() * sizeof(float));
-      }
-    }));
-    ++res_.n_decode_steps;
-  }
-
-  // 2. sample, stream, and decide whether this was the last token
-  const SampledToken tok = sampler_.sample(logits_.data());
+  const int64_t now = clock_->now_ns();
   const auto index = static_cast<int32_t>(res_.ids.size());
-  if (index == 0) res_.t_first_token_s = static_cast<double>(clock_->now_ns() - t_start_ns_) * 1e-9;
+  if (t_decode0_ns_ == 0) {  // the first token ends the prefill
+    t_decode0_ns_ = now;
+    res_.t_first_token_s = static_cast<double>(now - t_start_ns_) * 1e-9;
+    if (res_.t_prefill_s == 0) res_.t_prefill_s = res_.t_first_token_s;
+  } else {
+    ++res_.n_decode_steps;  // a forward pass after the prefill produced this token
+  }
   if (stop_.is_stop_token(tok.id)) {
     res_.stop_reason = absl::StrCat("token:", tok.id);
     finish(FinishReason::kStop, on_token);
     return true;
   }
   res_.ids.push_back(tok.id);
+  tokens_.push_back(tok.id);
   TokenEvent ev;
   ev.id = tok.id;
   ev.index = index;
@@ -129,8 +104,51 @@ absl::StatusOr<bool> Sequence::step(const TokenCallback& on_token, const CancelT
     finish(FinishReason::kLength, on_token);
     return true;
   }
-  last_token_ = tok.id;
   return false;
+}
+
+absl::StatusOr<bool> Sequence::step(SequenceKv& kv, DecodeScratch& scratch, bool fast, const TokenCallback& on_token,
+                                    const CancelToken& cancel) {
+  if (done_) return true;
+  if (check_cancel(cancel, on_token)) return true;
+  c10::InferenceMode inference_mode;
+  const Transformer& model = *model_.model;
+  if (logits_.empty()) logits_.resize(static_cast<size_t>(model_.config.n_vocab));
+  const size_t V = logits_.size();
+
+  // 1. one forward pass: the prompt, or the last sampled token
+  if (res_.ids.empty() && t_decode0_ns_ == 0) {
+    const int64_t t0 = clock_->now_ns();
+    FROST_RETURN_IF_ERROR(torch_call([&] {
+      kv.reset();
+      const auto n = static_cast<int64_t>(tokens_.size());
+      if (fast) {  // the batched kernels with one sequence: bit-identical to the engine's prefill
+        BatchScratch bs;
+        const float* out = model.forward_batch({StepSeq{&kv, tokens_.data(), n, true}}, bs);
+        std::memcpy(logits_.data(), out, V * sizeof(float));
+      } else {
+        at::Tensor ids = at::empty({n}, at::kLong);
+        for (int64_t i = 0; i < n; ++i) ids.data_ptr<int64_t>()[i] = tokens_[static_cast<size_t>(i)];
+        at::Tensor out = model.forward(ids, kv, /*last_only=*/true).contiguous();
+        std::memcpy(logits_.data(), out.data_ptr<float>(), V * sizeof(float));
+      }
+    }));
+    res_.t_prefill_s = static_cast<double>(clock_->now_ns() - t0) * 1e-9;
+  } else {
+    const int32_t last = tokens_.back();
+    FROST_RETURN_IF_ERROR(torch_call([&] {
+      if (fast) {
+        const float* out = model.decode_step(last, kv, scratch);
+        std::memcpy(logits_.data(), out, V * sizeof(float));
+      } else {
+        at::Tensor ids = at::full({1}, static_cast<int64_t>(last), at::kLong);
+        at::Tensor out = model.forward(ids, kv, /*last_only=*/true).contiguous();
+        std::memcpy(logits_.data(), out.data_ptr<float>(), V * sizeof(float));
+      }
+    }));
+  }
+  // 2. sample, stream, and decide whether this was the last token
+  return accept(sample(logits_.data()), on_token);
 }
 
 }  // namespace frost

@@ -1,9 +1,15 @@
 #pragma once
-// Sequence: one generation in progress, as a step-wise state machine. Generator runs one to
-// completion; Engine interleaves many, one forward pass each per round. Each step() is exactly
-// one forward pass (the prefill on the first call, then one decode step) followed by sampling.
+// Sequence: one generation in progress — its tokens, sampler, stop conditions and incremental detokenizer —
+// as a state machine that does not own the model pass. The engine (core/generate/engine.h) batches many:
+// it computes the KV of tokens() in whatever steps and chunks it schedules, then hands the logits of the last
+// one to sample() and accept(). The Generator (the reference loop) drives one with step(), which runs the
+// model itself.
 //
-// Not thread-safe; the KV cache and scratch it is given must outlive it and belong to it alone.
+// Invariant the callers keep: logits are computed once the cache holds exactly tokens() (the prompt, then
+// every sampled id); they predict the next token. After a preemption the engine recomputes the cache from
+// tokens() and continues: sampler state and streamed text are untouched.
+//
+// Not thread-safe; sample() of different sequences may run in parallel (it touches only this sequence).
 #include <optional>
 #include <vector>
 
@@ -20,15 +26,29 @@ namespace frost {
 
 class Sequence {
  public:
-  // `prompt` must already be validated (ids < vocab, prompt + max_new_tokens <= kv capacity).
-  // `kv` is reset here.
-  Sequence(const LoadedModel& model, std::vector<int32_t> prompt, const SamplingParams& params, SequenceKv& kv,
-           DecodeScratch& scratch, bool fast_decode, const Clock* clock);
+  // `prompt` must already be validated (ids < vocab, prompt + max_new_tokens <= the context).
+  Sequence(const LoadedModel& model, std::vector<int32_t> prompt, const SamplingParams& params, const Clock* clock);
 
-  // Polls `cancel`, runs one forward pass, samples and emits the resulting events through
-  // `on_token`. Returns true once the sequence has finished (result() is then final).
-  // Errors are internal failures of tensor code.
-  absl::StatusOr<bool> step(const TokenCallback& on_token, const CancelToken& cancel);
+  // The prompt, then every token sampled so far (the stop token excluded).
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int64_t n_prompt() const { return res_.n_prompt; }
+  int64_t n_generated() const { return static_cast<int64_t>(res_.ids.size()); }
+
+  // Finishes the sequence (CANCELLED / DEADLINE) when `cancel` says so; true then.
+  bool check_cancel(const CancelToken& cancel, const TokenCallback& on_token);
+  // The next token from the logits [V] of the last token of tokens(). Sampler only: safe to run for different
+  // sequences in parallel.
+  SampledToken sample(const float* logits);
+  // Applies a token from sample(): stop token / strings, detokenization, the event through on_token, the
+  // length limit. Returns true once the sequence has finished (result() is then final).
+  bool accept(const SampledToken& tok, const TokenCallback& on_token);
+
+  // The reference loop: one forward pass on its own cache (the whole prompt on the first call — through
+  // forward_batch when `fast`, else the reference forward() — then one token: decode_step when `fast`),
+  // sampling, events. `kv` is reset on the first call. Returns true once finished. Errors are internal
+  // failures of tensor code.
+  absl::StatusOr<bool> step(SequenceKv& kv, DecodeScratch& scratch, bool fast, const TokenCallback& on_token,
+                            const CancelToken& cancel);
 
   bool finished() const { return done_; }
   const GenerationResult& result() const { return res_; }
@@ -37,24 +57,19 @@ class Sequence {
  private:
   void emit(TokenEvent&& ev, const TokenCallback& on_token);
   void finish(FinishReason reason, const TokenCallback& on_token);
-  bool check_cancel(const CancelToken& cancel, const TokenCallback& on_token);
 
   const LoadedModel& model_;
   SamplingParams params_;
-  SequenceKv& kv_;
-  DecodeScratch& scratch_;
-  bool fast_decode_;
   const Clock* clock_;
 
   Sampler sampler_;
   std::optional<IncrementalDetokenizer> detok_;
   StopChecker stop_;
-  std::vector<float> logits_;  // [V] of the last forward pass
+  std::vector<int32_t> tokens_;  // prompt + sampled ids
+  std::vector<float> logits_;    // [V] of the last forward pass (step() only)
   GenerationResult res_;
-  int64_t t_start_ns_ = 0;      // construction
-  int64_t t_decode0_ns_ = 0;    // end of prefill
-  int32_t last_token_ = -1;     // sampled, not yet fed to the model
-  bool prefilled_ = false;
+  int64_t t_start_ns_ = 0;    // construction
+  int64_t t_decode0_ns_ = 0;  // first token (end of the prefill)
   bool done_ = false;
 };
 

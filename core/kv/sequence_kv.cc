@@ -40,6 +40,15 @@ void kv_spec_formats(const KvSpec& spec, std::vector<KvLayerFormat>* layers, std
   }
 }
 
+int64_t kv_pool_block_bytes(const KvSpec& spec, int64_t block_tokens) {
+  KvSpec f = spec;
+  f.codec = KvCodecKind::kF32;
+  f.splice.reset();
+  std::vector<KvLayerFormat> layers, reverse;
+  kv_spec_formats(f, &layers, &reverse);
+  return kv_block_bytes_for(layers, reverse, block_tokens);
+}
+
 KvLayout kv_paged_layout(const KvSpec& spec, int64_t block_bytes) {
   std::vector<KvLayerFormat> layers, reverse;
   kv_spec_formats(spec, &layers, &reverse);

@@ -138,6 +138,9 @@ class SequenceKv {
 
 // The KvLayerFormat of every layer (and reverse store) of `spec` (core/kv/codec.h kv_layer_format).
 void kv_spec_formats(const KvSpec& spec, std::vector<KvLayerFormat>* layers, std::vector<KvLayerFormat>* reverse);
+// Bytes of a pool block that holds block_tokens positions of `spec` stored as fp32, the widest codec: a pool
+// made with it holds block_tokens positions per block at fp32 and more with any compact codec.
+int64_t kv_pool_block_bytes(const KvSpec& spec, int64_t block_tokens);
 // The layout a paged sequence of `spec` gets in blocks of block_bytes.
 KvLayout kv_paged_layout(const KvSpec& spec, int64_t block_bytes);
 

@@ -1,5 +1,6 @@
 // Transformer fast path: batch-1 single-token decode on raw pointers. Every buffer lives in
-// DecodeScratch; no LibTorch op runs per step. Held equal to forward() by
+// DecodeScratch; no LibTorch op runs per step. Matrix products use the packed GEMM of the batched step with
+// one row (kernels/cpu/gemm.h: same fma order, so decode_step and forward_batch agree bit for bit). Held equal to forward() by
 // tests/unit/model/transformer_test.cc and tests/integration/hf_reference_test.cc.
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -11,57 +12,15 @@
 #include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 #include "core/model/cpu_kernels.h"
+#include "core/model/rows.h"
 #include "core/model/transformer.h"
 
 namespace frost {
-namespace {
 
-const float* fptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
-
-// RMSNorm or LayerNorm of x [C] into out [C] (fp32).
-void norm_row(const ModelConfig& cfg, const float* x, const float* w, const float* b, float* out) {
-  const int64_t C = cfg.dim;
-  if (cfg.arch == Arch::kLlama) {
-    float ss = 0;
-    for (int64_t i = 0; i < C; ++i) ss += x[i] * x[i];
-    const float r = 1.f / std::sqrt(ss / static_cast<float>(C) + static_cast<float>(cfg.norm_eps));
-    for (int64_t i = 0; i < C; ++i) out[i] = x[i] * r * w[i];
-  } else {
-    float mean = 0;
-    for (int64_t i = 0; i < C; ++i) mean += x[i];
-    mean /= static_cast<float>(C);
-    float var = 0;
-    for (int64_t i = 0; i < C; ++i) var += (x[i] - mean) * (x[i] - mean);
-    var /= static_cast<float>(C);
-    const float r = 1.f / std::sqrt(var + static_cast<float>(cfg.norm_eps));
-    for (int64_t i = 0; i < C; ++i) out[i] = (x[i] - mean) * r * w[i] + b[i];
-  }
-}
-
-// In-place HF rotate_half RoPE on n heads of D at position pos.
-void rope_row(float* x, int64_t n, int64_t d, const float* cos_row, const float* sin_row) {
-  const int64_t half = d / 2;
-  for (int64_t h = 0; h < n; ++h) {
-    float* xh = x + h * d;
-    for (int64_t j = 0; j < half; ++j) {
-      const float a = xh[j], b = xh[j + half];
-      xh[j] = a * cos_row[j] - b * sin_row[j];
-      xh[j + half] = b * cos_row[j] + a * sin_row[j];
-    }
-  }
-}
-
-void embed_row(const at::Tensor& table, int64_t id, float* out) {
-  const int64_t C = table.size(1);
-  if (table.scalar_type() == at::kFloat) {
-    std::memcpy(out, table.data_ptr<float>() + id * C, static_cast<size_t>(C) * sizeof(float));
-  } else {
-    const auto* src = table.data_ptr<c10::BFloat16>() + id * C;
-    for (int64_t i = 0; i < C; ++i) out[i] = static_cast<float>(src[i]);
-  }
-}
-
-}  // namespace
+using rows::embed_row;
+using rows::fptr;
+using rows::norm_row;
+using rows::rope_row;
 
 void attend_all_heads(const KvCodec& cache, const float* q, int64_t n_head, int64_t head_dim, int64_t n,
                       float scale, float* out) {
@@ -73,8 +32,10 @@ void attend_all_heads(const KvCodec& cache, const float* q, int64_t n_head, int6
 
 namespace {
 
-void matvec_t(const at::Tensor& w, const at::Tensor& b, const float* x, float* y) {
-  kernels::matvec(w.data_ptr(), w.scalar_type(), x, fptr(b), y, w.size(0), w.size(1));
+// One row through a packed matrix: the same kernel and fma order as forward_batch, so the batch-1 path and
+// the batched one give bit-identical logits (core/model/forward_batch.cc).
+void gemv(const kernels::PackedMatrix& w, const at::Tensor& b, const float* x, float* y) {
+  kernels::gemm_packed(w, x, w.n_in, 1, fptr(b), y, w.n_out);
 }
 
 }  // namespace
@@ -96,8 +57,9 @@ DecodeScratch Transformer::make_scratch(int64_t max_tokens) const {
 }
 
 const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScratch& s) const {
+  ensure_packed();
   const int64_t pos = kv.n_tokens();
-  const int64_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, D = cfg_.head_dim, F = cfg_.ffn_dim, C = cfg_.dim;
+  const int64_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, D = cfg_.head_dim, C = cfg_.dim;
   TORCH_CHECK(token >= 0 && token < cfg_.n_vocab, "decode_step: token ", token, " out of range");
   TORCH_CHECK(pos < kv.capacity() && pos < cfg_.max_pos, "decode_step: position ", pos, " exceeds capacity");
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
@@ -132,9 +94,10 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+    const PackedLayer& pw = packed_[static_cast<size_t>(l)];
     // 2. norm → fused q|k|v mat-vec → RoPE
     norm_row(cfg_, x, fptr(lw.attn_norm_w), fptr(lw.attn_norm_b), xn);
-    matvec_t(lw.wqkv, lw.bqkv, xn, q);
+    gemv(pw.wqkv, lw.bqkv, xn, q);
     if (cos_row) {
       rope_row(q, H, D, cos_row, sin_row);
       rope_row(k, Hkv, D, cos_row, sin_row);
@@ -169,37 +132,24 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
     if (lw.var.router()) {
       variants::router_step(cfg_, lw.var, s.att_out.data(), x, s.var.e_tok.data(), s.var, xn);
     } else {
-      matvec_t(lw.wo, lw.bo, s.att_out.data(), xn);
+      gemv(pw.wo, lw.bo, s.att_out.data(), xn);
     }
     for (int64_t i = 0; i < C; ++i) x[i] += xn[i];
     const bool ctx = lw.var.ctx_active();  // MLP context: keep the attention output for the MLP
     if (ctx) std::memcpy(s.var.ctx_summary.data(), xn, static_cast<size_t>(C) * sizeof(float));
     // 5. MLP + residual
     norm_row(cfg_, x, fptr(lw.mlp_norm_w), fptr(lw.mlp_norm_b), xn);
-    matvec_t(lw.w_in, lw.b_in, xn, s.h_in.data());
+    gemv(pw.w_in, lw.b_in, xn, s.h_in.data());
     if (ctx) variants::mlp_ctx_step(cfg_, lw.var, s.var.ctx_summary.data(), s.var, s.h_in.data());
-    float* hin = s.h_in.data();
-    float* act = s.h_act.data();
-    if (cfg_.arch == Arch::kLlama) {
-      for (int64_t i = 0; i < F; ++i) {
-        const float g = hin[i];
-        act[i] = g / (1.f + std::exp(-g)) * hin[F + i];
-      }
-    } else {
-      constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
-      for (int64_t i = 0; i < F; ++i) {
-        const float u = hin[i];
-        act[i] = 0.5f * u * (1.f + std::tanh(kC * (u + 0.044715f * u * u * u)));
-      }
-    }
-    matvec_t(lw.w_out, lw.b_out, act, xn);
+    rows::mlp_activation(cfg_, s.h_in.data(), s.h_act.data());
+    gemv(pw.w_out, lw.b_out, s.h_act.data(), xn);
     for (int64_t i = 0; i < C; ++i) x[i] += xn[i];
   }
   kv.advance(1);
 
   // 6. final norm → logits
   norm_row(cfg_, x, fptr(w_.final_norm_w), fptr(w_.final_norm_b), s.hidden.data());
-  matvec_t(w_.lm_head, at::Tensor(), s.hidden.data(), s.logits.data());
+  gemv(packed_head_, at::Tensor(), s.hidden.data(), s.logits.data());
   return s.logits.data();
 }
 

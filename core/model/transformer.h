@@ -23,9 +23,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "core/kv/sequence_kv.h"
+#include "kernels/cpu/gemm.h"
 #include "core/model/model_config.h"
 #include "core/model/variants.h"
 
@@ -59,6 +61,28 @@ struct DecodeScratch {
   VariantScratch var;                                  // architecture variants
 };
 
+// One sequence's new tokens in a batched step (forward_batch).
+struct StepSeq {
+  SequenceKv* kv = nullptr;          // positions kv->n_tokens() .. + n_tokens − 1 are written (reserved)
+  const int32_t* tokens = nullptr;   // [n_tokens] ids < V
+  int64_t n_tokens = 0;
+  bool logits = false;               // compute the logits of its last new token
+};
+
+// Buffers of forward_batch, grown on demand and reused across steps (one per engine thread). R = rows of
+// the step (all new tokens), L = sequences with logits.
+struct BatchScratch {
+  std::vector<float> x, xn;         // [R, C] residual stream, normed / projected rows
+  std::vector<float> qkv, qa, att;  // [R, H·D + 2·Hkv·D], [R, H·D] repaired queries, [R, H·D]
+  std::vector<float> h_in, h_act;   // [R, F_in], [R, F]
+  std::vector<float> final_x;       // [L, C]
+  std::vector<float> logits;        // [L, V]
+  std::vector<int64_t> pos, seq;    // [R] each row's position and sequence index
+  std::vector<float> repair_gv, repair_tmp, e_tok, ctx_summary;
+  VariantScratch var;
+  int64_t var_dim = 0;
+};
+
 class Transformer {
  public:
   // Takes validated config and weights (see model_loader.cc / builtin_models.cc).
@@ -88,13 +112,35 @@ class Transformer {
 
   DecodeScratch make_scratch(int64_t max_tokens) const;
 
+  // Batched fast path (continuous batching): the new tokens of every sequence in `seqs` as one ragged batch
+  // of rows. Every weight matrix is read once (kernels::gemm_packed over all rows); attention runs per row
+  // over its own sequence's cache through that sequence's codec kernel (so sequences with different codecs,
+  // repair operators and KVSplice sets share a step), in parallel over rows × heads. Each kv advances by its
+  // n_tokens. Returns the logits [L, V] (in scratch.logits, valid until the next call) of the last token of
+  // each sequence with logits = true, in order. A row's arithmetic does not depend on the rest of the batch:
+  // its logits are bit-identical however the rows are batched, chunked or recomputed. Throws c10::Error on
+  // broken invariants (capacity, token range, a reference-only KV stage).
+  const float* forward_batch(const std::vector<StepSeq>& seqs, BatchScratch& scratch) const;
+  // Bytes of the packed copies forward_batch reads (made on first use; 0 contribution before).
+  int64_t packed_weight_bytes() const;
+
  private:
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   at::Tensor apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t pos) const;
 
+  // The weight matrices packed for kernels::gemm_packed, made once on first use (a process that never runs
+  // forward_batch never pays their memory).
+  struct PackedLayer {
+    kernels::PackedMatrix wqkv, wo, w_in, w_out;
+  };
+  void ensure_packed() const;
+
   ModelConfig cfg_;
   ModelWeights w_;
+  mutable std::once_flag packed_once_;
+  mutable std::vector<PackedLayer> packed_;
+  mutable kernels::PackedMatrix packed_head_;
   at::ScalarType wdtype_ = at::kFloat;  // dtype of the matrices (fp32 or bf16)
   at::Tensor rope_cos_, rope_sin_;      // [max_pos, D/2] fp32 (LLaMA)
 };

@@ -33,8 +33,12 @@ TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.model.path, "builtin:tiny");
   EXPECT_EQ(c.model.dtype, WeightDtype::kF32);
   EXPECT_EQ(c.model.threads, 0);
-  EXPECT_EQ(c.engine.max_running, 4);
-  EXPECT_EQ(c.engine.max_waiting, 16);
+  EXPECT_EQ(c.engine.max_running, 32);
+  EXPECT_EQ(c.engine.max_waiting, 128);
+  EXPECT_EQ(c.engine.max_batch_tokens, 256);
+  EXPECT_EQ(c.engine.kv_block_tokens, 16);
+  EXPECT_EQ(c.engine.kv_cache_bytes, 0);
+  EXPECT_TRUE(c.engine.prefix_caching);
   EXPECT_EQ(c.engine.max_context, 0);
   EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kF32);
   EXPECT_EQ(c.limits.max_prompt_bytes, 65536);
@@ -92,6 +96,10 @@ model:
 engine:
   max_running: 2
   max_waiting: 0
+  max_batch_tokens: 64
+  kv_block_tokens: 32
+  kv_cache_bytes: 3MiB
+  prefix_caching: false
   max_context: 512
   kv_codec: bf16
 limits:
@@ -115,6 +123,10 @@ log:
   EXPECT_EQ(c.model.threads, 8);
   EXPECT_EQ(c.engine.max_running, 2);
   EXPECT_EQ(c.engine.max_waiting, 0);
+  EXPECT_EQ(c.engine.max_batch_tokens, 64);
+  EXPECT_EQ(c.engine.kv_block_tokens, 32);
+  EXPECT_EQ(c.engine.kv_cache_bytes, 3 << 20);
+  EXPECT_FALSE(c.engine.prefix_caching);
   EXPECT_EQ(c.engine.max_context, 512);
   EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kBF16);
   EXPECT_EQ(c.limits.max_prompt_bytes, 100);
@@ -129,7 +141,7 @@ log:
 TEST(ServerConfigTest, PartialSectionKeepsOtherDefaults) {
   const ServerConfig c = parse_ok("engine:\n  kv_codec: fp16\nlog: {level: warn}\n");
   EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kF16);
-  EXPECT_EQ(c.engine.max_running, 4);
+  EXPECT_EQ(c.engine.max_running, 32);
   EXPECT_EQ(c.log.level, LogLevel::kWarn);
   EXPECT_EQ(c.server.listen, "0.0.0.0:50051");
 }
@@ -219,8 +231,16 @@ TEST(ServerConfigTest, RejectsWrongTypes) {
 }
 
 TEST(ServerConfigTest, RejectsOutOfRangeValues) {
-  EXPECT_INVALID(parse_status("engine:\n  max_running: 0\n"),
-                 "engine.max_running: must be in [1, 2147483647], got 0");
+  EXPECT_INVALID(parse_status("engine:\n  max_running: 0\n"), "engine.max_running: must be in [1, 65536], got 0");
+  EXPECT_INVALID(parse_status("engine:\n  kv_block_tokens: 0\n"),
+                 "engine.kv_block_tokens: must be in [1, 4096], got 0");
+  EXPECT_INVALID(parse_status("engine:\n  kv_cache_bytes: -1\n"),
+                 "engine.kv_cache_bytes: expected a byte size (an integer, optionally with KiB, MiB, GiB or TiB), "
+                 "got \"-1\"");
+  EXPECT_INVALID(parse_status("engine:\n  kv_cache_bytes: 4GB\n"), "engine.kv_cache_bytes: expected a byte size");
+  EXPECT_INVALID(parse_status("engine:\n  kv_cache_bytes: \"4096\"\n"), "engine.kv_cache_bytes: expected a byte size");
+  EXPECT_INVALID(parse_status("engine:\n  prefix_caching: yes\n"),
+                 "engine.prefix_caching: expected true or false, got \"yes\"");
   EXPECT_INVALID(parse_status("engine:\n  max_waiting: -1\n"),
                  "engine.max_waiting: must be in [0, 2147483647], got -1");
   EXPECT_INVALID(parse_status("engine:\n  max_context: 2147483648\n"),
@@ -289,6 +309,10 @@ TEST(ServerConfigTest, CrossFieldRules) {
   EXPECT_INVALID(parse_status("engine:\n  max_context: 128\nlimits:\n  max_prompt_tokens: 129\n"),
                  "limits.max_prompt_tokens: must be <= engine.max_context (128), got 129");
   parse_ok("engine:\n  max_context: 128\nlimits:\n  max_prompt_tokens: 128\n");
+  EXPECT_INVALID(parse_status("engine:\n  max_running: 64\n  max_batch_tokens: 32\n"),
+                 "engine.max_batch_tokens: must be >= engine.max_running (64: every running sequence decodes one "
+                 "token per step), got 32");
+  EXPECT_EQ(parse_ok("engine:\n  kv_cache_bytes: 2GiB\n").engine.kv_cache_bytes, int64_t{2} << 30);
 }
 
 TEST(ServerConfigTest, YamlSyntaxErrorsNameLineAndColumn) {

@@ -1,0 +1,241 @@
+// Transformer batched fast path: one pass over the new tokens of several sequences (continuous batching,
+// vLLM's ragged batch). Rows are the new tokens of every sequence, concatenated: decode steps contribute one
+// row, prefill chunks many. Every weight matrix is read once per step (kernels::gemm_packed over all rows);
+// attention runs per row over its own sequence's cache through that sequence's codec kernel, in parallel
+// over rows × heads; the per-row pieces are those of decode_step (core/model/rows.h).
+//
+// Held to decode_step and forward() by tests/unit/model/forward_batch_test.cc.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/kv/repair_set.h"
+#include "core/model/rows.h"
+#include "core/model/transformer.h"
+
+namespace frost {
+namespace {
+
+// Row r's float block of width w in a [R, w] buffer.
+inline float* row(std::vector<float>& v, int64_t r, int64_t w) { return v.data() + r * w; }
+
+template <typename T>
+void grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+void Transformer::ensure_packed() const {
+  std::call_once(packed_once_, [this] {
+    packed_.resize(w_.layers.size());
+    for (size_t l = 0; l < w_.layers.size(); ++l) {
+      const LayerWeights& lw = w_.layers[l];
+      PackedLayer& p = packed_[l];
+      p.wqkv = kernels::pack_matrix(lw.wqkv.contiguous());
+      if (lw.wo.defined()) p.wo = kernels::pack_matrix(lw.wo.contiguous());
+      p.w_in = kernels::pack_matrix(lw.w_in.contiguous());
+      p.w_out = kernels::pack_matrix(lw.w_out.contiguous());
+    }
+    packed_head_ = kernels::pack_matrix(w_.lm_head.contiguous());
+  });
+}
+
+int64_t Transformer::packed_weight_bytes() const {
+  ensure_packed();
+  int64_t n = packed_head_.bytes();
+  for (const PackedLayer& p : packed_) n += p.wqkv.bytes() + p.wo.bytes() + p.w_in.bytes() + p.w_out.bytes();
+  return n;
+}
+
+const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchScratch& s) const {
+  ensure_packed();
+  const int64_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, D = cfg_.head_dim, C = cfg_.dim;
+  const int64_t QKV = cfg_.q_dim() + 2 * cfg_.kv_dim(), HD = cfg_.q_dim();
+  const int64_t F = cfg_.ffn_dim, F_in = cfg_.arch == Arch::kLlama ? 2 * F : F;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+
+  // 0. rows: validate, then lay the batch out (row r: its sequence, its position)
+  int64_t R = 0, n_logits = 0;
+  for (const StepSeq& q : seqs) {
+    TORCH_CHECK(q.kv && q.tokens && q.n_tokens > 0, "forward_batch: every sequence needs a cache and tokens");
+    const int64_t pos = q.kv->n_tokens();
+    TORCH_CHECK(pos + q.n_tokens <= q.kv->capacity() && pos + q.n_tokens <= cfg_.max_pos, "forward_batch: ",
+                pos + q.n_tokens, " positions exceed capacity ", std::min(q.kv->capacity(), cfg_.max_pos));
+    for (int64_t i = 0; i < q.n_tokens; ++i)
+      TORCH_CHECK(q.tokens[i] >= 0 && q.tokens[i] < cfg_.n_vocab, "forward_batch: token ", q.tokens[i],
+                  " out of range [0, ", cfg_.n_vocab, ")");
+    const KvStages& st = q.kv->stages();
+    TORCH_CHECK(st.corruption.kind == CorruptionKind::kNone || st.corruption.mode != CorruptionMode::kFreshPerStep,
+                "forward_batch: fresh-per-step corruption runs on the reference path; use forward()");
+    TORCH_CHECK(!st.temporal, "forward_batch: FIMKVSplice evaluation runs on the reference path");
+    R += q.n_tokens;
+    n_logits += q.logits ? 1 : 0;
+  }
+  s.pos.resize(static_cast<size_t>(R));
+  s.seq.resize(static_cast<size_t>(R));
+  for (int64_t i = 0, r = 0; i < static_cast<int64_t>(seqs.size()); ++i)
+    for (int64_t t = 0; t < seqs[static_cast<size_t>(i)].n_tokens; ++t, ++r) {
+      s.pos[static_cast<size_t>(r)] = seqs[static_cast<size_t>(i)].kv->n_tokens() + t;
+      s.seq[static_cast<size_t>(r)] = i;
+    }
+  grow(s.x, R * C);
+  grow(s.xn, R * C);
+  grow(s.qkv, R * QKV);
+  grow(s.att, R * HD);
+  grow(s.h_in, R * F_in);
+  grow(s.h_act, R * F);
+  grow(s.final_x, n_logits * C);
+  grow(s.logits, n_logits * cfg_.n_vocab);
+  const bool router = !cfg_.variants.router_layers.empty(), ctx_any = !cfg_.variants.mlp_ctx_layers.empty();
+  if (router) grow(s.e_tok, R * C);
+  if (ctx_any) grow(s.ctx_summary, R * C);
+  if (s.var_dim != C) {
+    variants::size_scratch(cfg_, cfg_.max_pos, &s.var);
+    s.var_dim = C;
+  }
+  bool any_repair = false;
+  for (const StepSeq& q : seqs) {
+    if (const auto& rs = q.kv->stages().repair) {
+      any_repair = true;
+      const int64_t r = rs->cfg().rank;
+      grow(s.repair_gv, R * H * r);
+      grow(s.repair_tmp, 8 * r);
+    }
+  }
+  if (any_repair) grow(s.qa, R * HD);
+
+  // 1. embeddings (+ learned positions for GPT-2)                         x: [R, C]
+  for (int64_t r = 0; r < R; ++r) {
+    const StepSeq& q = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])];
+    const int64_t pos = s.pos[static_cast<size_t>(r)];
+    float* x = row(s.x, r, C);
+    rows::embed_row(w_.tok_embed, q.tokens[pos - q.kv->n_tokens()], x);
+    if (router) std::memcpy(row(s.e_tok, r, C), x, static_cast<size_t>(C) * sizeof(float));  // router E(x)
+    if (cfg_.arch == Arch::kGpt2) {
+      const float* pe = w_.pos_embed.data_ptr<float>() + pos * C;
+      for (int64_t i = 0; i < C; ++i) x[i] += pe[i];
+    }
+  }
+
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+    const PackedLayer& pw = packed_[static_cast<size_t>(l)];
+    const bool ra = cfg_.variants.is_ra(l);
+    // 2. norm → q|k|v for all rows (one read of wqkv) → RoPE at each row's position
+    for (int64_t r = 0; r < R; ++r) rows::norm_row(cfg_, row(s.x, r, C), rows::fptr(lw.attn_norm_w), rows::fptr(lw.attn_norm_b), row(s.xn, r, C));
+    kernels::gemm_packed(pw.wqkv, s.xn.data(), C, R, rows::fptr(lw.bqkv), s.qkv.data(), QKV);
+    for (int64_t r = 0; r < R; ++r) {
+      float* q = row(s.qkv, r, QKV);
+      float* k = q + HD;
+      const int64_t pos = s.pos[static_cast<size_t>(r)];
+      if (cfg_.arch == Arch::kLlama) {
+        const float* c = rope_cos_.data_ptr<float>() + pos * (D / 2);
+        const float* sn = rope_sin_.data_ptr<float>() + pos * (D / 2);
+        rows::rope_row(q, H, D, c, sn);
+        rows::rope_row(k, Hkv, D, c, sn);
+      }
+      if (ra) std::swap_ranges(q, q + HD, k);  // RA: cache q rows, probe with k_i
+    }
+    // 3. KV pipeline, per row in order: [corrupt at write] → append. Every row of the layer is stored before
+    //    any row attends; a row reads only positions <= its own, so the result is causal.
+    for (int64_t r = 0; r < R; ++r) {
+      SequenceKv& kv = *seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv;
+      float* k = row(s.qkv, r, QKV) + HD;
+      float* v = k + Hkv * D;
+      const int64_t pos = s.pos[static_cast<size_t>(r)];
+      const KvStages& st = kv.stages();
+      if (st.corruption.kind != CorruptionKind::kNone) {  // persistent (evaluation only): LibTorch ops
+        const at::Tensor kr = corrupt(at::from_blob(k, {Hkv, D}, at::kFloat), st.corruption, 2 * l, pos);
+        const at::Tensor vr = corrupt(at::from_blob(v, {Hkv, D}, at::kFloat), st.corruption, 2 * l + 1, pos);
+        std::memcpy(k, kr.data_ptr<float>(), static_cast<size_t>(Hkv * D) * sizeof(float));
+        std::memcpy(v, vr.data_ptr<float>(), static_cast<size_t>(Hkv * D) * sizeof(float));
+      }
+      kv.layer(l).append_token(k, v, pos);
+    }
+    // Repair (folded, core/kv/repair.h): the query correction before the kernel.
+    auto repair_of = [&](int64_t r) -> const RepairLayer::Fast* {
+      const auto& rs = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv->stages().repair;
+      return rs ? rs->fast(l) : nullptr;
+    };
+    auto query_of = [&](int64_t r) -> const float* {
+      return any_repair && repair_of(r) ? row(s.qa, r, HD) : row(s.qkv, r, QKV);
+    };
+    if (any_repair) {
+      for (int64_t r = 0; r < R; ++r)
+        if (const RepairLayer::Fast* rf = repair_of(r))
+          for (int64_t h = 0; h < H; ++h)
+            rf->query(row(s.qkv, r, QKV) + h * D, h, row(s.qa, r, HD) + h * D,
+                      s.repair_gv.data() + (r * H + h) * rf->r, s.repair_tmp.data());
+    }
+    // Attention: (row, head) tasks dealt round-robin to the threads (rows differ in length; interleaving
+    // balances them). Each task is the codec's kernel over that row's positions [0, pos].
+    int64_t work = 0;
+    for (int64_t r = 0; r < R; ++r) work += (s.pos[static_cast<size_t>(r)] + 1) * H * D;
+    const int64_t n_tasks = R * H;
+    auto run_tasks = [&](int64_t first, int64_t stride) {
+      for (int64_t i = first; i < n_tasks; i += stride) {
+        const int64_t r = i / H, h = i % H;
+        const KvCodec& cache = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv->layer(l);
+        cache.attend(query_of(r), H, s.pos[static_cast<size_t>(r)] + 1, scale, h, h + 1, row(s.att, r, HD));
+      }
+    };
+    const int64_t n_threads = work < (int64_t{1} << 15) ? 1 : std::min<int64_t>(at::get_num_threads(), n_tasks);
+    if (n_threads <= 1) {
+      run_tasks(0, 1);
+    } else {
+      at::parallel_for(0, n_threads, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) run_tasks(t, n_threads);
+      });
+    }
+    if (any_repair) {
+      for (int64_t r = 0; r < R; ++r)
+        if (const RepairLayer::Fast* rf = repair_of(r))
+          for (int64_t h = 0; h < H; ++h)
+            rf->output(s.repair_gv.data() + (r * H + h) * rf->r, row(s.att, r, HD) + h * D, s.repair_tmp.data());
+    }
+    if (cfg_.variants.is_sba(l)) {  // per row in order: the reverse store grows with the rows
+      for (int64_t r = 0; r < R; ++r) {
+        float* q = row(s.qkv, r, QKV);
+        variants::sba_step(cfg_, l, *seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv, q, q + HD,
+                           q + HD + Hkv * D, s.pos[static_cast<size_t>(r)], scale, s.var, row(s.att, r, HD));
+      }
+    }
+    // 4. output projection (router layers: two group projections mixed per token) + residual
+    if (lw.var.router()) {
+      for (int64_t r = 0; r < R; ++r)
+        variants::router_step(cfg_, lw.var, row(s.att, r, HD), row(s.x, r, C), row(s.e_tok, r, C), s.var,
+                              row(s.xn, r, C));
+    } else {
+      kernels::gemm_packed(pw.wo, s.att.data(), HD, R, rows::fptr(lw.bo), s.xn.data(), C);
+    }
+    for (int64_t i = 0; i < R * C; ++i) s.x[static_cast<size_t>(i)] += s.xn[static_cast<size_t>(i)];
+    const bool ctx = lw.var.ctx_active();  // MLP context: keep the attention output for the MLP
+    if (ctx) std::memcpy(s.ctx_summary.data(), s.xn.data(), static_cast<size_t>(R * C) * sizeof(float));
+    // 5. MLP + residual
+    for (int64_t r = 0; r < R; ++r) rows::norm_row(cfg_, row(s.x, r, C), rows::fptr(lw.mlp_norm_w), rows::fptr(lw.mlp_norm_b), row(s.xn, r, C));
+    kernels::gemm_packed(pw.w_in, s.xn.data(), C, R, rows::fptr(lw.b_in), s.h_in.data(), F_in);
+    for (int64_t r = 0; r < R; ++r) {
+      if (ctx) variants::mlp_ctx_step(cfg_, lw.var, row(s.ctx_summary, r, C), s.var, row(s.h_in, r, F_in));
+      rows::mlp_activation(cfg_, row(s.h_in, r, F_in), row(s.h_act, r, F));
+    }
+    kernels::gemm_packed(pw.w_out, s.h_act.data(), F, R, rows::fptr(lw.b_out), s.xn.data(), C);
+    for (int64_t i = 0; i < R * C; ++i) s.x[static_cast<size_t>(i)] += s.xn[static_cast<size_t>(i)];
+  }
+  for (const StepSeq& q : seqs) q.kv->advance(q.n_tokens);
+
+  // 6. final norm → logits, only for the last row of the sequences that asked    logits: [n_logits, V]
+  for (int64_t i = 0, r = 0, j = 0; i < static_cast<int64_t>(seqs.size()); ++i) {
+    const StepSeq& q = seqs[static_cast<size_t>(i)];
+    r += q.n_tokens;
+    if (q.logits)
+      rows::norm_row(cfg_, row(s.x, r - 1, C), rows::fptr(w_.final_norm_w), rows::fptr(w_.final_norm_b),
+                     row(s.final_x, j++, C));
+  }
+  kernels::gemm_packed(packed_head_, s.final_x.data(), C, n_logits, nullptr, s.logits.data(), cfg_.n_vocab);
+  return s.logits.data();
+}
+
+}  // namespace frost

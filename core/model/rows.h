@@ -1,0 +1,79 @@
+#pragma once
+// Per-row pieces shared by the two fast paths (decode_fast.cc: one token; forward_batch.cc: a ragged batch
+// of rows): each row runs exactly this arithmetic on both, so they agree bit for bit wherever their
+// matrix products do. Internal to core/model.
+#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/model/model_config.h"
+
+namespace frost::rows {
+
+inline const float* fptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// RMSNorm or LayerNorm of x [C] into out [C] (fp32).
+inline void norm_row(const ModelConfig& cfg, const float* x, const float* w, const float* b, float* out) {
+  const int64_t C = cfg.dim;
+  if (cfg.arch == Arch::kLlama) {
+    float ss = 0;
+    for (int64_t i = 0; i < C; ++i) ss += x[i] * x[i];
+    const float r = 1.f / std::sqrt(ss / static_cast<float>(C) + static_cast<float>(cfg.norm_eps));
+    for (int64_t i = 0; i < C; ++i) out[i] = x[i] * r * w[i];
+  } else {
+    float mean = 0;
+    for (int64_t i = 0; i < C; ++i) mean += x[i];
+    mean /= static_cast<float>(C);
+    float var = 0;
+    for (int64_t i = 0; i < C; ++i) var += (x[i] - mean) * (x[i] - mean);
+    var /= static_cast<float>(C);
+    const float r = 1.f / std::sqrt(var + static_cast<float>(cfg.norm_eps));
+    for (int64_t i = 0; i < C; ++i) out[i] = (x[i] - mean) * r * w[i] + b[i];
+  }
+}
+
+// In-place HF rotate_half RoPE on n heads of D at position pos.
+inline void rope_row(float* x, int64_t n, int64_t d, const float* cos_row, const float* sin_row) {
+  const int64_t half = d / 2;
+  for (int64_t h = 0; h < n; ++h) {
+    float* xh = x + h * d;
+    for (int64_t j = 0; j < half; ++j) {
+      const float a = xh[j], b = xh[j + half];
+      xh[j] = a * cos_row[j] - b * sin_row[j];
+      xh[j + half] = b * cos_row[j] + a * sin_row[j];
+    }
+  }
+}
+
+inline void embed_row(const at::Tensor& table, int64_t id, float* out) {
+  const int64_t C = table.size(1);
+  if (table.scalar_type() == at::kFloat) {
+    std::memcpy(out, table.data_ptr<float>() + id * C, static_cast<size_t>(C) * sizeof(float));
+  } else {
+    const auto* src = table.data_ptr<c10::BFloat16>() + id * C;
+    for (int64_t i = 0; i < C; ++i) out[i] = static_cast<float>(src[i]);
+  }
+}
+
+
+// MLP activation of one row: LLaMA SwiGLU silu(gate) · up over h_in [2F] (rows gate | up); GPT-2
+// gelu_new over h_in [F]. Into act [F].
+inline void mlp_activation(const ModelConfig& cfg, const float* hin, float* act) {
+  const int64_t F = cfg.ffn_dim;
+  if (cfg.arch == Arch::kLlama) {
+    for (int64_t i = 0; i < F; ++i) {
+      const float g = hin[i];
+      act[i] = g / (1.f + std::exp(-g)) * hin[F + i];
+    }
+  } else {
+    constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
+    for (int64_t i = 0; i < F; ++i) {
+      const float u = hin[i];
+      act[i] = 0.5f * u * (1.f + std::tanh(kC * (u + 0.044715f * u * u * u)));
+    }
+  }
+}
+
+}  // namespace frost::rows
