@@ -54,10 +54,12 @@ test-asan: deps
 bench: build
 	bash scripts/bench.sh $(BUILD)
 
-# Serving benchmark: frostd (builtin:15m, free ports) under frost-loadgen at concurrency 1, 4 and 16
-# → bench/results/serve.json + a Markdown table. Only the two binaries it needs are built.
+# Serving benchmark: frostd (builtin:15m, free ports) under frost-loadgen at 1 / 4 / 16 / 32 / 64 streams,
+# the bare LibTorch step it is compared with, ITL under long-prompt prefill, prefix caching on/off, KV bytes
+# → bench/results/serve.json + a Markdown table (scripts/bench_serve.sh lists the knobs; BASELINE_FROSTD=path
+# adds a previous build's 1-stream figure). Only the binaries it needs are built.
 bench-serve: configure
-	cmake --build $(BUILD) -j $(JOBS) --target frostd frost-loadgen
+	cmake --build $(BUILD) -j $(JOBS) --target frostd frost-loadgen frost-bench
 	bash scripts/bench_serve.sh $(BUILD)
 
 clean:

@@ -12,19 +12,27 @@
 //   frost-bench kvsplice --model DIR [--rank R[,...]] --data DIR|self [--set key=value ...]
 //                       (KVSplice compression report + Fisher analysis: bench/bench_kvsplice.cc)
 //   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--prompt-tokens 128]
-//                       [--repeat 5] [--json]
+//                       [--repeat 5] [--path fast|reference] [--json]
+//   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--batch 32] [--repeat 50]
+//                       [--json]
 //
 // decode: batch-1 greedy generation through the Generator (sampler included) after a
 // prompt of --prompt-tokens; tokens/s = decode steps / decode seconds, plus per-token
 // latency percentiles. --via engine runs the same request through the Engine (its worker thread and a
 // TokenSink, as frostd does) instead of calling the Generator on this thread: the difference is the engine's
-// own overhead, and frost-loadgen against frostd adds gRPC on top. prefill: one forward pass over
-// --prompt-tokens tokens.
+// own overhead, and frost-loadgen against frostd adds gRPC on top. --temperature T --seed S sample instead
+// of greedy (frost-loadgen's workload). prefill: one forward pass over --prompt-tokens tokens (fast: the
+// batched kernels the engine prefills with; reference: Transformer::forward).
+// bare-step: the reference figure of the serving benchmark — a bare LibTorch fp32 step over the same
+// weights at --batch rows: the weight GEMMs of every layer and the logits (at::mm_out into preallocated
+// outputs, OpenBLAS), no attention, no norms or activations, no sampling, no serving; tokens/s = batch / step
+// seconds (median of --repeat after 5 warm-up steps).
 // Each figure is the median over --repeat runs after one warm-up run.
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -88,10 +96,12 @@ int main(int argc, char** argv) {
   if (mode == "prototype") return frost::bench::run_prototype_bench(argc, argv);
   if (mode == "kv-repair") return frost::bench::run_kv_repair_bench(argc, argv);
   if (mode == "kvsplice") return frost::bench::run_kvsplice_bench(argc, argv);
-  if (mode != "decode" && mode != "prefill") usage("unknown mode '" + mode + "'");
+  if (mode != "decode" && mode != "prefill" && mode != "bare-step") usage("unknown mode '" + mode + "'");
   std::map<std::string, std::string> opt = {{"model", "builtin:15m"}, {"threads", "0"}, {"dtype", "fp32"},
                                             {"kv", "fp32"},           {"repeat", "5"},  {"path", "fast"},
-                                            {"via", "generator"}};
+                                            {"via", "generator"}, {"batch", "32"}, {"temperature", "0"},
+                                            {"seed", "1"}};
+  if (mode == "bare-step") opt["repeat"] = "50";
   opt["prompt-tokens"] = mode == "decode" ? "16" : "128";
   opt["new-tokens"] = "256";
   for (int i = 2; i < argc; ++i) {
@@ -103,8 +113,13 @@ int main(int argc, char** argv) {
     opt[key] = argv[++i];
   }
   int threads = 0, repeat = 0;
-  int64_t n_prompt = 0, n_new = 0;
+  int64_t n_prompt = 0, n_new = 0, batch = 0;
+  double temperature = 0;
+  uint64_t seed = 0;
   try {
+    batch = std::stoll(opt["batch"]);
+    temperature = std::stod(opt["temperature"]);
+    seed = std::stoull(opt["seed"]);
     threads = std::stoi(opt["threads"]);
     repeat = std::stoi(opt["repeat"]);
     n_prompt = std::stoll(opt["prompt-tokens"]);
@@ -112,7 +127,8 @@ int main(int argc, char** argv) {
   } catch (...) {
     usage("numeric flag is not a number");
   }
-  if (threads < 0 || repeat < 1 || n_prompt < 1 || n_new < 1) usage("numeric flag out of range");
+  if (threads < 0 || repeat < 1 || n_prompt < 1 || n_new < 1 || batch < 1 || temperature < 0)
+    usage("numeric flag out of range");
   if (opt["dtype"] != "fp32" && opt["dtype"] != "bf16") usage("--dtype must be fp32 or bf16");
   if (opt["via"] != "generator" && opt["via"] != "engine") usage("--via must be generator or engine");
   auto codec = frost::parse_kv_codec(opt["kv"]);
@@ -160,7 +176,8 @@ int main(int argc, char** argv) {
     }
     frost::GenerationRequest req;
     req.prompt_ids = prompt_ids(n_prompt, m.config.n_vocab);
-    req.params.temperature = 0;
+    req.params.temperature = static_cast<float>(temperature);
+    req.params.seed = seed;
     req.params.ignore_eos = true;
     req.params.max_new_tokens = static_cast<int32_t>(n_new);
     std::vector<double> tps, lat_ms;
@@ -204,6 +221,7 @@ int main(int argc, char** argv) {
     out["kv_codec"] = opt["kv"];
     out["path"] = opt["path"];
     out["via"] = opt["via"];
+    out["temperature"] = temperature;
     out["prompt_tokens"] = n_prompt;
     out["new_tokens"] = n_new;
     out["kv_bytes_per_token"] = engine ? engine->stats().kv_bytes_per_token : gen.kv()->bytes_per_token();
@@ -212,23 +230,58 @@ int main(int argc, char** argv) {
     out["token_latency_ms"] = {
         {"p50", percentile(lat_ms, 50)}, {"p90", percentile(lat_ms, 90)}, {"p99", percentile(lat_ms, 99)}};
     out["runs_tokens_per_s"] = tps;
+  } else if (mode == "bare-step") {
+    c10::InferenceMode im;
+    const frost::ModelWeights& w = m.model->weights();
+    const frost::ModelConfig& c = m.config;
+    auto f32 = [](const at::Tensor& t) { return t.defined() ? t.to(at::kFloat).contiguous() : t; };
+    std::vector<std::array<at::Tensor, 4>> mats;  // wqkv, wo, w_in, w_out as fp32 [out, in]
+    for (const auto& l : w.layers) mats.push_back({f32(l.wqkv), f32(l.wo), f32(l.w_in), f32(l.w_out)});
+    const at::Tensor head = f32(w.lm_head);
+    // Inputs and outputs preallocated (at::mm_out): only the GEMMs are timed, as strong as LibTorch gets.
+    const int64_t f_in = c.arch == frost::Arch::kLlama ? 2 * c.ffn_dim : c.ffn_dim;
+    at::Tensor x = at::randn({batch, c.dim}), o = at::randn({batch, c.q_dim()}), a = at::randn({batch, c.ffn_dim});
+    at::Tensor qkv = at::empty({batch, c.q_dim() + 2 * c.kv_dim()}), y = at::empty({batch, c.dim});
+    at::Tensor u = at::empty({batch, f_in}), logits = at::empty({batch, c.n_vocab});
+    std::vector<double> secs;
+    for (int r = 0; r < repeat + 5; ++r) {
+      const auto t0 = Clock::now();
+      for (const auto& mt : mats) {
+        at::mm_out(qkv, x, mt[0].t());                   // q | k | v
+        if (mt[1].defined()) at::mm_out(y, o, mt[1].t());  // output projection
+        at::mm_out(u, x, mt[2].t());                      // MLP in
+        at::mm_out(y, a, mt[3].t());                      // MLP out
+      }
+      at::mm_out(logits, x, head.t());  // logits
+      if (r >= 5) secs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    out["batch"] = batch;
+    out["step_ms"] = {{"p50", percentile(secs, 50) * 1e3}, {"min", percentile(secs, 0) * 1e3}};
+    out["tokens_per_s"] = static_cast<double>(batch) / median(secs);
   } else {
     c10::InferenceMode im;
     const auto ids = prompt_ids(n_prompt, m.config.n_vocab);
     at::Tensor t = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
     frost::SequenceKv kv(m.model->kv_spec(n_prompt, *codec));
+    const bool fast = opt["path"] == "fast";
+    frost::BatchScratch bs;
     std::vector<double> tps, secs;
     for (int r = 0; r <= repeat; ++r) {
       kv.reset();
       const auto t0 = Clock::now();
-      at::Tensor logits = m.model->forward(t, kv, /*last_only=*/true);
-      (void)logits.data_ptr<float>()[0];
+      if (fast) {
+        (void)m.model->forward_batch({frost::StepSeq{&kv, ids.data(), n_prompt, true}}, bs)[0];
+      } else {
+        at::Tensor logits = m.model->forward(t, kv, /*last_only=*/true);
+        (void)logits.data_ptr<float>()[0];
+      }
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (r == 0) continue;
       secs.push_back(s);
       tps.push_back(static_cast<double>(n_prompt) / s);
     }
     out["kv_codec"] = opt["kv"];
+    out["path"] = opt["path"];
     out["prompt_tokens"] = n_prompt;
     out["prefill_tokens_per_s"] = median(tps);
     out["prefill_latency_ms"] = {{"p50", percentile(secs, 50) * 1e3}, {"max", percentile(secs, 100) * 1e3}};

@@ -1,8 +1,9 @@
 // frost-loadgen: serving load benchmark against a running frostd, printing one JSON object.
 //
 //   frost-loadgen [--addr HOST:PORT] [--concurrency N] [--requests M] [--warmup K] [--max-tokens T]
-//                 [--prompt TEXT] [--temperature X] [--seed S] [--timeout SECONDS] [--wait-ready SECONDS]
-//                 [--json]
+//                 [--prompt TEXT | --prompt-ids N [--shared-prefix P]] [--background-prompt B]
+//                 [--metrics-addr HOST:PORT] [--temperature X] [--seed S] [--timeout SECONDS]
+//                 [--wait-ready SECONDS] [--json]
 //
 // N client threads, each with its own channel (its own HTTP/2 connection, like N independent users),
 // run frost.v1.Generation/Generate calls back to back until M measured requests are done, after K
@@ -11,6 +12,14 @@
 // token (first chunk carrying a token id), inter-token latency, end-to-end latency, tokens received
 // and the final status code. Non-OK statuses are counted by code name; exit status 1 when any
 // request failed or returned a wrong stream, 2 on a usage error, 0 otherwise.
+//
+// --prompt-ids N: prompts are N synthetic token ids (distinct per request) instead of --prompt text;
+// --shared-prefix P puts the same P ids in front of every one of them (a system prompt: what prefix
+// caching reuses). --background-prompt B: one extra client sends B-token prompts (max_new_tokens 1) back
+// to back for the whole measured phase — the measured streams decode while a long prompt is being
+// prefilled; its requests are reported apart ("background"). --metrics-addr: frostd's /metrics is scraped
+// every 50 ms during the measured phase and the peaks of the KV pool and the counter deltas are reported
+// ("server_metrics": peak KV bytes in use and, at that moment, the bytes the held positions need).
 //
 // --seed S: request i (warm-up included) is sent with seed S + i, so streams differ but a run
 // repeats exactly. --wait-ready S: first retry a one-token Generate until it succeeds (UNAVAILABLE
@@ -34,6 +43,10 @@
 #include <thread>
 #include <vector>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "bench/bench_util.h"
@@ -47,8 +60,9 @@ using frost::bench::percentile;
 
 constexpr char kUsage[] =
     "usage: frost-loadgen [--addr HOST:PORT] [--concurrency N] [--requests M] [--warmup K] "
-    "[--max-tokens T] [--prompt TEXT] [--temperature X] [--seed S] [--timeout SECONDS] "
-    "[--wait-ready SECONDS] [--json]\n";
+    "[--max-tokens T] [--prompt TEXT | --prompt-ids N [--shared-prefix P]] [--background-prompt B] "
+    "[--metrics-addr HOST:PORT] [--temperature X] [--seed S] [--timeout SECONDS] [--wait-ready SECONDS] "
+    "[--json]\n";
 
 // Distinct error messages kept in the JSON, each with its count (status_counts covers every request).
 constexpr size_t kMaxErrorMessages = 10;
@@ -69,6 +83,10 @@ struct Options {
   std::optional<uint64_t> seed;       // unset: nondeterministic seeds
   double timeout_s = 300;             // deadline of each call, so a stuck server cannot hang the run
   double wait_ready_s = 0;
+  int prompt_ids = 0;         // > 0: synthetic token-id prompts of this length
+  int shared_prefix = 0;      // ids shared by every prompt, in front
+  int background_prompt = 0;  // > 0: one extra client prefilling prompts of this length
+  std::string metrics_addr;   // frostd's /metrics, scraped during the measured phase
 };
 
 Options parse_flags(int argc, char** argv) {
@@ -108,12 +126,31 @@ Options parse_flags(int argc, char** argv) {
       ok = absl::SimpleAtod(v, &o.timeout_s) && o.timeout_s > 0;
     } else if (a == "--wait-ready") {
       ok = absl::SimpleAtod(v, &o.wait_ready_s) && o.wait_ready_s >= 0;
+    } else if (a == "--prompt-ids") {
+      ok = absl::SimpleAtoi(v, &o.prompt_ids) && o.prompt_ids >= 1;
+    } else if (a == "--shared-prefix") {
+      ok = absl::SimpleAtoi(v, &o.shared_prefix) && o.shared_prefix >= 0;
+    } else if (a == "--background-prompt") {
+      ok = absl::SimpleAtoi(v, &o.background_prompt) && o.background_prompt >= 1;
+    } else if (a == "--metrics-addr") {
+      o.metrics_addr = v;
+      ok = v.find(':') != std::string::npos;
     } else {
       usage("unknown flag '" + a + "'");
     }
     if (!ok) usage("bad value '" + v + "' for " + a);
   }
+  if (o.shared_prefix > 0 && o.prompt_ids == 0) usage("--shared-prefix needs --prompt-ids");
   return o;
+}
+
+// Synthetic token ids, spread over [1000, 31000) (every built-in and real model here has more ids than that
+// is not required: ids are taken modulo the vocabulary the server reports).
+void add_ids(frost::v1::GenerateRequest* req, int n, uint64_t salt, int64_t vocab) {
+  const int64_t lo = std::min<int64_t>(3, vocab - 1), span = std::max<int64_t>(1, vocab - lo);
+  for (int i = 0; i < n; ++i)
+    req->mutable_token_ids()->add_ids(
+        static_cast<int32_t>(lo + (static_cast<int64_t>(i) * 7919 + static_cast<int64_t>(salt % 1000003) * 104729) % span));
 }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -145,11 +182,18 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& addr) {
 }
 
 // Request `index` of the run (warm-up included), named "<id_prefix><index>" in frostd's logs.
+int64_t g_vocab = 32000;  // from GetModelInfo
+
 frost::v1::GenerateRequest make_request(const Options& o, const std::string& id_prefix, int index,
                                         int max_tokens) {
   frost::v1::GenerateRequest req;
   req.set_request_id(id_prefix + std::to_string(index));
-  req.set_text(o.prompt);
+  if (o.prompt_ids > 0) {
+    add_ids(&req, o.shared_prefix, 424242, g_vocab);                          // the same for everyone
+    add_ids(&req, o.prompt_ids, 1 + static_cast<uint64_t>(index), g_vocab);  // this request's own
+  } else {
+    req.set_text(o.prompt);
+  }
   frost::v1::SamplingParams* sp = req.mutable_sampling();
   sp->set_max_new_tokens(max_tokens);
   sp->set_ignore_eos(true);
@@ -281,6 +325,83 @@ std::vector<RequestResult> run_phase(const Options& o, int first_index, int coun
   return results;
 }
 
+// GET /metrics from host:port (plain HTTP/1.0); "" on any error.
+std::string fetch_metrics(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  const std::string host = addr.substr(0, colon), port = addr.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || !res) return "";
+  std::string body;
+  const int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+    if (send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size())) {
+      char buf[8192];
+      for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) body.append(buf, static_cast<size_t>(n));
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return body;
+}
+
+// The value of an unlabelled sample (or the first sample whose line starts with `name`) in a text exposition.
+double metric(const std::string& text, const std::string& name) {
+  size_t pos = 0;
+  while ((pos = text.find(name, pos)) != std::string::npos) {
+    const bool line_start = pos == 0 || text[pos - 1] == '\n';
+    const char next = pos + name.size() < text.size() ? text[pos + name.size()] : '\0';
+    if (line_start && (next == ' ' || next == '{')) {
+      const size_t sp = text.find(' ', pos + name.size());
+      return std::strtod(text.c_str() + sp + 1, nullptr);
+    }
+    pos += name.size();
+  }
+  return 0;
+}
+
+// Samples /metrics every 50 ms until stopped: the peak of KV bytes in use (and, at that moment, the bytes
+// the held positions need without block rounding), and the counters at the start and the end.
+struct Scraper {
+  std::atomic<bool> stop{false};
+  double peak_bytes = 0, needed_at_peak = 0, peak_usage = 0;
+  double preempt0 = 0, preempt1 = 0, hits0 = 0, hits1 = 0, queries0 = 0, queries1 = 0;
+  int samples = 0;
+  std::thread th;
+  void start(const std::string& addr) {
+    const std::string first = fetch_metrics(addr);
+    preempt0 = metric(first, "frost_preemptions_total");
+    hits0 = metric(first, "frost_prefix_cache_hits_tokens_total");
+    queries0 = metric(first, "frost_prefix_cache_queries_tokens_total");
+    th = std::thread([this, addr] {
+      while (!stop.load()) {
+        const std::string m = fetch_metrics(addr);
+        if (!m.empty()) {
+          ++samples;
+          const double b = metric(m, "frost_kv_cache_bytes_in_use");
+          if (b > peak_bytes) {
+            peak_bytes = b;
+            needed_at_peak = metric(m, "frost_kv_cache_bytes_needed");
+          }
+          peak_usage = std::max(peak_usage, metric(m, "frost_kv_cache_usage_ratio"));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      const std::string last = fetch_metrics(addr);
+      preempt1 = metric(last, "frost_preemptions_total");
+      hits1 = metric(last, "frost_prefix_cache_hits_tokens_total");
+      queries1 = metric(last, "frost_prefix_cache_queries_tokens_total");
+    });
+  }
+  void finish() {
+    stop = true;
+    if (th.joinable()) th.join();
+  }
+};
+
 // Retries a one-token Generate until it succeeds. Only "not ready yet" codes are retried; any other
 // error (a bad prompt, say) would never go away. True when the server answered OK in time.
 bool wait_ready(const Options& o, frost::v1::Generation::Stub* stub, std::string* error) {
@@ -345,10 +466,34 @@ int main(int argc, char** argv) {
     }
   }
 
+  g_vocab = info.vocab_size() > 0 ? info.vocab_size() : 32000;
+
   double warmup_wall_s = 0, wall_s = 0;
   std::vector<RequestResult> warm;
   if (o.warmup > 0) warm = run_phase(o, 0, o.warmup, stubs, &warmup_wall_s);
+  // The background client: long prompts, one after another, while the measured phase runs.
+  std::atomic<bool> bg_stop{false};
+  std::vector<RequestResult> bg;
+  std::thread bg_thread;
+  std::unique_ptr<frost::v1::Generation::Stub> bg_stub;
+  if (o.background_prompt > 0) {
+    bg_stub = frost::v1::Generation::NewStub(make_channel(o.addr));
+    bg_thread = std::thread([&] {
+      Options bo = o;
+      bo.prompt_ids = o.background_prompt;
+      bo.shared_prefix = 0;
+      for (int i = 0; !bg_stop.load(); ++i) {
+        bg.push_back(run_one(bg_stub.get(), make_request(bo, "loadgen-bg-", 500000 + i, 1), bo));
+        if (!bg.back().valid) break;  // a refused long prompt (context too short?) would otherwise spin here
+      }
+    });
+  }
+  Scraper scraper;
+  if (!o.metrics_addr.empty()) scraper.start(o.metrics_addr);
   const std::vector<RequestResult> results = run_phase(o, o.warmup, o.requests, stubs, &wall_s);
+  scraper.finish();
+  bg_stop = true;
+  if (bg_thread.joinable()) bg_thread.join();
 
   std::vector<double> ttft, itl, e2e, tpot, stream_tps, queue, server_ttft, server_tps;
   int64_t tokens = 0, chunks = 0, n_valid = 0, n_failed = 0;
@@ -393,7 +538,10 @@ int main(int argc, char** argv) {
                      {"requests", o.requests},
                      {"warmup", o.warmup},
                      {"max_tokens", o.max_tokens},
-                     {"prompt", o.prompt},
+                     {"prompt", o.prompt_ids > 0 ? ordered_json(nullptr) : ordered_json(o.prompt)},
+                     {"prompt_ids", o.prompt_ids},
+                     {"shared_prefix", o.shared_prefix},
+                     {"background_prompt", o.background_prompt},
                      {"temperature", o.temperature.has_value() ? ordered_json(*o.temperature) : nullptr},
                      {"seed", o.seed.has_value() ? ordered_json(*o.seed) : nullptr},
                      {"ignore_eos", true},
@@ -425,11 +573,37 @@ int main(int argc, char** argv) {
                    {"failed", warm_failed},
                    {"wall_s", warmup_wall_s},
                    {"status_counts", status_counts(warm)}};
+  int64_t bg_failed = 0;
+  if (o.background_prompt > 0) {
+    std::vector<double> bg_ttft;
+    for (const RequestResult& r : bg) {
+      if (r.valid) {
+        bg_ttft.push_back(r.ttft_s);
+      } else {
+        ++bg_failed;
+        note_error("background: " + r.error);
+      }
+    }
+    out["background"] = {{"prompt_tokens", o.background_prompt},
+                         {"requests", bg.size()},
+                         {"failed", bg_failed},
+                         {"ttft_s", summary(bg_ttft)}};
+  }
+  if (!o.metrics_addr.empty()) {
+    out["server_metrics"] = {{"samples", scraper.samples},
+                             {"kv_bytes_in_use_peak", scraper.peak_bytes},
+                             {"kv_bytes_needed_at_peak", scraper.needed_at_peak},
+                             {"kv_bytes_ratio_at_peak", scraper.needed_at_peak > 0 ? scraper.peak_bytes / scraper.needed_at_peak : 0},
+                             {"kv_usage_ratio_peak", scraper.peak_usage},
+                             {"preemptions", scraper.preempt1 - scraper.preempt0},
+                             {"prefix_queries_tokens", scraper.queries1 - scraper.queries0},
+                             {"prefix_hits_tokens", scraper.hits1 - scraper.hits0}};
+  }
   out["errors"] = ordered_json::object();
   for (const auto& [msg, n] : errors) out["errors"][msg] = n;
   std::printf("%s\n", out.dump().c_str());
   std::fflush(stdout);
-  if (n_failed > 0 || warm_failed > 0) {
+  if (n_failed > 0 || warm_failed > 0 || bg_failed > 0) {
     std::fprintf(stderr, "frost-loadgen: %lld of %d requests failed (%lld of %d warm-up); first: %s\n",
                  static_cast<long long>(n_failed), o.requests, static_cast<long long>(warm_failed), o.warmup,
                  first_error.c_str());

@@ -1,44 +1,57 @@
 #!/usr/bin/env bash
-# Serving benchmark: starts frostd (builtin:15m) on free ports, runs frost-loadgen against it at
-# concurrency 1, 4 and 16 (128-token completions, ignore_eos), stops frostd with SIGTERM (it must
-# exit 0), writes the combined results to bench/results/serve.json and prints a Markdown table.
-# Usage: scripts/bench_serve.sh [BUILD_DIR]   (make bench-serve builds frostd + frost-loadgen first)
-# Knobs (environment): MODEL, MAX_TOKENS, CONCURRENCY ("1 4 16"), ROUNDS (measured requests per
-# client stream), MIN_REQUESTS, THREADS (model.threads), MAX_RUNNING (engine.max_running; default:
-# the largest concurrency, so every client stream is decoding rather than queued).
+# Serving benchmark (make bench-serve): frostd on builtin:15m (free ports) under frost-loadgen, client and
+# server on this machine. Writes bench/results/serve.json and prints a Markdown table with the issue's targets,
+# each a ratio measured in this run:
+#   1. throughput and latency at 1 / 4 / 16 / 32 / 64 streams (128-token completions, sampled, ignore_eos);
+#   2. the reference figure: a bare LibTorch fp32 step over the same weights at batch 32 (frost-bench
+#      bare-step: weight GEMMs and logits only), measured between the 32-stream runs, which are repeated
+#      (REPEATS) and paired with it: the target is the median of 32-stream tok/s ÷ bare tok/s;
+#   3. inter-token latency at 32 streams while 1,500-token prompts are prefilled back to back (chunked
+#      prefill), against the 1-stream ITL and the 32-stream ITL without them;
+#   4. a workload sharing a 512-token system prompt, prefix caching on vs off (frostd restarted): TTFT p50;
+#   5. 64 streams of ~100 tokens: peak KV bytes in use ÷ the bytes their positions need (paging overhead);
+#   6. with BASELINE_FROSTD=path (a previous build's frostd), the 1-stream tok/s of both builds, alternated
+#      REPEATS times in this run.
+# Usage: scripts/bench_serve.sh [BUILD_DIR]   (make bench-serve builds frostd, frost-loadgen, frost-bench)
+# Knobs (environment): MODEL, THREADS (model.threads), MAX_TOKENS, ROUNDS (measured requests per stream),
+# REPEATS, BASELINE_FROSTD, QUICK=1 (fewer requests: a smoke run, e.g. in CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 frostd=$build/server/frostd
 loadgen=$build/bench/frost-loadgen
+bench=$build/bench/frost-bench
 out=bench/results/serve.json
 MODEL=${MODEL:-builtin:15m}
-MAX_TOKENS=${MAX_TOKENS:-128}
-CONCURRENCY=${CONCURRENCY:-1 4 16}
-ROUNDS=${ROUNDS:-12}
-MIN_REQUESTS=${MIN_REQUESTS:-64}
 THREADS=${THREADS:-2}
-max_c=0
-for c in $CONCURRENCY; do ((c > max_c)) && max_c=$c; done
-MAX_RUNNING=${MAX_RUNNING:-$max_c}
-PROMPT=${PROMPT:-Once upon a time}
+MAX_TOKENS=${MAX_TOKENS:-128}
+ROUNDS=${ROUNDS:-3}
+REPEATS=${REPEATS:-5}
+BASELINE_FROSTD=${BASELINE_FROSTD:-}
+if [[ ${QUICK:-0} == 1 ]]; then ROUNDS=1; REPEATS=1; MAX_TOKENS=32; fi
+PROMPT="Once upon a time"
 
-for bin in "$frostd" "$loadgen"; do
-  [[ -x $bin ]] || { echo "bench_serve: $bin not found (build frostd and frost-loadgen first)" >&2; exit 1; }
+for bin in "$frostd" "$loadgen" "$bench"; do
+  [[ -x $bin ]] || { echo "bench_serve: $bin not found (make bench-serve builds it)" >&2; exit 1; }
 done
-# OpenBLAS reads this when it loads; frostd's prefill GEMMs use it. As in the Makefile: these CPUs
-# have AVX-512 but the environment says Haswell, and SkylakeX doubles GEMM speed.
-if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
+# OpenBLAS reads this when it loads (the bare step's GEMMs). As in the Makefile: these CPUs have AVX-512 but
+# the environment says Haswell, and SkylakeX doubles GEMM speed.
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then export OPENBLAS_CORETYPE=SkylakeX; fi
 
 tmp=$(mktemp -d)
 pid=
-cleanup() {
+stop_frostd() {
   if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    kill -TERM "$pid"
+    local rc=0
+    wait "$pid" || rc=$?
+    pid=
+    [[ $rc -eq 0 ]] || fail "frostd exited with status $rc after SIGTERM (expected 0)"
   fi
+  pid=
+}
+cleanup() {
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -49,86 +62,153 @@ fail() {
   exit 1
 }
 
-# configs/default.yaml documents the keys; the rest keep their defaults. max_waiting stays at
-# least the concurrency so that no client request is refused with RESOURCE_EXHAUSTED.
-cat > "$tmp/frostd.yaml" <<EOF
+# start_frostd BINARY EXTRA_YAML: frostd with max_running 64 on free ports; sets pid, addr, maddr.
+start_frostd() {
+  local bin=$1 extra=${2:-}
+  cat > "$tmp/frostd.yaml" <<EOF
 model:
   threads: $THREADS
 engine:
-  max_running: $MAX_RUNNING
-  max_waiting: $((max_c > 16 ? max_c : 16))
+  max_running: 64
+  max_waiting: 256
+$extra
 log:
   level: warn
 EOF
-"$frostd" --config "$tmp/frostd.yaml" --state-dir "$tmp/state" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
-  --port-file "$tmp/ports" --model "$MODEL" > "$tmp/frostd.log" 2>&1 &
-pid=$!
+  rm -f "$tmp/ports"
+  "$bin" --config "$tmp/frostd.yaml" --state-dir "$tmp/state" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+    --port-file "$tmp/ports" --model "$MODEL" > "$tmp/frostd.log" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 600; ++i)); do
+    [[ -s $tmp/ports ]] && grep -q '^metrics=' "$tmp/ports" && break
+    kill -0 "$pid" 2>/dev/null || fail "frostd exited before writing its port file"
+    sleep 0.1
+  done
+  addr=127.0.0.1:$(sed -n 's/^grpc=//p' "$tmp/ports")
+  maddr=127.0.0.1:$(sed -n 's/^metrics=//p' "$tmp/ports")
+  "$loadgen" --addr "$addr" --wait-ready 60 --requests 1 --max-tokens 1 --prompt "$PROMPT" > /dev/null 2> "$tmp/ready.err" \
+    || fail "frostd at $addr not ready: $(cat "$tmp/ready.err")"
+}
 
-# Ports first (written once both listeners are bound), then a one-token Generate until it succeeds:
-# frostd answers UNAVAILABLE while the model loads.
-for ((i = 0; i < 600; ++i)); do
-  [[ -s $tmp/ports ]] && break
-  kill -0 "$pid" 2>/dev/null || fail "frostd exited before writing its port file"
-  sleep 0.1
-done
-port=$(sed -n 's/^grpc=//p' "$tmp/ports" 2>/dev/null || true)
-[[ -n $port ]] || fail "no port file from frostd within 60 s"
-addr=127.0.0.1:$port
-# Short --wait-ready rounds, so that a frostd that died while loading is noticed at once.
-deadline=$((SECONDS + 60))
-until "$loadgen" --addr "$addr" --wait-ready 1 --requests 1 --max-tokens 1 --prompt "$PROMPT" \
-    > /dev/null 2> "$tmp/ready.err"; do
-  kill -0 "$pid" 2>/dev/null || fail "frostd exited before answering a Generate: $(cat "$tmp/ready.err")"
-  ((SECONDS < deadline)) || fail "frostd at $addr not ready within 60 s: $(cat "$tmp/ready.err")"
-done
-
-rows=()
-for c in $CONCURRENCY; do
-  n=$((c * ROUNDS > MIN_REQUESTS ? c * ROUNDS : MIN_REQUESTS))
-  echo "bench_serve: concurrency $c, $n requests of $MAX_TOKENS tokens" >&2
-  # The seed makes the sampled streams repeatable; with ignore_eos the length never depends on it.
-  if ! row=$("$loadgen" --addr "$addr" --concurrency "$c" --requests "$n" --warmup "$c" \
-      --max-tokens "$MAX_TOKENS" --prompt "$PROMPT" --temperature 0.8 --seed 1 --json); then
+# run NAME ARGS...: one frost-loadgen run, its JSON appended to runs.jsonl under "name".
+run() {
+  local name=$1
+  shift
+  echo "bench_serve: $name" >&2
+  local row
+  if ! row=$("$loadgen" --addr "$addr" --metrics-addr "$maddr" --temperature 0.8 --seed 1 --json "$@"); then
     echo "$row" >&2
-    fail "frost-loadgen failed at concurrency $c"
+    fail "frost-loadgen failed: $name"
   fi
-  rows+=("$row")
-done
+  python3 -c 'import json,sys; d=json.loads(sys.argv[2]); d["name"]=sys.argv[1]; print(json.dumps(d))' "$name" "$row" >> "$tmp/runs.jsonl"
+}
+streams() {  # streams C [extra loadgen args]: C streams, ROUNDS requests each, one warm-up round
+  local c=$1
+  shift
+  run "streams_$c${SUFFIX:-}" --concurrency "$c" --requests $((c * ROUNDS > 16 ? c * ROUNDS : 16)) --warmup "$c" \
+    --max-tokens "$MAX_TOKENS" --prompt "$PROMPT" "$@"
+}
+bare_step() {
+  "$bench" bare-step --model "$MODEL" --threads "$THREADS" --batch 32 --repeat 30 --json >> "$tmp/bare.jsonl" \
+    || fail "frost-bench bare-step failed"
+}
 
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
-pid=
-[[ $rc -eq 0 ]] || fail "frostd exited with status $rc after SIGTERM (expected 0)"
+: > "$tmp/runs.jsonl"
+: > "$tmp/bare.jsonl"
+start_frostd "$frostd"
+# 1. concurrency sweep
+for c in 1 4 16 32 64; do streams "$c"; done
+# 2. the bare step, paired with repeated 32-stream runs (the VMs are noisy: pairs, then the median ratio)
+for ((r = 0; r < REPEATS; ++r)); do
+  bare_step
+  SUFFIX=_pair$r streams 32
+done
+# 3. ITL while 1,500-token prompts are prefilled
+run itl_prefill_32 --concurrency 32 --requests $((32 * ROUNDS)) --warmup 32 --max-tokens "$MAX_TOKENS" \
+  --prompt "$PROMPT" --background-prompt 1500
+# 5. 64 streams of ~100 tokens (17 distinct prompt ids + 84): KV bytes in use vs needed
+run kv_64x100 --concurrency 64 --requests 64 --max-tokens 84 --prompt-ids 17
+# 4a. shared 512-token system prompt, prefix caching on
+run prefix_on --concurrency 8 --requests $((8 * ROUNDS * 2)) --warmup 8 --max-tokens 16 --prompt-ids 16 --shared-prefix 512
+stop_frostd
+# 4b. the same with prefix caching off
+start_frostd "$frostd" "  prefix_caching: false"
+run prefix_off --concurrency 8 --requests $((8 * ROUNDS * 2)) --warmup 8 --max-tokens 16 --prompt-ids 16 --shared-prefix 512
+stop_frostd
+# 6. this build against a baseline build at 1 stream, alternated
+if [[ -n $BASELINE_FROSTD ]]; then
+  for ((r = 0; r < REPEATS; ++r)); do
+    start_frostd "$BASELINE_FROSTD"
+    SUFFIX=_baseline$r streams 1
+    stop_frostd
+    start_frostd "$frostd"
+    SUFFIX=_this$r streams 1
+    stop_frostd
+  done
+fi
 
 mkdir -p bench/results
-printf '%s\n' "${rows[@]}" > "$tmp/runs.jsonl"
-python3 - "$tmp/runs.jsonl" "$out" "$MODEL" "$THREADS" "$MAX_RUNNING" <<'PY'
-import json, sys
-rows_path, out_path, model = sys.argv[1:4]
-threads, max_running = int(sys.argv[4]), int(sys.argv[5])
-runs = [json.loads(l) for l in open(rows_path) if l.strip()]
-doc = {"bench": "serve", "model": model,
-       "frostd": {"model.threads": threads, "engine.max_running": max_running},
-       "machine": runs[0]["machine"], "runs": runs}
+python3 - "$tmp/runs.jsonl" "$tmp/bare.jsonl" "$out" "$MODEL" "$THREADS" "$BASELINE_FROSTD" <<'PY'
+import json, statistics, sys
+runs_path, bare_path, out_path, model, threads, baseline = sys.argv[1:7]
+runs = {}
+for l in open(runs_path):
+    if l.strip():
+        d = json.loads(l)
+        runs[d["name"]] = d
+bare = [json.loads(l) for l in open(bare_path) if l.strip()]
+tps = lambda r: r["output_tokens_per_s"]
+ms = lambda s: s * 1e3
+pairs = [(tps(runs[f"streams_32_pair{i}"]), b["tokens_per_s"]) for i, b in enumerate(bare)]
+ratio32 = statistics.median(a / b for a, b in pairs)
+one, s32, pre = runs["streams_1"], runs["streams_32"], runs["itl_prefill_32"]
+itl1_p99, itl32_p99, itlpre_p99 = one["itl_s"]["p99"], s32["itl_s"]["p99"], pre["itl_s"]["p99"]
+pon, poff = runs["prefix_on"], runs["prefix_off"]
+kv = runs["kv_64x100"]["server_metrics"]
+targets = {
+    "streams32_over_bare_step": {"value": ratio32, "target": 1.0, "bar": 0.8,
+                                 "pairs": [{"streams32_tok_s": a, "bare_step_tok_s": b} for a, b in pairs]},
+    "itl_p99_32_with_prefill_over_1_stream": {"value": itlpre_p99 / itl1_p99, "target_max": 3.0},
+    "itl_p99_32_with_prefill_over_32_without": {"value": itlpre_p99 / itl32_p99},
+    "prefix_ttft_p50_off_over_on": {"value": poff["ttft_s"]["p50"] / pon["ttft_s"]["p50"], "target": 2.0},
+    "kv_bytes_in_use_over_needed_64x100": {"value": kv["kv_bytes_ratio_at_peak"], "target_max": 1.2},
+}
+if baseline:
+    this = [tps(runs[k]) for k in sorted(runs) if k.startswith("streams_1_this")]
+    base = [tps(runs[k]) for k in sorted(runs) if k.startswith("streams_1_baseline")]
+    targets["streams1_over_baseline_build"] = {"value": statistics.median(this) / statistics.median(base),
+                                               "target": 0.95, "this_tok_s": this, "baseline_tok_s": base,
+                                               "baseline": baseline}
+doc = {"bench": "serve", "model": model, "frostd": {"model.threads": int(threads), "engine.max_running": 64},
+       "machine": one["machine"], "bare_step": bare, "targets": targets, "runs": list(runs.values())}
 with open(out_path, "w") as f:
     json.dump(doc, f, indent=1)
     f.write("\n")
-ms = lambda s: f"{s * 1e3:.1f}"
-print("| concurrency | req/s | output tok/s | stream tok/s p50 | TTFT p50 / p99 ms | ITL p50 / p99 ms "
-      "| e2e p50 / p99 s |")
-print("|---|---|---|---|---|---|---|")
-codes = {}
-for r in runs:
+print("| streams | output tok/s | stream tok/s p50 | TTFT p50 / p99 ms | ITL p50 / p99 ms | e2e p50 / p99 s |")
+print("|---|---|---|---|---|---|")
+for c in (1, 4, 16, 32, 64):
+    r = runs[f"streams_{c}"]
     t, i, e = r["ttft_s"], r["itl_s"], r["e2e_s"]
-    print(f"| {r['settings']['concurrency']} | {r['requests_per_s']:.2f} | {r['output_tokens_per_s']:.0f} "
-          f"| {r['stream_decode_tokens_per_s']['p50']:.0f} | {ms(t['p50'])} / {ms(t['p99'])} "
-          f"| {ms(i['p50'])} / {ms(i['p99'])} | {e['p50']:.3f} / {e['p99']:.3f} |")
-    for k, v in r["status_counts"].items():
-        codes[k] = codes.get(k, 0) + v
-m = runs[0]["machine"]
-print(f"{model}, {runs[0]['settings']['max_tokens']}-token completions, model.threads={threads}, "
-      f"engine.max_running={max_running}; status codes: {codes}")
-print(f"machine: {m['cpu']} ({m['cores']} cores, OPENBLAS_CORETYPE={m['openblas_coretype'] or 'unset'})")
+    print(f"| {c} | {tps(r):.0f} | {r['stream_decode_tokens_per_s']['p50']:.0f} | {ms(t['p50']):.1f} / {ms(t['p99']):.1f} "
+          f"| {ms(i['p50']):.1f} / {ms(i['p99']):.1f} | {e['p50']:.3f} / {e['p99']:.3f} |")
+print()
+print(f"- 32 streams ÷ bare LibTorch step at batch 32 (median of {len(pairs)} pairs): **{ratio32:.2f}×** "
+      f"(target ≥ 1.0, bar 0.8; pairs: " + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in pairs) + ")")
+print(f"- ITL p99 at 32 streams while 1,500-token prompts prefill: {ms(itlpre_p99):.1f} ms = "
+      f"{itlpre_p99 / itl1_p99:.1f}× the 1-stream ITL p99 ({ms(itl1_p99):.1f} ms), "
+      f"{itlpre_p99 / itl32_p99:.2f}× the 32-stream ITL p99 without them ({ms(itl32_p99):.1f} ms); "
+      f"{pre['background']['requests']} long prompts, TTFT p50 {pre['background']['ttft_s']['p50']:.2f} s")
+print(f"- 512-token shared system prompt, TTFT p50: prefix caching on {ms(pon['ttft_s']['p50']):.1f} ms, "
+      f"off {ms(poff['ttft_s']['p50']):.1f} ms: **{poff['ttft_s']['p50'] / pon['ttft_s']['p50']:.1f}×** "
+      f"(hits {pon['server_metrics']['prefix_hits_tokens']:.0f} of {pon['server_metrics']['prefix_queries_tokens']:.0f} tokens)")
+print(f"- 64 streams of ~100 tokens: peak KV in use {kv['kv_bytes_in_use_peak'] / 2**20:.1f} MiB for "
+      f"{kv['kv_bytes_needed_at_peak'] / 2**20:.1f} MiB of positions: **{kv['kv_bytes_ratio_at_peak']:.3f}×**")
+if baseline:
+    t = targets["streams1_over_baseline_build"]
+    print(f"- 1 stream, this build ÷ baseline ({baseline}), alternated: **{t['value']:.2f}×** "
+          f"(this {statistics.median(t['this_tok_s']):.0f}, baseline {statistics.median(t['baseline_tok_s']):.0f} tok/s)")
+m = one["machine"]
+print(f"\n{model}, model.threads={threads}, max_running=64; machine: {m['cpu']} ({m['cores']} cores, "
+      f"OPENBLAS_CORETYPE={m['openblas_coretype'] or 'unset'})")
 PY
 echo "wrote $out"

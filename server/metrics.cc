@@ -219,6 +219,10 @@ class Metrics::EngineCollector : public prometheus::Collectable {
                      s.n_waiting),
         gauge_family("frost_kv_cache_bytes_in_use", "Bytes of KV cache blocks held by running sequences.",
                      static_cast<double>(s.kv_bytes_in_use)),
+        gauge_family("frost_kv_cache_bytes_needed",
+                     "Bytes the running sequences' positions occupy without block rounding (in use / needed = "
+                     "the paging overhead).",
+                     static_cast<double>(s.kv_bytes_needed)),
         gauge_family("frost_kv_cache_usage_ratio", "KV cache blocks held by running sequences / blocks in the pool.",
                      s.kv_blocks_total > 0 ? static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total)
                                            : 0.0),
@@ -242,6 +246,17 @@ class Metrics::EngineCollector : public prometheus::Collectable {
                       "Running sequences preempted because the KV pool ran out of blocks (recomputed later).",
                       static_cast<double>(s.n_preemptions)),
         histogram_family("frost_batch_size", "Sequences per engine step.", s.batch_size),
+        labelled_family("frost_engine_step_seconds_total",
+                        "Engine seconds by phase of a step: schedule, forward (the batched model pass), sample, "
+                        "emit (stop checks, detokenization, queueing the events) on the engine thread; deliver "
+                        "(the stream callbacks into gRPC) on the delivery thread, concurrently with the next step.",
+                        prometheus::MetricType::Counter,
+                        std::vector<Sample>{{{{"phase", "schedule"}}, s.t_schedule_s},
+                                            {{{"phase", "forward"}}, s.t_forward_s},
+                                            {{{"phase", "sample"}}, s.t_sample_s},
+                                            {{{"phase", "emit"}}, s.t_emit_s},
+                                            {{{"phase", "deliver"}}, s.t_deliver_s}}),
+        counter_value("frost_engine_steps_total", "Batched engine steps run.", static_cast<double>(s.n_steps)),
         histogram_family("frost_batch_tokens", "Tokens per engine step (decode rows + prompt chunks).",
                          s.batch_tokens),
         gauge_family("frost_kv_cache_bytes_per_token",

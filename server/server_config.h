@@ -54,7 +54,7 @@ struct EngineSection {
   int32_t max_waiting = 128;
   // Tokens in one step: every running sequence's next token plus prompt chunks (chunked prefill);
   // must be >= max_running.
-  int32_t max_batch_tokens = 256;
+  int32_t max_batch_tokens = 128;
   // KV block size: positions per block at fp32 (compact codecs fit proportionally more).
   int32_t kv_block_tokens = 16;
   // KV block pool size in bytes (YAML: an integer, optionally with KiB/MiB/GiB); 0 = derived from the

@@ -2,9 +2,11 @@
 
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/check.h"
@@ -13,6 +15,7 @@
 #include "core/common/torch_status.h"
 #include "core/generate/scheduler.h"
 #include "core/generate/sequence.h"
+#include "kernels/cpu/parallel.h"
 
 namespace frost {
 
@@ -56,6 +59,15 @@ struct Engine::Pending {
   std::shared_ptr<TokenSink> sink;
   std::shared_ptr<CancelToken> cancel;
   int64_t t_submit_ns = 0;
+};
+
+// One callback for the delivery thread: a token event, or the final result (plus what the counters need).
+struct Engine::Delivery {
+  std::shared_ptr<TokenSink> sink;
+  std::optional<TokenEvent> token;
+  std::optional<absl::StatusOr<GenerationResult>> result;
+  std::string codec;  // result only: counters
+  bool repaired = false, spliced = false;
 };
 
 // A request the engine thread holds: its sequence state, its scheduler entry (with its paged cache while it
@@ -135,6 +147,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
                  static_cast<long long>(n_blocks), static_cast<long long>(block_bytes),
                  static_cast<double>(n_blocks * block_bytes) / (1 << 20), static_cast<long long>(cfg.kv_block_tokens),
                  cfg.max_running, static_cast<long long>(cfg.max_batch_tokens), cfg.prefix_caching ? "on" : "off");
+  e->deliverer_ = std::thread([raw = e.get()] { raw->deliver(); });
   e->worker_ = std::thread([raw = e.get()] { raw->run(); });
   return e;
 }
@@ -248,11 +261,65 @@ void Engine::shutdown() {
     accepting_ = false;
     stop_ = true;
   }
-  if (worker_.joinable()) worker_.join();
+  stopping_.store(true);
+  { absl::MutexLock lock(&dmu_); }  // re-evaluates the engine's wait for delivery
+  if (worker_.joinable()) worker_.join();  // it hands its last deliveries over, then stops the deliverer
+  if (deliverer_.joinable()) deliverer_.join();
+}
+
+void Engine::hand_over(std::vector<Delivery>& batch) {
+  absl::MutexLock lock(&dmu_);
+  for (Delivery& d : batch) deliveries_.push_back(std::move(d));
+  batch.clear();
+  ++handed_;
+}
+
+void Engine::deliver() {
+  pthread_setname_np(pthread_self(), "frost-deliver");
+  for (;;) {
+    std::deque<Delivery> batch;
+    bool stop = false;
+    uint64_t rounds = 0;
+    {
+      absl::MutexLock lock(&dmu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(dmu_) {
+        return delivery_stop_ || !deliveries_.empty() || delivered_ < handed_;
+      };
+      dmu_.Await(absl::Condition(&ready));
+      batch.swap(deliveries_);
+      stop = delivery_stop_;
+      rounds = handed_;
+    }
+    const int64_t t0 = RealClock::get().now_ns();
+    int64_t finished = 0;
+    for (Delivery& d : batch) {
+      if (d.token) {
+        d.sink->on_token(*d.token);
+        continue;
+      }
+      d.sink->on_finish(std::move(*d.result));
+      ++finished;
+      absl::MutexLock lock(&mu_);
+      --n_in_flight_;
+      ++counters_.n_finished;
+      if (d.repaired) ++counters_.n_repaired;
+      if (d.spliced) ++counters_.n_spliced;
+      ++counters_.finished_by_codec[d.codec];
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      counters_.t_deliver_s += static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9;
+    }
+    {
+      absl::MutexLock lock(&dmu_);
+      delivered_ = rounds;
+    }
+    if (stop && batch.empty()) return;
+  }
 }
 
 void Engine::publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running,
-                           int32_t n_waiting) {
+                           int32_t n_waiting, int64_t bytes_needed) {
   const KvPoolStats ps = pool_->stats();
   absl::MutexLock lock(&mu_);
   EngineStats& s = counters_;
@@ -262,12 +329,14 @@ void Engine::publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits
   s.kv_blocks_cached = ps.n_cached;
   s.kv_blocks_free = ps.n_free;
   s.kv_bytes_in_use = ps.n_used * ps.block_bytes;
+  s.kv_bytes_needed = bytes_needed;
   s.n_preemptions = preemptions;
   s.prefix_queries_tokens = queries;
   s.prefix_hits_tokens = hits;
 }
 
 void Engine::run() {
+  pthread_setname_np(pthread_self(), "frost-engine");  // how it shows in top -H, perf, gdb
   c10::InferenceMode inference_mode;
   SchedulerConfig sc;
   sc.max_running = cfg_.max_running;
@@ -281,9 +350,16 @@ void Engine::run() {
   const int64_t V = model_->config.n_vocab;
   uint64_t order = 0;
 
-  auto emit = [](Active& a) {
-    TokenSink* sink = a.req->sink.get();
-    return [sink](const TokenEvent& ev) { sink->on_token(ev); };
+  // This round's callbacks, handed to the delivery thread in one batch at the end of the round.
+  std::vector<Delivery> out;
+  auto emit = [&out](Active& a) {
+    std::shared_ptr<TokenSink> sink = a.req->sink;
+    return [&out, sink](const TokenEvent& ev) {
+      Delivery d;
+      d.sink = sink;
+      d.token = ev;
+      out.push_back(std::move(d));
+    };
   };
   // Ends a request (any outcome): its blocks go back to the pool before the client hears of it.
   auto finish = [&](Active& a, absl::StatusOr<GenerationResult> r) {
@@ -300,13 +376,13 @@ void Engine::run() {
       r->kv_splice = a.kv_splice;
     }
     a.done = true;
-    a.req->sink->on_finish(std::move(r));
-    absl::MutexLock lock(&mu_);
-    --n_in_flight_;
-    ++counters_.n_finished;
-    if (!a.kv_repair.empty()) ++counters_.n_repaired;
-    if (!a.kv_splice.empty()) ++counters_.n_spliced;
-    ++counters_.finished_by_codec[kv_codec_name(a.req->codec)];
+    Delivery d;
+    d.sink = a.req->sink;
+    d.result = std::move(r);
+    d.codec = kv_codec_name(a.req->codec);
+    d.repaired = !a.kv_repair.empty();
+    d.spliced = !a.kv_splice.empty();
+    out.push_back(std::move(d));
   };
   // The paged cache of a request, made when it first runs: the codec it asked for, the KVSplice and repair
   // operator active at that moment (a later swap does not touch it), and its prefix-cache key.
@@ -362,13 +438,26 @@ void Engine::run() {
       actives.push_back(std::move(a));
     }
     if (stopping) break;
+    {  // at most one round ahead of the delivery thread
+      absl::MutexLock lock(&dmu_);
+      auto caught_up = [this]() ABSL_SHARED_LOCKS_REQUIRED(dmu_) {
+        return delivered_ + 1 >= handed_ || stopping_.load();
+      };
+      dmu_.Await(absl::Condition(&caught_up));
+    }
+    if (stopping_.load()) {
+      absl::MutexLock lock(&mu_);
+      if (stop_) break;
+    }
 
     // 1. cancellations and deadlines, running or waiting: a cancelled request ends within this round
     for (auto& a : actives)
       if (!a->done && a->seq->check_cancel(*a->req->cancel, emit(*a))) finish(*a, a->seq->take_result());
 
     // 2. schedule
+    const int64_t t0 = RealClock::get().now_ns();
     Scheduler::Step step = sched.schedule();
+    int64_t t1 = t0, t2 = t0, t3 = t0;
     if (!step.seqs.empty()) {
       const int64_t now = RealClock::get().now_ns();
       for (SchedEntry* e : step.who) {
@@ -377,7 +466,9 @@ void Engine::run() {
       }
       // 3. run: one batched forward pass over every scheduled row
       const float* logits = nullptr;
+      t1 = RealClock::get().now_ns();
       absl::Status st = torch_call([&] { logits = model.forward_batch(step.seqs, scratch); });
+      t2 = t3 = RealClock::get().now_ns();
       if (!st.ok()) {  // a broken invariant in tensor code: fail the sequences of this step, keep serving
         FROST_LOG_ERROR("engine: batched step failed: %s", st.ToString().c_str());
         for (SchedEntry* e : step.who)
@@ -391,28 +482,40 @@ void Engine::run() {
           if (step.seqs[i].logits) to_sample.push_back(static_cast<Active*>(step.who[i]->owner));
         std::vector<SampledToken> toks(to_sample.size());
         const auto n_sample = static_cast<int64_t>(to_sample.size());
-        at::parallel_for(0, n_sample, n_sample >= 4 ? 1 : n_sample, [&](int64_t i0, int64_t i1) {
-          for (int64_t i = i0; i < i1; ++i)
-            toks[static_cast<size_t>(i)] = to_sample[static_cast<size_t>(i)]->seq->sample(logits + i * V);
-        });
-        const int64_t t_tok = RealClock::get().now_ns();
+        auto sample_one = [&](int64_t i) {
+          toks[static_cast<size_t>(i)] = to_sample[static_cast<size_t>(i)]->seq->sample(logits + i * V);
+        };
+        if (n_sample < 4) {
+          for (int64_t i = 0; i < n_sample; ++i) sample_one(i);
+        } else {
+          kernels::parallel_tasks(n_sample, sample_one);
+        }
+        const int64_t t_tok = t3 = RealClock::get().now_ns();
         for (size_t i = 0; i < to_sample.size(); ++i) {
           Active& a = *to_sample[i];
           if (a.t_first_ns == 0) a.t_first_ns = t_tok;
           if (a.seq->accept(toks[i], emit(a))) finish(a, a.seq->take_result());
         }
       }
+      const int64_t t4 = RealClock::get().now_ns();
       {
         absl::MutexLock lock(&mu_);
+        counters_.t_schedule_s += static_cast<double>(t1 - t0) * 1e-9;
+        counters_.t_forward_s += static_cast<double>(t2 - t1) * 1e-9;
+        counters_.t_sample_s += static_cast<double>(t3 - t2) * 1e-9;
+        counters_.t_emit_s += static_cast<double>(t4 - t3) * 1e-9;
         ++counters_.n_steps;
         counters_.batch_size.observe(static_cast<double>(step.seqs.size()));
         counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
       }
     }
+    hand_over(out);
     actives.erase(std::remove_if(actives.begin(), actives.end(), [](const auto& a) { return a->done; }),
                   actives.end());
+    int64_t needed = 0;
+    for (const SchedEntry* e : sched.running()) needed += e->kv->n_tokens() * e->kv->bytes_per_token();
     publish_stats(sched.preemptions(), sched.prefix_queries_tokens(), sched.prefix_hits_tokens(),
-                  static_cast<int32_t>(sched.running().size()), static_cast<int32_t>(sched.waiting().size()));
+                  static_cast<int32_t>(sched.running().size()), static_cast<int32_t>(sched.waiting().size()), needed);
     if (cfg_.audit_kv) {
       const std::string bad = sched.audit();
       FROST_CHECK(bad.empty(), bad.c_str());
@@ -424,14 +527,31 @@ void Engine::run() {
     }
   }
 
-  // 5. shutdown: everything still queued or running ends CANCELLED, exactly once
+  // 5. shutdown: everything still queued or running ends CANCELLED, exactly once — requests submitted since the
+  //    last intake included (submit() refuses new ones from now on)
+  {
+    std::deque<std::unique_ptr<Pending>> late;
+    {
+      absl::MutexLock lock(&mu_);
+      late.swap(pending_);
+    }
+    for (auto& p : late) {
+      auto a = std::make_unique<Active>();
+      a->req = std::move(p);
+      a->seq = std::make_unique<Sequence>(*model_, a->req->prompt, a->req->params, &RealClock::get());
+      actives.push_back(std::move(a));
+    }
+  }
   for (auto& a : actives) {
     if (a->done) continue;
     a->req->cancel->cancel();
     a->seq->check_cancel(*a->req->cancel, emit(*a));
     finish(*a, a->seq->take_result());
   }
-  publish_stats(sched.preemptions(), sched.prefix_queries_tokens(), sched.prefix_hits_tokens(), 0, 0);
+  publish_stats(sched.preemptions(), sched.prefix_queries_tokens(), sched.prefix_hits_tokens(), 0, 0, 0);
+  hand_over(out);
+  absl::MutexLock lock(&dmu_);
+  delivery_stop_ = true;
 }
 
 }  // namespace frost

@@ -23,9 +23,17 @@
 // fails at once with RESOURCE_EXHAUSTED. Cancellation and deadlines are polled every round, for running and
 // waiting requests alike (a cancelled request stops within one step; its blocks are freed before on_finish).
 //
+// Streaming happens off the engine thread: each round's token events and results are handed, in one batch, to
+// a delivery thread that calls the TokenSinks (in order per request; on_finish last), so the callbacks into a
+// busy gRPC transport overlap the next step instead of delaying it, and the engine wakes the delivery thread
+// once per round. The engine runs at most one round ahead of delivery (it waits for the round before last to
+// be delivered before it starts a step), so a client's cancel is seen within two rounds and a starved
+// delivery thread slows the engine down instead of piling up tokens.
+//
 // Threading: submit(), stats(), stop_accepting(), wait_idle() and shutdown() are thread-safe.
-// TokenSink callbacks run on the worker thread and must not block.
+// TokenSink callbacks run on the engine's delivery thread and must not block.
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -46,7 +54,7 @@
 
 namespace frost {
 
-// Receives one request's stream. Called on the engine thread; must not block.
+// Receives one request's stream. Called on the engine's delivery thread, in order; must not block.
 class TokenSink {
  public:
   virtual ~TokenSink() = default;
@@ -61,7 +69,7 @@ struct EngineConfig {
   int32_t max_waiting = 128;  // bounded admission queue
   // Tokens in one step, decode rows and prompt chunks together (>= max_running): a long prompt is prefilled
   // in chunks of what decoding sequences leave, so it cannot stall their inter-token latency.
-  int64_t max_batch_tokens = 256;
+  int64_t max_batch_tokens = 128;
   // KV block size: positions per block at fp32 (compact codecs fit proportionally more in the same bytes).
   int64_t kv_block_tokens = 16;
   // KV pool size in bytes; 0 = kv_default_pool_bytes() of this model and max_running.
@@ -98,6 +106,8 @@ struct EngineStats {
   int32_t n_running = 0;
   int32_t n_waiting = 0;           // queued for admission, preempted ones included
   int64_t kv_bytes_in_use = 0;     // blocks held by running sequences × block bytes
+  int64_t kv_bytes_needed = 0;     // what their positions occupy without block rounding (Σ positions × bytes
+                                   // per position of each sequence's codec; a shared prefix counts per sequence)
   int64_t kv_bytes_per_token = 0;  // all layers, one position, default codec (kvsplice: of the active
                                    // set, 0 while none is active)
   // The block pool.
@@ -109,6 +119,10 @@ struct EngineStats {
   uint64_t prefix_hits_tokens = 0;     // of those, found cached (whole blocks reused)
   uint64_t n_preemptions = 0;
   uint64_t n_steps = 0;
+  // Engine-thread seconds per phase of a step, cumulative: scheduling, the batched forward pass, sampling,
+  // streaming (TokenSink callbacks, finishing requests).
+  double t_schedule_s = 0, t_forward_s = 0, t_sample_s = 0, t_emit_s = 0;
+  double t_deliver_s = 0;  // delivery-thread seconds in TokenSink callbacks
   EngineHistogram batch_size;    // sequences per step
   EngineHistogram batch_tokens;  // tokens per step
   uint64_t n_accepted = 0;
@@ -156,9 +170,13 @@ class Engine {
  private:
   struct Pending;
   struct Active;
+  struct Delivery;
   Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg);
   void run();
-  void publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running, int32_t n_waiting);
+  void deliver();  // the delivery thread
+  void hand_over(std::vector<Delivery>& batch);
+  void publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running, int32_t n_waiting,
+                     int64_t bytes_needed);
 
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
@@ -173,6 +191,14 @@ class Engine {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   EngineStats counters_ ABSL_GUARDED_BY(mu_);
   std::thread worker_;
+
+  absl::Mutex dmu_;
+  std::deque<Delivery> deliveries_ ABSL_GUARDED_BY(dmu_);
+  bool delivery_stop_ ABSL_GUARDED_BY(dmu_) = false;
+  uint64_t handed_ ABSL_GUARDED_BY(dmu_) = 0;     // rounds handed to the delivery thread
+  uint64_t delivered_ ABSL_GUARDED_BY(dmu_) = 0;  // rounds it has finished delivering
+  std::atomic<bool> stopping_{false};             // shutdown() was called (read by the engine's waits)
+  std::thread deliverer_;
 };
 
 }  // namespace frost

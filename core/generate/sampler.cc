@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/common/check.h"
+#include "kernels/cpu/exp.h"
 
 namespace frost {
 namespace {
@@ -93,6 +94,10 @@ Sampler::Sampler(const SamplingParams& p, int32_t vocab_size)
   penalize_ = !in_context_.empty() || !gen_count_.empty();
   if (penalize_) logits_.resize(n);
   if (!greedy_) cand_.resize(n);
+  if (!greedy_ && top_k_ == 0 && top_p_ >= 1.0f && min_p_ <= 0.0f) {
+    probs_.resize(n);
+    block_sums_.resize((n + kBlock - 1) / kBlock);
+  }
   if (n_logprobs_ > 0) top_buf_.resize(n);
 }
 
@@ -118,6 +123,8 @@ SampledToken Sampler::sample(const float* raw) {
   if (greedy_) {
     // 4. Greedy: a single pass, no RNG.
     out.id = argmax(logits, n_vocab_);
+  } else if (!probs_.empty() && (out.id = sample_full(logits)) >= 0) {
+    // plain temperature sampling over the whole vocabulary: the vectorised path
   } else {
     float l_max = kNegInf;
     for (int32_t i = 0; i < n_vocab_; ++i) {
@@ -132,6 +139,42 @@ SampledToken Sampler::sample(const float* raw) {
   if (n_logprobs_ >= 0) fill_logprobs(raw, out);
   record(out.id);
   return out;
+}
+
+int32_t Sampler::sample_full(const float* logits) {
+  float l_max = kNegInf;
+  for (int32_t i = 0; i < n_vocab_; ++i) l_max = logits[i] > l_max ? logits[i] : l_max;  // NaN never wins
+  const float inv_t = 1.0f / temperature_;
+  if (!std::isfinite(l_max) || !std::isfinite(inv_t)) return -1;  // the general path handles these
+  // 5. p = exp((l − l_max) / T), NaN → 0 (kernels/cpu/exp.h)
+  softmax::exp_shifted(logits, n_vocab_, l_max, inv_t, probs_.data());
+  // 9. Inverse-CDF draw over ids in ascending order: block sums (double) locate the block, then the ids.
+  double total = 0.0;
+  const auto n_blocks = static_cast<int32_t>(block_sums_.size());
+  for (int32_t b = 0; b < n_blocks; ++b) {
+    double s = 0.0;
+    const int32_t end = std::min(n_vocab_, (b + 1) * kBlock);
+    for (int32_t i = b * kBlock; i < end; ++i) s += probs_[static_cast<size_t>(i)];
+    block_sums_[static_cast<size_t>(b)] = s;
+    total += s;
+  }
+  const double r = uniform01() * total;
+  double cum = 0.0;
+  for (int32_t b = 0; b < n_blocks; ++b) {
+    if (cum + block_sums_[static_cast<size_t>(b)] <= r) {
+      cum += block_sums_[static_cast<size_t>(b)];
+      continue;
+    }
+    const int32_t end = std::min(n_vocab_, (b + 1) * kBlock);
+    for (int32_t i = b * kBlock; i < end; ++i) {
+      cum += probs_[static_cast<size_t>(i)];
+      if (cum > r) return i;
+    }
+  }
+  // r rounded up to the total: the last id with weight (p_max == 1 exists, so there is one).
+  for (int32_t i = n_vocab_ - 1; i > 0; --i)
+    if (probs_[static_cast<size_t>(i)] > 0.0f) return i;
+  return 0;
 }
 
 void Sampler::apply_penalties(float* logits) const {
@@ -167,7 +210,7 @@ int32_t Sampler::sample_from_candidates(float l_max) {
     const float inv_t = 1.0f / temperature_;
     if (std::isfinite(inv_t)) {
       for (int32_t i = 0; i < n_cand_; ++i) {
-        cand_[i].value = std::exp((cand_[i].value - l_max) * inv_t);
+        cand_[i].value = softmax::exp_nonpositive((cand_[i].value - l_max) * inv_t);
       }
     } else {
       // A tiny T: dividing keeps (l_max - l_max) / T == 0 where 0 * inf would be NaN.

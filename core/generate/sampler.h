@@ -28,6 +28,10 @@
 // Logprobs (params.logprobs >= 0) are log_softmax of the RAW model logits — before penalties,
 // temperature and truncation (vLLM's default), computed in double.
 //
+// exp is our own (kernels/cpu/exp.h: bit-identical scalar and AVX-512 forms). Plain temperature
+// sampling (no top_k / top_p / min_p) runs steps 5 and 9 as vectorised passes over float arrays, with the
+// draw locating its block of 64 ids through double block sums first.
+//
 // Cost per call: a few O(V) passes (greedy without penalties: one); top_k = k adds a
 // selection (heap for small k, nth_element + sort of k otherwise); top_p alone sorts only as
 // far as its nucleus reaches (64, 256, 1024, ... tokens). No heap allocation unless top
@@ -79,6 +83,9 @@ class Sampler {
     int32_t id;
   };
 
+  // Steps 5 and 9 over the whole vocabulary when no truncation is asked for (vectorised); -1 when the
+  // logits are degenerate (no finite maximum) or T is too small for 1/T: the general path takes those.
+  int32_t sample_full(const float* logits);
   void apply_penalties(float* logits) const;    // steps 2-3 on [V], in place
   int32_t sample_from_candidates(float l_max);  // steps 5-9 on cand_; l_max = max logit
   void record(int32_t id);                      // appends a generated token to the history
@@ -112,6 +119,9 @@ class Sampler {
   int32_t n_cand_ = 0;
   bool cand_sorted_ = false;        // the live candidates are sorted by (value desc, id asc)
   std::vector<Candidate> top_buf_;  // [V] logprobs for the top-n selection (when n > 0)
+  static constexpr int32_t kBlock = 64;
+  std::vector<float> probs_;        // [V] softmax numerators (sample_full)
+  std::vector<double> block_sums_;  // [V / kBlock] their sums per block of ids
 };
 
 }  // namespace frost

@@ -32,7 +32,7 @@ namespace frost {
 
 struct SchedulerConfig {
   int32_t max_running = 32;        // sequences in one step
-  int64_t max_batch_tokens = 256;  // tokens in one step (decode rows + prefill chunks), >= max_running
+  int64_t max_batch_tokens = 128;  // tokens in one step (decode rows + prefill chunks), >= max_running
   int64_t watermark_blocks = 1;    // admission keeps at least this many blocks available
   bool prefix_caching = true;
 };

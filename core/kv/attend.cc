@@ -1,5 +1,7 @@
 #include "core/kv/attend.h"
 
+#include "kernels/cpu/exp.h"
+
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
@@ -154,6 +156,216 @@ inline void unpack_row(const uint8_t* row, int bits, int64_t d, float* dst) {
   }
 }
 
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+// ---- the AVX-512 kernels for head_dim = 16·NV (NV <= 16): the query and the output stay in registers, four
+// scores share one horizontal reduction, exp is the vectorised one of kernels/cpu/exp.h. ----
+
+// 16 elements [16j, 16j + 16) of one stored row as fp32 lanes.
+struct LoadF32 {
+  static __m512 load(const uint8_t* row, int j) { return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * j); }
+};
+struct LoadF16 {
+  static __m512 load(const uint8_t* row, int j) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + j));
+  }
+};
+struct LoadBF16 {
+  static __m512 load(const uint8_t* row, int j) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + j);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+struct LoadI8 {
+  static __m512 load(const uint8_t* row, int j) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * j));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  }
+};
+struct LoadI4 {
+  static __m512 load(const uint8_t* row, int j) {
+    // 8 bytes → 16 nibbles in element order (low nibble first), sign-extended: (x ^ 8) − 8.
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * j));
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(b, low4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+    const __m512i x = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+    const __m512i eight = _mm512_set1_epi32(8);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_xor_si512(x, eight), eight));
+  }
+};
+
+// The four sums of a, b, c, d's lanes, as [sum a, sum b, sum c, sum d].
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 abcd = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
+                                    _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+constexpr int kMaxTileRows = 32;  // query rows of one sequence per call (the callers' tile)
+
+// One head for up to kMaxTileRows query rows of one sequence: row r has query q[r] (this head's D floats)
+// and attends positions [0, n[r]). Pass 1 computes each row's scores against group g's K rows (times their
+// scales when ks is given), pass 2 the softmax numerators, pass 3 out[r] = Σ p_t (scale_t ·) V[t] / Σ p_t.
+// Every K and V row is loaded once per group of rows instead of once per row (prefill chunks).
+//
+// Arithmetic, per row, independent of the other rows and of how many there are: scores of positions taken
+// four at a time from the start of each block run (one shared horizontal reduction, reduce4) and one at a
+// time for the last n % 4 of a run (a full reduction); the maximum; exp of kernels/cpu/exp.h; the sum in
+// position order; the weighted V sum in position order in fp32 lanes. A decode row (alone) and the same row
+// in a prefill chunk therefore get bit-identical outputs.
+template <class L, int NV>
+void head_rows_v(const float* const* q, const int64_t* n, int rows, const KvPagedRows& k, const KvPagedRows* ks,
+                 const KvPagedRows& v, const KvPagedRows* vs, int64_t g, float scale, float* const* s,
+                 float* const* out) {
+  int64_t n_max = 0;
+  for (int r = 0; r < rows; ++r) n_max = std::max(n_max, n[r]);
+  __m128 vmax[kMaxTileRows];
+  for (int r = 0; r < rows; ++r) vmax[r] = _mm_set1_ps(-INFINITY);
+  // Pass 1: scores.
+  k.for_runs(g, n_max, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
+    const float* sc = ks ? reinterpret_cast<const float*>(ks->row(g, t0)) : nullptr;
+    const int64_t rb = k.row_bytes;
+    int64_t c[kMaxTileRows];  // positions of this run each row attends
+    for (int r = 0; r < rows; ++r) c[r] = std::clamp<int64_t>(n[r] - t0, 0, cnt);
+    for (int64_t i = 0; i < cnt; i += 4) {
+      const uint8_t* kr = p + i * rb;
+      // Rows whose count covers this whole group of four: four scores per reduction, four rows at a time.
+      for (int r0 = 0; r0 < rows; r0 += 4) {
+        int live[4], n_live = 0;
+        for (int r = r0; r < std::min(rows, r0 + 4); ++r)
+          if (i + 4 <= c[r]) live[n_live++] = r;
+        if (n_live == 0) continue;
+        __m512 acc[4][4];
+        for (int x = 0; x < n_live; ++x) acc[x][0] = acc[x][1] = acc[x][2] = acc[x][3] = _mm512_setzero_ps();
+        for (int j = 0; j < NV; ++j) {
+          const __m512 k0 = L::load(kr, j), k1 = L::load(kr + rb, j), k2 = L::load(kr + 2 * rb, j),
+                       k3 = L::load(kr + 3 * rb, j);
+          for (int x = 0; x < n_live; ++x) {
+            const __m512 qj = _mm512_loadu_ps(q[live[x]] + 16 * j);
+            acc[x][0] = _mm512_fmadd_ps(qj, k0, acc[x][0]);
+            acc[x][1] = _mm512_fmadd_ps(qj, k1, acc[x][1]);
+            acc[x][2] = _mm512_fmadd_ps(qj, k2, acc[x][2]);
+            acc[x][3] = _mm512_fmadd_ps(qj, k3, acc[x][3]);
+          }
+        }
+        for (int x = 0; x < n_live; ++x) {
+          const int r = live[x];
+          __m128 sx = _mm_mul_ps(reduce4(acc[x][0], acc[x][1], acc[x][2], acc[x][3]), _mm_set1_ps(scale));
+          if (sc) sx = _mm_mul_ps(sx, _mm_loadu_ps(sc + i));
+          _mm_storeu_ps(s[r] + t0 + i, sx);
+          vmax[r] = _mm_max_ps(vmax[r], sx);
+        }
+      }
+      // Rows that end inside this group (or a run shorter than four): one score at a time.
+      for (int r = 0; r < rows; ++r) {
+        if (i + 4 <= c[r] || i >= c[r]) continue;
+        for (int64_t t = i; t < c[r]; ++t) {
+          const uint8_t* row = p + t * rb;
+          __m512 a0 = _mm512_setzero_ps();
+          for (int j = 0; j < NV; ++j) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + 16 * j), L::load(row, j), a0);
+          float x = _mm512_reduce_add_ps(a0) * scale;
+          if (sc) x *= sc[t];
+          s[r][t0 + t] = x;
+          vmax[r] = _mm_max_ps(vmax[r], _mm_set1_ps(x));
+        }
+      }
+    }
+  });
+  // Pass 2: softmax numerators and their sums, per row.
+  float sum[kMaxTileRows];
+  for (int r = 0; r < rows; ++r) {
+    const __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
+    const float mx = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+    softmax::exp_shifted(s[r], n[r], mx, 1.f, s[r]);  // in place
+    float t = 0;  // in position order
+    for (int64_t i = 0; i < n[r]; ++i) t += s[r][i];
+    sum[r] = t;
+  }
+  // Pass 3: Σ p_t V[t], RT rows at a time so their accumulators stay in registers.
+  constexpr int RT = NV <= 3 ? 8 : std::max(1, 24 / NV);
+  for (int r0 = 0; r0 < rows; r0 += RT) {
+    const int nr = std::min(RT, rows - r0);
+    int64_t n_lo = n[r0], n_hi = n[r0];
+    for (int x = 1; x < nr; ++x) {
+      n_lo = std::min(n_lo, n[r0 + x]);
+      n_hi = std::max(n_hi, n[r0 + x]);
+    }
+    __m512 ov[RT][NV];
+    for (int x = 0; x < nr; ++x)
+      for (int j = 0; j < NV; ++j) ov[x][j] = _mm512_setzero_ps();
+    v.for_runs(g, n_hi, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
+      const float* sc = vs ? reinterpret_cast<const float*>(vs->row(g, t0)) : nullptr;
+      for (int64_t i = 0; i < cnt; ++i) {
+        const int64_t t = t0 + i;
+        const uint8_t* row = p + i * v.row_bytes;
+        __m512 pv[RT];
+        for (int x = 0; x < nr; ++x) {
+          const float pt = t < n[r0 + x] ? s[r0 + x][t] : 0.f;
+          pv[x] = _mm512_set1_ps(sc ? pt * sc[i] : pt);
+        }
+        if (t < n_lo) {
+          for (int j = 0; j < NV; ++j) {
+            const __m512 vj = L::load(row, j);
+            for (int x = 0; x < nr; ++x) ov[x][j] = _mm512_fmadd_ps(pv[x], vj, ov[x][j]);
+          }
+        } else {  // past some rows' end: those rows skip (an fma with 0 could turn -0 into +0)
+          for (int j = 0; j < NV; ++j) {
+            const __m512 vj = L::load(row, j);
+            for (int x = 0; x < nr; ++x)
+              if (t < n[r0 + x]) ov[x][j] = _mm512_fmadd_ps(pv[x], vj, ov[x][j]);
+          }
+        }
+      }
+    });
+    for (int x = 0; x < nr; ++x) {
+      const __m512 inv = _mm512_set1_ps(1.f / sum[r0 + x]);
+      for (int j = 0; j < NV; ++j) _mm512_storeu_ps(out[r0 + x] + 16 * j, _mm512_mul_ps(ov[x][j], inv));
+    }
+  }
+}
+
+// Heads [h0, h1) of `rows` query rows (q[r]: [H·D], n[r] positions, out[r]: [H·D]); false when head_dim has no
+// vectorised kernel here (the caller falls back).
+template <class L>
+bool heads_rows_v(const float* const* q, const int64_t* n, int64_t rows, const KvPagedRows& k, const KvPagedRows* ks,
+                  const KvPagedRows& v, const KvPagedRows* vs, int64_t n_head, int64_t n_head_kv, int64_t d,
+                  float scale, int64_t h0, int64_t h1, float* const* out) {
+  if (d % 16 != 0 || d > 256) return false;
+  const int64_t group = n_head / n_head_kv;
+  for (int64_t r0 = 0; r0 < rows; r0 += kMaxTileRows) {
+    const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, rows - r0));
+    int64_t n_max = 0;
+    for (int r = 0; r < nr; ++r) n_max = std::max(n_max, n[r0 + r]);
+    float* scratch = thread_scratch(nr * (n_max + 16));
+    const float* qh[kMaxTileRows];
+    float* oh[kMaxTileRows];
+    float* sr[kMaxTileRows];
+    for (int r = 0; r < nr; ++r) sr[r] = scratch + r * (n_max + 16);
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t g = h / group;
+      for (int r = 0; r < nr; ++r) {
+        qh[r] = q[r0 + r] + h * d;
+        oh[r] = out[r0 + r] + h * d;
+      }
+      switch (d / 16) {
+#define FROST_HEAD_CASE(NV) \
+  case NV: head_rows_v<L, NV>(qh, n + r0, nr, k, ks, v, vs, g, scale, sr, oh); break;
+        FROST_HEAD_CASE(1) FROST_HEAD_CASE(2) FROST_HEAD_CASE(3) FROST_HEAD_CASE(4) FROST_HEAD_CASE(5)
+        FROST_HEAD_CASE(6) FROST_HEAD_CASE(7) FROST_HEAD_CASE(8) FROST_HEAD_CASE(9) FROST_HEAD_CASE(10)
+        FROST_HEAD_CASE(11) FROST_HEAD_CASE(12) FROST_HEAD_CASE(13) FROST_HEAD_CASE(14) FROST_HEAD_CASE(15)
+        FROST_HEAD_CASE(16)
+#undef FROST_HEAD_CASE
+        default: return false;
+      }
+    }
+  }
+  return true;
+}
+#endif
+
 // Contiguous [Hkv, t_max, row] storage as a one-block KvPagedRows.
 KvPagedRows one_block(const void* base, int64_t t_max, int64_t row_bytes, const int32_t* zero) {
   KvPagedRows r;
@@ -177,6 +389,29 @@ float* thread_scratch(int64_t n) {
 void attend_paged(const float* q, const KvPagedRows& k, const KvPagedRows& v, c10::ScalarType kv_dtype, int64_t n_head,
                   int64_t n_head_kv, int64_t head_dim, int64_t n, float scale, int64_t h0, int64_t h1,
                   float* out) {
+  attend_paged_rows(&q, &n, 1, k, v, kv_dtype, n_head, n_head_kv, head_dim, scale, h0, h1, &out);
+}
+
+void attend_paged_rows(const float* const* q, const int64_t* n, int64_t n_rows, const KvPagedRows& k,
+                       const KvPagedRows& v, c10::ScalarType kv_dtype, int64_t n_head, int64_t n_head_kv,
+                       int64_t head_dim, float scale, int64_t h0, int64_t h1, float* const* out) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+  const bool done =
+      kv_dtype == c10::kFloat
+          ? heads_rows_v<LoadF32>(q, n, n_rows, k, nullptr, v, nullptr, n_head, n_head_kv, head_dim, scale, h0, h1, out)
+      : kv_dtype == c10::kHalf
+          ? heads_rows_v<LoadF16>(q, n, n_rows, k, nullptr, v, nullptr, n_head, n_head_kv, head_dim, scale, h0, h1, out)
+      : kv_dtype == c10::kBFloat16
+          ? heads_rows_v<LoadBF16>(q, n, n_rows, k, nullptr, v, nullptr, n_head, n_head_kv, head_dim, scale, h0, h1, out)
+          : false;
+  if (done) return;
+#endif
+  for (int64_t r = 0; r < n_rows; ++r) attend_paged_generic(q[r], k, v, kv_dtype, n_head, n_head_kv, head_dim, n[r], scale, h0, h1, out[r]);
+}
+
+void attend_paged_generic(const float* q, const KvPagedRows& k, const KvPagedRows& v, c10::ScalarType kv_dtype,
+                          int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n, float scale, int64_t h0,
+                          int64_t h1, float* out) {
   switch (kv_dtype) {
     case c10::kFloat:
       return attend_heads<float>(q, k, v, n_head, n_head_kv, head_dim, n, scale, h0, h1, out);
@@ -192,8 +427,27 @@ void attend_paged(const float* q, const KvPagedRows& k, const KvPagedRows& v, c1
 void attend_paged_quant(const float* q, const KvPagedRows& k, const KvPagedRows& ks, const KvPagedRows& v, const KvPagedRows& vs,
                         int bits, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n, float scale,
                         int64_t h0, int64_t h1, float* out) {
+  attend_paged_quant_rows(&q, &n, 1, k, ks, v, vs, bits, n_head, n_head_kv, head_dim, scale, h0, h1, &out);
+}
+
+void attend_paged_quant_rows(const float* const* q, const int64_t* n, int64_t n_rows, const KvPagedRows& k,
+                             const KvPagedRows& ks, const KvPagedRows& v, const KvPagedRows& vs, int bits,
+                             int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, int64_t h0, int64_t h1,
+                             float* const* out) {
   TORCH_CHECK(bits == 8 || (bits == 4 && head_dim % 2 == 0), "attend_paged_quant: bits ", bits, ", head_dim ",
               head_dim);
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+  if (bits == 8 ? heads_rows_v<LoadI8>(q, n, n_rows, k, &ks, v, &vs, n_head, n_head_kv, head_dim, scale, h0, h1, out)
+                : heads_rows_v<LoadI4>(q, n, n_rows, k, &ks, v, &vs, n_head, n_head_kv, head_dim, scale, h0, h1, out))
+    return;
+#endif
+  for (int64_t r = 0; r < n_rows; ++r)
+    attend_paged_quant_generic(q[r], k, ks, v, vs, bits, n_head, n_head_kv, head_dim, n[r], scale, h0, h1, out[r]);
+}
+
+void attend_paged_quant_generic(const float* q, const KvPagedRows& k, const KvPagedRows& ks, const KvPagedRows& v,
+                                const KvPagedRows& vs, int bits, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                                int64_t n, float scale, int64_t h0, int64_t h1, float* out) {
   const int64_t group = n_head / n_head_kv;
   float* s = thread_scratch(n + head_dim);
   float* row = s + n;

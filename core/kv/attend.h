@@ -28,6 +28,24 @@ void attend_paged_quant(const float* q, const KvPagedRows& k, const KvPagedRows&
                         int bits, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n, float scale,
                         int64_t h0, int64_t h1, float* out);
 
+// Several query rows of one sequence at once (a prefill chunk): q[r] [H·D] attends positions [0, n[r]) into
+// out[r]. Each K / V row is read once per group of rows; every row's result is bit-identical to
+// attend_paged / attend_paged_quant on that row alone.
+void attend_paged_rows(const float* const* q, const int64_t* n, int64_t n_rows, const KvPagedRows& k,
+                       const KvPagedRows& v, c10::ScalarType kv_dtype, int64_t n_head, int64_t n_head_kv,
+                       int64_t head_dim, float scale, int64_t h0, int64_t h1, float* const* out);
+void attend_paged_quant_rows(const float* const* q, const int64_t* n, int64_t n_rows, const KvPagedRows& k,
+                             const KvPagedRows& ks, const KvPagedRows& v, const KvPagedRows& vs, int bits,
+                             int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, int64_t h0, int64_t h1,
+                             float* const* out);
+// The portable per-row kernels (any head_dim, any ISA): the fallbacks of the above.
+void attend_paged_generic(const float* q, const KvPagedRows& k, const KvPagedRows& v, c10::ScalarType kv_dtype,
+                          int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n, float scale, int64_t h0,
+                          int64_t h1, float* out);
+void attend_paged_quant_generic(const float* q, const KvPagedRows& k, const KvPagedRows& ks, const KvPagedRows& v,
+                                const KvPagedRows& vs, int bits, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                                int64_t n, float scale, int64_t h0, int64_t h1, float* out);
+
 // Contiguous [Hkv, t_max, D] caches, all heads (parallel over heads when worth it): the same kernels over
 // one block. `scores` is unused (kept for callers that size it).
 void attend_one(const float* q, const void* k, const void* v, c10::ScalarType kv_dtype, int64_t n_head,

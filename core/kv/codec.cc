@@ -93,6 +93,10 @@ class StandaloneCodec final : public KvCodec {
               float* out) const override {
     inner_->attend(q, n_head, n, scale, h0, h1, out);
   }
+  void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale, int64_t h0,
+                   int64_t h1, float* const* out) const override {
+    inner_->attend_rows(q, n, n_rows, n_head, scale, h0, h1, out);
+  }
   const KvSpliceFast* splice_k() const override { return inner_->splice_k(); }
   const KvSpliceFast* splice_v() const override { return inner_->splice_v(); }
   const LearnedKvSplice* learned_k() const override { return inner_->learned_k(); }

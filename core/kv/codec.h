@@ -45,6 +45,13 @@ class KvCodec {
   // first call on a thread: callers parallelise over rows and heads.
   virtual void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
                       float* out) const = 0;
+  // The same for several query rows of this sequence at once (a prefill chunk): row r's query q[r] attends
+  // positions [0, n[r]) into out[r]. Bit-identical to attend() row by row; the float and int8/int4 kernels
+  // read each K / V row once per group of rows. Default: attend() per row.
+  virtual void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale,
+                           int64_t h0, int64_t h1, float* const* out) const {
+    for (int64_t r = 0; r < n_rows; ++r) attend(q[r], n_head, n[r], scale, h0, h1, out[r]);
+  }
 
   // kvsplice: the layer's K and V splices (fast copies and the differentiable ones, for training).
   virtual const KvSpliceFast* splice_k() const { return nullptr; }

@@ -71,6 +71,14 @@ class FloatCodec final : public KvCodec {
                           head_dim_, n, scale, h0, h1, out);
   }
 
+  void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale, int64_t h0,
+                   int64_t h1, float* const* out) const override {
+    for (int64_t r = 0; r < n_rows; ++r)
+      TORCH_CHECK(n[r] > 0 && n[r] <= capacity(), "kv attend: ", n[r], " positions, capacity ", capacity());
+    kernels::attend_paged_rows(q, n, n_rows, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v), dtype_, n_head,
+                               n_head_kv_, head_dim_, scale, h0, h1, out);
+  }
+
   at::ScalarType storage_dtype() const override { return dtype_; }
   KvCodecKind kind() const override { return kind_; }
   int64_t bytes_per_token() const override { return fmt_.bytes_per_token(); }

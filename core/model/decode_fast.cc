@@ -14,6 +14,7 @@
 #include "core/model/cpu_kernels.h"
 #include "core/model/rows.h"
 #include "core/model/transformer.h"
+#include "kernels/cpu/parallel.h"
 
 namespace frost {
 
@@ -25,9 +26,11 @@ using rows::rope_row;
 void attend_all_heads(const KvCodec& cache, const float* q, int64_t n_head, int64_t head_dim, int64_t n,
                       float scale, float* out) {
   // Parallel over heads only when there is enough work to pay for waking the pool.
-  const int64_t grain = n * head_dim * n_head < (int64_t{1} << 15) ? n_head : 1;
-  at::parallel_for(0, n_head, grain,
-                   [&](int64_t h0, int64_t h1) { cache.attend(q, n_head, n, scale, h0, h1, out); });
+  if (n * head_dim * n_head < (int64_t{1} << 15)) {
+    cache.attend(q, n_head, n, scale, 0, n_head, out);
+  } else {
+    kernels::parallel_tasks(n_head, [&](int64_t h) { cache.attend(q, n_head, n, scale, h, h + 1, out); });
+  }
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include "core/kv/repair_set.h"
 #include "core/model/rows.h"
 #include "core/model/transformer.h"
+#include "kernels/cpu/parallel.h"
 
 namespace frost {
 namespace {
@@ -170,25 +171,37 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
             rf->query(row(s.qkv, r, QKV) + h * D, h, row(s.qa, r, HD) + h * D,
                       s.repair_gv.data() + (r * H + h) * rf->r, s.repair_tmp.data());
     }
-    // Attention: (row, head) tasks dealt round-robin to the threads (rows differ in length; interleaving
-    // balances them). Each task is the codec's kernel over that row's positions [0, pos].
+    // Attention: tasks of (a tile of up to 32 rows of one sequence, one head), claimed dynamically by the threads
+    // (rows differ in length, and a descheduled thread must not hold the others up). A tile reads its K / V
+    // rows once (KvCodec::attend_rows); each row's result is the same as alone.
     int64_t work = 0;
     for (int64_t r = 0; r < R; ++r) work += (s.pos[static_cast<size_t>(r)] + 1) * H * D;
-    const int64_t n_tasks = R * H;
-    auto run_tasks = [&](int64_t first, int64_t stride) {
-      for (int64_t i = first; i < n_tasks; i += stride) {
-        const int64_t r = i / H, h = i % H;
-        const KvCodec& cache = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv->layer(l);
-        cache.attend(query_of(r), H, s.pos[static_cast<size_t>(r)] + 1, scale, h, h + 1, row(s.att, r, HD));
+    s.tiles.clear();
+    for (int64_t r0 = 0; r0 < R;) {
+      int64_t r1 = r0 + 1;
+      while (r1 < R && r1 - r0 < 32 && s.seq[static_cast<size_t>(r1)] == s.seq[static_cast<size_t>(r0)]) ++r1;
+      s.tiles.push_back({r0, r1});
+      r0 = r1;
+    }
+    auto attend_task = [&](int64_t i) {
+      const auto [r0, r1] = s.tiles[static_cast<size_t>(i / H)];
+      const int64_t h = i % H, nr = r1 - r0;
+      const KvCodec& cache = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r0)])].kv->layer(l);
+      const float* q[32];
+      float* o[32];
+      int64_t n[32];
+      for (int64_t x = 0; x < nr; ++x) {
+        q[x] = query_of(r0 + x);
+        o[x] = row(s.att, r0 + x, HD);
+        n[x] = s.pos[static_cast<size_t>(r0 + x)] + 1;
       }
+      cache.attend_rows(q, n, nr, H, scale, h, h + 1, o);
     };
-    const int64_t n_threads = work < (int64_t{1} << 15) ? 1 : std::min<int64_t>(at::get_num_threads(), n_tasks);
-    if (n_threads <= 1) {
-      run_tasks(0, 1);
+    const auto n_tasks = static_cast<int64_t>(s.tiles.size()) * H;
+    if (work < (int64_t{1} << 15)) {
+      for (int64_t i = 0; i < n_tasks; ++i) attend_task(i);
     } else {
-      at::parallel_for(0, n_threads, 1, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) run_tasks(t, n_threads);
-      });
+      kernels::parallel_tasks(n_tasks, attend_task);
     }
     if (any_repair) {
       for (int64_t r = 0; r < R; ++r)

@@ -78,6 +78,7 @@ struct BatchScratch {
   std::vector<float> final_x;       // [L, C]
   std::vector<float> logits;        // [L, V]
   std::vector<int64_t> pos, seq;    // [R] each row's position and sequence index
+  std::vector<std::pair<int64_t, int64_t>> tiles;  // attention tiles: rows [first, last) of one sequence
   std::vector<float> repair_gv, repair_tmp, e_tok, ctx_summary;
   VariantScratch var;
   int64_t var_dim = 0;

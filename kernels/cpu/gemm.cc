@@ -1,5 +1,7 @@
 #include "kernels/cpu/gemm.h"
 
+#include "kernels/cpu/parallel.h"
+
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
@@ -167,19 +169,27 @@ void gemm(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, co
   const auto* base = static_cast<const typename L::T*>(w.panels.data_ptr());
   const int64_t n_in = w.n_in, n_panels = w.panels.size(0);
   const int64_t n_blocks = (n_rows + kRowBlock - 1) / kRowBlock;
-  // Tasks are (row block, panel) pairs, panel-minor: neighbouring tasks share their activation rows. At
-  // least ~64K multiply-adds per task, so small products stay on one thread.
-  const int64_t rows_per_task = std::min(n_rows, kRowBlock);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, rows_per_task * n_in * kPanel));
-  at::parallel_for(0, n_blocks * n_panels, grain, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t rb = t / n_panels, p = t % n_panels;
-      const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, n_rows - r0);
+  // Tasks are (row block, group of panels), panel-minor so neighbouring tasks share their activation rows,
+  // claimed dynamically (kernels/cpu/parallel.h). A group is at least ~32K multiply-adds; products below
+  // ~64K run on the calling thread alone.
+  const int64_t rows_per_block = std::min(n_rows, kRowBlock);
+  const int64_t per_panel = rows_per_block * n_in * kPanel;
+  const int64_t group = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, per_panel));
+  const int64_t n_groups = (n_panels + group - 1) / group;
+  auto task = [&](int64_t t) {
+    const int64_t rb = t / n_groups, g = t % n_groups;
+    const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, n_rows - r0);
+    for (int64_t p = g * group; p < std::min(n_panels, (g + 1) * group); ++p) {
       const int64_t c0 = p * kPanel, nc = std::min(kPanel, w.n_out - c0);
       panel_rows<L>(base + p * n_in * kPanel, x + r0 * ldx, ldx, nr, n_in, b ? b + c0 : nullptr, y + r0 * ldy + c0,
                     ldy, nc);
     }
-  });
+  };
+  if (n_rows * n_in * w.n_out < (int64_t{1} << 16)) {
+    for (int64_t t = 0; t < n_blocks * n_groups; ++t) task(t);
+  } else {
+    parallel_tasks(n_blocks * n_groups, task);
+  }
 }
 
 }  // namespace

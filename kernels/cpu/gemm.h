@@ -32,7 +32,8 @@ struct PackedMatrix {
 PackedMatrix pack_matrix(const at::Tensor& w);
 
 // y[r, o] for r < n_rows, o < n_out: x rows are ldx floats apart, y rows ldy floats apart; b may be null.
-// Parallel over output panels (and row blocks for large batches) on LibTorch's pool. y must not alias x.
+// Parallel over output panels (and row blocks for large batches) on LibTorch's pool, the tasks claimed
+// dynamically (kernels/cpu/parallel.h). y must not alias x.
 void gemm_packed(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y,
                  int64_t ldy);
 

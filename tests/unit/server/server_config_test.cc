@@ -35,7 +35,7 @@ TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.model.threads, 0);
   EXPECT_EQ(c.engine.max_running, 32);
   EXPECT_EQ(c.engine.max_waiting, 128);
-  EXPECT_EQ(c.engine.max_batch_tokens, 256);
+  EXPECT_EQ(c.engine.max_batch_tokens, 128);
   EXPECT_EQ(c.engine.kv_block_tokens, 16);
   EXPECT_EQ(c.engine.kv_cache_bytes, 0);
   EXPECT_TRUE(c.engine.prefix_caching);

@@ -1,0 +1,74 @@
+#pragma once
+// exp for softmax numerators, p_i = exp((l_i − l_max) · inv_t): the sampler over a whole vocabulary
+// (core/generate/sampler.cc) and the attention kernels over a row's scores (core/kv/attend.cc).
+//
+// exp is our own: x ≤ 0 is reduced as x = n·ln2 + r (n = round(x·log2 e), two-constant Cody–Waite
+// subtraction), e^r by Cephes' degree-5 polynomial in Horner form with fused multiply-adds, then scaled by
+// 2^n through the exponent bits; x < −87.3 (below the normal range) gives 0. Relative error < 2e-7. The scalar
+// function and the AVX-512 loop run the same fp32 operations in the same order, so they agree bit for bit —
+// a seeded request draws the same tokens whatever the CPU, and without depending on the C library's expf.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace frost::softmax {
+
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f;
+inline constexpr float kLn2Lo = -2.12194440e-4f;
+inline constexpr float kMinX = -87.3f;
+inline constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
+                       kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+
+// exp(x) for x <= 0 (NaN and -inf give 0).
+inline float exp_nonpositive(float x) {
+  if (!(x >= kMinX)) return 0.f;
+  const float n = std::nearbyint(x * kLog2e);
+  float r = std::fma(n, -kLn2Hi, x);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = std::fma(kP0, r, kP1);
+  p = std::fma(p, r, kP2);
+  p = std::fma(p, r, kP3);
+  p = std::fma(p, r, kP4);
+  p = std::fma(p, r, kP5);
+  const float rr = r * r;
+  float y = std::fma(p, rr, r);
+  y = y + 1.f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
+
+// out[i] = exp_nonpositive((l[i] − l_max) · inv_t) for i < n (l_max >= every l[i], finite; inv_t finite).
+inline void exp_shifted(const float* l, int64_t n, float l_max, float inv_t, float* out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vmax = _mm512_set1_ps(l_max), vinv = _mm512_set1_ps(inv_t), vmin = _mm512_set1_ps(kMinX);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(l + i), vmax), vinv);
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, vmin, _CMP_GE_OQ);  // false for NaN and below the range
+    const __m512 nn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-kLn2Hi), x);
+    r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-kLn2Lo), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(kP0), r, _mm512_set1_ps(kP1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
+    const __m512 rr = _mm512_mul_ps(r, r);
+    __m512 y = _mm512_fmadd_ps(p, rr, r);
+    y = _mm512_add_ps(y, _mm512_set1_ps(1.f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nn), _mm512_set1_epi32(127)), 23);
+    _mm512_storeu_ps(out + i, _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = exp_nonpositive((l[i] - l_max) * inv_t);
+}
+
+}  // namespace frost::softmax
