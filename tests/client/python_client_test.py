@@ -140,6 +140,11 @@ class PythonClientTest(unittest.TestCase):
         self.assertGreater(info.vocab_size, 0)
         self.assertGreater(info.context_length, 0)
         self.assertGreater(info.n_params, 0)
+        # the batching engine's KV block pool
+        self.assertGreater(info.kv_blocks, 0)
+        self.assertEqual(info.kv_cache_bytes, info.kv_blocks * info.kv_block_bytes)
+        self.assertEqual(info.kv_block_tokens, 16)
+        self.assertGreater(info.max_running, 0)
 
     def test_tokenize(self):
         vocab_size = self.client.model_info().vocab_size
@@ -219,6 +224,8 @@ class FrostctlTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("name: builtin:tiny\n", r.stdout)
         self.assertIn("architecture: llama\n", r.stdout)
+        self.assertRegex(r.stdout, r"kv_cache: \d+ blocks × \d+ bytes = [0-9.]+ MiB \(16 positions per block at fp32\)\n")
+        self.assertIn("prefix_caching: on\n", r.stdout)
 
     def test_tokenize_matches_python_client(self):
         r = self.run_ctl("tokenize", "hello")

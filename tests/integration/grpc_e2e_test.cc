@@ -739,6 +739,13 @@ TEST_F(GrpcE2eStories, TokenizeAndModelInfo) {
   EXPECT_LT(info.n_params(), 400000);
   EXPECT_EQ(info.weight_dtype(), "fp32");
   EXPECT_EQ(info.kv_codec(), "fp32");
+  // The KV block pool and the scheduling limits (the defaults of configs/default.yaml).
+  EXPECT_GT(info.kv_blocks(), 0);
+  EXPECT_EQ(info.kv_block_tokens(), 16);
+  EXPECT_EQ(info.kv_cache_bytes(), info.kv_blocks() * info.kv_block_bytes());
+  EXPECT_EQ(info.max_running(), 32);
+  EXPECT_EQ(info.max_batch_tokens(), 128);
+  EXPECT_TRUE(info.prefix_caching());
 }
 
 // ================================================================================================ 2. cancel
@@ -1355,6 +1362,24 @@ TEST_F(GrpcE2eMetrics, CountersMatchWhatTheClientSaw) {
   EXPECT_EQ(m.Sum("frost_ready"), 1);
   EXPECT_TRUE(m.Idle()) << m.Gauges();
   EXPECT_GT(m.Sum("frost_kv_cache_bytes_per_token"), 0);
+  // The batching engine's books: nothing held when idle, the pool's blocks add up, every step counted.
+  const double blocks = m.Sum("frost_kv_cache_blocks");
+  EXPECT_GT(blocks, 0);
+  EXPECT_EQ(m.Sum("frost_kv_cache_blocks", {{"state", "used"}}), 0);
+  EXPECT_EQ(m.Sum("frost_kv_cache_blocks", {{"state", "cached"}}) + m.Sum("frost_kv_cache_blocks", {{"state", "free"}}),
+            blocks);
+  EXPECT_EQ(m.Sum("frost_kv_cache_usage_ratio"), 0);
+  EXPECT_EQ(m.Sum("frost_kv_cache_pool_bytes"), blocks * m.Sum("frost_kv_cache_block_bytes"));
+  EXPECT_EQ(m.Sum("frost_preemptions_total"), 0);
+  // Every admission looked its prompt up in the prefix cache (the warm-up's 2-token prompt included).
+  EXPECT_EQ(m.Sum("frost_prefix_cache_queries_tokens_total"), prompt + 1);
+  EXPECT_GE(m.Sum("frost_prefix_cache_hits_tokens_total"), 0);
+  const double steps = m.Sum("frost_engine_steps_total");
+  EXPECT_GE(steps, completion);  // one step per generated token at least (streams ran one at a time)
+  EXPECT_EQ(m.Sum("frost_batch_size_count"), steps);
+  EXPECT_EQ(m.Sum("frost_batch_tokens_count"), steps);
+  EXPECT_EQ(m.Sum("frost_batch_tokens_sum"), prompt + completion - 3 + 1 + 1);  // + warm-up: 1 prompt row, 1 decode
+  EXPECT_GT(m.Sum("frost_engine_step_seconds_total", {{"phase", "forward"}}), 0);
 
   // The exposition is valid Prometheus text (promtool from the Debian prometheus package).
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
