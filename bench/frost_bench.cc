@@ -15,6 +15,8 @@
 //                       [--repeat 5] [--path fast|reference] [--json]
 //   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--batch 32] [--repeat 50]
 //                       [--json]
+//   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
+//                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--json]
 //
 // decode: batch-1 greedy generation through the Generator (sampler included) after a
 // prompt of --prompt-tokens; tokens/s = decode steps / decode seconds, plus per-token
@@ -24,24 +26,28 @@
 // of greedy (frost-loadgen's workload). prefill: one forward pass over --prompt-tokens tokens (fast: the
 // batched kernels the engine prefills with; reference: Transformer::forward).
 // bare-step: the reference figure of the serving benchmark — a bare LibTorch fp32 step over the same
-// weights at --batch rows: the weight GEMMs of every layer and the logits (at::mm_out into preallocated
-// outputs, OpenBLAS), no attention, no norms or activations, no sampling, no serving; tokens/s = batch / step
-// seconds (median of --repeat after 5 warm-up steps).
+// weights at --batch rows: the weight GEMMs of every layer and the logits, no attention, no norms, no sampling,
+// no serving; tokens/s = batch / step seconds (median of --repeat after 5 warm-up steps). "tokens_per_s": the
+// GEMMs alone into preallocated outputs (at::mm_out, OpenBLAS); "tokens_per_s_linear": a plain LibTorch step
+// (at::linear per matrix, outputs allocated, the MLP activation between), the two alternated.
 // Each figure is the median over --repeat runs after one warm-up run.
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "bench/bench_kv_repair.h"
 #include "bench/bench_kvsplice.h"
@@ -96,14 +102,23 @@ int main(int argc, char** argv) {
   if (mode == "prototype") return frost::bench::run_prototype_bench(argc, argv);
   if (mode == "kv-repair") return frost::bench::run_kv_repair_bench(argc, argv);
   if (mode == "kvsplice") return frost::bench::run_kvsplice_bench(argc, argv);
-  if (mode != "decode" && mode != "prefill" && mode != "bare-step") usage("unknown mode '" + mode + "'");
+  if (mode != "decode" && mode != "prefill" && mode != "bare-step" && mode != "engine")
+    usage("unknown mode '" + mode + "'");
   std::map<std::string, std::string> opt = {{"model", "builtin:15m"}, {"threads", "0"}, {"dtype", "fp32"},
                                             {"kv", "fp32"},           {"repeat", "5"},  {"path", "fast"},
                                             {"via", "generator"}, {"batch", "32"}, {"temperature", "0"},
-                                            {"seed", "1"}};
+                                            {"seed", "1"}, {"streams", "32"}};
   if (mode == "bare-step") opt["repeat"] = "50";
-  opt["prompt-tokens"] = mode == "decode" ? "16" : "128";
-  opt["new-tokens"] = "256";
+  if (mode == "engine") {
+    opt["repeat"] = "3";
+    opt["prompt-tokens"] = "17";
+    opt["new-tokens"] = "128";
+    opt["temperature"] = "0.8";
+  }
+  if (mode != "engine") {
+    opt["prompt-tokens"] = mode == "decode" ? "16" : "128";
+    opt["new-tokens"] = "256";
+  }
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json") continue;  // JSON is the only output format
@@ -230,6 +245,103 @@ int main(int argc, char** argv) {
     out["token_latency_ms"] = {
         {"p50", percentile(lat_ms, 50)}, {"p90", percentile(lat_ms, 90)}, {"p99", percentile(lat_ms, 99)}};
     out["runs_tokens_per_s"] = tps;
+  } else if (mode == "engine") {
+    const int64_t streams = std::stoll(opt["streams"]);
+    if (streams < 1) usage("--streams must be >= 1");
+    frost::EngineConfig ec;
+    ec.gen.kv_codec = *codec;
+    ec.gen.limits.max_new_tokens = static_cast<int32_t>(n_new);
+    ec.max_running = static_cast<int32_t>(streams);
+    ec.max_waiting = static_cast<int32_t>(streams);
+    ec.max_batch_tokens = std::max<int64_t>(128, streams);
+    auto e = frost::Engine::create(std::shared_ptr<const frost::LoadedModel>(std::move(*model)), ec);
+    if (!e.ok()) {
+      std::fprintf(stderr, "error: %s\n", e.status().ToString().c_str());
+      return 1;
+    }
+    frost::Engine& engine = **e;
+    // Keeps `streams` requests in flight until `total` have finished (a finished request's sink submits the
+    // next one); returns the wall seconds.
+    struct Load {
+      absl::Mutex mu;
+      int64_t started = 0, finished = 0, total = 0;
+      std::atomic<int64_t> tokens{0};
+    };
+    struct Sink final : frost::TokenSink {
+      Load* load = nullptr;
+      std::function<void()> next;
+      void on_token(const frost::TokenEvent& ev) override {
+        if (ev.id >= 0) load->tokens.fetch_add(1, std::memory_order_relaxed);
+      }
+      void on_finish(absl::StatusOr<frost::GenerationResult> r) override {
+        if (!r.ok()) {
+          std::fprintf(stderr, "error: %s\n", r.status().ToString().c_str());
+          std::exit(1);
+        }
+        {
+          absl::MutexLock l(&load->mu);
+          ++load->finished;
+        }
+        next();
+      }
+    };
+    auto run = [&](int64_t total, uint64_t salt, int64_t* tokens) {
+      Load load;
+      load.total = total;
+      std::function<void()> submit_one = [&] {
+        int64_t i;
+        {
+          absl::MutexLock l(&load.mu);
+          if (load.started >= load.total) return;
+          i = load.started++;
+        }
+        frost::GenerationRequest req;
+        for (int64_t t = 0; t < n_prompt; ++t)
+          req.prompt_ids.push_back(static_cast<int32_t>(3 + (t * 31 + (salt + static_cast<uint64_t>(i)) * 7919) %
+                                                                (m.config.n_vocab - 3)));
+        req.params.temperature = static_cast<float>(temperature);
+        req.params.seed = seed + salt + static_cast<uint64_t>(i);
+        req.params.ignore_eos = true;
+        req.params.max_new_tokens = static_cast<int32_t>(n_new);
+        auto sink = std::make_shared<Sink>();
+        sink->load = &load;
+        sink->next = submit_one;
+        if (auto st = engine.submit(req, sink, std::make_shared<frost::CancelToken>()); !st.ok()) {
+          std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+          std::exit(1);
+        }
+      };
+      const auto t0 = Clock::now();
+      for (int64_t k = 0; k < streams; ++k) submit_one();
+      {
+        absl::MutexLock l(&load.mu);
+        auto all_done = [&load]() ABSL_SHARED_LOCKS_REQUIRED(load.mu) { return load.finished >= load.total; };
+        load.mu.Await(absl::Condition(&all_done));
+      }
+      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      engine.wait_idle(10);
+      *tokens = load.tokens.load();
+      return secs;
+    };
+    int64_t tok = 0;
+    run(streams, 1000000, &tok);  // warm-up round
+    const double secs = run(streams * repeat, 0, &tok);
+    const frost::EngineStats st = engine.stats();
+    out["streams"] = streams;
+    out["prompt_tokens"] = n_prompt;
+    out["new_tokens"] = n_new;
+    out["temperature"] = temperature;
+    out["requests"] = streams * repeat;
+    out["output_tokens"] = tok;
+    out["wall_s"] = secs;
+    out["output_tokens_per_s"] = static_cast<double>(tok) / secs;
+    out["mean_batch_size"] = st.batch_size.count ? st.batch_size.sum / static_cast<double>(st.batch_size.count) : 0;
+    const double steps = static_cast<double>(std::max<uint64_t>(1, st.n_steps));
+    out["steps"] = st.n_steps;
+    out["preemptions"] = st.n_preemptions;
+    out["step_ms"] = {{"schedule", st.t_schedule_s / steps * 1e3}, {"forward", st.t_forward_s / steps * 1e3},
+                      {"sample", st.t_sample_s / steps * 1e3},     {"emit", st.t_emit_s / steps * 1e3},
+                      {"deliver", st.t_deliver_s / steps * 1e3}};
   } else if (mode == "bare-step") {
     c10::InferenceMode im;
     const frost::ModelWeights& w = m.model->weights();
@@ -238,14 +350,16 @@ int main(int argc, char** argv) {
     std::vector<std::array<at::Tensor, 4>> mats;  // wqkv, wo, w_in, w_out as fp32 [out, in]
     for (const auto& l : w.layers) mats.push_back({f32(l.wqkv), f32(l.wo), f32(l.w_in), f32(l.w_out)});
     const at::Tensor head = f32(w.lm_head);
-    // Inputs and outputs preallocated (at::mm_out): only the GEMMs are timed, as strong as LibTorch gets.
+    // Two forms. "mm_out": the GEMMs into preallocated outputs (OpenBLAS), only the GEMMs timed — the floor of
+    // what LibTorch can do. "linear": at::linear per matrix with SwiGLU / GELU between the MLP GEMMs, outputs
+    // allocated per call — a plain LibTorch forward step (torch.nn.Linear) without attention or norms.
     const int64_t f_in = c.arch == frost::Arch::kLlama ? 2 * c.ffn_dim : c.ffn_dim;
     at::Tensor x = at::randn({batch, c.dim}), o = at::randn({batch, c.q_dim()}), a = at::randn({batch, c.ffn_dim});
     at::Tensor qkv = at::empty({batch, c.q_dim() + 2 * c.kv_dim()}), y = at::empty({batch, c.dim});
     at::Tensor u = at::empty({batch, f_in}), logits = at::empty({batch, c.n_vocab});
-    std::vector<double> secs;
+    std::vector<double> secs, secs_linear;
     for (int r = 0; r < repeat + 5; ++r) {
-      const auto t0 = Clock::now();
+      auto t0 = Clock::now();
       for (const auto& mt : mats) {
         at::mm_out(qkv, x, mt[0].t());                   // q | k | v
         if (mt[1].defined()) at::mm_out(y, o, mt[1].t());  // output projection
@@ -254,7 +368,22 @@ int main(int argc, char** argv) {
       }
       at::mm_out(logits, x, head.t());  // logits
       if (r >= 5) secs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      t0 = Clock::now();
+      at::Tensor sink;
+      for (const auto& mt : mats) {
+        sink = at::linear(x, mt[0]);
+        if (mt[1].defined()) sink = at::linear(o, mt[1]);
+        at::Tensor uu = at::linear(x, mt[2]);
+        at::Tensor act = c.arch == frost::Arch::kLlama ? at::silu(uu.narrow(1, 0, c.ffn_dim)) * uu.narrow(1, c.ffn_dim, c.ffn_dim)
+                                                       : at::gelu(uu, "tanh");
+        sink = at::linear(act, mt[3]);
+      }
+      sink = at::linear(x, head);
+      (void)sink.data_ptr<float>()[0];
+      if (r >= 5) secs_linear.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
+    out["step_ms_linear"] = {{"p50", percentile(secs_linear, 50) * 1e3}, {"min", percentile(secs_linear, 0) * 1e3}};
+    out["tokens_per_s_linear"] = static_cast<double>(batch) / median(secs_linear);
     out["batch"] = batch;
     out["step_ms"] = {{"p50", percentile(secs, 50) * 1e3}, {"min", percentile(secs, 0) * 1e3}};
     out["tokens_per_s"] = static_cast<double>(batch) / median(secs);

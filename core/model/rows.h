@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/model/model_config.h"
+#include "kernels/cpu/exp.h"
 
 namespace frost::rows {
 
@@ -63,10 +64,7 @@ inline void embed_row(const at::Tensor& table, int64_t id, float* out) {
 inline void mlp_activation(const ModelConfig& cfg, const float* hin, float* act) {
   const int64_t F = cfg.ffn_dim;
   if (cfg.arch == Arch::kLlama) {
-    for (int64_t i = 0; i < F; ++i) {
-      const float g = hin[i];
-      act[i] = g / (1.f + std::exp(-g)) * hin[F + i];
-    }
+    softmax::swiglu(hin, hin + F, F, act);  // vectorised, our own exp (kernels/cpu/exp.h)
   } else {
     constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
     for (int64_t i = 0; i < F; ++i) {

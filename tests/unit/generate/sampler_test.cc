@@ -586,3 +586,35 @@ TEST(SoftmaxExpTest, VectorEqualsScalarAndMatchesExp) {
 
 }  // namespace
 }  // namespace frost
+
+namespace frost {
+namespace {
+
+// SwiGLU with the same exp: vectorised equals scalar bit for bit, and both follow g·σ(g)·u to fp32 rounding,
+// saturating correctly for large |g|.
+TEST(SoftmaxExpTest, SwigluVectorEqualsScalarAndTheFormula) {
+  std::vector<float> g, u;
+  for (int i = 0; i <= 20000; ++i) {
+    g.push_back(-120.0f + 240.0f * static_cast<float>(i) / 20000.0f);
+    u.push_back(0.5f + static_cast<float>(i % 7));
+  }
+  g.push_back(std::numeric_limits<float>::infinity());
+  u.push_back(1.0f);
+  g.push_back(-std::numeric_limits<float>::infinity());
+  u.push_back(1.0f);
+  std::vector<float> out(g.size());
+  softmax::swiglu(g.data(), u.data(), static_cast<int64_t>(g.size()), out.data());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float scalar = g[i] / (1.f + softmax::exp_any(-g[i])) * u[i];
+    ASSERT_EQ(std::memcmp(&scalar, &out[i], sizeof(float)), 0) << "g = " << g[i];
+    if (std::isfinite(g[i])) {
+      const double want = static_cast<double>(g[i]) / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+      ASSERT_NEAR(out[i], want, 1e-6 * std::max(1.0, std::fabs(want))) << "g = " << g[i];
+    }
+  }
+  EXPECT_EQ(out[out.size() - 2], std::numeric_limits<float>::infinity());  // silu(+inf) = +inf
+  EXPECT_TRUE(std::isnan(out.back()));  // -inf · σ(-inf) = -inf · 0, NaN as in torch.nn.functional.silu
+}
+
+}  // namespace
+}  // namespace frost
