@@ -112,23 +112,27 @@ bare_step() {
   "$bench" bare-step --model "$MODEL" --threads "$THREADS" --batch 32 --repeat 30 --json >> "$tmp/bare.jsonl" \
     || fail "frost-bench bare-step failed"
 }
-engine_inproc() {  # the batching engine in-process (no gRPC, no client threads) at 32 streams
-  "$bench" engine --model "$MODEL" --threads "$THREADS" --streams 32 --new-tokens "$MAX_TOKENS" --repeat "$ROUNDS" \
-    --json >> "$tmp/engine.jsonl" || fail "frost-bench engine failed"
+engine_inproc() {  # engine_inproc C FILE: the batching engine in-process (no gRPC, no client threads), C streams
+  "$bench" engine --model "$MODEL" --threads "$THREADS" --streams "$1" --new-tokens "$MAX_TOKENS" --repeat "$ROUNDS" \
+    --json >> "$2" || fail "frost-bench engine failed"
 }
 
 : > "$tmp/runs.jsonl"
 : > "$tmp/bare.jsonl"
 : > "$tmp/engine.jsonl"
+: > "$tmp/engine1.jsonl"
 start_frostd "$frostd"
 # 1. concurrency sweep
 for c in 1 4 16 32 64; do streams "$c"; done
 # 2. the bare step, paired with repeated 32-stream runs (the VMs are noisy: pairs, then the median ratio), and
-#    the same engine in-process (frostd idle meanwhile) to tell the engine's speed from the serving overhead
+#    the same engine in-process (frostd idle meanwhile) to tell the engine's speed from the serving overhead,
+#    at 32 streams and at 1 (the serving overhead target: served 1-stream tok/s ≥ 0.9 × in-process)
 for ((r = 0; r < REPEATS; ++r)); do
   bare_step
-  engine_inproc
+  engine_inproc 32 "$tmp/engine.jsonl"
   SUFFIX=_pair$r streams 32
+  engine_inproc 1 "$tmp/engine1.jsonl"
+  SUFFIX=_pair$r streams 1
 done
 # 3. ITL while 1,500-token prompts are prefilled
 run itl_prefill_32 --concurrency 32 --requests $((32 * ROUNDS)) --warmup 32 --max-tokens "$MAX_TOKENS" \
@@ -155,9 +159,10 @@ if [[ -n $BASELINE_FROSTD ]]; then
 fi
 
 mkdir -p bench/results
-python3 - "$tmp/runs.jsonl" "$tmp/bare.jsonl" "$out" "$MODEL" "$THREADS" "$BASELINE_FROSTD" "$tmp/engine.jsonl" <<'PY'
+python3 - "$tmp/runs.jsonl" "$tmp/bare.jsonl" "$out" "$MODEL" "$THREADS" "$BASELINE_FROSTD" "$tmp/engine.jsonl" \
+  "$tmp/engine1.jsonl" <<'PY'
 import json, statistics, sys
-runs_path, bare_path, out_path, model, threads, baseline, engine_path = sys.argv[1:8]
+runs_path, bare_path, out_path, model, threads, baseline, engine_path, engine1_path = sys.argv[1:9]
 runs = {}
 for l in open(runs_path):
     if l.strip():
@@ -165,6 +170,7 @@ for l in open(runs_path):
         runs[d["name"]] = d
 bare = [json.loads(l) for l in open(bare_path) if l.strip()]
 engine = [json.loads(l) for l in open(engine_path) if l.strip()]
+engine1 = [json.loads(l) for l in open(engine1_path) if l.strip()]
 tps = lambda r: r["output_tokens_per_s"]
 ms = lambda s: s * 1e3
 pairs = [(tps(runs[f"streams_32_pair{i}"]), b["tokens_per_s"]) for i, b in enumerate(bare)]
@@ -172,6 +178,8 @@ ratio32 = statistics.median(a / b for a, b in pairs)
 ratio32_linear = statistics.median(tps(runs[f"streams_32_pair{i}"]) / b["tokens_per_s_linear"] for i, b in enumerate(bare))
 ratio_engine = statistics.median(e["output_tokens_per_s"] / b["tokens_per_s"] for e, b in zip(engine, bare))
 served_over_engine = statistics.median(tps(runs[f"streams_32_pair{i}"]) / e["output_tokens_per_s"] for i, e in enumerate(engine))
+pairs1 = [(tps(runs[f"streams_1_pair{i}"]), e["output_tokens_per_s"]) for i, e in enumerate(engine1)]
+served1_over_engine = statistics.median(a / b for a, b in pairs1)
 one, s32, pre = runs["streams_1"], runs["streams_32"], runs["itl_prefill_32"]
 itl1_p99, itl32_p99, itlpre_p99 = one["itl_s"]["p99"], s32["itl_s"]["p99"], pre["itl_s"]["p99"]
 pon, poff = runs["prefix_on"], runs["prefix_off"]
@@ -184,6 +192,8 @@ targets = {
     "engine_inprocess32_over_bare_step": {"value": ratio_engine,
                                           "engine_tok_s": [e["output_tokens_per_s"] for e in engine]},
     "streams32_served_over_engine_inprocess": {"value": served_over_engine},
+    "streams1_served_over_engine_inprocess": {"value": served1_over_engine, "target": 0.9,
+                                              "pairs": [{"served_tok_s": a, "engine_tok_s": b} for a, b in pairs1]},
     "itl_p99_32_with_prefill_over_1_stream": {"value": itlpre_p99 / itl1_p99, "target_max": 3.0},
     "itl_p99_32_with_prefill_over_32_without": {"value": itlpre_p99 / itl32_p99},
     "prefix_ttft_p50_off_over_on": {"value": poff["ttft_s"]["p50"] / pon["ttft_s"]["p50"], "target": 2.0},
@@ -196,7 +206,8 @@ if baseline:
                                                "target": 0.95, "this_tok_s": this, "baseline_tok_s": base,
                                                "baseline": baseline}
 doc = {"bench": "serve", "model": model, "frostd": {"model.threads": int(threads), "engine.max_running": 64},
-       "machine": one["machine"], "bare_step": bare, "engine_inprocess": engine, "targets": targets,
+       "machine": one["machine"], "bare_step": bare, "engine_inprocess": engine, "engine_inprocess_1": engine1,
+       "targets": targets,
        "runs": list(runs.values())}
 with open(out_path, "w") as f:
     json.dump(doc, f, indent=1)
@@ -215,6 +226,8 @@ print(f"- the same engine in-process (no gRPC, no client on the cores) ÷ the ba
       f"÷ in-process: {served_over_engine:.2f} (in-process: " + ", ".join(f"{e['output_tokens_per_s']:.0f}" for e in engine)
       + f" tok/s; step ms: forward {statistics.median(e['step_ms']['forward'] for e in engine):.2f}, sample "
       f"{statistics.median(e['step_ms']['sample'] for e in engine):.2f})")
+print(f"- serving overhead at 1 stream: served ÷ the same engine in-process (median of {len(pairs1)} pairs): "
+      f"**{served1_over_engine:.2f}** (target ≥ 0.9; pairs: " + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in pairs1) + ")")
 print(f"- 32 streams ÷ the same step written as at::linear layers (outputs allocated, activation between): "
       f"**{ratio32_linear:.2f}×** (bare: " + ", ".join(f"{b['tokens_per_s_linear']:.0f}" for b in bare) + " tok/s)")
 print(f"- ITL p99 at 32 streams while 1,500-token prompts prefill: {ms(itlpre_p99):.1f} ms = "
