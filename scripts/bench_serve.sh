@@ -137,6 +137,8 @@ done
 # 3. ITL while 1,500-token prompts are prefilled
 run itl_prefill_32 --concurrency 32 --requests $((32 * ROUNDS)) --warmup 32 --max-tokens "$MAX_TOKENS" \
   --prompt "$PROMPT" --background-prompt 1500
+run itl_prefill_1 --concurrency 1 --requests $((4 * ROUNDS)) --warmup 1 --max-tokens "$MAX_TOKENS" \
+  --prompt "$PROMPT" --background-prompt 1500
 # 5. 64 streams of ~100 tokens (17 distinct prompt ids + 84): KV bytes in use vs needed
 run kv_64x100 --concurrency 64 --requests 64 --max-tokens 84 --prompt-ids 17
 # 4a. shared 512-token system prompt, prefix caching on
@@ -180,8 +182,9 @@ ratio_engine = statistics.median(e["output_tokens_per_s"] / b["tokens_per_s"] fo
 served_over_engine = statistics.median(tps(runs[f"streams_32_pair{i}"]) / e["output_tokens_per_s"] for i, e in enumerate(engine))
 pairs1 = [(tps(runs[f"streams_1_pair{i}"]), e["output_tokens_per_s"]) for i, e in enumerate(engine1)]
 served1_over_engine = statistics.median(a / b for a, b in pairs1)
-one, s32, pre = runs["streams_1"], runs["streams_32"], runs["itl_prefill_32"]
+one, s32, pre, pre1 = runs["streams_1"], runs["streams_32"], runs["itl_prefill_32"], runs["itl_prefill_1"]
 itl1_p99, itl32_p99, itlpre_p99 = one["itl_s"]["p99"], s32["itl_s"]["p99"], pre["itl_s"]["p99"]
+itlpre1_p99 = pre1["itl_s"]["p99"]
 pon, poff = runs["prefix_on"], runs["prefix_off"]
 kv = runs["kv_64x100"]["server_metrics"]
 targets = {
@@ -196,6 +199,8 @@ targets = {
                                               "pairs": [{"served_tok_s": a, "engine_tok_s": b} for a, b in pairs1]},
     "itl_p99_32_with_prefill_over_1_stream": {"value": itlpre_p99 / itl1_p99, "target_max": 3.0},
     "itl_p99_32_with_prefill_over_32_without": {"value": itlpre_p99 / itl32_p99},
+    "itl_p99_32_with_prefill_over_1_with_prefill": {"value": itlpre_p99 / itlpre1_p99},
+    "itl_p99_32_without_prefill_over_1_stream": {"value": itl32_p99 / itl1_p99},
     "prefix_ttft_p50_off_over_on": {"value": poff["ttft_s"]["p50"] / pon["ttft_s"]["p50"], "target": 2.0},
     "kv_bytes_in_use_over_needed_64x100": {"value": kv["kv_bytes_ratio_at_peak"], "target_max": 1.2},
 }
@@ -232,7 +237,9 @@ print(f"- 32 streams ÷ the same step written as at::linear layers (outputs allo
       f"**{ratio32_linear:.2f}×** (bare: " + ", ".join(f"{b['tokens_per_s_linear']:.0f}" for b in bare) + " tok/s)")
 print(f"- ITL p99 at 32 streams while 1,500-token prompts prefill: {ms(itlpre_p99):.1f} ms = "
       f"{itlpre_p99 / itl1_p99:.1f}× the 1-stream ITL p99 ({ms(itl1_p99):.1f} ms), "
-      f"{itlpre_p99 / itl32_p99:.2f}× the 32-stream ITL p99 without them ({ms(itl32_p99):.1f} ms); "
+      f"{itlpre_p99 / itl32_p99:.2f}× the 32-stream ITL p99 without them ({ms(itl32_p99):.1f} ms; that is itself "
+      f"{itl32_p99 / itl1_p99:.1f}× the 1-stream p99), {itlpre_p99 / itlpre1_p99:.2f}× the 1-stream ITL p99 with them "
+      f"({ms(itlpre1_p99):.1f} ms); "
       f"{pre['background']['requests']} long prompts, TTFT p50 {pre['background']['ttft_s']['p50']:.2f} s")
 print(f"- 512-token shared system prompt, TTFT p50: prefix caching on {ms(pon['ttft_s']['p50']):.1f} ms, "
       f"off {ms(poff['ttft_s']['p50']):.1f} ms: **{poff['ttft_s']['p50'] / pon['ttft_s']['p50']:.1f}×** "

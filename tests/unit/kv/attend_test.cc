@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <vector>
 
 #include "core/kv/block_pool.h"
@@ -21,6 +22,10 @@ struct AttendCase {
   int64_t head_dim;
   int64_t block_tokens;  // at fp32; compact codecs hold more per block
 };
+// Test logs name the case, not its bytes.
+void PrintTo(const AttendCase& c, std::ostream* os) {
+  *os << kv_codec_name(c.codec) << " head_dim " << c.head_dim << " block_tokens " << c.block_tokens;
+}
 
 class AttendRowsTest : public ::testing::TestWithParam<AttendCase> {};
 
