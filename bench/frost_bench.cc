@@ -29,7 +29,8 @@
 // weights at --batch rows: the weight GEMMs of every layer and the logits, no attention, no norms, no sampling,
 // no serving; tokens/s = batch / step seconds (median of --repeat after 5 warm-up steps). "tokens_per_s": the
 // GEMMs alone into preallocated outputs (at::mm_out, OpenBLAS); "tokens_per_s_linear": a plain LibTorch step
-// (at::linear per matrix, outputs allocated, the MLP activation between), the two alternated.
+// (at::linear per matrix, outputs allocated, the MLP activation between); "tokens_per_s_packed": the same
+// GEMMs through frost's packed kernel (what the serving step's weight GEMMs cost); the three alternated.
 // Each figure is the median over --repeat runs after one warm-up run.
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
@@ -57,6 +58,7 @@
 #include "core/generate/engine.h"
 #include "core/generate/generator.h"
 #include "core/model/model_loader.h"
+#include "kernels/cpu/gemm.h"
 
 namespace {
 
@@ -357,7 +359,21 @@ int main(int argc, char** argv) {
     at::Tensor x = at::randn({batch, c.dim}), o = at::randn({batch, c.q_dim()}), a = at::randn({batch, c.ffn_dim});
     at::Tensor qkv = at::empty({batch, c.q_dim() + 2 * c.kv_dim()}), y = at::empty({batch, c.dim});
     at::Tensor u = at::empty({batch, f_in}), logits = at::empty({batch, c.n_vocab});
-    std::vector<double> secs, secs_linear;
+    // A third form, "packed": the same GEMMs through frost's packed kernel (kernels/cpu/gemm.h) — what the
+    // serving step's weight GEMMs cost, so the rest of a served step (attention, norms, sampling) reads off.
+    std::vector<std::array<frost::kernels::PackedMatrix, 4>> packed;
+    for (const auto& mt : mats) {
+      std::array<frost::kernels::PackedMatrix, 4> pm;
+      for (size_t i = 0; i < 4; ++i)
+        if (mt[i].defined()) pm[i] = frost::kernels::pack_matrix(mt[i]);
+      packed.push_back(std::move(pm));
+    }
+    const frost::kernels::PackedMatrix head_packed = frost::kernels::pack_matrix(head);
+    auto gemm = [](const frost::kernels::PackedMatrix& pm, const at::Tensor& in, at::Tensor& res) {
+      frost::kernels::gemm_packed(pm, in.data_ptr<float>(), in.size(1), in.size(0), nullptr, res.data_ptr<float>(),
+                                  res.size(1));
+    };
+    std::vector<double> secs, secs_linear, secs_packed;
     for (int r = 0; r < repeat + 5; ++r) {
       auto t0 = Clock::now();
       for (const auto& mt : mats) {
@@ -381,7 +397,18 @@ int main(int argc, char** argv) {
       sink = at::linear(x, head);
       (void)sink.data_ptr<float>()[0];
       if (r >= 5) secs_linear.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      t0 = Clock::now();
+      for (const auto& pm : packed) {
+        gemm(pm[0], x, qkv);
+        if (pm[1].defined()) gemm(pm[1], o, y);
+        gemm(pm[2], x, u);
+        gemm(pm[3], a, y);
+      }
+      gemm(head_packed, x, logits);
+      if (r >= 5) secs_packed.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
+    out["step_ms_packed"] = {{"p50", percentile(secs_packed, 50) * 1e3}, {"min", percentile(secs_packed, 0) * 1e3}};
+    out["tokens_per_s_packed"] = static_cast<double>(batch) / median(secs_packed);
     out["step_ms_linear"] = {{"p50", percentile(secs_linear, 50) * 1e3}, {"min", percentile(secs_linear, 0) * 1e3}};
     out["tokens_per_s_linear"] = static_cast<double>(batch) / median(secs_linear);
     out["batch"] = batch;

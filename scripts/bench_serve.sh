@@ -14,14 +14,14 @@
 #      REPEATS times in this run.
 # Usage: scripts/bench_serve.sh [BUILD_DIR]   (make bench-serve builds frostd, frost-loadgen, frost-bench)
 # Knobs (environment): MODEL, THREADS (model.threads), MAX_TOKENS, ROUNDS (measured requests per stream),
-# REPEATS, BASELINE_FROSTD, QUICK=1 (fewer requests: a smoke run, e.g. in CI).
+# REPEATS, BASELINE_FROSTD, QUICK=1 (fewer requests: a smoke run, e.g. in CI), OUT (the JSON path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 frostd=$build/server/frostd
 loadgen=$build/bench/frost-loadgen
 bench=$build/bench/frost-bench
-out=bench/results/serve.json
+out=${OUT:-bench/results/serve.json}
 MODEL=${MODEL:-builtin:15m}
 THREADS=${THREADS:-2}
 MAX_TOKENS=${MAX_TOKENS:-128}
@@ -160,7 +160,7 @@ if [[ -n $BASELINE_FROSTD ]]; then
   done
 fi
 
-mkdir -p bench/results
+mkdir -p "$(dirname "$out")"
 python3 - "$tmp/runs.jsonl" "$tmp/bare.jsonl" "$out" "$MODEL" "$THREADS" "$BASELINE_FROSTD" "$tmp/engine.jsonl" \
   "$tmp/engine1.jsonl" <<'PY'
 import json, statistics, sys
@@ -175,6 +175,15 @@ engine = [json.loads(l) for l in open(engine_path) if l.strip()]
 engine1 = [json.loads(l) for l in open(engine1_path) if l.strip()]
 tps = lambda r: r["output_tokens_per_s"]
 ms = lambda s: s * 1e3
+# Exact checks, whatever the speed (the CI smoke run relies on them): every measured request of the shared-prompt
+# workload hits the 512-token prefix (32 full blocks) with caching on, and nothing hits with it off.
+def check(ok, what):
+    if not ok:
+        sys.exit(f"bench_serve: check failed: {what}")
+for name, want in (("prefix_on", runs["prefix_on"]["requests_ok"] * 512), ("prefix_off", 0)):
+    got = runs[name]["server_metrics"]["prefix_hits_tokens"]
+    check(got == want, f"{name}: prefix cache hits {got:.0f} tokens, expected {want}")
+check(runs["kv_64x100"]["server_metrics"]["preemptions"] == 0, "kv_64x100: preemptions in a pool far larger than the load")
 pairs = [(tps(runs[f"streams_32_pair{i}"]), b["tokens_per_s"]) for i, b in enumerate(bare)]
 ratio32 = statistics.median(a / b for a, b in pairs)
 ratio32_linear = statistics.median(tps(runs[f"streams_32_pair{i}"]) / b["tokens_per_s_linear"] for i, b in enumerate(bare))
@@ -235,6 +244,10 @@ print(f"- serving overhead at 1 stream: served ÷ the same engine in-process (me
       f"**{served1_over_engine:.2f}** (target ≥ 0.9; pairs: " + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in pairs1) + ")")
 print(f"- 32 streams ÷ the same step written as at::linear layers (outputs allocated, activation between): "
       f"**{ratio32_linear:.2f}×** (bare: " + ", ".join(f"{b['tokens_per_s_linear']:.0f}" for b in bare) + " tok/s)")
+if all("tokens_per_s_packed" in b for b in bare):
+    print("- the bare step's GEMMs through frost's packed kernel (the weight-GEMM share of a served step): "
+          + ", ".join(f"{b['tokens_per_s_packed']:.0f}" for b in bare) + " tok/s ("
+          + ", ".join(f"{b['step_ms_packed']['p50']:.2f}" for b in bare) + " ms per step)")
 print(f"- ITL p99 at 32 streams while 1,500-token prompts prefill: {ms(itlpre_p99):.1f} ms = "
       f"{itlpre_p99 / itl1_p99:.1f}× the 1-stream ITL p99 ({ms(itl1_p99):.1f} ms), "
       f"{itlpre_p99 / itl32_p99:.2f}× the 32-stream ITL p99 without them ({ms(itl32_p99):.1f} ms; that is itself "
