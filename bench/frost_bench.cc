@@ -16,7 +16,7 @@
 //   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--batch 32] [--repeat 50]
 //                       [--json]
 //   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
-//                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--json]
+//                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N] [--json]
 //
 // decode: batch-1 greedy generation through the Generator (sampler included) after a
 // prompt of --prompt-tokens; tokens/s = decode steps / decode seconds, plus per-token
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> opt = {{"model", "builtin:15m"}, {"threads", "0"}, {"dtype", "fp32"},
                                             {"kv", "fp32"},           {"repeat", "5"},  {"path", "fast"},
                                             {"via", "generator"}, {"batch", "32"}, {"temperature", "0"},
-                                            {"seed", "1"}, {"streams", "32"}};
+                                            {"seed", "1"}, {"streams", "32"}, {"max-running", "0"}};
   if (mode == "bare-step") opt["repeat"] = "50";
   if (mode == "engine") {
     opt["repeat"] = "3";
@@ -253,9 +253,13 @@ int main(int argc, char** argv) {
     frost::EngineConfig ec;
     ec.gen.kv_codec = *codec;
     ec.gen.limits.max_new_tokens = static_cast<int32_t>(n_new);
-    ec.max_running = static_cast<int32_t>(streams);
+    // --max-running (default: the streams) sizes the engine as a server is sized: the KV pool follows it, so
+    // the serving benchmark passes frostd's value and the two runs differ only by gRPC and the client.
+    const int64_t max_running = std::stoll(opt["max-running"]) > 0 ? std::stoll(opt["max-running"]) : streams;
+    if (max_running < streams) usage("--max-running must be >= --streams");
+    ec.max_running = static_cast<int32_t>(max_running);
     ec.max_waiting = static_cast<int32_t>(streams);
-    ec.max_batch_tokens = std::max<int64_t>(128, streams);
+    ec.max_batch_tokens = std::max<int64_t>(128, max_running);
     auto e = frost::Engine::create(std::shared_ptr<const frost::LoadedModel>(std::move(*model)), ec);
     if (!e.ok()) {
       std::fprintf(stderr, "error: %s\n", e.status().ToString().c_str());

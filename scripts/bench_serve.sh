@@ -112,9 +112,10 @@ bare_step() {
   "$bench" bare-step --model "$MODEL" --threads "$THREADS" --batch 32 --repeat 30 --json >> "$tmp/bare.jsonl" \
     || fail "frost-bench bare-step failed"
 }
-engine_inproc() {  # engine_inproc C FILE: the batching engine in-process (no gRPC, no client threads), C streams
-  "$bench" engine --model "$MODEL" --threads "$THREADS" --streams "$1" --new-tokens "$MAX_TOKENS" --repeat "$ROUNDS" \
-    --json >> "$2" || fail "frost-bench engine failed"
+engine_inproc() {  # engine_inproc C FILE: the batching engine in-process (no gRPC, no client threads), C streams,
+  # sized as frostd is (max_running 64: the same KV pool), so the two differ only by gRPC and the client
+  "$bench" engine --model "$MODEL" --threads "$THREADS" --streams "$1" --max-running 64 --new-tokens "$MAX_TOKENS" \
+    --repeat "$ROUNDS" --json >> "$2" || fail "frost-bench engine failed"
 }
 
 : > "$tmp/runs.jsonl"

@@ -147,6 +147,7 @@ absl::Status FrostServer::load_model() {
   ec.max_batch_tokens = cfg_.engine.max_batch_tokens;
   ec.kv_block_tokens = cfg_.engine.kv_block_tokens;
   ec.kv_cache_bytes = cfg_.engine.kv_cache_bytes;
+  ec.kv_cache_prefault = cfg_.engine.kv_cache_prefault;
   ec.prefix_caching = cfg_.engine.prefix_caching;
   ec.kv_repair = &jobs_->kv_repair();
   ec.kv_splice = &jobs_->kv_splice();

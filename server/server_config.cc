@@ -232,6 +232,7 @@ std::vector<Section> schema(ServerConfig* cfg) {
         int_field("max_batch_tokens", &e.max_batch_tokens, 1, 1 << 20),
         int_field("kv_block_tokens", &e.kv_block_tokens, 1, 4096),
         bytes_field("kv_cache_bytes", &e.kv_cache_bytes, 0, int64_t{1} << 50),
+        bool_field("kv_cache_prefault", &e.kv_cache_prefault),
         bool_field("prefix_caching", &e.prefix_caching),
         int_field("max_context", &e.max_context, 0, kInt32Max),
         enum_field("kv_codec", &e.kv_codec,

@@ -60,6 +60,9 @@ struct EngineSection {
   // KV block pool size in bytes (YAML: an integer, optionally with KiB/MiB/GiB); 0 = derived from the
   // model, max_running and physical memory (core/generate/engine.h kv_default_pool_bytes).
   int64_t kv_cache_bytes = 0;
+  // Commit the KV pool's memory at start (no page faults in decode steps; a memory limit too small for the
+  // pool fails at start); false = reserve address space only.
+  bool kv_cache_prefault = true;
   // Reuse the KV blocks of shared prompt prefixes.
   bool prefix_caching = true;
   // Tokens per sequence (prompt + completion); 0 = the model's maximum.

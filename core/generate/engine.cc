@@ -116,7 +116,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
                                                    " is less than one KV block (", block_bytes, " bytes: ",
                                                    cfg.kv_block_tokens, " positions of ", tf.config().n_layer,
                                                    " layers at fp32)"));
-  FROST_ASSIGN_OR_RETURN(e->pool_, KvBlockPool::create(n_blocks, block_bytes));
+  FROST_ASSIGN_OR_RETURN(e->pool_, KvBlockPool::create(n_blocks, block_bytes, cfg.kv_cache_prefault));
   if (n_blocks < full_context)
     FROST_LOG_WARN("engine: the KV pool (%lld blocks) cannot hold one fp32 sequence of the full context (%lld "
                    "blocks); longer requests are refused at submit",

@@ -74,6 +74,9 @@ struct EngineConfig {
   int64_t kv_block_tokens = 16;
   // KV pool size in bytes; 0 = kv_default_pool_bytes() of this model and max_running.
   int64_t kv_cache_bytes = 0;
+  // Commit the pool's memory at start (KvBlockPool::create): no page faults inside decode steps, and a memory
+  // limit that cannot hold the pool fails at start. false: address space only, resident as blocks are written.
+  bool kv_cache_prefault = true;
   // Reuse the KV blocks of prompts that share a prefix (chain-hashed full blocks, LRU eviction).
   bool prefix_caching = true;
   // Debug: check the block books after every step (FROST_CHECK: crash loudly on a leak or double free).
@@ -89,7 +92,7 @@ struct EngineConfig {
 
 // The pool size used when EngineConfig::kv_cache_bytes is 0, from the bytes of one full-context fp32
 // sequence: twice what max_running of them need, at most a quarter of physical memory and 4 GiB, at least one
-// full context. Reserved address space: pages become resident only as blocks are written.
+// full context. Committed at start unless EngineConfig::kv_cache_prefault is off.
 int64_t kv_default_pool_bytes(int64_t full_context_bytes, int32_t max_running);
 
 // A cumulative histogram snapshot (Prometheus semantics): counts[i] observations <= bounds[i], plus the

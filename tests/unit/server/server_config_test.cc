@@ -38,6 +38,7 @@ TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.engine.max_batch_tokens, 128);
   EXPECT_EQ(c.engine.kv_block_tokens, 16);
   EXPECT_EQ(c.engine.kv_cache_bytes, 0);
+  EXPECT_TRUE(c.engine.kv_cache_prefault);
   EXPECT_TRUE(c.engine.prefix_caching);
   EXPECT_EQ(c.engine.max_context, 0);
   EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kF32);
@@ -99,6 +100,7 @@ engine:
   max_batch_tokens: 64
   kv_block_tokens: 32
   kv_cache_bytes: 3MiB
+  kv_cache_prefault: false
   prefix_caching: false
   max_context: 512
   kv_codec: bf16
@@ -126,6 +128,7 @@ log:
   EXPECT_EQ(c.engine.max_batch_tokens, 64);
   EXPECT_EQ(c.engine.kv_block_tokens, 32);
   EXPECT_EQ(c.engine.kv_cache_bytes, 3 << 20);
+  EXPECT_FALSE(c.engine.kv_cache_prefault);
   EXPECT_FALSE(c.engine.prefix_caching);
   EXPECT_EQ(c.engine.max_context, 512);
   EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kBF16);
