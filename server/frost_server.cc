@@ -78,16 +78,15 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
         cfg.auth.admin_token_env.c_str());
   s->generation_ = std::make_unique<GenerationService>(cfg, s->metrics_.get());
   s->generation_->set_authenticator(s->auth_.get());
-  absl::StatusOr<std::unique_ptr<JobsRuntime>> jobs =
-      JobsRuntime::create(cfg, s->metrics_.get(), s->auth_.get());
-  if (!jobs.ok()) {
+  absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::create(cfg, s->metrics_.get(), s->auth_.get());
+  if (!rt.ok()) {
     s->stopped_ = true;
-    return jobs.status();
+    return rt.status();
   }
-  s->jobs_ = *std::move(jobs);
-  s->prediction_ = std::make_unique<PredictionService>(s->jobs_.get());
-  s->training_ = std::make_unique<TrainingService>(s->jobs_.get());
-  s->admin_ = std::make_unique<AdminService>(s->jobs_.get());
+  s->runtime_ = *std::move(rt);
+  s->prediction_ = std::make_unique<PredictionService>(s->runtime_.get());
+  s->training_ = std::make_unique<TrainingService>(s->runtime_.get());
+  s->admin_ = std::make_unique<AdminService>(s->runtime_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   if (cfg.server.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -149,8 +148,9 @@ absl::Status FrostServer::load_model() {
   ec.kv_cache_bytes = cfg_.engine.kv_cache_bytes;
   ec.kv_cache_prefault = cfg_.engine.kv_cache_prefault;
   ec.prefix_caching = cfg_.engine.prefix_caching;
-  ec.kv_repair = &jobs_->kv_repair();
-  ec.kv_splice = &jobs_->kv_splice();
+  // Generate takes its snapshot of the served KV repair operator and KVSplice from the registry's slots.
+  ec.kv_repair = &runtime_->registry().slot<RepairActive>("kv_repair");
+  ec.kv_splice = &runtime_->registry().slot<KvSpliceActive>("kvsplice");
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(model, ec);
   if (!engine.ok()) return engine.status();
   std::shared_ptr<Engine> e(std::move(engine).value());
@@ -162,8 +162,8 @@ absl::Status FrostServer::load_model() {
   warm.params.temperature = 0;
   warm.params.max_new_tokens = 2;
   warm.params.ignore_eos = true;
-  // No KVSplice is loaded yet (jobs_->start below activates one): a kvsplice default warms up with fp32.
-  if (cfg_.engine.kv_codec == KvCodecKind::kKvSplice && !jobs_->kv_splice().get())
+  // No KVSplice is loaded yet (runtime_->start below activates one): a kvsplice default warms up with fp32.
+  if (cfg_.engine.kv_codec == KvCodecKind::kKvSplice && runtime_->registry().active_name("kvsplice").empty())
     warm.kv_codec = KvCodecKind::kF32;
   auto sink = std::make_shared<WarmupSink>();
   if (absl::Status st = e->submit(warm, sink, std::make_shared<CancelToken>()); !st.ok()) {
@@ -182,7 +182,7 @@ absl::Status FrostServer::load_model() {
 
   engine_ = e;
   metrics_->set_stats_source([e] { return e->stats(); });
-  if (absl::Status st = jobs_->start(model); !st.ok()) {
+  if (absl::Status st = runtime_->start(model); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("jobs: ", st.message()));
   }
   generation_->set_engine(e);
@@ -196,9 +196,9 @@ void FrostServer::drain(double timeout_s) {
   const int64_t t0 = RealClock::get().now_ns();
   if (health_) health_->set_ready(false);
   generation_->start_drain();
-  if (jobs_) {
-    jobs_->start_drain();
-    jobs_->shutdown();  // running jobs checkpoint and go back to QUEUED
+  if (runtime_) {
+    runtime_->start_drain();
+    runtime_->shutdown();  // running jobs checkpoint and go back to QUEUED
   }
   if (engine_) {
     engine_->stop_accepting();

@@ -21,10 +21,13 @@
 #include "absl/status/statusor.h"
 #include "core/generate/engine.h"
 #include "server/generation_service.h"
-#include "server/jobs_services.h"
+#include "server/admin_service.h"
 #include "server/health.h"
 #include "server/metrics.h"
+#include "server/prediction_service.h"
+#include "server/runtime.h"
 #include "server/server_config.h"
+#include "server/training_service.h"
 
 namespace frost::server {
 
@@ -48,7 +51,7 @@ class FrostServer {
   void drain(double timeout_s);
 
   Metrics& metrics() { return *metrics_; }
-  JobsRuntime* jobs() { return jobs_.get(); }
+  Runtime* runtime() { return runtime_.get(); }
   GenerationService& generation() { return *generation_; }
   bool ready() const { return health_ && health_->ready(); }
 
@@ -59,7 +62,7 @@ class FrostServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<GenerationService> generation_;
-  std::unique_ptr<JobsRuntime> jobs_;
+  std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<PredictionService> prediction_;
   std::unique_ptr<TrainingService> training_;
   std::unique_ptr<AdminService> admin_;

@@ -31,7 +31,7 @@
 
 namespace frost::server {
 
-// Job and artifact-store state read at scrape time (server/jobs_services.cc fills it).
+// Job and artifact-store state read at scrape time (server/runtime.cc fills it).
 struct JobsStats {
   std::map<std::string, int64_t> jobs_by_state;  // "queued" → n, ... (every state, zeros included)
   bool job_running = false;

@@ -92,6 +92,12 @@ struct LimitsSection {
   int32_t max_predict_texts = 64;    // texts per Predict request
 };
 
+// `prediction:` — where Predict runs: its own worker threads (never a gRPC thread) behind a bounded queue.
+struct PredictionSection {
+  int32_t threads = 1;      // worker threads running Predict's backbone forward, model.threads intra-op each
+  int32_t max_queued = 64;  // Predict requests waiting for a worker; beyond it RESOURCE_EXHAUSTED
+};
+
 // `jobs:` — training jobs, the journal and the artifact store.
 struct JobsSection {
   // Run the scheduler and serve Training/Admin (they still need an admin token).
@@ -131,6 +137,7 @@ struct ServerConfig {
   ModelSection model;
   EngineSection engine;
   LimitsSection limits;
+  PredictionSection prediction;
   JobsSection jobs;
   AuthSection auth;
   LogSection log;

@@ -1,7 +1,7 @@
 #pragma once
 // The `kv_repair` job kind: trains KV repair operators (core/train/repair_train.h) on calibration text,
 // evaluates them on held-out text, and publishes a `kv_repair/<N>` artifact that Generate can serve
-// (JobsRuntime::activate → the engine's RepairSlot).
+// (serving::Registry::activate → the engine's RepairSlot).
 //
 // Spec (JSON; frostd builds it from frost.v1.KvRepairJobSpec):
 //   {"calib_path": "a/train.jsonl",   JSONL with a "text" field per line; optional when the config

@@ -2,7 +2,7 @@
 // The `kvsplice` job kind: calibrates a KVSplice (core/train/kvsplice_train.h) on calibration text, runs the
 // Fisher analysis of the attention (core/kv/fisher.h), evaluates on held-out text and publishes a
 // `kvsplice/<N>` artifact that Generate serves for requests with kv.codec = "kvsplice"
-// (JobsRuntime::activate → the engine's KvSpliceSlot).
+// (serving::Registry::activate → the engine's KvSpliceSlot).
 //
 // Spec (JSON; frostd builds it from frost.v1.KvSpliceJobSpec):
 //   {"calib_path": "a/train.jsonl",   JSONL with a "text" field per line; optional when the config asks

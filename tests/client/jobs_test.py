@@ -573,6 +573,95 @@ class JobsServiceTest(unittest.TestCase):
         r = self.s.prediction.Predict(prediction_pb2.PredictRequest(texts=PREDICT_TEXTS), timeout=30)
         self.assertEqual(r.artifact, a)
 
+    def test_09b_concurrent_predicts_leave_health_and_generate_responsive(self):
+        """16 Predicts in flight at once run on frostd's Predict executor, not on gRPC's threads: Health and
+        Generate keep answering within their idle latency, and the Predict CPU time is on frost-predict-*."""
+        self.s.admin.ActivateArtifact(admin_pb2.ActivateArtifactRequest(name=self.art_a), metadata=ADMIN, timeout=60)
+        long_texts = [(t + " ") * 20 for t in PREDICT_TEXTS] * 20  # 60 texts of ~600 bytes: a slow Predict
+
+        def health_ms():
+            t0 = time.monotonic()
+            self.s.health.Check(lib.health_pb2.HealthCheckRequest(service=lib.READINESS_SERVICE), timeout=30)
+            return (time.monotonic() - t0) * 1e3
+
+        def generate_ttft_ms():
+            req = generation_pb2.GenerateRequest(
+                text="Once upon a time",
+                sampling=generation_pb2.SamplingParams(temperature=0, max_new_tokens=4, ignore_eos=True))
+            t0 = time.monotonic()
+            ttft = None
+            for m in self.s.generation.Generate(req, timeout=60):
+                if ttft is None and m.HasField("chunk"):
+                    ttft = (time.monotonic() - t0) * 1e3
+            return ttft
+
+        def thread_cpu_s(prefix):
+            total = 0.0
+            for tid in os.listdir(f"/proc/{self.s.pid}/task"):
+                try:
+                    with open(f"/proc/{self.s.pid}/task/{tid}/comm") as f:
+                        comm = f.read().strip()
+                    with open(f"/proc/{self.s.pid}/task/{tid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if comm.startswith(prefix):
+                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return total
+
+        idle_health = sorted(health_ms() for _ in range(20))
+        idle_ttft = sorted(generate_ttft_ms() for _ in range(5))
+        cpu_before = thread_cpu_s("frost-predict")
+
+        start, errors, done = threading.Barrier(17), [], []
+        lock = threading.Lock()
+
+        def one_predict():
+            channel = grpc.insecure_channel(self.s.addr)
+            stub = lib.prediction_pb2_grpc.PredictionStub(channel)
+            try:
+                start.wait()
+                for _ in range(2):
+                    r = stub.Predict(prediction_pb2.PredictRequest(texts=long_texts), timeout=120)
+                    with lock:
+                        done.append(len(r.results))
+            except grpc.RpcError as e:
+                with lock:
+                    errors.append(f"{e.code().name}: {e.details()}")
+            finally:
+                channel.close()
+
+        threads = [threading.Thread(target=one_predict) for _ in range(16)]
+        for t in threads:
+            t.start()
+        start.wait()
+        t_load = time.monotonic()
+        busy_health, busy_ttft = [], []
+        while any(t.is_alive() for t in threads) and time.monotonic() - t_load < 120:
+            busy_health.append(health_ms())
+            if len(busy_ttft) < 5:
+                busy_ttft.append(generate_ttft_ms())
+            time.sleep(0.02)
+        load_s = time.monotonic() - t_load
+        for t in threads:
+            t.join(timeout=120)
+        self.assertEqual(errors, [])
+        self.assertEqual(done, [len(long_texts)] * 32)
+        self.assertGreater(load_s, 0.3, "the Predict load was too short to measure anything")
+        # Health is answered by a gRPC thread: with Predict off those threads it stays at its idle latency
+        # (a blocked reactor would hold it for the length of the queued Predicts, seconds here).
+        busy_health.sort()
+        p90 = lambda xs: xs[min(len(xs) - 1, int(0.9 * len(xs)))]
+        self.assertLess(p90(busy_health), max(3 * p90(idle_health), p90(idle_health) + 50),
+                        f"Health under 16 Predicts {busy_health} vs idle {idle_health}")
+        self.assertGreaterEqual(len(busy_health), 5, f"Health answered only {len(busy_health)} times in {load_s:.1f} s")
+        # Generate shares the CPU with the Predict worker (2 cores), not a thread pool.
+        busy_ttft.sort()
+        self.assertLess(busy_ttft[len(busy_ttft) // 2], 3 * idle_ttft[len(idle_ttft) // 2] + 100,
+                        f"Generate TTFT under 16 Predicts {busy_ttft} vs idle {idle_ttft} (ms)")
+        self.assertGreater(thread_cpu_s("frost-predict") - cpu_before, 0.2 * load_s,
+                           "the Predict work did not run on the frost-predict threads")
+
     # -- 10 ------------------------------------------------------------------------------------
 
     def test_10_second_frostd_on_the_state_dir(self):

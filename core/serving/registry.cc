@@ -1,0 +1,121 @@
+#include "core/serving/registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/common/log.h"
+#include "core/common/status_macros.h"
+#include "core/serving/kv_repair_kind.h"
+#include "core/serving/kvsplice_kind.h"
+#include "core/serving/prototype_kind.h"
+
+namespace frost::serving {
+
+Registry::Registry(jobs::ArtifactStore* store, TensorStore* tensors) : store_(store), tensors_(tensors) {
+  // The kinds this build serves: one line each.
+  std::unique_ptr<ServedKind> served[] = {make_prototype_kind(tensors), make_kv_repair_kind(), make_kvsplice_kind()};
+  for (std::unique_ptr<ServedKind>& k : served) {
+    const std::string kind = k->kind();
+    kinds_.emplace(kind, std::move(k));
+  }
+}
+
+std::vector<std::string> Registry::kinds() const {
+  std::vector<std::string> out;
+  for (const auto& [kind, k] : kinds_) out.push_back(kind);
+  return out;
+}
+
+ServedKind* Registry::find(const std::string& kind) const {
+  auto it = kinds_.find(kind);
+  return it == kinds_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<jobs::ArtifactInfo> Registry::activate(const std::string& name,
+                                                      const std::shared_ptr<const LoadedModel>& model) {
+  if (!store_) return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
+  if (!model) return absl::UnavailableError("model is loading: not ready yet");
+  FROST_RETURN_IF_ERROR(jobs::parse_artifact_name(name).status());
+  FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, store_->get(name));
+  ServedKind* k = find(a.kind);
+  if (!k) return absl::FailedPreconditionError(absl::StrCat("artifact '", a.name, "': kind '", a.kind, "' is not served"));
+  absl::MutexLock l(&activate_mu_);
+  absl::Status persist_status;
+  absl::Status st = k->activate(a, model, [&] { return persist_status = store_->set_active(a.kind, a.name); });
+  if (!st.ok()) {
+    if (!persist_status.ok()) return persist_status;  // the store failed, not the artifact
+    absl::MutexLock c(&counts_mu_);
+    ++swap_failures_;
+    return absl::FailedPreconditionError(absl::StrCat("artifact '", a.name, "' cannot be activated: ", st.message()));
+  }
+  {
+    absl::MutexLock c(&counts_mu_);
+    ++swaps_;
+  }
+  FROST_LOG_INFO("frostd: activated %s (%s)", a.name.c_str(), k->describe().c_str());
+  return a;
+}
+
+std::set<std::string> Registry::restore(const std::shared_ptr<const LoadedModel>& model) {
+  std::set<std::string> restored;
+  if (!store_) return restored;
+  for (const auto& [kind, k] : kinds_) {
+    absl::StatusOr<std::optional<std::string>> active = store_->active(kind);
+    if (!active.ok()) {
+      FROST_LOG_ERROR("frostd: %s", active.status().ToString().c_str());
+      continue;
+    }
+    if (!active->has_value()) continue;
+    // activate() logs the success; it also rewrites ACTIVE with the same name (harmless).
+    if (absl::Status st = activate(**active, model).status(); !st.ok()) {
+      FROST_LOG_ERROR("frostd: the active %s artifact %s cannot be served (%s is off until one is activated): %s",
+                      kind.c_str(), (*active)->c_str(), k->serves(), st.ToString().c_str());
+      continue;
+    }
+    restored.insert(kind);
+  }
+  return restored;
+}
+
+absl::Status Registry::serve_file(const std::string& kind, const std::string& field, const std::string& path,
+                                  const std::shared_ptr<const LoadedModel>& model) {
+  ServedKind* k = find(kind);
+  if (!k) return absl::InvalidArgumentError(absl::StrCat(field, ": no served kind '", kind, "'"));
+  if (absl::Status st = k->serve_file(path, model); !st.ok())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", st.message()));
+  FROST_LOG_INFO("frostd: serving %s (%s)", k->active_name().c_str(), k->describe().c_str());
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Registry::active_names() const {
+  std::vector<std::string> out;
+  for (const auto& [kind, k] : kinds_)
+    if (std::string n = k->active_name(); !n.empty()) out.push_back(std::move(n));
+  return out;
+}
+
+bool Registry::is_active(const std::string& name) const {
+  for (const auto& [kind, k] : kinds_)
+    if (k->active_name() == name) return true;
+  return false;
+}
+
+std::string Registry::active_name(const std::string& kind) const {
+  ServedKind* k = find(kind);
+  return k ? k->active_name() : "";
+}
+
+std::string Registry::describe(const std::string& kind) const {
+  ServedKind* k = find(kind);
+  return k ? k->describe() : "";
+}
+
+int64_t Registry::swaps() const {
+  absl::MutexLock c(&counts_mu_);
+  return swaps_;
+}
+
+int64_t Registry::swap_failures() const {
+  absl::MutexLock c(&counts_mu_);
+  return swap_failures_;
+}
+
+}  // namespace frost::serving

@@ -1,0 +1,83 @@
+#pragma once
+// Registry: the one owner of what frostd serves — the active prototype head (Predict), KV repair operator
+// and KVSplice (Generate) — beside the model they belong to. The server translates RPCs into its calls;
+// the engine and Predict take their snapshot from its slots (a request keeps the version it started with);
+// training jobs reach it through the scheduler's activator.
+//
+// Activation (activate()): find the artifact, verify and load it completely, persist it as the kind's
+// active artifact (<state_dir>/artifacts/<kind>/ACTIVE), then swap it in with one pointer store. A corrupt,
+// incomplete or mismatched artifact is FAILED_PRECONDITION naming why, and the active one keeps serving.
+// One activation at a time. restore() re-activates the persisted ones at start.
+//
+// The kinds are one file each (core/serving/*_kind.cc, the ServedKind interface in served_kind.h).
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/common/check.h"
+#include "core/jobs/artifact_store.h"
+#include "core/serving/served_kind.h"
+#include "core/serving/tensor_store.h"
+
+namespace frost::serving {
+
+class Registry {
+ public:
+  // `store`: the artifact store (nullptr when artifacts are disabled: activate() is FAILED_PRECONDITION, and
+  // only files named by the config can be served). `tensors` accounts the loaded artifacts' bytes; both must
+  // outlive the registry.
+  Registry(jobs::ArtifactStore* store, TensorStore* tensors);
+
+  // Kinds served by this build ("kvsplice", "kv_repair", "prototype").
+  std::vector<std::string> kinds() const;
+  // The slot of `kind` holding T (a programming error — a crash naming it — when the kind or T is wrong).
+  template <class T>
+  ActiveSlot<T>& slot(const std::string& kind) {
+    auto it = kinds_.find(kind);
+    FROST_CHECK(it != kinds_.end(), ("no served kind " + kind).c_str());
+    auto* k = dynamic_cast<SlotKind<T>*>(it->second.get());
+    FROST_CHECK(k != nullptr, ("served kind " + kind + " holds another type").c_str());
+    return k->slot();
+  }
+
+  // Activates artifact `name` ("<kind>/<version>") for `model`. INVALID_ARGUMENT for a malformed name,
+  // NOT_FOUND for an unknown one, FAILED_PRECONDITION when it cannot be served (nothing changed then).
+  absl::StatusOr<jobs::ArtifactInfo> activate(const std::string& name, const std::shared_ptr<const LoadedModel>& model);
+  // At start: activates every kind's persisted active artifact. One that cannot be served is logged and
+  // its kind serves nothing until an activation. Returns the kinds that now serve an artifact.
+  std::set<std::string> restore(const std::shared_ptr<const LoadedModel>& model);
+  // Serves a file named by the config for `kind` (engine.kv_repair, engine.kv_splice): INVALID_ARGUMENT
+  // prefixed with `field` when it cannot.
+  absl::Status serve_file(const std::string& kind, const std::string& field, const std::string& path,
+                          const std::shared_ptr<const LoadedModel>& model);
+
+  // Names of the active versions, by kind.
+  std::vector<std::string> active_names() const;
+  bool is_active(const std::string& name) const;
+  // "" when `kind` serves nothing.
+  std::string active_name(const std::string& kind) const;
+  std::string describe(const std::string& kind) const;
+
+  int64_t swaps() const;          // successful activations
+  int64_t swap_failures() const;  // artifacts refused at activation (FAILED_PRECONDITION)
+  TensorStore& tensors() const { return *tensors_; }
+  jobs::ArtifactStore* store() const { return store_; }
+
+ private:
+  ServedKind* find(const std::string& kind) const;
+
+  jobs::ArtifactStore* store_;
+  TensorStore* tensors_;
+  std::map<std::string, std::unique_ptr<ServedKind>> kinds_;
+  absl::Mutex activate_mu_;  // one activation at a time
+  mutable absl::Mutex counts_mu_;
+  int64_t swaps_ ABSL_GUARDED_BY(counts_mu_) = 0;
+  int64_t swap_failures_ ABSL_GUARDED_BY(counts_mu_) = 0;
+};
+
+}  // namespace frost::serving

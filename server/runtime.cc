@@ -1,0 +1,146 @@
+#include "server/runtime.h"
+
+#include <ATen/Parallel.h>
+
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/log.h"
+#include "core/common/status_macros.h"
+#include "core/jobs/kv_repair_job.h"
+#include "core/jobs/kvsplice_job.h"
+#include "core/jobs/prototype_job.h"
+#include "core/kv/kvsplice.h"
+#include "core/kv/repair_set.h"
+#include "core/serving/prototype_kind.h"
+
+namespace frost::server {
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const ServerConfig& cfg, Metrics* metrics,
+                                                         const Authenticator* auth) {
+  std::unique_ptr<jobs::StateDirLock> lock;
+  std::unique_ptr<jobs::ArtifactStore> store;
+  if (cfg.jobs.enabled) {
+    FROST_ASSIGN_OR_RETURN(lock, jobs::StateDirLock::acquire(cfg.jobs.state_dir));
+    FROST_ASSIGN_OR_RETURN(store, jobs::ArtifactStore::open(cfg.jobs.state_dir + "/artifacts"));
+  }
+  std::unique_ptr<Runtime> rt(new Runtime(cfg, metrics, auth, std::move(lock), std::move(store)));
+  metrics->set_jobs_source([p = rt.get()] { return p->stats(); });
+  return rt;
+}
+
+Runtime::Runtime(const ServerConfig& cfg, Metrics* metrics, const Authenticator* auth,
+                 std::unique_ptr<jobs::StateDirLock> lock, std::unique_ptr<jobs::ArtifactStore> store)
+    : cfg_(cfg),
+      metrics_(metrics),
+      auth_(auth),
+      lock_(std::move(lock)),
+      store_(std::move(store)),
+      registry_(store_.get(), &tensors_) {
+  // Predict's backbone forward: its own threads, each with model.threads intra-op threads like the engine.
+  const int intra_op = cfg.model.threads;
+  predict_ = std::make_unique<Executor>("frost-predict", cfg.prediction.threads, cfg.prediction.max_queued,
+                                        [intra_op] {
+                                          if (intra_op > 0) at::set_num_threads(intra_op);
+                                        });
+}
+
+Runtime::~Runtime() {
+  shutdown();
+  metrics_->set_jobs_source(nullptr);
+}
+
+std::shared_ptr<const LoadedModel> Runtime::model() const {
+  absl::MutexLock l(&mu_);
+  return model_;
+}
+
+absl::Status Runtime::start(std::shared_ptr<const LoadedModel> model) {
+  {
+    absl::MutexLock l(&mu_);
+    model_ = model;
+  }
+  const std::set<std::string> restored = registry_.restore(model);
+  if (!restored.count("kv_repair") && !cfg_.engine.kv_repair.empty())
+    FROST_RETURN_IF_ERROR(registry_.serve_file("kv_repair", "engine.kv_repair", cfg_.engine.kv_repair, model));
+  if (!restored.count("kvsplice") && !cfg_.engine.kv_splice.empty())
+    FROST_RETURN_IF_ERROR(registry_.serve_file("kvsplice", "engine.kv_splice", cfg_.engine.kv_splice, model));
+  if (cfg_.engine.kv_codec == KvCodecKind::kKvSplice && registry_.active_name("kvsplice").empty()) {
+    FROST_LOG_WARN(
+        "frostd: engine.kv_codec is kvsplice but no KVSplice is active: requests without kv.codec fail "
+        "FAILED_PRECONDITION until a kvsplice artifact is activated (or engine.kv_splice is set)");
+  }
+  if (!cfg_.jobs.enabled) return absl::OkStatus();
+
+  jobs::SchedulerOptions so;
+  so.state_dir = cfg_.jobs.state_dir;
+  so.max_queued = cfg_.jobs.max_queued;
+  so.concurrency = cfg_.jobs.concurrency;
+  so.threads = cfg_.jobs.threads;
+  so.nice = cfg_.jobs.nice;
+  so.checkpoint_every = cfg_.jobs.checkpoint_every;
+  so.max_attempts = cfg_.jobs.max_attempts;
+  jobs::PrototypeJobOptions po;
+  po.data_root = cfg_.jobs.data_root;
+  po.model = model;
+  po.store = store_.get();
+  po.max_inline_rows = cfg_.jobs.max_inline_rows;
+  po.max_inline_bytes = cfg_.jobs.max_inline_bytes;
+  std::map<std::string, std::shared_ptr<jobs::JobKind>> kinds;
+  kinds["prototype"] = std::make_shared<jobs::PrototypeJobKind>(po);
+  jobs::KvRepairJobOptions ko;
+  ko.data_root = cfg_.jobs.data_root;
+  ko.model = model;
+  ko.store = store_.get();
+  kinds["kv_repair"] = std::make_shared<jobs::KvRepairJobKind>(ko);
+  jobs::KvSpliceJobOptions so_splice;
+  so_splice.data_root = cfg_.jobs.data_root;
+  so_splice.model = model;
+  so_splice.store = store_.get();
+  kinds["kvsplice"] = std::make_shared<jobs::KvSpliceJobKind>(so_splice);
+  FROST_ASSIGN_OR_RETURN(std::unique_ptr<jobs::Scheduler> s, jobs::Scheduler::create(so, std::move(kinds)));
+  s->set_activator([this](const std::string& name) { return activate(name).status(); });
+  s->start();
+  scheduler_ = std::move(s);
+  return absl::OkStatus();
+}
+
+void Runtime::shutdown() {
+  if (scheduler_) scheduler_->shutdown();
+  predict_->shutdown();
+}
+
+absl::StatusOr<jobs::ArtifactInfo> Runtime::activate(const std::string& name) {
+  return registry_.activate(name, model());
+}
+
+JobsStats Runtime::stats() const {
+  JobsStats s;
+  if (scheduler_) {
+    jobs::Scheduler::Counts c = scheduler_->counts();
+    for (jobs::JobState st :
+         {jobs::JobState::kQueued, jobs::JobState::kRunning, jobs::JobState::kSucceeded,
+          jobs::JobState::kFailed, jobs::JobState::kCancelled, jobs::JobState::kInterrupted}) {
+      std::string name = jobs::job_state_name(st);
+      for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      auto it = c.by_state.find(st);
+      s.jobs_by_state[name] = it == c.by_state.end() ? 0 : it->second;
+    }
+    for (const auto& [id, p] : scheduler_->running_progress()) {
+      s.job_running = true;
+      nlohmann::json pj = nlohmann::json::parse(p, nullptr, false);
+      if (pj.is_object()) {
+        s.job_loss = pj.value("loss", 0.0);
+        s.job_examples_per_s = pj.value("examples_per_s", 0.0);
+      }
+      break;
+    }
+  }
+  s.store_bytes = tensors_.bytes_by_device();
+  s.artifact_swaps = registry_.swaps();
+  s.artifact_swap_failures = registry_.swap_failures();
+  return s;
+}
+
+}  // namespace frost::server

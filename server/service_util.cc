@@ -1,0 +1,68 @@
+#include "server/service_util.h"
+
+#include <nlohmann/json.hpp>
+
+namespace frost::server {
+
+using nlohmann::json;
+
+absl::Status need_scheduler(Runtime* rt) {
+  if (!rt->cfg().jobs.enabled)
+    return absl::FailedPreconditionError("training jobs are disabled (jobs.enabled: false)");
+  if (!rt->scheduler()) return absl::UnavailableError("model is loading: not ready yet");
+  return absl::OkStatus();
+}
+
+absl::Status check_id(const std::string& id, const char* field) {
+  if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
+  if (id.size() > 128) return absl::InvalidArgumentError(absl::StrCat(field, ": longer than 128 bytes"));
+  return absl::OkStatus();
+}
+
+v1::Artifact to_proto(const jobs::ArtifactInfo& a, bool active, int64_t device_bytes) {
+  v1::Artifact p;
+  p.set_name(a.name);
+  p.set_kind(a.kind);
+  p.set_version(a.version);
+  p.set_active(active);
+  p.set_bytes(a.bytes);
+  p.set_device_bytes(device_bytes);
+  p.set_job_id(a.job_id);
+  p.set_created_unix(a.created_unix);
+  p.set_backbone(a.backbone);
+  p.set_report_json(a.report_json);
+  return p;
+}
+
+v1::Job to_proto(const jobs::JobRecord& j, bool with_spec) {
+  v1::Job p;
+  p.set_id(j.id);
+  p.set_kind(j.kind);
+  p.set_state(static_cast<v1::JobState>(static_cast<int>(j.state)));
+  p.set_reason(j.reason);
+  p.set_priority(j.priority);
+  p.set_idempotency_key(j.idempotency_key);
+  p.set_created_unix(j.created_unix);
+  p.set_started_unix(j.started_unix);
+  p.set_finished_unix(j.finished_unix);
+  p.set_attempts(j.attempts);
+  p.set_artifact(j.artifact);
+  p.set_report_json(j.report_json);
+  if (with_spec) p.set_spec_json(j.spec_json);
+  if (!j.progress_json.empty()) {
+    json pj = json::parse(j.progress_json, nullptr, false);
+    if (pj.is_object()) {
+      v1::JobProgress* pr = p.mutable_progress();
+      pr->set_stage(pj.value("stage", ""));
+      pr->set_epoch(pj.value("epoch", 0));
+      pr->set_step(pj.value("step", int64_t{0}));
+      pr->set_steps_total(pj.value("steps_total", int64_t{0}));
+      pr->set_loss(pj.value("loss", 0.0));
+      pr->set_examples_per_s(pj.value("examples_per_s", 0.0));
+      pr->set_eta_s(pj.value("eta_s", 0.0));
+    }
+  }
+  return p;
+}
+
+}  // namespace frost::server

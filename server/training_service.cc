@@ -1,0 +1,264 @@
+#include "server/training_service.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "core/common/status_macros.h"
+#include "server/service_util.h"
+
+namespace frost::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr int32_t kDefaultPageSize = 50, kMaxPageSize = 1000;
+
+}  // namespace
+
+std::string prototype_spec_json(const v1::PrototypeJobSpec& s) {
+  json j = json::object();
+  if (s.data_case() == v1::PrototypeJobSpec::kTrainPath) j["train_path"] = s.train_path();
+  if (s.data_case() == v1::PrototypeJobSpec::kInlineRows) {
+    json rows = json::array();
+    for (const v1::TrainingRow& r : s.inline_rows().rows()) {
+      json row = {{"text", r.text()}, {"label", r.label()}};
+      if (!r.id().empty()) row["id"] = r.id();
+      rows.push_back(std::move(row));
+    }
+    j["inline_rows"] = std::move(rows);
+  }
+  if (!s.test_path().empty()) j["test_path"] = s.test_path();
+  if (s.has_holdout_fraction()) j["holdout_fraction"] = s.holdout_fraction();
+  if (s.has_label_min()) j["label_min"] = s.label_min();
+  if (s.has_label_max()) j["label_max"] = s.label_max();
+  json cfg = json::object();
+  for (const auto& [k, v] : s.config()) cfg[k] = v;
+  j["config"] = std::move(cfg);
+  j["activate"] = s.activate();
+  // Non-finite labels were refused by SubmitJob (JSON would turn them into null).
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string kv_repair_spec_json(const v1::KvRepairJobSpec& s) {
+  json j = json::object();
+  if (!s.calib_path().empty()) j["calib_path"] = s.calib_path();
+  if (!s.test_path().empty()) j["test_path"] = s.test_path();
+  if (s.has_calib_windows()) j["calib_windows"] = s.calib_windows();
+  if (s.has_eval_windows()) j["eval_windows"] = s.eval_windows();
+  json cfg = json::object();
+  for (const auto& [k, v] : s.config()) cfg[k] = v;
+  j["config"] = std::move(cfg);
+  j["activate"] = s.activate();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string kvsplice_spec_json(const v1::KvSpliceJobSpec& s) {
+  json j = json::object();
+  if (!s.calib_path().empty()) j["calib_path"] = s.calib_path();
+  if (!s.test_path().empty()) j["test_path"] = s.test_path();
+  if (s.has_calib_windows()) j["calib_windows"] = s.calib_windows();
+  if (s.has_eval_windows()) j["eval_windows"] = s.eval_windows();
+  if (s.has_fisher_windows()) j["fisher_windows"] = s.fisher_windows();
+  json cfg = json::object();
+  for (const auto& [k, v] : s.config()) cfg[k] = v;
+  j["config"] = std::move(cfg);
+  j["activate"] = s.activate();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Training
+
+grpc::ServerUnaryReactor* TrainingService::SubmitJob(grpc::CallbackServerContext* ctx,
+                                                     const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return unary<v1::SubmitJobRequest, v1::Job>(
+      rt_, ctx, in, out, "Training", "SubmitJob",
+      [&](const v1::SubmitJobRequest& req) -> absl::StatusOr<v1::Job> {
+        FROST_RETURN_IF_ERROR(need_scheduler(rt_));
+        std::string kind, spec;
+        switch (req.spec_case()) {
+          case v1::SubmitJobRequest::kPrototype:
+            kind = "prototype";
+            // JSON has no NaN/Inf (they would become null): refuse them here, numbered like the
+            // row validator's messages.
+            for (int i = 0; i < req.prototype().inline_rows().rows_size(); ++i) {
+              const double y = req.prototype().inline_rows().rows(i).label();
+              if (!std::isfinite(y))
+                return absl::InvalidArgumentError(
+                    absl::StrCat("inline_rows:", i + 1, ": \"label\" ", y, " is not a finite number"));
+            }
+            spec = prototype_spec_json(req.prototype());
+            break;
+          case v1::SubmitJobRequest::kKvRepair:
+            kind = "kv_repair";
+            spec = kv_repair_spec_json(req.kv_repair());
+            break;
+          case v1::SubmitJobRequest::kKvsplice:
+            kind = "kvsplice";
+            spec = kvsplice_spec_json(req.kvsplice());
+            break;
+          default:
+            return absl::InvalidArgumentError(
+                "spec: no job spec given (set `prototype`, `kv_repair` or `kvsplice`)");
+        }
+        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j,
+                               rt_->scheduler()->submit(kind, spec, req.priority(), req.idempotency_key()));
+        return to_proto(j);
+      });
+}
+
+grpc::ServerUnaryReactor* TrainingService::GetJob(grpc::CallbackServerContext* ctx,
+                                                  const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return unary<v1::GetJobRequest, v1::Job>(
+      rt_, ctx, in, out, "Training", "GetJob", [&](const v1::GetJobRequest& req) -> absl::StatusOr<v1::Job> {
+        FROST_RETURN_IF_ERROR(need_scheduler(rt_));
+        FROST_RETURN_IF_ERROR(check_id(req.id()));
+        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j, rt_->scheduler()->get(req.id()));
+        return to_proto(j);
+      });
+}
+
+grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return unary<v1::ListJobsRequest, v1::ListJobsResponse>(
+      rt_, ctx, in, out, "Training", "ListJobs",
+      [&](const v1::ListJobsRequest& req) -> absl::StatusOr<v1::ListJobsResponse> {
+        FROST_RETURN_IF_ERROR(need_scheduler(rt_));
+        jobs::ListQuery q;
+        for (int i = 0; i < req.states_size(); ++i) {
+          const int s = req.states(i);
+          if (s < 1 || s > 6)
+            return absl::InvalidArgumentError(absl::StrCat("states[", i, "]: ", s, " is not a job state"));
+          q.states.push_back(static_cast<jobs::JobState>(s));
+        }
+        q.kind = req.kind();
+        if (req.page_size() < 0 || req.page_size() > kMaxPageSize)
+          return absl::InvalidArgumentError(
+              absl::StrCat("page_size: ", req.page_size(), " is outside [0, ", kMaxPageSize, "]"));
+        q.limit = req.page_size() == 0 ? kDefaultPageSize : req.page_size();
+        if (!req.page_token().empty() &&
+            (!absl::SimpleAtoi(req.page_token(), &q.before_seq) || q.before_seq <= 0))
+          return absl::InvalidArgumentError(absl::StrCat("page_token: \"", req.page_token().substr(0, 40),
+                                                         "\" is not a token from ListJobs"));
+        ++q.limit;  // one more row tells whether there is a next page
+        FROST_ASSIGN_OR_RETURN(std::vector<jobs::JobRecord> js, rt_->scheduler()->list(q));
+        v1::ListJobsResponse resp;
+        const bool more = static_cast<int32_t>(js.size()) == q.limit;
+        if (more) js.pop_back();
+        for (const jobs::JobRecord& j : js) *resp.add_jobs() = to_proto(j);
+        if (more && !js.empty()) resp.set_next_page_token(absl::StrCat(js.back().seq));
+        return resp;
+      });
+}
+
+grpc::ServerUnaryReactor* TrainingService::CancelJob(grpc::CallbackServerContext* ctx,
+                                                     const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return unary<v1::CancelJobRequest, v1::Job>(
+      rt_, ctx, in, out, "Training", "CancelJob",
+      [&](const v1::CancelJobRequest& req) -> absl::StatusOr<v1::Job> {
+        FROST_RETURN_IF_ERROR(need_scheduler(rt_));
+        FROST_RETURN_IF_ERROR(check_id(req.id()));
+        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j, rt_->scheduler()->cancel(req.id()));
+        return to_proto(j);
+      });
+}
+
+class TrainingService::WatchCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  WatchCall(Runtime* rt, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) : rt_(rt) {
+    t0_ = RealClock::get().now_ns();
+    absl::Status st = rt->auth()->check("/frost.v1.Training/WatchJob", ctx);
+    if (st.ok() && rt->draining()) st = absl::UnavailableError("server is draining");
+    if (st.ok()) st = need_scheduler(rt);
+    v1::WatchJobRequest req;
+    if (st.ok()) st = parse_request(*in, &req);
+    if (st.ok()) st = check_id(req.id());
+    if (!st.ok()) {
+      finish(st);
+      return;
+    }
+    sub_ = rt->scheduler()->subscribe(req.id(), [this](const jobs::JobRecord& j) { on_event(j); });
+    absl::StatusOr<jobs::JobRecord> j = rt->scheduler()->get(req.id());
+    if (!j.ok()) {
+      finish(j.status());
+      return;
+    }
+    on_event(*j);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock l(&mu_);
+    writing_ = false;
+    if (!ok) {
+      finish_locked(absl::CancelledError("client went away"));
+      return;
+    }
+    if (last_terminal_ && !pending_) {
+      finish_locked(absl::OkStatus());
+      return;
+    }
+    write_pending_locked();
+  }
+  void OnCancel() override {
+    absl::MutexLock l(&mu_);
+    finish_locked(absl::CancelledError("WatchJob cancelled"));
+  }
+  void OnDone() override {
+    if (sub_) rt_->scheduler()->unsubscribe(sub_);  // after this no event can reach us
+    delete this;
+  }
+
+ private:
+  void on_event(const jobs::JobRecord& j) {
+    absl::MutexLock l(&mu_);
+    if (finished_ || last_terminal_) return;
+    v1::JobEvent ev;
+    *ev.mutable_job() = to_proto(j, /*with_spec=*/false);  // spec: large (inline rows); GetJob has it
+    pending_ = std::make_unique<v1::JobEvent>(std::move(ev));
+    pending_terminal_ = jobs::is_terminal(j.state);
+    if (pending_terminal_) last_terminal_ = true;
+    if (!writing_) write_pending_locked();
+  }
+  void write_pending_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!pending_ || finished_) return;
+    absl::Status st = serialize_response(*pending_, &buf_);
+    pending_.reset();
+    if (!st.ok()) {
+      finish_locked(st);
+      return;
+    }
+    writing_ = true;
+    StartWrite(&buf_);
+  }
+  void finish(const absl::Status& st) {
+    absl::MutexLock l(&mu_);
+    finish_locked(st);
+  }
+  void finish_locked(const absl::Status& st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    grpc::Status gs = to_grpc_status(st);
+    rt_->metrics()->record_request("WatchJob", gs.error_code(), seconds_since(t0_));
+    Finish(gs);
+  }
+
+  Runtime* rt_;
+  int64_t t0_ = 0;
+  uint64_t sub_ = 0;
+  absl::Mutex mu_;
+  grpc::ByteBuffer buf_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<v1::JobEvent> pending_ ABSL_GUARDED_BY(mu_);
+  bool pending_terminal_ ABSL_GUARDED_BY(mu_) = false;
+  bool last_terminal_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainingService::WatchJob(grpc::CallbackServerContext* ctx,
+                                                                      const grpc::ByteBuffer* in) {
+  return new WatchCall(rt_, ctx, in);
+}
+
+}  // namespace frost::server

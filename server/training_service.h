@@ -1,0 +1,47 @@
+#pragma once
+// frost.v1.Training: SubmitJob / GetJob / ListJobs / CancelJob / WatchJob over the job scheduler
+// (core/jobs/scheduler.h). Every method is raw (ByteBuffer) like Generate, so invalid UTF-8 in a string is
+// INVALID_ARGUMENT naming the field (server/proto_codec.h), and needs the admin token.
+//
+// WatchJob is a write reactor fed by Scheduler::subscribe; progress events that arrive while a write is in
+// flight are coalesced (the latest snapshot wins; a terminal state is always delivered last).
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+
+#include "frost/v1/training.grpc.pb.h"
+#include "server/runtime.h"
+
+namespace frost::server {
+
+using TrainingServiceBase =
+    v1::Training::WithRawCallbackMethod_SubmitJob<v1::Training::WithRawCallbackMethod_GetJob<
+        v1::Training::WithRawCallbackMethod_ListJobs<v1::Training::WithRawCallbackMethod_CancelJob<
+            v1::Training::WithRawCallbackMethod_WatchJob<v1::Training::Service>>>>>;
+
+class TrainingService final : public TrainingServiceBase {
+ public:
+  explicit TrainingService(Runtime* rt) : rt_(rt) {}
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
+
+ private:
+  class WatchCall;
+  Runtime* rt_;
+};
+
+// frost.v1.PrototypeJobSpec / KvRepairJobSpec / KvSpliceJobSpec → the kinds' spec JSON
+// (core/jobs/prototype_job.h, kv_repair_job.h, kvsplice_job.h).
+std::string prototype_spec_json(const v1::PrototypeJobSpec& spec);
+std::string kv_repair_spec_json(const v1::KvRepairJobSpec& spec);
+std::string kvsplice_spec_json(const v1::KvSpliceJobSpec& spec);
+
+}  // namespace frost::server
