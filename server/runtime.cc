@@ -3,7 +3,6 @@
 #include <ATen/Parallel.h>
 
 #include <cctype>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/log.h"
@@ -129,11 +128,8 @@ JobsStats Runtime::stats() const {
     }
     for (const auto& [id, p] : scheduler_->running_progress()) {
       s.job_running = true;
-      nlohmann::json pj = nlohmann::json::parse(p, nullptr, false);
-      if (pj.is_object()) {
-        s.job_loss = pj.value("loss", 0.0);
-        s.job_examples_per_s = pj.value("examples_per_s", 0.0);
-      }
+      s.job_loss = p.loss;
+      s.job_examples_per_s = p.examples_per_s;
       break;
     }
   }

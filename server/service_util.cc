@@ -1,10 +1,6 @@
 #include "server/service_util.h"
 
-#include <nlohmann/json.hpp>
-
 namespace frost::server {
-
-using nlohmann::json;
 
 absl::Status need_scheduler(Runtime* rt) {
   if (!rt->cfg().jobs.enabled)
@@ -48,19 +44,16 @@ v1::Job to_proto(const jobs::JobRecord& j, bool with_spec) {
   p.set_attempts(j.attempts);
   p.set_artifact(j.artifact);
   p.set_report_json(j.report_json);
-  if (with_spec) p.set_spec_json(j.spec_json);
-  if (!j.progress_json.empty()) {
-    json pj = json::parse(j.progress_json, nullptr, false);
-    if (pj.is_object()) {
-      v1::JobProgress* pr = p.mutable_progress();
-      pr->set_stage(pj.value("stage", ""));
-      pr->set_epoch(pj.value("epoch", 0));
-      pr->set_step(pj.value("step", int64_t{0}));
-      pr->set_steps_total(pj.value("steps_total", int64_t{0}));
-      pr->set_loss(pj.value("loss", 0.0));
-      pr->set_examples_per_s(pj.value("examples_per_s", 0.0));
-      pr->set_eta_s(pj.value("eta_s", 0.0));
-    }
+  if (with_spec) p.set_spec_json(jobs::spec_to_json(j.spec));  // the wire shows the journal's JSON
+  if (j.progress) {
+    v1::JobProgress* pr = p.mutable_progress();
+    pr->set_stage(j.progress->stage);
+    pr->set_epoch(j.progress->epoch);
+    pr->set_step(j.progress->step);
+    pr->set_steps_total(j.progress->steps_total);
+    pr->set_loss(j.progress->loss);
+    pr->set_examples_per_s(j.progress->examples_per_s);
+    pr->set_eta_s(j.progress->eta_s);
   }
   return p;
 }

@@ -1,7 +1,7 @@
 #include "server/training_service.h"
 
+#include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
 #include "core/common/status_macros.h"
@@ -10,66 +10,51 @@
 namespace frost::server {
 namespace {
 
-using nlohmann::json;
-
 constexpr int32_t kDefaultPageSize = 50, kMaxPageSize = 1000;
 
 }  // namespace
 
-std::string prototype_spec_json(const v1::PrototypeJobSpec& s) {
-  json j = json::object();
-  if (s.data_case() == v1::PrototypeJobSpec::kTrainPath) j["train_path"] = s.train_path();
+jobs::PrototypeJobSpec from_proto(const v1::PrototypeJobSpec& s) {
+  jobs::PrototypeJobSpec j;
+  if (s.data_case() == v1::PrototypeJobSpec::kTrainPath) j.train_path = s.train_path();
   if (s.data_case() == v1::PrototypeJobSpec::kInlineRows) {
-    json rows = json::array();
-    for (const v1::TrainingRow& r : s.inline_rows().rows()) {
-      json row = {{"text", r.text()}, {"label", r.label()}};
-      if (!r.id().empty()) row["id"] = r.id();
-      rows.push_back(std::move(row));
-    }
-    j["inline_rows"] = std::move(rows);
+    std::vector<jobs::TrainingRow> rows;
+    rows.reserve(static_cast<size_t>(s.inline_rows().rows_size()));
+    for (const v1::TrainingRow& r : s.inline_rows().rows()) rows.push_back({r.text(), r.label(), r.id()});
+    j.inline_rows = std::move(rows);
   }
-  if (!s.test_path().empty()) j["test_path"] = s.test_path();
-  if (s.has_holdout_fraction()) j["holdout_fraction"] = s.holdout_fraction();
-  if (s.has_label_min()) j["label_min"] = s.label_min();
-  if (s.has_label_max()) j["label_max"] = s.label_max();
-  json cfg = json::object();
-  for (const auto& [k, v] : s.config()) cfg[k] = v;
-  j["config"] = std::move(cfg);
-  j["activate"] = s.activate();
-  // Non-finite labels were refused by SubmitJob (JSON would turn them into null).
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (!s.test_path().empty()) j.test_path = s.test_path();
+  if (s.has_holdout_fraction()) j.holdout_fraction = s.holdout_fraction();
+  if (s.has_label_min()) j.label_min = s.label_min();
+  if (s.has_label_max()) j.label_max = s.label_max();
+  for (const auto& [k, v] : s.config()) j.config.emplace_back(k, v);
+  std::sort(j.config.begin(), j.config.end());  // protobuf maps have no order: make it deterministic
+  j.activate = s.activate();
+  return j;
 }
 
-std::string kv_repair_spec_json(const v1::KvRepairJobSpec& s) {
-  json j = json::object();
-  if (!s.calib_path().empty()) j["calib_path"] = s.calib_path();
-  if (!s.test_path().empty()) j["test_path"] = s.test_path();
-  if (s.has_calib_windows()) j["calib_windows"] = s.calib_windows();
-  if (s.has_eval_windows()) j["eval_windows"] = s.eval_windows();
-  json cfg = json::object();
-  for (const auto& [k, v] : s.config()) cfg[k] = v;
-  j["config"] = std::move(cfg);
-  j["activate"] = s.activate();
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+template <class P, class S>
+S kv_from_proto(const P& p) {
+  S s;
+  if (!p.calib_path().empty()) s.calib_path = p.calib_path();
+  if (!p.test_path().empty()) s.test_path = p.test_path();
+  if (p.has_calib_windows()) s.calib_windows = p.calib_windows();
+  if (p.has_eval_windows()) s.eval_windows = p.eval_windows();
+  for (const auto& [k, v] : p.config()) s.config.emplace_back(k, v);
+  std::sort(s.config.begin(), s.config.end());
+  s.activate = p.activate();
+  return s;
 }
 
-std::string kvsplice_spec_json(const v1::KvSpliceJobSpec& s) {
-  json j = json::object();
-  if (!s.calib_path().empty()) j["calib_path"] = s.calib_path();
-  if (!s.test_path().empty()) j["test_path"] = s.test_path();
-  if (s.has_calib_windows()) j["calib_windows"] = s.calib_windows();
-  if (s.has_eval_windows()) j["eval_windows"] = s.eval_windows();
-  if (s.has_fisher_windows()) j["fisher_windows"] = s.fisher_windows();
-  json cfg = json::object();
-  for (const auto& [k, v] : s.config()) cfg[k] = v;
-  j["config"] = std::move(cfg);
-  j["activate"] = s.activate();
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+jobs::KvRepairJobSpec from_proto(const v1::KvRepairJobSpec& p) {
+  return kv_from_proto<v1::KvRepairJobSpec, jobs::KvRepairJobSpec>(p);
 }
 
-
-// ---------------------------------------------------------------------------------------------
-// Training
+jobs::KvSpliceJobSpec from_proto(const v1::KvSpliceJobSpec& p) {
+  jobs::KvSpliceJobSpec s = kv_from_proto<v1::KvSpliceJobSpec, jobs::KvSpliceJobSpec>(p);
+  if (p.has_fisher_windows()) s.fisher_windows = p.fisher_windows();
+  return s;
+}
 
 grpc::ServerUnaryReactor* TrainingService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                      const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
@@ -77,34 +62,30 @@ grpc::ServerUnaryReactor* TrainingService::SubmitJob(grpc::CallbackServerContext
       rt_, ctx, in, out, "Training", "SubmitJob",
       [&](const v1::SubmitJobRequest& req) -> absl::StatusOr<v1::Job> {
         FROST_RETURN_IF_ERROR(need_scheduler(rt_));
-        std::string kind, spec;
+        jobs::JobSpec spec;
         switch (req.spec_case()) {
           case v1::SubmitJobRequest::kPrototype:
-            kind = "prototype";
-            // JSON has no NaN/Inf (they would become null): refuse them here, numbered like the
-            // row validator's messages.
+            // The journal keeps specs as JSON, which has no NaN/Inf (they would become null): refuse them
+            // here, numbered like the row validator's messages.
             for (int i = 0; i < req.prototype().inline_rows().rows_size(); ++i) {
               const double y = req.prototype().inline_rows().rows(i).label();
               if (!std::isfinite(y))
                 return absl::InvalidArgumentError(
                     absl::StrCat("inline_rows:", i + 1, ": \"label\" ", y, " is not a finite number"));
             }
-            spec = prototype_spec_json(req.prototype());
+            spec = from_proto(req.prototype());
             break;
           case v1::SubmitJobRequest::kKvRepair:
-            kind = "kv_repair";
-            spec = kv_repair_spec_json(req.kv_repair());
+            spec = from_proto(req.kv_repair());
             break;
           case v1::SubmitJobRequest::kKvsplice:
-            kind = "kvsplice";
-            spec = kvsplice_spec_json(req.kvsplice());
+            spec = from_proto(req.kvsplice());
             break;
           default:
             return absl::InvalidArgumentError(
                 "spec: no job spec given (set `prototype`, `kv_repair` or `kvsplice`)");
         }
-        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j,
-                               rt_->scheduler()->submit(kind, spec, req.priority(), req.idempotency_key()));
+        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j, rt_->scheduler()->submit(spec, req.priority(), req.idempotency_key()));
         return to_proto(j);
       });
 }

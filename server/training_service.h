@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "core/jobs/job_spec.h"
 #include "frost/v1/training.grpc.pb.h"
 #include "server/runtime.h"
 
@@ -38,10 +39,10 @@ class TrainingService final : public TrainingServiceBase {
   Runtime* rt_;
 };
 
-// frost.v1.PrototypeJobSpec / KvRepairJobSpec / KvSpliceJobSpec → the kinds' spec JSON
-// (core/jobs/prototype_job.h, kv_repair_job.h, kvsplice_job.h).
-std::string prototype_spec_json(const v1::PrototypeJobSpec& spec);
-std::string kv_repair_spec_json(const v1::KvRepairJobSpec& spec);
-std::string kvsplice_spec_json(const v1::KvSpliceJobSpec& spec);
+// frost.v1.PrototypeJobSpec / KvRepairJobSpec / KvSpliceJobSpec → the kinds' typed specs
+// (core/jobs/job_spec.h): the proto edge of the jobs.
+jobs::PrototypeJobSpec from_proto(const v1::PrototypeJobSpec& spec);
+jobs::KvRepairJobSpec from_proto(const v1::KvRepairJobSpec& spec);
+jobs::KvSpliceJobSpec from_proto(const v1::KvSpliceJobSpec& spec);
 
 }  // namespace frost::server

@@ -185,12 +185,19 @@ absl::StatusOr<JobRecord> read_row(sqlite3_stmt* s) {
   r.reason = column_text(s, 4);
   r.priority = sqlite3_column_int(s, 5);
   r.idempotency_key = column_text(s, 6);
-  r.spec_json = column_text(s, 7);
+  // The spec is stored as JSON (core/jobs/job_spec.h); a row this version cannot read is reported, not
+  // guessed at.
+  absl::StatusOr<JobSpec> spec = spec_from_json(r.kind, column_text(s, 7));
+  if (!spec.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("job journal: job '", r.id, "' has a spec this frostd cannot read: ", spec.status().message()));
+  }
+  r.spec = *std::move(spec);
   r.created_unix = sqlite3_column_double(s, 8);
   r.started_unix = sqlite3_column_double(s, 9);
   r.finished_unix = sqlite3_column_double(s, 10);
   r.attempts = sqlite3_column_int(s, 11);
-  r.progress_json = column_text(s, 12);
+  if (const std::string p = column_text(s, 12); !p.empty()) r.progress = progress_from_json(p);
   r.artifact = column_text(s, 13);
   r.report_json = column_text(s, 14);
   r.checkpoint_path = column_text(s, 15);
@@ -385,6 +392,7 @@ absl::Status Journal::prepare_statements() {
 }
 
 absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
+  job.kind = job_kind_name(job.spec);  // the kind is the spec's
   std::lock_guard<std::mutex> lock(mu_);
   auto run = [&](sqlite3_stmt* s, const char* op) -> absl::Status {
     StmtScope scope(s);
@@ -428,12 +436,12 @@ absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
     if (rc == SQLITE_OK) {
       rc = job.idempotency_key.empty() ? sqlite3_bind_null(s, 6) : bind_text(s, 6, job.idempotency_key);
     }
-    if (rc == SQLITE_OK) rc = bind_text(s, 7, job.spec_json);
+    if (rc == SQLITE_OK) rc = bind_text(s, 7, spec_to_json(job.spec));
     if (rc == SQLITE_OK) rc = sqlite3_bind_double(s, 8, job.created_unix);
     if (rc == SQLITE_OK) rc = sqlite3_bind_double(s, 9, job.started_unix);
     if (rc == SQLITE_OK) rc = sqlite3_bind_double(s, 10, job.finished_unix);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 11, job.attempts);
-    if (rc == SQLITE_OK) rc = bind_text(s, 12, job.progress_json);
+    if (rc == SQLITE_OK) rc = bind_text(s, 12, job.progress ? progress_to_json(*job.progress) : "");
     if (rc == SQLITE_OK) rc = bind_text(s, 13, job.artifact);
     if (rc == SQLITE_OK) rc = bind_text(s, 14, job.report_json);
     if (rc == SQLITE_OK) rc = bind_text(s, 15, job.checkpoint_path);
@@ -539,7 +547,7 @@ absl::Status Journal::update(const JobRecord& job) {
   if (rc == SQLITE_OK) rc = sqlite3_bind_double(s, 4, job.started_unix);
   if (rc == SQLITE_OK) rc = sqlite3_bind_double(s, 5, job.finished_unix);
   if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 6, job.attempts);
-  if (rc == SQLITE_OK) rc = bind_text(s, 7, job.progress_json);
+  if (rc == SQLITE_OK) rc = bind_text(s, 7, job.progress ? progress_to_json(*job.progress) : "");
   if (rc == SQLITE_OK) rc = bind_text(s, 8, job.artifact);
   if (rc == SQLITE_OK) rc = bind_text(s, 9, job.report_json);
   if (rc == SQLITE_OK) rc = bind_text(s, 10, job.checkpoint_path);

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/jobs/job_spec.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -36,15 +37,15 @@ bool is_terminal(JobState s);
 
 struct JobRecord {
   std::string id;    // assigned by insert(): "job-" + 12 lowercase hex characters
-  std::string kind;  // e.g. "prototype"
+  std::string kind;  // job_kind_name(spec), e.g. "prototype"
   JobState state = JobState::kQueued;
   std::string reason;
   int32_t priority = 0;
   std::string idempotency_key;  // "" = none
-  std::string spec_json;
+  JobSpec spec;  // the normalised spec (stored as JSON)
   double created_unix = 0, started_unix = 0, finished_unix = 0;
   int32_t attempts = 0;
-  std::string progress_json;  // "" or a JSON object
+  std::optional<JobProgress> progress;  // the last progress reported (stored as JSON)
   std::string artifact;       // "" or "prototype/3"
   std::string report_json;
   std::string checkpoint_path;  // "" or a path
@@ -72,8 +73,8 @@ class Journal {
 
   const std::string& path() const { return path_; }
 
-  // Inserts `job` in one committed transaction; id, seq and created_unix are assigned here and
-  // state is forced to QUEUED. When job.idempotency_key is non-empty and a job with that key
+  // Inserts `job` in one committed transaction; id, seq and created_unix are assigned here, kind is
+  // job_kind_name(job.spec) and state is forced to QUEUED. When job.idempotency_key is non-empty and a job with that key
   // exists, returns that job with inserted=false and inserts nothing (race-free across threads
   // and processes).
   struct Inserted {
@@ -92,8 +93,8 @@ class Journal {
   absl::StatusOr<std::vector<JobRecord>> list(const ListQuery& q) const;
 
   // Writes the mutable fields (state, reason, started_unix, finished_unix, attempts,
-  // progress_json, artifact, report_json, checkpoint_path) of the job with job.id; committed
-  // before return. kind, priority, idempotency_key, spec_json, created_unix and seq are not
+  // progress, artifact, report_json, checkpoint_path) of the job with job.id; committed
+  // before return. kind, priority, idempotency_key, spec, created_unix and seq are not
   // changed. NOT_FOUND "job '<id>' not found".
   absl::Status update(const JobRecord& job);
 

@@ -23,32 +23,38 @@ struct LoadedSpec {
   TextJobSpec text;
 };
 
-const std::vector<std::pair<std::string, int64_t>> kCounts = {{"calib_windows", 64}, {"eval_windows", 16}};
-
 // Parses and checks a spec; fills `norm` (absolute paths, every default explicit) when given.
-absl::StatusOr<LoadedSpec> load_spec(const json& spec, const KvRepairJobOptions& o, json* norm) {
+absl::StatusOr<LoadedSpec> load_spec(const KvRepairJobSpec& spec, const KvRepairJobOptions& o,
+                                     KvRepairJobSpec* norm) {
   LoadedSpec ls;
-  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec, o.data_root, kCounts));
+  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec,
+                                                      {{"calib_windows", spec.calib_windows, 64},
+                                                       {"eval_windows", spec.eval_windows, 16}},
+                                                      o.data_root));
   for (const auto& [k, v] : ls.text.config) FROST_RETURN_IF_ERROR(set_kv_repair_field(ls.cfg, k, v));
   FROST_RETURN_IF_ERROR(validate_kv_repair_config(ls.cfg, o.model->config));
   FROST_RETURN_IF_ERROR(
       check_text_job_windows(ls.text, *o.model->tokenizer, ls.cfg.window, ls.cfg.self_sample_windows));
-  if (norm) *norm = normalised_text_job_spec(ls.text, kv_repair_config_json(ls.cfg));
+  if (norm) {
+    FROST_ASSIGN_OR_RETURN(*norm, normalised_text_job_spec<KvRepairJobSpec>(ls.text, kv_repair_config_json(ls.cfg)));
+  }
   return ls;
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> KvRepairJobKind::prepare(const std::string& spec_json) {
-  json spec = json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
-  json norm;
-  FROST_RETURN_IF_ERROR(load_spec(spec, opts_, &norm).status());
-  return norm.dump();
+absl::StatusOr<JobSpec> KvRepairJobKind::prepare(const JobSpec& spec) {
+  const auto* s = std::get_if<KvRepairJobSpec>(&spec);
+  if (!s) return absl::InvalidArgumentError("kv_repair: not a kv_repair job spec");
+  KvRepairJobSpec norm;
+  FROST_RETURN_IF_ERROR(load_spec(*s, opts_, &norm).status());
+  return JobSpec(std::move(norm));
 }
 
 absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobContext& ctx) {
-  json spec = json::parse(job.spec_json, nullptr, /*allow_exceptions=*/false);
-  FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(spec, opts_, nullptr));
+  const auto* spec = std::get_if<KvRepairJobSpec>(&job.spec);
+  if (!spec) return absl::InternalError("kv_repair: the job's spec is not a kv_repair job spec");
+  FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(*spec, opts_, nullptr));
   const LoadedModel& m = *opts_.model;
   FROST_ASSIGN_OR_RETURN(
       JobWindows jw,
@@ -60,7 +66,7 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
   FROST_ASSIGN_OR_RETURN(std::shared_ptr<RepairSet> set, train_kv_repair(*m.model, ls.cfg, calib, to));
 
   // held-out evaluation: clean fp32, the codec (+ corruption) without and with repair
-  if (ctx.progress) ctx.progress(json{{"stage", "evaluate"}, {"step", 0}, {"steps_total", 3}}.dump());
+  if (ctx.progress) ctx.progress(JobProgress{"evaluate", 0, 0, 0, 3});
   FROST_ASSIGN_OR_RETURN(std::vector<KvEval> ev,
                          evaluate_kv(*m.model, eval,
                                      {KvEvalCase{ls.cfg.codec, ls.cfg.corruption, nullptr},

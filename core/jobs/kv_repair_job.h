@@ -3,7 +3,7 @@
 // evaluates them on held-out text, and publishes a `kv_repair/<N>` artifact that Generate can serve
 // (serving::Registry::activate → the engine's RepairSlot).
 //
-// Spec (JSON; frostd builds it from frost.v1.KvRepairJobSpec):
+// Spec (KvRepairJobSpec, core/jobs/job_spec.h; frostd builds it from frost.v1.KvRepairJobSpec; as stored):
 //   {"calib_path": "a/train.jsonl",   JSONL with a "text" field per line; optional when the config
 //                                      asks for self_sample_windows > 0
 //    "test_path": "a/test.jsonl",      optional held-out text; default: windows sampled from the model
@@ -35,7 +35,7 @@ struct KvRepairJobOptions {
 class KvRepairJobKind final : public JobKind {
  public:
   explicit KvRepairJobKind(KvRepairJobOptions opts) : opts_(std::move(opts)) {}
-  absl::StatusOr<std::string> prepare(const std::string& spec_json) override;
+  absl::StatusOr<JobSpec> prepare(const JobSpec& spec) override;
   absl::StatusOr<JobResult> run(const JobRecord& job, const JobContext& ctx) override;
 
  private:

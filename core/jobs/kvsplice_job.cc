@@ -23,17 +23,21 @@ struct LoadedSpec {
   TextJobSpec text;
 };
 
-const std::vector<std::pair<std::string, int64_t>> kCounts = {
-    {"calib_windows", 64}, {"eval_windows", 16}, {"fisher_windows", 16}};
-
-absl::StatusOr<LoadedSpec> load_spec(const json& spec, const KvSpliceJobOptions& o, json* norm) {
+absl::StatusOr<LoadedSpec> load_spec(const KvSpliceJobSpec& spec, const KvSpliceJobOptions& o,
+                                     KvSpliceJobSpec* norm) {
   LoadedSpec ls;
-  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec, o.data_root, kCounts));
+  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec,
+                                                      {{"calib_windows", spec.calib_windows, 64},
+                                                       {"eval_windows", spec.eval_windows, 16},
+                                                       {"fisher_windows", spec.fisher_windows, 16}},
+                                                      o.data_root));
   for (const auto& [k, v] : ls.text.config) FROST_RETURN_IF_ERROR(set_kvsplice_field(ls.cfg, k, v));
   FROST_RETURN_IF_ERROR(validate_kvsplice_config(ls.cfg, o.model->config));
   FROST_RETURN_IF_ERROR(
       check_text_job_windows(ls.text, *o.model->tokenizer, ls.cfg.window, ls.cfg.self_sample_windows));
-  if (norm) *norm = normalised_text_job_spec(ls.text, kvsplice_config_json(ls.cfg));
+  if (norm) {
+    FROST_ASSIGN_OR_RETURN(*norm, normalised_text_job_spec<KvSpliceJobSpec>(ls.text, kvsplice_config_json(ls.cfg)));
+  }
   return ls;
 }
 
@@ -44,16 +48,18 @@ json eval_json(const KvEval& e, const KvEval& fp16) {
 
 }  // namespace
 
-absl::StatusOr<std::string> KvSpliceJobKind::prepare(const std::string& spec_json) {
-  json spec = json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
-  json norm;
-  FROST_RETURN_IF_ERROR(load_spec(spec, opts_, &norm).status());
-  return norm.dump();
+absl::StatusOr<JobSpec> KvSpliceJobKind::prepare(const JobSpec& spec) {
+  const auto* s = std::get_if<KvSpliceJobSpec>(&spec);
+  if (!s) return absl::InvalidArgumentError("kvsplice: not a kvsplice job spec");
+  KvSpliceJobSpec norm;
+  FROST_RETURN_IF_ERROR(load_spec(*s, opts_, &norm).status());
+  return JobSpec(std::move(norm));
 }
 
 absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobContext& ctx) {
-  json spec = json::parse(job.spec_json, nullptr, /*allow_exceptions=*/false);
-  FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(spec, opts_, nullptr));
+  const auto* spec = std::get_if<KvSpliceJobSpec>(&job.spec);
+  if (!spec) return absl::InternalError("kvsplice: the job's spec is not a kvsplice job spec");
+  FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(*spec, opts_, nullptr));
   const LoadedModel& m = *opts_.model;
   const Transformer& model = *m.model;
   FROST_ASSIGN_OR_RETURN(
@@ -61,7 +67,7 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
       make_job_windows(ls.text, m, ls.cfg.window, ls.text.count("calib_windows"),
                        ls.text.count("eval_windows"), ls.cfg.self_sample_windows, ls.cfg.seed));
   auto stage = [&](const char* name) {
-    if (ctx.progress) ctx.progress(json{{"stage", name}, {"step", 0}, {"steps_total", ls.cfg.steps}}.dump());
+    if (ctx.progress) ctx.progress(JobProgress{name, 0, 0, 0, ls.cfg.steps});
   };
 
   // 1. Fisher analysis of the attention on calibration windows; its suggested rank is the default.

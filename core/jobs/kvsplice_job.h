@@ -4,7 +4,7 @@
 // `kvsplice/<N>` artifact that Generate serves for requests with kv.codec = "kvsplice"
 // (serving::Registry::activate → the engine's KvSpliceSlot).
 //
-// Spec (JSON; frostd builds it from frost.v1.KvSpliceJobSpec):
+// Spec (KvSpliceJobSpec, core/jobs/job_spec.h; frostd builds it from frost.v1.KvSpliceJobSpec; as stored):
 //   {"calib_path": "a/train.jsonl",   JSONL with a "text" field per line; optional when the config asks
 //                                      for self_sample_windows > 0
 //    "test_path": "a/test.jsonl",      optional held-out text; default: windows sampled from the model
@@ -39,7 +39,7 @@ struct KvSpliceJobOptions {
 class KvSpliceJobKind final : public JobKind {
  public:
   explicit KvSpliceJobKind(KvSpliceJobOptions opts) : opts_(std::move(opts)) {}
-  absl::StatusOr<std::string> prepare(const std::string& spec_json) override;
+  absl::StatusOr<JobSpec> prepare(const JobSpec& spec) override;
   absl::StatusOr<JobResult> run(const JobRecord& job, const JobContext& ctx) override;
 
  private:

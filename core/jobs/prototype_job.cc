@@ -17,54 +17,19 @@ namespace frost::jobs {
 
 namespace {
 
-using nlohmann::json;
-
-absl::StatusOr<json> parse_spec(const std::string& spec_json) {
-  json j = json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return absl::InvalidArgumentError("spec: not a JSON object");
-  return j;
-}
-
-// Reads an optional number field.
-absl::StatusOr<std::optional<double>> opt_number(const json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return std::optional<double>();
-  if (!j[key].is_number()) return absl::InvalidArgumentError(absl::StrCat(key, ": expected a number"));
-  return std::optional<double>(j[key].get<double>());
-}
-
-absl::StatusOr<std::vector<std::string>> config_fields(const json& spec) {
-  std::vector<std::string> kv;
-  if (!spec.contains("config")) return kv;
-  if (!spec["config"].is_object())
-    return absl::InvalidArgumentError("config: expected an object of key: value");
-  for (const auto& [k, v] : spec["config"].items()) {
-    if (!v.is_string())
-      return absl::InvalidArgumentError(absl::StrCat("config.", k, ": expected a string value"));
-    kv.push_back(k + "=" + v.get<std::string>());
-  }
-  return kv;
-}
-
 // Inline rows as JSONL, so they pass the same row rules and errors name "inline_rows:<row>".
-absl::StatusOr<std::string> inline_jsonl(const json& rows, const PrototypeJobOptions& o) {
-  if (!rows.is_array()) return absl::InvalidArgumentError("inline_rows: expected an array");
+absl::StatusOr<std::string> inline_jsonl(const std::vector<TrainingRow>& rows, const PrototypeJobOptions& o) {
   if (static_cast<int64_t>(rows.size()) > o.max_inline_rows)
     return absl::InvalidArgumentError(
         absl::StrCat("inline_rows: ", rows.size(),
                      " rows is more than jobs.max_inline_rows=", o.max_inline_rows, "; use train_path"));
-  std::string out;
   int64_t text_bytes = 0;
-  for (const json& r : rows) {
-    if (r.is_object() && r.contains("text") && r["text"].is_string())
-      text_bytes += static_cast<int64_t>(r["text"].get_ref<const std::string&>().size());
-    out += r.dump(-1, ' ', false, json::error_handler_t::replace);
-    out += '\n';
-  }
+  for (const TrainingRow& r : rows) text_bytes += static_cast<int64_t>(r.text.size());
   if (text_bytes > o.max_inline_bytes)
     return absl::InvalidArgumentError(absl::StrCat(
         "inline_rows: ", text_bytes, " bytes of text is more than jobs.max_inline_bytes=", o.max_inline_bytes,
         "; use train_path"));
-  return out;
+  return training_rows_jsonl(rows);
 }
 
 struct LoadedSpec {
@@ -75,24 +40,22 @@ struct LoadedSpec {
   std::string name;
 };
 
-// Loads and checks everything a spec names. `resolve` = paths are user input (submit) rather than
-// the normalised absolute paths of a prepared spec (run; they are checked again all the same).
-absl::StatusOr<LoadedSpec> load_spec(const json& spec, const PrototypeJobOptions& o, json* normalised) {
+// Loads and checks everything a spec names: at submit (paths are user input) and again at run (the
+// normalised absolute paths of the prepared spec; checked all the same). Fills `normalised` when given.
+absl::StatusOr<LoadedSpec> load_spec(const PrototypeJobSpec& spec, const PrototypeJobOptions& o,
+                                     PrototypeJobSpec* normalised) {
   LoadedSpec ls;
-  json norm = json::object();
-  const bool has_path = spec.contains("train_path"), has_inline = spec.contains("inline_rows");
+  PrototypeJobSpec norm;
+  const bool has_path = spec.train_path.has_value(), has_inline = spec.inline_rows.has_value();
   if (has_path == has_inline)
     return absl::InvalidArgumentError("prototype: exactly one of train_path and inline_rows must be set");
   std::string train_path;
   if (has_path) {
-    if (!spec["train_path"].is_string()) return absl::InvalidArgumentError("train_path: expected a string");
-    FROST_ASSIGN_OR_RETURN(
-        train_path, resolve_data_path(o.data_root, spec["train_path"].get<std::string>(), "train_path"));
-    norm["train_path"] = train_path;
+    FROST_ASSIGN_OR_RETURN(train_path, resolve_data_path(o.data_root, *spec.train_path, "train_path"));
+    norm.train_path = train_path;
   }
   // Bounds: explicit, else meta.json beside train_path.
-  FROST_ASSIGN_OR_RETURN(std::optional<double> lo, opt_number(spec, "label_min"));
-  FROST_ASSIGN_OR_RETURN(std::optional<double> hi, opt_number(spec, "label_max"));
+  const std::optional<double> lo = spec.label_min, hi = spec.label_max;
   if (lo.has_value() != hi.has_value())
     return absl::InvalidArgumentError("label_min / label_max: set both or neither");
   if (lo) {
@@ -109,43 +72,38 @@ absl::StatusOr<LoadedSpec> load_spec(const json& spec, const PrototypeJobOptions
           absl::StrCat("label_min / label_max not set and ", b.status().message()));
     ls.bounds = *b;
   }
-  norm["label_min"] = ls.bounds.a;
-  norm["label_max"] = ls.bounds.b;
+  norm.label_min = ls.bounds.a;
+  norm.label_max = ls.bounds.b;
 
   if (has_path) {
     FROST_ASSIGN_OR_RETURN(ls.train, proto::load_regression_jsonl(train_path, ls.bounds));
     ls.name = std::filesystem::path(train_path).parent_path().filename().string();
   } else {
-    FROST_ASSIGN_OR_RETURN(std::string content, inline_jsonl(spec["inline_rows"], o));
+    FROST_ASSIGN_OR_RETURN(std::string content, inline_jsonl(*spec.inline_rows, o));
     FROST_ASSIGN_OR_RETURN(ls.train, proto::parse_regression_jsonl(content, "inline_rows", ls.bounds));
-    norm["inline_rows"] = spec["inline_rows"];
+    norm.inline_rows = spec.inline_rows;
     ls.name = "inline";
   }
 
   double holdout = 0.1;
-  if (spec.contains("test_path") &&
-      !(spec["test_path"].is_string() && spec["test_path"].get<std::string>().empty())) {
-    if (!spec["test_path"].is_string()) return absl::InvalidArgumentError("test_path: expected a string");
-    FROST_ASSIGN_OR_RETURN(std::string test_path,
-                           resolve_data_path(o.data_root, spec["test_path"].get<std::string>(), "test_path"));
+  if (spec.test_path && !spec.test_path->empty()) {
+    FROST_ASSIGN_OR_RETURN(std::string test_path, resolve_data_path(o.data_root, *spec.test_path, "test_path"));
     FROST_ASSIGN_OR_RETURN(ls.test, proto::load_regression_jsonl(test_path, ls.bounds));
-    norm["test_path"] = test_path;
+    norm.test_path = test_path;
     holdout = 0;
   } else {
-    FROST_ASSIGN_OR_RETURN(std::optional<double> h, opt_number(spec, "holdout_fraction"));
-    if (h) holdout = *h;
+    if (spec.holdout_fraction) holdout = *spec.holdout_fraction;
     if (!(holdout >= 0 && holdout <= 0.5))
       return absl::InvalidArgumentError(absl::StrCat("holdout_fraction: ", holdout, " is outside [0, 0.5]"));
-    norm["holdout_fraction"] = holdout;
+    norm.holdout_fraction = holdout;
   }
 
-  FROST_ASSIGN_OR_RETURN(std::vector<std::string> fields, config_fields(spec));
+  std::vector<std::string> fields;
+  for (const auto& [k, v] : spec.config) fields.push_back(k + "=" + v);
   FROST_RETURN_IF_ERROR(proto::set_fields(ls.cfg, fields));
-  norm["config"] = spec.value("config", json::object());
-  if (spec.contains("activate") && !spec["activate"].is_boolean())
-    return absl::InvalidArgumentError("activate: expected a boolean");
-  ls.activate = spec.value("activate", false);
-  norm["activate"] = ls.activate;
+  norm.config = spec.config;
+  ls.activate = spec.activate;
+  norm.activate = ls.activate;
 
   if (holdout > 0) {
     const int64_t n = ls.train.size();
@@ -176,16 +134,18 @@ absl::StatusOr<LoadedSpec> load_spec(const json& spec, const PrototypeJobOptions
 
 }  // namespace
 
-absl::StatusOr<std::string> PrototypeJobKind::prepare(const std::string& spec_json) {
-  FROST_ASSIGN_OR_RETURN(json spec, parse_spec(spec_json));
-  json norm;
-  FROST_RETURN_IF_ERROR(load_spec(spec, opts_, &norm).status());
-  return norm.dump();
+absl::StatusOr<JobSpec> PrototypeJobKind::prepare(const JobSpec& spec) {
+  const auto* s = std::get_if<PrototypeJobSpec>(&spec);
+  if (!s) return absl::InvalidArgumentError("prototype: not a prototype job spec");
+  PrototypeJobSpec norm;
+  FROST_RETURN_IF_ERROR(load_spec(*s, opts_, &norm).status());
+  return JobSpec(std::move(norm));
 }
 
 absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobContext& ctx) {
-  FROST_ASSIGN_OR_RETURN(json spec, parse_spec(job.spec_json));
-  FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(spec, opts_, nullptr));
+  const auto* spec = std::get_if<PrototypeJobSpec>(&job.spec);
+  if (!spec) return absl::InternalError("prototype: the job's spec is not a prototype job spec");
+  FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(*spec, opts_, nullptr));
 
   proto::TrainHooks hooks;
   hooks.cancel = ctx.cancel;
@@ -193,15 +153,16 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
   hooks.checkpoint_every = ctx.checkpoint_every;
   hooks.on_progress = [&](const proto::TrainProgress& p) {
     if (!ctx.progress) return;
-    json j = {{"stage", p.stage},
-              {"epoch", p.epoch},
-              {"epochs", p.epochs},
-              {"step", p.global_step},
-              {"steps_total", p.total_steps},
-              {"loss", p.loss},
-              {"examples_per_s", p.examples_per_s},
-              {"eta_s", p.eta_s}};
-    ctx.progress(j.dump());
+    JobProgress jp;
+    jp.stage = p.stage;
+    jp.epoch = static_cast<int32_t>(p.epoch);
+    jp.epochs = static_cast<int32_t>(p.epochs);
+    jp.step = p.global_step;
+    jp.steps_total = p.total_steps;
+    jp.loss = p.loss;
+    jp.examples_per_s = p.examples_per_s;
+    jp.eta_s = p.eta_s;
+    ctx.progress(jp);
   };
 
   std::string report;
@@ -225,7 +186,7 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
                                  proto::PrototypeTrainer::create(*opts_.model, ls.train, ls.bounds, ls.cfg));
           FROST_ASSIGN_OR_RETURN(proto::PrototypeArtifact art, trainer->run(hooks));
           FROST_RETURN_IF_ERROR(proto::save_artifact(art, dir).status());
-          report = json{{"job_id", job.id}, {"n_train", ls.train.size()}, {"evaluation", "none (holdout 0)"}}
+          report = nlohmann::json{{"job_id", job.id}, {"n_train", ls.train.size()}, {"evaluation", "none (holdout 0)"}}
                        .dump();
         }
         meta.report_json = report;  // publish() reads meta after write() returns

@@ -2,7 +2,7 @@
 // The `prototype` job kind: Stage A → cache → Stage B → finalize (core/prototype) → evaluation on a
 // held-out split → a published artifact.
 //
-// Spec (JSON; frostd builds it from frost.v1.PrototypeJobSpec):
+// Spec (PrototypeJobSpec, core/jobs/job_spec.h; frostd builds it from frost.v1.PrototypeJobSpec; as stored):
 //   {"train_path": "a/train.jsonl"        | "inline_rows": [{"text": .., "label": .., "id": ..}, ...],
 //    "test_path": "a/test.jsonl",           optional held-out split
 //    "holdout_fraction": 0.1,               used when there is no test_path; 0 = no evaluation
@@ -36,7 +36,7 @@ struct PrototypeJobOptions {
 class PrototypeJobKind final : public JobKind {
  public:
   explicit PrototypeJobKind(PrototypeJobOptions opts) : opts_(std::move(opts)) {}
-  absl::StatusOr<std::string> prepare(const std::string& spec_json) override;
+  absl::StatusOr<JobSpec> prepare(const JobSpec& spec) override;
   absl::StatusOr<JobResult> run(const JobRecord& job, const JobContext& ctx) override;
 
  private:

@@ -101,8 +101,9 @@ void Scheduler::shutdown() {
   for (std::thread& t : workers) t.join();
 }
 
-absl::StatusOr<JobRecord> Scheduler::submit(const std::string& kind, const std::string& spec_json,
-                                            int32_t priority, const std::string& idempotency_key) {
+absl::StatusOr<JobRecord> Scheduler::submit(const JobSpec& spec, int32_t priority,
+                                            const std::string& idempotency_key) {
+  const std::string kind = job_kind_name(spec);
   auto it = kinds_.find(kind);
   if (it == kinds_.end()) {
     std::string known;
@@ -118,12 +119,14 @@ absl::StatusOr<JobRecord> Scheduler::submit(const std::string& kind, const std::
   // A retried submit: answer with the first job without validating the spec again.
   FROST_ASSIGN_OR_RETURN(std::optional<JobRecord> first, journal_->find_by_idempotency_key(idempotency_key));
   if (first) return *std::move(first);
-  FROST_ASSIGN_OR_RETURN(std::string spec, it->second->prepare(spec_json));
+  FROST_ASSIGN_OR_RETURN(JobSpec normalised, it->second->prepare(spec));
+  if (normalised.index() != spec.index())
+    return absl::InternalError(absl::StrCat("job kind ", kind, ": prepare() returned another kind's spec"));
   JobRecord j;
   j.kind = kind;
   j.priority = priority;
   j.idempotency_key = idempotency_key;
-  j.spec_json = std::move(spec);
+  j.spec = std::move(normalised);
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down");
@@ -143,7 +146,7 @@ absl::StatusOr<JobRecord> Scheduler::get(const std::string& id) const {
   FROST_ASSIGN_OR_RETURN(JobRecord j, journal_->get(id));
   std::lock_guard<std::mutex> l(mu_);
   auto it = running_.find(id);
-  if (it != running_.end() && !it->second.progress_json.empty()) j.progress_json = it->second.progress_json;
+  if (it != running_.end() && it->second.progress) j.progress = it->second.progress;
   return j;
 }
 
@@ -152,7 +155,7 @@ absl::StatusOr<std::vector<JobRecord>> Scheduler::list(const ListQuery& q) const
   std::lock_guard<std::mutex> l(mu_);
   for (JobRecord& j : out) {
     auto it = running_.find(j.id);
-    if (it != running_.end() && !it->second.progress_json.empty()) j.progress_json = it->second.progress_json;
+    if (it != running_.end() && it->second.progress) j.progress = it->second.progress;
   }
   return out;
 }
@@ -214,10 +217,11 @@ Scheduler::Counts Scheduler::counts() const {
   return c;
 }
 
-std::map<std::string, std::string> Scheduler::running_progress() const {
-  std::map<std::string, std::string> out;
+std::map<std::string, JobProgress> Scheduler::running_progress() const {
+  std::map<std::string, JobProgress> out;
   std::lock_guard<std::mutex> l(mu_);
-  for (const auto& [id, r] : running_) out[id] = r.progress_json;
+  for (const auto& [id, r] : running_)
+    if (r.progress) out[id] = *r.progress;
   return out;
 }
 
@@ -280,12 +284,12 @@ void Scheduler::run_one(JobRecord job) {
   ctx.checkpoint_path = job.checkpoint_path;
   ctx.checkpoint_every = opts_.checkpoint_every;
   double last_commit = 0;
-  ctx.progress = [&](const std::string& p) {
+  ctx.progress = [&](const JobProgress& p) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      running_[job.id].progress_json = p;
+      running_[job.id].progress = p;
     }
-    job.progress_json = p;
+    job.progress = p;
     const double t = now_mono();
     if (t - last_commit >= opts_.progress_commit_s) {
       last_commit = t;

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,8 +44,8 @@ struct JobContext {
   const CancelToken* cancel = nullptr;
   std::string checkpoint_path;  // resume from it when it exists; write it every checkpoint_every steps
   int64_t checkpoint_every = 0;
-  // Progress report (JSON object with stage, epoch, step, steps_total, loss, examples_per_s, eta_s).
-  std::function<void(const std::string& progress_json)> progress;
+  // Progress report: committed to the journal at most every progress_commit_s, sent to watchers each time.
+  std::function<void(const JobProgress& progress)> progress;
 };
 
 struct JobResult {
@@ -56,10 +57,11 @@ struct JobResult {
 class JobKind {
  public:
   virtual ~JobKind() = default;
-  // Validates a spec at submit and returns its normalised form (what run() will get).
-  // INVALID_ARGUMENT naming the field / file and line.
-  virtual absl::StatusOr<std::string> prepare(const std::string& spec_json) = 0;
-  // Runs the job; CANCELLED when ctx.cancel fired (after checkpointing).
+  // Validates a spec of this kind at submit and returns its normalised form (what run() will get in
+  // job.spec: paths resolved, defaults explicit). INVALID_ARGUMENT naming the field / file and line.
+  virtual absl::StatusOr<JobSpec> prepare(const JobSpec& spec) = 0;
+  // Runs the job (job.spec holds this kind's normalised spec); CANCELLED when ctx.cancel fired (after
+  // checkpointing).
   virtual absl::StatusOr<JobResult> run(const JobRecord& job, const JobContext& ctx) = 0;
 };
 
@@ -89,8 +91,8 @@ class Scheduler {
   // Asks running jobs to checkpoint and stop (they return to QUEUED), joins the workers.
   void shutdown();
 
-  absl::StatusOr<JobRecord> submit(const std::string& kind, const std::string& spec_json, int32_t priority,
-                                   const std::string& idempotency_key);
+  // The kind is the spec's (job_kind_name); INVALID_ARGUMENT when this scheduler has no such kind.
+  absl::StatusOr<JobRecord> submit(const JobSpec& spec, int32_t priority, const std::string& idempotency_key);
   absl::StatusOr<JobRecord> get(const std::string& id) const;
   absl::StatusOr<std::vector<JobRecord>> list(const ListQuery& q) const;
   // QUEUED → CANCELLED at once; RUNNING → its CancelToken trips (CANCELLED when it stops);
@@ -107,8 +109,8 @@ class Scheduler {
     std::map<JobState, int64_t> by_state;
   };
   Counts counts() const;
-  // Progress of running jobs (for metrics): id → last progress JSON.
-  std::map<std::string, std::string> running_progress() const;
+  // Progress of running jobs that reported some (for metrics): id → last progress.
+  std::map<std::string, JobProgress> running_progress() const;
 
  private:
   Scheduler(SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds,
@@ -127,7 +129,7 @@ class Scheduler {
   struct Running {
     std::shared_ptr<CancelToken> cancel;
     bool user_cancelled = false;
-    std::string progress_json;
+    std::optional<JobProgress> progress;
   };
 
   SchedulerOptions opts_;

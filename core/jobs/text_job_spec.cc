@@ -19,50 +19,27 @@ int64_t TextJobSpec::count(const std::string& name) const {
   return 0;
 }
 
-absl::StatusOr<TextJobSpec> parse_text_job_spec(const json& spec, const std::string& data_root,
-                                                const std::vector<std::pair<std::string, int64_t>>& counts) {
-  if (!spec.is_object()) return absl::InvalidArgumentError("spec: not a JSON object");
-  auto is_count = [&](const std::string& k) {
-    for (const auto& c : counts)
-      if (c.first == k) return true;
-    return false;
-  };
-  for (const auto& [k, v] : spec.items()) {
-    if (k != "calib_path" && k != "test_path" && k != "config" && k != "activate" && !is_count(k))
-      return absl::InvalidArgumentError(absl::StrCat("spec: unknown field \"", k, "\""));
-  }
+absl::StatusOr<TextJobSpec> parse_text_job_spec(const std::optional<std::string>& calib_path,
+                                                const std::optional<std::string>& test_path,
+                                                const std::vector<CountField>& counts, const ConfigEntries& config,
+                                                bool activate, const std::string& data_root) {
   TextJobSpec s;
-  if (spec.contains("config")) {
-    if (!spec["config"].is_object())
-      return absl::InvalidArgumentError("config: expected an object of key: value");
-    for (const auto& [k, v] : spec["config"].items()) {
-      if (!v.is_string())
-        return absl::InvalidArgumentError(absl::StrCat("config.", k, ": expected a string value"));
-      s.config.emplace_back(k, v.get<std::string>());
-    }
-  }
-  for (const char* key : {"calib_path", "test_path"}) {
-    if (!spec.contains(key)) continue;
-    if (!spec[key].is_string()) return absl::InvalidArgumentError(absl::StrCat(key, ": expected a string"));
-    FROST_ASSIGN_OR_RETURN(std::string path, resolve_data_path(data_root, spec[key].get<std::string>(), key));
+  s.config = config;
+  for (const auto& [given, key] : {std::pair{&calib_path, "calib_path"}, std::pair{&test_path, "test_path"}}) {
+    if (!given->has_value()) continue;
+    FROST_ASSIGN_OR_RETURN(std::string path, resolve_data_path(data_root, **given, key));
     FROST_ASSIGN_OR_RETURN(std::vector<std::string> texts, load_text_jsonl(path));
     const bool calib = std::string(key) == "calib_path";
     (calib ? s.calib_texts : s.test_texts) = std::move(texts);
     (calib ? s.calib_path : s.test_path) = path;
   }
-  for (const auto& [key, def] : counts) {
-    int64_t v = def;
-    if (spec.contains(key)) {
-      if (!spec[key].is_number_integer() || spec[key].get<int64_t>() < 1 || spec[key].get<int64_t>() > 100000)
-        return absl::InvalidArgumentError(absl::StrCat(key, ": expected an integer in [1, 100000]"));
-      v = spec[key].get<int64_t>();
-    }
-    s.counts.emplace_back(key, v);
+  for (const CountField& c : counts) {
+    const int64_t v = c.given.value_or(c.def);
+    if (v < 1 || v > 100000)
+      return absl::InvalidArgumentError(absl::StrCat(c.name, ": expected an integer in [1, 100000], got ", v));
+    s.counts.emplace_back(c.name, v);
   }
-  if (spec.contains("activate")) {
-    if (!spec["activate"].is_boolean()) return absl::InvalidArgumentError("activate: expected true or false");
-    s.activate = spec["activate"].get<bool>();
-  }
+  s.activate = activate;
   return s;
 }
 
@@ -80,19 +57,6 @@ absl::Status check_text_job_windows(const TextJobSpec& s, const Tokenizer& tok, 
           absl::StrCat(key, ": the text is shorter than one window of ", window, " tokens"));
   }
   return absl::OkStatus();
-}
-
-json normalised_text_job_spec(const TextJobSpec& s, const std::string& config_json) {
-  json out = json::object();
-  if (!s.calib_path.empty()) out["calib_path"] = s.calib_path;
-  if (!s.test_path.empty()) out["test_path"] = s.test_path;
-  for (const auto& [k, v] : s.counts) out[k] = v;
-  out["activate"] = s.activate;
-  json cfg = json::parse(config_json);
-  json cfg_strings = json::object();  // the normalised config, as strings (the spec's own format)
-  for (const auto& [k, v] : cfg.items()) cfg_strings[k] = v.is_string() ? v.get<std::string>() : v.dump();
-  out["config"] = cfg_strings;
-  return out;
 }
 
 absl::StatusOr<JobWindows> make_job_windows(const TextJobSpec& s, const LoadedModel& m, int64_t window,
@@ -148,15 +112,15 @@ KvRepairTrainOptions kv_train_options(const JobContext& ctx, const std::string& 
   const auto t0 = std::chrono::steady_clock::now();
   to.progress = [report = ctx.progress, stage, t0](const KvRepairProgress& p) {
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    report(nlohmann::json{
-        {"stage", stage},
-        {"step", p.step},
-        {"steps_total", p.steps},
-        {"loss", p.loss},
-        {"kl", p.kl},
-        {"examples_per_s", p.windows_per_s},
-        {"eta_s", p.step > 0 ? el / static_cast<double>(p.step) * static_cast<double>(p.steps - p.step) : 0}}
-               .dump());
+    JobProgress jp;
+    jp.stage = stage;
+    jp.step = p.step;
+    jp.steps_total = p.steps;
+    jp.loss = p.loss;
+    jp.kl = p.kl;
+    jp.examples_per_s = p.windows_per_s;
+    jp.eta_s = p.step > 0 ? el / static_cast<double>(p.step) * static_cast<double>(p.steps - p.step) : 0;
+    report(jp);
   };
   return to;
 }

@@ -5,12 +5,15 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/jobs/artifact_store.h"
+#include "core/jobs/job_spec.h"
 #include "core/jobs/scheduler.h"
 #include "core/train/repair_train.h"
 #include "core/train/train_util.h"
@@ -20,25 +23,53 @@ namespace frost::jobs {
 
 struct TextJobSpec {
   std::vector<std::string> calib_texts, test_texts;
-  std::string calib_path, test_path;                        // resolved ("" = not given)
-  std::vector<std::pair<std::string, int64_t>> counts;      // the count fields, defaults filled in
-  std::vector<std::pair<std::string, std::string>> config;  // "config" entries, in order
+  std::string calib_path, test_path;                    // resolved ("" = not given)
+  std::vector<std::pair<std::string, int64_t>> counts;  // the count fields, defaults filled in
+  ConfigEntries config;                                 // "config" entries, in order
   bool activate = false;
   int64_t count(const std::string& name) const;
 };
 
-// Parses the shared fields; `counts` names the integer fields in [1, 100000] with their defaults. Unknown
-// top-level fields are INVALID_ARGUMENT naming them.
-absl::StatusOr<TextJobSpec> parse_text_job_spec(const nlohmann::json& spec, const std::string& data_root,
-                                                const std::vector<std::pair<std::string, int64_t>>& counts);
+// One count field of a spec: its name, the value given (nullopt = use `def`), the default.
+struct CountField {
+  std::string name;
+  std::optional<int64_t> given;
+  int64_t def = 0;
+};
+
+// Resolves and reads the text files under `data_root` and checks the counts (integers in [1, 100000]).
+absl::StatusOr<TextJobSpec> parse_text_job_spec(const std::optional<std::string>& calib_path,
+                                                const std::optional<std::string>& test_path,
+                                                const std::vector<CountField>& counts, const ConfigEntries& config,
+                                                bool activate, const std::string& data_root);
+// The fields of a KvRepairJobSpec / KvSpliceJobSpec, as parse_text_job_spec takes them.
+template <class S>
+absl::StatusOr<TextJobSpec> parse_text_job_spec(const S& spec, std::vector<CountField> counts,
+                                                const std::string& data_root) {
+  return parse_text_job_spec(spec.calib_path, spec.test_path, counts, spec.config, spec.activate, data_root);
+}
 
 // INVALID_ARGUMENT unless there is calibration text (or self-sampling) and each given text holds at least
 // one window of `window` tokens.
 absl::Status check_text_job_windows(const TextJobSpec& s, const Tokenizer& tok, int64_t window,
                                     int64_t self_sample_windows);
 
-// The normalised spec: resolved paths, counts, activate and the config (as strings, from config_json).
-nlohmann::json normalised_text_job_spec(const TextJobSpec& s, const std::string& config_json);
+// The normalised spec S (KvRepairJobSpec or KvSpliceJobSpec): resolved paths, every count, activate, and
+// the trainer's whole config (`config_json`, its dump) as entries.
+template <class S>
+absl::StatusOr<S> normalised_text_job_spec(const TextJobSpec& s, const std::string& config_json) {
+  S out;
+  if (!s.calib_path.empty()) out.calib_path = s.calib_path;
+  if (!s.test_path.empty()) out.test_path = s.test_path;
+  out.calib_windows = s.count("calib_windows");
+  out.eval_windows = s.count("eval_windows");
+  if constexpr (std::is_same_v<S, KvSpliceJobSpec>) out.fisher_windows = s.count("fisher_windows");
+  out.activate = s.activate;
+  absl::StatusOr<ConfigEntries> cfg = config_entries_from_json(config_json);
+  if (!cfg.ok()) return cfg.status();
+  out.config = *std::move(cfg);
+  return out;
+}
 
 // Calibration windows (text, then self_sample_windows sampled with seed + 3) and held-out windows (text,
 // or `eval` windows sampled with seed + 2).
@@ -59,7 +90,8 @@ absl::StatusOr<std::string> verify_checked_file(const std::string& dir, const st
                                                 const std::string& format);
 
 // The KV trainers' options from a job's context: its cancel token and checkpoints, and progress reported
-// as {"stage", step, steps_total, loss, kl, examples_per_s, eta_s} (ETA from the time since this call).
+// as JobProgress {stage, step, steps_total, loss, kl, examples_per_s, eta_s} (ETA from the time since this
+// call).
 KvRepairTrainOptions kv_train_options(const JobContext& ctx, const std::string& stage);
 
 // Publishes a KV job's artifact of `kind`: one checked file (write_checked_file) plus the report, and the

@@ -34,12 +34,32 @@ std::unique_ptr<Journal> open_ok(const std::string& path) {
   return j.ok() ? std::move(j).value() : nullptr;
 }
 
-JobRecord make_job(const std::string& kind, const std::string& spec = "{}", const std::string& key = "") {
+// A job of `kind` ("prototype", "kv_repair" or "kvsplice") whose spec carries `tag` in a path field (any
+// bytes: the journal must store them verbatim).
+JobRecord make_job(const std::string& kind, const std::string& tag = "", const std::string& key = "") {
   JobRecord r;
-  r.kind = kind;
-  r.spec_json = spec;
+  if (kind == "prototype") {
+    PrototypeJobSpec s;
+    s.train_path = tag;
+    r.spec = s;
+  } else if (kind == "kv_repair") {
+    KvRepairJobSpec s;
+    s.calib_path = tag;
+    r.spec = s;
+  } else {
+    KvSpliceJobSpec s;
+    s.calib_path = tag;
+    r.spec = s;
+  }
+  r.kind = job_kind_name(r.spec);
   r.idempotency_key = key;
   return r;
+}
+
+std::string tag_of(const JobRecord& r) {
+  if (const auto* p = std::get_if<PrototypeJobSpec>(&r.spec)) return p->train_path.value_or("");
+  if (const auto* k = std::get_if<KvRepairJobSpec>(&r.spec)) return k->calib_path.value_or("");
+  return std::get<KvSpliceJobSpec>(r.spec).calib_path.value_or("");
 }
 
 Journal::Inserted insert_ok(Journal& j, JobRecord r) {
@@ -67,12 +87,12 @@ void expect_same(const JobRecord& a, const JobRecord& b) {
   EXPECT_EQ(a.reason, b.reason);
   EXPECT_EQ(a.priority, b.priority);
   EXPECT_EQ(a.idempotency_key, b.idempotency_key);
-  EXPECT_EQ(a.spec_json, b.spec_json);
+  EXPECT_EQ(spec_to_json(a.spec), spec_to_json(b.spec));
   EXPECT_EQ(a.created_unix, b.created_unix);
   EXPECT_EQ(a.started_unix, b.started_unix);
   EXPECT_EQ(a.finished_unix, b.finished_unix);
   EXPECT_EQ(a.attempts, b.attempts);
-  EXPECT_EQ(a.progress_json, b.progress_json);
+  EXPECT_EQ(a.progress, b.progress);
   EXPECT_EQ(a.artifact, b.artifact);
   EXPECT_EQ(a.report_json, b.report_json);
   EXPECT_EQ(a.checkpoint_path, b.checkpoint_path);
@@ -143,10 +163,10 @@ TEST(JournalTest, IdempotencyKeyReturnsExistingJobAndInsertsNothing) {
   ASSERT_NE(j, nullptr);
   auto first = insert_ok(*j, make_job("prototype", "{\"a\": 1}", "key-1"));
   ASSERT_TRUE(first.inserted);
-  auto again = insert_ok(*j, make_job("other", "{\"a\": 2}", "key-1"));
+  auto again = insert_ok(*j, make_job("kv_repair", "{\"a\": 2}", "key-1"));
   EXPECT_FALSE(again.inserted);
   expect_same(again.job, first.job);
-  EXPECT_EQ(again.job.spec_json, "{\"a\": 1}");
+  EXPECT_EQ(tag_of(again.job), "{\"a\": 1}");
   EXPECT_EQ(total_rows(*j), 1);
 
   // Still the same job after it has moved on.
@@ -232,7 +252,14 @@ TEST(JournalTest, UpdateRoundTripsEveryMutableField) {
   want.started_unix = 1700000000.125;
   want.finished_unix = 1700000123.0625;
   want.attempts = 3;
-  want.progress_json = "{\"step\": 12, \"loss\": 0.5}";
+  JobProgress progress;
+  progress.stage = "stage_b";
+  progress.epoch = 2;
+  progress.step = 12;
+  progress.steps_total = 40;
+  progress.loss = 0.5;
+  progress.eta_s = 3.25;
+  want.progress = progress;
   want.artifact = "prototype/3";
   want.report_json = "{\"rmse\": 0.25}";
   want.checkpoint_path = "/var/lib/frost/ckpt/job-1/step-12";
@@ -243,27 +270,27 @@ TEST(JournalTest, UpdateRoundTripsEveryMutableField) {
 
   // Fields fixed at submit time are not rewritten by update().
   JobRecord tampered = want;
-  tampered.kind = "other";
+  tampered.kind = "kv_repair";
   tampered.priority = -1;
-  tampered.spec_json = "{\"changed\": true}";
+  tampered.spec = make_job("kv_repair", "changed").spec;
   tampered.idempotency_key = "other-key";
   tampered.created_unix = 1;
   tampered.seq = 12345;
   tampered.reason = "";
-  tampered.progress_json = "";
+  tampered.progress.reset();
   tampered.state = JobState::kInterrupted;
   ASSERT_TRUE(j->update(tampered).ok());
   got = j->get(want.id);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->kind, "prototype");
   EXPECT_EQ(got->priority, 7);
-  EXPECT_EQ(got->spec_json, "{\"lr\": 0.001}");
+  EXPECT_EQ(tag_of(*got), "{\"lr\": 0.001}");
   EXPECT_EQ(got->idempotency_key, "idem");
   EXPECT_EQ(got->created_unix, ins.job.created_unix);
   EXPECT_EQ(got->seq, ins.job.seq);
   EXPECT_EQ(got->state, JobState::kInterrupted);
   EXPECT_EQ(got->reason, "");
-  EXPECT_EQ(got->progress_json, "");
+  EXPECT_FALSE(got->progress.has_value());
 
   JobRecord ghost = want;
   ghost.id = "job-ffffffffffff";
@@ -313,7 +340,7 @@ TEST(JournalTest, ListOrderFiltersAndPagination) {
                              JobState::kFailed, JobState::kCancelled, JobState::kInterrupted};
   std::vector<JobRecord> all;  // submit order
   for (int i = 0; i < 23; ++i) {
-    JobRecord r = insert_ok(*j, make_job(i % 3 == 0 ? "a" : "b")).job;
+    JobRecord r = insert_ok(*j, make_job(i % 3 == 0 ? "kv_repair" : "kvsplice")).job;
     r.state = states[i % 6];
     ASSERT_TRUE(j->update(r).ok());
     all.push_back(r);
@@ -349,10 +376,10 @@ TEST(JournalTest, ListOrderFiltersAndPagination) {
   EXPECT_EQ(got_ids, want_ids);
 
   q = ListQuery{};
-  q.kind = "a";
+  q.kind = "kv_repair";
   got = list_ok(*j, q);
   EXPECT_EQ(got.size(), 8u);
-  for (const auto& r : got) EXPECT_EQ(r.kind, "a");
+  for (const auto& r : got) EXPECT_EQ(r.kind, "kv_repair");
 
   q.states = {JobState::kQueued};
   got = list_ok(*j, q);
@@ -386,7 +413,7 @@ TEST(JournalTest, ListOrderFiltersAndPagination) {
   // Pagination together with a filter.
   std::vector<std::string> seen;
   ListQuery p;
-  p.kind = "b";
+  p.kind = "kvsplice";
   p.limit = 3;
   while (true) {
     auto page = list_ok(*j, p);
@@ -522,18 +549,20 @@ TEST(JournalTest, InjectionLookingStringsAreStoredVerbatim) {
   const std::string evil = "'; DROP TABLE jobs; --";
   const std::string quotes = "it's \"quoted\" `back` \\ %s %n ? ?1 :a @b $c";
   const std::string binary = std::string("nul\0byte", 8) + "\xff\xfe caf\xC3\xA9";
-  JobRecord r = make_job(evil, quotes, evil);
+  JobRecord r = make_job("prototype", quotes, evil);
   r.reason = binary;
   auto ins = insert_ok(*j, r);
   ASSERT_TRUE(ins.inserted);
   JobRecord u = ins.job;
   u.reason = evil;
-  u.progress_json = quotes;
+  JobProgress up;
+  up.stage = quotes;
+  u.progress = up;
   u.artifact = "x') OR 1=1; --";
   u.report_json = binary;
   u.checkpoint_path = "/tmp/'; DELETE FROM jobs; --";
   ASSERT_TRUE(j->update(u).ok());
-  insert_ok(*j, make_job("plain"));
+  insert_ok(*j, make_job("kvsplice"));
 
   j.reset();
   j = open_ok(path);  // the table is still there after a reopen
@@ -541,20 +570,22 @@ TEST(JournalTest, InjectionLookingStringsAreStoredVerbatim) {
   auto got = j->get(u.id);
   ASSERT_TRUE(got.ok()) << got.status();
   expect_same(*got, u);
-  EXPECT_EQ(got->kind, evil);
-  EXPECT_EQ(got->spec_json, quotes);
+  EXPECT_EQ(got->kind, "prototype");
+  EXPECT_EQ(tag_of(*got), quotes);
   EXPECT_EQ(got->idempotency_key, evil);
   EXPECT_EQ(got->report_json, binary);
 
   ListQuery q;
-  q.kind = evil;
+  q.kind = "prototype";
   auto l = list_ok(*j, q);
   ASSERT_EQ(l.size(), 1u);
   EXPECT_EQ(l[0].id, u.id);
+  q.kind = evil;  // a query parameter, never SQL
+  EXPECT_TRUE(list_ok(*j, q).empty());
   q.kind = "x' OR '1'='1";
   EXPECT_TRUE(list_ok(*j, q).empty());
   EXPECT_EQ(j->get("' OR '1'='1").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_FALSE(insert_ok(*j, make_job("other", "{}", evil)).inserted);
+  EXPECT_FALSE(insert_ok(*j, make_job("kv_repair", "{}", evil)).inserted);
   EXPECT_EQ(total_rows(*j), 2);
 }
 

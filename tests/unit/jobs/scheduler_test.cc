@@ -17,12 +17,20 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// A job kind whose run() steps until its CancelToken fires or `steps` steps are done; the spec is
-// the number of steps ("fail" makes prepare refuse, "boom" makes run fail).
+// The script of a ScriptedKind job, carried in a prototype spec's train_path.
+std::string script_of(const JobSpec& spec) { return std::get<PrototypeJobSpec>(spec).train_path.value_or(""); }
+PrototypeJobSpec script(const std::string& s) {
+  PrototypeJobSpec p;
+  p.train_path = s;
+  return p;
+}
+
+// A job kind (registered as "prototype") whose run() steps until its CancelToken fires or `steps` steps are
+// done; the script is the number of steps ("fail" makes prepare refuse, "boom" makes run fail).
 class ScriptedKind final : public JobKind {
  public:
-  absl::StatusOr<std::string> prepare(const std::string& spec) override {
-    if (spec == "fail") return absl::InvalidArgumentError("spec: refused");
+  absl::StatusOr<JobSpec> prepare(const JobSpec& spec) override {
+    if (script_of(spec) == "fail") return absl::InvalidArgumentError("spec: refused");
     return spec;
   }
   absl::StatusOr<JobResult> run(const JobRecord& job, const JobContext& ctx) override {
@@ -30,11 +38,14 @@ class ScriptedKind final : public JobKind {
       std::lock_guard<std::mutex> l(mu);
       order.push_back(job.id);
     }
-    if (job.spec_json == "boom") return absl::InternalError("exploded at step 0");
-    const int steps = std::atoi(job.spec_json.c_str());
+    if (script_of(job.spec) == "boom") return absl::InternalError("exploded at step 0");
+    const int steps = std::atoi(script_of(job.spec).c_str());
     for (int i = 0; i < steps; ++i) {
       if (ctx.cancel->stop_requested()) return absl::CancelledError("cancelled");
-      ctx.progress("{\"stage\":\"s\",\"step\":" + std::to_string(i) + "}");
+      JobProgress p;
+      p.stage = "s";
+      p.step = i;
+      ctx.progress(p);
       std::this_thread::sleep_for(5ms);
     }
     return JobResult{"thing/1", "{}", false};
@@ -50,7 +61,7 @@ class SchedulerTest : public ::testing::Test {
     o.state_dir = dir_;
     o.max_queued = max_queued;
     o.max_attempts = 2;
-    auto s = Scheduler::create(o, {{"scripted", kind_}});
+    auto s = Scheduler::create(o, {{"prototype", kind_}});
     EXPECT_TRUE(s.ok()) << s.status();
     return *std::move(s);
   }
@@ -70,9 +81,9 @@ class SchedulerTest : public ::testing::Test {
 
 TEST_F(SchedulerTest, HigherPriorityFirstThenSubmitOrder) {
   auto s = make();
-  auto a = s->submit("scripted", "1", 0, "");
-  auto b = s->submit("scripted", "1", 5, "");
-  auto c = s->submit("scripted", "1", 0, "");
+  auto a = s->submit(script("1"), 0, "");
+  auto b = s->submit(script("1"), 5, "");
+  auto c = s->submit(script("1"), 0, "");
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   s->start();
   wait_terminal(*s, a->id);
@@ -84,19 +95,20 @@ TEST_F(SchedulerTest, HigherPriorityFirstThenSubmitOrder) {
 
 TEST_F(SchedulerTest, BadSpecsUnknownKindsAndAFullQueueAreRefusedWithoutAJob) {
   auto s = make(/*max_queued=*/1);
-  EXPECT_EQ(s->submit("scripted", "fail", 0, "").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s->submit("nope", "1", 0, "").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s->submit("scripted", "1", 101, "").status().code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(s->submit("scripted", "1", 0, "").ok());
-  EXPECT_EQ(s->submit("scripted", "1", 0, "").status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s->submit(script("fail"), 0, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->submit(KvRepairJobSpec{}, 0, "").status().code(), absl::StatusCode::kInvalidArgument)
+      << "a kind this scheduler does not run";
+  EXPECT_EQ(s->submit(script("1"), 101, "").status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s->submit(script("1"), 0, "").ok());
+  EXPECT_EQ(s->submit(script("1"), 0, "").status().code(), absl::StatusCode::kResourceExhausted);
   ListQuery q;
   EXPECT_EQ(s->list(q)->size(), 1u);
 }
 
 TEST_F(SchedulerTest, IdempotencyKeyReturnsTheFirstJob) {
   auto s = make();
-  auto a = s->submit("scripted", "1", 0, "key-1");
-  auto b = s->submit("scripted", "1", 0, "key-1");
+  auto a = s->submit(script("1"), 0, "key-1");
+  auto b = s->submit(script("1"), 0, "key-1");
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->id, b->id);
   EXPECT_EQ(s->list(ListQuery{})->size(), 1u);
@@ -104,8 +116,8 @@ TEST_F(SchedulerTest, IdempotencyKeyReturnsTheFirstJob) {
 
 TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
   auto s = make();
-  auto run = s->submit("scripted", "100000", 0, "");
-  auto queued = s->submit("scripted", "1", 0, "");
+  auto run = s->submit(script("100000"), 0, "");
+  auto queued = s->submit(script("1"), 0, "");
   s->start();
   for (int i = 0; i < 400 && s->get(run->id)->state != JobState::kRunning; ++i)
     std::this_thread::sleep_for(5ms);
@@ -123,7 +135,7 @@ TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
 
 TEST_F(SchedulerTest, AFailingJobRecordsItsReason) {
   auto s = make();
-  auto j = s->submit("scripted", "boom", 0, "");
+  auto j = s->submit(script("boom"), 0, "");
   s->start();
   JobRecord r = wait_terminal(*s, j->id);
   EXPECT_EQ(r.state, JobState::kFailed);
@@ -132,14 +144,14 @@ TEST_F(SchedulerTest, AFailingJobRecordsItsReason) {
 
 TEST_F(SchedulerTest, WatchersSeeProgressAndTheTerminalState) {
   auto s = make();
-  auto j = s->submit("scripted", "5", 0, "");
+  auto j = s->submit(script("5"), 0, "");
   std::mutex mu;
   std::vector<JobState> seen;
   int progress = 0;
   s->subscribe(j->id, [&](const JobRecord& r) {
     std::lock_guard<std::mutex> l(mu);
     seen.push_back(r.state);
-    progress += !r.progress_json.empty() && r.state == JobState::kRunning;
+    progress += r.progress.has_value() && r.state == JobState::kRunning;
   });
   s->start();
   wait_terminal(*s, j->id);
@@ -162,7 +174,7 @@ TEST_F(SchedulerTest, ShutdownReturnsARunningJobToTheQueueAndTheNextStartResumes
   std::string id;
   {
     auto s = make();
-    id = s->submit("scripted", "100000", 0, "")->id;
+    id = s->submit(script("100000"), 0, "")->id;
     s->start();
     for (int i = 0; i < 400 && s->get(id)->state != JobState::kRunning; ++i) std::this_thread::sleep_for(5ms);
     s->shutdown();
@@ -181,8 +193,7 @@ TEST_F(SchedulerTest, CrashRecoveryRequeuesRunningJobsOrInterruptsThemAfterMaxAt
     auto journal = Journal::open(dir_ + "/jobs.db");
     ASSERT_TRUE(journal.ok()) << journal.status();
     JobRecord a;
-    a.kind = "scripted";
-    a.spec_json = "1";
+    a.spec = script("1");
     JobRecord r1 = (*journal)->insert(a)->job, r2 = (*journal)->insert(a)->job;
     r1.state = r2.state = JobState::kRunning;  // what a kill -9 leaves behind
     r1.attempts = 1;
