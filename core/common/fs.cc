@@ -1,5 +1,7 @@
 #include "core/common/fs.h"
 
+#include "core/common/errno_status.h"
+
 #include <signal.h>
 
 #include <cstdlib>
@@ -18,11 +20,7 @@ namespace frost {
 namespace {
 
 absl::Status errno_status(const std::string& what, const std::string& path, int err) {
-  std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::UnavailableError(msg);
+  return frost::errno_status(absl::StrCat(what, " ", path), err);
 }
 
 std::string parent_dir(const std::string& path) {

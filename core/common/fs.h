@@ -18,7 +18,8 @@ absl::Status write_file_atomic(const std::string& path, const std::string& data)
 absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes = int64_t{1} << 32,
                                       const char* limit_name = "the limit");
 
-// Crash test hook (kill -9 at a chosen point, to test recovery): when the environment variable
+// Test-only crash hook (kill -9 at a chosen point, to test recovery; the one environment switch read
+// in core/, kept because a test must set it in a child process before any config exists): when
 // FROST_FAILPOINT is "<name>" or "<name>:<substring>" and `path` contains <substring>, the
 // process sends itself SIGKILL here. Points: "kill_before_rename" in write_file_atomic (the new
 // file is complete and fsynced under its temporary name; the old one is still in place).

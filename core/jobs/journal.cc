@@ -1,5 +1,7 @@
 #include "core/jobs/journal.h"
 
+#include "core/common/errno_status.h"
+
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,23 +51,6 @@ constexpr const char* kColumns =
     "seq, id, kind, state, reason, priority, idempotency_key, spec_json, created_unix, started_unix,"
     " finished_unix, attempts, progress_json, artifact, report_json, checkpoint_path";
 
-absl::StatusCode code_for_errno(int err) {
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::StatusCode::kNotFound;
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::StatusCode::kPermissionDenied;
-    case ENOSPC:
-    case EDQUOT:
-      return absl::StatusCode::kResourceExhausted;
-    default:
-      return absl::StatusCode::kUnavailable;
-  }
-}
-
 absl::StatusCode code_for_sqlite(int rc, int sys_errno) {
   switch (rc & 0xff) {
     case SQLITE_BUSY:
@@ -84,7 +69,7 @@ absl::StatusCode code_for_sqlite(int rc, int sys_errno) {
       return absl::StatusCode::kPermissionDenied;
     case SQLITE_CANTOPEN:
     case SQLITE_IOERR:
-      return sys_errno != 0 ? code_for_errno(sys_errno) : absl::StatusCode::kUnavailable;
+      return sys_errno != 0 ? errno_code(sys_errno) : absl::StatusCode::kUnavailable;
     case SQLITE_CONSTRAINT:
       return absl::StatusCode::kAlreadyExists;
     default:
@@ -147,18 +132,18 @@ absl::Status check_path(const std::string& path) {
     }
     if (::access(path.c_str(), R_OK | W_OK) != 0) {
       const int err = errno;
-      return absl::Status(code_for_errno(err), absl::StrCat("job journal ", path, ": ", std::strerror(err)));
+      return absl::Status(errno_code(err), absl::StrCat("job journal ", path, ": ", std::strerror(err)));
     }
   } else if (errno != ENOENT) {
     const int err = errno;
-    return absl::Status(code_for_errno(err), absl::StrCat("job journal ", path, ": ", std::strerror(err)));
+    return absl::Status(errno_code(err), absl::StrCat("job journal ", path, ": ", std::strerror(err)));
   }
   // The directory holds the -wal and -shm files, so it must be writable in either case.
   const std::string dir = parent_dir(path);
   struct stat dst {};
   if (::stat(dir.c_str(), &dst) != 0) {
     const int err = errno;
-    return absl::Status(code_for_errno(err),
+    return absl::Status(errno_code(err),
                         absl::StrCat("job journal ", path, ": directory ", dir, ": ", std::strerror(err)));
   }
   if (!S_ISDIR(dst.st_mode)) {
@@ -166,7 +151,7 @@ absl::Status check_path(const std::string& path) {
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     const int err = errno;
-    return absl::Status(code_for_errno(err),
+    return absl::Status(errno_code(err),
                         absl::StrCat("job journal ", path, ": directory ", dir, ": ", std::strerror(err)));
   }
   return absl::OkStatus();

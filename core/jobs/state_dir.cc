@@ -1,5 +1,7 @@
 #include "core/jobs/state_dir.h"
 
+#include "core/common/errno_status.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -25,24 +27,6 @@
 namespace frost::jobs {
 
 namespace {
-
-absl::Status errno_status(const std::string& what, int err) {
-  std::string msg = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(msg);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(msg);
-    default:
-      return absl::UnavailableError(msg);
-  }
-}
 
 // The pid written by the holder; 0 when unreadable (e.g. the holder has locked but not yet
 // written it).

@@ -19,8 +19,9 @@
 namespace frost {
 namespace {
 
-// dlopen()s libfrost_spm.so once (see spm_backend.h). Search order: $FROST_SPM_LIB, the path
-// of the build tree this binary was built in, then the dynamic loader's default search path.
+// dlopen()s libfrost_spm.so once (see spm_backend.h). Search order: the path of the build tree this
+// binary was built in, then the dynamic loader's search path (LD_LIBRARY_PATH, the rpath, the system
+// directories: where an installed or containerised frostd finds it). No environment switch of frost's own.
 absl::StatusOr<SpmOpenFn> spm_open_fn() {
 #if defined(__SANITIZE_ADDRESS__)
   // AddressSanitizer refuses RTLD_DEEPBIND, which the isolation depends on.
@@ -31,7 +32,6 @@ absl::StatusOr<SpmOpenFn> spm_open_fn() {
   static std::string error;
   std::call_once(once, [] {
     std::vector<std::string> candidates;
-    if (const char* env = std::getenv("FROST_SPM_LIB"); env && *env) candidates.push_back(env);
 #ifdef FROST_SPM_LIB_PATH
     candidates.push_back(FROST_SPM_LIB_PATH);
 #endif
