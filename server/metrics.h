@@ -45,6 +45,9 @@ struct JobsStats {
 enum class RejectReason { kQueueFull, kInvalidArgument, kUnavailable };
 const char* reject_reason_name(RejectReason r);  // "queue_full" | "invalid_argument" | "unavailable"
 
+class EngineCollector;  // server/metrics_collectors.h
+class JobsCollector;
+
 class Metrics {
  public:
   Metrics();
@@ -80,9 +83,6 @@ class Metrics {
   std::string render() const;
 
  private:
-  class EngineCollector;
-  class JobsCollector;
-
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<EngineCollector> engine_collector_;
   std::shared_ptr<JobsCollector> jobs_collector_;

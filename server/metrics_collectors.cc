@@ -1,0 +1,214 @@
+#include "server/metrics_collectors.h"
+
+#include <string>
+
+namespace frost::server {
+namespace {
+
+prometheus::MetricFamily gauge_family(const std::string& name, const std::string& help, double value) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = prometheus::MetricType::Gauge;
+  prometheus::ClientMetric m;
+  m.gauge.value = value;
+  f.metric.push_back(std::move(m));
+  return f;
+}
+
+// One labelled sample: label pairs and a value.
+struct Sample {
+  std::vector<std::pair<std::string, std::string>> labels;
+  double value = 0;
+};
+
+prometheus::MetricFamily labelled_family(const std::string& name, const std::string& help,
+                                         prometheus::MetricType type, const std::vector<Sample>& samples) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  for (const Sample& smp : samples) {
+    prometheus::ClientMetric m;
+    for (const auto& [k, v] : smp.labels) m.label.push_back({k, v});
+    if (type == prometheus::MetricType::Counter)
+      m.counter.value = smp.value;
+    else
+      m.gauge.value = smp.value;
+    f.metric.push_back(std::move(m));
+  }
+  return f;
+}
+
+prometheus::MetricFamily counter_value(const std::string& name, const std::string& help, double value) {
+  return labelled_family(name, help, prometheus::MetricType::Counter, std::vector<Sample>{Sample{{}, value}});
+}
+
+// A histogram family from an engine snapshot (cumulative bucket counts, Prometheus semantics).
+prometheus::MetricFamily histogram_family(const std::string& name, const std::string& help,
+                                          const EngineHistogram& h) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = prometheus::MetricType::Histogram;
+  prometheus::ClientMetric m;
+  m.histogram.sample_count = h.count;
+  m.histogram.sample_sum = h.sum;
+  for (size_t i = 0; i < h.bounds.size(); ++i) m.histogram.bucket.push_back({h.counts[i], h.bounds[i]});
+  m.histogram.bucket.push_back({h.count, std::numeric_limits<double>::infinity()});
+  f.metric.push_back(std::move(m));
+  return f;
+}
+
+std::vector<Sample> by_codec(const EngineStats& s) {
+  std::vector<Sample> out;
+  for (const auto& [codec, n] : s.finished_by_codec)
+    out.push_back({{{"codec", codec}}, static_cast<double>(n)});
+  return out;
+}
+
+}  // namespace
+
+std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
+  EngineStats s;
+  {
+    absl::MutexLock lock(&mu_);
+    if (source_) s = source_();
+  }
+  return {
+      gauge_family("frost_requests_running", "Generate requests decoding now (engine running slots in use).",
+                   s.n_running),
+      gauge_family("frost_requests_waiting", "Generate requests admitted and waiting for a running slot.",
+                   s.n_waiting),
+      gauge_family("frost_kv_cache_bytes_in_use", "Bytes of KV cache blocks held by running sequences.",
+                   static_cast<double>(s.kv_bytes_in_use)),
+      gauge_family("frost_kv_cache_bytes_needed",
+                   "Bytes the running sequences' positions occupy without block rounding (in use / needed = "
+                   "the paging overhead).",
+                   static_cast<double>(s.kv_bytes_needed)),
+      gauge_family("frost_kv_cache_usage_ratio",
+                   "KV cache blocks held by running sequences / blocks in the pool.",
+                   s.kv_blocks_total > 0
+                       ? static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total)
+                       : 0.0),
+      labelled_family("frost_kv_cache_blocks",
+                      "KV cache blocks by state: used (held by running sequences), cached (unheld, kept for "
+                      "prefix reuse, evicted least recently used first), free.",
+                      prometheus::MetricType::Gauge,
+                      std::vector<Sample>{{{{"state", "used"}}, static_cast<double>(s.kv_blocks_used)},
+                                          {{{"state", "cached"}}, static_cast<double>(s.kv_blocks_cached)},
+                                          {{{"state", "free"}}, static_cast<double>(s.kv_blocks_free)}}),
+      gauge_family("frost_kv_cache_pool_bytes", "Bytes of the KV block pool (blocks × block bytes).",
+                   static_cast<double>(s.kv_pool_bytes)),
+      gauge_family("frost_kv_cache_block_bytes", "Bytes of one KV cache block.",
+                   static_cast<double>(s.kv_block_bytes)),
+      counter_value("frost_prefix_cache_queries_tokens_total",
+                    "Tokens looked up in the prefix cache when a sequence was admitted.",
+                    static_cast<double>(s.prefix_queries_tokens)),
+      counter_value("frost_prefix_cache_hits_tokens_total",
+                    "Of those, tokens whose KV blocks were found cached and reused.",
+                    static_cast<double>(s.prefix_hits_tokens)),
+      counter_value("frost_preemptions_total",
+                    "Running sequences preempted because the KV pool ran out of blocks (recomputed later).",
+                    static_cast<double>(s.n_preemptions)),
+      histogram_family("frost_batch_size", "Sequences per engine step.", s.batch_size),
+      labelled_family(
+          "frost_engine_step_seconds_total",
+          "Engine seconds by phase of a step: schedule, forward (the batched model pass), sample, "
+          "emit (stop checks, detokenization, queueing the events) on the engine thread; deliver "
+          "(the stream callbacks into gRPC) on the delivery thread, concurrently with the next step.",
+          prometheus::MetricType::Counter,
+          std::vector<Sample>{{{{"phase", "schedule"}}, s.t_schedule_s},
+                              {{{"phase", "forward"}}, s.t_forward_s},
+                              {{{"phase", "sample"}}, s.t_sample_s},
+                              {{{"phase", "emit"}}, s.t_emit_s},
+                              {{{"phase", "deliver"}}, s.t_deliver_s}}),
+      counter_value("frost_engine_steps_total", "Batched engine steps run.", static_cast<double>(s.n_steps)),
+      histogram_family("frost_batch_tokens", "Tokens per engine step (decode rows + prompt chunks).",
+                       s.batch_tokens),
+      gauge_family("frost_kv_cache_bytes_per_token",
+                   "KV cache bytes per token position (all layers) with the "
+                   "default codec.",
+                   static_cast<double>(s.kv_bytes_per_token)),
+      labelled_family("frost_kv_codec_info", "The default KV storage codec (value 1).",
+                      prometheus::MetricType::Gauge,
+                      std::vector<Sample>{Sample{{{"codec", s.kv_codec}}, 1.0}}),
+      labelled_family("frost_kv_sequences_total", "Finished Generate sequences by the KV codec they stored.",
+                      prometheus::MetricType::Counter, by_codec(s)),
+      labelled_family(
+          "frost_kv_repair_active",
+          "The KV repair operator applied to new sequences of its codec (value 1; absent = none).",
+          prometheus::MetricType::Gauge,
+          s.kv_repair_active.empty()
+              ? std::vector<Sample>{}
+              : std::vector<Sample>{Sample{{{"artifact", s.kv_repair_active}, {"codec", s.kv_repair_codec}},
+                                           1.0}}),
+      counter_value("frost_kv_repair_sequences_total",
+                    "Finished Generate sequences that ran with a KV repair operator.",
+                    static_cast<double>(s.n_repaired)),
+      labelled_family(
+          "frost_kv_splice_active",
+          "The KVSplice new kv.codec=kvsplice sequences store their KV with (value 1; absent = none).",
+          prometheus::MetricType::Gauge,
+          s.kv_splice_active.empty()
+              ? std::vector<Sample>{}
+              : std::vector<Sample>{Sample{{{"artifact", s.kv_splice_active}, {"rank", s.kv_splice_rank}},
+                                           1.0}}),
+      counter_value("frost_kv_splice_sequences_total",
+                    "Finished Generate sequences that stored their KV with a KVSplice (codec kvsplice).",
+                    static_cast<double>(s.n_spliced)),
+  };
+}
+
+std::vector<prometheus::MetricFamily> JobsCollector::Collect() const {
+  JobsStats s;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!source_) return {};
+    s = source_();
+  }
+  auto labelled = [](const std::string& name, const std::string& help, prometheus::MetricType type,
+                     const std::string& label, const std::map<std::string, int64_t>& values) {
+    prometheus::MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = type;
+    for (const auto& [k, v] : values) {
+      prometheus::ClientMetric m;
+      m.label.push_back({label, k});
+      if (type == prometheus::MetricType::Counter)
+        m.counter.value = static_cast<double>(v);
+      else
+        m.gauge.value = static_cast<double>(v);
+      f.metric.push_back(std::move(m));
+    }
+    return f;
+  };
+  auto counter = [](const std::string& name, const std::string& help, double v) {
+    prometheus::MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = prometheus::MetricType::Counter;
+    prometheus::ClientMetric m;
+    m.counter.value = v;
+    f.metric.push_back(std::move(m));
+    return f;
+  };
+  return {
+      labelled("frost_jobs", "Training jobs in the journal by state.", prometheus::MetricType::Gauge, "state",
+               s.jobs_by_state),
+      gauge_family("frost_job_running", "1 while a training job runs.", s.job_running ? 1 : 0),
+      gauge_family("frost_job_loss", "Last reported training loss of the running job.", s.job_loss),
+      gauge_family("frost_job_examples_per_second", "Training throughput of the running job.",
+                   s.job_examples_per_s),
+      labelled("frost_store_bytes", "Bytes of loaded artifact tensors by device.",
+               prometheus::MetricType::Gauge, "device", s.store_bytes),
+      counter("frost_artifact_swaps_total", "Artifact activations that swapped a new version in.",
+              static_cast<double>(s.artifact_swaps)),
+      counter("frost_artifact_swap_failures_total",
+              "Artifact activations refused (corrupt, incomplete or mismatched artifact).",
+              static_cast<double>(s.artifact_swap_failures)),
+  };
+}
+
+}  // namespace frost::server
