@@ -12,42 +12,30 @@
 
 namespace frost::bench {
 
-KvBenchFlags parse_kv_bench_flags(
-    int argc, char** argv, BenchUsage usage,
-    const std::function<bool(const std::string& flag, const std::function<std::string()>& value)>& own) {
+KvBenchFlags parse_kv_bench_flags(int argc, char** argv, BenchUsage usage, BenchHelp help,
+                                  const std::vector<cli::Flag>& own) {
   KvBenchFlags f;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    const std::function<std::string()> value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("flag " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--json") continue;  // JSON is the only output format
-    if (a == "--progress")
-      f.progress = true;
-    else if (a == "--model")
-      f.model_path = value();
-    else if (a == "--data")
-      f.data_dir = value();
-    else if (a == "--artifact")
-      f.artifact = value();
-    else if (a == "--set")
-      f.sets.push_back(value());
-    else if (a == "--threads")
-      f.threads = static_cast<int>(flag_int(a, value(), usage));
-    else if (a == "--calib-windows")
-      f.calib_windows = flag_int(a, value(), usage);
-    else if (a == "--eval-windows")
-      f.eval_windows = flag_int(a, value(), usage);
-    else if (a == "--decode-tokens")
-      f.decode_tokens = flag_int(a, value(), usage);
-    else if (!own(a, value))
-      usage("unknown flag '" + a + "'");
-  }
+  std::vector<cli::Flag> flags = {
+      cli::switch_flag("--json", [] {}),  // JSON is the only output format
+      cli::switch_flag("--progress", [&f] { f.progress = true; }),
+      cli::string_flag("--model", [&f](const std::string& v) { f.model_path = v; }),
+      cli::string_flag("--data", [&f](const std::string& v) { f.data_dir = v; }),
+      cli::string_flag("--artifact", [&f](const std::string& v) { f.artifact = v; }),
+      cli::string_flag("--set", [&f](const std::string& v) { f.sets.push_back(v); }),
+      cli::int32_flag("--threads", [&f](int32_t v) { f.threads = v; }),
+      cli::int64_flag("--calib-windows", 1, [&f](int64_t v) { f.calib_windows = v; }),
+      cli::int64_flag("--eval-windows", 1, [&f](int64_t v) { f.eval_windows = v; }),
+      cli::int64_flag("--decode-tokens", 1, [&f](int64_t v) { f.decode_tokens = v; }),
+      cli::switch_flag("--help", help),
+      cli::switch_flag("-h", help),
+  };
+  flags.insert(flags.end(), own.begin(), own.end());
+  absl::StatusOr<std::vector<std::string>> positional =
+      cli::parse_flags(std::vector<std::string>(argv + 2, argv + argc), flags);
+  if (!positional.ok()) usage(std::string(positional.status().message()));
+  if (!positional->empty()) usage("unexpected argument '" + positional->front() + "'");
   if (f.model_path.empty()) usage("--model is required");
   if (f.data_dir.empty()) usage("--data is required");
-  if (f.calib_windows < 1 || f.eval_windows < 1 || f.decode_tokens < 1)
-    usage("window and token counts must be >= 1");
   return f;
 }
 
@@ -57,12 +45,9 @@ int fail(const absl::Status& s) {
 }
 
 int64_t flag_int(const std::string& flag, const std::string& value, BenchUsage usage) {
-  try {
-    return std::stoll(value);
-  } catch (...) {
-    usage(flag + " is not a number");
-  }
-  std::abort();  // usage does not return
+  absl::StatusOr<int64_t> v = cli::parse_int64(flag, value);
+  if (!v.ok()) usage(std::string(v.status().message()));
+  return *v;
 }
 
 void apply_bench_sets(const std::vector<std::string>& sets, BenchUsage usage,

@@ -8,13 +8,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/train/train_util.h"
+#include "client/flags/flags.h"
 #include "core/model/model_loader.h"
+#include "core/train/train_util.h"
 
 namespace frost::bench {
 
 // Prints the bench's usage with the message and exits (2); never returns.
 using BenchUsage = void (*)(const std::string& msg);
+// Prints the bench's usage on stdout and exits (0): -h / --help.
+using BenchHelp = void (*)();
 
 struct KvBenchFlags {
   std::string model_path, data_dir, artifact;
@@ -23,16 +26,14 @@ struct KvBenchFlags {
   int64_t calib_windows = 64, eval_windows = 32, decode_tokens = 256;
   bool progress = false;
 };
-// argv[2..]: --model, --data, --artifact, --set, --threads, --calib-windows, --eval-windows,
-// --decode-tokens, --progress, --json (JSON is the only output format). Any other flag goes to `own`
-// with a getter for its value; `own` returns false for a flag it does not know either. --model and
-// --data are required and the counts must be >= 1; errors go to usage.
-KvBenchFlags parse_kv_bench_flags(
-    int argc, char** argv, BenchUsage usage,
-    const std::function<bool(const std::string& flag, const std::function<std::string()>& value)>& own);
+// Parses argv[2..] (client/flags/flags.h): --model, --data, --artifact, --set, --threads, --calib-windows,
+// --eval-windows, --decode-tokens (counts >= 1), --progress, --json (JSON is the only output format),
+// -h / --help (calls help) and the bench's `own` flags. --model and --data are required; errors go to usage.
+KvBenchFlags parse_kv_bench_flags(int argc, char** argv, BenchUsage usage, BenchHelp help,
+                                  const std::vector<cli::Flag>& own);
 // Prints "error: <status>" and returns the bench's exit code for it (1).
 int fail(const absl::Status& s);
-// A flag's integer value (usage when it is not one).
+// A flag's integer value, parsed strictly (usage naming the flag and the value when it is not one).
 int64_t flag_int(const std::string& flag, const std::string& value, BenchUsage usage);
 // Each "key=value" through `set` (a config's set_*_field); usage with its message on the first error.
 void apply_bench_sets(const std::vector<std::string>& sets, BenchUsage usage,

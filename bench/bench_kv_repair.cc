@@ -26,21 +26,28 @@
 #include "bench/bench_kv_common.h"
 #include "bench/bench_util.h"
 #include "core/common/device.h"
-#include "core/train/repair_train.h"
 #include "core/model/model_loader.h"
+#include "core/train/repair_train.h"
 
 namespace frost::bench {
 
 namespace {
 
+constexpr char kUsage[] =
+    "usage: frost-bench kv-repair --model DIR --codec C[,C...] [--corruption SPEC] "
+    "--data DIR|self [--set key=value ...] [--calib-windows N] [--eval-windows N] [--decode-tokens N] "
+    "[--threads N] [--artifact PATH] [--progress] [--json]\n";
+
+// A usage error: the message and the usage on stderr, exit 2.
 [[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(
-      stderr,
-      "error: %s\nusage: frost-bench kv-repair --model DIR --codec C[,C...] [--corruption SPEC] "
-      "--data DIR|self [--set key=value ...] [--calib-windows N] [--eval-windows N] [--decode-tokens N] "
-      "[--threads N] [--artifact PATH] [--progress] [--json]\n",
-      msg.c_str());
+  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
   std::exit(2);
+}
+
+// -h / --help: the usage on stdout, exit 0.
+[[noreturn]] void help() {
+  std::fputs(kUsage, stdout);
+  std::exit(0);
 }
 
 // tokens/s of the reference path: forward() one token at a time with the seed's materialised repair.
@@ -76,15 +83,9 @@ double reference_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<co
 int run_kv_repair_bench(int argc, char** argv) {
   std::string codecs_arg, corruption_arg;
   const KvBenchFlags f = parse_kv_bench_flags(
-      argc, argv, usage, [&](const std::string& a, const std::function<std::string()>& value) {
-        if (a == "--codec")
-          codecs_arg = value();
-        else if (a == "--corruption")
-          corruption_arg = value();
-        else
-          return false;
-        return true;
-      });
+      argc, argv, usage, help,
+      {cli::string_flag("--codec", [&](const std::string& v) { codecs_arg = v; }),
+       cli::string_flag("--corruption", [&](const std::string& v) { corruption_arg = v; })});
   if (codecs_arg.empty()) usage("--codec is required");
 
   KvRepairConfig cfg;

@@ -1,9 +1,8 @@
 // frost-bench kvsplice: the KVSplice compression report (core/train/kvsplice_train.h, core/kv/fisher.h).
 //
-//   frost-bench kvsplice --model DIR|builtin:NAME [--rank R|RK:RV[,...]] --data DIR|self [--set key=value
-//   ...]
-//                        [--calib-windows 64] [--eval-windows 32] [--fisher-windows 16] [--decode-tokens 256]
-//                        [--threads N] [--artifact PATH] [--progress] [--json]
+//   frost-bench kvsplice --model DIR|builtin:NAME [--rank R|RK:RV[,...]] --data DIR|self
+//                        [--set key=value ...] [--calib-windows 64] [--eval-windows 32] [--fisher-windows 16]
+//                        [--decode-tokens 256] [--threads N] [--artifact PATH] [--progress] [--json]
 //
 // DIR holds train.jsonl (calibration) and test.jsonl (held-out), {"text": ...} per line; `--data self`
 // samples both from the model. --set takes the kvsplice job's config keys (steps, lr, window, batch,
@@ -29,20 +28,28 @@
 #include "bench/bench_kv_common.h"
 #include "bench/bench_util.h"
 #include "core/common/device.h"
-#include "core/train/kvsplice_train.h"
 #include "core/model/model_loader.h"
+#include "core/train/kvsplice_train.h"
 
 namespace frost::bench {
 
 namespace {
 
+constexpr char kUsage[] =
+    "usage: frost-bench kvsplice --model DIR [--rank R[,R...]] --data DIR|self "
+    "[--set key=value ...] [--calib-windows N] [--eval-windows N] [--fisher-windows N] "
+    "[--decode-tokens N] [--threads N] [--artifact PATH] [--progress] [--json]\n";
+
+// A usage error: the message and the usage on stderr, exit 2.
 [[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr,
-               "error: %s\nusage: frost-bench kvsplice --model DIR [--rank R[,R...]] --data DIR|self "
-               "[--set key=value ...] [--calib-windows N] [--eval-windows N] [--fisher-windows N] "
-               "[--decode-tokens N] [--threads N] [--artifact PATH] [--progress] [--json]\n",
-               msg.c_str());
+  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
   std::exit(2);
+}
+
+// -h / --help: the usage on stdout, exit 0.
+[[noreturn]] void help() {
+  std::fputs(kUsage, stdout);
+  std::exit(0);
 }
 
 }  // namespace
@@ -50,17 +57,10 @@ namespace {
 int run_kvsplice_bench(int argc, char** argv) {
   std::string ranks_arg;
   int64_t fisher_windows = 16;
-  const KvBenchFlags f = parse_kv_bench_flags(
-      argc, argv, usage, [&](const std::string& a, const std::function<std::string()>& value) {
-        if (a == "--rank")
-          ranks_arg = value();
-        else if (a == "--fisher-windows")
-          fisher_windows = flag_int(a, value(), usage);
-        else
-          return false;
-        return true;
-      });
-  if (fisher_windows < 1) usage("window and token counts must be >= 1");
+  const KvBenchFlags f =
+      parse_kv_bench_flags(argc, argv, usage, help,
+                           {cli::string_flag("--rank", [&](const std::string& v) { ranks_arg = v; }),
+                            cli::int64_flag("--fisher-windows", 1, [&](int64_t v) { fisher_windows = v; })});
   KvSpliceConfig cfg;
   apply_bench_sets(f.sets, usage,
                    [&](const std::string& k, const std::string& v) { return set_kvsplice_field(cfg, k, v); });

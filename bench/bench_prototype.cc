@@ -11,10 +11,12 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "client/flags/flags.h"
 #include "core/common/device.h"
 #include "core/model/model_loader.h"
 #include "core/prototype/evaluate.h"
@@ -23,12 +25,20 @@ namespace frost::bench {
 
 namespace {
 
+constexpr char kUsage[] =
+    "usage: frost-bench prototype --model DIR --data DATASET_DIR [--set key=value ...] "
+    "[--threads N] [--artifact DIR] [--progress] [--json]\n";
+
+// A usage error: the message and the usage on stderr, exit 2.
 [[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr,
-               "error: %s\nusage: frost-bench prototype --model DIR --data DATASET_DIR [--set key=value ...] "
-               "[--threads N] [--artifact DIR] [--progress] [--json]\n",
-               msg.c_str());
+  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
   std::exit(2);
+}
+
+// -h / --help: the usage on stdout, exit 0.
+[[noreturn]] void help() {
+  std::fputs(kUsage, stdout);
+  std::exit(0);
 }
 
 }  // namespace
@@ -38,33 +48,21 @@ int run_prototype_bench(int argc, char** argv) {
   std::vector<std::string> sets;
   int threads = 0;
   bool progress = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("flag " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--json") continue;  // JSON is the only output format
-    if (a == "--progress") {
-      progress = true;
-    } else if (a == "--model") {
-      model_path = value();
-    } else if (a == "--data") {
-      data_dir = value();
-    } else if (a == "--artifact") {
-      artifact_dir = value();
-    } else if (a == "--set") {
-      sets.push_back(value());
-    } else if (a == "--threads") {
-      try {
-        threads = std::stoi(value());
-      } catch (...) {
-        usage("--threads is not a number");
-      }
-    } else {
-      usage("unknown flag '" + a + "'");
-    }
-  }
+  const std::vector<cli::Flag> flags = {
+      cli::switch_flag("--json", [] {}),  // JSON is the only output format
+      cli::switch_flag("--progress", [&] { progress = true; }),
+      cli::string_flag("--model", [&](const std::string& v) { model_path = v; }),
+      cli::string_flag("--data", [&](const std::string& v) { data_dir = v; }),
+      cli::string_flag("--artifact", [&](const std::string& v) { artifact_dir = v; }),
+      cli::string_flag("--set", [&](const std::string& v) { sets.push_back(v); }),
+      cli::int32_flag("--threads", [&](int32_t v) { threads = v; }),
+      cli::switch_flag("--help", help),
+      cli::switch_flag("-h", help),
+  };
+  absl::StatusOr<std::vector<std::string>> positional =
+      cli::parse_flags(std::vector<std::string>(argv + 2, argv + argc), flags);
+  if (!positional.ok()) usage(std::string(positional.status().message()));
+  if (!positional->empty()) usage("unexpected argument '" + positional->front() + "'");
   if (model_path.empty()) usage("--model is required");
   if (data_dir.empty()) usage("--data is required");
   proto::EvalOptions opts;

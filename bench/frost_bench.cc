@@ -1,22 +1,26 @@
 // frost-bench: speed benchmarks printing one JSON object.
 //
-//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--kv
-//   fp32|fp16|bf16|int8|int4]
-//                       [--prompt-tokens 16] [--new-tokens 256] [--repeat 5] [--path fast|reference]
-//                       [--via generator|engine] [--json]
+//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16]
+//                       [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens 16] [--new-tokens 256]
+//                       [--repeat 5] [--path fast|reference] [--via generator|engine] [--json]
 //   frost-bench prototype --model DIR --data DATASET_DIR [--set key=value ...] [--threads N] [--json]
 //                       (train + evaluate the prototype regression head: bench/bench_prototype.cc)
-//   frost-bench kv-repair --model DIR --codec int4[,...] [--corruption SPEC] --data DIR|self [--set key=value
-//   ...]
+//   frost-bench kv-repair --model DIR --codec int4[,...] [--corruption SPEC] --data DIR|self
+//                       [--set key=value ...]
 //                       (train + evaluate KV repair operators: bench/bench_kv_repair.cc)
 //   frost-bench kvsplice --model DIR [--rank R[,...]] --data DIR|self [--set key=value ...]
 //                       (KVSplice compression report + Fisher analysis: bench/bench_kvsplice.cc)
 //   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--prompt-tokens 128]
 //                       [--repeat 5] [--path fast|reference] [--json]
-//   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--batch 32] [--repeat 50]
-//                       [--json]
+//   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--batch 32]
+//                       [--repeat 50] [--json]
 //   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
 //                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N] [--json]
+//
+// Flags are parsed by the shared parser (client/flags/flags.h): "--flag VALUE" or "--flag=VALUE"; numbers are
+// parsed strictly and a bad or out-of-range value is a usage error (exit 2) naming the flag and the value.
+// Every mode accepts every flag of the four modes above. -h / --help prints the usage (each sub-bench its
+// own).
 //
 // decode: batch-1 greedy generation through the Generator (sampler included) after a
 // prompt of --prompt-tokens; tokens/s = decode steps / decode seconds, plus per-token
@@ -26,12 +30,12 @@
 // of greedy (frost-loadgen's workload). prefill: one forward pass over --prompt-tokens tokens (fast: the
 // batched kernels the engine prefills with; reference: Transformer::forward).
 // bare-step: the reference figure of the serving benchmark — a bare LibTorch fp32 step over the same
-// weights at --batch rows: the weight GEMMs of every layer and the logits, no attention, no norms, no sampling,
-// no serving; tokens/s = batch / step seconds (median of --repeat after 5 warm-up steps). "tokens_per_s": the
-// GEMMs alone into preallocated outputs (at::mm_out, OpenBLAS); "tokens_per_s_linear": a plain LibTorch step
-// (at::linear per matrix, outputs allocated, the MLP activation between); "tokens_per_s_packed": the same
-// GEMMs through frost's packed kernel (what the serving step's weight GEMMs cost); the three alternated.
-// Each figure is the median over --repeat runs after one warm-up run.
+// weights at --batch rows: the weight GEMMs of every layer and the logits, no attention, no norms, no
+// sampling, no serving; tokens/s = batch / step seconds (median of --repeat after 5 warm-up steps).
+// "tokens_per_s": the GEMMs alone into preallocated outputs (at::mm_out, OpenBLAS); "tokens_per_s_linear": a
+// plain LibTorch step (at::linear per matrix, outputs allocated, the MLP activation between);
+// "tokens_per_s_packed": the same GEMMs through frost's packed kernel (what the serving step's weight GEMMs
+// cost); the three alternated. Each figure is the median over --repeat runs after one warm-up run.
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
@@ -42,7 +46,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -54,6 +57,7 @@
 #include "bench/bench_kvsplice.h"
 #include "bench/bench_prototype.h"
 #include "bench/bench_util.h"
+#include "client/flags/flags.h"
 #include "core/common/device.h"
 #include "core/generate/engine.h"
 #include "core/generate/generator.h"
@@ -67,14 +71,29 @@ using Clock = std::chrono::steady_clock;
 using frost::bench::median;
 using frost::bench::percentile;
 
+using frost::cli::double_flag;
+using frost::cli::int32_flag;
+using frost::cli::int64_flag;
+using frost::cli::string_flag;
+using frost::cli::switch_flag;
+using frost::cli::uint64_flag;
+
+constexpr char kUsage[] =
+    "usage: frost-bench decode|prefill|prototype|kv-repair|kvsplice --model "
+    "builtin:15m|DIR [--threads N] "
+    "[--dtype fp32|bf16] [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens N] [--new-tokens N] "
+    "[--repeat N] [--path fast|reference] [--json]\n";
+
+// A usage error: the message and the usage on stderr, exit 2.
 [[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr,
-               "error: %s\nusage: frost-bench decode|prefill|prototype|kv-repair|kvsplice --model "
-               "builtin:15m|DIR [--threads N] "
-               "[--dtype fp32|bf16] [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens N] [--new-tokens N] "
-               "[--repeat N] [--path fast|reference] [--json]\n",
-               msg.c_str());
+  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
   std::exit(2);
+}
+
+// -h / --help: the usage on stdout, exit 0.
+[[noreturn]] void help() {
+  std::fputs(kUsage, stdout);
+  std::exit(0);
 }
 
 // Records the arrival time of each token event (engine thread) and the result.
@@ -101,60 +120,52 @@ std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab) {
 int main(int argc, char** argv) {
   if (argc < 2) usage("missing mode");
   const std::string mode = argv[1];
+  if (mode == "--help" || mode == "-h") help();
   if (mode == "prototype") return frost::bench::run_prototype_bench(argc, argv);
   if (mode == "kv-repair") return frost::bench::run_kv_repair_bench(argc, argv);
   if (mode == "kvsplice") return frost::bench::run_kvsplice_bench(argc, argv);
   if (mode != "decode" && mode != "prefill" && mode != "bare-step" && mode != "engine")
     usage("unknown mode '" + mode + "'");
-  std::map<std::string, std::string> opt = {{"model", "builtin:15m"}, {"threads", "0"}, {"dtype", "fp32"},
-                                            {"kv", "fp32"},           {"repeat", "5"},  {"path", "fast"},
-                                            {"via", "generator"}, {"batch", "32"}, {"temperature", "0"},
-                                            {"seed", "1"}, {"streams", "32"}, {"max-running", "0"}};
-  if (mode == "bare-step") opt["repeat"] = "50";
-  if (mode == "engine") {
-    opt["repeat"] = "3";
-    opt["prompt-tokens"] = "17";
-    opt["new-tokens"] = "128";
-    opt["temperature"] = "0.8";
-  }
-  if (mode != "engine") {
-    opt["prompt-tokens"] = mode == "decode" ? "16" : "128";
-    opt["new-tokens"] = "256";
-  }
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--json") continue;  // JSON is the only output format
-    if (a.rfind("--", 0) != 0 || i + 1 >= argc) usage("bad argument '" + a + "'");
-    const std::string key = a.substr(2);
-    if (!opt.count(key)) usage("unknown flag '" + a + "'");
-    opt[key] = argv[++i];
-  }
-  int threads = 0, repeat = 0;
-  int64_t n_prompt = 0, n_new = 0, batch = 0;
-  double temperature = 0;
-  uint64_t seed = 0;
-  try {
-    batch = std::stoll(opt["batch"]);
-    temperature = std::stod(opt["temperature"]);
-    seed = std::stoull(opt["seed"]);
-    threads = std::stoi(opt["threads"]);
-    repeat = std::stoi(opt["repeat"]);
-    n_prompt = std::stoll(opt["prompt-tokens"]);
-    n_new = std::stoll(opt["new-tokens"]);
-  } catch (...) {
-    usage("numeric flag is not a number");
-  }
-  if (threads < 0 || repeat < 1 || n_prompt < 1 || n_new < 1 || batch < 1 || temperature < 0)
-    usage("numeric flag out of range");
-  if (opt["dtype"] != "fp32" && opt["dtype"] != "bf16") usage("--dtype must be fp32 or bf16");
-  if (opt["via"] != "generator" && opt["via"] != "engine") usage("--via must be generator or engine");
-  auto codec = frost::parse_kv_codec(opt["kv"]);
+  // Every mode accepts every flag (and ignores those it does not use); the defaults depend on the mode.
+  std::string model_path = "builtin:15m", dtype = "fp32", kv_name = "fp32", path = "fast", via = "generator";
+  int threads = 0, repeat = mode == "bare-step" ? 50 : mode == "engine" ? 3 : 5;
+  int64_t n_prompt = mode == "decode" ? 16 : mode == "engine" ? 17 : 128;
+  int64_t n_new = mode == "engine" ? 128 : 256;
+  int64_t batch = 32, streams = 32, max_running_flag = 0;
+  double temperature = mode == "engine" ? 0.8 : 0;
+  uint64_t seed = 1;
+  const std::vector<frost::cli::Flag> flags = {
+      string_flag("--model", [&](const std::string& v) { model_path = v; }),
+      int32_flag("--threads", 0, [&](int32_t v) { threads = v; }),
+      string_flag("--dtype", [&](const std::string& v) { dtype = v; }),
+      string_flag("--kv", [&](const std::string& v) { kv_name = v; }),
+      int32_flag("--repeat", 1, [&](int32_t v) { repeat = v; }),
+      string_flag("--path", [&](const std::string& v) { path = v; }),
+      string_flag("--via", [&](const std::string& v) { via = v; }),
+      int64_flag("--batch", 1, [&](int64_t v) { batch = v; }),
+      double_flag("--temperature", 0, [&](double v) { temperature = v; }),
+      uint64_flag("--seed", [&](uint64_t v) { seed = v; }),
+      int64_flag("--streams", [&](int64_t v) { streams = v; }),
+      int64_flag("--max-running", [&](int64_t v) { max_running_flag = v; }),
+      int64_flag("--prompt-tokens", 1, [&](int64_t v) { n_prompt = v; }),
+      int64_flag("--new-tokens", 1, [&](int64_t v) { n_new = v; }),
+      switch_flag("--json", [] {}),  // JSON is the only output format
+      switch_flag("--help", help),
+      switch_flag("-h", help),
+  };
+  absl::StatusOr<std::vector<std::string>> positional =
+      frost::cli::parse_flags(std::vector<std::string>(argv + 2, argv + argc), flags);
+  if (!positional.ok()) usage(std::string(positional.status().message()));
+  if (!positional->empty()) usage("bad argument '" + positional->front() + "'");
+  if (dtype != "fp32" && dtype != "bf16") usage("--dtype must be fp32 or bf16");
+  if (via != "generator" && via != "engine") usage("--via must be generator or engine");
+  auto codec = frost::parse_kv_codec(kv_name);
   if (!codec.ok()) usage(std::string(codec.status().message()));
 
   if (auto st = frost::apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
   frost::LoadOptions lo;
-  lo.dtype = opt["dtype"] == "bf16" ? frost::WeightDtype::kBF16 : frost::WeightDtype::kF32;
-  auto model = frost::load_model(opt["model"], lo);
+  lo.dtype = dtype == "bf16" ? frost::WeightDtype::kBF16 : frost::WeightDtype::kF32;
+  auto model = frost::load_model(model_path, lo);
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
     return 1;
@@ -163,11 +174,11 @@ int main(int argc, char** argv) {
 
   ordered_json out;
   out["bench"] = mode;
-  out["model"] = opt["model"];
+  out["model"] = model_path;
   out["arch"] = frost::arch_name(m.config.arch);
   out["n_params"] = m.model->n_params();
   out["weight_bytes"] = m.model->weight_bytes();
-  out["dtype"] = opt["dtype"];
+  out["dtype"] = dtype;
   out["threads"] = at::get_num_threads();
   out["repeat"] = repeat;
   out["machine"] = frost::bench::machine_json();
@@ -175,12 +186,12 @@ int main(int argc, char** argv) {
   if (mode == "decode") {
     frost::GeneratorConfig gc;
     gc.kv_codec = *codec;
-    gc.fast_decode = opt["path"] == "fast";
+    gc.fast_decode = path == "fast";
     gc.max_context = n_prompt + n_new;
     gc.limits.max_new_tokens = static_cast<int32_t>(n_new);
     frost::Generator gen(m, gc);
     std::unique_ptr<frost::Engine> engine;
-    if (opt["via"] == "engine") {
+    if (via == "engine") {
       frost::EngineConfig ec;
       ec.gen = gc;
       ec.max_running = 1;
@@ -235,9 +246,9 @@ int main(int argc, char** argv) {
       tps.push_back(res->decode_tok_s());
       lat_ms.insert(lat_ms.end(), lat.begin() + 1, lat.end());  // first event follows the prefill
     }
-    out["kv_codec"] = opt["kv"];
-    out["path"] = opt["path"];
-    out["via"] = opt["via"];
+    out["kv_codec"] = kv_name;
+    out["path"] = path;
+    out["via"] = via;
     out["temperature"] = temperature;
     out["prompt_tokens"] = n_prompt;
     out["new_tokens"] = n_new;
@@ -248,14 +259,13 @@ int main(int argc, char** argv) {
         {"p50", percentile(lat_ms, 50)}, {"p90", percentile(lat_ms, 90)}, {"p99", percentile(lat_ms, 99)}};
     out["runs_tokens_per_s"] = tps;
   } else if (mode == "engine") {
-    const int64_t streams = std::stoll(opt["streams"]);
     if (streams < 1) usage("--streams must be >= 1");
     frost::EngineConfig ec;
     ec.gen.kv_codec = *codec;
     ec.gen.limits.max_new_tokens = static_cast<int32_t>(n_new);
     // --max-running (default: the streams) sizes the engine as a server is sized: the KV pool follows it, so
     // the serving benchmark passes frostd's value and the two runs differ only by gRPC and the client.
-    const int64_t max_running = std::stoll(opt["max-running"]) > 0 ? std::stoll(opt["max-running"]) : streams;
+    const int64_t max_running = max_running_flag > 0 ? max_running_flag : streams;
     if (max_running < streams) usage("--max-running must be >= --streams");
     ec.max_running = static_cast<int32_t>(max_running);
     ec.max_waiting = static_cast<int32_t>(streams);
@@ -303,8 +313,8 @@ int main(int argc, char** argv) {
         }
         frost::GenerationRequest req;
         for (int64_t t = 0; t < n_prompt; ++t)
-          req.prompt_ids.push_back(static_cast<int32_t>(3 + (t * 31 + (salt + static_cast<uint64_t>(i)) * 7919) %
-                                                                (m.config.n_vocab - 3)));
+          req.prompt_ids.push_back(static_cast<int32_t>(
+              3 + (t * 31 + (salt + static_cast<uint64_t>(i)) * 7919) % (m.config.n_vocab - 3)));
         req.params.temperature = static_cast<float>(temperature);
         req.params.seed = seed + salt + static_cast<uint64_t>(i);
         req.params.ignore_eos = true;
@@ -341,12 +351,15 @@ int main(int argc, char** argv) {
     out["output_tokens"] = tok;
     out["wall_s"] = secs;
     out["output_tokens_per_s"] = static_cast<double>(tok) / secs;
-    out["mean_batch_size"] = st.batch_size.count ? st.batch_size.sum / static_cast<double>(st.batch_size.count) : 0;
+    out["mean_batch_size"] =
+        st.batch_size.count ? st.batch_size.sum / static_cast<double>(st.batch_size.count) : 0;
     const double steps = static_cast<double>(std::max<uint64_t>(1, st.n_steps));
     out["steps"] = st.n_steps;
     out["preemptions"] = st.n_preemptions;
-    out["step_ms"] = {{"schedule", st.t_schedule_s / steps * 1e3}, {"forward", st.t_forward_s / steps * 1e3},
-                      {"sample", st.t_sample_s / steps * 1e3},     {"emit", st.t_emit_s / steps * 1e3},
+    out["step_ms"] = {{"schedule", st.t_schedule_s / steps * 1e3},
+                      {"forward", st.t_forward_s / steps * 1e3},
+                      {"sample", st.t_sample_s / steps * 1e3},
+                      {"emit", st.t_emit_s / steps * 1e3},
                       {"deliver", st.t_deliver_s / steps * 1e3}};
   } else if (mode == "bare-step") {
     c10::InferenceMode im;
@@ -356,11 +369,13 @@ int main(int argc, char** argv) {
     std::vector<std::array<at::Tensor, 4>> mats;  // wqkv, wo, w_in, w_out as fp32 [out, in]
     for (const auto& l : w.layers) mats.push_back({f32(l.wqkv), f32(l.wo), f32(l.w_in), f32(l.w_out)});
     const at::Tensor head = f32(w.lm_head);
-    // Two forms. "mm_out": the GEMMs into preallocated outputs (OpenBLAS), only the GEMMs timed — the floor of
-    // what LibTorch can do. "linear": at::linear per matrix with SwiGLU / GELU between the MLP GEMMs, outputs
-    // allocated per call — a plain LibTorch forward step (torch.nn.Linear) without attention or norms.
+    // Two forms. "mm_out": the GEMMs into preallocated outputs (OpenBLAS), only the GEMMs timed — the floor
+    // of what LibTorch can do. "linear": at::linear per matrix with SwiGLU / GELU between the MLP GEMMs,
+    // outputs allocated per call — a plain LibTorch forward step (torch.nn.Linear) without attention or
+    // norms.
     const int64_t f_in = c.arch == frost::Arch::kLlama ? 2 * c.ffn_dim : c.ffn_dim;
-    at::Tensor x = at::randn({batch, c.dim}), o = at::randn({batch, c.q_dim()}), a = at::randn({batch, c.ffn_dim});
+    at::Tensor x = at::randn({batch, c.dim}), o = at::randn({batch, c.q_dim()}),
+               a = at::randn({batch, c.ffn_dim});
     at::Tensor qkv = at::empty({batch, c.q_dim() + 2 * c.kv_dim()}), y = at::empty({batch, c.dim});
     at::Tensor u = at::empty({batch, f_in}), logits = at::empty({batch, c.n_vocab});
     // A third form, "packed": the same GEMMs through frost's packed kernel (kernels/cpu/gemm.h) — what the
@@ -374,17 +389,17 @@ int main(int argc, char** argv) {
     }
     const frost::kernels::PackedMatrix head_packed = frost::kernels::pack_matrix(head);
     auto gemm = [](const frost::kernels::PackedMatrix& pm, const at::Tensor& in, at::Tensor& res) {
-      frost::kernels::gemm_packed(pm, in.data_ptr<float>(), in.size(1), in.size(0), nullptr, res.data_ptr<float>(),
-                                  res.size(1));
+      frost::kernels::gemm_packed(pm, in.data_ptr<float>(), in.size(1), in.size(0), nullptr,
+                                  res.data_ptr<float>(), res.size(1));
     };
     std::vector<double> secs, secs_linear, secs_packed;
     for (int r = 0; r < repeat + 5; ++r) {
       auto t0 = Clock::now();
       for (const auto& mt : mats) {
-        at::mm_out(qkv, x, mt[0].t());                   // q | k | v
+        at::mm_out(qkv, x, mt[0].t());                     // q | k | v
         if (mt[1].defined()) at::mm_out(y, o, mt[1].t());  // output projection
-        at::mm_out(u, x, mt[2].t());                      // MLP in
-        at::mm_out(y, a, mt[3].t());                      // MLP out
+        at::mm_out(u, x, mt[2].t());                       // MLP in
+        at::mm_out(y, a, mt[3].t());                       // MLP out
       }
       at::mm_out(logits, x, head.t());  // logits
       if (r >= 5) secs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
@@ -394,8 +409,9 @@ int main(int argc, char** argv) {
         sink = at::linear(x, mt[0]);
         if (mt[1].defined()) sink = at::linear(o, mt[1]);
         at::Tensor uu = at::linear(x, mt[2]);
-        at::Tensor act = c.arch == frost::Arch::kLlama ? at::silu(uu.narrow(1, 0, c.ffn_dim)) * uu.narrow(1, c.ffn_dim, c.ffn_dim)
-                                                       : at::gelu(uu, "tanh");
+        at::Tensor act = c.arch == frost::Arch::kLlama
+                             ? at::silu(uu.narrow(1, 0, c.ffn_dim)) * uu.narrow(1, c.ffn_dim, c.ffn_dim)
+                             : at::gelu(uu, "tanh");
         sink = at::linear(act, mt[3]);
       }
       sink = at::linear(x, head);
@@ -411,9 +427,11 @@ int main(int argc, char** argv) {
       gemm(head_packed, x, logits);
       if (r >= 5) secs_packed.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    out["step_ms_packed"] = {{"p50", percentile(secs_packed, 50) * 1e3}, {"min", percentile(secs_packed, 0) * 1e3}};
+    out["step_ms_packed"] = {{"p50", percentile(secs_packed, 50) * 1e3},
+                             {"min", percentile(secs_packed, 0) * 1e3}};
     out["tokens_per_s_packed"] = static_cast<double>(batch) / median(secs_packed);
-    out["step_ms_linear"] = {{"p50", percentile(secs_linear, 50) * 1e3}, {"min", percentile(secs_linear, 0) * 1e3}};
+    out["step_ms_linear"] = {{"p50", percentile(secs_linear, 50) * 1e3},
+                             {"min", percentile(secs_linear, 0) * 1e3}};
     out["tokens_per_s_linear"] = static_cast<double>(batch) / median(secs_linear);
     out["batch"] = batch;
     out["step_ms"] = {{"p50", percentile(secs, 50) * 1e3}, {"min", percentile(secs, 0) * 1e3}};
@@ -423,7 +441,7 @@ int main(int argc, char** argv) {
     const auto ids = prompt_ids(n_prompt, m.config.n_vocab);
     at::Tensor t = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
     frost::SequenceKv kv(m.model->kv_spec(n_prompt, *codec));
-    const bool fast = opt["path"] == "fast";
+    const bool fast = path == "fast";
     frost::BatchScratch bs;
     std::vector<double> tps, secs;
     for (int r = 0; r <= repeat; ++r) {
@@ -440,8 +458,8 @@ int main(int argc, char** argv) {
       secs.push_back(s);
       tps.push_back(static_cast<double>(n_prompt) / s);
     }
-    out["kv_codec"] = opt["kv"];
-    out["path"] = opt["path"];
+    out["kv_codec"] = kv_name;
+    out["path"] = path;
     out["prompt_tokens"] = n_prompt;
     out["prefill_tokens_per_s"] = median(tps);
     out["prefill_latency_ms"] = {{"p50", percentile(secs, 50) * 1e3}, {"max", percentile(secs, 100) * 1e3}};

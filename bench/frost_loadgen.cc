@@ -26,6 +26,9 @@
 // while frostd loads its model), up to S seconds. JSON is the only output format; --json is
 // accepted for symmetry with frost-bench.
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -43,13 +46,9 @@
 #include <thread>
 #include <vector>
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "bench/bench_util.h"
+#include "client/flags/flags.h"
 #include "frost/v1/generation.grpc.pb.h"
 
 namespace {
@@ -89,57 +88,56 @@ struct Options {
   std::string metrics_addr;   // frostd's /metrics, scraped during the measured phase
 };
 
+// -h / --help: the usage on stdout, exit 0.
+[[noreturn]] void help() {
+  std::fputs(kUsage, stdout);
+  std::exit(0);
+}
+
 Options parse_flags(int argc, char** argv) {
+  using frost::cli::Flag;
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json") continue;
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (a.rfind("--", 0) != 0 || i + 1 >= argc) usage("bad argument '" + a + "'");
-    const std::string v = argv[++i];
-    bool ok = true;
-    if (a == "--addr") {
-      o.addr = v;
-    } else if (a == "--concurrency") {
-      ok = absl::SimpleAtoi(v, &o.concurrency) && o.concurrency >= 1;
-    } else if (a == "--requests") {
-      ok = absl::SimpleAtoi(v, &o.requests) && o.requests >= 1;
-    } else if (a == "--warmup") {
-      ok = absl::SimpleAtoi(v, &o.warmup) && o.warmup >= 0;
-    } else if (a == "--max-tokens") {
-      ok = absl::SimpleAtoi(v, &o.max_tokens) && o.max_tokens >= 1;
-    } else if (a == "--prompt") {
-      o.prompt = v;
-      ok = !v.empty();
-    } else if (a == "--temperature") {
-      double t = 0;
-      ok = absl::SimpleAtod(v, &t) && t >= 0;
-      o.temperature = t;
-    } else if (a == "--seed") {
-      uint64_t s = 0;
-      ok = absl::SimpleAtoi(v, &s);
-      o.seed = s;
-    } else if (a == "--timeout") {
-      ok = absl::SimpleAtod(v, &o.timeout_s) && o.timeout_s > 0;
-    } else if (a == "--wait-ready") {
-      ok = absl::SimpleAtod(v, &o.wait_ready_s) && o.wait_ready_s >= 0;
-    } else if (a == "--prompt-ids") {
-      ok = absl::SimpleAtoi(v, &o.prompt_ids) && o.prompt_ids >= 1;
-    } else if (a == "--shared-prefix") {
-      ok = absl::SimpleAtoi(v, &o.shared_prefix) && o.shared_prefix >= 0;
-    } else if (a == "--background-prompt") {
-      ok = absl::SimpleAtoi(v, &o.background_prompt) && o.background_prompt >= 1;
-    } else if (a == "--metrics-addr") {
-      o.metrics_addr = v;
-      ok = v.find(':') != std::string::npos;
-    } else {
-      usage("unknown flag '" + a + "'");
-    }
-    if (!ok) usage("bad value '" + v + "' for " + a);
-  }
+  // A value the flag refuses although it parses: bad_value() with what it expects.
+  auto check = [](const std::string& flag, bool ok, const char* expected, const std::string& value) {
+    return ok ? absl::OkStatus() : frost::cli::bad_value(flag, expected, value);
+  };
+  const std::vector<Flag> flags = {
+      frost::cli::switch_flag("--json", [] {}),  // JSON is the only output format
+      frost::cli::switch_flag("--help", help),
+      frost::cli::switch_flag("-h", help),
+      frost::cli::string_flag("--addr", [&](const std::string& v) { o.addr = v; }),
+      frost::cli::int32_flag("--concurrency", 1, [&](int32_t v) { o.concurrency = v; }),
+      frost::cli::int32_flag("--requests", 1, [&](int32_t v) { o.requests = v; }),
+      frost::cli::int32_flag("--warmup", 0, [&](int32_t v) { o.warmup = v; }),
+      frost::cli::int32_flag("--max-tokens", 1, [&](int32_t v) { o.max_tokens = v; }),
+      Flag{"--prompt", true,
+           [&](const std::string& v) {
+             o.prompt = v;
+             return check("--prompt", !v.empty(), "a non-empty text", v);
+           }},
+      frost::cli::double_flag("--temperature", 0, [&](double v) { o.temperature = v; }),
+      frost::cli::uint64_flag("--seed", [&](uint64_t v) { o.seed = v; }),
+      Flag{"--timeout", true,
+           [&](const std::string& v) {
+             absl::StatusOr<double> t = frost::cli::parse_double("--timeout", v);
+             if (!t.ok()) return t.status();
+             o.timeout_s = *t;
+             return check("--timeout", *t > 0, "a number > 0", v);
+           }},
+      frost::cli::double_flag("--wait-ready", 0, [&](double v) { o.wait_ready_s = v; }),
+      frost::cli::int32_flag("--prompt-ids", 1, [&](int32_t v) { o.prompt_ids = v; }),
+      frost::cli::int32_flag("--shared-prefix", 0, [&](int32_t v) { o.shared_prefix = v; }),
+      frost::cli::int32_flag("--background-prompt", 1, [&](int32_t v) { o.background_prompt = v; }),
+      Flag{"--metrics-addr", true,
+           [&](const std::string& v) {
+             o.metrics_addr = v;
+             return check("--metrics-addr", v.find(':') != std::string::npos, "HOST:PORT", v);
+           }},
+  };
+  absl::StatusOr<std::vector<std::string>> positional =
+      frost::cli::parse_flags(std::vector<std::string>(argv + 1, argv + argc), flags);
+  if (!positional.ok()) usage(std::string(positional.status().message()));
+  if (!positional->empty()) usage("bad argument '" + positional->front() + "'");
   if (o.shared_prefix > 0 && o.prompt_ids == 0) usage("--shared-prefix needs --prompt-ids");
   return o;
 }
@@ -149,8 +147,8 @@ Options parse_flags(int argc, char** argv) {
 void add_ids(frost::v1::GenerateRequest* req, int n, uint64_t salt, int64_t vocab) {
   const int64_t lo = std::min<int64_t>(3, vocab - 1), span = std::max<int64_t>(1, vocab - lo);
   for (int i = 0; i < n; ++i)
-    req->mutable_token_ids()->add_ids(
-        static_cast<int32_t>(lo + (static_cast<int64_t>(i) * 7919 + static_cast<int64_t>(salt % 1000003) * 104729) % span));
+    req->mutable_token_ids()->add_ids(static_cast<int32_t>(
+        lo + (static_cast<int64_t>(i) * 7919 + static_cast<int64_t>(salt % 1000003) * 104729) % span));
 }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -189,7 +187,7 @@ frost::v1::GenerateRequest make_request(const Options& o, const std::string& id_
   frost::v1::GenerateRequest req;
   req.set_request_id(id_prefix + std::to_string(index));
   if (o.prompt_ids > 0) {
-    add_ids(&req, o.shared_prefix, 424242, g_vocab);                          // the same for everyone
+    add_ids(&req, o.shared_prefix, 424242, g_vocab);                         // the same for everyone
     add_ids(&req, o.prompt_ids, 1 + static_cast<uint64_t>(index), g_vocab);  // this request's own
   } else {
     req.set_text(o.prompt);
@@ -593,7 +591,8 @@ int main(int argc, char** argv) {
     out["server_metrics"] = {{"samples", scraper.samples},
                              {"kv_bytes_in_use_peak", scraper.peak_bytes},
                              {"kv_bytes_needed_at_peak", scraper.needed_at_peak},
-                             {"kv_bytes_ratio_at_peak", scraper.needed_at_peak > 0 ? scraper.peak_bytes / scraper.needed_at_peak : 0},
+                             {"kv_bytes_ratio_at_peak",
+                              scraper.needed_at_peak > 0 ? scraper.peak_bytes / scraper.needed_at_peak : 0},
                              {"kv_usage_ratio_peak", scraper.peak_usage},
                              {"preemptions", scraper.preempt1 - scraper.preempt0},
                              {"prefix_queries_tokens", scraper.queries1 - scraper.queries0},

@@ -4,11 +4,17 @@
 //   frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N]
 //                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]
 //                  [--dtype fp32|bf16] [--kv fp32|fp16|bf16|int8|int4] [--stop STR]...
+//
+// Flags are parsed by the shared parser (client/flags/flags.h): "--flag VALUE" or "--flag=VALUE"; values are
+// checked strictly and a bad one is a usage error (exit 2) naming the flag and the value. -h / --help prints
+// the usage.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "client/flags/flags.h"
 #include "core/common/device.h"
 #include "core/common/log.h"
 #include "core/generate/generator.h"
@@ -16,18 +22,32 @@
 
 namespace {
 
+using frost::cli::float_flag;
+using frost::cli::int32_flag;
+using frost::cli::string_flag;
+using frost::cli::switch_flag;
+using frost::cli::uint64_flag;
+
 frost::CancelToken* g_cancel = nullptr;
 void on_signal(int) {
   if (g_cancel) g_cancel->cancel();
 }
 
+constexpr char kUsage[] =
+    "usage: frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N] "
+    "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--dtype fp32|bf16] "
+    "[--kv fp32|fp16|bf16|int8|int4] [--stop STR]...\n";
+
+// A usage error: the message and the usage on stderr, exit 2.
 [[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr,
-               "error: %s\nusage: frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N] "
-               "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--dtype fp32|bf16] "
-               "[--kv fp32|fp16|bf16|int8|int4] [--stop STR]...\n",
-               msg.c_str());
+  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
   std::exit(2);
+}
+
+// -h / --help: the usage on stdout, exit 0.
+[[noreturn]] void help() {
+  std::fputs(kUsage, stdout);
+  std::exit(0);
 }
 
 }  // namespace
@@ -37,27 +57,25 @@ int main(int argc, char** argv) {
   frost::SamplingParams params;
   params.max_new_tokens = 64;
   int threads = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) usage("flag " + a + " needs a value");
-    const std::string v = argv[++i];
-    try {
-      if (a == "--model") model_path = v;
-      else if (a == "--prompt") prompt = v;
-      else if (a == "--max-new-tokens") params.max_new_tokens = std::stoi(v);
-      else if (a == "--temperature") params.temperature = std::stof(v);
-      else if (a == "--top-k") params.top_k = std::stoi(v);
-      else if (a == "--top-p") params.top_p = std::stof(v);
-      else if (a == "--seed") params.seed = std::stoull(v);
-      else if (a == "--threads") threads = std::stoi(v);
-      else if (a == "--dtype") dtype = v;
-      else if (a == "--kv") kv = v;
-      else if (a == "--stop") params.stop.push_back(v);
-      else usage("unknown flag " + a);
-    } catch (const std::exception&) {
-      usage("bad value for " + a + ": " + v);
-    }
-  }
+  const std::vector<frost::cli::Flag> flags = {
+      string_flag("--model", [&](const std::string& v) { model_path = v; }),
+      string_flag("--prompt", [&](const std::string& v) { prompt = v; }),
+      int32_flag("--max-new-tokens", [&](int32_t v) { params.max_new_tokens = v; }),
+      float_flag("--temperature", [&](float v) { params.temperature = v; }),
+      int32_flag("--top-k", [&](int32_t v) { params.top_k = v; }),
+      float_flag("--top-p", [&](float v) { params.top_p = v; }),
+      uint64_flag("--seed", [&](uint64_t v) { params.seed = v; }),
+      int32_flag("--threads", [&](int32_t v) { threads = v; }),
+      string_flag("--dtype", [&](const std::string& v) { dtype = v; }),
+      string_flag("--kv", [&](const std::string& v) { kv = v; }),
+      string_flag("--stop", [&](const std::string& v) { params.stop.push_back(v); }),
+      switch_flag("--help", help),
+      switch_flag("-h", help),
+  };
+  absl::StatusOr<std::vector<std::string>> positional =
+      frost::cli::parse_flags(std::vector<std::string>(argv + 1, argv + argc), flags);
+  if (!positional.ok()) usage(std::string(positional.status().message()));
+  if (!positional->empty()) usage("unexpected argument '" + positional->front() + "'");
   if (auto st = frost::apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
   auto codec = frost::parse_kv_codec(kv);
   if (!codec.ok()) usage(std::string(codec.status().message()));
@@ -70,8 +88,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto& m = **model;
-  FROST_LOG_INFO("loaded %s (%s, %lld params, n_layer=%lld) in %.2fs", m.name.c_str(), frost::arch_name(m.config.arch),
-                 static_cast<long long>(m.model->n_params()), static_cast<long long>(m.config.n_layer), m.t_load_s);
+  FROST_LOG_INFO("loaded %s (%s, %lld params, n_layer=%lld) in %.2fs", m.name.c_str(),
+                 frost::arch_name(m.config.arch), static_cast<long long>(m.model->n_params()),
+                 static_cast<long long>(m.config.n_layer), m.t_load_s);
   frost::GeneratorConfig gc;
   gc.kv_codec = *codec;
   frost::Generator gen(m, gc);
@@ -83,10 +102,13 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::printf("%s", prompt.c_str());
   std::fflush(stdout);
-  auto res = gen.generate(req, [](const frost::TokenEvent& e) {
-    std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-    std::fflush(stdout);
-  }, cancel);
+  auto res = gen.generate(
+      req,
+      [](const frost::TokenEvent& e) {
+        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+        std::fflush(stdout);
+      },
+      cancel);
   std::printf("\n");
   std::fflush(stdout);
   if (!res.ok()) {

@@ -1,5 +1,5 @@
-// frostctl's flag table parser and strict value parsers (see flags.h).
-#include "client/frostctl/flags.h"
+// The shared flag table parser and strict value parsers (see flags.h).
+#include "client/flags/flags.h"
 
 #include <cmath>
 #include <utility>
@@ -8,12 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace frost::ctl {
+namespace frost::cli {
 namespace {
-
-absl::Status bad_value(const std::string& flag, const char* expected, const std::string& value) {
-  return absl::InvalidArgumentError(absl::StrFormat("%s: expected %s, got \"%s\"", flag, expected, value));
-}
 
 const Flag* find_flag(const std::vector<Flag>& flags, const std::string& name) {
   for (const Flag& f : flags) {
@@ -29,6 +25,19 @@ Flag typed_flag(const std::string& name, absl::StatusOr<T> (*parse)(const std::s
   return Flag{name, true, [name, parse, set = std::move(set)](const std::string& value) {
                 absl::StatusOr<T> v = parse(name, value);
                 if (!v.ok()) return v.status();
+                set(*v);
+                return absl::OkStatus();
+              }};
+}
+
+// The bounded builders: parse the value with `parse`, refuse one below `min`, then hand it to `set`.
+template <typename T>
+Flag bounded_flag(const std::string& name, absl::StatusOr<T> (*parse)(const std::string&, const std::string&),
+                  const char* what, T min, std::function<void(T)> set) {
+  return Flag{name, true, [name, parse, what, min, set = std::move(set)](const std::string& value) {
+                absl::StatusOr<T> v = parse(name, value);
+                if (!v.ok()) return v.status();
+                if (*v < min) return bad_value(name, absl::StrCat(what, " >= ", min), value);
                 set(*v);
                 return absl::OkStatus();
               }};
@@ -80,9 +89,19 @@ bool wants_help(const std::vector<std::string>& args) {
   return false;
 }
 
+absl::Status bad_value(const std::string& flag, const std::string& expected, const std::string& value) {
+  return absl::InvalidArgumentError(absl::StrFormat("%s: expected %s, got \"%s\"", flag, expected, value));
+}
+
 absl::StatusOr<int32_t> parse_int32(const std::string& flag, const std::string& value) {
   int32_t v = 0;
   if (!absl::SimpleAtoi(value, &v)) return bad_value(flag, "a 32-bit integer", value);
+  return v;
+}
+
+absl::StatusOr<int64_t> parse_int64(const std::string& flag, const std::string& value) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(value, &v)) return bad_value(flag, "a 64-bit integer", value);
   return v;
 }
 
@@ -110,6 +129,9 @@ absl::StatusOr<double> parse_double(const std::string& flag, const std::string& 
 Flag int32_flag(const std::string& name, std::function<void(int32_t)> set) {
   return typed_flag<int32_t>(name, parse_int32, std::move(set));
 }
+Flag int64_flag(const std::string& name, std::function<void(int64_t)> set) {
+  return typed_flag<int64_t>(name, parse_int64, std::move(set));
+}
 Flag uint64_flag(const std::string& name, std::function<void(uint64_t)> set) {
   return typed_flag<uint64_t>(name, parse_uint64, std::move(set));
 }
@@ -118,6 +140,16 @@ Flag float_flag(const std::string& name, std::function<void(float)> set) {
 }
 Flag double_flag(const std::string& name, std::function<void(double)> set) {
   return typed_flag<double>(name, parse_double, std::move(set));
+}
+
+Flag int32_flag(const std::string& name, int32_t min, std::function<void(int32_t)> set) {
+  return bounded_flag<int32_t>(name, parse_int32, "an integer", min, std::move(set));
+}
+Flag int64_flag(const std::string& name, int64_t min, std::function<void(int64_t)> set) {
+  return bounded_flag<int64_t>(name, parse_int64, "an integer", min, std::move(set));
+}
+Flag double_flag(const std::string& name, double min, std::function<void(double)> set) {
+  return bounded_flag<double>(name, parse_double, "a number", min, std::move(set));
 }
 
 Flag string_flag(const std::string& name, std::function<void(const std::string&)> set) {
@@ -134,4 +166,4 @@ Flag switch_flag(const std::string& name, std::function<void()> set) {
               }};
 }
 
-}  // namespace frost::ctl
+}  // namespace frost::cli
