@@ -20,11 +20,13 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "client/flags/flags.h"
 #include "core/common/clock.h"
 #include "core/common/log.h"
 #include "server/frost_server.h"
@@ -73,43 +75,31 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    std::string v;
-    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      v = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else if (i + 1 < argc) {
-      v = argv[++i];
-    } else {
-      usage_error(absl::StrCat(a, ": missing value"));
-    }
-    if (a == "--config")
-      f.config = v;
-    else if (a == "--listen")
-      f.listen = v;
-    else if (a == "--model")
-      f.model = v;
-    else if (a == "--metrics-listen")
-      f.metrics_listen = v;
-    else if (a == "--port-file")
-      f.port_file = v;
-    else if (a == "--state-dir")
-      f.state_dir = v;
-    else if (a == "--log-level")
-      f.log_level = v;
-    else if (a == "--load-delay-s") {
-      if (!absl::SimpleAtod(v, &f.load_delay_s) || !(f.load_delay_s >= 0 && f.load_delay_s <= 3600)) {
-        usage_error(absl::StrCat("--load-delay-s: expected seconds in [0, 3600], got \"", v, "\""));
-      }
-    } else {
-      usage_error(absl::StrCat("unknown flag \"", a, "\""));
-    }
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (frost::cli::wants_help(args)) {
+    std::fputs(kUsage, stdout);
+    std::exit(0);
   }
+  auto set = [](std::string* dst) { return [dst](const std::string& v) { *dst = v; }; };
+  const std::vector<frost::cli::Flag> table = {
+      frost::cli::string_flag("--config", set(&f.config)),
+      frost::cli::string_flag("--listen", set(&f.listen)),
+      frost::cli::string_flag("--model", set(&f.model)),
+      frost::cli::string_flag("--metrics-listen", set(&f.metrics_listen)),
+      frost::cli::string_flag("--port-file", set(&f.port_file)),
+      frost::cli::string_flag("--state-dir", set(&f.state_dir)),
+      frost::cli::string_flag("--log-level", set(&f.log_level)),
+      {"--load-delay-s", true, [&f](const std::string& v) -> absl::Status {
+         double d = 0;
+         if (!absl::SimpleAtod(v, &d) || !(d >= 0 && d <= 3600))
+           return frost::cli::bad_value("--load-delay-s", "seconds in [0, 3600]", v);
+         f.load_delay_s = d;
+         return absl::OkStatus();
+       }},
+  };
+  absl::StatusOr<std::vector<std::string>> positional = frost::cli::parse_flags(args, table);
+  if (!positional.ok()) usage_error(std::string(positional.status().message()));
+  if (!positional->empty()) usage_error(absl::StrCat("unexpected argument \"", positional->front(), "\""));
   return f;
 }
 
