@@ -1,26 +1,39 @@
 #include "kernels/cpu/gemm.h"
 
-#include "kernels/cpu/parallel.h"
-
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/parallel.h"
 
 // GCC 12 reports false -Wmaybe-uninitialized inside its own avx512fintrin.h helpers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+// Every variant is compiled in this one translation unit at the build's baseline; the SIMD ones carry
+// per-function target attributes, so a binary built anywhere runs everywhere and picks its variant at run
+// time (kernels/cpu/isa.h). Nothing here is inline-shared with other translation units, so no AVX-512 code
+// can leak into a baseline caller.
+#define FROST_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define FROST_AVX2 __attribute__((target("avx2,fma,f16c")))
+
 namespace frost::kernels {
 namespace {
 
-constexpr int64_t kPanel = 32;     // output columns per panel
-constexpr int64_t kRowBlock = 96;  // activation rows per task (a multiple of every tile height)
+constexpr int64_t kPanel = 32;      // output columns per panel
+constexpr int64_t kRowBlock = 96;   // activation rows per task (a multiple of every tile height)
+constexpr int64_t kDirectRows = 4;  // quantized: up to this many rows dequantize in registers
+
+// One panel as the loaders see it.
+struct Panel {
+  const void* w = nullptr;          // f32 / bf16 / int8: [n_in][32]; int4: [n_in][16] bytes
+  const float* scales = nullptr;    // [n_groups][32]
+  const float* mins = nullptr;      // [n_groups][32]
+  int64_t group = 0;                // inputs per scale
+};
 
 inline float bf16_to_f32(uint16_t v) {
   uint32_t u = static_cast<uint32_t>(v) << 16;
@@ -29,41 +42,133 @@ inline float bf16_to_f32(uint16_t v) {
   return f;
 }
 
-// Stores n valid columns (≤ 32) of a tile row: y[c] = acc[c] + b[c].
+// Stores n valid columns (<= 32) of a tile row: y[c] = acc[c] + b[c].
 inline void store_row(const float* acc, const float* b, float* y, int64_t n) {
   for (int64_t c = 0; c < n; ++c) y[c] = b ? acc[c] + b[c] : acc[c];
 }
 
-#if defined(__AVX512F__)
-struct F32Panel {
-  using T = float;
-  static void load(const float* p, __m512& w0, __m512& w1) {
-    w0 = _mm512_loadu_ps(p);
-    w1 = _mm512_loadu_ps(p + 16);
+// ------------------------------------------------------------------------------------------------ scalar
+namespace scalar {
+
+// The weight (o = column c of the panel, input k) as fp32, for each format.
+struct F32 {
+  static float get(const Panel& p, int64_t k, int64_t c) { return static_cast<const float*>(p.w)[k * kPanel + c]; }
+};
+struct BF16 {
+  static float get(const Panel& p, int64_t k, int64_t c) {
+    return bf16_to_f32(static_cast<const uint16_t*>(p.w)[k * kPanel + c]);
   }
 };
-struct Bf16Panel {
-  using T = uint16_t;
-  static void load(const uint16_t* p, __m512& w0, __m512& w1) {
-    const __m512i v = _mm512_loadu_si512(p);
+struct Q8 {
+  static float get(const Panel& p, int64_t k, int64_t c) {
+    return static_cast<float>(static_cast<const int8_t*>(p.w)[k * kPanel + c]) * p.scales[(k / p.group) * kPanel + c];
+  }
+};
+struct Q4 {
+  static float get(const Panel& p, int64_t k, int64_t c) {
+    const uint8_t b = static_cast<const uint8_t*>(p.w)[k * (kPanel / 2) + (c & 15)];
+    const int v = c < 16 ? (b & 0xF) : (b >> 4);
+    const int64_t g = (k / p.group) * kPanel + c;
+    return std::fma(static_cast<float>(v), p.scales[g], p.mins[g]);
+  }
+};
+
+template <class L>
+void panel_rows(const Panel& p, const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, const float* b, float* y,
+                int64_t ldy, int64_t n_cols) {
+  float acc[kPanel];
+  for (int64_t r = 0; r < n_rows; ++r) {
+    std::fill(acc, acc + kPanel, 0.f);
+    for (int64_t k = 0; k < n_in; ++k) {
+      const float xv = x[r * ldx + k];
+      for (int64_t c = 0; c < kPanel; ++c) acc[c] = std::fma(xv, L::get(p, k, c), acc[c]);
+    }
+    store_row(acc, b, y + r * ldy, n_cols);
+  }
+}
+
+template <class L>
+void dequant_panel(const Panel& p, int64_t n_in, float* out) {
+  for (int64_t k = 0; k < n_in; ++k)
+    for (int64_t c = 0; c < kPanel; ++c) out[k * kPanel + c] = L::get(p, k, c);
+}
+
+}  // namespace scalar
+
+// ------------------------------------------------------------------------------------------------ AVX-512
+namespace avx512 {
+
+// Loaders: begin(g) enters input group g, load(k) gives the 32 weights of input k as fp32 in two registers.
+struct F32 {
+  const float* w;
+  int64_t group;
+  FROST_AVX512 void begin(int64_t) {}
+  FROST_AVX512 void load(int64_t k, __m512& w0, __m512& w1) const {
+    w0 = _mm512_loadu_ps(w + k * kPanel);
+    w1 = _mm512_loadu_ps(w + k * kPanel + 16);
+  }
+};
+struct BF16 {
+  const uint16_t* w;
+  int64_t group;
+  FROST_AVX512 void begin(int64_t) {}
+  FROST_AVX512 void load(int64_t k, __m512& w0, __m512& w1) const {
+    const __m512i v = _mm512_loadu_si512(w + k * kPanel);
     w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16));
     w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16));
   }
 };
+struct Q8 {
+  const int8_t* w;
+  const float* scales;
+  int64_t group;
+  const float* s = nullptr;
+  FROST_AVX512 void begin(int64_t g) { s = scales + g * kPanel; }
+  FROST_AVX512 void load(int64_t k, __m512& w0, __m512& w1) const {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k * kPanel));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k * kPanel + 16));
+    w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), _mm512_loadu_ps(s));
+    w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), _mm512_loadu_ps(s + 16));
+  }
+};
+struct Q4 {
+  const uint8_t* w;
+  const float* scales;
+  const float* mins;
+  int64_t group;
+  const float* s = nullptr;
+  const float* m = nullptr;
+  FROST_AVX512 void begin(int64_t g) {
+    s = scales + g * kPanel;
+    m = mins + g * kPanel;
+  }
+  FROST_AVX512 void load(int64_t k, __m512& w0, __m512& w1) const {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k * (kPanel / 2)));
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(b, nib), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
+    w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), _mm512_loadu_ps(s), _mm512_loadu_ps(m));
+    w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), _mm512_loadu_ps(s + 16),
+                         _mm512_loadu_ps(m + 16));
+  }
+};
 
-// R rows × 32 columns: acc = fma(x[r, k], W[k, c], acc) for k in order.
+// R rows × 32 columns: acc = fma(x[r, k], w(k, c), acc) for k in order.
 template <int R, class L>
-void tile(const typename L::T* panel, const float* x, int64_t ldx, int64_t n_in, const float* b, float* y,
-          int64_t ldy, int64_t n_cols) {
+FROST_AVX512 void tile(L l, const float* x, int64_t ldx, int64_t n_in, const float* b, float* y, int64_t ldy,
+                       int64_t n_cols) {
   __m512 a0[R], a1[R];
   for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < n_in; ++k) {
-    __m512 w0, w1;
-    L::load(panel + k * kPanel, w0, w1);
-    for (int r = 0; r < R; ++r) {
-      const __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
-      a0[r] = _mm512_fmadd_ps(xb, w0, a0[r]);
-      a1[r] = _mm512_fmadd_ps(xb, w1, a1[r]);
+  for (int64_t k0 = 0, g = 0; k0 < n_in; k0 += l.group, ++g) {
+    l.begin(g);
+    const int64_t k1 = std::min(n_in, k0 + l.group);
+    for (int64_t k = k0; k < k1; ++k) {
+      __m512 w0, w1;
+      l.load(k, w0, w1);
+      for (int r = 0; r < R; ++r) {
+        const __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
+        a0[r] = _mm512_fmadd_ps(xb, w0, a0[r]);
+        a1[r] = _mm512_fmadd_ps(xb, w1, a1[r]);
+      }
     }
   }
   if (n_cols == kPanel) {
@@ -82,35 +187,108 @@ void tile(const typename L::T* panel, const float* x, int64_t ldx, int64_t n_in,
     store_row(tmp, b, y + r * ldy, n_cols);
   }
 }
-#elif defined(__AVX2__)
-struct F32Panel {
-  using T = float;
-  static void load(const float* p, __m256 w[4]) {
-    for (int i = 0; i < 4; ++i) w[i] = _mm256_loadu_ps(p + 8 * i);
+
+// Tile heights: the largest that keeps the accumulators in registers (2·12 of 32 zmm), then smaller ones.
+template <class L>
+FROST_AVX512 void panel_rows(L l, const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, const float* b,
+                             float* y, int64_t ldy, int64_t n_cols) {
+  int64_t r = 0;
+  for (; r + 12 <= n_rows; r += 12) tile<12>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+  for (; r + 8 <= n_rows; r += 8) tile<8>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+  for (; r + 4 <= n_rows; r += 4) tile<4>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+  for (; r + 2 <= n_rows; r += 2) tile<2>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+  for (; r < n_rows; ++r) tile<1>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+}
+
+template <class L>
+FROST_AVX512 void dequant_panel(L l, int64_t n_in, float* out) {
+  for (int64_t k0 = 0, g = 0; k0 < n_in; k0 += l.group, ++g) {
+    l.begin(g);
+    for (int64_t k = k0; k < std::min(n_in, k0 + l.group); ++k) {
+      __m512 w0, w1;
+      l.load(k, w0, w1);
+      _mm512_storeu_ps(out + k * kPanel, w0);
+      _mm512_storeu_ps(out + k * kPanel + 16, w1);
+    }
+  }
+}
+
+}  // namespace avx512
+
+// ------------------------------------------------------------------------------------------------ AVX2
+namespace avx2 {
+
+// As avx512, with the 32 weights of input k in four 8-lane registers.
+struct F32 {
+  const float* w;
+  int64_t group;
+  FROST_AVX2 void begin(int64_t) {}
+  FROST_AVX2 void load(int64_t k, __m256 v[4]) const {
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(w + k * kPanel + 8 * i);
   }
 };
-struct Bf16Panel {
-  using T = uint16_t;
-  static void load(const uint16_t* p, __m256 w[4]) {
+struct BF16 {
+  const uint16_t* w;
+  int64_t group;
+  FROST_AVX2 void begin(int64_t) {}
+  FROST_AVX2 void load(int64_t k, __m256 v[4]) const {
     for (int i = 0; i < 4; ++i) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8 * i));
-      w[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k * kPanel + 8 * i));
+      v[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
+  }
+};
+struct Q8 {
+  const int8_t* w;
+  const float* scales;
+  int64_t group;
+  const float* s = nullptr;
+  FROST_AVX2 void begin(int64_t g) { s = scales + g * kPanel; }
+  FROST_AVX2 void load(int64_t k, __m256 v[4]) const {
+    for (int i = 0; i < 4; ++i) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + k * kPanel + 8 * i));
+      v[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_loadu_ps(s + 8 * i));
+    }
+  }
+};
+struct Q4 {
+  const uint8_t* w;
+  const float* scales;
+  const float* mins;
+  int64_t group;
+  const float* s = nullptr;
+  const float* m = nullptr;
+  FROST_AVX2 void begin(int64_t g) {
+    s = scales + g * kPanel;
+    m = mins + g * kPanel;
+  }
+  FROST_AVX2 void load(int64_t k, __m256 v[4]) const {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k * (kPanel / 2)));
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(b, nib), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};  // outputs 0-7 … 24-31
+    for (int i = 0; i < 4; ++i)
+      v[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part[i])), _mm256_loadu_ps(s + 8 * i),
+                             _mm256_loadu_ps(m + 8 * i));
   }
 };
 
 template <int R, class L>
-void tile(const typename L::T* panel, const float* x, int64_t ldx, int64_t n_in, const float* b, float* y,
-          int64_t ldy, int64_t n_cols) {
+FROST_AVX2 void tile(L l, const float* x, int64_t ldx, int64_t n_in, const float* b, float* y, int64_t ldy,
+                     int64_t n_cols) {
   __m256 a[R][4];
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < n_in; ++k) {
-    __m256 w[4];
-    L::load(panel + k * kPanel, w);
-    for (int r = 0; r < R; ++r) {
-      const __m256 xb = _mm256_set1_ps(x[r * ldx + k]);
-      for (int i = 0; i < 4; ++i) a[r][i] = _mm256_fmadd_ps(xb, w[i], a[r][i]);
+  for (int64_t k0 = 0, g = 0; k0 < n_in; k0 += l.group, ++g) {
+    l.begin(g);
+    const int64_t k1 = std::min(n_in, k0 + l.group);
+    for (int64_t k = k0; k < k1; ++k) {
+      __m256 w[4];
+      l.load(k, w);
+      for (int r = 0; r < R; ++r) {
+        const __m256 xb = _mm256_set1_ps(x[r * ldx + k]);
+        for (int i = 0; i < 4; ++i) a[r][i] = _mm256_fmadd_ps(xb, w[i], a[r][i]);
+      }
     }
   }
   alignas(32) float tmp[kPanel];
@@ -119,54 +297,144 @@ void tile(const typename L::T* panel, const float* x, int64_t ldx, int64_t n_in,
     store_row(tmp, b, y + r * ldy, n_cols);
   }
 }
-#else
-struct F32Panel {
-  using T = float;
-  static float get(const float* p) { return *p; }
-};
-struct Bf16Panel {
-  using T = uint16_t;
-  static float get(const uint16_t* p) { return bf16_to_f32(*p); }
-};
 
-template <int R, class L>
-void tile(const typename L::T* panel, const float* x, int64_t ldx, int64_t n_in, const float* b, float* y,
-          int64_t ldy, int64_t n_cols) {
-  float acc[kPanel];
-  for (int r = 0; r < R; ++r) {
-    std::fill(acc, acc + kPanel, 0.f);
-    for (int64_t k = 0; k < n_in; ++k) {
-      const float xv = x[r * ldx + k];
-      for (int64_t c = 0; c < kPanel; ++c) acc[c] = std::fma(xv, L::get(panel + k * kPanel + c), acc[c]);
+// Two rows per tile: 2·4 accumulators + 4 weights + 1 broadcast of 16 ymm.
+template <class L>
+FROST_AVX2 void panel_rows(L l, const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, const float* b, float* y,
+                           int64_t ldy, int64_t n_cols) {
+  int64_t r = 0;
+  for (; r + 2 <= n_rows; r += 2) tile<2>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+  for (; r < n_rows; ++r) tile<1>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+}
+
+template <class L>
+FROST_AVX2 void dequant_panel(L l, int64_t n_in, float* out) {
+  for (int64_t k0 = 0, g = 0; k0 < n_in; k0 += l.group, ++g) {
+    l.begin(g);
+    for (int64_t k = k0; k < std::min(n_in, k0 + l.group); ++k) {
+      __m256 v[4];
+      l.load(k, v);
+      for (int i = 0; i < 4; ++i) _mm256_storeu_ps(out + k * kPanel + 8 * i, v[i]);
     }
-    store_row(acc, b, y + r * ldy, n_cols);
   }
 }
-#endif
 
-// Tile heights: the largest that keeps the accumulators in registers (AVX-512: 2·12 of 32 zmm; AVX2: 4·2
-// of 16 ymm), then smaller ones for the leftover rows.
-#if defined(__AVX512F__)
-constexpr int kTall = 12, kMid = 8, kShort = 4;
-#else
-constexpr int kTall = 2, kMid = 2, kShort = 2;
-#endif
+}  // namespace avx2
 
-template <class L>
-void panel_rows(const typename L::T* panel, const float* x, int64_t ldx, int64_t n_rows, int64_t n_in,
-                const float* b, float* y, int64_t ldy, int64_t n_cols) {
-  int64_t r = 0;
-  for (; r + kTall <= n_rows; r += kTall) tile<kTall, L>(panel, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
-  for (; r + kMid <= n_rows; r += kMid) tile<kMid, L>(panel, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
-  for (; r + kShort <= n_rows; r += kShort)
-    tile<kShort, L>(panel, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
-  for (; r + 2 <= n_rows; r += 2) tile<2, L>(panel, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
-  for (; r < n_rows; ++r) tile<1, L>(panel, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+// ------------------------------------------------------------------------------------------------ driver
+
+// Panel p of w as a loader view.
+Panel panel_of(const PackedMatrix& w, int64_t p) {
+  Panel v;
+  const int64_t n_groups = w.scales.defined() ? w.scales.size(1) : 0;
+  switch (w.format) {
+    case PackFormat::kF32:
+      v.w = w.panels.data_ptr<float>() + p * w.n_in * kPanel;
+      break;
+    case PackFormat::kBF16:
+      v.w = static_cast<const uint16_t*>(w.panels.data_ptr()) + p * w.n_in * kPanel;
+      break;
+    case PackFormat::kQ8:
+      v.w = w.panels.data_ptr<int8_t>() + p * w.n_in * kPanel;
+      break;
+    case PackFormat::kQ4:
+      v.w = w.panels.data_ptr<uint8_t>() + p * w.n_in * (kPanel / 2);
+      break;
+  }
+  if (w.scales.defined()) v.scales = w.scales.data_ptr<float>() + p * n_groups * kPanel;
+  if (w.mins.defined()) v.mins = w.mins.data_ptr<float>() + p * n_groups * kPanel;
+  v.group = w.group > 0 ? w.group : w.n_in;
+  return v;
 }
 
-template <class L>
+// The dequantized panel buffer of a task (n_in × 32 floats, reused across calls on this thread).
+float* panel_buffer(int64_t n_in) {
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < n_in * kPanel) buf.resize(static_cast<size_t>(n_in * kPanel));
+  return buf.data();
+}
+
+// One panel of one row block, on ISA `I` (a namespace's functions wrapped in a struct).
+struct ScalarIsa {
+  static void run(const PackedMatrix& w, const Panel& p, const float* x, int64_t ldx, int64_t nr, const float* b,
+                  float* y, int64_t ldy, int64_t nc) {
+    switch (w.format) {
+      case PackFormat::kF32:
+        return scalar::panel_rows<scalar::F32>(p, x, ldx, nr, w.n_in, b, y, ldy, nc);
+      case PackFormat::kBF16:
+        return scalar::panel_rows<scalar::BF16>(p, x, ldx, nr, w.n_in, b, y, ldy, nc);
+      case PackFormat::kQ8:
+      case PackFormat::kQ4: {
+        if (nr <= kDirectRows) {
+          if (w.format == PackFormat::kQ8) return scalar::panel_rows<scalar::Q8>(p, x, ldx, nr, w.n_in, b, y, ldy, nc);
+          return scalar::panel_rows<scalar::Q4>(p, x, ldx, nr, w.n_in, b, y, ldy, nc);
+        }
+        float* buf = panel_buffer(w.n_in);
+        if (w.format == PackFormat::kQ8) scalar::dequant_panel<scalar::Q8>(p, w.n_in, buf);
+        else scalar::dequant_panel<scalar::Q4>(p, w.n_in, buf);
+        Panel f{buf, nullptr, nullptr, w.n_in};
+        return scalar::panel_rows<scalar::F32>(f, x, ldx, nr, w.n_in, b, y, ldy, nc);
+      }
+    }
+  }
+};
+
+struct Avx512Isa {
+  static void run(const PackedMatrix& w, const Panel& p, const float* x, int64_t ldx, int64_t nr, const float* b,
+                  float* y, int64_t ldy, int64_t nc) {
+    using namespace avx512;
+    const int64_t n_in = w.n_in;
+    switch (w.format) {
+      case PackFormat::kF32:
+        return panel_rows(F32{static_cast<const float*>(p.w), p.group}, x, ldx, nr, n_in, b, y, ldy, nc);
+      case PackFormat::kBF16:
+        return panel_rows(BF16{static_cast<const uint16_t*>(p.w), p.group}, x, ldx, nr, n_in, b, y, ldy, nc);
+      case PackFormat::kQ8:
+      case PackFormat::kQ4: {
+        const Q8 q8{static_cast<const int8_t*>(p.w), p.scales, p.group};
+        const Q4 q4{static_cast<const uint8_t*>(p.w), p.scales, p.mins, p.group};
+        if (nr <= kDirectRows) {
+          if (w.format == PackFormat::kQ8) return panel_rows(q8, x, ldx, nr, n_in, b, y, ldy, nc);
+          return panel_rows(q4, x, ldx, nr, n_in, b, y, ldy, nc);
+        }
+        float* buf = panel_buffer(n_in);
+        if (w.format == PackFormat::kQ8) dequant_panel(q8, n_in, buf);
+        else dequant_panel(q4, n_in, buf);
+        return panel_rows(F32{buf, n_in}, x, ldx, nr, n_in, b, y, ldy, nc);
+      }
+    }
+  }
+};
+
+struct Avx2Isa {
+  static void run(const PackedMatrix& w, const Panel& p, const float* x, int64_t ldx, int64_t nr, const float* b,
+                  float* y, int64_t ldy, int64_t nc) {
+    using namespace avx2;
+    const int64_t n_in = w.n_in;
+    switch (w.format) {
+      case PackFormat::kF32:
+        return panel_rows(F32{static_cast<const float*>(p.w), p.group}, x, ldx, nr, n_in, b, y, ldy, nc);
+      case PackFormat::kBF16:
+        return panel_rows(BF16{static_cast<const uint16_t*>(p.w), p.group}, x, ldx, nr, n_in, b, y, ldy, nc);
+      case PackFormat::kQ8:
+      case PackFormat::kQ4: {
+        const Q8 q8{static_cast<const int8_t*>(p.w), p.scales, p.group};
+        const Q4 q4{static_cast<const uint8_t*>(p.w), p.scales, p.mins, p.group};
+        if (nr <= kDirectRows) {
+          if (w.format == PackFormat::kQ8) return panel_rows(q8, x, ldx, nr, n_in, b, y, ldy, nc);
+          return panel_rows(q4, x, ldx, nr, n_in, b, y, ldy, nc);
+        }
+        float* buf = panel_buffer(n_in);
+        if (w.format == PackFormat::kQ8) dequant_panel(q8, n_in, buf);
+        else dequant_panel(q4, n_in, buf);
+        return panel_rows(F32{buf, n_in}, x, ldx, nr, n_in, b, y, ldy, nc);
+      }
+    }
+  }
+};
+
+template <class I>
 void gemm(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y, int64_t ldy) {
-  const auto* base = static_cast<const typename L::T*>(w.panels.data_ptr());
   const int64_t n_in = w.n_in, n_panels = w.panels.size(0);
   const int64_t n_blocks = (n_rows + kRowBlock - 1) / kRowBlock;
   // Tasks are (row block, group of panels), panel-minor so neighbouring tasks share their activation rows,
@@ -181,8 +449,7 @@ void gemm(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, co
     const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, n_rows - r0);
     for (int64_t p = g * group; p < std::min(n_panels, (g + 1) * group); ++p) {
       const int64_t c0 = p * kPanel, nc = std::min(kPanel, w.n_out - c0);
-      panel_rows<L>(base + p * n_in * kPanel, x + r0 * ldx, ldx, nr, n_in, b ? b + c0 : nullptr, y + r0 * ldy + c0,
-                    ldy, nc);
+      I::run(w, panel_of(w, p), x + r0 * ldx, ldx, nr, b ? b + c0 : nullptr, y + r0 * ldy + c0, ldy, nc);
     }
   };
   if (n_rows * n_in * w.n_out < (int64_t{1} << 16)) {
@@ -192,29 +459,86 @@ void gemm(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, co
   }
 }
 
+// [P·32, n_in] rows zero-padded to whole panels, then each panel transposed to [n_in, 32].
+at::Tensor panelize(const at::Tensor& m, int64_t n_panels) {
+  at::Tensor padded = at::zeros({n_panels * kPanel, m.size(1)}, m.options());
+  padded.narrow(0, 0, m.size(0)).copy_(m);
+  return padded.view({n_panels, kPanel, m.size(1)}).transpose(1, 2).contiguous();
+}
+
 }  // namespace
+
+const char* pack_format_name(PackFormat f) {
+  switch (f) {
+    case PackFormat::kBF16:
+      return "bf16";
+    case PackFormat::kQ8:
+      return "int8";
+    case PackFormat::kQ4:
+      return "int4";
+    default:
+      return "fp32";
+  }
+}
+
+int64_t PackedMatrix::bytes() const {
+  int64_t n = 0;
+  for (const at::Tensor* t : {&panels, &scales, &mins})
+    if (t->defined()) n += t->numel() * static_cast<int64_t>(t->element_size());
+  return n;
+}
 
 PackedMatrix pack_matrix(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.is_contiguous() && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16),
               "pack_matrix: need a contiguous fp32/bf16 [n_out, n_in] matrix, got ", w.sizes(), " ", w.scalar_type());
   PackedMatrix m;
+  m.format = w.scalar_type() == at::kFloat ? PackFormat::kF32 : PackFormat::kBF16;
   m.n_out = w.size(0);
   m.n_in = w.size(1);
-  const int64_t n_panels = (m.n_out + kPanel - 1) / kPanel;
-  // [P·32, n_in] zero-padded, then each panel transposed to [n_in, 32].
-  at::Tensor padded = at::zeros({n_panels * kPanel, m.n_in}, w.options());
-  padded.narrow(0, 0, m.n_out).copy_(w);
-  m.panels = padded.view({n_panels, kPanel, m.n_in}).transpose(1, 2).contiguous();
+  m.group = m.n_in;
+  m.panels = panelize(w, (m.n_out + kPanel - 1) / kPanel);
   return m;
+}
+
+PackedMatrix pack_quantized(const QuantizedMatrix& qm) {
+  TORCH_CHECK(qm.defined() && (qm.bits == 8 || qm.bits == 4) && qm.group > 0, "pack_quantized: not a quantized matrix");
+  PackedMatrix m;
+  m.format = qm.bits == 8 ? PackFormat::kQ8 : PackFormat::kQ4;
+  m.n_out = qm.n_out;
+  m.n_in = qm.n_in;
+  m.group = qm.group;
+  const int64_t n_panels = (m.n_out + kPanel - 1) / kPanel;
+  // Padding rows: q = 0 with scale 0 (and minimum 0) dequantize to 0.
+  m.scales = panelize(qm.scales, n_panels);  // [P, n_groups, 32]
+  if (qm.bits == 4) m.mins = panelize(qm.mins, n_panels);
+  const at::Tensor q = panelize(qm.q, n_panels);  // [P, n_in, 32]
+  if (qm.bits == 8) {
+    m.panels = q;
+  } else {  // byte j of an input row: output j | output j+16 << 4
+    const at::Tensor lo = q.narrow(2, 0, 16), hi = q.narrow(2, 16, 16);
+    m.panels = at::bitwise_or(lo, at::bitwise_left_shift(hi, 4)).contiguous();
+  }
+  return m;
+}
+
+void gemm_packed_isa(Isa isa, const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b,
+                     float* y, int64_t ldy) {
+  TORCH_CHECK(w.defined() && ldx >= w.n_in && ldy >= w.n_out && n_rows >= 0, "gemm_packed: bad shapes");
+  TORCH_CHECK(isa_supported(isa), "gemm_packed: this CPU cannot run the ", isa_name(isa), " kernels");
+  if (n_rows == 0) return;
+  switch (isa) {
+    case Isa::kAvx512:
+      return gemm<Avx512Isa>(w, x, ldx, n_rows, b, y, ldy);
+    case Isa::kAvx2:
+      return gemm<Avx2Isa>(w, x, ldx, n_rows, b, y, ldy);
+    default:
+      return gemm<ScalarIsa>(w, x, ldx, n_rows, b, y, ldy);
+  }
 }
 
 void gemm_packed(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y,
                  int64_t ldy) {
-  TORCH_CHECK(w.defined() && ldx >= w.n_in && ldy >= w.n_out && n_rows >= 0, "gemm_packed: bad shapes");
-  if (n_rows == 0) return;
-  if (w.dtype() == at::kFloat) return gemm<F32Panel>(w, x, ldx, n_rows, b, y, ldy);
-  if (w.dtype() == at::kBFloat16) return gemm<Bf16Panel>(w, x, ldx, n_rows, b, y, ldy);
-  TORCH_CHECK(false, "gemm_packed: unsupported weight dtype ", w.dtype());
+  gemm_packed_isa(active_isa(), w, x, ldx, n_rows, b, y, ldy);
 }
 
 void gemm_packed_ref(const at::Tensor& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y,

@@ -1,43 +1,68 @@
 #pragma once
 // y = x Wᵀ (+ b) for a batch of activation rows against a weight matrix packed once at load: the GEMM of
-// the batched serving step (core/model/forward_batch.cc). Pure math, no knowledge of models.
+// the batched serving step and of batch-1 decode (core/model/forward_batch.cc, decode_fast.cc). Pure math,
+// no knowledge of models.
 //
-// Layout (PackedMatrix): W [n_out, n_in] (fp32 or bf16) is cut into panels of 32 output rows; panel p is
-// stored transposed, [n_in][32] contiguous (the last panel zero-padded). One pass over a panel feeds 32
-// outputs of every activation row in a register tile, so each weight is read once per step whatever the
-// batch size, with no horizontal reductions (the outer-product form BLAS micro-kernels use).
+// Layout (PackedMatrix): W [n_out, n_in] is cut into panels of 32 output rows; panel p is stored transposed,
+// [n_in][32] (the last panel zero-padded). One pass over a panel feeds 32 outputs of every activation row in
+// a register tile, so each weight is read once per step whatever the batch size, with no horizontal
+// reductions (the outer-product form BLAS micro-kernels use). Formats:
+//   kF32, kBF16  [P, n_in, 32] of the weights
+//   kQ8          int8 [P, n_in, 32] + fp32 scales [P, n_groups, 32]            (kernels/cpu/quant.h)
+//   kQ4          uint8 [P, n_in, 16], byte j of a row = output j (low nibble) | output j+16 (high nibble),
+//                + fp32 scales and minimums [P, n_groups, 32]
 //
 // Arithmetic (the contract tests hold, and why it is this way): every output element is
-//   acc = 0; for k = 0 .. n_in−1: acc = fma(x[k], W[o, k], acc);  y = acc + b[o]
-// in fp32, in that order, whatever the batch size, the tile, the thread split or the ISA (AVX-512, AVX2 or
-// scalar: each SIMD lane runs exactly this chain). So a row's result never depends on which other rows
-// share its step: batched decode, chunked prefill and recompute after preemption are bit-identical, and
-// gemm_packed_ref (a scalar loop with std::fma) is its exact twin. bf16 weights are widened to fp32 in
-// registers (activations stay fp32: the same math as the reference path's upcast).
+//   acc = 0; for k = 0 .. n_in−1: acc = fma(x[k], w(o, k), acc);  y = acc + b[o]
+// in fp32, in that order, where w(o, k) is the weight as fp32 — for bf16 widened exactly, for int8/int4
+// dequantized exactly as quant.h's dequantize() defines — whatever the batch size, the tile, the thread
+// split or the ISA (AVX-512, AVX2 or scalar, chosen at run time: kernels/cpu/isa.h; each SIMD lane runs
+// exactly this chain). So a row's result never depends on which other rows share its step (batched decode,
+// chunked prefill and recompute after preemption are bit-identical), and gemm_packed_ref on the fp32 matrix
+// (dequantize() for int8/int4) is its exact twin. Activations stay fp32.
+//
+// Quantized panels with few rows (decode) are dequantized in registers as they stream in (the step is bound
+// by reading weights: int8 reads 1.125 bytes per weight, int4 0.75, fp32 4); with more rows each panel is
+// dequantized once into an L2-resident buffer and the fp32 tile runs over it (the step is bound by FMAs).
+// Both give the same bits.
 #include <ATen/ATen.h>
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/quant.h"
+
 namespace frost::kernels {
 
+enum class PackFormat { kF32, kBF16, kQ8, kQ4 };
+const char* pack_format_name(PackFormat f);  // "fp32" | "bf16" | "int8" | "int4"
+
 struct PackedMatrix {
-  at::Tensor panels;  // [P, n_in, 32] of fp32 or bf16, P = ceil(n_out / 32)
+  PackFormat format = PackFormat::kF32;
+  at::Tensor panels;         // see the layout above
+  at::Tensor scales, mins;   // quantized formats: [P, n_groups, 32] fp32 (mins: kQ4 only)
   int64_t n_out = 0, n_in = 0;
+  int64_t group = 0;         // inputs per scale (quantized); n_in otherwise
   bool defined() const { return panels.defined(); }
-  at::ScalarType dtype() const { return panels.scalar_type(); }
-  int64_t bytes() const { return panels.defined() ? panels.numel() * static_cast<int64_t>(panels.element_size()) : 0; }
+  int64_t bytes() const;     // every tensor it holds
 };
 
 // Packs W [n_out, n_in] (contiguous fp32 or bf16); the dtype is kept.
 PackedMatrix pack_matrix(const at::Tensor& w);
+// Packs a quantized matrix (int8 or int4, any group size).
+PackedMatrix pack_quantized(const QuantizedMatrix& qm);
 
 // y[r, o] for r < n_rows, o < n_out: x rows are ldx floats apart, y rows ldy floats apart; b may be null.
 // Parallel over output panels (and row blocks for large batches) on LibTorch's pool, the tasks claimed
-// dynamically (kernels/cpu/parallel.h). y must not alias x.
+// dynamically (kernels/cpu/parallel.h). y must not alias x. Runs the active_isa() variant.
 void gemm_packed(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y,
                  int64_t ldy);
+// The same with an explicit variant (tests, benchmarks); `isa` must be supported by this CPU.
+void gemm_packed_isa(Isa isa, const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b,
+                     float* y, int64_t ldy);
 
-// The scalar twin: the same fma chain per element, on the unpacked W [n_out, n_in] (fp32 or bf16).
+// The scalar twin: the same fma chain per element, on the unpacked W [n_out, n_in] (fp32 or bf16; for a
+// quantized matrix pass dequantize(qm)).
 void gemm_packed_ref(const at::Tensor& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y,
                      int64_t ldy);
 

@@ -1,12 +1,18 @@
-// The packed GEMM of the batched step against its scalar twin: bit-identical, for every shape, batch size
-// and weight dtype — and therefore batch-invariant (a row's output does not depend on the other rows).
+// The packed GEMM of the batched step against its scalar twin: bit-identical, for every shape, batch size,
+// weight format (fp32, bf16, int8 per group and per channel, int4) and every ISA variant this CPU runs
+// (AVX-512, AVX2, scalar, chosen at run time) — and therefore batch-invariant (a row's output does not
+// depend on the other rows) and the same on every machine.
 #include "kernels/cpu/gemm.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/quant.h"
 
 namespace frost::kernels {
 namespace {
@@ -15,28 +21,71 @@ struct GemmCase {
   int64_t n_out, n_in, n_rows;
 };
 
-class GemmPackedTest : public ::testing::TestWithParam<std::tuple<GemmCase, c10::ScalarType, bool>> {};
+// Weight formats under test: the packed matrix and the fp32 (or bf16) matrix its reference multiplies by.
+enum class Fmt { kF32, kBF16, kQ8G32, kQ8Row, kQ4G32 };
+const char* fmt_name(Fmt f) {
+  switch (f) {
+    case Fmt::kF32: return "f32";
+    case Fmt::kBF16: return "bf16";
+    case Fmt::kQ8G32: return "q8g32";
+    case Fmt::kQ8Row: return "q8row";
+    default: return "q4g32";
+  }
+}
 
-TEST_P(GemmPackedTest, BitIdenticalToTheScalarFmaChain) {
-  const auto [c, dtype, with_bias] = GetParam();
+std::pair<PackedMatrix, at::Tensor> make_weights(Fmt f, const at::Tensor& w32) {
+  switch (f) {
+    case Fmt::kF32:
+      return {pack_matrix(w32), w32};
+    case Fmt::kBF16: {
+      const at::Tensor wb = w32.to(at::kBFloat16).contiguous();
+      return {pack_matrix(wb), wb};
+    }
+    case Fmt::kQ8G32:
+    case Fmt::kQ8Row: {
+      const QuantizedMatrix q = quantize_int8(w32, f == Fmt::kQ8G32 ? 32 : 0);
+      return {pack_quantized(q), dequantize(q)};
+    }
+    default: {
+      const QuantizedMatrix q = quantize_int4(w32, 32);
+      return {pack_quantized(q), dequantize(q)};
+    }
+  }
+}
+
+std::vector<Isa> isas() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(i)) out.push_back(i);
+  return out;
+}
+
+class GemmPackedTest : public ::testing::TestWithParam<std::tuple<GemmCase, Fmt, bool>> {};
+
+TEST_P(GemmPackedTest, EveryIsaIsBitIdenticalToTheScalarFmaChain) {
+  const auto [c, fmt, with_bias] = GetParam();
   at::manual_seed(c.n_out * 7 + c.n_in * 3 + c.n_rows);
-  const at::Tensor w = at::randn({c.n_out, c.n_in}).to(dtype).contiguous();
+  const at::Tensor w32 = at::randn({c.n_out, c.n_in}).contiguous();
+  const auto [pm, wref] = make_weights(fmt, w32);
   const int64_t ldx = c.n_in + 3, ldy = c.n_out + 5;  // strided rows, like slices of a wider buffer
   const at::Tensor x = at::randn({c.n_rows, ldx});
   const at::Tensor b = at::randn({c.n_out});
   const float* bp = with_bias ? b.data_ptr<float>() : nullptr;
-  std::vector<float> y(static_cast<size_t>(c.n_rows * ldy), -1.f), y_ref(y);
-  const PackedMatrix pm = pack_matrix(w);
+  std::vector<float> y_ref(static_cast<size_t>(c.n_rows * ldy), -1.f);
   EXPECT_EQ(pm.n_out, c.n_out);
-  gemm_packed(pm, x.data_ptr<float>(), ldx, c.n_rows, bp, y.data(), ldy);
-  gemm_packed_ref(w, x.data_ptr<float>(), ldx, c.n_rows, bp, y_ref.data(), ldy);
-  for (int64_t r = 0; r < c.n_rows; ++r)
-    for (int64_t o = 0; o < c.n_out; ++o)
-      ASSERT_EQ(y[static_cast<size_t>(r * ldy + o)], y_ref[static_cast<size_t>(r * ldy + o)]) << r << "," << o;
-  // padding columns of y are never written
-  if (ldy > c.n_out) EXPECT_EQ(y[static_cast<size_t>(c.n_out)], -1.f);
+  gemm_packed_ref(wref, x.data_ptr<float>(), ldx, c.n_rows, bp, y_ref.data(), ldy);
+  for (Isa isa : isas()) {
+    std::vector<float> y(static_cast<size_t>(c.n_rows * ldy), -1.f);
+    gemm_packed_isa(isa, pm, x.data_ptr<float>(), ldx, c.n_rows, bp, y.data(), ldy);
+    for (int64_t r = 0; r < c.n_rows; ++r)
+      for (int64_t o = 0; o < c.n_out; ++o)
+        ASSERT_EQ(y[static_cast<size_t>(r * ldy + o)], y_ref[static_cast<size_t>(r * ldy + o)])
+            << isa_name(isa) << " " << fmt_name(fmt) << " row " << r << " col " << o;
+    // padding columns of y are never written
+    if (ldy > c.n_out) EXPECT_EQ(y[static_cast<size_t>(c.n_out)], -1.f) << isa_name(isa);
+  }
   // and the scalar twin is the product LibTorch computes, to fp32 rounding
-  at::Tensor want = at::mm(x.narrow(1, 0, c.n_in).to(at::kDouble), w.to(at::kDouble).t());
+  at::Tensor want = at::mm(x.narrow(1, 0, c.n_in).to(at::kDouble), wref.to(at::kDouble).t());
   if (with_bias) want += b.to(at::kDouble);
   const double tol = 2e-6 * std::sqrt(static_cast<double>(c.n_in)) * 4;
   for (int64_t r = 0; r < c.n_rows; ++r)
@@ -49,7 +98,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmPackedTest,
                                                               GemmCase{32, 16, 12}, GemmCase{33, 29, 13},
                                                               GemmCase{100, 64, 1}, GemmCase{70, 48, 31},
                                                               GemmCase{64, 40, 97}, GemmCase{200, 288, 25}),
-                                            ::testing::Values(c10::kFloat, c10::kBFloat16), ::testing::Bool()));
+                                            ::testing::Values(Fmt::kF32, Fmt::kBF16, Fmt::kQ8G32, Fmt::kQ8Row,
+                                                              Fmt::kQ4G32),
+                                            ::testing::Bool()));
 
 TEST(GemmPackedTest2, ARowsResultDoesNotDependOnItsBatch) {
   at::manual_seed(3);
@@ -63,6 +114,76 @@ TEST(GemmPackedTest2, ARowsResultDoesNotDependOnItsBatch) {
     gemm_packed(pm, x.data_ptr<float>() + r * n_in, n_in, 1, nullptr, one.data(), n_out);
     EXPECT_EQ(std::memcmp(one.data(), all.data() + r * n_out, n_out * sizeof(float)), 0) << "row " << r;
   }
+}
+
+TEST(GemmPackedTest2, QuantizedRowsDoNotDependOnTheirBatchEither) {
+  // Few rows dequantize in registers, many dequantize the panel into a buffer: the same bits.
+  at::manual_seed(4);
+  const int64_t n_out = 96, n_in = 100;
+  for (const QuantizedMatrix& q : {quantize_int8(at::randn({n_out, n_in}), 32), quantize_int4(at::randn({n_out, n_in}), 32)}) {
+    const PackedMatrix pm = pack_quantized(q);
+    const at::Tensor x = at::randn({40, n_in});
+    std::vector<float> all(40 * n_out), one(n_out);
+    gemm_packed(pm, x.data_ptr<float>(), n_in, 40, nullptr, all.data(), n_out);
+    for (int64_t r : {0, 3, 4, 17, 39}) {
+      gemm_packed(pm, x.data_ptr<float>() + r * n_in, n_in, 1, nullptr, one.data(), n_out);
+      EXPECT_EQ(std::memcmp(one.data(), all.data() + r * n_out, n_out * sizeof(float)), 0)
+          << q.bits << "-bit row " << r;
+    }
+  }
+}
+
+TEST(QuantTest, Int8IsSymmetricPerGroupWithinHalfAStep) {
+  at::manual_seed(5);
+  const at::Tensor w = at::randn({7, 70}) * 0.05;
+  for (int64_t group : {32, 0}) {
+    const QuantizedMatrix q = quantize_int8(w, group);
+    EXPECT_EQ(q.group, group == 0 ? 70 : 32);
+    EXPECT_EQ(q.scales.size(1), group == 0 ? 1 : 3);
+    const at::Tensor d = dequantize(q);
+    for (int64_t o = 0; o < 7; ++o)
+      for (int64_t k = 0; k < 70; ++k) {
+        const float s = q.scales[o][k / q.group].item<float>();
+        const int v = q.q[o][k].item<int8_t>();
+        ASSERT_LE(std::abs(v), 127);
+        ASSERT_LE(std::fabs(d[o][k].item<float>() - w[o][k].item<float>()), s * 0.5f + 1e-7f) << o << "," << k;
+      }
+    // the largest magnitude of each group is represented exactly up to the scale's rounding
+    EXPECT_NEAR(d.abs().max().item<float>(), w.abs().max().item<float>(), 1e-6);
+  }
+  EXPECT_EQ(quantize_int8(w, 32).format_bytes(), 7 * 70 + 7 * 3 * 4);
+}
+
+TEST(QuantTest, Int4HasAMinimumAndSixteenLevelsPerGroup) {
+  at::manual_seed(6);
+  const at::Tensor w = at::rand({5, 64}) + 0.5;  // all positive: symmetric int4 would waste half its levels
+  const QuantizedMatrix q = quantize_int4(w, 32);
+  const at::Tensor d = dequantize(q);
+  for (int64_t o = 0; o < 5; ++o)
+    for (int64_t k = 0; k < 64; ++k) {
+      const float s = q.scales[o][k / 32].item<float>();
+      ASSERT_LE(q.q[o][k].item<uint8_t>(), 15);
+      ASSERT_LE(std::fabs(d[o][k].item<float>() - w[o][k].item<float>()), s * 0.5f + 1e-6f);
+      ASSERT_GE(d[o][k].item<float>(), q.mins[o][k / 32].item<float>() - 1e-6f);
+    }
+  // an all-equal group is exact
+  const QuantizedMatrix c = quantize_int4(at::full({1, 32}, 0.25f), 32);
+  EXPECT_TRUE(at::equal(dequantize(c), at::full({1, 32}, 0.25f)));
+  EXPECT_TRUE(at::equal(dequantize(quantize_int8(at::zeros({2, 40}), 32)), at::zeros({2, 40})));
+  EXPECT_EQ(q.format_bytes(), 5 * 64 / 2 + 5 * 2 * 8);
+}
+
+TEST(IsaTest, NamesParseAndNarrowingNeverWidensBeyondTheCpu) {
+  Isa i;
+  ASSERT_TRUE(parse_isa("auto", &i));
+  EXPECT_EQ(i, best_isa());
+  EXPECT_FALSE(parse_isa("avx9000", &i));
+  EXPECT_TRUE(isa_supported(Isa::kScalar));
+  const Isa before = active_isa();
+  EXPECT_TRUE(set_isa(Isa::kScalar));
+  EXPECT_EQ(active_isa(), Isa::kScalar);
+  if (!isa_supported(Isa::kAvx512)) EXPECT_FALSE(set_isa(Isa::kAvx512));
+  EXPECT_TRUE(set_isa(before));
 }
 
 TEST(GemmPackedTest2, RefusesWhatItCannotPack) {
