@@ -1,6 +1,6 @@
 // frost-bench: speed benchmarks printing one JSON object.
 //
-//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16]
+//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4]
 //                       [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens 16] [--new-tokens 256]
 //                       [--repeat 5] [--path fast|reference] [--via generator|engine] [--json]
 //   frost-bench prototype --model DIR --data DATASET_DIR [--set key=value ...] [--threads N] [--json]
@@ -10,9 +10,9 @@
 //                       (train + evaluate KV repair operators: bench/bench_kv_repair.cc)
 //   frost-bench kvsplice --model DIR [--rank R[,...]] --data DIR|self [--set key=value ...]
 //                       (KVSplice compression report + Fisher analysis: bench/bench_kvsplice.cc)
-//   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--prompt-tokens 128]
+//   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4] [--prompt-tokens 128]
 //                       [--repeat 5] [--path fast|reference] [--json]
-//   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16] [--batch 32]
+//   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4] [--batch 32]
 //                       [--repeat 50] [--json]
 //   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
 //                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N] [--json]
@@ -56,12 +56,14 @@
 #include "bench/bench_kv_repair.h"
 #include "bench/bench_kvsplice.h"
 #include "bench/bench_prototype.h"
+#include "bench/bench_weights.h"
 #include "bench/bench_util.h"
 #include "client/flags/flags.h"
 #include "core/common/device.h"
 #include "core/generate/engine.h"
 #include "core/generate/generator.h"
 #include "core/model/model_loader.h"
+#include "core/model/quantize.h"
 #include "kernels/cpu/gemm.h"
 
 namespace {
@@ -79,9 +81,9 @@ using frost::cli::switch_flag;
 using frost::cli::uint64_flag;
 
 constexpr char kUsage[] =
-    "usage: frost-bench decode|prefill|prototype|kv-repair|kvsplice --model "
+    "usage: frost-bench decode|prefill|bare-step|engine|prototype|kv-repair|kvsplice|weights --model "
     "builtin:15m|DIR [--threads N] "
-    "[--dtype fp32|bf16] [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens N] [--new-tokens N] "
+    "[--dtype fp32|bf16|int8|int4] [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens N] [--new-tokens N] "
     "[--repeat N] [--path fast|reference] [--json]\n";
 
 // A usage error: the message and the usage on stderr, exit 2.
@@ -117,16 +119,47 @@ std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab) {
 
 }  // namespace
 
+// The machine's read bandwidth with `threads` threads (STREAM-style: sum a 256 MiB buffer, far larger than
+// the caches; the best of 5), bytes per second. The limit decode speed is held to in the same run.
+double read_bandwidth(int threads) {
+  const int64_t n = int64_t{64} << 20;  // floats
+  std::vector<float> buf(static_cast<size_t>(n), 1.f);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    std::atomic<double> sink{0};
+    const auto t0 = Clock::now();
+    at::parallel_for(0, threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+        float acc[16] = {0};
+        for (int64_t i = lo; i + 16 <= hi; i += 16)
+          for (int j = 0; j < 16; ++j) acc[j] += buf[static_cast<size_t>(i + j)];
+        float sum = 0;
+        for (float a : acc) sum += a;
+        double cur = sink.load();
+        while (!sink.compare_exchange_weak(cur, cur + sum)) {
+        }
+      }
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (sink.load() < 0) std::printf(" ");  // keeps the sum alive
+    best = std::max(best, static_cast<double>(n) * sizeof(float) / s);
+  }
+  return best;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) usage("missing mode");
   const std::string mode = argv[1];
   if (mode == "--help" || mode == "-h") help();
   if (mode == "prototype") return frost::bench::run_prototype_bench(argc, argv);
   if (mode == "kv-repair") return frost::bench::run_kv_repair_bench(argc, argv);
+  if (mode == "weights") return frost::bench::run_weights_bench(argc, argv);
   if (mode == "kvsplice") return frost::bench::run_kvsplice_bench(argc, argv);
   if (mode != "decode" && mode != "prefill" && mode != "bare-step" && mode != "engine")
     usage("unknown mode '" + mode + "'");
   // Every mode accepts every flag (and ignores those it does not use); the defaults depend on the mode.
+  int64_t int8_group = frost::kInt8Group;
   std::string model_path = "builtin:15m", dtype = "fp32", kv_name = "fp32", path = "fast", via = "generator";
   int threads = 0, repeat = mode == "bare-step" ? 50 : mode == "engine" ? 3 : 5;
   int64_t n_prompt = mode == "decode" ? 16 : mode == "engine" ? 17 : 128;
@@ -138,6 +171,7 @@ int main(int argc, char** argv) {
       string_flag("--model", [&](const std::string& v) { model_path = v; }),
       int32_flag("--threads", 0, [&](int32_t v) { threads = v; }),
       string_flag("--dtype", [&](const std::string& v) { dtype = v; }),
+      int64_flag("--int8-group", 0, [&](int64_t v) { int8_group = v; }),
       string_flag("--kv", [&](const std::string& v) { kv_name = v; }),
       int32_flag("--repeat", 1, [&](int32_t v) { repeat = v; }),
       string_flag("--path", [&](const std::string& v) { path = v; }),
@@ -157,14 +191,16 @@ int main(int argc, char** argv) {
       frost::cli::parse_flags(std::vector<std::string>(argv + 2, argv + argc), flags);
   if (!positional.ok()) usage(std::string(positional.status().message()));
   if (!positional->empty()) usage("bad argument '" + positional->front() + "'");
-  if (dtype != "fp32" && dtype != "bf16") usage("--dtype must be fp32 or bf16");
+  frost::WeightDtype wdtype;
+  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be fp32, bf16, int8 or int4, got " + dtype);
   if (via != "generator" && via != "engine") usage("--via must be generator or engine");
   auto codec = frost::parse_kv_codec(kv_name);
   if (!codec.ok()) usage(std::string(codec.status().message()));
 
   if (auto st = frost::apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
   frost::LoadOptions lo;
-  lo.dtype = dtype == "bf16" ? frost::WeightDtype::kBF16 : frost::WeightDtype::kF32;
+  lo.dtype = wdtype;
+  lo.int8_group = int8_group;
   auto model = frost::load_model(model_path, lo);
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
@@ -179,6 +215,9 @@ int main(int argc, char** argv) {
   out["n_params"] = m.model->n_params();
   out["weight_bytes"] = m.model->weight_bytes();
   out["dtype"] = dtype;
+  if (wdtype == frost::WeightDtype::kInt8) out["int8_group"] = int8_group;
+  out["served_weight_bytes_per_token"] = m.model->served_weight_bytes_per_token();
+  out["kernels"] = frost::kernels::isa_name(frost::kernels::active_isa());
   out["threads"] = at::get_num_threads();
   out["repeat"] = repeat;
   out["machine"] = frost::bench::machine_json();
@@ -258,6 +297,16 @@ int main(int argc, char** argv) {
     out["token_latency_ms"] = {
         {"p50", percentile(lat_ms, 50)}, {"p90", percentile(lat_ms, 90)}, {"p99", percentile(lat_ms, 99)}};
     out["runs_tokens_per_s"] = tps;
+    // Against the bandwidth limit: every served weight byte and the KV read once per token (at the mean
+    // context of the run), at the read bandwidth measured now with the same threads.
+    const double bw = read_bandwidth(at::get_num_threads());
+    const int64_t kv_per_token = engine ? engine->stats().kv_bytes_per_token : gen.kv()->bytes_per_token();
+    const double bytes = static_cast<double>(m.model->served_weight_bytes_per_token()) +
+                         static_cast<double>(kv_per_token) * (static_cast<double>(n_prompt) + n_new / 2.0);
+    out["read_bandwidth_gb_s"] = bw * 1e-9;
+    out["bytes_per_token"] = bytes;
+    out["bandwidth_limit_tokens_per_s"] = bw / bytes;
+    out["ratio_to_bandwidth_limit"] = median(tps) / (bw / bytes);
   } else if (mode == "engine") {
     if (streams < 1) usage("--streams must be >= 1");
     frost::EngineConfig ec;

@@ -20,6 +20,7 @@
 #include "core/common/device.h"
 #include "core/common/log.h"
 #include "core/model/model_loader.h"
+#include "kernels/cpu/isa.h"
 
 namespace frost::server {
 namespace {
@@ -123,6 +124,11 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
 absl::Status FrostServer::load_model() {
   if (stopped_) return absl::FailedPreconditionError("server stopped");
   if (absl::Status st = apply_device_config({cfg_.model.threads}); !st.ok()) return st;
+  kernels::Isa isa = kernels::best_isa();
+  if (!kernels::parse_isa(cfg_.model.kernels, &isa) || !kernels::set_isa(isa))
+    return absl::FailedPreconditionError(absl::StrCat("model.kernels: \"", cfg_.model.kernels,
+                                                      "\" needs CPU features this machine lacks (it runs up to ",
+                                                      kernels::isa_name(kernels::best_isa()), ")"));
   const int64_t t0 = RealClock::get().now_ns();
   LoadOptions opts;
   opts.dtype = cfg_.model.dtype;
@@ -175,13 +181,17 @@ absl::Status FrostServer::load_model() {
   }
   const double secs = static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9;
   FROST_LOG_INFO(
-      "frostd: serving %s (%s, %lld params, context %lld, kv %s) "
+      "frostd: serving %s (%s, %lld params, %s weights %.1f MiB, %s kernels, context %lld, kv %s) "
       "ready in %.2fs",
       model->name.c_str(), arch_name(model->config.arch), static_cast<long long>(model->model->n_params()),
+      weight_dtype_name(model->model->weight_format()),
+      static_cast<double>(model->model->served_weight_bytes()) / (1 << 20), kernels::isa_name(kernels::active_isa()),
       static_cast<long long>(e->max_context()), kv_codec_name(cfg_.engine.kv_codec), secs);
 
   engine_ = e;
   metrics_->set_stats_source([e] { return e->stats(); });
+  metrics_->set_model_info(model->name, arch_name(model->config.arch), weight_dtype_name(model->model->weight_format()),
+                           kernels::isa_name(kernels::active_isa()), model->model->served_weight_bytes());
   if (absl::Status st = runtime_->start(model); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("jobs: ", st.message()));
   }

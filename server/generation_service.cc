@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/clock.h"
 #include "core/common/log.h"
+#include "kernels/cpu/isa.h"
 #include "core/common/utf8.h"
 #include "server/proto_codec.h"
 #include "server/status_convert.h"
@@ -474,7 +475,9 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
     response->set_context_length(static_cast<int32_t>(e->max_context()));
     response->set_vocab_size(static_cast<int32_t>(m.config.n_vocab));
     response->set_n_params(m.model->n_params());
-    response->set_weight_dtype(cfg_.model.dtype == WeightDtype::kBF16 ? "bf16" : "fp32");
+    response->set_weight_dtype(weight_dtype_name(m.model->weight_format()));
+    response->set_weight_bytes(m.model->served_weight_bytes());
+    response->set_kernels(kernels::isa_name(kernels::active_isa()));
     response->set_kv_codec(kv_codec_name(cfg_.engine.kv_codec));
     const EngineStats st = e->stats();
     response->set_kv_blocks(st.kv_blocks_total);

@@ -145,6 +145,16 @@ Metrics::Metrics()
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
   using prometheus::BuildHistogram;
+  model_info_ = &BuildGauge()
+                     .Name("frost_model_info")
+                     .Help("The served model (value 1): name, architecture, weight format (fp32, bf16, int8, int4) "
+                           "and the CPU kernels in use (avx512, avx2, scalar).")
+                     .Register(*registry_);
+  model_weight_bytes_ = &BuildGauge()
+                             .Name("frost_model_weight_bytes")
+                             .Help("Bytes the served weights hold in their format (packed matrices, embeddings, norms).")
+                             .Register(*registry_)
+                             .Add({});
   predictions_ = &BuildCounter()
                       .Name("frost_predictions_total")
                       .Help("Texts answered by Prediction.Predict.")
@@ -284,6 +294,13 @@ void Metrics::set_stats_source(std::function<EngineStats()> source) {
 
 void Metrics::set_jobs_source(std::function<JobsStats()> source) {
   jobs_collector_->set_source(std::move(source));
+}
+
+void Metrics::set_model_info(const std::string& model, const std::string& architecture, const std::string& weights,
+                             const std::string& kernels, int64_t weight_bytes) {
+  model_info_->Add({{"model", model}, {"architecture", architecture}, {"weights", weights}, {"kernels", kernels}})
+      .Set(1);
+  model_weight_bytes_->Set(static_cast<double>(weight_bytes));
 }
 
 void Metrics::record_predictions(int64_t texts, int64_t out_of_distribution) {

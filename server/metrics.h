@@ -67,6 +67,10 @@ class Metrics {
   void set_jobs_source(std::function<JobsStats()> source);
   // One Predict request: texts predicted and how many were out of distribution.
   void record_predictions(int64_t texts, int64_t out_of_distribution);
+  // The served model, once loaded: frost_model_info{model, architecture, weights, kernels} 1 and
+  // frost_model_weight_bytes (what the served weights hold, in their format).
+  void set_model_info(const std::string& model, const std::string& architecture, const std::string& weights,
+                      const std::string& kernels, int64_t weight_bytes);
   // frost_ready: 1 when readiness is SERVING.
   void set_ready(bool ready) { ready_->Set(ready ? 1 : 0); }
 
@@ -86,6 +90,8 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<EngineCollector> engine_collector_;
   std::shared_ptr<JobsCollector> jobs_collector_;
+  prometheus::Family<prometheus::Gauge>* model_info_ = nullptr;
+  prometheus::Gauge* model_weight_bytes_ = nullptr;
   prometheus::Counter* predictions_ = nullptr;
   prometheus::Counter* predictions_ood_ = nullptr;
   std::unique_ptr<prometheus::Exposer> exposer_;

@@ -39,10 +39,13 @@ struct ServerSection {
 struct ModelSection {
   // Hugging Face checkpoint directory, or "builtin:<name>" (e.g. "builtin:tiny").
   std::string path = "builtin:tiny";
-  // Weights are converted to this dtype at load.
+  // Weights are converted (bf16) or quantized (int8, int4: core/model/quantize.h) to this at load.
   WeightDtype dtype = WeightDtype::kF32;
   // Intra-op CPU threads; 0 = all cores.
   int32_t threads = 0;
+  // CPU kernels: "auto" (the widest the CPU runs) or narrowed to "avx512", "avx2", "scalar"
+  // (kernels/cpu/isa.h); asking for more than the CPU has is refused at start.
+  std::string kernels = "auto";
 };
 
 // `engine:` — scheduling and KV cache (core/generate/engine.h).

@@ -52,6 +52,9 @@ int run_info(const std::vector<std::string>& args, CommonOptions common) {
   std::printf("vocab_size: %d\n", info.vocab_size());
   std::printf("n_params: %lld\n", static_cast<long long>(info.n_params()));
   std::printf("weight_dtype: %s\n", info.weight_dtype().c_str());
+  std::printf("weight_bytes: %lld (%.1f MiB)\n", static_cast<long long>(info.weight_bytes()),
+              static_cast<double>(info.weight_bytes()) / (1 << 20));
+  std::printf("kernels: %s\n", info.kernels().c_str());
   std::printf("kv_codec: %s\n", info.kv_codec().c_str());
   std::printf("kv_cache: %lld blocks × %lld bytes = %.1f MiB (%d positions per block at fp32)\n",
               static_cast<long long>(info.kv_blocks()), static_cast<long long>(info.kv_block_bytes()),

@@ -129,7 +129,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
       per_token = kv_paged_layout(d, block_bytes).bytes_per_token();
     }));
   }
-  e->model_salt_ = kv_salt_mix(kv_salt_mix(0, e->model_->name), at::toString(tf.weight_dtype()));
+  e->model_salt_ = kv_salt_mix(kv_salt_mix(0, e->model_->name), weight_dtype_name(tf.weight_format()));
   {
     absl::MutexLock lock(&e->mu_);
     EngineStats& s = e->counters_;

@@ -35,12 +35,17 @@ void Transformer::ensure_packed() const {
     for (size_t l = 0; l < w_.layers.size(); ++l) {
       const LayerWeights& lw = w_.layers[l];
       PackedLayer& p = packed_[l];
-      p.wqkv = kernels::pack_matrix(lw.wqkv.contiguous());
-      if (lw.wo.defined()) p.wo = kernels::pack_matrix(lw.wo.contiguous());
-      p.w_in = kernels::pack_matrix(lw.w_in.contiguous());
-      p.w_out = kernels::pack_matrix(lw.w_out.contiguous());
+      // Quantized models pack their int8 / int4 form; the others the matrix as it is.
+      auto pack = [](const at::Tensor& m, const kernels::QuantizedMatrix& q) {
+        return q.defined() ? kernels::pack_quantized(q) : kernels::pack_matrix(m.contiguous());
+      };
+      p.wqkv = pack(lw.wqkv, lw.wqkv_q);
+      if (lw.wo.defined()) p.wo = pack(lw.wo, lw.wo_q);
+      p.w_in = pack(lw.w_in, lw.w_in_q);
+      p.w_out = pack(lw.w_out, lw.w_out_q);
     }
-    packed_head_ = kernels::pack_matrix(w_.lm_head.contiguous());
+    packed_head_ = w_.lm_head_q.defined() ? kernels::pack_quantized(w_.lm_head_q)
+                                          : kernels::pack_matrix(w_.lm_head.contiguous());
   });
 }
 
@@ -49,6 +54,34 @@ int64_t Transformer::packed_weight_bytes() const {
   int64_t n = packed_head_.bytes();
   for (const PackedLayer& p : packed_) n += p.wqkv.bytes() + p.wo.bytes() + p.w_in.bytes() + p.w_out.bytes();
   return n;
+}
+
+namespace {
+int64_t tensor_bytes(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+// Norms, biases and variant projections: read whole every step, in their own dtype.
+int64_t small_weight_bytes(const ModelWeights& w) {
+  int64_t n = tensor_bytes(w.final_norm_w) + tensor_bytes(w.final_norm_b);
+  for (const LayerWeights& l : w.layers) {
+    for (const at::Tensor* t : {&l.attn_norm_w, &l.attn_norm_b, &l.bqkv, &l.bo, &l.mlp_norm_w, &l.mlp_norm_b, &l.b_in,
+                                &l.b_out})
+      n += tensor_bytes(*t);
+    for (const at::Tensor* t : l.var.tensors()) n += tensor_bytes(*t);
+  }
+  return n;
+}
+}  // namespace
+
+int64_t Transformer::served_weight_bytes_per_token() const {
+  int64_t n = packed_weight_bytes() + small_weight_bytes(w_);
+  n += tensor_bytes(w_.tok_embed) / std::max<int64_t>(1, w_.tok_embed.size(0));  // one embedding row
+  if (w_.pos_embed.defined()) n += tensor_bytes(w_.pos_embed) / std::max<int64_t>(1, w_.pos_embed.size(0));
+  return n;
+}
+
+int64_t Transformer::served_weight_bytes() const {
+  return packed_weight_bytes() + small_weight_bytes(w_) + tensor_bytes(w_.tok_embed) + tensor_bytes(w_.pos_embed);
 }
 
 const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchScratch& s) const {

@@ -371,6 +371,28 @@ absl::StatusOr<ModelConfig> parse_with_label(const std::string& text, const std:
 
 }  // namespace
 
+bool parse_weight_dtype(const std::string& name, WeightDtype* out) {
+  for (WeightDtype d : {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kInt8, WeightDtype::kInt4})
+    if (name == weight_dtype_name(d)) {
+      *out = d;
+      return true;
+    }
+  return false;
+}
+
+const char* weight_dtype_name(WeightDtype d) {
+  switch (d) {
+    case WeightDtype::kBF16:
+      return "bf16";
+    case WeightDtype::kInt8:
+      return "int8";
+    case WeightDtype::kInt4:
+      return "int4";
+    default:
+      return "fp32";
+  }
+}
+
 const char* arch_name(Arch a) {
   switch (a) {
     case Arch::kLlama: return "llama";

@@ -11,9 +11,12 @@ namespace frost {
 
 enum class Arch { kLlama, kGpt2 };
 enum class Activation { kSilu, kGeluNew };
-enum class WeightDtype { kF32, kBF16 };
+// How the weight matrices are stored and read (core/model/quantize.h for int8 / int4).
+enum class WeightDtype { kF32, kBF16, kInt8, kInt4 };
 
-const char* arch_name(Arch a);  // "llama" | "gpt2"
+const char* arch_name(Arch a);                   // "llama" | "gpt2"
+const char* weight_dtype_name(WeightDtype d);    // "fp32" | "bf16" | "int8" | "int4"
+bool parse_weight_dtype(const std::string& name, WeightDtype* out);  // false for another name
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;

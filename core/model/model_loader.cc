@@ -11,6 +11,7 @@
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 #include "core/model/builtin_models.h"
+#include "core/model/quantize.h"
 #include "core/store/safetensors.h"
 #include "core/model/weight_map.h"
 
@@ -21,17 +22,23 @@ namespace {
 
 constexpr uint64_t kBuiltinSeed = 0x5EEDF205700ull;
 
+// The dtype matrices are read in: int8 / int4 quantize from fp32 (quantize.h).
 at::ScalarType to_scalar(WeightDtype d) { return d == WeightDtype::kBF16 ? at::kBFloat16 : at::kFloat; }
+
+absl::StatusOr<std::unique_ptr<Transformer>> make_transformer(const ModelConfig& cfg, ModelWeights weights,
+                                                              const LoadOptions& opts) {
+  FROST_RETURN_IF_ERROR(quantize_weights(weights, opts.dtype, opts.int8_group));
+  return torch_call([&] { return std::make_unique<Transformer>(cfg, std::move(weights)); });
+}
 
 absl::StatusOr<std::unique_ptr<LoadedModel>> load_builtin(const std::string& name, const LoadOptions& opts) {
   FROST_ASSIGN_OR_RETURN(ModelConfig cfg, builtin_config(name));
   auto m = std::make_unique<LoadedModel>();
   m->name = name;
   m->source = name;
-  FROST_ASSIGN_OR_RETURN(m->model, torch_call([&] {
-                           return std::make_unique<Transformer>(
-                               cfg, random_weights(cfg, kBuiltinSeed, to_scalar(opts.dtype)));
-                         }));
+  FROST_ASSIGN_OR_RETURN(ModelWeights weights,
+                         torch_call([&] { return random_weights(cfg, kBuiltinSeed, to_scalar(opts.dtype)); }));
+  FROST_ASSIGN_OR_RETURN(m->model, make_transformer(cfg, std::move(weights), opts));
   m->config = std::move(cfg);
   m->tokenizer = make_byte_tokenizer(static_cast<int32_t>(m->config.n_vocab));
   return m;
@@ -85,8 +92,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> load_dir(const std::string& path, c
   auto m = std::make_unique<LoadedModel>();
   m->name = p.filename().string();
   m->source = p.string();
-  FROST_ASSIGN_OR_RETURN(m->model,
-                         torch_call([&] { return std::make_unique<Transformer>(cfg, std::move(weights)); }));
+  FROST_ASSIGN_OR_RETURN(m->model, make_transformer(cfg, std::move(weights), opts));
   m->config = std::move(cfg);
 
   absl::StatusOr<std::unique_ptr<Tokenizer>> tok = load_tokenizer(p.string(), opts.tokenizer);

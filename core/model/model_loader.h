@@ -12,7 +12,8 @@
 namespace frost {
 
 struct LoadOptions {
-  WeightDtype dtype = WeightDtype::kF32;  // weights are converted to this at load
+  WeightDtype dtype = WeightDtype::kF32;  // weights are converted (bf16) or quantized (int8, int4) at load
+  int64_t int8_group = 32;                // int8: inputs per scale, 0 = per output channel (kInt8Group)
   TokenizerPreference tokenizer = TokenizerPreference::kAuto;
 };
 

@@ -28,6 +28,7 @@
 
 #include "core/kv/sequence_kv.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant.h"
 #include "core/model/model_config.h"
 #include "core/model/variants.h"
 
@@ -35,6 +36,9 @@ namespace frost {
 
 // Matrices are [out, in] (torch Linear layout; GPT-2 Conv1D weights are transposed at load)
 // in the configured weight dtype (fp32 or bf16). Norm weights, biases and RoPE tables fp32.
+// Quantized models (int8 / int4, core/model/quantize.h) hold each quantized matrix twice: `*_q` is what the
+// fast paths read (packed for kernels::gemm_packed), and the fp32 tensor beside it is its exact dequantized
+// value, which the reference path, training and Predict compute with — the same model, not the original.
 struct LayerWeights {
   at::Tensor attn_norm_w, attn_norm_b;  // [C]; b undefined for RMSNorm
   at::Tensor wqkv, bqkv;                // [H*D + 2*Hkv*D, C] rows q | k | v; bias optional
@@ -43,6 +47,7 @@ struct LayerWeights {
   at::Tensor w_in, b_in;                // LLaMA: [2F, C] rows gate | up; GPT-2: c_fc [F, C]
   at::Tensor w_out, b_out;              // [C, F]
   VariantLayerWeights var;              // architecture variants (core/model/variants.h)
+  kernels::QuantizedMatrix wqkv_q, wo_q, w_in_q, w_out_q;  // int8 / int4 models only
 };
 
 struct ModelWeights {
@@ -51,6 +56,8 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   at::Tensor final_norm_w, final_norm_b;  // [C]
   at::Tensor lm_head;                     // [V, C]; aliases tok_embed when tied
+  kernels::QuantizedMatrix lm_head_q;     // int8 / int4 models (tok_embed then stays as loaded, for lookups)
+  WeightDtype dtype = WeightDtype::kF32;  // how the matrices are stored and read
 };
 
 // Per-sequence buffers of the fast decode path. Create with Transformer::make_scratch().
@@ -91,7 +98,10 @@ class Transformer {
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
+  // The tensor dtype of the matrices (fp32 for int8 / int4: their dequantized values) and the served
+  // format ("fp32" | "bf16" | "int8" | "int4").
   at::ScalarType weight_dtype() const { return wdtype_; }
+  WeightDtype weight_format() const { return w_.dtype; }
   int64_t n_params() const;
   int64_t weight_bytes() const;
 
@@ -124,6 +134,12 @@ class Transformer {
   const float* forward_batch(const std::vector<StepSeq>& seqs, BatchScratch& scratch) const;
   // Bytes of the packed copies forward_batch reads (made on first use; 0 contribution before).
   int64_t packed_weight_bytes() const;
+  // Bytes decode reads per step in the served format: the packed matrices (packing them if needed) plus
+  // the norms and biases, plus one row of embeddings (a lookup). What weight bandwidth per token is.
+  int64_t served_weight_bytes_per_token() const;
+  // Bytes the served weights hold: the packed matrices, embeddings, norms and biases (not the reference
+  // path's copies).
+  int64_t served_weight_bytes() const;
 
  private:
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;

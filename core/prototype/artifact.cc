@@ -44,7 +44,8 @@ absl::StatusOr<int64_t> save_artifact(const PrototypeArtifact& art, const std::s
   m["format_version"] = kArtifactVersion;
   m["backbone"] = {{"name", art.backbone.name},       {"arch", art.backbone.arch},
                    {"dim", art.backbone.dim},         {"n_layer", art.backbone.n_layer},
-                   {"n_vocab", art.backbone.n_vocab}, {"fingerprint", art.backbone.fingerprint}};
+                   {"n_vocab", art.backbone.n_vocab}, {"fingerprint", art.backbone.fingerprint},
+                   {"weights", art.backbone.weights}};
   m["config"] = to_json(art.cfg);
   m["bounds"] = {{"a", art.bounds.a}, {"b", art.bounds.b}};
   m["label_stats"] = {{"mu", art.label_mu}, {"sigma", art.label_sigma}};
@@ -83,6 +84,7 @@ absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir) {
     art.backbone.n_layer = bb.at("n_layer").get<int64_t>();
     art.backbone.n_vocab = bb.at("n_vocab").get<int64_t>();
     art.backbone.fingerprint = bb.at("fingerprint").get<std::string>();
+    art.backbone.weights = bb.value("weights", "fp32");  // artifacts from before quantized weights
     nlohmann::json cj = m.at("config");
     // Artifacts written before these fields existed were trained with the seed's head and
     // N(0, 1) slots: read them as such, not with today's defaults.

@@ -42,8 +42,8 @@ void fnv_tensor(uint64_t& h, const at::Tensor& t) {
 }  // namespace
 
 std::string BackboneId::describe() const {
-  return absl::StrFormat("%s (%s, dim %d, %d layers, vocab %d, weights %s)", name, arch, dim, n_layer,
-                         n_vocab, fingerprint);
+  return absl::StrFormat("%s (%s, dim %d, %d layers, vocab %d, %s weights %s)", name, arch, dim, n_layer,
+                         n_vocab, weights, fingerprint);
 }
 
 BackboneId backbone_id(const LoadedModel& model) {
@@ -54,6 +54,7 @@ BackboneId backbone_id(const LoadedModel& model) {
   id.dim = c.dim;
   id.n_layer = c.n_layer;
   id.n_vocab = c.n_vocab;
+  id.weights = weight_dtype_name(model.model->weight_format());
   // Every weight byte in load order: two checkpoints share a fingerprint only when the
   // hidden states they produce are the same function of the tokens.
   uint64_t h = kFnvOffset;

@@ -27,9 +27,13 @@ struct BackboneId {
   std::string arch;  // "llama" | "gpt2"
   int64_t dim = 0, n_layer = 0, n_vocab = 0;
   std::string fingerprint;  // 16 hex digits: FNV-1a 64 over config sizes and every weight byte
+  // The weight format the features came from ("fp32" | "bf16" | "int8" | "int4"): a head trained on an
+  // int8 backbone says so, and serves only there (the fingerprint of quantized weights is that of their
+  // dequantized values, which differ from the checkpoint's).
+  std::string weights = "fp32";
   bool same_backbone(const BackboneId& o) const {
     return arch == o.arch && dim == o.dim && n_layer == o.n_layer && n_vocab == o.n_vocab &&
-           fingerprint == o.fingerprint;
+           fingerprint == o.fingerprint && weights == o.weights;
   }
   std::string describe() const;
 };

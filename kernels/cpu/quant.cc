@@ -50,6 +50,66 @@ QuantizedMatrix quantize_int8(const at::Tensor& w_in, int64_t group) {
   return qm;
 }
 
+namespace {
+
+// The int4 (scale, minimum) of one group: start from the min / max range, then alternate rounding to the
+// 16 levels and the least-squares fit of (s, m) to those levels (w ≈ s·q + m), from the full range and from
+// a few narrower ones (clipping outliers can lower the error of the rest); keep the smallest squared error.
+void fit_int4(const float* w, int64_t n, float* scale, float* min) {
+  float lo = w[0], hi = w[0];
+  for (int64_t i = 1; i < n; ++i) {
+    lo = std::min(lo, w[i]);
+    hi = std::max(hi, w[i]);
+  }
+  auto error = [&](float s, float m) {
+    double e = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float q = s > 0 ? std::clamp(std::round((w[i] - m) / s), 0.f, 15.f) : 0.f;
+      const double d = static_cast<double>(std::fma(q, s, m)) - w[i];
+      e += d * d;
+    }
+    return e;
+  };
+  float best_s = (hi - lo) / 15.f, best_m = lo;
+  double best = error(best_s, best_m);
+  if (!(hi > lo)) {
+    *scale = best_s;
+    *min = best_m;
+    return;
+  }
+  for (float shrink : {1.0f, 0.95f, 0.9f, 0.85f, 0.8f}) {
+    const float mid = 0.5f * (lo + hi), half = 0.5f * (hi - lo) * shrink;
+    float s = 2 * half / 15.f, m = mid - half;
+    for (int it = 0; it < 4 && s > 0; ++it) {
+      // levels for (s, m), then the least-squares (s, m) for those levels
+      double sq = 0, sqq = 0, sw = 0, sqw = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double q = std::clamp(std::round((w[i] - m) / s), 0.f, 15.f);
+        sq += q;
+        sqq += q * q;
+        sw += w[i];
+        sqw += q * w[i];
+      }
+      const double det = static_cast<double>(n) * sqq - sq * sq;
+      if (det <= 0) break;
+      const double ns = (static_cast<double>(n) * sqw - sq * sw) / det, nm = (sw - ns * sq) / static_cast<double>(n);
+      if (!(ns > 0)) break;
+      s = static_cast<float>(ns);
+      m = static_cast<float>(nm);
+      const double e = error(s, m);
+      if (e < best) {
+        best = e;
+        best_s = s;
+        best_m = m;
+      }
+    }
+  }
+  *scale = best_s;
+  *min = best_m;
+}
+
+}  // namespace
+
 QuantizedMatrix quantize_int4(const at::Tensor& w_in, int64_t group) {
   const at::Tensor w = as_f32(w_in);
   QuantizedMatrix qm;
@@ -69,16 +129,13 @@ QuantizedMatrix quantize_int4(const at::Tensor& w_in, int64_t group) {
   for (int64_t o = 0; o < qm.n_out; ++o)
     for (int64_t g = 0; g < G; ++g) {
       const int64_t k0 = g * qm.group, k1 = std::min(qm.n_in, k0 + qm.group);
-      float lo = src[o * qm.n_in + k0], hi = lo;
-      for (int64_t k = k0; k < k1; ++k) {
-        lo = std::min(lo, src[o * qm.n_in + k]);
-        hi = std::max(hi, src[o * qm.n_in + k]);
-      }
-      const float scale = (hi - lo) / 15.f;
+      const float* row = src + o * qm.n_in;
+      float scale = 0, lo = 0;
+      fit_int4(row + k0, k1 - k0, &scale, &lo);
       s[o * G + g] = scale;
       m[o * G + g] = lo;
       for (int64_t k = k0; k < k1; ++k) {
-        const float v = scale > 0 ? std::round((src[o * qm.n_in + k] - lo) / scale) : 0.f;
+        const float v = scale > 0 ? std::round((row[k] - lo) / scale) : 0.f;
         q[o * qm.n_in + k] = static_cast<uint8_t>(std::clamp(v, 0.f, 15.f));
       }
     }

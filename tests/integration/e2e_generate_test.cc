@@ -156,6 +156,53 @@ TEST_F(GrpcE2eStories, TokenizeAndModelInfo) {
   EXPECT_TRUE(info.prefix_caching());
 }
 
+// int8 / int4 weights served over gRPC (model.dtype): the model says what it serves (ModelInfo and
+// frost_model_info), holds fewer weight bytes, and its greedy story agrees with fp32's on a prefix (int8 is
+// close enough to give the reference's first tokens; the exact figures are docs/quantization.md's).
+TEST_F(GrpcE2eStories, QuantizedWeightsServeAndSayWhatTheyAre) {
+  FROST_REQUIRE_SHARED(ref_path, "models/stories260K/reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(testing::read_text_file(ref_path));
+  const nlohmann::json& c = ref["cases"][0];
+  const auto want_ids = c["greedy_new_ids"].get<std::vector<int32_t>>();
+  int64_t fp32_bytes = 0;
+  {
+    FROST_USE_SHARED(f, shared_, Options(testing::shared_path("models/stories260K")));
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(f->stub().GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
+    fp32_bytes = info.weight_bytes();
+    EXPECT_GT(fp32_bytes, 0);
+  }
+  for (const char* dtype : {"int8", "int4"}) {
+    SCOPED_TRACE(dtype);
+    Frostd f;
+    FrostdOptions o = Options(testing::shared_path("models/stories260K"));
+    o.yaml = std::string(kBaseYaml) + "  dtype: " + dtype + "\n";  // inside kBaseYaml's model: section
+    ASSERT_TRUE(f.Start(o));
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(f.stub().GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
+    EXPECT_EQ(info.weight_dtype(), dtype);
+    EXPECT_LT(info.weight_bytes(), fp32_bytes);
+    EXPECT_TRUE(info.kernels() == "avx512" || info.kernels() == "avx2" || info.kernels() == "scalar") << info.kernels();
+    const Scrape m = f.Metrics();
+    ASSERT_TRUE(m.ok()) << m.error();
+    EXPECT_EQ(m.Sum("frost_model_info", {{"weights", dtype}, {"kernels", info.kernels()}}), 1.0) << m.text();
+    EXPECT_EQ(m.Sum("frost_model_weight_bytes"), static_cast<double>(info.weight_bytes()));
+
+    v1::GenerateRequest req;
+    req.set_text(c["prompt"].get<std::string>());
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_sampling()->set_max_new_tokens(static_cast<int32_t>(want_ids.size()));
+    const StreamOutcome out = RunGenerate(f.stub(), req);
+    ASSERT_TRUE(out.status.ok()) << Describe(out);
+    ASSERT_EQ(out.ids.size(), want_ids.size());
+    const size_t prefix = std::string(dtype) == "int8" ? 8 : 3;
+    EXPECT_EQ(std::vector<int32_t>(out.ids.begin(), out.ids.begin() + prefix),
+              std::vector<int32_t>(want_ids.begin(), want_ids.begin() + prefix));
+  }
+}
+
 // --------------------------------------------------------------------------------------------------- cancel
 
 class GrpcE2eLong : public E2eTest {

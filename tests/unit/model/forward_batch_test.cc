@@ -19,6 +19,7 @@
 #include "core/kv/repair_set.h"
 #include "core/model/builtin_models.h"
 #include "core/model/kv_dims.h"
+#include "core/model/quantize.h"
 #include "core/model/transformer.h"
 #include "tests/testing/test_util.h"
 
@@ -30,6 +31,7 @@ struct ModelCase {
   bool mha = false;
   VariantConfig v;
   at::ScalarType wd = at::kFloat;
+  WeightDtype quant = WeightDtype::kF32;  // int8 / int4: quantized after the random weights are made
 };
 
 VariantConfig ra_layers(std::vector<int64_t> l) {
@@ -56,7 +58,9 @@ std::vector<ModelCase> model_cases() {
           {"gpt2", "builtin:tiny-gpt2"},
           {"llama_ra", "builtin:tiny", true, ra_layers({1})},
           {"gpt2_ra_sba_router_ctx", "builtin:tiny-gpt2", false, sba_and_more()},
-          {"llama_gqa_bf16", "builtin:tiny", false, {}, at::kBFloat16}};
+          {"llama_gqa_bf16", "builtin:tiny", false, {}, at::kBFloat16},
+          {"llama_gqa_int8", "builtin:tiny", false, {}, at::kFloat, WeightDtype::kInt8},
+          {"gpt2_ra_sba_router_ctx_int4", "builtin:tiny-gpt2", false, sba_and_more(), at::kFloat, WeightDtype::kInt4}};
 }
 
 void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
@@ -66,7 +70,9 @@ std::unique_ptr<Transformer> make_model(const ModelCase& mc) {
   if (mc.mha) c.n_head_kv = c.n_head;
   c.variants = mc.v;
   EXPECT_TRUE(validate_model_config(c).ok());
-  return std::make_unique<Transformer>(c, random_weights(c, 0xBA7C4, mc.wd));
+  ModelWeights w = random_weights(c, 0xBA7C4, mc.wd);
+  EXPECT_TRUE(quantize_weights(w, mc.quant).ok());
+  return std::make_unique<Transformer>(c, std::move(w));
 }
 
 // What one test sequence stores its KV as.

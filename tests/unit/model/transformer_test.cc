@@ -21,7 +21,7 @@ struct Case {
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  std::string n = info.param.model.substr(8) + (info.param.dtype == WeightDtype::kBF16 ? "_bf16w_" : "_fp32w_") +
+  std::string n = info.param.model.substr(8) + "_" + weight_dtype_name(info.param.dtype) + "w_" +
                   kv_codec_name(info.param.codec);
   for (char& c : n)
     if (c == '-') c = '_';
@@ -156,7 +156,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"builtin:tiny", WeightDtype::kF32, KvCodecKind::kInt8},
                       Case{"builtin:tiny", WeightDtype::kF32, KvCodecKind::kInt4},
                       Case{"builtin:tiny-gpt2", WeightDtype::kF32, KvCodecKind::kInt8},
-                      Case{"builtin:tiny-gpt2", WeightDtype::kF32, KvCodecKind::kInt4}),
+                      Case{"builtin:tiny-gpt2", WeightDtype::kF32, KvCodecKind::kInt4},
+                      // int8 / int4 weights: the reference computes with the dequantized matrices, the fast
+                      // paths read the packed quantized ones: the same model, to fp32 rounding.
+                      Case{"builtin:tiny", WeightDtype::kInt8, KvCodecKind::kF32},
+                      Case{"builtin:tiny", WeightDtype::kInt4, KvCodecKind::kF32},
+                      Case{"builtin:tiny-gpt2", WeightDtype::kInt8, KvCodecKind::kF16},
+                      Case{"builtin:tiny-gpt2", WeightDtype::kInt4, KvCodecKind::kInt8},
+                      Case{"builtin:tiny", WeightDtype::kInt4, KvCodecKind::kInt4}),
     case_name);
 
 TEST(BuiltinModelsTest, ShapesAndDeterminism) {

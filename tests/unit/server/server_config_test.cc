@@ -32,6 +32,7 @@ TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.server.drain_timeout_s, 30.0);
   EXPECT_EQ(c.model.path, "builtin:tiny");
   EXPECT_EQ(c.model.dtype, WeightDtype::kF32);
+  EXPECT_EQ(c.model.kernels, "auto");
   EXPECT_EQ(c.model.threads, 0);
   EXPECT_EQ(c.engine.max_running, 32);
   EXPECT_EQ(c.engine.max_waiting, 128);
@@ -92,7 +93,8 @@ server:
   drain_timeout_s: 2.5
 model:
   path: ../shared/models/stories260K
-  dtype: bf16
+  dtype: int8
+  kernels: scalar
   threads: 8
 engine:
   max_running: 2
@@ -121,7 +123,8 @@ log:
   EXPECT_EQ(c.server.max_send_message_bytes, 2048);
   EXPECT_EQ(c.server.drain_timeout_s, 2.5);
   EXPECT_EQ(c.model.path, "../shared/models/stories260K");
-  EXPECT_EQ(c.model.dtype, WeightDtype::kBF16);
+  EXPECT_EQ(c.model.dtype, WeightDtype::kInt8);
+  EXPECT_EQ(c.model.kernels, "scalar");
   EXPECT_EQ(c.model.threads, 8);
   EXPECT_EQ(c.engine.max_running, 2);
   EXPECT_EQ(c.engine.max_waiting, 0);
@@ -279,7 +282,9 @@ TEST(ServerConfigTest, RejectsUnknownEnumValues) {
   EXPECT_INVALID(parse_status("engine:\n  kv_codec: FP16\n"),
                  "engine.kv_codec: unknown value \"FP16\" (expected fp32|fp16|bf16|int8|int4|kvsplice)");
   EXPECT_INVALID(parse_status("model:\n  dtype: fp16\n"),
-                 "model.dtype: unknown value \"fp16\" (expected fp32|bf16)");
+                 "model.dtype: unknown value \"fp16\" (expected fp32|bf16|int8|int4)");
+  EXPECT_INVALID(parse_status("model:\n  kernels: avx1024\n"),
+                 "model.kernels: unknown value \"avx1024\" (expected auto|avx512|avx2|scalar)");
   EXPECT_INVALID(parse_status("log:\n  level: verbose\n"),
                  "log.level: unknown value \"verbose\" (expected debug|info|warn|error)");
 }
