@@ -11,7 +11,7 @@ ifeq ($(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),y)
 export OPENBLAS_CORETYPE := SkylakeX
 endif
 
-.PHONY: deps configure build run test test-asan bench bench-serve clean
+.PHONY: deps configure build run test test-asan bench bench-serve bench-weights clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -61,6 +61,12 @@ bench: build
 bench-serve: configure
 	cmake --build $(BUILD) -j $(JOBS) --target frostd frost-loadgen frost-bench
 	bash scripts/bench_serve.sh $(BUILD)
+
+# Weight formats: accuracy (stories260K) and decode / batched speed (builtin:15m) of fp32, bf16, int8, int4,
+# each against fp32 in the same run → bench/results/weights.json + tables.
+bench-weights: configure
+	cmake --build $(BUILD) -j $(JOBS) --target frost-bench
+	bash scripts/bench_weights.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(BUILD).configure.log $(ASAN_BUILD).configure.log

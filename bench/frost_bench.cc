@@ -83,7 +83,8 @@ using frost::cli::uint64_flag;
 constexpr char kUsage[] =
     "usage: frost-bench decode|prefill|bare-step|engine|prototype|kv-repair|kvsplice|weights --model "
     "builtin:15m|DIR [--threads N] "
-    "[--dtype fp32|bf16|int8|int4] [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens N] [--new-tokens N] "
+    "[--dtype fp32|bf16|int8|int4] [--kernels auto|avx512|avx2|scalar] [--kv fp32|fp16|bf16|int8|int4] "
+    "[--prompt-tokens N] [--new-tokens N] "
     "[--repeat N] [--path fast|reference] [--json]\n";
 
 // A usage error: the message and the usage on stderr, exit 2.
@@ -161,6 +162,7 @@ int main(int argc, char** argv) {
   // Every mode accepts every flag (and ignores those it does not use); the defaults depend on the mode.
   int64_t int8_group = frost::kInt8Group;
   std::string model_path = "builtin:15m", dtype = "fp32", kv_name = "fp32", path = "fast", via = "generator";
+  std::string kernels_name = "auto";
   int threads = 0, repeat = mode == "bare-step" ? 50 : mode == "engine" ? 3 : 5;
   int64_t n_prompt = mode == "decode" ? 16 : mode == "engine" ? 17 : 128;
   int64_t n_new = mode == "engine" ? 128 : 256;
@@ -173,6 +175,7 @@ int main(int argc, char** argv) {
       string_flag("--dtype", [&](const std::string& v) { dtype = v; }),
       int64_flag("--int8-group", 0, [&](int64_t v) { int8_group = v; }),
       string_flag("--kv", [&](const std::string& v) { kv_name = v; }),
+      string_flag("--kernels", [&](const std::string& v) { kernels_name = v; }),
       int32_flag("--repeat", 1, [&](int32_t v) { repeat = v; }),
       string_flag("--path", [&](const std::string& v) { path = v; }),
       string_flag("--via", [&](const std::string& v) { via = v; }),
@@ -194,6 +197,9 @@ int main(int argc, char** argv) {
   frost::WeightDtype wdtype;
   if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be fp32, bf16, int8 or int4, got " + dtype);
   if (via != "generator" && via != "engine") usage("--via must be generator or engine");
+  frost::kernels::Isa isa;
+  if (!frost::kernels::parse_isa(kernels_name, &isa) || !frost::kernels::set_isa(isa))
+    usage("--kernels must be auto, avx512, avx2 or scalar (and run on this CPU), got " + kernels_name);
   auto codec = frost::parse_kv_codec(kv_name);
   if (!codec.ok()) usage(std::string(codec.status().message()));
 
