@@ -1,17 +1,14 @@
 # One place for compiler warnings, optimisation and sanitizer flags.
 
-# -march: x86-64-v4 (AVX-512) when the build machine has it, else v3 (AVX2/FMA/F16C),
-# else the compiler default. Override with -DFROST_MARCH=<value> (empty = compiler default).
+# -march: a portable baseline, x86-64-v3 (AVX2, FMA, F16C: every machine frost serves on has it), whatever the
+# build machine is, so one build (and one image) runs on AVX2-only and AVX-512 hosts alike; the AVX-512 kernels
+# (GEMM, attention, exp, matvec) are compiled for it with target attributes and chosen at run time
+# (kernels/cpu/isa.h). frostd refuses to start on a CPU without the baseline. Override with
+# -DFROST_MARCH=<value> (e.g. native for a machine-specific build; empty = the compiler's default).
 if(NOT DEFINED FROST_MARCH)
   set(FROST_MARCH "")
-  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND EXISTS "/proc/cpuinfo")
-    file(READ "/proc/cpuinfo" _frost_cpuinfo)
-    if(_frost_cpuinfo MATCHES "avx512f" AND _frost_cpuinfo MATCHES "avx512bw"
-       AND _frost_cpuinfo MATCHES "avx512vl" AND _frost_cpuinfo MATCHES "avx512dq")
-      set(FROST_MARCH "x86-64-v4")
-    elseif(_frost_cpuinfo MATCHES "avx2" AND _frost_cpuinfo MATCHES "fma" AND _frost_cpuinfo MATCHES "f16c")
-      set(FROST_MARCH "x86-64-v3")
-    endif()
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    set(FROST_MARCH "x86-64-v3")
   endif()
 endif()
 set(FROST_MARCH "${FROST_MARCH}" CACHE STRING "value for -march (empty: compiler default)")

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.pb.h"
 #include "absl/synchronization/notification.h"
 #include "core/common/clock.h"
 #include "core/common/device.h"
@@ -90,6 +91,10 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   s->admin_ = std::make_unique<AdminService>(s->runtime_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
+  // gRPC's built-in health service carries no descriptor: link grpc.health.v1's generated one so reflection
+  // clients (grpcurl) can resolve grpc.health.v1.Health without a .proto file. Naming it keeps the linker
+  // from dropping the object that registers it.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   if (cfg.server.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   if (!cfg.server.reflection) builder.SetOption(std::make_unique<WithoutReflection>());

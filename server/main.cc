@@ -4,7 +4,7 @@
 //          [--metrics-listen HOST:PORT] [--port-file FILE] [--log-level LEVEL] [--state-dir DIR]
 //
 // Flags override the config file (configs/default.yaml documents every field); without
-// --config the built-in defaults apply (builtin:tiny on 0.0.0.0:50051). The gRPC and metrics ports are bound
+// --config the built-in defaults apply (models/stories260K on 0.0.0.0:50051). The gRPC and metrics ports are bound
 //  before the model loads (liveness answers at once, readiness once the model is warm) and logged;
 //  --port-file also writes them, as "grpc=PORT\nmetrics=PORT\n", with an atomic rename, for scripts and tests
 //  that start frostd on port 0.
@@ -130,6 +130,14 @@ std::string frostctl_command() {
 
 int main(int argc, char** argv) {
   using frost::server::ServerConfig;
+#if defined(__x86_64__) && defined(__AVX2__)
+  // Built for the x86-64-v3 baseline (cmake/frost_flags.cmake): say so instead of dying of SIGILL later.
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    std::fprintf(stderr, "frostd: this build needs an x86-64-v3 CPU (AVX2 and FMA); this CPU lacks them\n");
+    return 1;
+  }
+#endif
   // Block the stop signals in every thread (gRPC's and LibTorch's threads inherit the mask); one thread below
   // receives them with sigwait().
   sigset_t stop_signals;

@@ -38,7 +38,7 @@ struct ServerSection {
 // `model:` — what to serve.
 struct ModelSection {
   // Hugging Face checkpoint directory, or "builtin:<name>" (e.g. "builtin:tiny").
-  std::string path = "builtin:tiny";
+  std::string path = "models/stories260K";  // relative to the working directory (the repository, the image)
   // Weights are converted (bf16) or quantized (int8, int4: core/model/quantize.h) to this at load.
   WeightDtype dtype = WeightDtype::kF32;
   // Intra-op CPU threads; 0 = all cores.

@@ -11,9 +11,9 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
-#endif
+
+#include "kernels/cpu/isa.h"
 
 // GCC 12 reports false -Wmaybe-uninitialized inside its own avx512fintrin.h reductions.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -26,29 +26,11 @@ inline float load_elem(const T* p, int64_t i) {
   return static_cast<float>(p[i]);
 }
 
-#if defined(__AVX512F__)
-// 16 stored K/V values → fp32 lanes.
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const c10::Half* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-inline __m512 load16(const c10::BFloat16* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-#endif
 
-// q·k. AVX-512 when d is a multiple of 16 (head_dim 16/32/48/64/128...), else 16 independent
-// partial sums, so the compiler vectorises it without -ffast-math.
+// q·k with 16 independent partial sums, so the compiler vectorises it at the build's baseline (AVX2 at
+// x86-64-v3) without -ffast-math. (AVX-512 CPUs run the kernels below for head_dim = 16·k <= 256.)
 template <typename T>
 inline float dot(const float* q, const T* k, int64_t d) {
-#if defined(__AVX512F__)
-  if (d % 16 == 0) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < d; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16(k + i), acc);
-    return _mm512_reduce_add_ps(acc);
-  }
-#endif
   float acc[16] = {0};
   int64_t i = 0;
   for (; i + 16 <= d; i += 16)
@@ -62,14 +44,6 @@ inline float dot(const float* q, const T* k, int64_t d) {
 // o += p · v over d elements.
 template <typename T>
 inline void axpy(float p, const T* v, float* o, int64_t d) {
-#if defined(__AVX512F__)
-  if (d % 16 == 0) {
-    const __m512 pv = _mm512_set1_ps(p);
-    for (int64_t i = 0; i < d; i += 16)
-      _mm512_storeu_ps(o + i, _mm512_fmadd_ps(pv, load16(v + i), _mm512_loadu_ps(o + i)));
-    return;
-  }
-#endif
   for (int64_t i = 0; i < d; ++i) o[i] += p * load_elem(v, i);
 }
 
@@ -120,30 +94,6 @@ void attend_heads(const float* q, const KvPagedRows& k, const KvPagedRows& v, in
 
 // One quantised row as floats (the integer values; the scale is applied by the caller).
 inline void unpack_row(const uint8_t* row, int bits, int64_t d, float* dst) {
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-  if (d % 16 == 0) {
-    if (bits == 8) {
-      const int8_t* r = reinterpret_cast<const int8_t*>(row);
-      for (int64_t i = 0; i < d; i += 16) {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + i));
-        _mm512_storeu_ps(dst + i, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
-      }
-    } else {
-      const __m128i low4 = _mm_set1_epi8(0x0F);
-      const __m512i eight = _mm512_set1_epi32(8);
-      for (int64_t i = 0; i < d; i += 16) {
-        // 8 bytes → 16 nibbles in element order (low nibble first), then sign-extend: (x ^ 8) − 8.
-        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i / 2));
-        const __m128i lo = _mm_and_si128(b, low4);
-        const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
-        const __m512i x = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
-        const __m512i v = _mm512_sub_epi32(_mm512_xor_si512(x, eight), eight);
-        _mm512_storeu_ps(dst + i, _mm512_cvtepi32_ps(v));
-      }
-    }
-    return;
-  }
-#endif
   if (bits == 8) {
     const int8_t* r = reinterpret_cast<const int8_t*>(row);
     for (int64_t i = 0; i < d; ++i) dst[i] = static_cast<float>(r[i]);
@@ -157,7 +107,11 @@ inline void unpack_row(const uint8_t* row, int bits, int64_t d, float* dst) {
 }
 
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+// ---- The AVX-512 kernels, compiled for AVX-512 whatever the build's baseline (-march) and run only when the CPU
+// has it (kernels::active_isa(), at run time: one binary for every machine). A target pragma rather than
+// per-function attributes, so the lambdas the kernels pass to KvPagedRows::for_runs are AVX-512 code too.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")
 // ---- the AVX-512 kernels for head_dim = 16·NV (NV <= 16): the query and the output stay in registers, four
 // scores share one horizontal reduction, exp is the vectorised one of kernels/cpu/exp.h. ----
 
@@ -279,7 +233,7 @@ void head_rows_v(const float* const* q, const int64_t* n, int rows, const KvPage
   for (int r = 0; r < rows; ++r) {
     const __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
     const float mx = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-    softmax::exp_shifted(s[r], n[r], mx, 1.f, s[r]);  // in place
+    softmax::exp_shifted_avx512(s[r], n[r], mx, 1.f, s[r]);  // in place
     float t = 0;  // in position order
     for (int64_t i = 0; i < n[r]; ++i) t += s[r][i];
     sum[r] = t;
@@ -364,7 +318,7 @@ bool heads_rows_v(const float* const* q, const int64_t* n, int64_t rows, const K
   }
   return true;
 }
-#endif
+#pragma GCC pop_options
 
 // Contiguous [Hkv, t_max, row] storage as a one-block KvPagedRows.
 KvPagedRows one_block(const void* base, int64_t t_max, int64_t row_bytes, const int32_t* zero) {
@@ -395,17 +349,15 @@ void attend_paged(const float* q, const KvPagedRows& k, const KvPagedRows& v, c1
 void attend_paged_rows(const float* const* q, const int64_t* n, int64_t n_rows, const KvPagedRows& k,
                        const KvPagedRows& v, c10::ScalarType kv_dtype, int64_t n_head, int64_t n_head_kv,
                        int64_t head_dim, float scale, int64_t h0, int64_t h1, float* const* out) {
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
   const bool done =
-      kv_dtype == c10::kFloat
+      active_isa() == Isa::kAvx512 && (kv_dtype == c10::kFloat
           ? heads_rows_v<LoadF32>(q, n, n_rows, k, nullptr, v, nullptr, n_head, n_head_kv, head_dim, scale, h0, h1, out)
       : kv_dtype == c10::kHalf
           ? heads_rows_v<LoadF16>(q, n, n_rows, k, nullptr, v, nullptr, n_head, n_head_kv, head_dim, scale, h0, h1, out)
       : kv_dtype == c10::kBFloat16
           ? heads_rows_v<LoadBF16>(q, n, n_rows, k, nullptr, v, nullptr, n_head, n_head_kv, head_dim, scale, h0, h1, out)
-          : false;
+          : false);
   if (done) return;
-#endif
   for (int64_t r = 0; r < n_rows; ++r) attend_paged_generic(q[r], k, v, kv_dtype, n_head, n_head_kv, head_dim, n[r], scale, h0, h1, out[r]);
 }
 
@@ -436,11 +388,10 @@ void attend_paged_quant_rows(const float* const* q, const int64_t* n, int64_t n_
                              float* const* out) {
   TORCH_CHECK(bits == 8 || (bits == 4 && head_dim % 2 == 0), "attend_paged_quant: bits ", bits, ", head_dim ",
               head_dim);
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
-  if (bits == 8 ? heads_rows_v<LoadI8>(q, n, n_rows, k, &ks, v, &vs, n_head, n_head_kv, head_dim, scale, h0, h1, out)
-                : heads_rows_v<LoadI4>(q, n, n_rows, k, &ks, v, &vs, n_head, n_head_kv, head_dim, scale, h0, h1, out))
+  if (active_isa() == Isa::kAvx512 &&
+      (bits == 8 ? heads_rows_v<LoadI8>(q, n, n_rows, k, &ks, v, &vs, n_head, n_head_kv, head_dim, scale, h0, h1, out)
+                 : heads_rows_v<LoadI4>(q, n, n_rows, k, &ks, v, &vs, n_head, n_head_kv, head_dim, scale, h0, h1, out)))
     return;
-#endif
   for (int64_t r = 0; r < n_rows; ++r)
     attend_paged_quant_generic(q[r], k, ks, v, vs, bits, n_head, n_head_kv, head_dim, n[r], scale, h0, h1, out[r]);
 }

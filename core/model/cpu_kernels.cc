@@ -9,9 +9,9 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
-#endif
+
+#include "kernels/cpu/isa.h"
 
 // GCC 12 reports false -Wmaybe-uninitialized inside its own avx512fintrin.h reductions
 // (_mm512_reduce_add_ps uses an undefined-initialised register by design).
@@ -28,33 +28,53 @@ inline float bf16_to_f32(uint16_t v) {
 }
 
 // ---- weight loaders -----------------------------------------------------------------------
-// One row kernel serves both weight dtypes; a loader turns 16 stored weights into fp32 lanes.
+// One row kernel serves both weight dtypes; a loader turns stored weights into fp32.
 struct F32Weights {
   using T = float;
   static float scalar(float v) { return v; }
-#if defined(__AVX512F__)
-  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
-  static __m512 load_masked(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-#endif
 };
-
 struct Bf16Weights {
   using T = uint16_t;
   static float scalar(uint16_t v) { return bf16_to_f32(v); }
-#if defined(__AVX512F__)
+};
+
+// Rows [r0, r1) of y = W x + b, portable (8 partial sums the compiler vectorises at the build's baseline).
+template <class L>
+void rows_generic(const typename L::T* w, const float* x, const float* b, float* y, int64_t r0, int64_t r1,
+                  int64_t n_in) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const typename L::T* w0 = w + r * n_in;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n_in; i += 8)
+      for (int k = 0; k < 8; ++k) acc[k] += L::scalar(w0[i + k]) * x[i + k];
+    float s = 0;
+    for (; i < n_in; ++i) s += L::scalar(w0[i]) * x[i];
+    for (float a : acc) s += a;
+    y[r] = s + (b ? b[r] : 0.f);
+  }
+}
+
+// ---- AVX-512, compiled for it whatever -march is and run only on CPUs that have it (kernels/cpu/isa.h).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")
+struct F32Weights512 {
+  using T = float;
+  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+  static __m512 load_masked(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+};
+struct Bf16Weights512 {
+  using T = uint16_t;
   static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   static __m512 load(const uint16_t* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static __m512 load_masked(const uint16_t* p, __mmask16 m) { return widen(_mm256_maskz_loadu_epi16(m, p)); }
-#endif
 };
 
-// Rows [r0, r1) of y = W x + b. The AVX-512 path computes 4 rows at a time so each x load is
-// shared by 4 weight rows; the tail of a row uses masked loads.
+// 4 rows at a time so each x load is shared by 4 weight rows; the tail of a row uses masked loads.
 template <class L>
-void rows(const typename L::T* w, const float* x, const float* b, float* y, int64_t r0, int64_t r1,
-          int64_t n_in) {
+void rows_avx512(const typename L::T* w, const float* x, const float* b, float* y, int64_t r0, int64_t r1,
+                 int64_t n_in) {
   int64_t r = r0;
-#if defined(__AVX512F__)
   const int64_t n16 = n_in & ~int64_t{15};
   const __mmask16 tail = static_cast<__mmask16>((1u << (n_in - n16)) - 1u);
   for (; r + 4 <= r1; r += 4) {
@@ -92,20 +112,8 @@ void rows(const typename L::T* w, const float* x, const float* b, float* y, int6
     if (tail) a0 = _mm512_fmadd_ps(L::load_masked(w0 + i, tail), _mm512_maskz_loadu_ps(tail, x + i), a0);
     y[r] = _mm512_reduce_add_ps(a0) + (b ? b[r] : 0.f);
   }
-#else
-  for (; r < r1; ++r) {
-    const typename L::T* w0 = w + r * n_in;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n_in; i += 8)
-      for (int k = 0; k < 8; ++k) acc[k] += L::scalar(w0[i + k]) * x[i + k];  // vectorised by the compiler
-    float s = 0;
-    for (; i < n_in; ++i) s += L::scalar(w0[i]) * x[i];
-    for (float a : acc) s += a;
-    y[r] = s + (b ? b[r] : 0.f);
-  }
-#endif
 }
+#pragma GCC pop_options
 
 }  // namespace
 
@@ -113,12 +121,18 @@ void matvec(const void* w, c10::ScalarType w_dtype, const float* x, const float*
             int64_t n_out, int64_t n_in) {
   // At least ~32K multiply-adds per task so small matrices stay on one thread.
   const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 15) / std::max<int64_t>(n_in, 1));
+  const bool avx512 = active_isa() == Isa::kAvx512;
   if (w_dtype == c10::kFloat) {
     const auto* wf = static_cast<const float*>(w);
-    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) { rows<F32Weights>(wf, x, b, y, r0, r1, n_in); });
+    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) {
+      avx512 ? rows_avx512<F32Weights512>(wf, x, b, y, r0, r1, n_in) : rows_generic<F32Weights>(wf, x, b, y, r0, r1, n_in);
+    });
   } else if (w_dtype == c10::kBFloat16) {
     const auto* wb = static_cast<const uint16_t*>(w);
-    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) { rows<Bf16Weights>(wb, x, b, y, r0, r1, n_in); });
+    at::parallel_for(0, n_out, grain, [&](int64_t r0, int64_t r1) {
+      avx512 ? rows_avx512<Bf16Weights512>(wb, x, b, y, r0, r1, n_in)
+             : rows_generic<Bf16Weights>(wb, x, b, y, r0, r1, n_in);
+    });
   } else {
     TORCH_CHECK(false, "matvec: unsupported weight dtype ", w_dtype);
   }

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__)
 #include <immintrin.h>
-#endif
+
+#include "kernels/cpu/isa.h"
 
 namespace frost::softmax {
 
@@ -45,29 +45,9 @@ inline float exp_nonpositive(float x) {
 }
 
 // out[i] = exp_nonpositive((l[i] − l_max) · inv_t) for i < n (l_max >= every l[i], finite; inv_t finite).
-inline void exp_shifted(const float* l, int64_t n, float l_max, float inv_t, float* out) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  const __m512 vmax = _mm512_set1_ps(l_max), vinv = _mm512_set1_ps(inv_t), vmin = _mm512_set1_ps(kMinX);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(l + i), vmax), vinv);
-    const __mmask16 ok = _mm512_cmp_ps_mask(x, vmin, _CMP_GE_OQ);  // false for NaN and below the range
-    const __m512 nn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-kLn2Hi), x);
-    r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-kLn2Lo), r);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(kP0), r, _mm512_set1_ps(kP1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
-    const __m512 rr = _mm512_mul_ps(r, r);
-    __m512 y = _mm512_fmadd_ps(p, rr, r);
-    y = _mm512_add_ps(y, _mm512_set1_ps(1.f));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nn), _mm512_set1_epi32(127)), 23);
-    _mm512_storeu_ps(out + i, _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e)));
-  }
-#endif
+// The AVX-512 form (16 lanes at a time, the same operations) runs where the CPU has it (kernels/cpu/isa.h):
+// exp_shifted() chooses; AVX-512 kernels call exp_shifted_avx512() directly.
+inline void exp_shifted_scalar(const float* l, int64_t n, float l_max, float inv_t, float* out, int64_t i = 0) {
   for (; i < n; ++i) out[i] = exp_nonpositive((l[i] - l_max) * inv_t);
 }
 
@@ -97,9 +77,38 @@ inline float exp_any(float x) {
   return (y * s1) * s2;
 }
 
-inline void swiglu(const float* g, const float* u, int64_t n, float* act) {
+inline void swiglu_scalar(const float* g, const float* u, int64_t n, float* act, int64_t i = 0) {
+  for (; i < n; ++i) act[i] = g[i] / (1.f + exp_any(-g[i])) * u[i];
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")
+inline void exp_shifted_avx512(const float* l, int64_t n, float l_max, float inv_t, float* out) {
   int64_t i = 0;
-#if defined(__AVX512F__)
+  const __m512 vmax = _mm512_set1_ps(l_max), vinv = _mm512_set1_ps(inv_t), vmin = _mm512_set1_ps(kMinX);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(l + i), vmax), vinv);
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, vmin, _CMP_GE_OQ);  // false for NaN and below the range
+    const __m512 nn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-kLn2Hi), x);
+    r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-kLn2Lo), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(kP0), r, _mm512_set1_ps(kP1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
+    const __m512 rr = _mm512_mul_ps(r, r);
+    __m512 y = _mm512_fmadd_ps(p, rr, r);
+    y = _mm512_add_ps(y, _mm512_set1_ps(1.f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nn), _mm512_set1_epi32(127)), 23);
+    _mm512_storeu_ps(out + i, _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(e)));
+  }
+  exp_shifted_scalar(l, n, l_max, inv_t, out, i);
+}
+
+inline void swiglu_avx512(const float* g, const float* u, int64_t n, float* act) {
+  int64_t i = 0;
   const __m512 one = _mm512_set1_ps(1.f);
   for (; i + 16 <= n; i += 16) {
     const __m512 gv = _mm512_loadu_ps(g + i);
@@ -132,8 +141,18 @@ inline void swiglu(const float* g, const float* u, int64_t n, float* act) {
     const __m512 silu = _mm512_div_ps(gv, _mm512_add_ps(one, e));
     _mm512_storeu_ps(act + i, _mm512_mul_ps(silu, _mm512_loadu_ps(u + i)));
   }
-#endif
-  for (; i < n; ++i) act[i] = g[i] / (1.f + exp_any(-g[i])) * u[i];
+  swiglu_scalar(g, u, n, act, i);
+}
+#pragma GCC pop_options
+
+inline void exp_shifted(const float* l, int64_t n, float l_max, float inv_t, float* out) {
+  if (kernels::active_isa() == kernels::Isa::kAvx512) return exp_shifted_avx512(l, n, l_max, inv_t, out);
+  exp_shifted_scalar(l, n, l_max, inv_t, out);
+}
+
+inline void swiglu(const float* g, const float* u, int64_t n, float* act) {
+  if (kernels::active_isa() == kernels::Isa::kAvx512) return swiglu_avx512(g, u, n, act);
+  swiglu_scalar(g, u, n, act);
 }
 
 }  // namespace frost::softmax

@@ -75,6 +75,27 @@ TEST_F(GrpcE2eReflection, ListsServicesAndDescribesGenerate) {
     EXPECT_TRUE(methods.count("Tokenize") && methods.count("GetModelInfo"));
   }
   EXPECT_TRUE(found) << "frost/v1/generation.proto not among the returned files";
+
+  // grpcurl ... grpc.health.v1.Health/Check with reflection only: the health service resolves too.
+  refl::ServerReflectionRequest health;
+  health.set_file_containing_symbol("grpc.health.v1.Health");
+  st = Reflect(*f, health, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
+  ASSERT_FALSE(resp.has_error_response()) << resp.error_response().error_message();
+  bool health_found = false;
+  for (const std::string& bytes : resp.file_descriptor_response().file_descriptor_proto()) {
+    google::protobuf::FileDescriptorProto file;
+    ASSERT_TRUE(file.ParseFromString(bytes));
+    for (const auto& svc : file.service()) {
+      if (file.package() != "grpc.health.v1" || svc.name() != "Health") continue;
+      health_found = true;
+      std::vector<std::string> methods;
+      for (const auto& m : svc.method()) methods.push_back(m.name());
+      EXPECT_NE(std::find(methods.begin(), methods.end(), "Check"), methods.end());
+      EXPECT_NE(std::find(methods.begin(), methods.end(), "Watch"), methods.end());
+    }
+  }
+  EXPECT_TRUE(health_found) << "no grpc.health.v1.Health service among the returned files";
   EXPECT_TRUE(f->StopCleanly());
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/kv/block_pool.h"
 #include "core/kv/sequence_kv.h"
+#include "kernels/cpu/isa.h"
 
 namespace frost {
 namespace {
@@ -28,9 +29,22 @@ void PrintTo(const AttendCase& c, std::ostream* os) {
 }
 
 class AttendRowsTest : public ::testing::TestWithParam<AttendCase> {};
+void check_tile_and_reference(const AttendCase& c);
 
 TEST_P(AttendRowsTest, ATileOfRowsEqualsEachRowAloneAndTheReference) {
-  const auto [codec, D, bt] = GetParam();
+  // Every kernel variant this CPU runs (AVX-512, and the portable kernels the other machines run), one at a
+  // time, the choice restored afterwards.
+  const kernels::Isa before = kernels::active_isa();
+  for (kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (!kernels::set_isa(isa)) continue;
+    SCOPED_TRACE(kernels::isa_name(isa));
+    check_tile_and_reference(GetParam());
+  }
+  kernels::set_isa(before);
+}
+
+void check_tile_and_reference(const AttendCase& c) {
+  const auto [codec, D, bt] = c;
   const int64_t H = 4, Hkv = 2, T = 70;
   KvSpec spec;
   spec.n_layer = 1;

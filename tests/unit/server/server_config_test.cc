@@ -30,7 +30,7 @@ TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.server.max_receive_message_bytes, 4 * 1024 * 1024);
   EXPECT_EQ(c.server.max_send_message_bytes, 4 * 1024 * 1024);
   EXPECT_EQ(c.server.drain_timeout_s, 30.0);
-  EXPECT_EQ(c.model.path, "builtin:tiny");
+  EXPECT_EQ(c.model.path, "models/stories260K");
   EXPECT_EQ(c.model.dtype, WeightDtype::kF32);
   EXPECT_EQ(c.model.kernels, "auto");
   EXPECT_EQ(c.model.threads, 0);
