@@ -43,6 +43,13 @@ const std::map<std::string, AuthRule>& auth_rules() {
       {"/frost.v1.Generation/Tokenize", AuthRule::kInference},
       {"/frost.v1.Generation/GetModelInfo", AuthRule::kInference},
       {"/frost.v1.Prediction/Predict", AuthRule::kInference},
+      // The Open Inference Protocol for the Predict model: Predict's rules.
+      {"/inference.GRPCInferenceService/ServerLive", AuthRule::kInference},
+      {"/inference.GRPCInferenceService/ServerReady", AuthRule::kInference},
+      {"/inference.GRPCInferenceService/ModelReady", AuthRule::kInference},
+      {"/inference.GRPCInferenceService/ServerMetadata", AuthRule::kInference},
+      {"/inference.GRPCInferenceService/ModelMetadata", AuthRule::kInference},
+      {"/inference.GRPCInferenceService/ModelInfer", AuthRule::kInference},
       {"/frost.v1.Training/SubmitJob", AuthRule::kAdmin},
       {"/frost.v1.Training/GetJob", AuthRule::kAdmin},
       {"/frost.v1.Training/ListJobs", AuthRule::kAdmin},

@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   s->prediction_ = std::make_unique<PredictionService>(s->runtime_.get());
   s->training_ = std::make_unique<TrainingService>(s->runtime_.get());
   s->admin_ = std::make_unique<AdminService>(s->runtime_.get());
+  s->inference_ = std::make_unique<InferenceService>(s->runtime_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's built-in health service carries no descriptor: link grpc.health.v1's generated one so reflection
@@ -106,6 +107,7 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   builder.RegisterService(s->prediction_.get());
   builder.RegisterService(s->training_.get());
   builder.RegisterService(s->admin_.get());
+  builder.RegisterService(s->inference_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->grpc_port_ == 0) {
     s->stopped_ = true;

@@ -23,6 +23,7 @@
 #include "server/generation_service.h"
 #include "server/admin_service.h"
 #include "server/health.h"
+#include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/prediction_service.h"
 #include "server/runtime.h"
@@ -66,6 +67,7 @@ class FrostServer {
   std::unique_ptr<PredictionService> prediction_;
   std::unique_ptr<TrainingService> training_;
   std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<InferenceService> inference_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Health> health_;
   std::shared_ptr<Engine> engine_;

@@ -9,62 +9,26 @@
 
 #include "core/common/status_macros.h"
 #include "core/serving/prototype_kind.h"
+#include "server/predict_exec.h"
 #include "server/service_util.h"
 
 namespace frost::server {
 namespace {
 
-constexpr int kDefaultTopK = 3;
-
-// A validated request: what the worker needs, and the version it is served by (held until it returns).
-struct PredictJob {
-  std::vector<std::string> texts;
-  int top_k = 0;
-  std::shared_ptr<const serving::ServedPrototype> served;
-};
-
 // Callback-thread part: everything that needs no model work.
 absl::StatusOr<PredictJob> prepare(Runtime* rt, const v1::PredictRequest& req) {
-  if (!rt->model()) return absl::UnavailableError("model is loading: not ready yet");
-  const LimitsSection& lim = rt->cfg().limits;
-  if (req.texts().empty()) return absl::InvalidArgumentError("texts: at least one text is required");
-  if (req.texts_size() > lim.max_predict_texts)
-    return absl::InvalidArgumentError(absl::StrCat("texts: ", req.texts_size(),
-                                                   " texts is more than limits.max_predict_texts=",
-                                                   lim.max_predict_texts));
-  for (int i = 0; i < req.texts_size(); ++i) {
-    const std::string& t = req.texts(i);
-    if (t.find_first_not_of(" \t\r\n") == std::string::npos)
-      return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: empty or whitespace only"));
-    if (static_cast<int64_t>(t.size()) > lim.max_prompt_bytes)
-      return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", t.size(),
-                                                     " bytes is more than limits.max_prompt_bytes=",
-                                                     lim.max_prompt_bytes));
-  }
-  PredictJob job;
-  job.served = rt->registry().slot<serving::ServedPrototype>("prototype").get();
-  if (!job.served)
-    return absl::FailedPreconditionError(
-        "no prototype artifact is active: train one (Training.SubmitJob) and activate it "
-        "(Admin.ActivateArtifact)");
-  const int K = job.served->predictor->artifact().cfg.K;
-  job.top_k = req.has_top_k() ? req.top_k() : std::min(kDefaultTopK, K);
-  if (job.top_k < 0 || job.top_k > K)
-    return absl::InvalidArgumentError(absl::StrCat("top_k: ", job.top_k, " is outside [0, ", K, "]"));
-  job.texts.assign(req.texts().begin(), req.texts().end());
-  return job;
+  return prepare_predict(rt, std::vector<std::string>(req.texts().begin(), req.texts().end()),
+                         req.has_top_k() ? std::optional<int>(req.top_k()) : std::nullopt, "texts", "top_k");
 }
 
 // Worker part: the backbone forward and the head.
 absl::StatusOr<v1::PredictResponse> predict(Runtime* rt, const PredictJob& job) {
-  c10::InferenceMode inference_mode;
+  FROST_ASSIGN_OR_RETURN(std::vector<proto::Prediction> ps, run_predict(rt, job));
   const proto::PrototypeArtifact& art = job.served->predictor->artifact();
-  FROST_ASSIGN_OR_RETURN(std::vector<proto::Prediction> ps, job.served->predictor->predict(job.texts, job.top_k));
   v1::PredictResponse resp;
   resp.set_artifact(job.served->name);
   resp.set_label_min(art.bounds.a);
   resp.set_label_max(art.bounds.b);
-  int64_t n_ood = 0;
   for (const proto::Prediction& p : ps) {
     v1::PredictionResult* r = resp.add_results();
     r->set_value(p.value);
@@ -77,7 +41,6 @@ absl::StatusOr<v1::PredictResponse> predict(Runtime* rt, const PredictJob& job) 
     r->set_beta(p.beta);
     r->set_restr_fallback(p.restr_fallback);
     r->set_label_reliance(p.label_reliance);
-    n_ood += p.out_of_distribution;
     for (const proto::Attribution& a : p.top) {
       v1::PrototypeRef* pr = r->add_prototypes();
       pr->set_dataset_index(a.index);
@@ -88,7 +51,6 @@ absl::StatusOr<v1::PredictResponse> predict(Runtime* rt, const PredictJob& job) 
       pr->set_slot(static_cast<int32_t>(a.slot));
     }
   }
-  rt->metrics()->record_predictions(static_cast<int64_t>(ps.size()), n_ood);
   return resp;
 }
 

@@ -133,6 +133,26 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(self.client.health(), "SERVING")
         self.assertEqual(self.client.health(READINESS_SERVICE), "SERVING")
 
+    def test_open_inference_protocol_without_a_head(self):
+        """The Open Inference Protocol endpoint (proto/inference/open_inference.proto) on a server with no
+        prototype head: the server is live and ready, the model 'prototype' is not, and ModelInfer says why."""
+        from inference import open_inference_pb2 as oip
+        from inference import open_inference_pb2_grpc as oip_grpc
+        with grpc.insecure_channel(self.server.addr) as channel:
+            stub = oip_grpc.GRPCInferenceServiceStub(channel)
+            self.assertTrue(stub.ServerLive(oip.ServerLiveRequest(), timeout=10).live)
+            self.assertTrue(stub.ServerReady(oip.ServerReadyRequest(), timeout=10).ready)
+            self.assertFalse(stub.ModelReady(oip.ModelReadyRequest(name="prototype"), timeout=10).ready)
+            req = oip.ModelInferRequest(model_name="prototype")
+            req.inputs.add(name="text", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"hello")
+            with self.assertRaises(grpc.RpcError) as ctx:
+                stub.ModelInfer(req, timeout=30)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.FAILED_PRECONDITION, ctx.exception.details())
+            with self.assertRaises(grpc.RpcError) as ctx:
+                stub.ModelMetadata(oip.ModelMetadataRequest(name="llama"), timeout=10)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.NOT_FOUND)
+            self.assertIn("llama", ctx.exception.details())
+
     def test_model_info(self):
         info = self.client.model_info()
         self.assertEqual(info.name, "builtin:tiny")
