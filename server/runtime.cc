@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <pthread.h>
+
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +25,12 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const ServerConfig& cfg
   if (cfg.jobs.enabled) {
     FROST_ASSIGN_OR_RETURN(lock, jobs::StateDirLock::acquire(cfg.jobs.state_dir));
     FROST_ASSIGN_OR_RETURN(store, jobs::ArtifactStore::open(cfg.jobs.state_dir + "/artifacts"));
+  } else if (!cfg.artifacts.follow_state_dir.empty()) {
+    // No lock: the owner holds it; this process only reads. A store that does not exist yet (the trainer
+    // has not started) serves nothing until it does.
+    FROST_ASSIGN_OR_RETURN(store, jobs::ArtifactStore::open_read_only(cfg.artifacts.follow_state_dir + "/artifacts"));
+    FROST_LOG_INFO("frostd: following the artifact store %s read-only every %d ms", store->root().c_str(),
+                   cfg.artifacts.follow_interval_ms);
   }
   std::unique_ptr<Runtime> rt(new Runtime(cfg, metrics, auth, std::move(lock), std::move(store)));
   metrics->set_jobs_source([p = rt.get()] { return p->stats(); });
@@ -70,6 +78,7 @@ absl::Status Runtime::start(std::shared_ptr<const LoadedModel> model) {
         "frostd: engine.kv_codec is kvsplice but no KVSplice is active: requests without kv.codec fail "
         "FAILED_PRECONDITION until a kvsplice artifact is activated (or engine.kv_splice is set)");
   }
+  if (store_ && store_->read_only()) start_follower();
   if (!cfg_.jobs.enabled) return absl::OkStatus();
 
   jobs::SchedulerOptions so;
@@ -105,7 +114,28 @@ absl::Status Runtime::start(std::shared_ptr<const LoadedModel> model) {
   return absl::OkStatus();
 }
 
+void Runtime::start_follower() {
+  const absl::Duration every = absl::Milliseconds(cfg_.artifacts.follow_interval_ms);
+  follower_ = std::thread([this, every] {
+    pthread_setname_np(pthread_self(), "frost-follow");
+    absl::MutexLock l(&follow_mu_);
+    while (!follow_stop_) {
+      follow_cv_.WaitWithTimeout(&follow_mu_, every);
+      if (follow_stop_) break;
+      follow_mu_.Unlock();  // loading an artifact must not hold up shutdown's signal
+      registry_.follow(model());
+      follow_mu_.Lock();
+    }
+  });
+}
+
 void Runtime::shutdown() {
+  {
+    absl::MutexLock l(&follow_mu_);
+    follow_stop_ = true;
+    follow_cv_.Signal();
+  }
+  if (follower_.joinable()) follower_.join();
   if (scheduler_) scheduler_->shutdown();
   predict_->shutdown();
 }

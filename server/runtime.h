@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -60,6 +61,9 @@ class Runtime {
   Runtime(const ServerConfig& cfg, Metrics* metrics, const Authenticator* auth,
           std::unique_ptr<jobs::StateDirLock> lock, std::unique_ptr<jobs::ArtifactStore> store);
 
+  // artifacts.follow_state_dir: a thread re-reads the owner's ACTIVE markers every follow_interval_ms.
+  void start_follower();
+
   ServerConfig cfg_;
   Metrics* metrics_;
   const Authenticator* auth_;
@@ -70,6 +74,10 @@ class Runtime {
   std::unique_ptr<Executor> predict_;
   std::unique_ptr<jobs::Scheduler> scheduler_;
   std::atomic<bool> draining_{false};
+  std::thread follower_;
+  absl::Mutex follow_mu_;
+  absl::CondVar follow_cv_;
+  bool follow_stop_ ABSL_GUARDED_BY(follow_mu_) = false;
   mutable absl::Mutex mu_;
   std::shared_ptr<const LoadedModel> model_ ABSL_GUARDED_BY(mu_);
 };

@@ -273,6 +273,9 @@ std::vector<Section> schema(ServerConfig* cfg) {
         int_field("max_attempts", &cfg->jobs.max_attempts, 1, 1000),
         int_field("max_inline_rows", &cfg->jobs.max_inline_rows, 0, kInt32Max),
         int_field("max_inline_bytes", &cfg->jobs.max_inline_bytes, 0, kInt32Max)}},
+      {"artifacts",
+       {string_field("follow_state_dir", &cfg->artifacts.follow_state_dir),
+        int_field("follow_interval_ms", &cfg->artifacts.follow_interval_ms, 100, 3600000)}},
       {"auth",
        {string_field("admin_token_file", &cfg->auth.admin_token_file),
         string_field("admin_token_env", &cfg->auth.admin_token_env),
@@ -395,6 +398,12 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
     return field_error("jobs.state_dir", "must not be empty");
   if (cfg.jobs.enabled && cfg.jobs.data_root.empty())
     return field_error("jobs.data_root", "must not be empty");
+  if (cfg.jobs.enabled && !cfg.artifacts.follow_state_dir.empty()) {
+    return field_error("artifacts.follow_state_dir",
+                       absl::StrCat("needs jobs.enabled: false (a frostd that trains writes its own store; a "
+                                    "follower only reads another's), got ",
+                                    yaml_quoted(cfg.artifacts.follow_state_dir)));
+  }
   if (cfg.engine.max_batch_tokens < cfg.engine.max_running) {
     return field_error("engine.max_batch_tokens",
                        absl::StrCat("must be >= engine.max_running (", cfg.engine.max_running,

@@ -119,6 +119,15 @@ struct JobsSection {
   int32_t max_inline_bytes = 16 << 20;
 };
 
+// `artifacts:` — where served artifacts come from when this frostd trains nothing itself.
+struct ArtifactsSection {
+  // An inference replica beside one trainer: read another frostd's artifact store (<dir>/artifacts)
+  // read-only and serve what its ACTIVE markers name, re-read every follow_interval_ms. "" = off.
+  // Needs jobs.enabled: false (the trainer's state directory is single-writer).
+  std::string follow_state_dir;
+  int32_t follow_interval_ms = 2000;
+};
+
 // `auth:` — bearer tokens. Tokens are read from files or environment variables, never from this
 // config. Training and Admin need the admin token; with require_for_inference, Generation and
 // Prediction need the user or the admin token. Health is always open.
@@ -142,6 +151,7 @@ struct ServerConfig {
   LimitsSection limits;
   PredictionSection prediction;
   JobsSection jobs;
+  ArtifactsSection artifacts;
   AuthSection auth;
   LogSection log;
 };

@@ -61,12 +61,26 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::open(const std::st
     const std::string n = e.path().filename().string();
     if (n.rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
   }
-  return std::unique_ptr<ArtifactStore>(new ArtifactStore(abs));
+  return std::unique_ptr<ArtifactStore>(new ArtifactStore(abs, /*read_only=*/false));
+}
+
+absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::open_read_only(const std::string& root) {
+  std::error_code ec;
+  const std::string abs = fs::absolute(root, ec).lexically_normal().string();
+  return std::unique_ptr<ArtifactStore>(new ArtifactStore(abs, /*read_only=*/true));
+}
+
+absl::Status ArtifactStore::check_writable(const char* what) const {
+  if (!read_only_) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot ", what, ": the artifact store ", root_,
+                   " is followed read-only (artifacts are published and activated on the frostd that owns it)"));
 }
 
 absl::StatusOr<ArtifactInfo> ArtifactStore::publish(
     const std::string& kind, const ArtifactMeta& meta,
     const std::function<absl::Status(const std::string& dir)>& write) {
+  FROST_RETURN_IF_ERROR(check_writable("publish"));
   if (!valid_kind(kind))
     return absl::InvalidArgumentError(absl::StrCat("artifact kind \"", kind, "\" is invalid"));
   std::string tmpl = absl::StrCat(root_, "/.tmp-", kind, "-XXXXXX");
@@ -156,6 +170,7 @@ absl::StatusOr<ArtifactInfo> ArtifactStore::get(const std::string& name) const {
 }
 
 absl::Status ArtifactStore::remove(const std::string& name) {
+  FROST_RETURN_IF_ERROR(check_writable("delete an artifact"));
   FROST_ASSIGN_OR_RETURN(auto kv, parse_artifact_name(name));
   absl::MutexLock l(&mu_);
   const std::string dir = absl::StrCat(root_, "/", name);
@@ -181,6 +196,7 @@ absl::StatusOr<std::optional<std::string>> ArtifactStore::active(const std::stri
 }
 
 absl::Status ArtifactStore::set_active(const std::string& kind, const std::string& name) {
+  FROST_RETURN_IF_ERROR(check_writable("activate an artifact"));
   if (!name.empty()) FROST_RETURN_IF_ERROR(parse_artifact_name(name).status());
   absl::MutexLock l(&mu_);
   FROST_RETURN_IF_ERROR(make_dirs(absl::StrCat(root_, "/", kind)));

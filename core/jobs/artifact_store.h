@@ -55,6 +55,10 @@ class ArtifactStore {
   // Creates root when missing and removes leftover .tmp- directories (partial writes of a crashed
   // process).
   static absl::StatusOr<std::unique_ptr<ArtifactStore>> open(const std::string& root);
+  // Opens another process's store for reading only (an inference replica following a trainer): nothing is
+  // created or cleaned up, and publish / remove / set_active are FAILED_PRECONDITION. A root that does
+  // not exist yet reads as an empty store (the owner may start later).
+  static absl::StatusOr<std::unique_ptr<ArtifactStore>> open_read_only(const std::string& root);
 
   // Publishes a new version of `kind`: `write(dir)` fills a fresh temporary directory; on success it
   // becomes <kind>/<version> atomically. `meta` is read after write() returns, so the writer may
@@ -75,12 +79,15 @@ class ArtifactStore {
   absl::Status set_active(const std::string& kind, const std::string& name);
 
   const std::string& root() const { return root_; }
+  bool read_only() const { return read_only_; }
 
  private:
-  explicit ArtifactStore(std::string root) : root_(std::move(root)) {}
+  ArtifactStore(std::string root, bool read_only) : root_(std::move(root)), read_only_(read_only) {}
+  absl::Status check_writable(const char* what) const;
   absl::StatusOr<ArtifactInfo> read_info(const std::string& kind, int64_t version) const;
 
   std::string root_;
+  bool read_only_ = false;
   mutable absl::Mutex mu_;  // serialises publish / remove / set_active (version allocation)
 };
 

@@ -33,6 +33,11 @@ absl::StatusOr<jobs::ArtifactInfo> Registry::activate(const std::string& name,
                                                       const std::shared_ptr<const LoadedModel>& model) {
   if (!store_) return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
   if (!model) return absl::UnavailableError("model is loading: not ready yet");
+  if (store_->read_only()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this frostd follows the artifact store ", store_->root(),
+        " read-only (artifacts.follow_state_dir): activate on the frostd that owns it, and this one follows"));
+  }
   FROST_RETURN_IF_ERROR(jobs::parse_artifact_name(name).status());
   FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, store_->get(name));
   ServedKind* k = find(a.kind);
@@ -57,6 +62,7 @@ absl::StatusOr<jobs::ArtifactInfo> Registry::activate(const std::string& name,
 std::set<std::string> Registry::restore(const std::shared_ptr<const LoadedModel>& model) {
   std::set<std::string> restored;
   if (!store_) return restored;
+  if (store_->read_only()) return follow(model);  // a follower serves what the owner's markers say
   for (const auto& [kind, k] : kinds_) {
     absl::StatusOr<std::optional<std::string>> active = store_->active(kind);
     if (!active.ok()) {
@@ -73,6 +79,51 @@ std::set<std::string> Registry::restore(const std::shared_ptr<const LoadedModel>
     restored.insert(kind);
   }
   return restored;
+}
+
+std::set<std::string> Registry::follow(const std::shared_ptr<const LoadedModel>& model) {
+  std::set<std::string> swapped;
+  if (!store_ || !model) return swapped;
+  absl::MutexLock l(&activate_mu_);
+  for (const auto& [kind, k] : kinds_) {
+    // Logs `msg` once per distinct message for this kind (the follower polls every few seconds).
+    auto log_once = [&, kind = kind](const std::string& msg) {
+      if (follow_error_[kind] == msg) return;
+      follow_error_[kind] = msg;
+      FROST_LOG_ERROR("frostd: following %s: %s", store_->root().c_str(), msg.c_str());
+    };
+    absl::StatusOr<std::optional<std::string>> marker = store_->active(kind);
+    if (!marker.ok()) {
+      log_once(marker.status().ToString());
+      continue;
+    }
+    if (!marker->has_value() || **marker == k->active_name()) continue;
+    const std::string& name = **marker;
+    if (follow_refused_[kind] == name) continue;
+    absl::StatusOr<jobs::ArtifactInfo> a = store_->get(name);
+    absl::Status st = a.status();
+    if (a.ok()) st = a->kind == kind ? k->activate(*a, model, [] { return absl::OkStatus(); })
+                                     : absl::FailedPreconditionError("the marker names another kind");
+    if (!st.ok()) {
+      log_once(absl::StrCat("the active ", kind, " artifact ", name, " cannot be served (the served one stays): ",
+                            st.ToString()));
+      if (absl::IsNotFound(st)) continue;  // not visible yet on this volume: try again next time
+      follow_refused_[kind] = name;
+      absl::MutexLock c(&counts_mu_);
+      ++swap_failures_;
+      continue;
+    }
+    follow_error_.erase(kind);
+    follow_refused_.erase(kind);
+    {
+      absl::MutexLock c(&counts_mu_);
+      ++swaps_;
+    }
+    FROST_LOG_INFO("frostd: following %s: activated %s (%s)", store_->root().c_str(), name.c_str(),
+                   k->describe().c_str());
+    swapped.insert(kind);
+  }
+  return swapped;
 }
 
 absl::Status Registry::serve_file(const std::string& kind, const std::string& field, const std::string& path,

@@ -51,6 +51,13 @@ class Registry {
   // At start: activates every kind's persisted active artifact. One that cannot be served is logged and
   // its kind serves nothing until an activation. Returns the kinds that now serve an artifact.
   std::set<std::string> restore(const std::shared_ptr<const LoadedModel>& model);
+  // Follower mode (an inference replica reading a trainer's store read-only): for every kind whose ACTIVE
+  // marker names another version than the one served, loads and swaps that version in (nothing is written).
+  // A version that cannot be served is logged and counted once and the served one stays; it is retried only
+  // when the marker changes, or while its files are not visible yet (NOT_FOUND: a shared volume can show
+  // ACTIVE before the directory). A marker that is removed or emptied leaves the served version in place.
+  // Returns the kinds swapped by this call.
+  std::set<std::string> follow(const std::shared_ptr<const LoadedModel>& model);
   // Serves a file named by the config for `kind` (engine.kv_repair, engine.kv_splice): INVALID_ARGUMENT
   // prefixed with `field` when it cannot.
   absl::Status serve_file(const std::string& kind, const std::string& field, const std::string& path,
@@ -75,6 +82,8 @@ class Registry {
   TensorStore* tensors_;
   std::map<std::string, std::unique_ptr<ServedKind>> kinds_;
   absl::Mutex activate_mu_;  // one activation at a time
+  std::map<std::string, std::string> follow_refused_ ABSL_GUARDED_BY(activate_mu_);  // kind -> refused name
+  std::map<std::string, std::string> follow_error_ ABSL_GUARDED_BY(activate_mu_);    // kind -> last logged error
   mutable absl::Mutex counts_mu_;
   int64_t swaps_ ABSL_GUARDED_BY(counts_mu_) = 0;
   int64_t swap_failures_ ABSL_GUARDED_BY(counts_mu_) = 0;

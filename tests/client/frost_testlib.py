@@ -133,10 +133,11 @@ def stop_process(proc, timeout):
 class Frostd:
     """One frostd process on 127.0.0.1 port 0 (gRPC and metrics), jobs enabled on `state_dir`.
 
-    `jobs` overrides entries of the jobs: section; `env` adds to the child's environment."""
+    `jobs` overrides entries of the jobs: section; `sections` adds whole sections ({"artifacts": {...}});
+    `env` adds to the child's environment."""
 
     def __init__(self, workdir, name, state_dir, data_root, *, require_for_inference=False, jobs=None,
-                 env=None, admin_token=ADMIN_TOKEN, user_token=USER_TOKEN):
+                 sections=None, env=None, admin_token=ADMIN_TOKEN, user_token=USER_TOKEN):
         self.workdir = workdir
         self.name = name
         self.state_dir = state_dir
@@ -168,6 +169,10 @@ class Frostd:
             '  user_token_env: "FROST_USER_TOKEN"',
             f"  require_for_inference: {'true' if require_for_inference else 'false'}",
         ]
+        for section, entries in (sections or {}).items():
+            lines.append(f"{section}:")
+            for k, v in entries.items():
+                lines.append(f"  {k}: {yaml_str(v) if isinstance(v, str) else v}")
         with open(self.config_path, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.env = dict(os.environ)

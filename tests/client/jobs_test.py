@@ -929,6 +929,76 @@ class JobsServiceTest(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 60, "the small kvsplice job and its checks should take seconds")
 
 
+    # -- 13 ------------------------------------------------------------------------------------
+
+    def test_13_replica_follows_activation(self):
+        """An inference replica (jobs.enabled: false, artifacts.follow_state_dir on this frostd's state directory)
+        serves the trainer's active head from its start, picks up each activation without a restart and with the
+        same predictions as the trainer, and refuses to activate anything itself."""
+        a, b = self.art_a, self.art_b
+        activate = lambda name: self.s.admin.ActivateArtifact(admin_pb2.ActivateArtifactRequest(name=name),
+                                                              metadata=ADMIN, timeout=60)
+        activate(a)
+        replica = Frostd(self.tmp, "replica", os.path.join(self.tmp, "replica-unused"), self.data_root,
+                         jobs={"enabled": False},
+                         sections={"artifacts": {"follow_state_dir": self.s.state_dir, "follow_interval_ms": 200}})
+        replica.start()
+        try:
+            def predict(server):
+                return server.prediction.Predict(prediction_pb2.PredictRequest(texts=PREDICT_TEXTS), timeout=60)
+
+            def assert_same(r_replica, r_trainer):
+                self.assertEqual(r_replica.artifact, r_trainer.artifact)
+                for x, y in zip(r_replica.results, r_trainer.results):
+                    self.assertAlmostEqual(x.value, y.value, places=5)
+                    self.assertEqual([p.text for p in x.prototypes], [p.text for p in y.prototypes])
+
+            # Ready means already serving the trainer's active head (restored before the port opened).
+            assert_same(predict(replica), predict(self.s))
+            self.assertEqual(predict(replica).artifact, a)
+
+            # The trainer activates b: the replica follows within a few polls, no restart.
+            t0 = time.monotonic()
+            activate(b)
+            while predict(replica).artifact != b:
+                if time.monotonic() - t0 > 20:
+                    self.fail(f"the replica still serves {predict(replica).artifact} 20 s after {b} was activated\n"
+                              f"{replica.log()}")
+                time.sleep(0.05)
+            follow_s = time.monotonic() - t0
+            assert_same(predict(replica), predict(self.s))
+            oip_stub = oip_grpc.GRPCInferenceServiceStub(replica.channel)
+            self.assertTrue(oip_stub.ModelReady(oip.ModelReadyRequest(name="prototype", version=b.split("/")[1]),
+                                                timeout=10).ready)
+            print(f"\n  replica followed {a} -> {b} in {follow_s:.2f} s (poll 200 ms)", file=sys.stderr)
+
+            # The replica reads the store (ListArtifacts) but activates and deletes nothing itself.
+            names = {x.name for x in replica.admin.ListArtifacts(admin_pb2.ListArtifactsRequest(),
+                                                                 metadata=ADMIN, timeout=30).artifacts}
+            self.assertLessEqual({a, b}, names)
+            with self.assertRaises(grpc.RpcError) as ctx:
+                replica.admin.ActivateArtifact(admin_pb2.ActivateArtifactRequest(name=a), metadata=ADMIN, timeout=30)
+            self.assertEqual(ctx.exception.code(), Code.FAILED_PRECONDITION, ctx.exception.details())
+            self.assertIn("follow", ctx.exception.details())
+            self.assertEqual(rpc_code(replica.admin.DeleteArtifact, admin_pb2.DeleteArtifactRequest(name=a),
+                                      metadata=ADMIN, timeout=30), Code.FAILED_PRECONDITION)
+            self.assertTrue(os.path.isdir(self.s.artifact_dir(a)))
+            self.assertEqual(predict(self.s).artifact, b, "the replica's refused activation changed the trainer")
+            self.assertIn("frost_artifact_swaps_total 2", replica.metrics_text())
+
+            # And back: a second activation is followed too.
+            activate(a)
+            t0 = time.monotonic()
+            while predict(replica).artifact != a:
+                self.assertLess(time.monotonic() - t0, 20, replica.log())
+                time.sleep(0.05)
+        finally:
+            code = replica.stop()
+        self.assertEqual(code, 0, replica.log())
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "replica-unused")),
+                         "a follower created a state directory of its own")
+
+
 class CrashRecoveryTest(unittest.TestCase):
     """kill -9 while a job trains and inside a checkpoint write; the resumed jobs must produce the
     same prototype.safetensors as an uninterrupted run of the same spec (jobs.threads: 1)."""

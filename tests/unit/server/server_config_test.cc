@@ -321,6 +321,15 @@ TEST(ServerConfigTest, CrossFieldRules) {
                  "engine.max_batch_tokens: must be >= engine.max_running (64: every running sequence decodes one "
                  "token per step), got 32");
   EXPECT_EQ(parse_ok("engine:\n  kv_cache_bytes: 2GiB\n").engine.kv_cache_bytes, int64_t{2} << 30);
+  // A follower reads another frostd's store; one that trains owns its own.
+  EXPECT_INVALID(parse_status("artifacts:\n  follow_state_dir: /var/lib/frost\n"),
+                 "artifacts.follow_state_dir: needs jobs.enabled: false");
+  const ServerConfig f = parse_ok(
+      "jobs:\n  enabled: false\nartifacts:\n  follow_state_dir: /var/lib/frost\n  follow_interval_ms: 500\n");
+  EXPECT_EQ(f.artifacts.follow_state_dir, "/var/lib/frost");
+  EXPECT_EQ(f.artifacts.follow_interval_ms, 500);
+  EXPECT_INVALID(parse_status("artifacts:\n  follow_interval_ms: 5\n"),
+                 "artifacts.follow_interval_ms: must be in [100, 3600000], got 5");
 }
 
 TEST(ServerConfigTest, YamlSyntaxErrorsNameLineAndColumn) {

@@ -138,5 +138,54 @@ TEST_F(RegistryTest, ServesAConfiguredFileWithoutPersistingIt) {
   EXPECT_EQ(reg.serve_file("prototype", "x", path, model_).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// An inference replica follows a trainer's store read-only: it serves what ACTIVE names, writes nothing,
+// refuses activations of its own, keeps serving through a bad activation, and picks up the next good one.
+TEST_F(RegistryTest, AFollowerServesWhatTheOwnersMarkerNamesAndWritesNothing) {
+  Registry owner(store_.get(), &tensors_);
+  auto ro = jobs::ArtifactStore::open_read_only(tmp_.path() + "/artifacts");
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  TensorStore follower_tensors;
+  Registry follower(ro->get(), &follower_tensors);
+  EXPECT_TRUE(follower.restore(model_).empty()) << "nothing active yet";
+
+  const std::string a = publish_repair(1, model_->name), b = publish_repair(2, model_->name);
+  ASSERT_TRUE(owner.activate(a, model_).ok());
+  EXPECT_EQ(follower.follow(model_), (std::set<std::string>{"kv_repair"}));
+  EXPECT_EQ(follower.active_name("kv_repair"), a);
+  EXPECT_TRUE(follower.follow(model_).empty()) << "unchanged marker: no reload";
+
+  // The follower's own activation is refused and changes nothing, on disk or in memory.
+  const absl::Status own = follower.activate(b, model_).status();
+  EXPECT_EQ(own.code(), absl::StatusCode::kFailedPrecondition) << own;
+  EXPECT_NE(own.message().find("follow"), std::string::npos) << own;
+  EXPECT_EQ(**store_->active("kv_repair"), a);
+  EXPECT_EQ((*ro)->remove(a).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*ro)->set_active("kv_repair", b).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*ro)->publish("kv_repair", {}, [](const std::string&) { return absl::OkStatus(); }).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // A marker naming an artifact the follower cannot serve (another model's) leaves `a` serving, counted once.
+  const std::string other_model = publish_repair(3, "some-other-model");
+  ASSERT_TRUE(store_->set_active("kv_repair", other_model).ok());
+  EXPECT_TRUE(follower.follow(model_).empty());
+  EXPECT_TRUE(follower.follow(model_).empty());
+  EXPECT_EQ(follower.active_name("kv_repair"), a);
+  EXPECT_EQ(follower.swap_failures(), 1) << "a refused version is not retried every poll";
+
+  // The owner activates a good one: the follower swaps, and a held snapshot keeps its version.
+  std::shared_ptr<const RepairActive> held = follower.slot<RepairActive>("kv_repair").get();
+  ASSERT_TRUE(owner.activate(b, model_).ok());
+  EXPECT_EQ(follower.follow(model_), (std::set<std::string>{"kv_repair"}));
+  EXPECT_EQ(follower.active_name("kv_repair"), b);
+  EXPECT_EQ(held->name, a);
+  EXPECT_EQ(follower.swaps(), 2);
+
+  // A store that does not exist (yet) serves nothing and is not an error.
+  auto missing = jobs::ArtifactStore::open_read_only(tmp_.path() + "/nope/artifacts");
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  Registry early(missing->get(), &follower_tensors);
+  EXPECT_TRUE(early.follow(model_).empty());
+}
+
 }  // namespace
 }  // namespace frost::serving
