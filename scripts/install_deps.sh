@@ -15,7 +15,7 @@ PKGS=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libsentencepiece-dev libre2-dev libsqlite3-dev libssl-dev
   python3-torch python3-numpy python3-sentencepiece
-  python3-grpcio python3-protobuf prometheus
+  python3-grpcio python3-protobuf prometheus openssl
 )
 
 missing=()

@@ -1,5 +1,7 @@
 #include "server/auth.h"
 
+#include <grpc/grpc_security_constants.h>
+
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +78,7 @@ absl::StatusOr<Authenticator> Authenticator::create(const AuthSection& cfg) {
   a.admin_ = *std::move(admin);
   a.user_ = *std::move(user);
   a.require_for_inference_ = cfg.require_for_inference;
+  a.require_tls_ = cfg.require_tls;
   return a;
 }
 
@@ -103,6 +106,14 @@ absl::Status Authenticator::check(const std::string& method, const std::string* 
 }
 
 absl::Status Authenticator::check(const std::string& method, const grpc::CallbackServerContext* ctx) const {
+  if (require_tls_) {
+    std::shared_ptr<const grpc::AuthContext> ac = ctx->auth_context();
+    const std::vector<grpc::string_ref> t = ac ? ac->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)
+                                               : std::vector<grpc::string_ref>{};
+    const std::string type = t.empty() ? "" : std::string(t.front().data(), t.front().size());
+    if (type != GRPC_TLS_TRANSPORT_SECURITY_TYPE && type != GRPC_SSL_TRANSPORT_SECURITY_TYPE)
+      return absl::UnauthenticatedError("this server accepts calls only over TLS (auth.require_tls)");
+  }
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) return check(method, static_cast<const std::string*>(nullptr));

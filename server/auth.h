@@ -37,7 +37,8 @@ class Authenticator {
 
   // OK when a call with this "authorization" metadata value may run `method` (full name).
   absl::Status check(const std::string& method, const std::string* authorization) const;
-  // Same, reading the metadata from the call.
+  // Same, reading the metadata from the call; with auth.require_tls, a call that did not arrive over TLS is
+  // UNAUTHENTICATED whatever it carries.
   absl::Status check(const std::string& method, const grpc::CallbackServerContext* ctx) const;
 
   bool has_admin_token() const { return !admin_.empty(); }
@@ -45,6 +46,7 @@ class Authenticator {
  private:
   std::string admin_, user_;
   bool require_for_inference_ = false;
+  bool require_tls_ = false;
 };
 
 }  // namespace frost::server

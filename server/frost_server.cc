@@ -57,9 +57,34 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
 // How long a drain waits for finished streams to write their last messages before cutting them.
 constexpr double kStreamFlushS = 5;
 
+// HTTP/2 transport limits (server.*; what each one mitigates: README "Transport security").
+void set_transport_limits(const ServerSection& s, grpc::ServerBuilder* b) {
+  constexpr int kMsPerS = 1000;
+  auto ms = [](int32_t seconds) { return static_cast<int>(std::min<int64_t>(int64_t{seconds} * kMsPerS, INT32_MAX)); };
+  b->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, s.max_concurrent_streams);
+  b->AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, s.max_header_list_bytes);
+  b->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(s.keepalive_time_s));
+  b->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(s.keepalive_timeout_s));
+  b->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, ms(s.keepalive_min_ping_interval_s));
+  b->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, s.keepalive_max_ping_strikes);
+  if (s.max_connection_idle_s > 0) b->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(s.max_connection_idle_s));
+  if (s.max_connection_age_s > 0) {
+    b->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, ms(s.max_connection_age_s));
+    b->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, ms(s.max_connection_age_grace_s));
+  }
+}
+
 }  // namespace
 
 FrostServer::FrostServer(const ServerConfig& cfg) : cfg_(cfg) {}
+
+void FrostServer::reload_tls() {
+  if (!tls_) {
+    FROST_LOG_INFO("frostd: SIGHUP: no server.tls configured, nothing to reload");
+    return;
+  }
+  (void)tls_->reload();  // logs a refusal itself
+}
 
 FrostServer::~FrostServer() { drain(0); }
 
@@ -99,10 +124,20 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   if (cfg.server.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   if (!cfg.server.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
-  // Insecure transport: TLS terminates at the mesh / ingress for now (config option later).
-  builder.AddListeningPort(cfg.server.listen, grpc::InsecureServerCredentials(), &s->grpc_port_);
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!cfg.server.tls.cert_file.empty()) {
+    absl::StatusOr<std::unique_ptr<TlsReloader>> tls = TlsReloader::create(cfg.server.tls);
+    if (!tls.ok()) {
+      s->stopped_ = true;
+      return tls.status();
+    }
+    s->tls_ = *std::move(tls);
+    creds = s->tls_->credentials();
+  }
+  builder.AddListeningPort(cfg.server.listen, creds, &s->grpc_port_);
   builder.SetMaxReceiveMessageSize(cfg.server.max_receive_message_bytes);
   builder.SetMaxSendMessageSize(cfg.server.max_send_message_bytes);
+  set_transport_limits(cfg.server, &builder);
   builder.RegisterService(s->generation_.get());
   builder.RegisterService(s->prediction_.get());
   builder.RegisterService(s->training_.get());

@@ -28,6 +28,7 @@
 #include "server/prediction_service.h"
 #include "server/runtime.h"
 #include "server/server_config.h"
+#include "server/tls.h"
 #include "server/training_service.h"
 
 namespace frost::server {
@@ -50,6 +51,8 @@ class FrostServer {
 
   // Graceful stop; see the header comment. Idempotent. Returns when the gRPC server has stopped.
   void drain(double timeout_s);
+  // SIGHUP: re-reads server.tls's certificate files now (no-op without TLS). See server/tls.h.
+  void reload_tls();
 
   Metrics& metrics() { return *metrics_; }
   Runtime* runtime() { return runtime_.get(); }
@@ -62,6 +65,7 @@ class FrostServer {
   ServerConfig cfg_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<TlsReloader> tls_;
   std::unique_ptr<GenerationService> generation_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<PredictionService> prediction_;

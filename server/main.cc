@@ -9,6 +9,7 @@
 //  --port-file also writes them, as "grpc=PORT\nmetrics=PORT\n", with an atomic rename, for scripts and tests
 //  that start frostd on port 0.
 //
+// SIGHUP: re-read server.tls's certificate files (server/tls.h).
 // SIGTERM / SIGINT: drain (see server/frost_server.h), then exit 0. Exit 1 when the config, the listeners or
 // the model fail; 2 for usage errors.
 #include <pthread.h>
@@ -144,6 +145,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);  // re-read server.tls's certificate files
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   frost::server::route_protobuf_logs();
@@ -169,16 +171,25 @@ int main(int argc, char** argv) {
   frost::set_log_level(cfg.log.level);
   FROST_LOG_DEBUG("frostd: config\n%s", frost::server::format_server_config(cfg).c_str());
 
-  absl::Notification stop;
-  std::thread signal_thread([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    FROST_LOG_INFO("frostd: %s received, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    stop.Notify();
-  });
-
   absl::StatusOr<std::unique_ptr<frost::server::FrostServer>> server = frost::server::FrostServer::start(cfg);
   if (!server.ok()) fail(std::string(server.status().message()));
+
+  absl::Notification stop;
+  frost::server::FrostServer* const srv = server->get();
+  std::thread signal_thread([&stop_signals, &stop, srv] {
+    for (;;) {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      if (sig == SIGHUP) {
+        FROST_LOG_INFO("frostd: SIGHUP received, re-reading the TLS certificate files");
+        srv->reload_tls();
+        continue;
+      }
+      FROST_LOG_INFO("frostd: %s received, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      stop.Notify();
+      return;
+    }
+  });
   if (!flags.port_file.empty() &&
       !write_port_file(flags.port_file, (*server)->grpc_port(), (*server)->metrics_port())) {
     fail(absl::StrCat("--port-file: cannot write \"", flags.port_file, "\""));

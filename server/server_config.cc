@@ -209,6 +209,31 @@ Field enum_field(const char* key, E* out, std::vector<std::pair<std::string, E>>
   return f;
 }
 
+absl::Status for_each_entry(
+    const YAML::Node& node, const std::string& prefix, const std::vector<std::string>& known,
+    const std::function<absl::Status(size_t, const YAML::Node&, const std::string&)>& on_entry);
+
+// A nested mapping of fields (server.tls): parsed like a section, formatted as indented lines.
+Field map_field(const char* key, std::vector<Field> fields) {
+  Field f;
+  f.key = key;
+  f.parse = [fields](const YAML::Node& value, const std::string& path) {
+    if (!value.IsMap() && !value.IsNull())
+      return field_error(path, absl::StrCat("expected a mapping, got ", describe(value)));
+    std::vector<std::string> keys;
+    for (const Field& sub : fields) keys.push_back(sub.key);
+    return for_each_entry(value, path, keys, [&](size_t j, const YAML::Node& v, const std::string& p) {
+      return fields[j].parse(v, p);
+    });
+  };
+  f.format = [fields] {
+    std::string out;
+    for (const Field& sub : fields) absl::StrAppend(&out, "\n    ", sub.key, ": ", sub.format());
+    return out;
+  };
+  return f;
+}
+
 // The whole schema, bound to the members of `cfg` (which must outlive the result).
 std::vector<Section> schema(ServerConfig* cfg) {
   ServerSection& s = cfg->server;
@@ -221,7 +246,20 @@ std::vector<Section> schema(ServerConfig* cfg) {
         bool_field("reflection", &s.reflection),
         int_field("max_receive_message_bytes", &s.max_receive_message_bytes, 1, kInt32Max),
         int_field("max_send_message_bytes", &s.max_send_message_bytes, 1, kInt32Max),
-        double_field("drain_timeout_s", &s.drain_timeout_s, 0, 86400)}},
+        double_field("drain_timeout_s", &s.drain_timeout_s, 0, 86400),
+        int_field("max_concurrent_streams", &s.max_concurrent_streams, 1, kInt32Max),
+        int_field("max_header_list_bytes", &s.max_header_list_bytes, 1024, 16 << 20),
+        int_field("keepalive_time_s", &s.keepalive_time_s, 1, 86400 * 7),
+        int_field("keepalive_timeout_s", &s.keepalive_timeout_s, 1, 3600),
+        int_field("keepalive_min_ping_interval_s", &s.keepalive_min_ping_interval_s, 0, 86400),
+        int_field("keepalive_max_ping_strikes", &s.keepalive_max_ping_strikes, 0, 1000),
+        int_field("max_connection_idle_s", &s.max_connection_idle_s, 0, 86400 * 365),
+        int_field("max_connection_age_s", &s.max_connection_age_s, 0, 86400 * 365),
+        int_field("max_connection_age_grace_s", &s.max_connection_age_grace_s, 0, 86400),
+        map_field("tls", {string_field("cert_file", &s.tls.cert_file), string_field("key_file", &s.tls.key_file),
+                          string_field("client_ca_file", &s.tls.client_ca_file),
+                          bool_field("require_client_cert", &s.tls.require_client_cert),
+                          int_field("reload_interval_s", &s.tls.reload_interval_s, 1, 86400)})}},
       {"model",
        {string_field("path", &m.path),
         enum_field("dtype", &m.dtype,
@@ -281,7 +319,8 @@ std::vector<Section> schema(ServerConfig* cfg) {
         string_field("admin_token_env", &cfg->auth.admin_token_env),
         string_field("user_token_file", &cfg->auth.user_token_file),
         string_field("user_token_env", &cfg->auth.user_token_env),
-        bool_field("require_for_inference", &cfg->auth.require_for_inference)}},
+        bool_field("require_for_inference", &cfg->auth.require_for_inference),
+        bool_field("require_tls", &cfg->auth.require_tls)}},
       {"log",
        {enum_field("level", &cfg->log.level,
                    {{"debug", LogLevel::kDebug},
@@ -394,6 +433,19 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
                                     yaml_quoted(cfg.server.metrics_listen)));
   }
   if (cfg.model.path.empty()) return field_error("model.path", "must not be empty");
+  const TlsSection& tls = cfg.server.tls;
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return field_error(tls.cert_file.empty() ? "server.tls.cert_file" : "server.tls.key_file",
+                       "must be set together with server.tls.key_file / cert_file");
+  }
+  if (tls.cert_file.empty()) {
+    if (!tls.client_ca_file.empty())
+      return field_error("server.tls.client_ca_file", "needs server.tls.cert_file and key_file");
+    if (cfg.auth.require_tls)
+      return field_error("auth.require_tls", "needs server.tls.cert_file and key_file (the server would be plaintext)");
+  }
+  if (tls.require_client_cert && tls.client_ca_file.empty())
+    return field_error("server.tls.require_client_cert", "needs server.tls.client_ca_file");
   if (cfg.jobs.enabled && cfg.jobs.state_dir.empty())
     return field_error("jobs.state_dir", "must not be empty");
   if (cfg.jobs.enabled && cfg.jobs.data_root.empty())

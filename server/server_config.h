@@ -20,6 +20,17 @@
 
 namespace frost::server {
 
+// `server.tls:` — TLS / mTLS for gRPC (server/tls.h).
+struct TlsSection {
+  std::string cert_file;             // PEM certificate chain; "" = plaintext
+  std::string key_file;              // PEM private key of the certificate
+  std::string client_ca_file;        // PEM CA bundle client certificates are verified against; "" = none asked
+  bool require_client_cert = false;  // mTLS: a client without a certificate from client_ca_file is refused
+  int32_t reload_interval_s = 60;    // the files are re-read this often (and at once on SIGHUP)
+  // No TLS for /metrics: Debian 12's civetweb (prometheus-cpp's HTTP server) dereferences a NULL OpenSSL 3
+  // function on its first TLS request (seen in frostd, a civetweb worker SIGSEGV). README "Transport security".
+};
+
 // `server:` — the gRPC and metrics endpoints.
 struct ServerSection {
   // gRPC listen address HOST:PORT (IPv6 hosts in brackets); port 0 picks a free port.
@@ -33,6 +44,17 @@ struct ServerSection {
   int32_t max_send_message_bytes = 4 * 1024 * 1024;
   // After SIGTERM/SIGINT, in-flight streams get this long to finish before they are cancelled.
   double drain_timeout_s = 30;
+  // Transport limits (HTTP/2, per connection). What each one mitigates: README "Transport security".
+  int32_t max_concurrent_streams = 256;        // streams open at once on one connection
+  int32_t max_header_list_bytes = 16384;       // request metadata (headers) per call
+  int32_t keepalive_time_s = 300;              // the server pings a connection idle this long...
+  int32_t keepalive_timeout_s = 20;            // ...and closes it when the ping is not answered in this
+  int32_t keepalive_min_ping_interval_s = 10;  // client pings closer together than this are strikes...
+  int32_t keepalive_max_ping_strikes = 2;      // ...and after this many the connection gets GOAWAY
+  int32_t max_connection_idle_s = 1800;        // close connections without calls this long (0 = never)
+  int32_t max_connection_age_s = 0;            // GOAWAY connections this old (0 = never; spreads load)
+  int32_t max_connection_age_grace_s = 60;     // calls in flight at max age get this long to finish
+  TlsSection tls;
 };
 
 // `model:` — what to serve.
@@ -137,6 +159,9 @@ struct AuthSection {
   std::string user_token_file;
   std::string user_token_env = "FROST_USER_TOKEN";
   bool require_for_inference = false;
+  // Refuse to start without server.tls, and refuse any call that did not arrive over TLS: tokens are never
+  // accepted in plaintext.
+  bool require_tls = false;
 };
 
 // `log:`

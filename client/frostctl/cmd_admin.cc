@@ -54,7 +54,7 @@ int run_list(const std::vector<std::string>& args, CommonOptions common) {
     return report_usage_error(
         absl::StrCat("artifacts list: unexpected argument \"", positional->front(), "\""), kArtifactsUsage);
   }
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
   std::unique_ptr<frost::v1::Admin::Stub> stub = frost::v1::Admin::NewStub(make_channel(common));
   grpc::ClientContext ctx;
@@ -92,7 +92,7 @@ int run_activate_or_delete(const std::vector<std::string>& args, CommonOptions c
                               kArtifactsUsage);
   }
   const std::string& name = positional->front();
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
   std::unique_ptr<frost::v1::Admin::Stub> stub = frost::v1::Admin::NewStub(make_channel(common));
   grpc::ClientContext ctx;
@@ -152,7 +152,7 @@ int run_server_info(const std::vector<std::string>& args, CommonOptions common) 
     return report_usage_error(absl::StrCat("server-info: unexpected argument \"", positional->front(), "\""),
                               kServerInfoUsage);
   }
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
   std::unique_ptr<frost::v1::Admin::Stub> stub = frost::v1::Admin::NewStub(make_channel(common));
   grpc::ClientContext ctx;

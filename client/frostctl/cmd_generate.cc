@@ -160,7 +160,7 @@ int run_generate(const std::vector<std::string>& args, CommonOptions common) {
                                            positional->size(), " arguments"),
                               kGenerateUsage);
   }
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
   const std::string prompt = o.prompt.has_value() ? *o.prompt : positional->front();
   o.request.set_text(prompt == "-" ? read_stdin() : prompt);
 

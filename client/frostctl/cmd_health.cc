@@ -42,7 +42,7 @@ int run_health(const std::vector<std::string>& args, CommonOptions common) {
                               kHealthUsage);
   }
 
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
   std::unique_ptr<grpc::health::v1::Health::Stub> stub =
       grpc::health::v1::Health::NewStub(make_channel(common));

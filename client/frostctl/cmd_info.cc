@@ -34,7 +34,7 @@ int run_info(const std::vector<std::string>& args, CommonOptions common) {
                               kInfoUsage);
   }
 
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
   std::unique_ptr<frost::v1::Generation::Stub> stub = frost::v1::Generation::NewStub(make_channel(common));
   grpc::ClientContext ctx;

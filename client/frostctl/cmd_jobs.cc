@@ -150,7 +150,7 @@ int run_list(const std::vector<std::string>& args, CommonOptions common) {
     return report_usage_error(absl::StrCat("jobs list: unexpected argument \"", positional->front(), "\""),
                               kJobsUsage);
   }
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
   std::unique_ptr<frost::v1::Training::Stub> stub = frost::v1::Training::NewStub(make_channel(common));
   std::vector<std::vector<std::string>> rows;
@@ -228,7 +228,7 @@ int run_get_or_cancel(const std::vector<std::string>& args, CommonOptions common
   int exit_code = kExitUsage;
   const std::optional<std::string> id = one_id(subcommand, *positional, &exit_code);
   if (!id) return exit_code;
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
   std::unique_ptr<frost::v1::Training::Stub> stub = frost::v1::Training::NewStub(make_channel(common));
   grpc::ClientContext ctx;
@@ -269,7 +269,7 @@ int run_watch(const std::vector<std::string>& args, CommonOptions common) {
   int exit_code = kExitUsage;
   const std::optional<std::string> id = one_id("watch", *positional, &exit_code);
   if (!id) return exit_code;
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
   return watch_job(make_channel(common), *id, common, json);
 }
 

@@ -83,7 +83,7 @@ int run_predict(const std::vector<std::string>& args, CommonOptions common) {
   for (const std::string& arg : *positional) stdin_uses += arg == "-" ? 1 : 0;
   if (stdin_uses > 1)
     return report_usage_error("predict: stdin (\"-\") can be read only once", kPredictUsage);
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
   std::vector<std::string> texts;
   if (file) {

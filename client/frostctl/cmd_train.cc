@@ -120,7 +120,7 @@ absl::Status set_config(google::protobuf::Map<std::string, std::string>* m, cons
 
 int submit_and_watch(const frost::v1::SubmitJobRequest& request, bool json, bool watch,
                      CommonOptions common) {
-  if (absl::Status s = resolve_token(&common); !s.ok()) return report_input_error(s);
+  if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
   const std::shared_ptr<grpc::Channel> channel = make_channel(common);
   std::unique_ptr<frost::v1::Training::Stub> stub = frost::v1::Training::NewStub(channel);
   grpc::ClientContext ctx;

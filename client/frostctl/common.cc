@@ -34,10 +34,40 @@ std::vector<Flag> common_flags(CommonOptions* options) {
              return absl::OkStatus();
            }},
       string_flag("--token-file", [options](const std::string& v) { options->token_file = v; }),
+      switch_flag("--tls", [options] { options->tls = true; }),
+      string_flag("--ca", [options](const std::string& v) { options->ca_file = v; }),
+      string_flag("--cert", [options](const std::string& v) { options->cert_file = v; }),
+      string_flag("--key", [options](const std::string& v) { options->key_file = v; }),
+      string_flag("--server-name", [options](const std::string& v) { options->server_name = v; }),
   };
 }
 
-absl::Status resolve_token(CommonOptions* options) {
+namespace {
+
+absl::Status read_pem_flag(const char* flag, const std::optional<std::string>& path, std::string* out) {
+  constexpr size_t kMaxPemBytes = 1 << 20;
+  if (!path) return absl::OkStatus();
+  absl::StatusOr<std::string> content = read_file(*path, kMaxPemBytes);
+  if (!content.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", content.status().message()));
+  if (content->find("-----BEGIN ") == std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": \"", *path, "\" is not a PEM file"));
+  *out = *std::move(content);
+  return absl::OkStatus();
+}
+
+absl::Status resolve_tls(CommonOptions* options) {
+  if (options->cert_file.has_value() != options->key_file.has_value())
+    return absl::InvalidArgumentError("--cert and --key go together (the client certificate and its key)");
+  if (options->ca_file || options->cert_file || options->server_name) options->tls = true;
+  if (absl::Status s = read_pem_flag("--ca", options->ca_file, &options->ca_pem); !s.ok()) return s;
+  if (absl::Status s = read_pem_flag("--cert", options->cert_file, &options->cert_pem); !s.ok()) return s;
+  return read_pem_flag("--key", options->key_file, &options->key_pem);
+}
+
+}  // namespace
+
+absl::Status resolve_credentials(CommonOptions* options) {
+  if (absl::Status s = resolve_tls(options); !s.ok()) return s;
   // A token is a few hundred bytes; the cap only stops a wrong path (a log, /dev/zero) from being read whole.
   constexpr size_t kMaxTokenFileBytes = 64 << 10;
   std::string token;
@@ -89,7 +119,14 @@ std::optional<Subcommand> parse_subcommand(const std::vector<std::string>& args,
 }
 
 std::shared_ptr<grpc::Channel> make_channel(const CommonOptions& options) {
-  return grpc::CreateChannel(options.addr, grpc::InsecureChannelCredentials());
+  if (!options.tls) return grpc::CreateChannel(options.addr, grpc::InsecureChannelCredentials());
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = options.ca_pem;  // "" = gRPC's default roots
+  ssl.pem_cert_chain = options.cert_pem;
+  ssl.pem_private_key = options.key_pem;
+  grpc::ChannelArguments args;
+  if (options.server_name) args.SetSslTargetNameOverride(*options.server_name);
+  return grpc::CreateCustomChannel(options.addr, grpc::SslCredentials(ssl), args);
 }
 
 void apply_deadline(const CommonOptions& options, std::optional<double> default_timeout_s,

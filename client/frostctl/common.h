@@ -42,19 +42,27 @@ struct CommonOptions {
   // The bearer token sent as "authorization: Bearer <token>" with every call; set by resolve_token from
   // token_file, else from $FROST_TOKEN. Never printed.
   std::optional<std::string> token;
+  // --tls: connect over TLS; --ca: PEM roots that verify the server (default: the system's); --cert/--key: this
+  // client's certificate and key (mTLS); --server-name: the name checked in the server's certificate (default:
+  // the host of --addr). The PEM contents are read by resolve_credentials.
+  bool tls = false;
+  std::optional<std::string> ca_file, cert_file, key_file, server_name;
+  std::string ca_pem, cert_pem, key_pem;
 };
 
 // Environment variable holding the bearer token when --token-file is not given.
 inline constexpr char kTokenEnvVar[] = "FROST_TOKEN";
 
-// The flags every command accepts: --addr HOST:PORT, --timeout SECONDS (> 0), --token-file PATH.
+// The flags every command accepts: --addr HOST:PORT, --timeout SECONDS (> 0), --token-file PATH, --tls, --ca FILE,
+// --cert FILE, --key FILE, --server-name NAME.
 std::vector<Flag> common_flags(CommonOptions* options);
 
-// Sets options->token, once the command's flags are parsed: the content of options->token_file when given
+// Reads the --ca / --cert / --key files (INVALID_ARGUMENT naming the flag and file when one cannot be read, or
+// --cert without --key; any of them implies --tls), then sets options->token, once the command's flags are parsed: the content of options->token_file when given
 // (trailing whitespace and newline trimmed), else $FROST_TOKEN (trimmed the same way; unset or empty = no
 // token). INVALID_ARGUMENT when the file cannot be read, or the token is empty or not visible ASCII; the
 // message names the file or the variable, never the token.
-absl::Status resolve_token(CommonOptions* options);
+absl::Status resolve_credentials(CommonOptions* options);
 
 // A command group's subcommand (`jobs list ...`) and the arguments after its name.
 struct Subcommand {

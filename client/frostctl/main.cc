@@ -1,7 +1,8 @@
 // frostctl: command-line client of frostd's gRPC API. Subcommand dispatch and the common flags; the commands
 // live in cmd_*.cc.
 //
-//   frostctl [--addr HOST:PORT] [--timeout SECONDS] [--token-file PATH] COMMAND [flags] ARGS
+//   frostctl [--addr HOST:PORT] [--timeout SECONDS] [--token-file PATH] [--tls --ca FILE --cert FILE --key FILE
+//            --server-name NAME] COMMAND [flags] ARGS
 //   COMMAND: generate | tokenize | info | health | predict | train | jobs | artifacts | server-info
 #include <cstdio>
 #include <string>
@@ -37,6 +38,11 @@ constexpr char kUsage[] =
     "                      predict and train submit, 120 for artifacts activate, 10 for the others)\n"
     "  --token-file PATH   bearer token sent as \"authorization: Bearer <token>\" (default:\n"
     "                      $FROST_TOKEN; train, jobs, artifacts and server-info need an admin token)\n"
+    "  --tls               connect over TLS (implied by the four below)\n"
+    "  --ca FILE           PEM roots that verify the server (default: the system's)\n"
+    "  --cert FILE --key FILE\n"
+    "                      this client's certificate and key, for servers that require them (mTLS)\n"
+    "  --server-name NAME  name to check in the server's certificate (default: the --addr host)\n"
     "\n"
     "`frostctl COMMAND --help` lists a command's flags. Exit codes: 0 ok, 1 usage error (or an\n"
     "unreadable input file), 2 RPC error, 3 health answered but not SERVING, 4 a watched job\n"

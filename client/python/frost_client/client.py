@@ -22,15 +22,28 @@ _DEFAULT = object()
 class FrostClient:
     """A connection to one frostd.
 
-    addr: gRPC target, "HOST:PORT" (plaintext).
+    addr: gRPC target, "HOST:PORT".
     timeout: default deadline in seconds for every call (None: no deadline); each method
       takes a ``timeout`` keyword that overrides it for that call.
+    tls: connect over TLS (implied by any of the next four).
+    root_certificates: PEM bytes of the roots that verify the server (None: the system's).
+    certificate_chain, private_key: PEM bytes of this client's certificate and key (mTLS).
+    server_name: the name checked in the server's certificate (None: the host of addr).
     """
 
-    def __init__(self, addr="localhost:50051", timeout=None):
+    def __init__(self, addr="localhost:50051", timeout=None, *, tls=False, root_certificates=None,
+                 certificate_chain=None, private_key=None, server_name=None):
         self.addr = addr
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(addr)
+        if (certificate_chain is None) != (private_key is None):
+            raise ValueError("certificate_chain and private_key go together (the client certificate and its key)")
+        if tls or root_certificates or certificate_chain or server_name:
+            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates, private_key=private_key,
+                                                 certificate_chain=certificate_chain)
+            options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+            self._channel = grpc.secure_channel(addr, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(addr)
         self._generation = generation_pb2_grpc.GenerationStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
