@@ -11,7 +11,7 @@ ifeq ($(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),y)
 export OPENBLAS_CORETYPE := SkylakeX
 endif
 
-.PHONY: deps configure build run test test-asan bench bench-serve bench-weights clean
+.PHONY: deps configure build run test test-asan bench bench-serve bench-weights image image-test clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -67,6 +67,17 @@ bench-serve: configure
 bench-weights: configure
 	cmake --build $(BUILD) -j $(JOBS) --target frost-bench
 	bash scripts/bench_weights.sh $(BUILD)
+
+# The container image (Dockerfile; deploy/image/README.md): docker, podman or buildah, whichever works;
+# none: it says how to install one and fails. The image builds frostd + frostctl itself (~30 min on 2 cores).
+IMAGE ?= frost:latest
+image:
+	@bash deploy/image/build.sh "$(IMAGE)"
+
+# Builds the image, runs it (built-in model, then one mounted at /models) and talks to it: health, a generate,
+# /metrics, the user, a clean stop (deploy/image/smoke.sh). Needs docker or podman; not in CI (it builds).
+image-test: image
+	@bash deploy/image/smoke.sh "$(IMAGE)"
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(BUILD).configure.log $(ASAN_BUILD).configure.log
