@@ -100,8 +100,31 @@ int run_prototype_bench(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", res.status().ToString().c_str());
     return 1;
   }
+  // The head beside the baselines on the same features, and the verdict, for a reader (stderr; the
+  // JSON on stdout holds the same numbers).
+  {
+    const auto& m = (*res)["test_metrics"];
+    std::fprintf(stderr, "%-22s %8s %9s %8s\n", "test split", "MAE", "Spearman", "pred_std");
+    for (const char* k : {"prototype", "prototype_unrefined", "ridge_mean_pooled", "knn_mean_pooled",
+                          "knn_keycache", "train_mean"}) {
+      if (!m.contains(k)) continue;
+      std::fprintf(stderr, "%-22s %8.4f %9.4f %8.4f\n", k, m[k]["mae"].get<double>(), m[k]["spearman"].get<double>(),
+                   m[k].value("pred_std", 0.0));
+    }
+    const auto& r = (*res)["rlcs"];
+    std::fprintf(stderr, "resTR fallback rate %.3f (in distribution %.3f); refined MAE %.4f, unrefined %.4f\n",
+                 r["restr_fallback_rate"].get<double>(), r["restr_fallback_rate_in_distribution"].get<double>(),
+                 r["refined_mae"].get<double>(), r["unrefined_mae"].get<double>());
+    std::fprintf(stderr, "verdict: %s\n", (*res)["verdict"]["text"].get<std::string>().c_str());
+    if (res->contains("warnings")) std::fprintf(stderr, "warning: %s\n", (*res)["warnings"][0].get<std::string>().c_str());
+  }
   nlohmann::ordered_json out;
   out["bench"] = "prototype";
+  {
+    std::string cmd;  // the command line, so a recorded result says how it was made
+    for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+    out["command"] = cmd;
+  }
   out["threads"] = at::get_num_threads();
   out["machine"] = machine_json();
   for (auto& [k, v] : res->items()) out[k] = v;

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/log.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/state_dir.h"
 #include "core/prototype/artifact.h"
@@ -180,6 +181,10 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
           FROST_ASSIGN_OR_RETURN(nlohmann::ordered_json r, proto::evaluate_prototype(*opts_.model, d, eo));
           r["job_id"] = job.id;
           if (r.contains("artifact")) r["artifact"].erase("dir");  // the temporary directory it was written to
+          // A head that trails the linear probe beyond probe_margin still succeeds: the report's
+          // "warnings" (from evaluate_prototype) says so, and so does the log.
+          if (r.contains("warnings"))
+            FROST_LOG_WARN("prototype job %s: %s", job.id.c_str(), r["warnings"][0].get<std::string>().c_str());
           report = r.dump();
         } else {
           FROST_ASSIGN_OR_RETURN(auto trainer,

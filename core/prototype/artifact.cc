@@ -90,6 +90,8 @@ absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir) {
     // N(0, 1) slots: read them as such, not with today's defaults.
     if (cj.is_object() && !cj.contains("key_bias")) cj["key_bias"] = 0.0;
     if (cj.is_object() && !cj.contains("slot_init")) cj["slot_init"] = "normal";
+    if (cj.is_object() && !cj.contains("probe")) cj["probe"] = "none";  // trained before the probe existed
+    if (cj.is_object() && !cj.contains("restr_guard_weight")) cj["restr_guard_weight"] = 0.0;
     absl::StatusOr<PrototypeConfig> cfg = config_from_json(cj);
     if (!cfg.ok()) return bad(dir, std::string(cfg.status().message()));
     art.cfg = *cfg;

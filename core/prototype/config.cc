@@ -18,7 +18,8 @@ namespace frost::proto {
   X(huber_delta)                                                                                    \
   X(tau_start) X(tau_end) X(lambda_emb) X(lambda_ov) X(lambda_rep) X(m_cos) X(lr) X(weight_decay)   \
       X(grad_clip) X(norm_eps) X(gumbel_eps) X(restr_norm_eps) X(restr_alpha_max) X(restr_beta_max) \
-          X(ood_quantile) X(key_bias) X(label_flip_p)
+          X(ood_quantile) X(key_bias) X(label_flip_p) X(val_fraction) X(probe_margin) X(restr_guard_weight) \
+              X(restr_train_eps)
 
 namespace {
 
@@ -110,6 +111,15 @@ absl::Status validate(const PrototypeConfig& c) {
     return bad("ood_quantile", absl::StrCat("must be in [0, 1), got ", c.ood_quantile));
   if (c.label_flip_p < 0 || c.label_flip_p > 1)
     return bad("label_flip_p", absl::StrCat("must be in [0, 1], got ", c.label_flip_p));
+  if (c.probe != "ridge" && c.probe != "none")
+    return bad("probe", absl::StrCat("must be 'ridge' or 'none', got '", c.probe, "'"));
+  if (c.val_fraction < 0 || c.val_fraction > 0.5)
+    return bad("val_fraction", absl::StrCat("must be in [0, 0.5], got ", c.val_fraction));
+  if (c.probe_margin < 0) return bad("probe_margin", absl::StrCat("must be >= 0, got ", c.probe_margin));
+  if (c.restr_guard_weight < 0)
+    return bad("restr_guard_weight", absl::StrCat("must be >= 0, got ", c.restr_guard_weight));
+  if (c.restr_train_eps < 0)
+    return bad("restr_train_eps", absl::StrCat("must be >= 0, got ", c.restr_train_eps));
   if (c.slot_init != "kmeans++" && c.slot_init != "normal")
     return bad("slot_init", absl::StrCat("must be 'kmeans++' or 'normal', got '", c.slot_init, "'"));
   if (c.feature_cache_bytes < 0)
@@ -150,6 +160,10 @@ absl::Status set_field(PrototypeConfig& c, const std::string& key, const std::st
     c.slot_init = value;
     return absl::OkStatus();
   }
+  if (key == "probe") {
+    c.probe = value;
+    return absl::OkStatus();
+  }
   if (key == "spill_dir") {
     c.spill_dir = value;
     return absl::OkStatus();
@@ -175,6 +189,7 @@ nlohmann::json to_json(const PrototypeConfig& c) {
 #undef FROST_TO_JSON
   j["seed"] = c.seed;
   j["slot_init"] = c.slot_init;
+  j["probe"] = c.probe;
   j["spill_dir"] = c.spill_dir;
   return j;
 }

@@ -61,12 +61,33 @@ struct PrototypeConfig {
   double label_flip_p = 0.0;
   int64_t eval_batch = 64;  // batch of no-grad passes (cache build, evaluation)
 
+  // Departure (docs/prototype.md, "Linear probe inside the head"): "ridge" fits ridge regression
+  // on the mean-pooled frozen features of the training rows (lambda by 5-fold CV, the same fit
+  // as the ridge_mean_pooled baseline) before Stage A, and the head predicts the residual of it
+  // in logit space: y = a + (b-a) σ(z_probe + s·f_out(R)), with f_out's last layer starting at
+  // zero (so training starts from the probe). "none" = the seed's output exactly.
+  std::string probe = "ridge";
+  // Rows of the training data held out of Stage A/B (never a prototype) to choose s in [0, 1]:
+  // the head's residual is kept only as far as these rows say it helps (MAE down, Spearman not
+  // down). 0 = no held-out rows, s = 1. Ignored (no rows held out) when probe is "none".
+  double val_fraction = 0.1;
+  // Verdict of the evaluation report: a head whose test MAE exceeds the linear probe's by more
+  // than this (in label units) "trails" it; the job still succeeds, with a warning in its report.
+  double probe_margin = 0.0;
+
   // --- resTR + RLCS (Predict-time reliability) ---
   double restr_norm_eps = 0.5;   // guard: ||Z_out|| <= (1 + eps) ||Z_in|| per example
   double restr_alpha_max = 1.0;  // alpha = alpha_max * agreement (0 when out of distribution)
   double restr_beta_max = 1.0;   // beta  = beta_max  * agreement
   int64_t rlcs_k = 10;           // neighbours in the KeyCache for both consistency scores
   double ood_quantile = 0.01;    // population consistency below this quantile -> OOD
+  // choice (docs/prototype.md, "resTR that acts"): weight of the Stage B penalty
+  // mean(relu(||Z_out|| / ||Z_in|| - (1 + restr_train_eps))^2) that trains resTR to stay inside
+  // its own norm-inflation guard (restr_train_eps < restr_norm_eps leaves a margin for queries the
+  // training rows do not cover), and resTR's output projections start at zero (identity).
+  // 0 = the seed's unconstrained resTR (and its N(0, ...) / uniform init).
+  double restr_guard_weight = 1.0;
+  double restr_train_eps = 0.25;
 
   // --- feature cache (frozen backbone hidden states, fp16) ---
   int64_t feature_cache_bytes = 4LL << 30;  // in memory up to this, else spilled to disk

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 #include "core/prototype/artifact.h"
@@ -24,14 +26,49 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+absl::StatusOr<RegressionMetrics> metrics_of(const std::vector<double>& pred, const std::vector<float>& truth) {
+  std::vector<double> t(truth.begin(), truth.end());
+  return regression_metrics(pred, t);
+}
+
 absl::StatusOr<nlohmann::json> metrics_json(const std::vector<double>& pred,
                                             const std::vector<float>& truth) {
-  std::vector<double> t(truth.begin(), truth.end());
-  FROST_ASSIGN_OR_RETURN(RegressionMetrics m, regression_metrics(pred, t));
-  return to_json(m);
+  FROST_ASSIGN_OR_RETURN(RegressionMetrics m, metrics_of(pred, truth));
+  nlohmann::json j = to_json(m);
+  // The spread of the predictions: a head collapsed toward the mean shows a std far below the labels'.
+  double mean = 0, sq = 0;
+  for (double p : pred) mean += p;
+  mean /= static_cast<double>(pred.size());
+  for (double p : pred) sq += (p - mean) * (p - mean);
+  j["pred_std"] = std::sqrt(sq / static_cast<double>(pred.size()));
+  return j;
 }
 
 }  // namespace
+
+// MAE differences this small are the rounding of one prediction computed two ways (the head at
+// s = 0 is the probe in fp32, the baseline runs in fp64).
+constexpr double kMatchTolerance = 1e-6;
+
+ProbeVerdict probe_verdict(const RegressionMetrics& head, const RegressionMetrics& probe, double margin) {
+  ProbeVerdict v;
+  v.mae_delta = head.mae - probe.mae;
+  v.spearman_delta = head.spearman - probe.spearman;
+  v.trails = v.mae_delta > std::max(margin, kMatchTolerance);
+  const std::string sp = absl::StrFormat("Spearman %.4f vs %.4f", head.spearman, probe.spearman);
+  if (std::abs(v.mae_delta) <= kMatchTolerance) {
+    v.text = absl::StrFormat("head matches the linear probe (MAE %.4f; %s)", head.mae, sp);
+  } else if (v.mae_delta < 0) {
+    v.text = absl::StrFormat("head beats the linear probe by %.4f MAE (%.4f vs %.4f; %s)", -v.mae_delta,
+                             head.mae, probe.mae, sp);
+  } else {
+    v.text = absl::StrFormat("head trails the linear probe by %.4f MAE (%.4f vs %.4f; %s)", v.mae_delta,
+                             head.mae, probe.mae, sp);
+  }
+  if (v.trails)
+    v.text += absl::StrFormat(", more than the margin %.4f: the linear probe serves this dataset better", margin);
+  return v;
+}
 
 absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& model, const DatasetDir& data,
                                                           const EvalOptions& opts) {
@@ -136,17 +173,43 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
     ridge_pred[static_cast<size_t>(i)] =
         std::clamp(ridge_pred_t[i].item<double>(), data.bounds.a, data.bounds.b);  // as the TF-IDF baseline
 
+  FROST_ASSIGN_OR_RETURN(at::Tensor knn_pooled_t,
+                         knn_predict(Xtr, data.train.labels, Xte, static_cast<int>(std::min<int64_t>(
+                                                                    trainer->config().rlcs_k, data.train.size()))));
+  std::vector<double> knn_pooled(knn_pooled_t.data_ptr<double>(), knn_pooled_t.data_ptr<double>() + Nt);
+  FROST_ASSIGN_OR_RETURN(RegressionMetrics head_m, metrics_of(pred, data.test.labels));
+  FROST_ASSIGN_OR_RETURN(RegressionMetrics probe_m, metrics_of(ridge_pred, data.test.labels));
+  const ProbeVerdict verdict = probe_verdict(head_m, probe_m, trainer->config().probe_margin);
+
   nlohmann::ordered_json metrics;
   FROST_ASSIGN_OR_RETURN(metrics["prototype"], metrics_json(pred, data.test.labels));
   FROST_ASSIGN_OR_RETURN(metrics["prototype_unrefined"], metrics_json(pred0, data.test.labels));
   FROST_ASSIGN_OR_RETURN(metrics["knn_keycache"], metrics_json(knn, data.test.labels));
   FROST_ASSIGN_OR_RETURN(metrics["ridge_mean_pooled"], metrics_json(ridge_pred, data.test.labels));
   metrics["ridge_mean_pooled"]["lambda"] = ridge.lambda;
+  FROST_ASSIGN_OR_RETURN(metrics["knn_mean_pooled"], metrics_json(knn_pooled, data.test.labels));
   FROST_ASSIGN_OR_RETURN(metrics["train_mean"], metrics_json(constant, data.test.labels));
   out["test_metrics"] = metrics;
+  out["verdict"] = {{"text", verdict.text},
+                    {"mae_delta", verdict.mae_delta},
+                    {"spearman_delta", verdict.spearman_delta},
+                    {"margin", trainer->config().probe_margin},
+                    {"trails", verdict.trails}};
+  if (verdict.trails) out["warnings"] = nlohmann::json::array({verdict.text});
+  // What training measured on its held-out rows (val_fraction): Stage A's and Stage B's head, the
+  // probe alone, and the residual scale s chosen from them.
+  out["validation"] = {{"n_val", trainer->report().value("n_val", 0)},
+                       {"probe", trainer->report().value("probe", nlohmann::json())},
+                       {"stage_a", trainer->report().value("val_stage_a", nlohmann::json())},
+                       {"stage_b", trainer->report().value("val_stage_b", nlohmann::json())},
+                       {"scale", trainer->net()->probe_scale()}};
   out["rlcs"] = {{"k", trainer->config().rlcs_k},
+                 {"refined_mae", head_m.mae},
+                 {"unrefined_mae", metrics["prototype_unrefined"]["mae"]},
                  {"ood_rate", static_cast<double>(n_ood) / static_cast<double>(Nt)},
                  {"restr_fallback_rate", static_cast<double>(n_fallback) / static_cast<double>(Nt)},
+                 {"restr_fallback_rate_in_distribution",
+                  Nt > n_ood ? static_cast<double>(n_fallback) / static_cast<double>(Nt - n_ood) : 0.0},
                  {"mean_population_consistency", sum_pop / static_cast<double>(Nt)},
                  {"mean_agreement_consistency", sum_agree / static_cast<double>(Nt)}};
   // How attribution behaves on the test split: the mean weight of the top prototype, and how far

@@ -6,6 +6,7 @@
 //   train_mean         the constant mean training label
 //   ridge_mean_pooled  ridge regression (lambda by 5-fold CV) on the backbone's mean-pooled
 //                      final hidden states
+//   knn_mean_pooled    k-NN (k = rlcs_k, cosine) on the same mean-pooled hidden states
 //   knn_keycache       k-NN (k = rlcs_k, weights max(cos, 0) + 1e-6) of the query's learned key
 //                      among the KeyCache: the RLCS neighbour estimate ŷ_knn
 #include <nlohmann/json.hpp>
@@ -15,9 +16,21 @@
 #include "core/model/model_loader.h"
 #include "core/prototype/config.h"
 #include "core/prototype/data.h"
+#include "core/prototype/metrics.h"
 #include "core/prototype/trainer.h"
 
 namespace frost::proto {
+
+// The plain verdict of the report: the head against the linear probe (ridge on the same mean-pooled
+// features) on the test split.
+struct ProbeVerdict {
+  double mae_delta = 0;       // head MAE - probe MAE (< 0: the head is better)
+  double spearman_delta = 0;  // head Spearman - probe Spearman
+  bool trails = false;        // mae_delta > margin: worth a warning
+  std::string text;           // "head beats / trails / matches the linear probe by ..."
+};
+// `margin` >= 0 in label units. MAE differences within 1e-6 "match" and never trail.
+ProbeVerdict probe_verdict(const RegressionMetrics& head, const RegressionMetrics& probe, double margin);
 
 struct EvalOptions {
   PrototypeConfig cfg;
@@ -26,6 +39,8 @@ struct EvalOptions {
   int top_k = 3;  // prototypes kept per test prediction (for the examples in the report)
 };
 
+// The report also holds "verdict" (probe_verdict with cfg.probe_margin) and, when the head trails
+// the probe by more than the margin, "warnings": [the verdict text].
 absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& model, const DatasetDir& data,
                                                           const EvalOptions& opts);
 

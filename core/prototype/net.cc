@@ -146,11 +146,13 @@ void RestrStats::add(const RestrStats& o) {
 }
 
 at::Tensor ResTR::operator()(const at::Tensor& z, const at::Tensor& alpha, const at::Tensor& beta,
-                             double norm_eps, RestrStats* stats, at::Tensor* fallback_out) const {
+                             double norm_eps, RestrStats* stats, at::Tensor* fallback_out,
+                             at::Tensor* inflation_out) const {
   const int64_t B = z.size(0);
   at::Tensor a = alpha.view({B, 1, 1}), bt = beta.view({B, 1, 1});
   at::Tensor z1 = z + a * attn(z, z, at::Tensor());
   at::Tensor out = z1 + bt * ffn(z1);
+  if (inflation_out) *inflation_out = out.flatten(1).norm(2, 1) / (z.flatten(1).norm(2, 1) + 1e-12);
   RestrStats st;
   at::Tensor keep;
   if (out.sizes() != z.sizes()) {  // cannot happen with these modules; guarded as the seed demands
@@ -281,6 +283,52 @@ PrototypeNet::PrototypeNet(const PrototypeConfig& cfg, int64_t d_model, double a
   restr_.attn = bd.attention("restr.attn", d, cfg.H);
   restr_.ffn = bd.ffn("restr.ffn", d, cfg.ffn_dim(), true);
   slots_ = bd.normal("slots", {cfg.K, d}, 1.0);
+  // Zero starts after every draw, so the other tensors keep the values the seed's init gives them.
+  if (cfg.restr_guard_weight > 0) {
+    // resTR starts as the identity for every α, β and grows only as far as Stage B asks.
+    restr_.attn.o.w.zero_();
+    restr_.attn.o.b.zero_();
+    restr_.ffn.fc2.w.zero_();
+    restr_.ffn.fc2.b.zero_();
+  }
+  if (cfg.probe == "ridge") {
+    // The head starts as the probe: its residual logit is 0 until training moves it.
+    head_.out2.w.zero_();
+    head_.out2.b.zero_();
+    probe_w_ = ps_.add("probe.w", at::zeros({d_model}), /*trainable=*/false);
+    probe_b_ = ps_.add("probe.bias", at::zeros({1}), /*trainable=*/false);
+    probe_scale_ = ps_.add("probe.scale", at::ones({1}), /*trainable=*/false);
+  }
+}
+
+at::Tensor PrototypeNet::probe_logit(const at::Tensor& h, const at::Tensor& mask) const {
+  const int64_t B = h.size(0);
+  if (!has_probe()) return at::zeros({B}, h.options());
+  at::Tensor m = mask.to(h.scalar_type()).unsqueeze(-1);                // [B, S, 1]
+  at::Tensor pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0);         // [B, C]
+  at::Tensor y = at::matmul(pooled, probe_w_) + probe_b_;              // [B]
+  at::Tensor u = ((y - a_) / (b_ - a_)).clamp(1e-4, 1.0 - 1e-4);
+  return at::log(u) - at::log1p(-u);
+}
+
+at::Tensor PrototypeNet::output(const at::Tensor& z_head, const at::Tensor& z_probe) const {
+  if (!has_probe()) return bound(z_head);
+  return bound(z_probe + probe_scale_ * z_head);
+}
+
+void PrototypeNet::set_probe(const at::Tensor& w, double bias) {
+  at::NoGradGuard ng;
+  probe_w_.copy_(w.to(at::kFloat).view({-1}));
+  probe_b_.fill_(bias);
+}
+
+void PrototypeNet::set_probe_scale(double s) {
+  at::NoGradGuard ng;
+  if (probe_scale_.defined()) probe_scale_.fill_(s);
+}
+
+double PrototypeNet::probe_scale() const {
+  return probe_scale_.defined() ? probe_scale_.item<double>() : 1.0;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> PrototypeNet::stage_a_params() const {

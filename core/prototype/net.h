@@ -121,8 +121,11 @@ struct ResTR {
   // z [B, n, d]; alpha, beta [B] in [0, 1]. Each example whose output breaks an invariant
   // (shape, finite values, norm inflation bound with `norm_eps`, Frobenius norm over its n×d
   // tokens) gets its input back unchanged. `fallback_out` [B] bool marks them when given.
+  // `inflation_out` [B], when given, receives ||Z_out|| / ||Z_in|| before the guard, with its
+  // gradient (the Stage B guard penalty).
   at::Tensor operator()(const at::Tensor& z, const at::Tensor& alpha, const at::Tensor& beta, double norm_eps,
-                        RestrStats* stats = nullptr, at::Tensor* fallback_out = nullptr) const;
+                        RestrStats* stats = nullptr, at::Tensor* fallback_out = nullptr,
+                        at::Tensor* inflation_out = nullptr) const;
 };
 
 class PrototypeNet {
@@ -150,6 +153,17 @@ class PrototypeNet {
   at::Tensor emb_predict(const at::Tensor& k) const;  // g_emb
   at::Tensor bound(const at::Tensor& z) const;        // a + (b-a) σ(z)
 
+  // The linear probe (cfg.probe == "ridge", docs/prototype.md): z_probe [B] = logit of the ridge
+  // prediction on the masked mean of h [B,S,C], clipped into (a, b). Zeros without a probe.
+  at::Tensor probe_logit(const at::Tensor& h, const at::Tensor& mask) const;
+  // ŷ from the head's z [B] and z_probe [B]: a + (b-a) σ(z_probe + s·z) with a probe, else bound(z).
+  at::Tensor output(const at::Tensor& z_head, const at::Tensor& z_probe) const;
+  bool has_probe() const { return probe_w_.defined(); }
+  // Probe in raw feature space: pred(x) = x·w + bias (w [C]); s = the residual scale.
+  void set_probe(const at::Tensor& w, double bias);
+  void set_probe_scale(double s);
+  double probe_scale() const;
+
   const InferenceHead& head() const { return head_; }
   const ResTR& restr() const { return restr_; }
   at::Tensor slots() const { return slots_; }
@@ -169,6 +183,7 @@ class PrototypeNet {
   InferenceHead head_;
   ResTR restr_;
   at::Tensor slots_;
+  at::Tensor probe_w_, probe_b_, probe_scale_;  // buffers; undefined when cfg.probe == "none"
 };
 
 // The flattened prototype memory Mem = [P_1; ...; P_K] with P_k = [M_k; l_k] (the seed's

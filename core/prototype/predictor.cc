@@ -100,10 +100,11 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
   if (B == 0) return std::vector<Prediction>{};
   const int kk = static_cast<int>(std::min<int64_t>(c.rlcs_k, keys_.size(0)));
   // The k nearest training keys of each query, outside torch_call (it returns a Status).
-  at::Tensor q_tokens, q_key;
+  at::Tensor q_tokens, q_key, z_probe;
   FROST_RETURN_IF_ERROR(torch_call([&] {
     at::NoGradGuard ng;
     q_tokens = net_->query_tokens(h, mask);
+    z_probe = net_->probe_logit(h, mask);
     q_key = net_->normalize(net_->key(net_->memory_tokens(h, mask)));
   }));
   FROST_ASSIGN_OR_RETURN(KnnResult nn, knn_topk(keys_, q_key, kk));
@@ -120,7 +121,7 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
     at::Tensor w = sim.clamp_min(0) + 1e-6;
     at::Tensor knn = (w * labels_.index_select(0, nn.indices.reshape({-1})).view({B, kk})).sum(1) / w.sum(1);
     at::Tensor bias = block_key_bias(q_key, proto_keys_, c.m + 1, c.key_bias);
-    at::Tensor y0 = net_->bound(net_->head()(q_tokens, mem_fixed_, nullptr, bias));
+    at::Tensor y0 = net_->output(net_->head()(q_tokens, mem_fixed_, nullptr, bias), z_probe);
     at::Tensor agree = (1.0 - (y0 - knn).abs() / (b - a)).clamp(0.0, 1.0);
     at::Tensor ood = pop < c.ood_quantile;
     at::Tensor gate = agree.masked_fill(ood, 0.0).to(at::kFloat);
@@ -133,8 +134,8 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
     n_fb_nonfinite_ += st.fallback_nonfinite;
     n_fb_norm_ += st.fallback_norm;
     std::vector<at::Tensor> probs;
-    at::Tensor y = net_->bound(net_->head()(qr, mem_fixed_, &probs, bias));
-    at::Tensor reliance = (y - net_->bound(net_->head()(qr, mem_hidden_, nullptr, bias))).abs();
+    at::Tensor y = net_->output(net_->head()(qr, mem_fixed_, &probs, bias), z_probe);
+    at::Tensor reliance = (y - net_->output(net_->head()(qr, mem_hidden_, nullptr, bias), z_probe)).abs();
     // attribution: mean over layers and heads → [B, K(m+1)] → per prototype block [B, K]
     at::Tensor att = at::stack(probs, 0).mean(0).mean(1).select(1, 0);
     at::Tensor per_proto = att.view({B, c.K, c.m + 1}).sum(2).to(at::kDouble).contiguous();

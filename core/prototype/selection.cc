@@ -1,5 +1,8 @@
 #include "core/prototype/selection.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
 #include <limits>
 
 namespace frost::proto {
@@ -76,15 +79,69 @@ Selection select_prototypes(const at::Tensor& slots, const at::Tensor& keys, int
   return s;
 }
 
+namespace {
+
+// Σ_t w[k,t] · table[cand[k,t]] as one autograd node whose cost follows what Stage B needs
+// (docs/prototype.md, "Stage B speed"):
+//  * forward: with few non-zero weights, only those rows are gathered. The straight-through weights
+//    are exactly 0 off the hard pick ((0 - p) + p == 0 in IEEE arithmetic), so M~_k costs K rows
+//    instead of K·T; skipping a zero term leaves a float sum unchanged. Dense weights (p_k) are
+//    scattered into [K, N] and multiplied by the table.
+//  * backward to the weights: grad_w[k,t] = <g_k, table[cand[k,t]]>, read from table · g^T
+//    ([N, K], one pass over the table). LibTorch 1.13's _embedding_bag computed the K·T dot
+//    products one sample at a time, over K·T gathered rows, and took most of a Stage B step.
+//  * backward to the table (only when it needs one): index_add of w[k,t] g_k over the non-zero
+//    weights, in a fixed order.
+// Everything is a fixed sequence of ATen ops, so a step is as deterministic as before.
+struct WeightedRowsFn : public torch::autograd::Function<WeightedRowsFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& table,
+                            const at::Tensor& cand, const at::Tensor& w) {
+    const int64_t K = cand.size(0), T = cand.size(1), N = table.size(0);
+    at::Tensor wf = w.reshape({-1}).to(table.scalar_type());
+    at::Tensor nz = wf.nonzero().view({-1});  // ascending positions k*T + t
+    at::Tensor out;
+    if (nz.size(0) * 4 <= N) {  // straight-through weights: gather the few rows that count
+      at::Tensor rows = cand.reshape({-1}).index_select(0, nz);
+      at::Tensor slot = at::floor_divide(nz, T);
+      out = at::zeros({K, table.size(1)}, table.options());
+      out.index_add_(0, slot, table.index_select(0, rows) * wf.index_select(0, nz).unsqueeze(1));
+    } else {  // dense weights (p_k): one [K, N] x [N, F] product instead of a K·T-row gather
+      at::Tensor dense = at::zeros({K, N}, table.options()).scatter_add_(1, cand, wf.view({K, T}));
+      out = at::matmul(dense, table);
+    }
+    ctx->save_for_backward({table, cand, w});
+    ctx->saved_data["table_grad"] = table.requires_grad();
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& table = saved[0];
+    const at::Tensor& cand = saved[1];
+    const at::Tensor& w = saved[2];
+    const int64_t K = cand.size(0), T = cand.size(1);
+    at::Tensor g = grads[0].contiguous();  // [K, F]
+    // <g_k, table_i> for every row i at once ([N, F] x [F, K], one streaming pass over the table),
+    // then the K·T candidates' entries. Gathering the K·T rows instead moves K·T/N times more memory.
+    at::Tensor gw = at::matmul(table, g.t()).t().gather(1, cand);  // [K, T]
+    at::Tensor gt;
+    if (ctx->saved_data["table_grad"].toBool()) {
+      at::Tensor wf = w.reshape({-1}).to(table.scalar_type());
+      at::Tensor nz = wf.nonzero().view({-1});
+      at::Tensor slot = at::floor_divide(nz, T);
+      gt = at::zeros_like(table);
+      gt.index_add_(0, cand.reshape({-1}).index_select(0, nz),
+                    g.index_select(0, slot) * wf.index_select(0, nz).unsqueeze(1));
+    }
+    return {gt, at::Tensor(), gw.to(w.scalar_type())};
+  }
+};
+
+}  // namespace
+
 at::Tensor weighted_rows(const at::Tensor& table, const at::Tensor& cand, const at::Tensor& weights) {
-  const int64_t K = cand.size(0), T = cand.size(1);
-  at::Tensor offsets = at::arange(0, K * T, T, at::kLong);
-  // _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode=0 (sum), sparse,
-  //                per_sample_weights, include_last_offset, padding_idx). Called directly: LibTorch
-  // 1.13's embedding_bag() dispatches to a forward-only kernel whenever `weight` needs no
-  // gradient, even when the per-sample weights do, and then fails an autograd assertion.
-  return std::get<0>(at::_embedding_bag(table, cand.reshape({-1}), offsets, false, 0, false,
-                                        weights.reshape({-1}).to(table.scalar_type()), false, -1));
+  return WeightedRowsFn::apply(table, cand, weights);
 }
 
 at::Tensor overlap_loss(const at::Tensor& cand, const at::Tensor& p, int64_t N) {

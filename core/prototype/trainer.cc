@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +18,8 @@
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 #include "core/store/safetensors.h"
+#include "core/prototype/baselines.h"
+#include "core/prototype/metrics.h"
 #include "core/prototype/predictor.h"
 #include "core/prototype/selection.h"
 
@@ -118,7 +121,7 @@ StepLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
   StepLoss l;
   at::Tensor q = net.query_tokens(h, mask);
   at::Tensor mem = net.memory_tokens(h, mask);  // Mem^(A) = M(x): no label token
-  l.yhat = net.bound(net.head()(q, mem));
+  l.yhat = net.output(net.head()(q, mem), net.probe_logit(h, mask));
   l.reg = huber(l.yhat, y, c.huber_delta).mean();
   at::Tensor ehat = net.emb_predict(net.key(mem));
   at::Tensor e_y = net.label_embed(y);  // target only: never an input to ŷ
@@ -134,17 +137,31 @@ StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
   const PrototypeConfig& c = net.cfg();
   const int64_t N = keys.size(0), T = std::min(c.T, N);
   StepLoss l;
-  at::Tensor q = net.restr()(net.query_tokens(h, mask), alpha, beta, c.restr_norm_eps);
+  at::Tensor inflation;
+  at::Tensor q = net.restr()(net.query_tokens(h, mask), alpha, beta, c.restr_norm_eps, nullptr, nullptr,
+                             c.restr_guard_weight > 0 ? &inflation : nullptr);
   l.sel = select_prototypes(net.slots(), keys, T, tau, u, c.norm_eps, c.gumbel_eps);
   at::Tensor mt = weighted_rows(mem_flat, l.sel.cand, l.sel.w).view({c.K, c.m, c.d_h});  // M~_k
-  at::Tensor lt = weighted_rows(net.label_embed(labels), l.sel.cand, l.sel.w);           // l~_k
+  // l~_k: E runs once per distinct label value (emobank's N = 7,925 rows hold a few hundred), and
+  // the candidates index those rows: the same tokens as E over all N labels, for less.
+  at::Tensor uniq, inv;
+  {
+    at::NoGradGuard ng;
+    auto u = at::_unique2(labels, /*sorted=*/true, /*return_inverse=*/true, /*return_counts=*/false);
+    uniq = std::get<0>(u);
+    inv = std::get<1>(u);
+  }
+  at::Tensor lt = weighted_rows(net.label_embed(uniq), inv.index_select(0, l.sel.cand.reshape({-1})).view_as(l.sel.cand),
+                                l.sel.w);
   at::Tensor mem = prototype_memory(mt, lt);
   // key_bias: the selected keys k~_k use the same straight-through weights as M~_k and l~_k
   at::Tensor bias = block_key_bias(q_keys, weighted_rows(keys, l.sel.cand, l.sel.w), c.m + 1, c.key_bias);
-  l.yhat = net.bound(net.head()(q, mem, nullptr, bias));
+  l.yhat = net.output(net.head()(q, mem, nullptr, bias), net.probe_logit(h, mask));
   l.reg = huber(l.yhat, y, c.huber_delta).mean();
   l.aux = c.lambda_ov * overlap_loss(l.sel.cand, l.sel.p, N) +
           c.lambda_rep * repulsion_loss(l.sel.cand, l.sel.p, keys, c.m_cos, c.norm_eps);
+  if (c.restr_guard_weight > 0)  // resTR learns to stay inside its guard (docs/prototype.md)
+    l.aux = l.aux + c.restr_guard_weight * at::relu(inflation - (1.0 + c.restr_train_eps)).pow(2).mean();
   l.loss = l.reg + l.aux;
   return l;
 }
@@ -170,8 +187,22 @@ absl::StatusOr<std::unique_ptr<PrototypeTrainer>> PrototypeTrainer::create(const
   }
   std::unique_ptr<PrototypeTrainer> t(new PrototypeTrainer());
   t->model_ = &model;
+  // Held-out rows (val_fraction): a pure function of (N, seed). Too few rows to spare → none.
+  int64_t n_val = static_cast<int64_t>(std::llround(cfg.val_fraction * static_cast<double>(N)));
+  if (n_val < 2 || N - n_val < std::max<int64_t>(cfg.K, 2)) n_val = 0;
+  {
+    std::vector<int64_t> perm(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) perm[static_cast<size_t>(i)] = i;
+    std::mt19937_64 rng(splitmix(cfg.seed ^ 0x76616c5f73706c74ULL));
+    if (n_val > 0) std::shuffle(perm.begin(), perm.end(), rng);
+    t->val_idx_.assign(perm.begin(), perm.begin() + n_val);
+    t->fit_idx_.assign(perm.begin() + n_val, perm.end());
+    std::sort(t->val_idx_.begin(), t->val_idx_.end());
+    std::sort(t->fit_idx_.begin(), t->fit_idx_.end());
+  }
+  const int64_t n_fit = static_cast<int64_t>(t->fit_idx_.size());
   // T is the seed's candidate pool; a dataset smaller than T offers every row to every slot.
-  cfg.T = std::min(cfg.T, N);
+  cfg.T = std::min(cfg.T, n_fit);
   t->cfg_ = cfg;
   t->bounds_ = bounds;
   t->backbone_ = backbone_id(model);
@@ -190,7 +221,7 @@ absl::StatusOr<std::unique_ptr<PrototypeTrainer>> PrototypeTrainer::create(const
 }
 
 int64_t PrototypeTrainer::steps_per_epoch() const {
-  return (data_.size() + cfg_.batch_size - 1) / cfg_.batch_size;
+  return (static_cast<int64_t>(fit_idx_.size()) + cfg_.batch_size - 1) / cfg_.batch_size;
 }
 
 void PrototypeTrainer::emit(const TrainHooks& hooks, const TrainProgress& p) const {
@@ -202,6 +233,7 @@ std::string PrototypeTrainer::run_fingerprint() const {
   c.erase("spill_dir");
   c.erase("feature_cache_bytes");
   c.erase("eval_batch");
+  c.erase("probe_margin");  // the report's verdict threshold, not part of training
   std::string s = c.dump();
   s += backbone_.fingerprint;
   for (int64_t i = 0; i < data_.size(); ++i) {
@@ -252,7 +284,134 @@ absl::Status PrototypeTrainer::build_cache() {
     // Stage B trains on exactly the stored (fp16) values.
     mem_flat_ = mem16_.to(at::kFloat).reshape({N, cfg_.m * d}).contiguous();
     keys_ = keys16_.to(at::kFloat).contiguous();
+    // Stage B selects among the rows it trains on: held-out rows are never prototypes.
+    if (!val_idx_.empty()) {
+      at::Tensor fi = at::tensor(fit_idx_, at::kLong);
+      mem_flat_ = mem_flat_.index_select(0, fi).contiguous();
+      keys_fit_ = keys_.index_select(0, fi).contiguous();
+      labels_fit_ = labels_.index_select(0, fi).contiguous();
+    } else {
+      keys_fit_ = keys_;
+      labels_fit_ = labels_;
+    }
   });
+}
+
+absl::Status PrototypeTrainer::fit_probe() {
+  if (!net_->has_probe()) return absl::OkStatus();
+  const int64_t N = data_.size();
+  at::Tensor X;
+  FROST_RETURN_IF_ERROR(torch_call([&] {
+    std::vector<at::Tensor> rows;
+    for (int64_t i = 0; i < N; ++i) rows.push_back(features_->mean_pooled(i));
+    X = at::stack(rows).to(at::kDouble);
+  }));
+  // The same fit as the ridge_mean_pooled baseline of the evaluation report (default lambdas,
+  // folds and seed), so at s = 0 the head predicts exactly what the linear probe does.
+  FROST_ASSIGN_OR_RETURN(RidgeModel r, fit_ridge_cv(X, data_.labels));
+  return torch_call([&] {
+    at::Tensor w = r.w / r.x_scale;  // raw feature space: x·w + bias
+    const double bias = r.bias - at::dot(r.x_mean, w).item<double>();
+    net_->set_probe(w, bias);
+    report_["probe"] = {{"kind", "ridge_mean_pooled"}, {"lambda", r.lambda}, {"cv_rmse", r.cv_rmse}};
+  });
+}
+
+std::vector<int64_t> PrototypeTrainer::final_prototypes() const {
+  std::vector<int64_t> idx = finalize_prototypes(net_->slots().detach(), keys_fit_, cfg_.norm_eps);
+  for (int64_t& i : idx) i = fit_idx_[static_cast<size_t>(i)];
+  return idx;
+}
+
+absl::StatusOr<std::pair<std::vector<double>, std::vector<double>>> PrototypeTrainer::val_logits(
+    bool stage_a) const {
+  std::vector<double> zp, zh;
+  FROST_RETURN_IF_ERROR(torch_call([&] {
+    at::NoGradGuard ng;
+    at::Tensor mem_fixed, proto_keys;
+    if (!stage_a) {
+      at::Tensor it = at::tensor(final_prototypes(), at::kLong);
+      mem_fixed = prototype_memory(mem16_.index_select(0, it).to(at::kFloat),
+                                   net_->label_embed(labels_.index_select(0, it)));
+      proto_keys = keys_.index_select(0, it);
+    }
+    const int64_t n = static_cast<int64_t>(val_idx_.size());
+    for (int64_t s = 0; s < n; s += cfg_.eval_batch) {
+      std::vector<int64_t> idx(val_idx_.begin() + s, val_idx_.begin() + std::min(n, s + cfg_.eval_batch));
+      FeatureBatch fb = features_->batch(idx);
+      at::Tensor q = net_->query_tokens(fb.h, fb.mask), z;
+      if (stage_a) {
+        z = net_->head()(q, net_->memory_tokens(fb.h, fb.mask));
+      } else {
+        at::Tensor qk = keys_.index_select(0, at::tensor(idx, at::kLong));
+        z = net_->head()(q, mem_fixed, nullptr, block_key_bias(qk, proto_keys, cfg_.m + 1, cfg_.key_bias));
+      }
+      at::Tensor p = net_->probe_logit(fb.h, fb.mask).to(at::kDouble).contiguous();
+      z = z.to(at::kDouble).contiguous();
+      zp.insert(zp.end(), p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
+      zh.insert(zh.end(), z.data_ptr<double>(), z.data_ptr<double>() + z.numel());
+    }
+  }));
+  return std::make_pair(std::move(zp), std::move(zh));
+}
+
+absl::StatusOr<nlohmann::json> PrototypeTrainer::val_report(bool stage_a, bool choose_scale) {
+  if (val_idx_.empty()) return nlohmann::json();
+  FROST_ASSIGN_OR_RETURN(auto z, val_logits(stage_a));
+  std::vector<double> truth;
+  for (int64_t i : val_idx_) truth.push_back(data_.labels[static_cast<size_t>(i)]);
+  auto at_scale = [&](double s) -> absl::StatusOr<RegressionMetrics> {
+    std::vector<double> pred(truth.size());
+    for (size_t i = 0; i < pred.size(); ++i) {
+      const double x = net_->has_probe() ? z.first[i] + s * z.second[i] : z.second[i];
+      pred[i] = bounds_.a + (bounds_.b - bounds_.a) / (1.0 + std::exp(-x));
+    }
+    return regression_metrics(pred, truth);
+  };
+  nlohmann::json out;
+  out["n"] = truth.size();
+  FROST_ASSIGN_OR_RETURN(RegressionMetrics head, at_scale(1.0));
+  out["head"] = to_json(head);
+  if (!net_->has_probe()) return out;
+  FROST_ASSIGN_OR_RETURN(RegressionMetrics probe, at_scale(0.0));
+  out["probe"] = to_json(probe);
+  if (!choose_scale) return out;
+  // s: the head's residual is kept only as far as the held-out rows show it helps: the scale with
+  // the lowest MAE among those whose Spearman is not below the probe's and whose MAE gain over the
+  // probe exceeds one standard error of the paired per-row gains (a gain inside the noise of n_val
+  // rows is not evidence). None qualifies → s = 0: Predict serves the linear probe.
+  auto abs_err = [&](double s) {
+    std::vector<double> e(truth.size());
+    for (size_t i = 0; i < e.size(); ++i) {
+      const double x = z.first[i] + s * z.second[i];
+      e[i] = std::abs(bounds_.a + (bounds_.b - bounds_.a) / (1.0 + std::exp(-x)) - truth[i]);
+    }
+    return e;
+  };
+  const std::vector<double> e0 = abs_err(0.0);
+  double best_s = 0, best_mae = probe.mae;
+  nlohmann::json grid = nlohmann::json::array();
+  for (int k = 1; k <= 10; ++k) {
+    const double sc = k / 10.0;
+    FROST_ASSIGN_OR_RETURN(RegressionMetrics m, at_scale(sc));
+    const std::vector<double> es = abs_err(sc);
+    const double n = static_cast<double>(es.size());
+    double mean = 0, sq = 0;
+    for (size_t i = 0; i < es.size(); ++i) mean += (e0[i] - es[i]) / n;
+    for (size_t i = 0; i < es.size(); ++i) sq += (e0[i] - es[i] - mean) * (e0[i] - es[i] - mean);
+    const double se = std::sqrt(sq / std::max(1.0, n - 1) / n);
+    const bool supported = mean > se && m.spearman >= probe.spearman;
+    grid.push_back({{"scale", sc}, {"mae", m.mae}, {"spearman", m.spearman}, {"gain", mean}, {"gain_se", se},
+                    {"supported", supported}});
+    if (supported && m.mae < best_mae) {
+      best_mae = m.mae;
+      best_s = sc;
+    }
+  }
+  FROST_RETURN_IF_ERROR(torch_call([&] { net_->set_probe_scale(best_s); }));
+  out["scale_grid"] = grid;
+  out["scale"] = best_s;
+  return out;
 }
 
 absl::Status PrototypeTrainer::save_checkpoint(const std::string& path, int stage, int64_t epoch,
@@ -326,7 +485,7 @@ absl::StatusOr<std::array<int64_t, 3>> PrototypeTrainer::load_checkpoint(const s
 
 absl::Status PrototypeTrainer::run_stage(int stage, const TrainHooks& hooks, int64_t start_epoch,
                                          int64_t start_step) {
-  const int64_t N = data_.size(), B = cfg_.batch_size, spe = steps_per_epoch();
+  const int64_t N = static_cast<int64_t>(fit_idx_.size()), B = cfg_.batch_size, spe = steps_per_epoch();
   const int64_t epochs = stage == kStageA ? cfg_.epochs_a : cfg_.epochs_b;
   const int64_t total_steps = (cfg_.epochs_a + cfg_.epochs_b) * spe;
   const int64_t stage_offset = stage == kStageA ? 0 : cfg_.epochs_a * spe;
@@ -347,7 +506,8 @@ absl::Status PrototypeTrainer::run_stage(int stage, const TrainHooks& hooks, int
                                                  stage == kStageA ? "stage A" : "stage B", " epoch ", e + 1,
                                                  " step ", s));
       }
-      std::vector<int64_t> idx(pp + s * B, pp + std::min(N, (s + 1) * B));
+      std::vector<int64_t> idx;
+      for (int64_t j = s * B; j < std::min(N, (s + 1) * B); ++j) idx.push_back(fit_idx_[static_cast<size_t>(pp[j])]);
       TrainProgress pr;
       FROST_RETURN_IF_ERROR(torch_call([&] {
         at::Generator g = gen_for(cfg_.seed, stage, e, s);
@@ -366,8 +526,8 @@ absl::Status PrototypeTrainer::run_stage(int stage, const TrainHooks& hooks, int
           // middle of [a, b] (drawn after u, so the other draws do not depend on the option)
           const bool flip = cfg_.label_flip_p > 0 && at::rand({1}, g).item<double>() < cfg_.label_flip_p;
           const double ab = bounds_.a + bounds_.b;
-          l = stage_b_loss(*net_, fb.h, fb.mask, flip ? ab - y : y, q_keys, alpha, beta, keys_, mem_flat_,
-                           flip ? ab - labels_ : labels_, u, tau);
+          l = stage_b_loss(*net_, fb.h, fb.mask, flip ? ab - y : y, q_keys, alpha, beta, keys_fit_, mem_flat_,
+                           flip ? ab - labels_fit_ : labels_fit_, u, tau);
         }
         at::Tensor loss = l.loss, l_reg = l.reg, l_aux = l.aux;
         loss.backward();
@@ -437,6 +597,8 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
   FROST_RETURN_IF_ERROR(build_features(hooks));
   stage_report("features", t);
   report_["feature_cache"] = {{"bytes", features_->bytes()}, {"spilled", features_->spilled()}};
+  report_["n_val"] = static_cast<int64_t>(val_idx_.size());
+  if (!resumed) FROST_RETURN_IF_ERROR(fit_probe());
 
   if (pos[0] == kStageA) {
     if (!resumed) opt_ = std::make_shared<Opt>(net_->stage_a_params(), cfg_);
@@ -444,6 +606,8 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
     t = now_s();
     FROST_RETURN_IF_ERROR(run_stage(kStageA, hooks, pos[1], pos[2]));
     stage_report("stage_a", t);
+    // Diagnosis: Stage A's head (each row's own memory) on the held-out rows.
+    FROST_ASSIGN_OR_RETURN(report_["val_stage_a"], val_report(/*stage_a=*/true, /*choose_scale=*/false));
     pos = {kStageB, 0, 0};
     opt_ = std::make_shared<Opt>(net_->stage_b_params(), cfg_);
     if (!hooks.checkpoint_path.empty())
@@ -464,8 +628,8 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
     // KeyCache, a pure function of the cache and the seed, so a resumed run draws the same.
     FROST_RETURN_IF_ERROR(torch_call([&] {
       at::NoGradGuard ng;
-      std::vector<int64_t> idx = kmeanspp_indices(keys_, cfg_.K, gen_for(cfg_.seed, kStageB, -1, -2));
-      net_->slots().copy_(keys_.index_select(0, at::tensor(idx, at::kLong)));
+      std::vector<int64_t> idx = kmeanspp_indices(keys_fit_, cfg_.K, gen_for(cfg_.seed, kStageB, -1, -2));
+      net_->slots().copy_(keys_fit_.index_select(0, at::tensor(idx, at::kLong)));
     }));
   }
   if (pos[0] == kStageB) {
@@ -473,6 +637,7 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
     t = now_s();
     FROST_RETURN_IF_ERROR(run_stage(kStageB, hooks, pos[1], pos[2]));
     stage_report("stage_b", t);
+    FROST_ASSIGN_OR_RETURN(report_["val_stage_b"], val_report(/*stage_a=*/false, /*choose_scale=*/true));
     opt_.reset();
     if (!hooks.checkpoint_path.empty())
       FROST_RETURN_IF_ERROR(save_checkpoint(hooks.checkpoint_path, kStageDone, 0, 0));
@@ -495,7 +660,7 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
   art.n_train = data_.size();
   FROST_ASSIGN_OR_RETURN(at::Tensor population, population_reference(keys_, cfg_.rlcs_k));
   FROST_RETURN_IF_ERROR(torch_call([&] {
-    std::vector<int64_t> idx = finalize_prototypes(net_->slots().detach(), keys_, cfg_.norm_eps);
+    std::vector<int64_t> idx = final_prototypes();
     at::Tensor it = at::tensor(idx, at::kLong);
     for (const auto& [name, p] : net_->params().items()) art.tensors.emplace_back(name, p.detach().clone());
     art.tensors.emplace_back("proto.memory", mem16_.index_select(0, it).contiguous());

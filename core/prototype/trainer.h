@@ -106,12 +106,21 @@ class PrototypeTrainer {
   const at::Tensor& key_cache() const { return keys_; }  // [N, d] fp32 (fp16 values)
   const nlohmann::json& report() const { return report_; }
   int64_t steps_per_epoch() const;
+  // Rows held out of Stage A/B (val_fraction) to choose the probe residual scale; never prototypes.
+  const std::vector<int64_t>& val_rows() const { return val_idx_; }
 
  private:
   PrototypeTrainer() = default;
 
   absl::Status build_features(const TrainHooks& hooks);
   absl::Status build_cache();
+  absl::Status fit_probe();  // cfg.probe == "ridge": ridge on the mean-pooled features → net buffers
+  std::vector<int64_t> final_prototypes() const;  // greedy masked decoding, as dataset row indices
+  // (z_probe, z_head) of the held-out rows: Stage A's head over each row's own memory, or the
+  // Stage B head over the finalized prototypes with resTR off.
+  absl::StatusOr<std::pair<std::vector<double>, std::vector<double>>> val_logits(bool stage_a) const;
+  // Held-out metrics of the head (and the probe); choose_scale sets the probe residual scale s.
+  absl::StatusOr<nlohmann::json> val_report(bool stage_a, bool choose_scale);
   absl::Status run_stage(int stage, const TrainHooks& hooks, int64_t start_epoch, int64_t start_step);
   absl::Status save_checkpoint(const std::string& path, int stage, int64_t epoch, int64_t step) const;
   // Returns (stage, epoch, step) or NOT_FOUND when there is no checkpoint file.
@@ -129,9 +138,11 @@ class PrototypeTrainer {
   std::unique_ptr<PrototypeNet> net_;
   at::Tensor labels_;    // [N] fp32
   at::Tensor mem16_;     // [N, m, d] fp16 MemCache
-  at::Tensor mem_flat_;  // [N, m*d] fp32 view of its values (Stage B table)
+  at::Tensor mem_flat_;  // [N_fit, m*d] fp32 values of the fit rows (Stage B table)
   at::Tensor keys16_;    // [N, d] fp16 KeyCache
   at::Tensor keys_;      // [N, d] fp32 values of keys16_
+  std::vector<int64_t> fit_idx_, val_idx_;  // rows Stage A/B train on; held-out rows (sorted)
+  at::Tensor keys_fit_, labels_fit_;        // Stage B selection tables over fit_idx_ (mem_flat_ too)
 
   // AdamW state of the current stage, aligned with `opt_params_`.
   struct Opt;

@@ -10,6 +10,8 @@
 
 #include "core/prototype/artifact.h"
 #include "core/prototype/config.h"
+#include "core/prototype/evaluate.h"
+#include "core/prototype/metrics.h"
 #include "core/prototype/features.h"
 #include "core/prototype/net.h"
 #include "core/prototype/predictor.h"
@@ -70,7 +72,14 @@ TEST(PrototypeConfig, DefaultsAreTheSeedTable) {
   // Not in the seed's table: frost's attribution departure and slot-initialisation choice.
   EXPECT_EQ(c.key_bias, 16.0);
   EXPECT_EQ(c.slot_init, "kmeans++");
+  // Issue 24: the linear probe under the head, its held-out scale, resTR trained inside its guard.
+  EXPECT_EQ(c.probe, "ridge");
+  EXPECT_EQ(c.val_fraction, 0.1);
+  EXPECT_EQ(c.probe_margin, 0.0);
+  EXPECT_EQ(c.restr_guard_weight, 1.0);
   EXPECT_TRUE(validate(c).ok());
+  PrototypeConfig bad_probe;
+  EXPECT_INVALID(set_fields(bad_probe, {"probe=lasso"}), "probe must be 'ridge' or 'none'");
 }
 
 TEST(PrototypeConfig, SetFieldsValidatesAndNamesTheField) {
@@ -419,6 +428,7 @@ TEST(PrototypeNet, HuberMatchesTheSeedPiecewiseForm) {
 
 TEST(ResTR, IdentityAtZeroControl) {
   PrototypeConfig c = small_cfg();
+  c.restr_guard_weight = 0;  // the seed's init: resTR moves Z as soon as alpha or beta > 0
   PrototypeNet net(c, 16, 0, 1, 0.5, 0.2);
   at::Tensor z = at::randn({3, c.m_q, c.d_h}, gen(10));
   RestrStats st;
@@ -434,6 +444,7 @@ TEST(ResTR, IdentityAtZeroControl) {
 
 TEST(ResTR, GuardsFallBackToIdentityAndCount) {
   PrototypeConfig c = small_cfg();
+  c.restr_guard_weight = 0;
   PrototypeNet net(c, 16, 0, 1, 0.5, 0.2);
   at::Tensor z = at::randn({4, c.m_q, c.d_h}, gen(11));
   at::NoGradGuard ng;
@@ -456,6 +467,101 @@ TEST(ResTR, GuardsFallBackToIdentityAndCount) {
   EXPECT_EQ(st2.fallback_nonfinite, 4);
   EXPECT_TRUE(at::equal(out, z));
   EXPECT_TRUE(at::isfinite(out).all().item<bool>());
+}
+
+TEST(ResTR, GuardedDefaultStartsAsTheIdentityAndTheStageBPenaltySeesInflation) {
+  PrototypeConfig c = small_cfg();  // restr_guard_weight > 0 by default
+  ASSERT_GT(c.restr_guard_weight, 0);
+  PrototypeNet net(c, 16, 0, 1, 0.5, 0.2);
+  at::Tensor z = at::randn({3, c.m_q, c.d_h}, gen(12));
+  RestrStats st;
+  at::Tensor infl;
+  {
+    at::NoGradGuard ng;
+    at::Tensor out = net.restr()(z, at::ones({3}), at::ones({3}), 0.5, &st, nullptr, &infl);
+    EXPECT_TRUE(at::equal(out, z));  // zero output projections: identity at full control
+    EXPECT_EQ(st.fallbacks(), 0);
+    EXPECT_TRUE(at::allclose(infl, at::ones({3})));
+    // An inflated resTR: the ratio the Stage B penalty reads is what the guard tests.
+    net.params().get("restr.ffn.fc2.weight").normal_(0, 10);
+  }
+  RestrStats st2;
+  at::Tensor fb;
+  at::Tensor out = net.restr()(z, at::ones({3}), at::ones({3}), 0.5, &st2, &fb, &infl);
+  EXPECT_EQ(st2.fallback_norm, 3);
+  EXPECT_TRUE((infl > 1.5).all().item<bool>());
+  EXPECT_TRUE(infl.requires_grad());  // the penalty trains resTR back inside the bound
+  at::Tensor pen = at::relu(infl - (1.0 + c.restr_train_eps)).pow(2).mean();
+  pen.backward();
+  EXPECT_GT(net.params().get("restr.ffn.fc2.weight").grad().abs().sum().item<double>(), 0);
+}
+
+// ------------------------------------------------------------------------------ probe, verdict
+
+TEST(PrototypeNet, TheHeadStartsAtTheLinearProbeAndScaleZeroIsTheProbe) {
+  PrototypeConfig c = small_cfg();
+  ASSERT_EQ(c.probe, "ridge");
+  const int64_t C = 16;
+  PrototypeNet net(c, C, 1.0, 5.0, 3.0, 0.5);
+  ASSERT_TRUE(net.has_probe());
+  at::Tensor w = at::randn({C}, gen(20)) * 0.1;
+  net.set_probe(w, 3.0);
+  at::Tensor h = at::randn({4, 6, C}, gen(21));
+  at::Tensor mask = at::ones({4, 6}, at::kBool);
+  mask[1].narrow(0, 3, 3).fill_(false);  // padding is left out of the pooled mean
+  at::NoGradGuard ng;
+  // The ridge prediction on the masked mean, clipped into (a, b)
+  at::Tensor m = mask.to(at::kFloat).unsqueeze(-1);
+  at::Tensor ridge = (at::matmul((h * m).sum(1) / m.sum(1), w) + 3.0).clamp(1.0 + 4e-4, 5.0 - 4e-4);
+  at::Tensor zp = net.probe_logit(h, mask);
+  at::Tensor q = net.query_tokens(h, mask);
+  at::Tensor z = net.head()(q, net.memory_tokens(h, mask));
+  EXPECT_TRUE(at::allclose(net.output(z, zp), ridge, 1e-4, 1e-4));  // f_out starts at 0
+  // Any head output: s = 0 serves the probe, s = 1 adds the head's logit.
+  at::Tensor zr = at::randn({4}, gen(22));
+  net.set_probe_scale(0.0);
+  EXPECT_TRUE(at::allclose(net.output(zr, zp), ridge, 1e-4, 1e-4));
+  net.set_probe_scale(1.0);
+  EXPECT_TRUE(at::allclose(net.output(zr, zp), net.bound(zp + zr)));
+  // probe = none: the seed's output exactly.
+  PrototypeConfig seed = small_cfg();
+  seed.probe = "none";
+  PrototypeNet plain(seed, C, 1.0, 5.0, 3.0, 0.5);
+  EXPECT_FALSE(plain.has_probe());
+  EXPECT_TRUE(at::equal(plain.output(zr, plain.probe_logit(h, mask)), plain.bound(zr)));
+}
+
+RegressionMetrics rm(double mae, double spearman) {
+  RegressionMetrics m;
+  m.n = 10;
+  m.mae = mae;
+  m.spearman = spearman;
+  return m;
+}
+
+TEST(ProbeVerdict, BeatsTrailsMatchesAndTheMarginDecidesTheWarning) {
+  ProbeVerdict v = probe_verdict(rm(0.240, 0.30), rm(0.250, 0.20), 0.0);
+  EXPECT_FALSE(v.trails);
+  EXPECT_NEAR(v.mae_delta, -0.010, 1e-12);
+  EXPECT_NEAR(v.spearman_delta, 0.10, 1e-12);
+  EXPECT_NE(v.text.find("head beats the linear probe by 0.0100 MAE"), std::string::npos) << v.text;
+
+  v = probe_verdict(rm(0.260, 0.10), rm(0.250, 0.20), 0.0);
+  EXPECT_TRUE(v.trails);
+  EXPECT_NE(v.text.find("head trails the linear probe by 0.0100 MAE"), std::string::npos) << v.text;
+  EXPECT_NE(v.text.find("more than the margin"), std::string::npos) << v.text;
+
+  // Inside the margin: still "trails", but no warning.
+  v = probe_verdict(rm(0.260, 0.10), rm(0.250, 0.20), 0.02);
+  EXPECT_FALSE(v.trails);
+  EXPECT_NE(v.text.find("head trails the linear probe by 0.0100 MAE"), std::string::npos) << v.text;
+  EXPECT_EQ(v.text.find("margin"), std::string::npos) << v.text;
+  // Exactly at the margin is not beyond it.
+  EXPECT_FALSE(probe_verdict(rm(0.25, 0.2), rm(0.24, 0.2), 0.01 + 1e-12).trails);
+
+  v = probe_verdict(rm(0.2500000001, 0.2), rm(0.25, 0.2), 0.0);
+  EXPECT_NE(v.text.find("head matches the linear probe"), std::string::npos) << v.text;
+  EXPECT_FALSE(v.trails);  // a match (within 1e-6, rounding of the same prediction) never warns
 }
 
 // ------------------------------------------------------------------------------ trainer, artifact, predictor
@@ -533,6 +639,43 @@ TEST(PrototypeTrainer, ResumeFromACheckpointEqualsAnUninterruptedRun) {
   ASSERT_TRUE(tr2.ok());
   auto r2 = (*tr2)->run(hooks);
   EXPECT_EQ(r2.status().code(), absl::StatusCode::kFailedPrecondition) << r2.status();
+}
+
+TEST(PrototypeTrainer, HeldOutRowsAreNeverPrototypesAndResTRActsOnTrainingQueries) {
+  Toy t = toy(80);
+  PrototypeConfig c = small_cfg();
+  c.epochs_b = 4;
+  auto tr = PrototypeTrainer::create(*t.model, t.data, t.bounds, c);
+  ASSERT_TRUE(tr.ok()) << tr.status();
+  auto art = (*tr)->run({});
+  ASSERT_TRUE(art.ok()) << art.status();
+  const std::vector<int64_t>& val = (*tr)->val_rows();
+  ASSERT_EQ(val.size(), 8u);  // round(0.1 * 80)
+  std::set<int64_t> held(val.begin(), val.end());
+  for (const PrototypeEntry& e : art->prototypes) EXPECT_EQ(held.count(e.index), 0u) << e.index;
+  const double s = (*tr)->net()->probe_scale();
+  EXPECT_GE(s, 0.0);
+  EXPECT_LE(s, 1.0);
+  EXPECT_TRUE((*tr)->report().contains("val_stage_b"));
+  EXPECT_TRUE((*tr)->report().contains("probe"));
+
+  // resTR with its guard penalty: on in-distribution queries the refinement is applied, and the
+  // guard falls back on fewer than 10% of them (the seed's unconstrained resTR fell back on 99%).
+  auto pred = Predictor::create(*std::move(art), *t.model);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  auto out = (*pred)->predict(t.data.texts, 1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  int64_t in_dist = 0, fell_back = 0, refined = 0;
+  for (const Prediction& p : *out) {
+    if (p.out_of_distribution) continue;
+    ++in_dist;
+    fell_back += p.restr_fallback;
+    refined += (p.alpha > 0 || p.beta > 0) && !p.restr_fallback;
+  }
+  ASSERT_GE(in_dist, 40);
+  EXPECT_LT(static_cast<double>(fell_back) / static_cast<double>(in_dist), 0.1);
+  EXPECT_GT(refined, in_dist / 2);
+  EXPECT_EQ((*pred)->restr_stats().fallbacks(), fell_back);
 }
 
 TEST(PrototypeTrainer, RefusesConfigsTheDataCannotSatisfy) {
