@@ -11,7 +11,7 @@ ifeq ($(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),y)
 export OPENBLAS_CORETYPE := SkylakeX
 endif
 
-.PHONY: deps configure build run test test-asan bench bench-serve bench-weights image image-test clean
+.PHONY: deps configure build run test test-asan bench bench-serve bench-weights soak image image-test clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -67,6 +67,16 @@ bench-serve: configure
 bench-weights: configure
 	cmake --build $(BUILD) -j $(JOBS) --target frost-bench
 	bash scripts/bench_weights.sh $(BUILD)
+
+# Soak and fault suites (tests/soak/soak_test.py) at full scale: 1,000 streams with cancels, stalled readers,
+# health under saturation, 100 kill -9 during training jobs, a full disk, damaged artifacts and journals
+# → one figure line per suite and bench/results/soak.json (docs/reliability.md). ~10 min on 2 cores; the
+# disk-full suite needs root (it mounts a tmpfs). SOAK_SUITES="streams health" runs some of them.
+SOAK_SUITES ?=
+soak: configure
+	cmake --build $(BUILD) -j $(JOBS) --target frostd frost-loadgen frost_python_stubs
+	PYTHONPATH=$(BUILD)/client/python FROST_FROSTD=$(BUILD)/server/frostd FROST_LOADGEN=$(BUILD)/bench/frost-loadgen \
+	  SOAK_SCALE=full /usr/bin/python3 tests/soak/soak_test.py $(SOAK_SUITES)
 
 # The container image (Dockerfile; deploy/image/README.md): docker, podman or buildah, whichever works;
 # none: it says how to install one and fails. The image builds frostd + frostctl itself (~30 min on 2 cores).

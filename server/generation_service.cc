@@ -161,6 +161,13 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   void OnCancel() override { cancel_->cancel(); }
 
   void OnDone() override {
+    // The call ended before our status reached the client: count what the client got. An outcome queued as
+    // OK was never delivered (a client that stopped reading, flow control holding the last messages, until
+    // its deadline or until it went away), and a cancel after the deadline is the deadline's.
+    if (ctx_->IsCancelled() && (code_ == grpc::StatusCode::OK || code_ == grpc::StatusCode::CANCELLED)) {
+      code_ = ctx_->deadline() <= std::chrono::system_clock::now() ? grpc::StatusCode::DEADLINE_EXCEEDED
+                                                                    : grpc::StatusCode::CANCELLED;
+    }
     svc_->metrics_->record_request("Generate", code_, seconds_since(t_arrival_ns_));
     svc_->active_streams_.fetch_sub(1, std::memory_order_acq_rel);
     delete this;

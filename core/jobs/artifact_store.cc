@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/fs.h"
+#include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 
 namespace frost::jobs {
@@ -19,6 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kInfoFile[] = "artifact.json";
+constexpr char kChecksumsFile[] = "checksums.json";
 constexpr int64_t kMaxSmallFile = 16 << 20;
 
 bool valid_kind(const std::string& k) {
@@ -31,12 +33,41 @@ double now_unix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// checksums.json for the regular files of `dir`: {"files": {name: {"bytes": N, "sha256": hex}}}.
+absl::Status write_checksums(const std::string& dir) {
+  nlohmann::json files = nlohmann::json::object();
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) names.push_back(e.path().filename().string());
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(dir + "/" + n));
+    files[n] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+  }
+  nlohmann::json doc = {{"format", "frost-artifact-checksums"}, {"files", files}};
+  return write_file_atomic(dir + "/" + kChecksumsFile, doc.dump(1));
+}
+
 int64_t dir_bytes(const std::string& dir) {
   int64_t n = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file(ec)) n += static_cast<int64_t>(e.file_size(ec));
   return n;
+}
+
+// A field of artifact.json: absent → `def`; present with another JSON type → DATA_LOSS naming the file and
+// the field (json::value() would throw nlohmann's type_error instead, which nothing above catches).
+absl::StatusOr<nlohmann::json> info_field(const nlohmann::json& j, const char* key, nlohmann::json def,
+                                          const std::string& file) {
+  auto it = j.find(key);
+  if (it == j.end()) return def;
+  if (it->type() != def.type() && !(it->is_number() && def.is_number()))
+    return absl::DataLossError(
+        absl::StrCat(file, ": ", key, " must be a ", def.type_name(), ", got ", it->type_name()));
+  return *it;
 }
 
 }  // namespace
@@ -113,8 +144,10 @@ absl::StatusOr<ArtifactInfo> ArtifactStore::publish(
                          {"job_id", meta.job_id},
                          {"created_unix", now_unix()},
                          {"backbone", meta.backbone},
-                         {"report_json", meta.report_json}};
+                         {"report_json", meta.report_json},
+                         {"checksums", kChecksumsFile}};
   if (absl::Status s = write_file_atomic(tmp + "/" + kInfoFile, info.dump(2)); !s.ok()) return fail(s);
+  if (absl::Status s = write_checksums(tmp); !s.ok()) return fail(s);
   if (absl::Status s = write_file_atomic(kdir + "/NEXT", absl::StrCat(version + 1)); !s.ok()) return fail(s);
   const std::string dst = absl::StrCat(kdir, "/", version);
   if (absl::Status s = rename_durable(tmp, dst); !s.ok()) return fail(s);
@@ -133,12 +166,50 @@ absl::StatusOr<ArtifactInfo> ArtifactStore::read_info(const std::string& kind, i
   FROST_ASSIGN_OR_RETURN(std::string text, read_file(a.dir + "/" + kInfoFile, kMaxSmallFile));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return absl::DataLossError(absl::StrCat(a.dir, "/", kInfoFile, ": not a JSON object"));
-  a.job_id = j.value("job_id", "");
-  a.created_unix = j.value("created_unix", 0.0);
-  a.backbone = j.value("backbone", "");
-  a.report_json = j.value("report_json", "");
+  const std::string file = absl::StrCat(a.dir, "/", kInfoFile);
+  FROST_ASSIGN_OR_RETURN(nlohmann::json job_id, info_field(j, "job_id", "", file));
+  FROST_ASSIGN_OR_RETURN(nlohmann::json created, info_field(j, "created_unix", 0.0, file));
+  FROST_ASSIGN_OR_RETURN(nlohmann::json backbone, info_field(j, "backbone", "", file));
+  FROST_ASSIGN_OR_RETURN(nlohmann::json report, info_field(j, "report_json", "", file));
+  a.job_id = job_id.get<std::string>();
+  a.created_unix = created.get<double>();
+  a.backbone = backbone.get<std::string>();
+  a.report_json = report.get<std::string>();
+  a.has_checksums = j.contains("checksums");
   a.bytes = dir_bytes(a.dir);
   return a;
+}
+
+absl::Status ArtifactStore::verify(const ArtifactInfo& a) const {
+  const std::string sums_path = absl::StrCat(a.dir, "/", kChecksumsFile);
+  absl::StatusOr<std::string> text = read_file(sums_path, kMaxSmallFile);
+  if (absl::IsNotFound(text.status()) && !a.has_checksums) return absl::OkStatus();  // published before checksums
+  if (!text.ok()) return absl::DataLossError(std::string(text.status().message()));
+  nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  // Types are checked before values are read (json::value() would throw on a field of another type).
+  if (!doc.is_object() || !doc.contains("format") || !doc["format"].is_string() ||
+      doc["format"].get<std::string>() != "frost-artifact-checksums" || !doc.contains("files") ||
+      !doc["files"].is_object() || doc["files"].empty())
+    return absl::DataLossError(absl::StrCat(sums_path, ": not a checksum list (damaged file)"));
+  if (!doc["files"].contains(kInfoFile))
+    return absl::DataLossError(absl::StrCat(sums_path, ": does not list ", kInfoFile, " (damaged file)"));
+  for (const auto& [name, want] : doc["files"].items()) {
+    const std::string path = absl::StrCat(a.dir, "/", name);
+    if (name.empty() || name.find('/') != std::string::npos || name == kChecksumsFile || !want.is_object() ||
+        !want.contains("bytes") || !want["bytes"].is_number_unsigned() || !want.contains("sha256") ||
+        !want["sha256"].is_string())
+      return absl::DataLossError(absl::StrCat(sums_path, ": a malformed entry \"", name, "\" (damaged file)"));
+    absl::StatusOr<std::string> bytes = read_file(path);
+    if (absl::IsNotFound(bytes.status())) return bytes.status();  // (a follower may not see it yet)
+    if (!bytes.ok()) return absl::DataLossError(std::string(bytes.status().message()));
+    if (bytes->size() != want["bytes"].get<uint64_t>())
+      return absl::DataLossError(absl::StrCat(path, ": ", bytes->size(), " bytes, ", kChecksumsFile, " says ",
+                                              want["bytes"].get<uint64_t>(), " (truncated or replaced file)"));
+    if (sha256_hex(*bytes) != want["sha256"].get<std::string>())
+      return absl::DataLossError(
+          absl::StrCat(path, ": sha256 does not match ", kChecksumsFile, " (damaged or replaced file)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<ArtifactInfo>> ArtifactStore::list(const std::string& kind) const {

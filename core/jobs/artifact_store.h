@@ -3,7 +3,9 @@
 //
 // Layout under `root` (frostd: <state_dir>/artifacts):
 //   <kind>/<version>/            one artifact: the kind's files (prototype: prototype.safetensors +
-//                                manifest.json with per-file sha256) and artifact.json (ours)
+//                                manifest.json with per-file sha256), artifact.json (ours) and
+//                                checksums.json (size and sha256 of every other file, artifact.json
+//                                included), which verify() checks before anything is loaded
 //   <kind>/NEXT                  next version number (versions are never reused, even after delete)
 //   <kind>/ACTIVE                "<kind>/<version>" of the active artifact, absent = none
 //   .tmp-<kind>-<random>/        an artifact being written
@@ -38,6 +40,7 @@ struct ArtifactInfo {
   double created_unix = 0;
   std::string backbone;     // model name it was trained on
   std::string report_json;  // evaluation report ("" = none)
+  bool has_checksums = false;  // published with checksums.json (verify() checks it)
 };
 
 struct ArtifactMeta {  // what publish() records in artifact.json
@@ -71,6 +74,10 @@ class ArtifactStore {
   absl::StatusOr<std::vector<ArtifactInfo>> list(const std::string& kind = "") const;
   // NOT_FOUND "artifact 'prototype/9' not found".
   absl::StatusOr<ArtifactInfo> get(const std::string& name) const;
+  // Checks every file of the artifact against its checksums.json (size and sha256): DATA_LOSS naming the file
+  // that is damaged, missing or replaced. Artifacts published before checksums.json existed (artifact.json
+  // without "checksums") pass unchecked; the kind's own checks still apply to them.
+  absl::Status verify(const ArtifactInfo& a) const;
   // Removes the artifact's directory. The caller refuses to remove the active one.
   absl::Status remove(const std::string& name);
 

@@ -14,15 +14,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/common/fs.h"
+#include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 
 namespace frost::jobs {
 
 namespace {
 
-// PRAGMA application_id ('FRSJ') and PRAGMA user_version of the schema below.
+// PRAGMA application_id ('FRSJ') and PRAGMA user_version of the schema below. Version 2 added row_sha (version 1
+// journals are migrated when opened).
 constexpr int32_t kApplicationId = 0x4652534A;
-constexpr int32_t kSchemaVersion = 1;
+constexpr int32_t kSchemaVersion = 2;
 
 constexpr const char* kSchema =
     "CREATE TABLE jobs ("
@@ -41,15 +44,16 @@ constexpr const char* kSchema =
     " progress_json TEXT NOT NULL,"
     " artifact TEXT NOT NULL,"
     " report_json TEXT NOT NULL,"
-    " checkpoint_path TEXT NOT NULL);"
+    " checkpoint_path TEXT NOT NULL,"
+    " row_sha TEXT NOT NULL DEFAULT '');"
     "CREATE UNIQUE INDEX jobs_idempotency_key ON jobs(idempotency_key);"
     "CREATE INDEX jobs_state_seq ON jobs(state, seq);"
     "CREATE INDEX jobs_kind_seq ON jobs(kind, seq);";
 
-// Column order read by read_row().
+// Column order read by read_raw().
 constexpr const char* kColumns =
     "seq, id, kind, state, reason, priority, idempotency_key, spec_json, created_unix, started_unix,"
-    " finished_unix, attempts, progress_json, artifact, report_json, checkpoint_path";
+    " finished_unix, attempts, progress_json, artifact, report_json, checkpoint_path, row_sha";
 
 absl::StatusCode code_for_sqlite(int rc, int sys_errno) {
   switch (rc & 0xff) {
@@ -157,35 +161,142 @@ absl::Status check_path(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobRecord> read_row(sqlite3_stmt* s) {
-  JobRecord r;
+// One row as stored (spec and progress as their JSON text): what row_sha covers.
+struct RawRow {
+  int64_t seq = 0;
+  std::string id, kind;
+  int64_t state = 0;
+  std::string reason;
+  int64_t priority = 0;
+  std::optional<std::string> idempotency_key;
+  std::string spec_json;
+  double created_unix = 0, started_unix = 0, finished_unix = 0;
+  int64_t attempts = 0;
+  std::string progress_json, artifact, report_json, checkpoint_path;
+  std::string row_sha;
+};
+
+// SQLite has no checksums of its own: a flipped bit in a row's bytes would be read back as another value.
+// row_sha, the SHA-256 of every column of the row, is written with the row and checked whenever it is read.
+std::string row_checksum(const RawRow& r) {
+  std::string b;
+  auto text = [&](const std::string& v) { absl::StrAppend(&b, v.size(), ":", v, ";"); };
+  auto num = [&](int64_t v) { absl::StrAppend(&b, v, ";"); };
+  auto real = [&](double v) {
+    uint64_t u = 0;
+    std::memcpy(&u, &v, sizeof(u));
+    absl::StrAppend(&b, absl::Hex(u), ";");
+  };
+  num(r.seq);
+  text(r.id);
+  text(r.kind);
+  num(r.state);
+  text(r.reason);
+  num(r.priority);
+  if (r.idempotency_key) {
+    text(*r.idempotency_key);
+  } else {
+    b += "null;";
+  }
+  text(r.spec_json);
+  real(r.created_unix);
+  real(r.started_unix);
+  real(r.finished_unix);
+  num(r.attempts);
+  text(r.progress_json);
+  text(r.artifact);
+  text(r.report_json);
+  text(r.checkpoint_path);
+  return sha256_hex(b);
+}
+
+RawRow read_raw(sqlite3_stmt* s) {
+  RawRow r;
   r.seq = sqlite3_column_int64(s, 0);
   r.id = column_text(s, 1);
   r.kind = column_text(s, 2);
-  const int state = sqlite3_column_int(s, 3);
-  if (!valid_state(state)) {
-    return absl::DataLossError(absl::StrCat("job journal: job '", r.id, "' has unknown state ", state));
-  }
-  r.state = static_cast<JobState>(state);
+  r.state = sqlite3_column_int64(s, 3);
   r.reason = column_text(s, 4);
-  r.priority = sqlite3_column_int(s, 5);
-  r.idempotency_key = column_text(s, 6);
+  r.priority = sqlite3_column_int64(s, 5);
+  if (sqlite3_column_type(s, 6) != SQLITE_NULL) r.idempotency_key = column_text(s, 6);
+  r.spec_json = column_text(s, 7);
+  r.created_unix = sqlite3_column_double(s, 8);
+  r.started_unix = sqlite3_column_double(s, 9);
+  r.finished_unix = sqlite3_column_double(s, 10);
+  r.attempts = sqlite3_column_int64(s, 11);
+  r.progress_json = column_text(s, 12);
+  r.artifact = column_text(s, 13);
+  r.report_json = column_text(s, 14);
+  r.checkpoint_path = column_text(s, 15);
+  r.row_sha = column_text(s, 16);
+  return r;
+}
+
+absl::Status check_row(const std::string& path, const RawRow& r) {
+  if (r.row_sha != row_checksum(r)) {
+    return absl::DataLossError(absl::StrCat("job journal ", path, ": job '", r.id, "' (seq ", r.seq,
+                                            ") does not match its checksum: the file is damaged"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRecord> parse_row(const RawRow& raw) {
+  JobRecord r;
+  r.seq = raw.seq;
+  r.id = raw.id;
+  r.kind = raw.kind;
+  if (!valid_state(static_cast<int>(raw.state))) {
+    return absl::DataLossError(absl::StrCat("job journal: job '", r.id, "' has unknown state ", raw.state));
+  }
+  r.state = static_cast<JobState>(raw.state);
+  r.reason = raw.reason;
+  r.priority = static_cast<int32_t>(raw.priority);
+  r.idempotency_key = raw.idempotency_key.value_or("");
   // The spec is stored as JSON (core/jobs/job_spec.h); a row this version cannot read is reported, not
   // guessed at.
-  absl::StatusOr<JobSpec> spec = spec_from_json(r.kind, column_text(s, 7));
+  absl::StatusOr<JobSpec> spec = spec_from_json(r.kind, raw.spec_json);
   if (!spec.ok()) {
     return absl::DataLossError(
         absl::StrCat("job journal: job '", r.id, "' has a spec this frostd cannot read: ", spec.status().message()));
   }
   r.spec = *std::move(spec);
-  r.created_unix = sqlite3_column_double(s, 8);
-  r.started_unix = sqlite3_column_double(s, 9);
-  r.finished_unix = sqlite3_column_double(s, 10);
-  r.attempts = sqlite3_column_int(s, 11);
-  if (const std::string p = column_text(s, 12); !p.empty()) r.progress = progress_from_json(p);
-  r.artifact = column_text(s, 13);
-  r.report_json = column_text(s, 14);
-  r.checkpoint_path = column_text(s, 15);
+  r.created_unix = raw.created_unix;
+  r.started_unix = raw.started_unix;
+  r.finished_unix = raw.finished_unix;
+  r.attempts = static_cast<int32_t>(raw.attempts);
+  if (!raw.progress_json.empty()) r.progress = progress_from_json(raw.progress_json);
+  r.artifact = raw.artifact;
+  r.report_json = raw.report_json;
+  r.checkpoint_path = raw.checkpoint_path;
+  return r;
+}
+
+// A row read back: its checksum checked, then parsed.
+absl::StatusOr<JobRecord> read_row(sqlite3_stmt* s, const std::string& path) {
+  const RawRow raw = read_raw(s);
+  FROST_RETURN_IF_ERROR(check_row(path, raw));
+  return parse_row(raw);
+}
+
+// The stored form of a record (what insert / update bind).
+RawRow to_raw(const JobRecord& j, const std::string& spec_json) {
+  RawRow r;
+  r.seq = j.seq;
+  r.id = j.id;
+  r.kind = j.kind;
+  r.state = static_cast<int64_t>(j.state);
+  r.reason = j.reason;
+  r.priority = j.priority;
+  if (!j.idempotency_key.empty()) r.idempotency_key = j.idempotency_key;
+  r.spec_json = spec_json;
+  r.created_unix = j.created_unix;
+  r.started_unix = j.started_unix;
+  r.finished_unix = j.finished_unix;
+  r.attempts = j.attempts;
+  r.progress_json = j.progress ? progress_to_json(*j.progress) : "";
+  r.artifact = j.artifact;
+  r.report_json = j.report_json;
+  r.checkpoint_path = j.checkpoint_path;
   return r;
 }
 
@@ -216,7 +327,7 @@ bool is_terminal(JobState s) {
 
 struct Journal::Statements {
   StmtPtr begin, commit, rollback;
-  StmtPtr insert, by_id, by_key, update, count;
+  StmtPtr insert, set_sha, by_id, by_key, update, count;
 };
 
 Journal::Journal(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {
@@ -246,9 +357,27 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::open(const std::string& path) 
     return absl::InvalidArgumentError("job journal: path contains a NUL byte");
   }
   FROST_RETURN_IF_ERROR(check_path(path));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    // A new journal is created whole under a temporary name and linked in place, so an existing empty file
+    // is never a journal being created: it is one that lost its contents.
+    FROST_RETURN_IF_ERROR(create(path));
+  } else if (st.st_size == 0) {
+    return absl::DataLossError(absl::StrCat("job journal ", path,
+                                            ": empty file (a truncated journal?); frostd does not start on it: "
+                                            "restore it, or move it away to start with no jobs"));
+  }
+  FROST_ASSIGN_OR_RETURN(std::unique_ptr<Journal> j, open_existing(path, /*create=*/false));
+  FROST_RETURN_IF_ERROR(j->init_schema());
+  FROST_RETURN_IF_ERROR(j->prepare_statements());
+  return j;
+}
+
+absl::StatusOr<std::unique_ptr<Journal>> Journal::open_existing(const std::string& path, bool create) {
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (create ? SQLITE_OPEN_CREATE : 0),
+                                 nullptr);
   if (rc != SQLITE_OK) {
     absl::Status st = sqlite_error(path, "open", rc, db);
     sqlite3_close_v2(db);
@@ -256,9 +385,32 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::open(const std::string& path) 
   }
   std::unique_ptr<Journal> j(new Journal(path, db));
   sqlite3_busy_timeout(db, 10000);
-  FROST_RETURN_IF_ERROR(j->init_schema());
-  FROST_RETURN_IF_ERROR(j->prepare_statements());
   return j;
+}
+
+absl::Status Journal::create(const std::string& path) {
+  const std::string tmp = absl::StrFormat("%s.new-%d-%x", path, ::getpid(),
+                                          static_cast<unsigned>(std::random_device{}()));
+  auto remove_tmp = [&] {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
+  };
+  {
+    FROST_ASSIGN_OR_RETURN(std::unique_ptr<Journal> j, open_existing(tmp, /*create=*/true));
+    if (absl::Status st = j->init_schema(); !st.ok()) {
+      j.reset();
+      remove_tmp();
+      return st;
+    }
+  }  // closed: the schema is committed and checkpointed into the file
+  // link() fails if the journal appeared meanwhile (another process created it): that one is kept.
+  const int rc = ::link(tmp.c_str(), path.c_str());
+  const int err = errno;
+  remove_tmp();
+  if (rc != 0 && err != EEXIST) {
+    return absl::Status(errno_code(err), absl::StrCat("job journal ", path, ": cannot create: ", std::strerror(err)));
+  }
+  fsync_dir(parent_dir(path));
+  return absl::OkStatus();
 }
 
 absl::Status Journal::init_schema() {
@@ -267,7 +419,8 @@ absl::Status Journal::init_schema() {
     return absl::FailedPreconditionError(
         absl::StrCat("job journal ", path_, ": not a frost job journal (", why, ")"));
   };
-  // Reads one integer; SQLITE_NOTADB (garbage bytes) and SQLITE_CORRUPT become not_a_journal.
+  // Reads one integer; SQLITE_NOTADB (garbage bytes) becomes not_a_journal, SQLITE_CORRUPT (a damaged
+  // SQLite file) DATA_LOSS.
   auto query_int = [&](const char* sql, int64_t* out) -> absl::Status {
     sqlite3_stmt* raw = nullptr;
     int rc = sqlite3_prepare_v2(db_, sql, -1, &raw, nullptr);
@@ -277,8 +430,12 @@ absl::Status Journal::init_schema() {
       *out = sqlite3_column_int64(s.get(), 0);
       return absl::OkStatus();
     }
-    if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
-      return not_a_journal(sqlite3_errmsg(db_));
+    if ((rc & 0xff) == SQLITE_NOTADB) return not_a_journal(sqlite3_errmsg(db_));
+    if ((rc & 0xff) == SQLITE_CORRUPT) {
+      return absl::DataLossError(absl::StrCat("job journal ", path_, ": damaged (", sqlite3_errmsg(db_),
+                                              "); frostd does not start on it: restore it, or move it away to "
+                                              "start with no jobs"));
+    }
     return error(sql, rc);
   };
   auto exec = [&](const char* what, const char* sql) -> absl::Status {
@@ -295,11 +452,13 @@ absl::Status Journal::init_schema() {
     if (app_id != kApplicationId) {
       return not_a_journal(absl::StrFormat("application_id 0x%x, %d tables", app_id, tables));
     }
-    if (version != kSchemaVersion) {
+    if (version != kSchemaVersion && version != 1) {
       return absl::FailedPreconditionError(absl::StrCat("job journal ", path_, ": schema version ", version,
                                                         " is not supported (this build reads version ",
                                                         kSchemaVersion, ")"));
     }
+    // A damaged journal is refused before anything is written to it.
+    FROST_RETURN_IF_ERROR(verify(version));
   }
   {
     sqlite3_stmt* raw = nullptr;
@@ -314,6 +473,7 @@ absl::Status Journal::init_schema() {
     }
   }
   FROST_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL", "PRAGMA synchronous=FULL"));
+  if (!fresh && version == 1) FROST_RETURN_IF_ERROR(migrate_v1());
   if (fresh) {
     FROST_RETURN_IF_ERROR(exec("begin schema transaction", "BEGIN IMMEDIATE"));
     // Another process may have created the schema since the check above.
@@ -341,6 +501,103 @@ absl::Status Journal::init_schema() {
   return absl::OkStatus();
 }
 
+absl::Status Journal::verify(int64_t version) {
+  auto damaged = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("job journal ", path_, ": damaged (", why,
+                                            "); frostd does not start on it: restore it, or move it away to start "
+                                            "with no jobs"));
+  };
+  // A file cut short: SQLite writes whole pages.
+  struct stat st {};
+  int64_t page_size = 0;
+  {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db_, "PRAGMA page_size", -1, &raw, nullptr);
+    StmtPtr s(raw);
+    if (rc == SQLITE_OK) rc = sqlite3_step(s.get());
+    if (rc != SQLITE_ROW) return error("PRAGMA page_size", rc);
+    page_size = sqlite3_column_int64(s.get(), 0);
+  }
+  if (::stat(path_.c_str(), &st) == 0 && page_size > 0 && st.st_size % page_size != 0) {
+    return damaged(absl::StrCat(st.st_size, " bytes is not a whole number of ", page_size, "-byte pages"));
+  }
+  // The structure: b-trees, indexes against the table, free list.
+  {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db_, "PRAGMA integrity_check(8)", -1, &raw, nullptr);
+    StmtPtr s(raw);
+    std::string problems;
+    if (rc == SQLITE_OK) rc = sqlite3_step(s.get());
+    for (; rc == SQLITE_ROW; rc = sqlite3_step(s.get())) {
+      const std::string line = column_text(s.get(), 0);
+      if (line != "ok") absl::StrAppend(&problems, problems.empty() ? "" : "; ", line);
+    }
+    if ((rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB) return damaged(sqlite3_errmsg(db_));
+    if (rc != SQLITE_DONE) return error("PRAGMA integrity_check", rc);
+    if (!problems.empty()) return damaged(absl::StrCat("integrity_check: ", problems));
+  }
+  if (version < 2) return absl::OkStatus();  // no checksums yet: migrate_v1() adds them
+  // Every row against its checksum, and readable.
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db_, absl::StrCat("SELECT ", kColumns, " FROM jobs").c_str(), -1, &raw, nullptr);
+  StmtPtr s(raw);
+  if ((rc & 0xff) == SQLITE_ERROR) return not_a_journal_error(sqlite3_errmsg(db_));
+  if (rc == SQLITE_OK) rc = sqlite3_step(s.get());
+  for (; rc == SQLITE_ROW; rc = sqlite3_step(s.get())) {
+    absl::StatusOr<JobRecord> row = read_row(s.get(), path_);
+    if (!row.ok()) return damaged(std::string(row.status().message()));
+  }
+  if ((rc & 0xff) == SQLITE_CORRUPT) return damaged(sqlite3_errmsg(db_));
+  if (rc != SQLITE_DONE) return error("verify rows", rc);
+  return absl::OkStatus();
+}
+
+absl::Status Journal::not_a_journal_error(const std::string& why) const {
+  return absl::FailedPreconditionError(absl::StrCat("job journal ", path_, ": not a frost job journal (", why, ")"));
+}
+
+absl::Status Journal::migrate_v1() {
+  auto exec = [&](const char* what, const char* sql) -> absl::Status {
+    const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+    return rc == SQLITE_OK ? absl::OkStatus() : error(what, rc);
+  };
+  FROST_RETURN_IF_ERROR(exec("migrate: begin", "BEGIN IMMEDIATE"));
+  absl::Status st = exec("migrate: add row_sha", "ALTER TABLE jobs ADD COLUMN row_sha TEXT NOT NULL DEFAULT ''");
+  std::vector<RawRow> rows;
+  if (st.ok()) {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db_, absl::StrCat("SELECT ", kColumns, " FROM jobs").c_str(), -1, &raw, nullptr);
+    StmtPtr s(raw);
+    if ((rc & 0xff) == SQLITE_ERROR) {
+      st = not_a_journal_error(sqlite3_errmsg(db_));
+    } else {
+      if (rc == SQLITE_OK) rc = sqlite3_step(s.get());
+      for (; rc == SQLITE_ROW; rc = sqlite3_step(s.get())) rows.push_back(read_raw(s.get()));
+      if (rc != SQLITE_DONE) st = error("migrate: read", rc);
+    }
+  }
+  if (st.ok()) {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db_, "UPDATE jobs SET row_sha = ?1 WHERE seq = ?2", -1, &raw, nullptr);
+    StmtPtr s(raw);
+    for (const RawRow& r : rows) {
+      if (rc != SQLITE_OK) break;
+      StmtScope scope(s.get());
+      rc = bind_text(s.get(), 1, row_checksum(r));
+      if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s.get(), 2, r.seq);
+      if (rc == SQLITE_OK) rc = sqlite3_step(s.get()) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(db_);
+    }
+    if (rc != SQLITE_OK) st = error("migrate: checksums", rc);
+  }
+  if (st.ok()) st = exec("migrate: version", absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str());
+  if (st.ok()) st = exec("migrate: commit", "COMMIT");
+  if (!st.ok()) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return st;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Journal::prepare_statements() {
   auto st = std::make_unique<Statements>();
   auto prep = [&](StmtPtr* out, const std::string& sql) -> absl::Status {
@@ -364,13 +621,14 @@ absl::Status Journal::prepare_statements() {
            " created_unix, started_unix, finished_unix, attempts, progress_json, artifact,"
            " report_json, checkpoint_path)"
            " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"));
+  FROST_RETURN_IF_ERROR(prep(&st->set_sha, "UPDATE jobs SET row_sha = ?1 WHERE seq = ?2"));
   FROST_RETURN_IF_ERROR(prep(&st->by_id, absl::StrCat("SELECT ", kColumns, " FROM jobs WHERE id = ?1")));
   FROST_RETURN_IF_ERROR(
       prep(&st->by_key, absl::StrCat("SELECT ", kColumns, " FROM jobs WHERE idempotency_key = ?1")));
   FROST_RETURN_IF_ERROR(prep(&st->update,
                              "UPDATE jobs SET state = ?2, reason = ?3, started_unix = ?4, finished_unix = ?5,"
                              " attempts = ?6, progress_json = ?7, artifact = ?8, report_json = ?9,"
-                             " checkpoint_path = ?10 WHERE id = ?1"));
+                             " checkpoint_path = ?10, row_sha = ?11 WHERE id = ?1"));
   FROST_RETURN_IF_ERROR(prep(&st->count, "SELECT state, count(*) FROM jobs GROUP BY state"));
   stmts_ = std::move(st);
   return absl::OkStatus();
@@ -408,6 +666,7 @@ absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
   job.state = JobState::kQueued;
   job.created_unix = now_unix();
   sqlite3_stmt* s = stmts_->insert.get();
+  const std::string spec_json = spec_to_json(job.spec);
   int rc = SQLITE_OK;
   // A random id can collide with an existing one (UNIQUE): draw another.
   for (int attempt = 0; attempt < 8; ++attempt) {
@@ -421,7 +680,7 @@ absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
     if (rc == SQLITE_OK) {
       rc = job.idempotency_key.empty() ? sqlite3_bind_null(s, 6) : bind_text(s, 6, job.idempotency_key);
     }
-    if (rc == SQLITE_OK) rc = bind_text(s, 7, spec_to_json(job.spec));
+    if (rc == SQLITE_OK) rc = bind_text(s, 7, spec_json);
     if (rc == SQLITE_OK) rc = sqlite3_bind_double(s, 8, job.created_unix);
     if (rc == SQLITE_OK) rc = sqlite3_bind_double(s, 9, job.started_unix);
     if (rc == SQLITE_OK) rc = sqlite3_bind_double(s, 10, job.finished_unix);
@@ -436,6 +695,14 @@ absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
   }
   if (rc != SQLITE_DONE) return error("insert", rc);
   job.seq = sqlite3_last_insert_rowid(db_);
+  {
+    sqlite3_stmt* u = stmts_->set_sha.get();
+    StmtScope scope(u);
+    rc = bind_text(u, 1, row_checksum(to_raw(job, spec_json)));
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(u, 2, job.seq);
+    if (rc == SQLITE_OK) rc = sqlite3_step(u);
+    if (rc != SQLITE_DONE) return error("insert: checksum", rc);
+  }
   FROST_RETURN_IF_ERROR(run(stmts_->commit.get(), "insert: commit"));
   committed = true;
   return Inserted{std::move(job), true};
@@ -447,7 +714,7 @@ absl::StatusOr<std::optional<JobRecord>> Journal::find_by_key_locked(const std::
   int rc = bind_text(s, 1, key);
   if (rc == SQLITE_OK) rc = sqlite3_step(s);
   if (rc == SQLITE_ROW) {
-    FROST_ASSIGN_OR_RETURN(JobRecord existing, read_row(s));
+    FROST_ASSIGN_OR_RETURN(JobRecord existing, read_row(s, path_));
     return std::optional<JobRecord>(std::move(existing));
   }
   if (rc != SQLITE_DONE) return error("look up idempotency key", rc);
@@ -465,7 +732,7 @@ absl::StatusOr<JobRecord> Journal::get_locked(const std::string& id) const {
   StmtScope scope(s);
   int rc = bind_text(s, 1, id);
   if (rc == SQLITE_OK) rc = sqlite3_step(s);
-  if (rc == SQLITE_ROW) return read_row(s);
+  if (rc == SQLITE_ROW) return read_row(s, path_);
   if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
   return error("get", rc);
 }
@@ -511,7 +778,7 @@ absl::StatusOr<std::vector<JobRecord>> Journal::list(const ListQuery& q) const {
   if (rc != SQLITE_OK) return error("list: bind", rc);
   std::vector<JobRecord> out;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    FROST_ASSIGN_OR_RETURN(JobRecord r, read_row(s.get()));
+    FROST_ASSIGN_OR_RETURN(JobRecord r, read_row(s.get(), path_));
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return error("list", rc);
@@ -524,6 +791,47 @@ absl::Status Journal::update(const JobRecord& job) {
         absl::StrCat("update job '", job.id, "': unknown state ", static_cast<int>(job.state)));
   }
   std::lock_guard<std::mutex> lock(mu_);
+  auto run = [&](sqlite3_stmt* st, const char* op) -> absl::Status {
+    StmtScope scope(st);
+    const int rc = sqlite3_step(st);
+    return rc == SQLITE_DONE ? absl::OkStatus() : error(op, rc);
+  };
+  FROST_RETURN_IF_ERROR(run(stmts_->begin.get(), "update: begin"));
+  bool committed = false;
+  struct Rollback {
+    Journal* j;
+    bool* committed;
+    ~Rollback() {
+      if (!*committed) {
+        StmtScope scope(j->stmts_->rollback.get());
+        sqlite3_step(j->stmts_->rollback.get());
+      }
+    }
+  } rollback{this, &committed};
+  // The stored row (checked) gives the columns update() does not change; row_sha covers them all.
+  RawRow row;
+  {
+    sqlite3_stmt* g = stmts_->by_id.get();
+    StmtScope scope(g);
+    int rc = bind_text(g, 1, job.id);
+    if (rc == SQLITE_OK) rc = sqlite3_step(g);
+    if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job '", job.id, "' not found"));
+    if (rc != SQLITE_ROW) return error("update: read", rc);
+    row = read_raw(g);
+    FROST_RETURN_IF_ERROR(check_row(path_, row));
+  }
+  {
+    const RawRow mut = to_raw(job, "");
+    row.state = mut.state;
+    row.reason = mut.reason;
+    row.started_unix = mut.started_unix;
+    row.finished_unix = mut.finished_unix;
+    row.attempts = mut.attempts;
+    row.progress_json = mut.progress_json;
+    row.artifact = mut.artifact;
+    row.report_json = mut.report_json;
+    row.checkpoint_path = mut.checkpoint_path;
+  }
   sqlite3_stmt* s = stmts_->update.get();
   StmtScope scope(s);
   int rc = bind_text(s, 1, job.id);
@@ -536,10 +844,13 @@ absl::Status Journal::update(const JobRecord& job) {
   if (rc == SQLITE_OK) rc = bind_text(s, 8, job.artifact);
   if (rc == SQLITE_OK) rc = bind_text(s, 9, job.report_json);
   if (rc == SQLITE_OK) rc = bind_text(s, 10, job.checkpoint_path);
+  if (rc == SQLITE_OK) rc = bind_text(s, 11, row_checksum(row));
   if (rc == SQLITE_OK) rc = sqlite3_step(s);
   if (rc != SQLITE_DONE) return error("update", rc);
-  // Autocommit: the single UPDATE is committed (and, with synchronous=FULL, synced) by now.
   if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("job '", job.id, "' not found"));
+  // Committed (and, with synchronous=FULL, synced) before the call returns.
+  FROST_RETURN_IF_ERROR(run(stmts_->commit.get(), "update: commit"));
+  committed = true;
   return absl::OkStatus();
 }
 

@@ -61,11 +61,14 @@ struct ListQuery {
 
 class Journal {
  public:
-  // Opens or creates the database at `path` (the directory must exist). A new file gets the
-  // schema, PRAGMA application_id and PRAGMA user_version. FAILED_PRECONDITION naming the path
-  // when the file is not a frost job journal (not SQLite, another schema, another version); such
-  // a file is left untouched. NOT_FOUND / PERMISSION_DENIED naming the path when the directory
-  // is missing or not writable.
+  // Opens or creates the database at `path` (the directory must exist). A new journal is created
+  // whole (schema, PRAGMA application_id and PRAGMA user_version) under a temporary name, then
+  // linked in place. FAILED_PRECONDITION naming the path when the file is not a frost job journal
+  // (not SQLite, another schema, another version); DATA_LOSS naming it when it is one that is
+  // damaged: empty, cut short, failing PRAGMA integrity_check, or a row that does not match its
+  // checksum (row_sha, written with every row and checked whenever one is read). Such files are
+  // left untouched. A version 1 journal is migrated (row_sha added). NOT_FOUND /
+  // PERMISSION_DENIED naming the path when the directory is missing or not writable.
   static absl::StatusOr<std::unique_ptr<Journal>> open(const std::string& path);
   ~Journal();
   Journal(const Journal&) = delete;
@@ -104,7 +107,15 @@ class Journal {
  private:
   struct Statements;
   Journal(std::string path, sqlite3* db);
+  static absl::StatusOr<std::unique_ptr<Journal>> open_existing(const std::string& path, bool create);
+  // A new journal: created and given its schema under a temporary name, then linked to `path`.
+  static absl::Status create(const std::string& path);
   absl::Status init_schema();
+  // Refuses a damaged file (DATA_LOSS naming it): cut short, failing integrity_check, or (version 2) a row
+  // that does not match its row_sha.
+  absl::Status verify(int64_t version);
+  absl::Status migrate_v1();  // adds row_sha (version 1 -> 2)
+  absl::Status not_a_journal_error(const std::string& why) const;
   absl::Status prepare_statements();
   absl::Status error(const char* op, int rc) const;
   std::string new_id();

@@ -26,6 +26,10 @@ double now_mono() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Retries of journal writes that failed (disk full): from kMinBackoff, doubling, up to kMaxBackoff.
+constexpr std::chrono::milliseconds kMinBackoff{100};
+constexpr std::chrono::milliseconds kMaxBackoff{5000};
+
 // Queue order: higher priority first, then submit order.
 bool runs_before(int32_t pa, int64_t sa, int32_t pb, int64_t sb) { return pa != pb ? pa > pb : sa < sb; }
 
@@ -98,6 +102,7 @@ void Scheduler::shutdown() {
     workers.swap(workers_);
   }
   cv_.notify_all();
+  stop_cv_.notify_all();
   for (std::thread& t : workers) t.join();
 }
 
@@ -146,6 +151,7 @@ absl::StatusOr<JobRecord> Scheduler::get(const std::string& id) const {
   FROST_ASSIGN_OR_RETURN(JobRecord j, journal_->get(id));
   std::lock_guard<std::mutex> l(mu_);
   auto it = running_.find(id);
+  if (it != running_.end() && it->second.unjournaled_end) return *it->second.unjournaled_end;
   if (it != running_.end() && it->second.progress) j.progress = it->second.progress;
   return j;
 }
@@ -153,11 +159,20 @@ absl::StatusOr<JobRecord> Scheduler::get(const std::string& id) const {
 absl::StatusOr<std::vector<JobRecord>> Scheduler::list(const ListQuery& q) const {
   FROST_ASSIGN_OR_RETURN(std::vector<JobRecord> out, journal_->list(q));
   std::lock_guard<std::mutex> l(mu_);
+  std::vector<JobRecord> shown;
+  shown.reserve(out.size());
   for (JobRecord& j : out) {
     auto it = running_.find(j.id);
+    if (it != running_.end() && it->second.unjournaled_end) {
+      const JobRecord& end = *it->second.unjournaled_end;
+      if (q.states.empty() || std::find(q.states.begin(), q.states.end(), end.state) != q.states.end())
+        shown.push_back(end);
+      continue;
+    }
     if (it != running_.end() && it->second.progress) j.progress = it->second.progress;
+    shown.push_back(std::move(j));
   }
-  return out;
+  return shown;
 }
 
 absl::StatusOr<JobRecord> Scheduler::cancel(const std::string& id) {
@@ -231,6 +246,7 @@ void Scheduler::worker_loop() {
   ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), opts_.nice);
   at::parallel_for(0, 1, 1, [](int64_t, int64_t) {});
   omp_set_num_threads(opts_.threads);
+  std::chrono::milliseconds start_backoff = kMinBackoff;
   for (;;) {
     std::string id;
     {
@@ -251,11 +267,23 @@ void Scheduler::worker_loop() {
       running_.erase(id);
       continue;
     }
-    run_one(*std::move(j));
+    if (run_one(*std::move(j))) {
+      start_backoff = kMinBackoff;
+    } else {
+      // The journal could not record the start (e.g. the disk is full): the job is queued again; wait
+      // before the next try instead of spinning on it.
+      if (!backoff(start_backoff)) return;
+      start_backoff = std::min(2 * start_backoff, kMaxBackoff);
+    }
   }
 }
 
-void Scheduler::run_one(JobRecord job) {
+bool Scheduler::backoff(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> l(mu_);
+  return !stop_cv_.wait_for(l, d, [&] { return stopping_; });
+}
+
+bool Scheduler::run_one(JobRecord job) {
   std::shared_ptr<CancelToken> cancel;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -273,7 +301,7 @@ void Scheduler::run_one(JobRecord job) {
     std::lock_guard<std::mutex> l(mu_);
     running_.erase(job.id);
     queue_.push_back({job.priority, job.seq, job.id});  // retried; the journal still says QUEUED
-    return;
+    return false;
   }
   notify(job);
   FROST_LOG_INFO("job %s (%s) started, attempt %d", job.id.c_str(), job.kind.c_str(), job.attempts);
@@ -336,8 +364,28 @@ void Scheduler::run_one(JobRecord job) {
     std::filesystem::remove_all(dir, ec);
     job.checkpoint_path.clear();
   }
-  if (absl::Status s = journal_->update(job); !s.ok())
-    FROST_LOG_ERROR("job %s: final state not journaled: %s", job.id.c_str(), s.ToString().c_str());
+  // The outcome must reach the journal: otherwise it says RUNNING (to GetJob now, and to the next start,
+  // which would run the job again). A failed write (the disk is full) is retried until it succeeds, and
+  // get() / list() show the outcome meanwhile; a shutdown first leaves the job as a crash would.
+  absl::Status js = journal_->update(job);
+  if (!js.ok()) {
+    FROST_LOG_ERROR("job %s: final state %s not journaled, retrying: %s", job.id.c_str(),
+                    job_state_name(job.state), js.ToString().c_str());
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      running_[job.id].unjournaled_end = job;
+    }
+    for (std::chrono::milliseconds d = kMinBackoff; !js.ok(); d = std::min(2 * d, kMaxBackoff)) {
+      if (!backoff(d)) break;
+      js = journal_->update(job);
+    }
+    if (js.ok()) {
+      FROST_LOG_INFO("job %s: final state journaled", job.id.c_str());
+    } else {
+      FROST_LOG_ERROR("job %s: final state %s not journaled before shutdown (the next start sees it RUNNING): %s",
+                      job.id.c_str(), job_state_name(job.state), js.ToString().c_str());
+    }
+  }
   FROST_LOG_INFO("job %s %s%s%s", job.id.c_str(), job_state_name(job.state), job.reason.empty() ? "" : ": ",
                  job.reason.c_str());
   {
@@ -345,6 +393,7 @@ void Scheduler::run_one(JobRecord job) {
     running_.erase(job.id);
   }
   notify(job);
+  return true;
 }
 
 }  // namespace frost::jobs

@@ -11,7 +11,10 @@
 //             job's CancelToken before every step and checkpoints every `checkpoint_every` steps and
 //             when it stops early.
 //   end       SUCCEEDED (artifact + report), FAILED (reason), CANCELLED; committed, then watchers
-//             hear it. The job's checkpoint directory is removed.
+//             hear it. The job's checkpoint directory is removed. When the journal cannot take a
+//             write (disk full), the start is retried with a backoff (the job stays QUEUED) and the
+//             outcome is retried until it is committed (get() and list() show it meanwhile); a
+//             shutdown first leaves the job RUNNING in the journal, like a crash.
 //   shutdown  (SIGTERM) running jobs are asked to stop, write a checkpoint and go back to QUEUED
 //             ("server shut down"), so the next start resumes them.
 //   crash     (kill -9, power loss) the journal still says RUNNING. create() re-queues such jobs to
@@ -22,6 +25,7 @@
 //
 // Job threads: each worker runs at `nice` lower priority (Linux per-thread niceness) with an
 // OpenMP budget of `threads` intra-op threads, so serving keeps the rest of the machine.
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -117,7 +121,10 @@ class Scheduler {
             std::unique_ptr<Journal> journal);
   absl::Status recover();
   void worker_loop();
-  void run_one(JobRecord job);
+  // false when the job could not be started (its RUNNING state not journaled): it is back in the queue.
+  bool run_one(JobRecord job);
+  // Sleeps `d` or until shutdown; false when shutting down.
+  bool backoff(std::chrono::milliseconds d);
   void notify(const JobRecord& job);
   std::string job_dir(const std::string& id) const;
 
@@ -130,6 +137,8 @@ class Scheduler {
     std::shared_ptr<CancelToken> cancel;
     bool user_cancelled = false;
     std::optional<JobProgress> progress;
+    // The job's outcome while the journal cannot take it (disk full): get() and list() show it.
+    std::optional<JobRecord> unjournaled_end;
   };
 
   SchedulerOptions opts_;
@@ -139,6 +148,7 @@ class Scheduler {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable stop_cv_;  // wakes backoff() at shutdown
   std::vector<Queued> queue_;               // guarded by mu_
   std::map<std::string, Running> running_;  // guarded by mu_
   bool stopping_ = false;                   // guarded by mu_

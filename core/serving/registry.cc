@@ -44,7 +44,9 @@ absl::StatusOr<jobs::ArtifactInfo> Registry::activate(const std::string& name,
   if (!k) return absl::FailedPreconditionError(absl::StrCat("artifact '", a.name, "': kind '", a.kind, "' is not served"));
   absl::MutexLock l(&activate_mu_);
   absl::Status persist_status;
-  absl::Status st = k->activate(a, model, [&] { return persist_status = store_->set_active(a.kind, a.name); });
+  // A damaged file is refused before the kind reads anything.
+  absl::Status st = store_->verify(a);
+  if (st.ok()) st = k->activate(a, model, [&] { return persist_status = store_->set_active(a.kind, a.name); });
   if (!st.ok()) {
     if (!persist_status.ok()) return persist_status;  // the store failed, not the artifact
     absl::MutexLock c(&counts_mu_);
@@ -102,8 +104,9 @@ std::set<std::string> Registry::follow(const std::shared_ptr<const LoadedModel>&
     if (follow_refused_[kind] == name) continue;
     absl::StatusOr<jobs::ArtifactInfo> a = store_->get(name);
     absl::Status st = a.status();
-    if (a.ok()) st = a->kind == kind ? k->activate(*a, model, [] { return absl::OkStatus(); })
-                                     : absl::FailedPreconditionError("the marker names another kind");
+    if (a.ok()) st = a->kind != kind ? absl::FailedPreconditionError("the marker names another kind")
+                                     : store_->verify(*a);
+    if (a.ok() && st.ok()) st = k->activate(*a, model, [] { return absl::OkStatus(); });
     if (!st.ok()) {
       log_once(absl::StrCat("the active ", kind, " artifact ", name, " cannot be served (the served one stays): ",
                             st.ToString()));

@@ -134,10 +134,10 @@ class Frostd:
     """One frostd process on 127.0.0.1 port 0 (gRPC and metrics), jobs enabled on `state_dir`.
 
     `jobs` overrides entries of the jobs: section; `sections` adds whole sections ({"artifacts": {...}});
-    `env` adds to the child's environment."""
+    `env` adds to the child's environment; `model` replaces stories260K (a path or "builtin:tiny")."""
 
     def __init__(self, workdir, name, state_dir, data_root, *, require_for_inference=False, jobs=None,
-                 sections=None, env=None, admin_token=ADMIN_TOKEN, user_token=USER_TOKEN):
+                 sections=None, env=None, admin_token=ADMIN_TOKEN, user_token=USER_TOKEN, model=None):
         self.workdir = workdir
         self.name = name
         self.state_dir = state_dir
@@ -157,7 +157,7 @@ class Frostd:
             '  listen: "127.0.0.1:0"',
             '  metrics_listen: "127.0.0.1:0"',
             "model:",
-            f"  path: {yaml_str(model_path())}",
+            f"  path: {yaml_str(model or model_path())}",
             "  threads: 1",
             "jobs:",
         ]

@@ -542,6 +542,9 @@ class JobsServiceTest(unittest.TestCase):
         # A corrupt artifact is refused; the active one stays and keeps serving.
         activate(a)
         path = os.path.join(self.s.artifact_dir(b), "prototype.safetensors")
+        with open(path, "rb") as f:
+            original = f.read()
+        self.addCleanup(lambda: open(path, "wb").write(original))  # b is activated again by test_13
         with open(path, "r+b") as f:
             data = bytearray(f.read())
             mid = len(data) // 2
@@ -953,7 +956,15 @@ class JobsServiceTest(unittest.TestCase):
                     self.assertAlmostEqual(x.value, y.value, places=5)
                     self.assertEqual([p.text for p in x.prototypes], [p.text for p in y.prototypes])
 
-            # Ready means already serving the trainer's active head (restored before the port opened).
+            def swaps():
+                for line in replica.metrics_text().splitlines():
+                    if line.startswith("frost_artifact_swaps_total "):
+                        return float(line.split()[1])
+                self.fail("no frost_artifact_swaps_total on the replica's /metrics")
+
+            # Ready means already serving the trainer's active head (restored before the port opened), and
+            # every other kind the trainer has active (earlier tests activate kv_repair and kvsplice).
+            swaps_at_start = swaps()
             assert_same(predict(replica), predict(self.s))
             self.assertEqual(predict(replica).artifact, a)
 
@@ -984,7 +995,7 @@ class JobsServiceTest(unittest.TestCase):
                                       metadata=ADMIN, timeout=30), Code.FAILED_PRECONDITION)
             self.assertTrue(os.path.isdir(self.s.artifact_dir(a)))
             self.assertEqual(predict(self.s).artifact, b, "the replica's refused activation changed the trainer")
-            self.assertIn("frost_artifact_swaps_total 2", replica.metrics_text())
+            self.assertEqual(swaps(), swaps_at_start + 1, "one follow = one swap on the replica")
 
             # And back: a second activation is followed too.
             activate(a)

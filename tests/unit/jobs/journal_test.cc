@@ -491,12 +491,12 @@ TEST(JournalTest, ForeignSqliteDatabaseAndOtherVersionAreRejected) {
     ASSERT_NE(ok, nullptr);
     insert_ok(*ok, make_job("prototype"));
   }
-  raw_exec(newer, "PRAGMA user_version=2;");
+  raw_exec(newer, "PRAGMA user_version=3;");
   j = Journal::open(newer);
   ASSERT_FALSE(j.ok());
   EXPECT_EQ(j.status().code(), absl::StatusCode::kFailedPrecondition) << j.status();
   EXPECT_MSG_HAS(j.status(), newer);
-  EXPECT_MSG_HAS(j.status(), "schema version 2");
+  EXPECT_MSG_HAS(j.status(), "schema version 3");
 
   // Our application_id and version but the table lacks columns.
   const std::string mangled = dir.file("mangled.db");
@@ -508,12 +508,101 @@ TEST(JournalTest, ForeignSqliteDatabaseAndOtherVersionAreRejected) {
   EXPECT_EQ(j.status().code(), absl::StatusCode::kFailedPrecondition) << j.status();
   EXPECT_MSG_HAS(j.status(), mangled);
 
-  // An empty file is a new journal.
+  // An empty file is a journal that lost its contents (a new one is created whole, never empty): refused.
   const std::string empty = dir.file("empty.db");
   write_text_file(empty, "");
-  auto e = open_ok(empty);
-  ASSERT_NE(e, nullptr);
-  EXPECT_TRUE(insert_ok(*e, make_job("prototype")).inserted);
+  auto e = Journal::open(empty);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kDataLoss) << e.status();
+  EXPECT_MSG_HAS(e.status(), empty);
+  EXPECT_EQ(read_text_file(empty), "");
+}
+
+// Bytes of a file, and the file rewritten with them.
+std::string file_bytes(const std::string& path) { return read_text_file(path); }
+
+TEST(JournalTest, ANewJournalIsCreatedWholeAndLeavesNoTemporaryFile) {
+  ScratchDir dir;
+  const std::string path = dir.file("jobs.db");
+  { ASSERT_NE(open_ok(path), nullptr); }
+  EXPECT_GT(std::filesystem::file_size(path), 0u);
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".new-"), std::string::npos) << e.path();
+}
+
+TEST(JournalTest, DamagedJournalsAreRefusedNamingTheFileAndLeftAlone) {
+  ScratchDir dir;
+  const std::string golden = dir.file("golden.db");
+  std::string marker = "MARKER-reason-0123456789";
+  {
+    auto j = open_ok(golden);
+    ASSERT_NE(j, nullptr);
+    for (int i = 0; i < 4; ++i) {
+      JobRecord r = insert_ok(*j, make_job("prototype", absl::StrCat("data/train", i, ".jsonl"))).job;
+      r.state = JobState::kFailed;
+      r.reason = marker;
+      ASSERT_TRUE(j->update(r).ok());
+    }
+  }  // closed: everything is in the main file
+  const std::string bytes = file_bytes(golden);
+  ASSERT_FALSE(std::filesystem::exists(golden + "-wal"));
+  auto expect_refused = [&](const std::string& name, const std::string& damaged, const char* why) {
+    const std::string path = dir.file(name);
+    write_text_file(path, damaged);
+    auto j = Journal::open(path);
+    ASSERT_FALSE(j.ok()) << why;
+    EXPECT_EQ(j.status().code(), absl::StatusCode::kDataLoss) << why << ": " << j.status();
+    EXPECT_MSG_HAS(j.status(), path);
+    EXPECT_EQ(file_bytes(path), damaged) << why;
+  };
+  // A bit flipped in a row's text: SQLite reads it back as another value; row_sha does not match.
+  const size_t at = bytes.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  std::string flipped = bytes;
+  flipped[at + 3] = static_cast<char>(flipped[at + 3] ^ 0x01);
+  expect_refused("flipped.db", flipped, "a flipped bit in a reason");
+  // Cut short: not a whole number of pages, and half of the pages.
+  expect_refused("short1.db", bytes.substr(0, bytes.size() - 1), "one byte short");
+  expect_refused("half.db", bytes.substr(0, bytes.size() / 2 + 100), "half");
+  // The intact copy opens and reads back.
+  const std::string copy = dir.file("copy.db");
+  write_text_file(copy, bytes);
+  auto j = open_ok(copy);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(total_rows(*j), 4);
+}
+
+TEST(JournalTest, AVersion1JournalIsMigratedAndItsRowsKept) {
+  ScratchDir dir;
+  const std::string path = dir.file("v1.db");
+  raw_exec(path,
+           "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, kind TEXT NOT NULL,"
+           " state INTEGER NOT NULL, reason TEXT NOT NULL, priority INTEGER NOT NULL, idempotency_key TEXT,"
+           " spec_json TEXT NOT NULL, created_unix REAL NOT NULL, started_unix REAL NOT NULL,"
+           " finished_unix REAL NOT NULL, attempts INTEGER NOT NULL, progress_json TEXT NOT NULL,"
+           " artifact TEXT NOT NULL, report_json TEXT NOT NULL, checkpoint_path TEXT NOT NULL);"
+           "CREATE UNIQUE INDEX jobs_idempotency_key ON jobs(idempotency_key);"
+           "CREATE INDEX jobs_state_seq ON jobs(state, seq);"
+           "CREATE INDEX jobs_kind_seq ON jobs(kind, seq);"
+           "PRAGMA application_id=1179800394; PRAGMA user_version=1; PRAGMA journal_mode=WAL;"
+           "INSERT INTO jobs (id, kind, state, reason, priority, idempotency_key, spec_json, created_unix,"
+           " started_unix, finished_unix, attempts, progress_json, artifact, report_json, checkpoint_path)"
+           " VALUES ('job-000000000001', 'prototype', 3, '', 0, 'key1', '{\"train_path\":\"a.jsonl\"}',"
+           " 1700000000.25, 1700000001.0, 1700000002.0, 1, '', 'prototype/1', '{}', '');");
+  {
+    auto j = open_ok(path);
+    ASSERT_NE(j, nullptr);
+    auto got = j->get("job-000000000001");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->state, JobState::kSucceeded);
+    EXPECT_EQ(got->artifact, "prototype/1");
+    EXPECT_EQ(got->idempotency_key, "key1");
+    EXPECT_EQ(got->created_unix, 1700000000.25);
+    insert_ok(*j, make_job("prototype"));
+  }
+  auto j = open_ok(path);  // version 2 now, every row checked at open
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(total_rows(*j), 2);
 }
 
 TEST(JournalTest, UnusablePathsNameThePath) {
