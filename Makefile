@@ -11,7 +11,7 @@ ifeq ($(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),y)
 export OPENBLAS_CORETYPE := SkylakeX
 endif
 
-.PHONY: deps configure build run test test-asan bench bench-serve bench-weights soak image image-test clean
+.PHONY: deps configure build run test test-asan bench bench-serve bench-weights soak image image-test fuzz fuzz-ci clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -67,6 +67,19 @@ bench-serve: configure
 bench-weights: configure
 	cmake --build $(BUILD) -j $(JOBS) --target frost-bench
 	bash scripts/bench_weights.sh $(BUILD)
+
+# Coverage-guided fuzzing of the parsers of untrusted bytes (docs/fuzzing.md): clang + libFuzzer with ASan and UBSan
+# in build-fuzz (scripts/fuzz.sh installs clang when missing), every target FUZZ_SECONDS one after another → execs/s,
+# coverage and corpus size per target and bench/results/fuzz.json. FUZZ_TARGETS="safetensors job_spec" picks some.
+FUZZ_SECONDS ?= 60
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh
+
+# The CI slice: every target replays its seeds and regression inputs, then fuzzes FUZZ_CI_SECONDS; fails on any
+# finding. Writes only under build-fuzz.
+FUZZ_CI_SECONDS ?= 10
+fuzz-ci:
+	FUZZ_SECONDS=$(FUZZ_CI_SECONDS) FUZZ_JSON=build-fuzz/fuzz-ci.json JOBS=$(JOBS) bash scripts/fuzz.sh
 
 # Soak and fault suites (tests/soak/soak_test.py) at full scale: 1,000 streams with cancels, stalled readers,
 # health under saturation, 100 kill -9 during training jobs, a full disk, damaged artifacts and journals

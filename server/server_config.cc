@@ -1,5 +1,6 @@
 #include "server/server_config.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -409,6 +410,25 @@ std::string split_port(const std::string& value) {
   return port;
 }
 
+// Where each YAML document of a stream starts, from yaml-cpp's event parser. YAML::LoadAll() (yaml-cpp
+// 0.7) never returns on a stream whose document starts with a stray flow entry ("," or " ,x" at the top
+// level): its parser hands out empty documents without consuming the ',', and LoadAll collects them until
+// memory runs out (found by tests/fuzz/server_config_fuzz.cc). A document that starts where the previous
+// one started is that case; parse_server_config() reports it as a syntax error before calling LoadAll().
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 }  // namespace
 
 absl::Status validate_host_port(const std::string& field, const std::string& value) {
@@ -473,6 +493,17 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
 absl::StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text) {
   ServerConfig cfg;
   try {
+    std::istringstream stream(yaml_text);
+    YAML::Parser parser(stream);
+    DocumentStarts events;
+    while (parser.HandleNextDocument(events)) {
+      const std::vector<YAML::Mark>& at = events.starts;
+      if (at.size() >= 2 && at[at.size() - 1].pos == at[at.size() - 2].pos) {
+        return absl::InvalidArgumentError(absl::StrCat("config: YAML syntax error at line ", at.back().line + 1,
+                                                       ", column ", at.back().column + 1,
+                                                       ": a document cannot start here (a ',' outside [ ] or { }?)"));
+      }
+    }
     const std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
     if (docs.size() > 1) {
       return absl::InvalidArgumentError(

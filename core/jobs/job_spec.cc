@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -243,11 +244,19 @@ std::optional<JobProgress> progress_from_json(const std::string& text) {
   if (!j.is_object()) return std::nullopt;
   JobProgress p;
   auto num = [&](const char* k, double def) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : def; };
+  // A count outside its type's range reads as missing: converting such a double is undefined behaviour
+  // (found by tests/fuzz/job_spec_fuzz.cc with "steps_total": 1.8e22).
+  auto count = [&](const char* k, auto def) -> decltype(def) {
+    using T = decltype(def);
+    const double v = num(k, static_cast<double>(def));
+    const double lo = static_cast<double>(std::numeric_limits<T>::min());  // -2^31 / -2^63, exact
+    return v >= lo && v < -lo ? static_cast<T>(v) : def;
+  };
   if (j.contains("stage") && j["stage"].is_string()) p.stage = j["stage"].get<std::string>();
-  p.epoch = static_cast<int32_t>(num("epoch", 0));
-  p.epochs = static_cast<int32_t>(num("epochs", 0));
-  p.step = static_cast<int64_t>(num("step", 0));
-  p.steps_total = static_cast<int64_t>(num("steps_total", 0));
+  p.epoch = count("epoch", int32_t{0});
+  p.epochs = count("epochs", int32_t{0});
+  p.step = count("step", int64_t{0});
+  p.steps_total = count("steps_total", int64_t{0});
   p.loss = num("loss", 0);
   p.kl = num("kl", 0);
   p.examples_per_s = num("examples_per_s", 0);

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/common/fs.h"
-#include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/state_dir.h"
 #include "core/train/repair_train.h"
@@ -77,30 +76,6 @@ absl::StatusOr<JobWindows> make_job_windows(const TextJobSpec& s, const LoadedMo
     FROST_ASSIGN_OR_RETURN(w.eval, sample_windows(*m.model, bos, eval, window, seed + 2));
   }
   return w;
-}
-
-absl::Status write_checked_file(const std::string& dir, const std::string& file, const std::string& format,
-                                const std::function<absl::Status(const std::string& path)>& save) {
-  const std::string path = dir + "/" + file;
-  FROST_RETURN_IF_ERROR(save(path));
-  FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
-  json manifest = {
-      {"format", format}, {"file", file}, {"sha256", sha256_hex(bytes)}, {"bytes", bytes.size()}};
-  return write_file_atomic(dir + "/manifest.json", manifest.dump(2));
-}
-
-absl::StatusOr<std::string> verify_checked_file(const std::string& dir, const std::string& file,
-                                                const std::string& format) {
-  FROST_ASSIGN_OR_RETURN(std::string mtext, read_file(dir + "/manifest.json", 1 << 20));
-  json manifest = json::parse(mtext, nullptr, false);
-  if (!manifest.is_object() || manifest.value("format", "") != format || manifest.value("file", "") != file ||
-      !manifest.contains("sha256") || !manifest["sha256"].is_string())
-    return absl::DataLossError(absl::StrCat(dir, "/manifest.json: not a ", format, " manifest"));
-  const std::string path = dir + "/" + file;
-  FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
-  if (sha256_hex(bytes) != manifest["sha256"].get<std::string>())
-    return absl::DataLossError(absl::StrCat(dir, "/", file, ": sha256 does not match the manifest"));
-  return path;
 }
 
 KvRepairTrainOptions kv_train_options(const JobContext& ctx, const std::string& stage) {

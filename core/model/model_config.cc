@@ -221,8 +221,9 @@ absl::Status parse_gpt2(const Fields& f, ModelConfig* c) {
   }
   c->n_head_kv = c->n_head;
   c->head_dim = c->dim / c->n_head;
-  // n_inner null → 4 * n_embd (an out-of-range n_embd is reported by validation; no overflow)
-  c->ffn_dim = c->dim <= kMaxDim ? 4 * c->dim : c->dim;
+  // n_inner null → 4 * n_embd (an out-of-range n_embd, negative included, is reported by validation; no
+  // overflow: a negative one used to be multiplied too; tests/fuzz/corpus/model_config/regress-*)
+  c->ffn_dim = c->dim > 0 && c->dim <= kMaxDim ? 4 * c->dim : c->dim;
   FROST_CFG_TRY(f.opt_int("n_inner", &c->ffn_dim));
   c->norm_eps = 1e-5;
   FROST_CFG_TRY(f.opt_double("layer_norm_epsilon", &c->norm_eps));
@@ -364,6 +365,9 @@ absl::StatusOr<ModelConfig> parse_with_label(const std::string& text, const std:
   FROST_CFG_TRY(c.arch == Arch::kGpt2 ? parse_gpt2(f, &c) : parse_llama(f, &c));
   FROST_CFG_TRY(f.opt_token_id("bos_token_id", &c.bos_id));
   FROST_CFG_TRY(f.opt_token_ids("eos_token_id", &c.eos_ids));
+  // The sizes are checked before frost_variants is read: mlp_ctx.layers defaults to every layer, so an
+  // absurd n_layer must be refused first, not enumerated (tests/fuzz/corpus/model_config/regress-*).
+  FROST_CFG_TRY(validate_with_label(c, label + ": "));
   FROST_CFG_TRY(parse_variant_config(j, label, c.n_layer, &c.variants));
   FROST_CFG_TRY(validate_with_label(c, label + ": "));
   return c;

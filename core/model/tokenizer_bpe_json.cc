@@ -1,5 +1,6 @@
 // tokenizer.json parsing into BpeTokenizer::Impl, and BpeTokenizer::parse / load. Shared
 // declarations are in tokenizer_bpe_internal.h.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -268,11 +269,22 @@ absl::Status parse_decoder(const json& obj, const std::string& path, std::vector
 // Ids must stay small enough for dense per-id tables.
 constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
 
-absl::StatusOr<int32_t> parse_id(const json& v, const std::string& path) {
-  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId) {
-    return field_error(path, absl::StrCat("expected a token id in [0, ", kMaxTokenId, "]"));
+absl::StatusOr<int32_t> parse_id(const json& v, const std::string& path, int64_t max_id = kMaxTokenId) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > max_id) {
+    return field_error(path, absl::StrCat("expected a token id in [0, ", max_id, "]"));
   }
   return static_cast<int32_t>(v.get<int64_t>());
+}
+
+// The largest id of model.vocab and added_tokens: the per-id tables are dense, so the id space may be at
+// most twice the tokens the file lists (plus 1024). A one-token file with id 16777215 used to allocate
+// over a gigabyte (tests/fuzz/corpus/tokenizer_json/regress-sparse-token-id.json).
+int64_t max_token_id(const json& root) {
+  size_t listed = 0;
+  if (auto m = root.find("model"); m != root.end() && m->is_object())
+    if (auto v = m->find("vocab"); v != m->end() && v->is_object()) listed += v->size();
+  if (auto a = root.find("added_tokens"); a != root.end() && a->is_array()) listed += a->size();
+  return std::min<int64_t>(kMaxTokenId, 2 * static_cast<int64_t>(listed) + 1024);
 }
 
 void set_piece(std::vector<std::string>& pieces, int32_t id, const std::string& s) {
@@ -306,9 +318,10 @@ absl::Status parse_model(const json& root, BpeTokenizer::Impl& impl) {
   const json* vocab = member(*m, "vocab");
   if (!vocab || !vocab->is_object()) return field_error("model.vocab", "expected an object");
   model.vocab.reserve(vocab->size());
+  const int64_t max_id = max_token_id(root);
   for (const auto& [token, v] : vocab->items()) {
     FROST_ASSIGN_OR_RETURN(const int32_t id,
-                           parse_id(v, absl::StrCat("model.vocab[\"", token, "\"]")));
+                           parse_id(v, absl::StrCat("model.vocab[\"", token, "\"]"), max_id));
     model.vocab[token] = id;
     set_piece(impl.pieces, id, token);
   }
@@ -415,11 +428,12 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer::Impl>> parse_json(const json& root)
   std::vector<std::pair<std::string, int32_t>> added_special;
   if (member(root, "added_tokens")) {
     FROST_ASSIGN_OR_RETURN(auto added, get_items(root, "added_tokens", ""));
+    const int64_t max_id = max_token_id(root);
     for (const auto& [item, p] : added) {
       if (!item->is_object()) return field_error(p, "expected an object");
       const json* idv = member(*item, "id");
       if (!idv) return field_error(p + ".id", "missing");
-      FROST_ASSIGN_OR_RETURN(const int32_t id, parse_id(*idv, p + ".id"));
+      FROST_ASSIGN_OR_RETURN(const int32_t id, parse_id(*idv, p + ".id", max_id));
       FROST_ASSIGN_OR_RETURN(const std::string content, get_string(*item, "content", p));
       FROST_ASSIGN_OR_RETURN(const bool special, get_bool(*item, "special", p, false));
       set_piece(impl->pieces, id, content);

@@ -19,11 +19,20 @@
 namespace frost {
 namespace {
 
+// GCC defines __SANITIZE_ADDRESS__ under -fsanitize=address; clang 14 does not, it has __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define FROST_SPM_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FROST_SPM_UNDER_ASAN 1
+#endif
+#endif
+
 // dlopen()s libfrost_spm.so once (see spm_backend.h). Search order: the path of the build tree this
 // binary was built in, then the dynamic loader's search path (LD_LIBRARY_PATH, the rpath, the system
 // directories: where an installed or containerised frostd finds it). No environment switch of frost's own.
 absl::StatusOr<SpmOpenFn> spm_open_fn() {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(FROST_SPM_UNDER_ASAN)
   // AddressSanitizer refuses RTLD_DEEPBIND, which the isolation depends on.
   return absl::UnimplementedError("sentencepiece is unavailable in AddressSanitizer builds");
 #else

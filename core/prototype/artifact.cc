@@ -1,5 +1,6 @@
 #include "core/prototype/artifact.h"
 
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,26 @@ constexpr char kManifestFile[] = "manifest.json";
 
 absl::Status bad(const std::string& dir, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(dir, "/", kManifestFile, ": ", what));
+}
+
+// The manifest's integer fields. json::get<int64_t>() also converts a float, which is undefined behaviour
+// for one outside the range ("d_model": 1e300; tests/fuzz/corpus/artifact_manifest/regress-*), so they must
+// be JSON integers that fit. Thrown inside load_artifact's try block, caught there.
+struct MistypedField {
+  std::string what;
+};
+int64_t get_int(const nlohmann::json& parent, const char* key) {
+  const nlohmann::json& v = parent.at(key);
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())))
+    throw MistypedField{absl::StrCat(key, " must be an integer, got ", v.dump())};
+  return v.get<int64_t>();
+}
+uint64_t get_uint(const nlohmann::json& parent, const char* key) {
+  const nlohmann::json& v = parent.at(key);
+  if (!v.is_number_unsigned())
+    throw MistypedField{absl::StrCat(key, " must be a non-negative integer, got ", v.dump())};
+  return v.get<uint64_t>();
 }
 
 }  // namespace
@@ -74,15 +95,16 @@ absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir) {
   try {
     if (m.value("format", "") != kArtifactFormat)
       return bad(dir, absl::StrCat("format is not \"", kArtifactFormat, "\""));
-    if (m.value("format_version", -1) != kArtifactVersion)
-      return bad(dir, absl::StrCat("format_version ", m.value("format_version", -1),
+    const auto version = m.find("format_version");
+    if (version == m.end() || !version->is_number_integer() || version->get<int64_t>() != kArtifactVersion)
+      return bad(dir, absl::StrCat("format_version ", version == m.end() ? "(missing)" : version->dump(),
                                    " is not supported (expected ", kArtifactVersion, ")"));
     const nlohmann::json& bb = m.at("backbone");
     art.backbone.name = bb.at("name").get<std::string>();
     art.backbone.arch = bb.at("arch").get<std::string>();
-    art.backbone.dim = bb.at("dim").get<int64_t>();
-    art.backbone.n_layer = bb.at("n_layer").get<int64_t>();
-    art.backbone.n_vocab = bb.at("n_vocab").get<int64_t>();
+    art.backbone.dim = get_int(bb, "dim");
+    art.backbone.n_layer = get_int(bb, "n_layer");
+    art.backbone.n_vocab = get_int(bb, "n_vocab");
     art.backbone.fingerprint = bb.at("fingerprint").get<std::string>();
     art.backbone.weights = bb.value("weights", "fp32");  // artifacts from before quantized weights
     nlohmann::json cj = m.at("config");
@@ -100,13 +122,13 @@ absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir) {
     if (absl::Status s = validate_bounds(art.bounds); !s.ok()) return bad(dir, std::string(s.message()));
     art.label_mu = m.at("label_stats").at("mu").get<double>();
     art.label_sigma = m.at("label_stats").at("sigma").get<double>();
-    art.d_model = m.at("d_model").get<int64_t>();
-    art.n_train = m.at("n_train").get<int64_t>();
+    art.d_model = get_int(m, "d_model");
+    art.n_train = get_int(m, "n_train");
     if (art.d_model < 1 || art.n_train < 1) return bad(dir, "d_model and n_train must be >= 1");
     for (const nlohmann::json& p : m.at("prototypes")) {
       PrototypeEntry e;
-      e.slot = p.at("slot").get<int64_t>();
-      e.index = p.at("index").get<int64_t>();
+      e.slot = get_int(p, "slot");
+      e.index = get_int(p, "index");
       e.id = p.at("id").get<std::string>();
       e.text = p.at("text").get<std::string>();
       e.label = p.at("label").get<float>();
@@ -121,7 +143,7 @@ absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir) {
     if (tj.at("file").get<std::string>() != kTensorFile)
       return bad(dir, "tensors.file is not prototype.safetensors");
     const std::string want_sha = tj.at("sha256").get<std::string>();
-    const uint64_t want_bytes = tj.at("bytes").get<uint64_t>();
+    const uint64_t want_bytes = get_uint(tj, "bytes");
     FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(dir + "/" + kTensorFile, 1LL << 36));
     if (bytes.size() != want_bytes)
       return absl::InvalidArgumentError(
@@ -134,6 +156,8 @@ absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir) {
       art.tensors.emplace_back(info.name, st->view(info).clone());
   } catch (const nlohmann::json::exception& e) {
     return bad(dir, absl::StrCat("missing or mistyped field: ", e.what()));
+  } catch (const MistypedField& e) {
+    return bad(dir, absl::StrCat("missing or mistyped field: ", e.what));
   }
   // Shapes the predictor relies on.
   const int64_t K = art.cfg.K, m_tok = art.cfg.m, d = art.cfg.d_h, N = art.n_train;

@@ -434,7 +434,8 @@ absl::Status safetensors_load_into(const SafetensorsFile& f,
                                    const std::vector<std::pair<std::string, at::Tensor>>& named) {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
   std::set<std::string> expected;
-  for (const auto& [n, t] : named) {
+  for (const auto& [n, named_t] : named) {
+    const at::Tensor& t = named_t;  // captured below: C++17 lambdas cannot capture a structured binding
     expected.insert(n);
     const StTensorInfo* info = f.find(n);
     if (!info) return bad(absl::StrCat("tensor ", n, " missing"));

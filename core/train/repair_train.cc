@@ -10,10 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/fs.h"
-#include "core/common/json.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
-#include "core/common/utf8.h"
 #include "core/model/kv_dims.h"
 #include "core/train/train_util.h"
 #include "core/store/safetensors.h"
@@ -114,32 +112,6 @@ std::string kv_repair_config_json(const KvRepairConfig& c) {
                               {"self_sample_windows", c.self_sample_windows},
                               {"seed", c.seed}};
   return j.dump();
-}
-
-absl::StatusOr<std::vector<std::string>> load_text_jsonl(const std::string& path, int64_t max_bytes) {
-  FROST_ASSIGN_OR_RETURN(std::string content, read_file(path, max_bytes));
-  std::vector<std::string> out;
-  size_t start = 0;
-  int64_t line_no = 0;
-  while (start < content.size()) {
-    size_t end = content.find('\n', start);
-    if (end == std::string::npos) end = content.size();
-    const std::string_view line(content.data() + start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    nlohmann::json j;
-    if (std::optional<std::string> err = parse_json_bounded(line, 16, &j))
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", *err));
-    if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", line_no, ": expected an object with a string \"text\""));
-    std::string text = j["text"].get<std::string>();
-    if (!is_valid_utf8(text))
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": text is not UTF-8"));
-    out.push_back(std::move(text));
-  }
-  return out;
 }
 
 absl::StatusOr<std::vector<TokenWindow>> make_text_windows(const Tokenizer& tok,

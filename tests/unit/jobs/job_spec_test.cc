@@ -143,6 +143,13 @@ TEST(JobProgressTest, RoundTripsAndReadsEarlierProgress) {
   EXPECT_DOUBLE_EQ(old->kl, 0.02);
   EXPECT_EQ(old->epoch, 0);
   EXPECT_FALSE(progress_from_json("not json").has_value());
+  // Counts outside their type read as missing (the conversion would be undefined; tests/fuzz found it).
+  auto huge = progress_from_json(R"({"epoch":3e9,"epochs":-1e300,"step":7,"steps_total":1.8446744073709552e22})");
+  ASSERT_TRUE(huge.has_value());
+  EXPECT_EQ(huge->epoch, 0);
+  EXPECT_EQ(huge->epochs, 0);
+  EXPECT_EQ(huge->step, 7);
+  EXPECT_EQ(huge->steps_total, 0);
 }
 
 }  // namespace

@@ -291,6 +291,15 @@ TEST(ModelConfigTest, RejectsAbsurdSizes) {
   j = gpt2_min();
   j["n_positions"] = 1 << 21;
   EXPECT_INVALID(parse_status(j), "config.json: n_positions must be at most");
+  // Found by tests/fuzz/model_config_fuzz.cc: GPT-2's n_inner default 4 * n_embd overflowed for a negative
+  // n_embd, and mlp_ctx's default layer list enumerated an absurd n_layer before it was checked.
+  j = gpt2_min();
+  j["n_embd"] = int64_t{-9223372036854775807};
+  EXPECT_INVALID(parse_status(j), "config.json: n_embd must be positive");
+  j = gpt2_min();
+  j["n_layer"] = int64_t{1} << 40;
+  j["frost_variants"] = {{"mlp_ctx", {{"rank", 4}}}};
+  EXPECT_INVALID(parse_status(j), "config.json: n_layer must be at most 1024");
 }
 
 TEST(ModelConfigTest, RejectsHeadsNotDividing) {

@@ -643,6 +643,12 @@ TEST(TokenizerBpeTest, MalformedFilesGiveClearErrors) {
       {"vocab array", with([](json& j) { j["model"]["vocab"] = json::array(); }), "model.vocab"},
       {"negative id", with([](json& j) { j["model"]["vocab"]["a"] = -5; }), "model.vocab[\"a\"]"},
       {"string id", with([](json& j) { j["model"]["vocab"]["a"] = "x"; }), "model.vocab[\"a\"]"},
+      // Dense per-id tables: ids may span at most twice the listed tokens + 1024 (a one-token file with id
+      // 16777215 allocated over a gigabyte; tests/fuzz).
+      {"sparse id", with([](json& j) { j["model"]["vocab"]["a"] = (1 << 24) - 1; }),
+       "model.vocab[\"a\"]: expected a token id in [0, "},
+      {"sparse added id", with([](json& j) { j["added_tokens"][0]["id"] = 1 << 20; }),
+       "added_tokens[0].id: expected a token id in [0, "},
       {"merge unknown token", with([](json& j) { j["model"]["merges"][1] = "a zz"; }),
        "model.merges[1]: token \"zz\" is not in model.vocab"},
       {"merge result unknown", with([](json& j) { j["model"]["merges"][1] = "b a"; }),

@@ -786,6 +786,16 @@ TEST(PrototypeArtifact, RefusesCorruptFilesAndAnotherBackbone) {
   frost::testing::write_text_file(dir.file("manifest.json"),
                                   "{\"format\": \"frost.prototype\", \"format_version\": 1}");
   EXPECT_INVALID(load_artifact(dir.path()).status(), "missing or mistyped field");
+  // Integer fields holding floats out of range are refused, not converted (that is undefined; found by
+  // tests/fuzz/artifact_manifest_fuzz.cc).
+  frost::testing::write_text_file(dir.file("manifest.json"),
+                                  "{\"format\": \"frost.prototype\", \"format_version\": 1e300}");
+  EXPECT_INVALID(load_artifact(dir.path()).status(), "format_version 1e+300 is not supported");
+  frost::testing::write_text_file(
+      dir.file("manifest.json"),
+      "{\"format\": \"frost.prototype\", \"format_version\": 1, \"backbone\": {\"name\": \"m\", \"arch\": \"llama\", "
+      "\"dim\": 1e300, \"n_layer\": 1, \"n_vocab\": 2, \"fingerprint\": \"0\"}}");
+  EXPECT_INVALID(load_artifact(dir.path()).status(), "missing or mistyped field: dim must be an integer, got 1e+300");
   EXPECT_EQ(load_artifact(dir.file("nowhere")).status().code(), absl::StatusCode::kNotFound);
 }
 

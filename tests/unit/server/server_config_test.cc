@@ -346,6 +346,14 @@ TEST(ServerConfigTest, YamlSyntaxErrorsNameLineAndColumn) {
   EXPECT_INVALID(parse_status("server: {}\n---\nlog: {}\n"), "config: expected one YAML document, got 2");
 }
 
+// yaml-cpp's LoadAll() loops for ever (collecting empty documents until memory runs out) on a document
+// that starts with a stray ','; found by tests/fuzz/server_config_fuzz.cc.
+TEST(ServerConfigTest, StrayFlowEntryIsASyntaxErrorNotALoop) {
+  EXPECT_INVALID(parse_status(","), "config: YAML syntax error at line 1, column 1: a document cannot start here");
+  EXPECT_INVALID(parse_status("server: {}\n---\n  ,x\n"), "config: YAML syntax error at line 3, column 3");
+  EXPECT_INVALID(parse_status(std::string("\0,Y", 3)), "config: YAML syntax error");
+}
+
 TEST(ServerConfigTest, LoadFromFile) {
   TempDir dir;
   const std::string good = dir.file("good.yaml");
