@@ -32,10 +32,12 @@ run: configure
 	@echo "make run: starting frostd with $(CONFIG)"
 	exec $(BUILD)/server/frostd --config $(CONFIG) $(ARGS)
 
-# Every test: the file parsers under ASan, then all unit + model (golden) suites with ctest
-# (ctest last, so its summary closes the run).
+# Every test: the file parsers under ASan, the fuzz targets' CI slice (seeds + regression inputs, then
+# FUZZ_CI_SECONDS each; ~4 min cold on 2 cores), then all unit + model (golden) + integration suites with
+# ctest (ctest last, so its summary closes the run).
 test: build
 	@$(MAKE) --no-print-directory test-asan
+	@$(MAKE) --no-print-directory fuzz-ci
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # The parsers of untrusted files (safetensors, config.json, tokenizer.json) under ASan+UBSan.

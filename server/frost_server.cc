@@ -153,13 +153,27 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   FROST_LOG_INFO("frostd: gRPC listening on %s (port %d)%s", cfg.server.listen.c_str(), s->grpc_port_,
                  cfg.server.reflection ? ", reflection on" : "");
 
-  absl::StatusOr<int> mport = s->metrics_->serve(cfg.server.metrics_listen);
+  absl::StatusOr<int> mport;
+  if (cfg.server.tls.metrics) {
+    Metrics* m = s->metrics_.get();
+    absl::StatusOr<std::unique_ptr<HttpsMetricsServer>> https =
+        HttpsMetricsServer::start(cfg.server.metrics_listen, s->tls_.get(), [m] { return m->render(); });
+    if (https.ok()) {
+      s->metrics_https_ = *std::move(https);
+      mport = s->metrics_https_->port();
+    } else {
+      mport = https.status();
+    }
+  } else {
+    mport = s->metrics_->serve(cfg.server.metrics_listen);
+  }
   if (!mport.ok()) {
     s->drain(0);
     return mport.status();
   }
   s->metrics_port_ = *mport;
-  FROST_LOG_INFO("frostd: metrics on http://%s/metrics (port %d)", cfg.server.metrics_listen.c_str(), *mport);
+  FROST_LOG_INFO("frostd: metrics on %s://%s/metrics (port %d)", cfg.server.tls.metrics ? "https" : "http",
+                 cfg.server.metrics_listen.c_str(), *mport);
   return s;
 }
 

@@ -25,6 +25,7 @@
 #include "server/health.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
+#include "server/metrics_https.h"
 #include "server/prediction_service.h"
 #include "server/runtime.h"
 #include "server/server_config.h"
@@ -66,6 +67,7 @@ class FrostServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<TlsReloader> tls_;
+  std::unique_ptr<HttpsMetricsServer> metrics_https_;  // server.tls.metrics (instead of metrics_->serve)
   std::unique_ptr<GenerationService> generation_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<PredictionService> prediction_;

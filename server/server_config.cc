@@ -260,7 +260,8 @@ std::vector<Section> schema(ServerConfig* cfg) {
         map_field("tls", {string_field("cert_file", &s.tls.cert_file), string_field("key_file", &s.tls.key_file),
                           string_field("client_ca_file", &s.tls.client_ca_file),
                           bool_field("require_client_cert", &s.tls.require_client_cert),
-                          int_field("reload_interval_s", &s.tls.reload_interval_s, 1, 86400)})}},
+                          int_field("reload_interval_s", &s.tls.reload_interval_s, 1, 86400),
+                          bool_field("metrics", &s.tls.metrics)})}},
       {"model",
        {string_field("path", &m.path),
         enum_field("dtype", &m.dtype,
@@ -461,6 +462,7 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
   if (tls.cert_file.empty()) {
     if (!tls.client_ca_file.empty())
       return field_error("server.tls.client_ca_file", "needs server.tls.cert_file and key_file");
+    if (tls.metrics) return field_error("server.tls.metrics", "needs server.tls.cert_file and key_file");
     if (cfg.auth.require_tls)
       return field_error("auth.require_tls", "needs server.tls.cert_file and key_file (the server would be plaintext)");
   }

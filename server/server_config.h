@@ -27,8 +27,9 @@ struct TlsSection {
   std::string client_ca_file;        // PEM CA bundle client certificates are verified against; "" = none asked
   bool require_client_cert = false;  // mTLS: a client without a certificate from client_ca_file is refused
   int32_t reload_interval_s = 60;    // the files are re-read this often (and at once on SIGHUP)
-  // No TLS for /metrics: Debian 12's civetweb (prometheus-cpp's HTTP server) dereferences a NULL OpenSSL 3
-  // function on its first TLS request (seen in frostd, a civetweb worker SIGSEGV). README "Transport security".
+  // Serve /metrics over HTTPS too, with this certificate (and client CA / mTLS), on server.metrics_listen.
+  // Not through prometheus-cpp's civetweb, whose Debian 12 build crashes on TLS: server/metrics_https.h.
+  bool metrics = false;
 };
 
 // `server:` — the gRPC and metrics endpoints.

@@ -154,9 +154,10 @@ absl::StatusOr<std::unique_ptr<TlsReloader>> TlsReloader::create(const TlsSectio
       self->stop_mu_.Lock();
     }
   });
-  FROST_LOG_INFO("frostd: TLS on gRPC%s%s; certificate files re-read every %d s and on SIGHUP",
+  FROST_LOG_INFO("frostd: TLS on gRPC%s%s%s; certificate files re-read every %d s and on SIGHUP",
                  cfg.client_ca_file.empty() ? "" : ", client certificates verified against server.tls.client_ca_file",
-                 cfg.require_client_cert ? " and required (mTLS)" : "", cfg.reload_interval_s);
+                 cfg.require_client_cert ? " and required (mTLS)" : "", cfg.metrics ? "; /metrics over HTTPS with the same certificate" : "",
+                 cfg.reload_interval_s);
   return r;
 }
 
@@ -182,7 +183,19 @@ absl::Status TlsReloader::stage(const std::string& cert, const std::string& key,
   staged_cert_ = cert;
   staged_key_ = key;
   staged_ca_ = ca;
+  generation_.fetch_add(1);
   return absl::OkStatus();
+}
+
+TlsReloader::Staged TlsReloader::staged() const {
+  absl::MutexLock l(&mu_);
+  Staged s;
+  s.cert = staged_cert_;
+  s.key = staged_key_;
+  s.ca = staged_ca_;
+  s.require_client_cert = cfg_.require_client_cert;
+  s.generation = generation_.load();
+  return s;
 }
 
 absl::Status TlsReloader::reload() {

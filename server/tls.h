@@ -43,6 +43,16 @@ class TlsReloader {
   // refusal (also logged) otherwise — the staged pair keeps serving then.
   absl::Status reload();
 
+  // The identity being served now (what credentials() reads), for the HTTPS /metrics endpoint
+  // (server/metrics_https.h); `generation` grows by one with every staged change.
+  struct Staged {
+    std::string cert, key, ca;
+    bool require_client_cert = false;
+    uint64_t generation = 0;
+  };
+  Staged staged() const;
+  uint64_t generation() const { return generation_.load(); }
+
   int64_t reloads() const { return reloads_.load(); }
   int64_t reload_failures() const { return reload_failures_.load(); }
 
@@ -52,10 +62,11 @@ class TlsReloader {
 
   TlsSection cfg_;
   std::string dir_;  // private staging directory (mode 0700), removed at destruction
-  absl::Mutex mu_;   // one reload at a time
+  mutable absl::Mutex mu_;  // one reload at a time
   std::string staged_cert_ ABSL_GUARDED_BY(mu_), staged_key_ ABSL_GUARDED_BY(mu_), staged_ca_ ABSL_GUARDED_BY(mu_);
   std::string last_refusal_ ABSL_GUARDED_BY(mu_);  // logged once per distinct refusal
   std::atomic<int64_t> reloads_{0}, reload_failures_{0};
+  std::atomic<uint64_t> generation_{0};
   std::thread thread_;
   absl::Mutex stop_mu_;
   absl::CondVar stop_cv_;

@@ -509,13 +509,15 @@ void Engine::run() {
         counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
       }
     }
-    hand_over(out);
-    actives.erase(std::remove_if(actives.begin(), actives.end(), [](const auto& a) { return a->done; }),
-                  actives.end());
+    // The round's gauges are published before its tokens are handed to the delivery thread, so a client that
+    // has seen a token of this round reads a /metrics (or a drain log) that already counts its sequence.
     int64_t needed = 0;
     for (const SchedEntry* e : sched.running()) needed += e->kv->n_tokens() * e->kv->bytes_per_token();
     publish_stats(sched.preemptions(), sched.prefix_queries_tokens(), sched.prefix_hits_tokens(),
                   static_cast<int32_t>(sched.running().size()), static_cast<int32_t>(sched.waiting().size()), needed);
+    hand_over(out);
+    actives.erase(std::remove_if(actives.begin(), actives.end(), [](const auto& a) { return a->done; }),
+                  actives.end());
     if (cfg_.audit_kv) {
       const std::string bad = sched.audit();
       FROST_CHECK(bad.empty(), bad.c_str());

@@ -11,7 +11,9 @@ certificate, with one from another CA and with an expired one; frostd refuses to
 mismatched certificate and on auth.require_tls without TLS; rotation on SIGHUP keeps a live stream and
 switches new connections to the new certificate; a bad new certificate is refused with a log line and the
 old one keeps serving; frostctl --tls/--ca/--cert/--key/--server-name; transport limits
-(max_concurrent_streams, max_header_list_bytes, max_connection_age with grace).
+(max_concurrent_streams, max_header_list_bytes, max_connection_age with grace); /metrics over HTTPS
+(server.tls.metrics): served with the gRPC certificate, rotated with it, plaintext and wrong-CA scrapers
+refused, client certificates required under mTLS, connections bounded.
 
 Environment: FROST_FROSTD (frostd), FROST_FROSTCTL (frostctl, optional), PYTHONPATH with the stubs and
 client/python.
@@ -29,6 +31,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -371,6 +374,91 @@ class TlsTest(unittest.TestCase):
         self.assertEqual(served_cert_sha256(s.port), want)
         self.assertEqual(s.stop(), 0, s.log())
 
+    # -- /metrics over HTTPS (server.tls.metrics) ---------------------------------------------------
+
+    def scrape(self, port, path="/metrics", cafile="ca.pem", cert=None, method="GET"):
+        """(status, body) of an HTTPS request to 127.0.0.1:port, verifying the server against `cafile`."""
+        ctx = ssl.create_default_context(cafile=self.p(cafile))
+        if cert:
+            ctx.load_cert_chain(self.p(cert + ".pem"), self.p(cert + ".key"))
+        req = urllib.request.Request(f"https://127.0.0.1:{port}{path}", method=method)
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=15) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def test_06_metrics_over_https(self):
+        shutil.copy(self.p("server.key"), self.p("live.key"))  # test_04 leaves an expired pair there
+        shutil.copy(self.p("server.pem"), self.p("live.pem"))
+        s = self.start("metrics_tls", self.tls_lines() + ["    metrics: true"])
+        self.assertIn("metrics on https://", s.log())
+        status, body = self.scrape(s.metrics_port)
+        self.assertEqual(status, 200)
+        self.assertIn("frost_ready 1", body)
+        self.assertIn("frost_requests_running", body)
+        self.assertEqual(self.scrape(s.metrics_port, "/")[0], 200)
+        self.assertEqual(self.scrape(s.metrics_port, "/admin")[0], 404)
+        self.assertEqual(self.scrape(s.metrics_port, method="POST")[0], 405)
+        # Plaintext HTTP to the TLS port gets no metrics.
+        with self.assertRaises(Exception):
+            with urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/metrics", timeout=15) as r:
+                r.read()
+        # A scraper that trusts another CA refuses the server.
+        with self.assertRaises(urllib.error.URLError) as ctx:
+            self.scrape(s.metrics_port, cafile="wrongca.pem")
+        self.assertIsInstance(ctx.exception.reason, ssl.SSLCertVerificationError)
+        # Rotation (SIGHUP) reaches /metrics like gRPC: new connections get the new certificate.
+        shutil.copy(self.p("server2.key"), self.p("live.key"))
+        shutil.copy(self.p("server2.pem"), self.p("live.pem"))
+        s.proc.send_signal(signal.SIGHUP)
+        want = pem_sha256(self.p("server2.pem"))
+        deadline = time.monotonic() + 15
+        while served_cert_sha256(s.metrics_port) != want:
+            self.assertLess(time.monotonic(), deadline, "/metrics never served the rotated certificate\n" + s.log())
+            time.sleep(0.2)
+        self.assertEqual(self.scrape(s.metrics_port)[0], 200)
+        shutil.copy(self.p("server.key"), self.p("live.key"))
+        shutil.copy(self.p("server.pem"), self.p("live.pem"))
+        # Connections beyond the bound are closed at once, and the endpoint serves again once they go.
+        idle = [socket.create_connection(("127.0.0.1", s.metrics_port), timeout=10) for _ in range(6)]
+        try:
+            time.sleep(0.5)
+            closed = 0
+            for c in idle:
+                c.settimeout(0.5)
+                try:
+                    closed += c.recv(1) == b""
+                except (socket.timeout, ConnectionResetError):
+                    pass
+            self.assertGreaterEqual(closed, 2, "more than 4 idle connections were all held open")
+        finally:
+            for c in idle:
+                c.close()
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if self.scrape(s.metrics_port)[0] == 200:
+                    break
+            except (OSError, ssl.SSLError):
+                pass
+            self.assertLess(time.monotonic(), deadline, "/metrics did not recover after idle connections closed")
+            time.sleep(0.2)
+        self.assertEqual(s.stop(), 0, s.log())
+
+        # mTLS: /metrics asks for a client certificate from client_ca_file, like the gRPC port.
+        m = self.start("metrics_mtls", self.tls_lines(client_ca="ca.pem", require=True) + ["    metrics: true"],
+                       client_kwargs={"root_certificates": self.ca, "certificate_chain": read(self.p("client.pem")),
+                                      "private_key": read(self.p("client.key"))})
+        self.assertEqual(self.scrape(m.metrics_port, cert="client")[0], 200)
+        for cert in (None, "client_wrongca", "client_expired"):
+            with self.assertRaises((ssl.SSLError, ConnectionResetError, urllib.error.URLError), msg=str(cert)):
+                self.scrape(m.metrics_port, cert=cert)
+        self.assertEqual(m.stop(), 0, m.log())
+
+        log = self.refused_start("metrics_plain", ["  tls:", "    metrics: true"])
+        self.assertIn("server.tls.metrics", log)
+
     # -- transport limits ---------------------------------------------------------------------------
 
     def test_05_transport_limits(self):
@@ -396,8 +484,9 @@ class TlsTest(unittest.TestCase):
             t0 = time.monotonic()
             responses = []
             for r in c.generate("Once", max_new_tokens=64, ignore_eos=True, temperature=0):
+                if not responses:
+                    time.sleep(2.0)  # hold the call open past the connection's age (chunks coalesce meanwhile)
                 responses.append(r)
-                time.sleep(0.04)  # read slowly: the call spans the connection's age
             self.assertGreater(time.monotonic() - t0, 2.0)
             self.assertEqual(responses[-1].final.completion_tokens, 64)
             self.assertEqual(health_code(c, wait_for_ready=True), "SERVING")

@@ -330,6 +330,11 @@ TEST(ServerConfigTest, CrossFieldRules) {
   EXPECT_EQ(f.artifacts.follow_interval_ms, 500);
   EXPECT_INVALID(parse_status("artifacts:\n  follow_interval_ms: 5\n"),
                  "artifacts.follow_interval_ms: must be in [100, 3600000], got 5");
+  // TLS for /metrics needs the certificate of server.tls.
+  EXPECT_INVALID(parse_status("server:\n  tls:\n    metrics: true\n"),
+                 "server.tls.metrics: needs server.tls.cert_file and key_file");
+  const ServerConfig t = parse_ok("server:\n  tls:\n    cert_file: c.pem\n    key_file: c.key\n    metrics: true\n");
+  EXPECT_TRUE(t.server.tls.metrics);
 }
 
 TEST(ServerConfigTest, YamlSyntaxErrorsNameLineAndColumn) {
