@@ -1,9 +1,14 @@
 #include "server/generation_service.h"
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <chrono>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/clock.h"
@@ -136,16 +141,44 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
 // last chunk); pump() serializes the front into `wire_` and starts the write; OnWriteDone starts the next.
 // The final outcome arrives once, from on_finish (or at once for requests refused before the engine); the
 // call is finished when everything before it was written. gRPC calls are made outside mu_, and nothing
-// touches `this` after Finish()/StartWriteAndFinish(): OnDone may delete it at once.
+// touches `this` after Finish()/StartWriteAndFinish(): OnDone may release it at once.
+//
+// Lifetime: the call owns itself (`self_`) from Generate() until OnDone releases that reference; the stall
+// sweeper (GenerationService::sweep_loop) may hold another one while it cuts the call, so the object outlives a
+// OnDone that gRPC runs inline inside the sweeper's TryCancel().
 class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  GenerateCall(GenerationService* svc, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& request)
-      : svc_(svc),
-        ctx_(ctx),
-        t_arrival_ns_(RealClock::get().now_ns()),
-        cancel_(std::make_shared<CancelToken>()) {
-    svc_->active_streams_.fetch_add(1, std::memory_order_acq_rel);
-    start(request);
+  // Made, owned and started by GenerationService::Generate.
+  static GenerateCall* create(GenerationService* svc, grpc::CallbackServerContext* ctx,
+                              const grpc::ByteBuffer& request) {
+    std::shared_ptr<GenerateCall> call(new GenerateCall(svc, ctx));
+    call->self_ = call;
+    svc->register_call(call);
+    call->start(request);
+    return call.get();
+  }
+
+  // The client has read nothing for `limit_ns` while a message waited (its flow-control window is closed).
+  bool stalled(int64_t now_ns, int64_t limit_ns) {
+    absl::MutexLock lock(&mu_);
+    return writing_ && !cut_ && now_ns - t_write_ns_ > limit_ns;
+  }
+
+  // Ends a stalled call: RST_STREAM CANCELLED to the client, OnCancel stops its generation, and the pending
+  // write fails, so the call finishes as soon as the engine has ended the sequence.
+  void cut(double stalled_s) {
+    std::lock_guard<std::recursive_mutex> guard(done_mu_);  // ctx_ lives until OnDone
+    if (done_) return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cut_) return;
+      cut_ = true;
+    }
+    FROST_LOG_WARN("Generate %s: the client read nothing for %.0f s (server.write_stall_timeout_s): stream cut",
+                   request_id_.c_str(), stalled_s);
+    svc_->write_stalls_.fetch_add(1, std::memory_order_acq_rel);
+    svc_->metrics_->record_write_stall();
+    ctx_->TryCancel();  // may run OnWriteDone / OnCancel / OnDone inline, on this thread
   }
 
   void OnWriteDone(bool ok) override {
@@ -169,8 +202,13 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
                                                                     : grpc::StatusCode::CANCELLED;
     }
     svc_->metrics_->record_request("Generate", code_, seconds_since(t_arrival_ns_));
+    {
+      std::lock_guard<std::recursive_mutex> guard(done_mu_);
+      done_ = true;
+    }
+    svc_->unregister_call(this);
     svc_->active_streams_.fetch_sub(1, std::memory_order_acq_rel);
-    delete this;
+    std::shared_ptr<GenerateCall> last = std::move(self_);  // deletes this here unless the sweeper holds it
   }
 
  private:
@@ -185,6 +223,11 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
    private:
     GenerateCall* call_;
   };
+
+  GenerateCall(GenerationService* svc, grpc::CallbackServerContext* ctx)
+      : svc_(svc), ctx_(ctx), t_arrival_ns_(RealClock::get().now_ns()), cancel_(std::make_shared<CancelToken>()) {
+    svc_->active_streams_.fetch_add(1, std::memory_order_acq_rel);
+  }
 
   void start(const grpc::ByteBuffer& request) {
     if (svc_->auth_) {
@@ -349,6 +392,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
         } else {
           out_.pop_front();
           writing_ = true;
+          t_write_ns_ = RealClock::get().now_ns();
           // The final message goes out together with the status (one less round trip).
           action = last ? Action::kWriteAndFinish : Action::kWrite;
           finished_ = last;
@@ -400,14 +444,61 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
   std::optional<grpc::Status> failed_ ABSL_GUARDED_BY(mu_);  // a response could not be serialized
+  int64_t t_write_ns_ ABSL_GUARDED_BY(mu_) = 0;  // when the write in flight started
+  bool cut_ ABSL_GUARDED_BY(mu_) = false;          // cut() ran: the client stopped reading
   // Read in OnDone (after Finish, which orders it); written before Finish.
   grpc::StatusCode code_ = grpc::StatusCode::OK;
+
+  std::shared_ptr<GenerateCall> self_;  // released by OnDone
+  std::recursive_mutex done_mu_;        // OnDone vs cut(): recursive, as OnDone may run inside cut()'s TryCancel
+  bool done_ = false;                   // guarded by done_mu_
 };
 
 // ---------------------------------------------------------------------------------------
 
 GenerationService::GenerationService(const ServerConfig& cfg, Metrics* metrics)
-    : cfg_(cfg), metrics_(metrics) {}
+    : cfg_(cfg), metrics_(metrics) {
+  if (cfg_.server.write_stall_timeout_s > 0) sweeper_ = std::thread([this] { sweep_loop(); });
+}
+
+GenerationService::~GenerationService() {
+  {
+    absl::MutexLock lock(&calls_mu_);
+    stop_sweeper_ = true;
+  }
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+void GenerationService::register_call(const std::shared_ptr<GenerateCall>& call) {
+  absl::MutexLock lock(&calls_mu_);
+  calls_.emplace(call.get(), call);
+}
+
+void GenerationService::unregister_call(GenerateCall* call) {
+  absl::MutexLock lock(&calls_mu_);
+  calls_.erase(call);
+}
+
+void GenerationService::sweep_loop() {
+  pthread_setname_np(pthread_self(), "frost-stalls");
+  const int64_t limit_ns = int64_t{cfg_.server.write_stall_timeout_s} * 1000000000;
+  // Checked a few times per timeout (at most every second), so a stream is cut within 1.25 × the timeout.
+  const absl::Duration every = std::min(absl::Seconds(1), absl::Seconds(cfg_.server.write_stall_timeout_s) / 4);
+  for (;;) {
+    std::vector<std::shared_ptr<GenerateCall>> stalled;
+    {
+      absl::MutexLock lock(&calls_mu_);
+      auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(calls_mu_) { return stop_sweeper_; };
+      if (calls_mu_.AwaitWithTimeout(absl::Condition(&stop), every)) return;
+      const int64_t now = RealClock::get().now_ns();
+      for (auto& [raw, weak] : calls_) {
+        if (std::shared_ptr<GenerateCall> c = weak.lock(); c && c->stalled(now, limit_ns)) stalled.push_back(c);
+      }
+    }
+    // Outside calls_mu_: a cut may run the call's OnDone (which unregisters it) on this thread.
+    for (const auto& c : stalled) c->cut(static_cast<double>(limit_ns) * 1e-9);
+  }
+}
 
 void GenerationService::set_engine(std::shared_ptr<Engine> engine) {
   absl::MutexLock lock(&mu_);
@@ -430,7 +521,7 @@ absl::StatusOr<std::shared_ptr<Engine>> GenerationService::serving_engine() cons
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(grpc::CallbackServerContext* ctx,
                                                                         const grpc::ByteBuffer* request) {
-  return new GenerateCall(this, ctx, *request);
+  return GenerateCall::create(this, ctx, *request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,

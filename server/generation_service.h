@@ -21,6 +21,8 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
+#include <unordered_map>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -51,6 +53,7 @@ class GenerationService final : public GenerationServiceBase {
  public:
   // `metrics` must outlive the service.
   GenerationService(const ServerConfig& cfg, Metrics* metrics);
+  ~GenerationService() override;  // stops the stall sweeper
 
   // The engine to serve with (after the model loaded and warmed up); nullptr = not ready.
   void set_engine(std::shared_ptr<Engine> engine);
@@ -61,6 +64,8 @@ class GenerationService final : public GenerationServiceBase {
   void start_drain() { draining_.store(true, std::memory_order_release); }
   // Live Generate reactors (constructed, not yet done).
   int64_t active_streams() const { return active_streams_.load(std::memory_order_acquire); }
+  // Streams cut because their client stopped reading (server.write_stall_timeout_s).
+  int64_t write_stalls() const { return write_stalls_.load(std::memory_order_acquire); }
 
   // Serialized frost.v1.GenerateRequest in, serialized frost.v1.GenerateResponse messages out.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
@@ -77,14 +82,24 @@ class GenerationService final : public GenerationServiceBase {
 
   // OK with the engine, or UNAVAILABLE while loading / draining.
   absl::StatusOr<std::shared_ptr<Engine>> serving_engine() const;
+  // The stall sweeper: every live Generate stream is registered (weak) from its construction to its OnDone;
+  // a thread cuts the ones whose pending write is older than server.write_stall_timeout_s.
+  void register_call(const std::shared_ptr<GenerateCall>& call);
+  void unregister_call(GenerateCall* call);
+  void sweep_loop();
 
   ServerConfig cfg_;
   Metrics* metrics_;
   const Authenticator* auth_ = nullptr;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> active_streams_{0};
+  std::atomic<int64_t> write_stalls_{0};
   mutable absl::Mutex mu_;
   std::shared_ptr<Engine> engine_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex calls_mu_;  // before any call's own mutex
+  std::unordered_map<GenerateCall*, std::weak_ptr<GenerateCall>> calls_ ABSL_GUARDED_BY(calls_mu_);
+  bool stop_sweeper_ ABSL_GUARDED_BY(calls_mu_) = false;
+  std::thread sweeper_;
 };
 
 }  // namespace frost::server

@@ -165,6 +165,12 @@ Metrics::Metrics()
                           .Help("Predicted texts flagged out of distribution (RLCS population consistency).")
                           .Register(*registry_)
                           .Add({});
+  write_stalls_ = &BuildCounter()
+                       .Name("frost_generate_write_stalls_total")
+                       .Help("Generate streams cut because the client read nothing for server.write_stall_timeout_s "
+                             "while a message waited (flow control closed).")
+                       .Register(*registry_)
+                       .Add({});
   requests_ = &BuildCounter()
                    .Name("frost_requests_total")
                    .Help("Finished RPCs by method and gRPC status code.")
@@ -307,6 +313,8 @@ void Metrics::record_predictions(int64_t texts, int64_t out_of_distribution) {
   predictions_->Increment(static_cast<double>(texts));
   predictions_ood_->Increment(static_cast<double>(out_of_distribution));
 }
+
+void Metrics::record_write_stall() { write_stalls_->Increment(); }
 
 void Metrics::record_request(const std::string& rpc, grpc::StatusCode code, double seconds) {
   requests_->Add({{"rpc", rpc}, {"code", code_name(code)}}).Increment();

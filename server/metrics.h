@@ -81,6 +81,8 @@ class Metrics {
   void record_generation(int64_t prompt_tokens, int64_t completion_tokens, double queue_s, double e2e_s,
                          const std::string& finish_reason);
   void record_time_to_first_token(double seconds);
+  // One Generate stream cut for a client that stopped reading (server.write_stall_timeout_s).
+  void record_write_stall();
   void record_inter_token_latency(double seconds);
 
   // The text exposition of everything registered (what /metrics serves); for tests and logs.
@@ -94,6 +96,7 @@ class Metrics {
   prometheus::Gauge* model_weight_bytes_ = nullptr;
   prometheus::Counter* predictions_ = nullptr;
   prometheus::Counter* predictions_ood_ = nullptr;
+  prometheus::Counter* write_stalls_ = nullptr;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string host_;  // where exposer_ listens
   int port_ = 0;

@@ -257,6 +257,7 @@ std::vector<Section> schema(ServerConfig* cfg) {
         int_field("max_connection_idle_s", &s.max_connection_idle_s, 0, 86400 * 365),
         int_field("max_connection_age_s", &s.max_connection_age_s, 0, 86400 * 365),
         int_field("max_connection_age_grace_s", &s.max_connection_age_grace_s, 0, 86400),
+        int_field("write_stall_timeout_s", &s.write_stall_timeout_s, 0, 86400),
         map_field("tls", {string_field("cert_file", &s.tls.cert_file), string_field("key_file", &s.tls.key_file),
                           string_field("client_ca_file", &s.tls.client_ca_file),
                           bool_field("require_client_cert", &s.tls.require_client_cert),

@@ -55,6 +55,10 @@ struct ServerSection {
   int32_t max_connection_idle_s = 1800;        // close connections without calls this long (0 = never)
   int32_t max_connection_age_s = 0;            // GOAWAY connections this old (0 = never; spreads load)
   int32_t max_connection_age_grace_s = 60;     // calls in flight at max age get this long to finish
+  // A Generate stream whose next message has waited this long for the client to read (its flow-control window
+  // closed) is cut (RST_STREAM CANCELLED): a client that stops reading without a deadline cannot hold its
+  // buffered tokens for ever. Like nginx's send_timeout. 0 = never.
+  int32_t write_stall_timeout_s = 60;
   TlsSection tls;
 };
 

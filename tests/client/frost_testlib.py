@@ -152,10 +152,13 @@ class Frostd:
         js = {"state_dir": state_dir, "data_root": data_root, "checkpoint_every": 5, "max_queued": 64,
               "concurrency": 1, "threads": 1, "max_attempts": 3}
         js.update(jobs or {})
+        sections = dict(sections or {})
+        server_extra = sections.pop("server", {})  # entries of the server: section besides the listen addresses
         lines = [
             "server:",
             '  listen: "127.0.0.1:0"',
             '  metrics_listen: "127.0.0.1:0"',
+            *(f"  {k}: {v}" for k, v in server_extra.items()),
             "model:",
             f"  path: {yaml_str(model or model_path())}",
             "  threads: 1",
@@ -169,7 +172,7 @@ class Frostd:
             '  user_token_env: "FROST_USER_TOKEN"',
             f"  require_for_inference: {'true' if require_for_inference else 'false'}",
         ]
-        for section, entries in (sections or {}).items():
+        for section, entries in sections.items():
             lines.append(f"{section}:")
             for k, v in entries.items():
                 lines.append(f"  {k}: {yaml_str(v) if isinstance(v, str) else v}")

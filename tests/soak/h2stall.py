@@ -45,7 +45,8 @@ def hpack_literal(name, value):
 
 class StalledStream:
     """One Generate call on its own connection. `window`: stream window announced (bytes of DATA frostd may
-    send before it has to wait); `timeout_s`: the grpc-timeout header (frostd's deadline for the call)."""
+    send before it has to wait); `timeout_s`: the grpc-timeout header (frostd's deadline for the call; None: no
+    deadline)."""
 
     def __init__(self, host, port, request_bytes, window, timeout_s, response_parser=None):
         self.sock = socket.create_connection((host, port), timeout=10)
@@ -65,7 +66,7 @@ class StalledStream:
         headers = b"".join(hpack_literal(k, v) for k, v in (
             (":method", "POST"), (":scheme", "http"), (":path", "/frost.v1.Generation/Generate"),
             (":authority", f"{host}:{port}"), ("te", "trailers"), ("content-type", "application/grpc"),
-            ("grpc-timeout", f"{int(timeout_s * 1000)}m")))
+            *((("grpc-timeout", f"{int(timeout_s * 1000)}m"),) if timeout_s is not None else ())))
         settings = struct.pack(">HI", SETTINGS_ENABLE_PUSH, 0) + struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE,
                                                                              window)
         msg = b"\x00" + struct.pack(">I", len(request_bytes)) + request_bytes

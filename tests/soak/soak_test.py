@@ -443,6 +443,43 @@ def suite_slow_readers(suite, tmp):
             f"counted {by_code}")
     finally:
         stop_checked(suite, s, "slow_readers")
+    stalled_without_deadline(suite, tmp, req_bytes, window)
+
+
+def stalled_without_deadline(suite, tmp, req_bytes, window):
+    """Clients that stop reading and set no deadline: frostd cuts each stream once its next message has waited
+    server.write_stall_timeout_s, counts it, and frees what it held."""
+    n, stall_s = sl.pick(8, 16), 2
+    s = sl.start_frostd(tmp, "nodeadline", model=sl.repo_model(), sections={"server": {"write_stall_timeout_s": stall_s}})
+    try:
+        m0 = sl.scrape(s)
+        streams = [h2stall.StalledStream("127.0.0.1", s.ports["grpc"], req_bytes, window, None,
+                                         G.GenerateResponse.FromString) for _ in range(n)]
+        clients = h2stall.StalledClients(streams)
+        bound = 30.0  # generation (a few s) + the stall timeout + the sweeper's period, with room for a busy CI
+        clients.wait(bound)
+        clients.stop()
+        ends = [x.t_end - x.t_start for x in streams if x.t_end]
+        # gRPC ends a cancelled call with trailers (HEADERS are not flow-controlled) or RST_STREAM.
+        suite.check(len(ends) == n and all(x.ended == "trailers" or str(x.ended).startswith("rst") for x in streams),
+                    f"stalled calls without a deadline not cut within {bound:.0f} s: ended by "
+                    f"{[x.ended for x in streams]}")
+        m1, ok = sl.wait_metrics(s, lambda m: m.value("frost_generate_write_stalls_total") -
+                                 m0.value("frost_generate_write_stalls_total") >= n and sl.idle(m), timeout=10)
+        cut = m1.value("frost_generate_write_stalls_total") - m0.value("frost_generate_write_stalls_total")
+        suite.check(ok and cut == n, f"frostd counted {cut} write stalls for {n} stalled streams")
+        suite.check(s.generation is not None and
+                    sum(1 for _ in s.generation.Generate(G.GenerateRequest(
+                        text="Once", sampling=G.SamplingParams(max_new_tokens=8, ignore_eos=True)), timeout=30)) > 0,
+                    "frostd did not serve a normal stream after cutting the stalled ones")
+        suite.fig(no_deadline={"streams": n, "write_stall_timeout_s": stall_s, "cut": int(cut),
+                               "ended_s": [round(min(ends), 2), round(max(ends), 2)] if ends else None,
+                               "ended_by": sorted(set(str(x.ended) for x in streams))})
+        print(f"soak.slow_readers: {n} stalled clients without a deadline were cut at "
+              f"{min(ends) if ends else float('nan'):.2f}-{max(ends) if ends else float('nan'):.2f} s "
+              f"(server.write_stall_timeout_s {stall_s}), counted {int(cut)} write stalls", flush=True)
+    finally:
+        stop_checked(suite, s, "slow_readers (no deadline)")
 
 
 
