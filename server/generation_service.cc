@@ -269,6 +269,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
       RejectReason reason = RejectReason::kInvalidArgument;
       if (absl::IsResourceExhausted(st)) reason = RejectReason::kQueueFull;
       if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
+      if (absl::IsFailedPrecondition(st)) reason = RejectReason::kFailedPrecondition;  // e.g. no KVSplice active
       return reject(st, reason);
     }
   }

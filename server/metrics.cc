@@ -134,6 +134,8 @@ const char* reject_reason_name(RejectReason r) {
       return "invalid_argument";
     case RejectReason::kUnavailable:
       return "unavailable";
+    case RejectReason::kFailedPrecondition:
+      return "failed_precondition";
   }
   return "unknown";
 }

@@ -42,7 +42,7 @@ struct JobsStats {
 };
 
 // Why a request was turned away before it produced anything (label `reason`).
-enum class RejectReason { kQueueFull, kInvalidArgument, kUnavailable };
+enum class RejectReason { kQueueFull, kInvalidArgument, kUnavailable, kFailedPrecondition };
 const char* reject_reason_name(RejectReason r);  // "queue_full" | "invalid_argument" | "unavailable"
 
 class EngineCollector;  // server/metrics_collectors.h

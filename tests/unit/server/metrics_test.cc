@@ -20,6 +20,8 @@ TEST(MetricsTest, CountersAndHistogramsReflectWhatWasRecorded) {
   m.record_request("Generate", grpc::StatusCode::INVALID_ARGUMENT, 0.001);
   m.record_rejected(RejectReason::kInvalidArgument);
   m.record_rejected(RejectReason::kQueueFull);
+  m.record_rejected(RejectReason::kFailedPrecondition);
+  m.record_write_stall();
   m.record_generation(5, 16, 0.01, 0.5, "length");
   m.record_generation(3, 2, 0.02, 0.25, "stop");
   m.record_time_to_first_token(0.004);
@@ -29,6 +31,8 @@ TEST(MetricsTest, CountersAndHistogramsReflectWhatWasRecorded) {
   EXPECT_TRUE(has_line(text, "frost_requests_total{code=\"INVALID_ARGUMENT\",rpc=\"Generate\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "frost_requests_rejected_total{reason=\"invalid_argument\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "frost_requests_rejected_total{reason=\"queue_full\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "frost_requests_rejected_total{reason=\"failed_precondition\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "frost_generate_write_stalls_total 1")) << text;
   EXPECT_TRUE(has_line(text, "frost_prompt_tokens_total 8")) << text;
   EXPECT_TRUE(has_line(text, "frost_generation_tokens_total 18")) << text;
   EXPECT_TRUE(has_line(text, "frost_e2e_request_latency_seconds_count 2")) << text;
