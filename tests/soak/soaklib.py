@@ -33,8 +33,9 @@ def pick(ci, full):
 
 def repo_model():
     """models/stories260K of this repository (the serving suites; the job suites use ../shared's copy like
-    tests/client/jobs_test.py)."""
-    return os.path.join(SOURCE_DIR, "models", "stories260K")
+    tests/client/jobs_test.py). SOAK_MODEL overrides it (e.g. builtin:tiny for a sanitizer build of frostd, which
+    cannot load sentencepiece)."""
+    return os.environ.get("SOAK_MODEL") or os.path.join(SOURCE_DIR, "models", "stories260K")
 
 
 def loadgen_binary():
