@@ -80,6 +80,13 @@ std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
                    s.n_running),
       gauge_family("frost_requests_waiting", "Generate requests admitted and waiting for a running slot.",
                    s.n_waiting),
+      gauge_family("frost_engine_max_running",
+                   "Running slots (engine.max_running): frost_requests_running / this is slot saturation.",
+                   s.max_running),
+      gauge_family("frost_engine_max_waiting",
+                   "Admission queue length (engine.max_waiting): beyond running + this, Generate is refused "
+                   "RESOURCE_EXHAUSTED.",
+                   s.max_waiting),
       gauge_family("frost_kv_cache_bytes_in_use", "Bytes of KV cache blocks held by running sequences.",
                    static_cast<double>(s.kv_bytes_in_use)),
       gauge_family("frost_kv_cache_bytes_needed",

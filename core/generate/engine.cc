@@ -139,6 +139,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
     s.kv_block_bytes = block_bytes;
     s.kv_block_tokens = cfg.kv_block_tokens;
     s.kv_pool_bytes = n_blocks * block_bytes;
+    s.max_running = cfg.max_running;
+    s.max_waiting = cfg.max_waiting;
     s.batch_size = powers_of_two(9);     // 1 .. 512 sequences
     s.batch_tokens = powers_of_two(13);  // 1 .. 8192 tokens
   }

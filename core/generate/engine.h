@@ -108,6 +108,8 @@ struct EngineHistogram {
 struct EngineStats {
   int32_t n_running = 0;
   int32_t n_waiting = 0;           // queued for admission, preempted ones included
+  int32_t max_running = 0;         // the capacity they are measured against (EngineConfig)
+  int32_t max_waiting = 0;
   int64_t kv_bytes_in_use = 0;     // blocks held by running sequences × block bytes
   int64_t kv_bytes_needed = 0;     // what their positions occupy without block rounding (Σ positions × bytes
                                    // per position of each sequence's codec; a shared prefix counts per sequence)

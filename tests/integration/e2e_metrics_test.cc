@@ -76,6 +76,9 @@ TEST_F(GrpcE2eMetrics, CountersMatchWhatTheClientSaw) {
             blocks);
   EXPECT_EQ(m.Sum("frost_kv_cache_usage_ratio"), 0);
   EXPECT_EQ(m.Sum("frost_kv_cache_pool_bytes"), blocks * m.Sum("frost_kv_cache_block_bytes"));
+  // The capacity the running / waiting gauges are measured against (engine.* defaults: 32 + 128).
+  EXPECT_EQ(m.Sum("frost_engine_max_running"), 32);
+  EXPECT_EQ(m.Sum("frost_engine_max_waiting"), 128);
   EXPECT_EQ(m.Sum("frost_preemptions_total"), 0);
   // Every admission looked its prompt up in the prefix cache (the warm-up's 2-token prompt included).
   EXPECT_EQ(m.Sum("frost_prefix_cache_queries_tokens_total"), prompt + 1);
