@@ -79,7 +79,13 @@ failed=0
 for t in $FUZZ_TARGETS; do
   work=$FUZZ_WORK/$t
   mkdir -p "$work/corpus" "$work/findings"
-  args=("$work/corpus" "tests/fuzz/corpus/$t" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1
+  args=("$work/corpus")
+  # the repository's seeds and regression inputs, and the tensor-file seeds generated into the build
+  # directory (tests/fuzz/CMakeLists.txt); a target may have either or both
+  for seeds in "tests/fuzz/corpus/$t" "$FUZZ_BUILD/tests/fuzz/generated/corpus/$t"; do
+    [[ -d $seeds ]] && args+=("$seeds")
+  done
+  args+=(-max_total_time="$FUZZ_SECONDS" -print_final_stats=1
         -rss_limit_mb="$FUZZ_RSS_MB" -malloc_limit_mb="$FUZZ_MALLOC_MB" -timeout=25 -artifact_prefix="$work/findings/")
   [[ -f tests/fuzz/$t.dict ]] && args+=(-dict="tests/fuzz/$t.dict")
   echo "== $t: ${FUZZ_SECONDS}s"

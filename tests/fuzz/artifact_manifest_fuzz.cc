@@ -3,8 +3,10 @@
 //   - <root>/k/1/artifact.json, read by ArtifactStore::get() and list() (core/jobs/artifact_store.h);
 //   - <dir>/manifest.json of a KV artifact's checked file, read by verify_checked_file()
 //     (core/jobs/text_job_spec.h), beside a fixed repair.safetensors;
-//   - <dir>/manifest.json of a prototype artifact, read by proto::load_artifact() (core/prototype/artifact.h),
-//     beside a fixed prototype.safetensors (tests/fuzz/data/, written by frost_fuzz_make_seeds).
+//   - <dir>/manifest.json of a prototype artifact, read by proto::load_artifact()
+//   (core/prototype/artifact.h),
+//     beside a fixed prototype.safetensors (generated/data/ of the fuzz build, written by
+//     `frost_fuzz_make_seeds --tensors`).
 // The readers take paths: the files live in a tmpfs directory rewritten per run.
 // Promises checked: no exception escapes (a crash), and errors use the documented codes: DATA_LOSS or
 // NOT_FOUND for a damaged store entry / checked file, INVALID_ARGUMENT for a prototype manifest.
@@ -31,7 +33,7 @@ std::string g_prototype_tensors;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   frost::fuzz::quiet_logs();
-  const std::string path = std::string(FROST_FUZZ_SOURCE_DIR) + "/data/prototype.safetensors";
+  const std::string path = std::string(FROST_FUZZ_GENERATED_DIR) + "/data/prototype.safetensors";
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -53,7 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // artifact.json of a published artifact.
   d.write("store/k/1/artifact.json", text);
-  absl::StatusOr<std::unique_ptr<jobs::ArtifactStore>> store = jobs::ArtifactStore::open_read_only(d.file("store"));
+  absl::StatusOr<std::unique_ptr<jobs::ArtifactStore>> store =
+      jobs::ArtifactStore::open_read_only(d.file("store"));
   FROST_FUZZ_CHECK(store.ok(), store.status().ToString());
   absl::StatusOr<jobs::ArtifactInfo> info = (*store)->get("k/1");
   if (info.ok()) {
@@ -70,7 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<std::string> checked =
       jobs::verify_checked_file(d.file("checked"), "repair.safetensors", "frost.kv_repair.v1");
   if (checked.ok()) {
-    FROST_FUZZ_CHECK(*checked == d.file("checked/repair.safetensors"), "verify_checked_file returned another path");
+    FROST_FUZZ_CHECK(*checked == d.file("checked/repair.safetensors"),
+                     "verify_checked_file returned another path");
   } else {
     FROST_FUZZ_CHECK(checked.status().code() == absl::StatusCode::kDataLoss, checked.status().ToString());
   }

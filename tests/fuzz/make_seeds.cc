@@ -1,20 +1,25 @@
-// frost_fuzz_make_seeds <tests/fuzz dir> <shared dir>: (re)writes the seed corpora corpus/<target>/seed-*
-// and data/prototype.safetensors. Seeds are small real inputs: files of ../shared/models/stories260K and
-// ../shared/data, configs/default.yaml, and files made by the project's own writers (safetensors_serialize,
-// RepairSet::save, KvSpliceSet::save, ArtifactStore::publish, write_checked_file, save_artifact,
-// spec_to_json, the generated protobuf classes). Deterministic: running it again rewrites the same bytes,
-// except artifact.json's creation time. Regression inputs (corpus/*/regress-*) are never touched.
+// frost_fuzz_make_seeds <tests/fuzz dir> <shared dir>: (re)writes the text seed corpora
+// corpus/<target>/seed-* of the repository. frost_fuzz_make_seeds --tensors <dir>: writes the tensor-file
+// seeds (safetensors, repair_file, kvsplice_file: <dir>/corpus/<target>/seed-*) and
+// <dir>/data/prototype.safetensors, which artifact_manifest_fuzz places beside its manifests. Tensor files
+// are not kept in the repository (only the embedded default model is): the fuzz build runs --tensors into its
+// build directory before any target (tests/fuzz/CMakeLists.txt). Seeds are small real inputs: files of
+// ../shared/models/stories260K and
+// ../shared/data, configs/default.yaml, the embedded models/stories260K, and files made by the project's own
+// writers (safetensors_serialize, RepairSet::save, KvSpliceSet::save, ArtifactStore::publish,
+// write_checked_file, save_artifact, spec_to_json, the generated protobuf classes). Deterministic: running it
+// again rewrites the same bytes, except artifact.json's creation time. Regression inputs
+// (corpus/*/regress-*) are never touched.
 #include <ATen/ATen.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/common/fs.h"
 #include "core/jobs/artifact_store.h"
@@ -34,7 +39,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string g_out;     // tests/fuzz
+std::string g_out;     // where put() writes corpus/<target>/: tests/fuzz, or the --tensors directory
 std::string g_shared;  // ../shared
 
 [[noreturn]] void die(const std::string& what) {
@@ -72,9 +77,10 @@ std::string tmp_dir() {
 void safetensors_seeds() {
   using namespace frost;
   at::manual_seed(1);
-  absl::StatusOr<std::string> two = safetensors_serialize(
-      {{"a.weight", at::randn({2, 3})}, {"b.bias", at::randn({3}).to(at::kBFloat16)}, {"c.half", at::randn({1, 2}).to(at::kHalf)}},
-      {{"format", "pt"}});
+  absl::StatusOr<std::string> two = safetensors_serialize({{"a.weight", at::randn({2, 3})},
+                                                           {"b.bias", at::randn({3}).to(at::kBFloat16)},
+                                                           {"c.half", at::randn({1, 2}).to(at::kHalf)}},
+                                                          {{"format", "pt"}});
   check(two.status(), "safetensors_serialize");
   put("safetensors", "seed-three-tensors.safetensors", *two);
   absl::StatusOr<std::string> empty = safetensors_serialize({{"e", at::zeros({0, 4})}}, {});
@@ -82,7 +88,8 @@ void safetensors_seeds() {
   put("safetensors", "seed-empty-tensor.safetensors", *empty);
   // The real checkpoint's header, cut after the JSON (no data section): rejected as is, but every tensor
   // entry of a real model is there to mutate.
-  const std::string model = read(g_shared + "/models/stories260K/model.safetensors");
+  const std::string model =
+      read(std::string(FROST_FUZZ_SOURCE_DIR) + "/../../models/stories260K/model.safetensors");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(model[static_cast<size_t>(i)]);
   put("safetensors", "seed-stories260K-header.safetensors", model.substr(0, 8 + n));
@@ -91,10 +98,19 @@ void safetensors_seeds() {
 void model_config_seeds() {
   const std::string cfg = read(g_shared + "/models/stories260K/config.json");
   put("model_config", "seed-stories260K.json", cfg);
-  json gpt2 = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", 300},
-               {"n_embd", 32}, {"n_layer", 2}, {"n_head", 4}, {"n_positions", 64}, {"n_inner", nullptr},
-               {"layer_norm_epsilon", 1e-5}, {"activation_function", "gelu_new"}, {"bos_token_id", 0},
-               {"eos_token_id", {0, 1}}, {"tie_word_embeddings", true},
+  json gpt2 = {{"architectures", {"GPT2LMHeadModel"}},
+               {"model_type", "gpt2"},
+               {"vocab_size", 300},
+               {"n_embd", 32},
+               {"n_layer", 2},
+               {"n_head", 4},
+               {"n_positions", 64},
+               {"n_inner", nullptr},
+               {"layer_norm_epsilon", 1e-5},
+               {"activation_function", "gelu_new"},
+               {"bos_token_id", 0},
+               {"eos_token_id", {0, 1}},
+               {"tie_word_embeddings", true},
                {"frost_variants", {{"mlp_ctx", {{"rank", 4}, {"layers", {1}}, {"conductor", true}}}}}};
   put("model_config", "seed-gpt2-variants.json", gpt2.dump(1));
   json llama = json::parse(cfg);
@@ -137,37 +153,63 @@ void tokenizer_seeds() {
   json vocab = json::object();
   for (int b = 0; b < 256; ++b) vocab[gpt2_char(b)] = b;
   const std::string sp = gpt2_char(' ');
-  const std::vector<std::pair<std::string, std::string>> merges = {
-      {sp, "t"}, {"h", "e"}, {sp + "t", "he"}, {"i", "n"}, {sp, "a"}, {"o", "n"}, {"e", "r"}, {sp, sp},
-      {"'", "s"}, {"1", "2"}, {gpt2_char('\n'), gpt2_char('\n')}};
+  const std::vector<std::pair<std::string, std::string>> merges = {{sp, "t"},
+                                                                   {"h", "e"},
+                                                                   {sp + "t", "he"},
+                                                                   {"i", "n"},
+                                                                   {sp, "a"},
+                                                                   {"o", "n"},
+                                                                   {"e", "r"},
+                                                                   {sp, sp},
+                                                                   {"'", "s"},
+                                                                   {"1", "2"},
+                                                                   {gpt2_char('\n'), gpt2_char('\n')}};
   json merge_list = json::array();
   int id = 256;
   for (const auto& [a, b] : merges) {
     vocab[a + b] = id++;
     merge_list.push_back(a + " " + b);
   }
-  json j = {{"version", "1.0"},
-            {"truncation", nullptr},
-            {"padding", nullptr},
-            {"added_tokens", {{{"id", id}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
-                               {"rstrip", false}, {"normalized", false}, {"special", true}}}},
-            {"normalizer", nullptr},
-            {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                               {"use_regex", true}}},
-            {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false},
-                                {"use_regex", true}}},
-            {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
-                         {"use_regex", true}}},
-            {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                       {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-                       {"byte_fallback", false}, {"vocab", vocab}, {"merges", merge_list}}}};
+  json j = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens",
+       {{{"id", id},
+         {"content", "<|endoftext|>"},
+         {"single_word", false},
+         {"lstrip", false},
+         {"rstrip", false},
+         {"normalized", false},
+         {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"post_processor",
+       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
+      {"decoder",
+       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", ""},
+        {"end_of_word_suffix", ""},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"vocab", vocab},
+        {"merges", merge_list}}}};
   put("tokenizer_json", "seed-gpt2-bytelevel.json", j.dump(1));
 
   // tokenizer_encode: byte 0 = tokenizer (bit 0: byte-level) | add_bos (bit 1), then the text.
-  put("tokenizer_encode", "seed-metaspace.txt", std::string("\x02") + "Once upon a time, there was a little girl.");
-  put("tokenizer_encode", "seed-metaspace-nospace.txt", std::string("\x00", 1) + "Lily\xE2\x80\x99s caf\xC3\xA9!\n\t42");
-  put("tokenizer_encode", "seed-bytelevel.txt", std::string("\x01") + "Hello world, it's 12 o'clock\n\nthe end  ");
-  put("tokenizer_encode", "seed-bytelevel-bad-utf8.txt", std::string("\x03") + "\xF0\x9F\x99\x82 ok \xFF\xC3 \xE2\x96\x81x");
+  put("tokenizer_encode", "seed-metaspace.txt",
+      std::string("\x02") + "Once upon a time, there was a little girl.");
+  put("tokenizer_encode", "seed-metaspace-nospace.txt",
+      std::string("\x00", 1) + "Lily\xE2\x80\x99s caf\xC3\xA9!\n\t42");
+  put("tokenizer_encode", "seed-bytelevel.txt",
+      std::string("\x01") + "Hello world, it's 12 o'clock\n\nthe end  ");
+  put("tokenizer_encode", "seed-bytelevel-bad-utf8.txt",
+      std::string("\x03") + "\xF0\x9F\x99\x82 ok \xFF\xC3 \xE2\x96\x81x");
 }
 
 void jsonl_seeds() {
@@ -182,7 +224,8 @@ void jsonl_seeds() {
   put("jsonl_rows", "seed-text-only.jsonl",
       "{\"text\": \"Once upon a time\"}\n\n{\"text\": \"caf\\u00e9 \\ud83d\\ude42\", \"label\": 1}\r\n");
   put("jsonl_rows", "seed-inline-rows.jsonl",
-      frost::jobs::training_rows_jsonl({{"a", 0.5, "r1"}, {"b \"quoted\"\n", -1.5, ""}, {"\xE2\x82\xAC", 2.5, "x"}}));
+      frost::jobs::training_rows_jsonl(
+          {{"a", 0.5, "r1"}, {"b \"quoted\"\n", -1.5, ""}, {"\xE2\x82\xAC", 2.5, "x"}}));
 }
 
 void job_spec_seeds() {
@@ -257,25 +300,9 @@ void kv_file_seeds() {
   fs::remove_all(tmp);
 }
 
-void artifact_seeds() {
+// A prototype artifact: K = 2 prototypes, m = 1, d_h = 4, 3 training rows (deterministic tensors).
+frost::proto::PrototypeArtifact seed_prototype_artifact() {
   using namespace frost;
-  const std::string tmp = tmp_dir();
-  // artifact.json, as publish() writes it.
-  absl::StatusOr<std::unique_ptr<jobs::ArtifactStore>> store = jobs::ArtifactStore::open(tmp + "/store");
-  check(store.status(), "ArtifactStore::open");
-  jobs::ArtifactMeta meta{"job-000001", "stories260K", "{\"mae\": 0.25}"};
-  absl::StatusOr<jobs::ArtifactInfo> info =
-      (*store)->publish("kv_repair", meta, [](const std::string& dir) { return write_file_atomic(dir + "/x", "x"); });
-  check(info.status(), "publish");
-  put("artifact_manifest", "seed-artifact.json", read(info->dir + "/artifact.json"));
-  // manifest.json of a checked file (the payload artifact_manifest_fuzz.cc places beside it).
-  check(jobs::write_checked_file(tmp, "repair.safetensors", "frost.kv_repair.v1",
-                                 [](const std::string& path) {
-                                   return write_file_atomic(path, "frost fuzz checked payload\n");
-                                 }),
-        "write_checked_file");
-  put("artifact_manifest", "seed-checked-manifest.json", read(tmp + "/manifest.json"));
-  // A prototype artifact: K = 2 prototypes, m = 1, d_h = 4, 3 training rows.
   proto::PrototypeArtifact art;
   art.cfg.K = 2;
   art.cfg.T = 2;
@@ -297,8 +324,37 @@ void artifact_seeds() {
                  {"cache.keys", at::randn({3, 4}).to(at::kHalf)},
                  {"cache.labels", at::tensor({1.5f, 3.0f, 4.5f})},
                  {"rlcs.population", at::tensor({0.1f, 0.2f, 0.3f})}};
-  check(proto::save_artifact(art, tmp + "/prototype").status(), "save_artifact");
+  return art;
+}
+
+void artifact_seeds() {
+  using namespace frost;
+  const std::string tmp = tmp_dir();
+  // artifact.json, as publish() writes it.
+  absl::StatusOr<std::unique_ptr<jobs::ArtifactStore>> store = jobs::ArtifactStore::open(tmp + "/store");
+  check(store.status(), "ArtifactStore::open");
+  jobs::ArtifactMeta meta{"job-000001", "stories260K", "{\"mae\": 0.25}"};
+  absl::StatusOr<jobs::ArtifactInfo> info = (*store)->publish(
+      "kv_repair", meta, [](const std::string& dir) { return write_file_atomic(dir + "/x", "x"); });
+  check(info.status(), "publish");
+  put("artifact_manifest", "seed-artifact.json", read(info->dir + "/artifact.json"));
+  // manifest.json of a checked file (the payload artifact_manifest_fuzz.cc places beside it).
+  check(jobs::write_checked_file(
+            tmp, "repair.safetensors", "frost.kv_repair.v1",
+            [](const std::string& path) { return write_file_atomic(path, "frost fuzz checked payload\n"); }),
+        "write_checked_file");
+  put("artifact_manifest", "seed-checked-manifest.json", read(tmp + "/manifest.json"));
+  check(proto::save_artifact(seed_prototype_artifact(), tmp + "/prototype").status(), "save_artifact");
   put("artifact_manifest", "seed-prototype-manifest.json", read(tmp + "/prototype/manifest.json"));
+  fs::remove_all(tmp);
+}
+
+// The prototype tensors the prototype manifest seed describes (its sha256 included): the same artifact as
+// artifact_seeds() saves, as --tensors writes it to <dir>/data/prototype.safetensors.
+void prototype_tensors() {
+  using namespace frost;
+  const std::string tmp = tmp_dir();
+  check(proto::save_artifact(seed_prototype_artifact(), tmp + "/prototype").status(), "save_artifact");
   fs::create_directories(fs::path(g_out) / "data");
   std::ofstream(fs::path(g_out) / "data" / "prototype.safetensors", std::ios::binary | std::ios::trunc)
       << read(tmp + "/prototype/prototype.safetensors");
@@ -356,22 +412,30 @@ void server_seeds() {
   k.set_add_bos(false);
   put("proto_codec", "seed-tokenize.bin", std::string("\x01\x03", 2) + k.SerializeAsString());
   // text (field 2) with an invalid byte: what a client in another language can send.
-  put("proto_codec", "seed-generate-bad-utf8.bin", std::string("\x00\x00\x12\x04" "ab\xFF\xFE", 8));
+  put("proto_codec", "seed-generate-bad-utf8.bin",
+      std::string("\x00\x00\x12\x04"
+                  "ab\xFF\xFE",
+                  8));
 }
 #endif
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) die("usage: frost_fuzz_make_seeds <tests/fuzz dir> <shared dir>");
+  if (argc != 3) die("usage: frost_fuzz_make_seeds <tests/fuzz dir> <shared dir> | --tensors <dir>");
+  g_out = argv[2];
+  if (std::string(argv[1]) == "--tensors") {
+    safetensors_seeds();
+    kv_file_seeds();
+    prototype_tensors();
+    return 0;
+  }
   g_out = argv[1];
   g_shared = argv[2];
-  safetensors_seeds();
   model_config_seeds();
   tokenizer_seeds();
   jsonl_seeds();
   job_spec_seeds();
-  kv_file_seeds();
   artifact_seeds();
 #ifdef FROST_FUZZ_WITH_SERVER
   server_seeds();
