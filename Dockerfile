@@ -13,7 +13,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 # make, then the packages scripts/install_deps.sh names (its own layer: cached until the script changes).
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends make ca-certificates
 WORKDIR /src
-COPY scripts/install_deps.sh scripts/install_deps.sh
+COPY scripts/install_deps.sh scripts/apt_install_missing.sh scripts/
 RUN bash scripts/install_deps.sh
 # The sources of the build only (CMakeLists.txt's add_subdirectory() list, without tests/ and bench/, which are
 # configured off): editing docs, tests or deploy/ does not invalidate the compile. tests/deploy/image_test.py

@@ -31,22 +31,9 @@ JOBS=${JOBS:-2}
 
 # 1. clang with its libFuzzer / sanitizer runtimes, clang's OpenMP (the top-level configure looks for
 #    OpenMP; the fuzz targets themselves do not use it) and llvm (llvm-symbolizer: findings with file:line
-#    stacks). Same idempotent scheme as install_deps.sh.
+#    stacks), installed like install_deps.sh's (scripts/apt_install_missing.sh).
 PKGS=(clang libclang-rt-dev libomp-dev llvm)
-missing=()
-for p in "${PKGS[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-if ((${#missing[@]})); then
-  echo "fuzz: installing ${missing[*]}"
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash scripts/apt_install_missing.sh fuzz "${PKGS[@]}"
 
 # 2. configure (once) and build the targets.
 if [[ ! -f $FUZZ_BUILD/CMakeCache.txt ]] || ! grep -q '^FROST_FUZZ:BOOL=ON' "$FUZZ_BUILD/CMakeCache.txt"; then

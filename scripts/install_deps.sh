@@ -18,21 +18,7 @@ PKGS=(
   python3-grpcio python3-protobuf prometheus openssl
 )
 
-missing=()
-for p in "${PKGS[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-
-if ((${#missing[@]})); then
-  echo "install_deps: installing ${missing[*]}"
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash "$(dirname "$0")/apt_install_missing.sh" install_deps "${PKGS[@]}"
 
 # Make sure the OpenMP OpenBLAS is the BLAS that libtorch's libblas/liblapack resolve to.
 if [[ $(id -u) -eq 0 ]]; then
