@@ -242,10 +242,9 @@ absl::StatusOr<int> Metrics::serve(const std::string& listen) {
   absl::Status valid = validate_host_port("server.metrics_listen", listen);
   if (!valid.ok()) return valid;
   // civetweb takes "HOST:PORT" for IPv4/hostnames and "[ADDR]:PORT" for IPv6, like our config.
-  const size_t colon = listen.rfind(':');
-  std::string host = listen.substr(0, colon);
-  const bool any_port = listen.substr(colon + 1) == "0";
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const HostPort hp = split_host_port(listen);
+  const std::string& host = hp.host;
+  const bool any_port = hp.port == "0";
   std::string error;
   for (int attempt = 0; attempt < (any_port ? 5 : 1) && !exposer_; ++attempt) {
     std::string addr = listen;
@@ -253,7 +252,7 @@ absl::StatusOr<int> Metrics::serve(const std::string& listen) {
       const int port = probe_free_port(host);
       if (port == 0)
         return absl::UnavailableError(absl::StrCat("server.metrics_listen: cannot bind \"", listen, "\""));
-      addr = absl::StrCat(listen.substr(0, colon), ":", port);
+      addr = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);  // the host as written
     }
     try {
       exposer_ = std::make_unique<prometheus::Exposer>(addr, /*num_threads=*/2);

@@ -124,10 +124,9 @@ absl::StatusOr<std::unique_ptr<HttpsMetricsServer>> HttpsMetricsServer::start(
     absl::StatusOr<std::shared_ptr<Ctx>> ctx = s->context();
     if (!ctx.ok()) return ctx.status();
   }
-  const size_t colon = listen.rfind(':');
-  std::string host = listen.substr(0, colon);
-  const std::string port = listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const HostPort hp = split_host_port(listen);
+  const std::string& host = hp.host;
+  const std::string& port = hp.port;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

@@ -433,6 +433,13 @@ class DocumentStarts final : public YAML::EventHandler {
 
 }  // namespace
 
+HostPort split_host_port(const std::string& value) {
+  const size_t colon = value.rfind(':');
+  HostPort hp{value.substr(0, colon), value.substr(colon + 1)};
+  if (hp.host.size() >= 2 && hp.host.front() == '[') hp.host = hp.host.substr(1, hp.host.size() - 2);
+  return hp;
+}
+
 absl::Status validate_host_port(const std::string& field, const std::string& value) {
   const std::string port = split_port(value);
   if (port.empty()) {

@@ -204,6 +204,11 @@ absl::Status validate_server_config(const ServerConfig& cfg);
 // otherwise INVALID_ARGUMENT "<field>: expected HOST:PORT, got "<value>"" (or naming the
 // bad port).
 absl::Status validate_host_port(const std::string& field, const std::string& value);
+// The host (IPv6 without its brackets) and the port of a HOST:PORT that validate_host_port accepted.
+struct HostPort {
+  std::string host, port;
+};
+HostPort split_host_port(const std::string& value);
 
 // The config as YAML with every field set, in schema order; parse_server_config() of the
 // result gives back `cfg`. frostd logs it at start.

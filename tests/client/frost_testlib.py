@@ -158,7 +158,7 @@ class Frostd:
             "server:",
             '  listen: "127.0.0.1:0"',
             '  metrics_listen: "127.0.0.1:0"',
-            *(f"  {k}: {v}" for k, v in server_extra.items()),
+            *(f"  {k}: {yaml_str(v) if isinstance(v, str) else v}" for k, v in server_extra.items()),
             "model:",
             f"  path: {yaml_str(model or model_path())}",
             "  threads: 1",
