@@ -99,6 +99,38 @@ struct StmtScope {
   sqlite3_stmt* stmt;
 };
 
+// One write transaction through the prepared BEGIN IMMEDIATE / COMMIT / ROLLBACK statements: once begin()
+// succeeded, it is rolled back at scope exit unless commit() succeeded. Each returns the sqlite3_step code
+// (SQLITE_DONE on success).
+class WriteTxn {
+ public:
+  WriteTxn(sqlite3_stmt* begin, sqlite3_stmt* commit, sqlite3_stmt* rollback)
+      : begin_(begin), commit_(commit), rollback_(rollback) {}
+  ~WriteTxn() {
+    if (open_) step(rollback_);
+  }
+  WriteTxn(const WriteTxn&) = delete;
+  WriteTxn& operator=(const WriteTxn&) = delete;
+  int begin() {
+    const int rc = step(begin_);
+    open_ = rc == SQLITE_DONE;
+    return rc;
+  }
+  int commit() {
+    const int rc = step(commit_);
+    if (rc == SQLITE_DONE) open_ = false;
+    return rc;
+  }
+
+ private:
+  static int step(sqlite3_stmt* s) {
+    StmtScope scope(s);
+    return sqlite3_step(s);
+  }
+  sqlite3_stmt *begin_, *commit_, *rollback_;
+  bool open_ = false;
+};
+
 struct StmtDeleter {
   void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
 };
@@ -637,24 +669,8 @@ absl::Status Journal::prepare_statements() {
 absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
   job.kind = job_kind_name(job.spec);  // the kind is the spec's
   std::lock_guard<std::mutex> lock(mu_);
-  auto run = [&](sqlite3_stmt* s, const char* op) -> absl::Status {
-    StmtScope scope(s);
-    const int rc = sqlite3_step(s);
-    return rc == SQLITE_DONE ? absl::OkStatus() : error(op, rc);
-  };
-  FROST_RETURN_IF_ERROR(run(stmts_->begin.get(), "insert: begin"));
-  // Rolls back unless committed.
-  bool committed = false;
-  struct Rollback {
-    Journal* j;
-    bool* committed;
-    ~Rollback() {
-      if (!*committed) {
-        StmtScope scope(j->stmts_->rollback.get());
-        sqlite3_step(j->stmts_->rollback.get());
-      }
-    }
-  } rollback{this, &committed};
+  WriteTxn txn(stmts_->begin.get(), stmts_->commit.get(), stmts_->rollback.get());  // rolls back unless committed
+  if (const int rc = txn.begin(); rc != SQLITE_DONE) return error("insert: begin", rc);
 
   // BEGIN IMMEDIATE holds the database's write lock, so no other connection can add the key
   // between this lookup and the INSERT.
@@ -703,8 +719,7 @@ absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
     if (rc == SQLITE_OK) rc = sqlite3_step(u);
     if (rc != SQLITE_DONE) return error("insert: checksum", rc);
   }
-  FROST_RETURN_IF_ERROR(run(stmts_->commit.get(), "insert: commit"));
-  committed = true;
+  if ((rc = txn.commit()) != SQLITE_DONE) return error("insert: commit", rc);
   return Inserted{std::move(job), true};
 }
 
@@ -791,23 +806,8 @@ absl::Status Journal::update(const JobRecord& job) {
         absl::StrCat("update job '", job.id, "': unknown state ", static_cast<int>(job.state)));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto run = [&](sqlite3_stmt* st, const char* op) -> absl::Status {
-    StmtScope scope(st);
-    const int rc = sqlite3_step(st);
-    return rc == SQLITE_DONE ? absl::OkStatus() : error(op, rc);
-  };
-  FROST_RETURN_IF_ERROR(run(stmts_->begin.get(), "update: begin"));
-  bool committed = false;
-  struct Rollback {
-    Journal* j;
-    bool* committed;
-    ~Rollback() {
-      if (!*committed) {
-        StmtScope scope(j->stmts_->rollback.get());
-        sqlite3_step(j->stmts_->rollback.get());
-      }
-    }
-  } rollback{this, &committed};
+  WriteTxn txn(stmts_->begin.get(), stmts_->commit.get(), stmts_->rollback.get());  // rolls back unless committed
+  if (const int rc = txn.begin(); rc != SQLITE_DONE) return error("update: begin", rc);
   // The stored row (checked) gives the columns update() does not change; row_sha covers them all.
   RawRow row;
   {
@@ -849,8 +849,7 @@ absl::Status Journal::update(const JobRecord& job) {
   if (rc != SQLITE_DONE) return error("update", rc);
   if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("job '", job.id, "' not found"));
   // Committed (and, with synchronous=FULL, synced) before the call returns.
-  FROST_RETURN_IF_ERROR(run(stmts_->commit.get(), "update: commit"));
-  committed = true;
+  if ((rc = txn.commit()) != SQLITE_DONE) return error("update: commit", rc);
   return absl::OkStatus();
 }
 
