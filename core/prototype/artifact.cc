@@ -154,6 +154,9 @@ absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir) {
     FROST_ASSIGN_OR_RETURN(auto st, SafetensorsFile::from_bytes(std::move(bytes), dir + "/" + kTensorFile));
     for (const StTensorInfo& info : st->tensors())
       art.tensors.emplace_back(info.name, st->view(info).clone());
+    // Written before the level offset existed: the probe was served with no offset.
+    if (art.cfg.probe == "ridge" && !art.tensor("probe.offset").defined())
+      art.tensors.emplace_back("probe.offset", at::zeros({1}, at::kDouble));
   } catch (const nlohmann::json::exception& e) {
     return bad(dir, absl::StrCat("missing or mistyped field: ", e.what()));
   } catch (const MistypedField& e) {

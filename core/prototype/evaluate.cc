@@ -197,12 +197,19 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
                     {"trails", verdict.trails}};
   if (verdict.trails) out["warnings"] = nlohmann::json::array({verdict.text});
   // What training measured on its held-out rows (val_fraction): Stage A's and Stage B's head, the
-  // probe alone, and the residual scale s chosen from them.
+  // probe alone, and what Predict serves on top of the probe, chosen from them (mode, s, c).
+  auto residual_mode = [&](const nlohmann::json& r) -> std::string {
+    if (!trainer->net()->has_probe()) return "none";
+    const auto it = r.find("val_stage_b");
+    return it != r.end() && it->is_object() ? it->value("mode", "probe") : "probe";
+  };
   out["validation"] = {{"n_val", trainer->report().value("n_val", 0)},
                        {"probe", trainer->report().value("probe", nlohmann::json())},
                        {"stage_a", trainer->report().value("val_stage_a", nlohmann::json())},
                        {"stage_b", trainer->report().value("val_stage_b", nlohmann::json())},
-                       {"scale", trainer->net()->probe_scale()}};
+                       {"mode", residual_mode(trainer->report())},
+                       {"scale", trainer->net()->probe_scale()},
+                       {"offset", trainer->net()->probe_offset()}};
   out["rlcs"] = {{"k", trainer->config().rlcs_k},
                  {"refined_mae", head_m.mae},
                  {"unrefined_mae", metrics["prototype_unrefined"]["mae"]},

@@ -231,6 +231,6 @@ FeatureBatch FeatureCache::batch(const std::vector<int64_t>& indices) const {
   return fb;
 }
 
-at::Tensor FeatureCache::mean_pooled(int64_t i) const { return row(i).to(at::kFloat).mean(0); }
+at::Tensor FeatureCache::mean_pooled(int64_t i) const { return row(i).to(at::kDouble).mean(0); }
 
 }  // namespace frost::proto

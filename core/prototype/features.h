@@ -85,7 +85,8 @@ class FeatureCache {
 
   // Rows `indices` as one padded batch. Thread-compatible (const, pread on spill).
   FeatureBatch batch(const std::vector<int64_t>& indices) const;
-  // Mean over the real tokens of example i: [d_model] fp32 (the ridge baseline's feature).
+  // Mean over the real tokens of example i: [d_model] double (the ridge baseline's feature; the
+  // head's probe pools in double too, so both see the same numbers to the last bits).
   at::Tensor mean_pooled(int64_t i) const;
 
  private:

@@ -12,8 +12,8 @@ namespace frost::proto {
 
 // ---------------------------------------------------------------------------------- ParamSet
 
-at::Tensor ParamSet::add(const std::string& name, at::Tensor t, bool trainable) {
-  t = t.contiguous().to(at::kFloat);
+at::Tensor ParamSet::add(const std::string& name, at::Tensor t, bool trainable, at::ScalarType dtype) {
+  t = t.contiguous().to(dtype);
   if (trainable) t.set_requires_grad(true);
   items_.emplace_back(name, t);
   trainable_.push_back(trainable);
@@ -295,17 +295,19 @@ PrototypeNet::PrototypeNet(const PrototypeConfig& cfg, int64_t d_model, double a
     // The head starts as the probe: its residual logit is 0 until training moves it.
     head_.out2.w.zero_();
     head_.out2.b.zero_();
-    probe_w_ = ps_.add("probe.w", at::zeros({d_model}), /*trainable=*/false);
-    probe_b_ = ps_.add("probe.bias", at::zeros({1}), /*trainable=*/false);
-    probe_scale_ = ps_.add("probe.scale", at::ones({1}), /*trainable=*/false);
+    probe_w_ = ps_.add("probe.w", at::zeros({d_model}), /*trainable=*/false, at::kDouble);
+    probe_b_ = ps_.add("probe.bias", at::zeros({1}), /*trainable=*/false, at::kDouble);
+    probe_scale_ = ps_.add("probe.scale", at::ones({1}), /*trainable=*/false, at::kDouble);
+    probe_offset_ = ps_.add("probe.offset", at::zeros({1}), /*trainable=*/false, at::kDouble);
   }
 }
 
 at::Tensor PrototypeNet::probe_logit(const at::Tensor& h, const at::Tensor& mask) const {
   const int64_t B = h.size(0);
   if (!has_probe()) return at::zeros({B}, h.options());
-  at::Tensor m = mask.to(h.scalar_type()).unsqueeze(-1);                // [B, S, 1]
-  at::Tensor pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0);         // [B, C]
+  at::Tensor hd = h.detach().to(at::kDouble);                           // the probe is frozen
+  at::Tensor m = mask.to(at::kDouble).unsqueeze(-1);                    // [B, S, 1]
+  at::Tensor pooled = (hd * m).sum(1) / m.sum(1).clamp_min(1.0);        // [B, C]
   at::Tensor y = at::matmul(pooled, probe_w_) + probe_b_;              // [B]
   at::Tensor u = ((y - a_) / (b_ - a_)).clamp(1e-4, 1.0 - 1e-4);
   return at::log(u) - at::log1p(-u);
@@ -313,12 +315,12 @@ at::Tensor PrototypeNet::probe_logit(const at::Tensor& h, const at::Tensor& mask
 
 at::Tensor PrototypeNet::output(const at::Tensor& z_head, const at::Tensor& z_probe) const {
   if (!has_probe()) return bound(z_head);
-  return bound(z_probe + probe_scale_ * z_head);
+  return bound(z_probe.to(at::kDouble) + probe_offset_ + probe_scale_ * z_head.to(at::kDouble));
 }
 
 void PrototypeNet::set_probe(const at::Tensor& w, double bias) {
   at::NoGradGuard ng;
-  probe_w_.copy_(w.to(at::kFloat).view({-1}));
+  probe_w_.copy_(w.to(at::kDouble).view({-1}));
   probe_b_.fill_(bias);
 }
 
@@ -329,6 +331,15 @@ void PrototypeNet::set_probe_scale(double s) {
 
 double PrototypeNet::probe_scale() const {
   return probe_scale_.defined() ? probe_scale_.item<double>() : 1.0;
+}
+
+void PrototypeNet::set_probe_offset(double c) {
+  at::NoGradGuard ng;
+  if (probe_offset_.defined()) probe_offset_.fill_(c);
+}
+
+double PrototypeNet::probe_offset() const {
+  return probe_offset_.defined() ? probe_offset_.item<double>() : 0.0;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> PrototypeNet::stage_a_params() const {

@@ -40,7 +40,8 @@ namespace frost::proto {
 // the tensor names in checkpoints and artifacts.
 class ParamSet {
  public:
-  at::Tensor add(const std::string& name, at::Tensor t, bool trainable = true);
+  // Stored as float unless `dtype` says otherwise (the linear probe keeps double: docs/prototype.md).
+  at::Tensor add(const std::string& name, at::Tensor t, bool trainable = true, at::ScalarType dtype = at::kFloat);
   const std::vector<std::pair<std::string, at::Tensor>>& items() const { return items_; }
   bool trainable(const std::string& name) const;
   at::Tensor get(const std::string& name) const;  // undefined when absent
@@ -153,16 +154,23 @@ class PrototypeNet {
   at::Tensor emb_predict(const at::Tensor& k) const;  // g_emb
   at::Tensor bound(const at::Tensor& z) const;        // a + (b-a) σ(z)
 
-  // The linear probe (cfg.probe == "ridge", docs/prototype.md): z_probe [B] = logit of the ridge
-  // prediction on the masked mean of h [B,S,C], clipped into (a, b). Zeros without a probe.
+  // The linear probe (cfg.probe == "ridge", docs/prototype.md): z_probe [B] double = logit of the
+  // ridge prediction on the masked mean of h [B,S,C], clipped into (a, b). The probe is evaluated in
+  // double (pooling, weights, logit), so it orders rows as the report's ridge baseline does: float
+  // rounding would tie or swap near-equal predictions and move Spearman in the 6th digit.
+  // Zeros (of h's dtype) without a probe.
   at::Tensor probe_logit(const at::Tensor& h, const at::Tensor& mask) const;
-  // ŷ from the head's z [B] and z_probe [B]: a + (b-a) σ(z_probe + s·z) with a probe, else bound(z).
+  // ŷ from the head's z [B] and z_probe [B]: a + (b-a) σ(z_probe + c + s·z) in double with a probe
+  // (c: the level offset, s: the residual scale), else bound(z).
   at::Tensor output(const at::Tensor& z_head, const at::Tensor& z_probe) const;
   bool has_probe() const { return probe_w_.defined(); }
-  // Probe in raw feature space: pred(x) = x·w + bias (w [C]); s = the residual scale.
+  // Probe in raw feature space: pred(x) = x·w + bias (w [C]); s = the residual scale; c = a constant
+  // logit offset (the head's mean residual where only its level held up on held-out rows).
   void set_probe(const at::Tensor& w, double bias);
   void set_probe_scale(double s);
   double probe_scale() const;
+  void set_probe_offset(double c);
+  double probe_offset() const;
 
   const InferenceHead& head() const { return head_; }
   const ResTR& restr() const { return restr_; }
@@ -183,7 +191,7 @@ class PrototypeNet {
   InferenceHead head_;
   ResTR restr_;
   at::Tensor slots_;
-  at::Tensor probe_w_, probe_b_, probe_scale_;  // buffers; undefined when cfg.probe == "none"
+  at::Tensor probe_w_, probe_b_, probe_scale_, probe_offset_;  // double buffers; undefined when cfg.probe == "none"
 };
 
 // The flattened prototype memory Mem = [P_1; ...; P_K] with P_k = [M_k; l_k] (the seed's

@@ -21,6 +21,7 @@
 #include "core/prototype/baselines.h"
 #include "core/prototype/metrics.h"
 #include "core/prototype/predictor.h"
+#include "core/prototype/residual_choice.h"
 #include "core/prototype/selection.h"
 
 namespace frost::proto {
@@ -121,7 +122,7 @@ StepLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
   StepLoss l;
   at::Tensor q = net.query_tokens(h, mask);
   at::Tensor mem = net.memory_tokens(h, mask);  // Mem^(A) = M(x): no label token
-  l.yhat = net.output(net.head()(q, mem), net.probe_logit(h, mask));
+  l.yhat = net.output(net.head()(q, mem), net.probe_logit(h, mask)).to(at::kFloat);
   l.reg = huber(l.yhat, y, c.huber_delta).mean();
   at::Tensor ehat = net.emb_predict(net.key(mem));
   at::Tensor e_y = net.label_embed(y);  // target only: never an input to ŷ
@@ -156,7 +157,7 @@ StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
   at::Tensor mem = prototype_memory(mt, lt);
   // key_bias: the selected keys k~_k use the same straight-through weights as M~_k and l~_k
   at::Tensor bias = block_key_bias(q_keys, weighted_rows(keys, l.sel.cand, l.sel.w), c.m + 1, c.key_bias);
-  l.yhat = net.output(net.head()(q, mem, nullptr, bias), net.probe_logit(h, mask));
+  l.yhat = net.output(net.head()(q, mem, nullptr, bias), net.probe_logit(h, mask)).to(at::kFloat);
   l.reg = huber(l.yhat, y, c.huber_delta).mean();
   l.aux = c.lambda_ov * overlap_loss(l.sel.cand, l.sel.p, N) +
           c.lambda_rep * repulsion_loss(l.sel.cand, l.sel.p, keys, c.m_cos, c.norm_eps);
@@ -376,41 +377,17 @@ absl::StatusOr<nlohmann::json> PrototypeTrainer::val_report(bool stage_a, bool c
   FROST_ASSIGN_OR_RETURN(RegressionMetrics probe, at_scale(0.0));
   out["probe"] = to_json(probe);
   if (!choose_scale) return out;
-  // s: the head's residual is kept only as far as the held-out rows show it helps: the scale with
-  // the lowest MAE among those whose Spearman is not below the probe's and whose MAE gain over the
-  // probe exceeds one standard error of the paired per-row gains (a gain inside the noise of n_val
-  // rows is not evidence). None qualifies → s = 0: Predict serves the linear probe.
-  auto abs_err = [&](double s) {
-    std::vector<double> e(truth.size());
-    for (size_t i = 0; i < e.size(); ++i) {
-      const double x = z.first[i] + s * z.second[i];
-      e[i] = std::abs(bounds_.a + (bounds_.b - bounds_.a) / (1.0 + std::exp(-x)) - truth[i]);
-    }
-    return e;
-  };
-  const std::vector<double> e0 = abs_err(0.0);
-  double best_s = 0, best_mae = probe.mae;
-  nlohmann::json grid = nlohmann::json::array();
-  for (int k = 1; k <= 10; ++k) {
-    const double sc = k / 10.0;
-    FROST_ASSIGN_OR_RETURN(RegressionMetrics m, at_scale(sc));
-    const std::vector<double> es = abs_err(sc);
-    const double n = static_cast<double>(es.size());
-    double mean = 0, sq = 0;
-    for (size_t i = 0; i < es.size(); ++i) mean += (e0[i] - es[i]) / n;
-    for (size_t i = 0; i < es.size(); ++i) sq += (e0[i] - es[i] - mean) * (e0[i] - es[i] - mean);
-    const double se = std::sqrt(sq / std::max(1.0, n - 1) / n);
-    const bool supported = mean > se && m.spearman >= probe.spearman;
-    grid.push_back({{"scale", sc}, {"mae", m.mae}, {"spearman", m.spearman}, {"gain", mean}, {"gain_se", se},
-                    {"supported", supported}});
-    if (supported && m.mae < best_mae) {
-      best_mae = m.mae;
-      best_s = sc;
-    }
-  }
-  FROST_RETURN_IF_ERROR(torch_call([&] { net_->set_probe_scale(best_s); }));
-  out["scale_grid"] = grid;
-  out["scale"] = best_s;
+  // What Predict serves on top of the probe: the head's residual, only its level, or nothing, as
+  // far as the held-out rows show it helps (residual_choice.h).
+  FROST_ASSIGN_OR_RETURN(ResidualChoice rc, choose_residual(z.first, z.second, truth, bounds_.a, bounds_.b));
+  FROST_RETURN_IF_ERROR(torch_call([&] {
+    net_->set_probe_scale(rc.scale);
+    net_->set_probe_offset(rc.offset);
+  }));
+  out["scale_grid"] = rc.grid;
+  out["mode"] = rc.mode;
+  out["scale"] = rc.scale;
+  out["offset"] = rc.offset;
   return out;
 }
 

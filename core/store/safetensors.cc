@@ -125,6 +125,7 @@ bool parse_dtype(const std::string& s, StDtype* out) {
   if (s == "F32") *out = StDtype::kF32;
   else if (s == "F16") *out = StDtype::kF16;
   else if (s == "BF16") *out = StDtype::kBF16;
+  else if (s == "F64") *out = StDtype::kF64;
   else return false;
   return true;
 }
@@ -136,6 +137,7 @@ const char* st_dtype_name(StDtype d) {
     case StDtype::kF32: return "F32";
     case StDtype::kF16: return "F16";
     case StDtype::kBF16: return "BF16";
+    case StDtype::kF64: return "F64";
   }
   return "?";
 }
@@ -145,6 +147,7 @@ int64_t st_dtype_size(StDtype d) {
     case StDtype::kF32: return 4;
     case StDtype::kF16: return 2;
     case StDtype::kBF16: return 2;
+    case StDtype::kF64: return 8;
   }
   return 0;
 }
@@ -267,7 +270,7 @@ absl::Status SafetensorsFile::parse(const SafetensorsLimits& limits) {
     const std::string& dtype = it->get_ref<const std::string&>();
     if (!parse_dtype(dtype, &info.dtype)) {
       return invalid(label,
-                     absl::StrCat("unsupported dtype '", dtype, "' for ", where, " (supported: F32, F16, BF16)"));
+                     absl::StrCat("unsupported dtype '", dtype, "' for ", where, " (supported: F32, F16, BF16, F64)"));
     }
 
     // shape
@@ -354,6 +357,7 @@ const StTensorInfo* SafetensorsFile::find(std::string_view name) const {
 at::Tensor SafetensorsFile::view(const StTensorInfo& info) const {
   const at::ScalarType st = info.dtype == StDtype::kF32   ? at::kFloat
                             : info.dtype == StDtype::kF16 ? at::kHalf
+                            : info.dtype == StDtype::kF64 ? at::kDouble
                                                           : at::kBFloat16;
   const at::TensorOptions opts = at::TensorOptions().dtype(st).device(at::kCPU);
   const uint8_t* p = data_ + data_start_ + info.begin;
@@ -411,6 +415,7 @@ absl::StatusOr<std::string> safetensors_serialize(const std::vector<std::pair<st
     const char* dt = t.scalar_type() == at::kFloat      ? "F32"
                      : t.scalar_type() == at::kHalf     ? "F16"
                      : t.scalar_type() == at::kBFloat16 ? "BF16"
+                     : t.scalar_type() == at::kDouble   ? "F64"
                                                         : nullptr;
     if (!dt)
       return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", name, "' has unsupported dtype ",

@@ -22,7 +22,7 @@
 
 namespace frost {
 
-enum class StDtype { kF32, kF16, kBF16 };
+enum class StDtype { kF32, kF16, kBF16, kF64 };
 const char* st_dtype_name(StDtype d);
 int64_t st_dtype_size(StDtype d);
 

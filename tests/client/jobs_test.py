@@ -25,6 +25,7 @@ import math
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -702,7 +703,9 @@ class JobsServiceTest(unittest.TestCase):
         got = {o.name: o for o in r.outputs}
         want = self.s.prediction.Predict(prediction_pb2.PredictRequest(texts=PREDICT_TEXTS, top_k=2), timeout=60)
         self.assertEqual(list(got["value"].shape), [len(texts)])
-        self.assertEqual(list(got["value"].contents.fp32_contents), [x.value for x in want.results],
+        # The protocol's value output is FP32: Predict's double, rounded to float.
+        as_f32 = lambda v: struct.unpack("<f", struct.pack("<f", v))[0]
+        self.assertEqual(list(got["value"].contents.fp32_contents), [as_f32(x.value) for x in want.results],
                          "ModelInfer and Predict run the same head")
         self.assertEqual(list(got["out_of_distribution"].contents.bool_contents),
                          [x.out_of_distribution for x in want.results])
@@ -719,7 +722,7 @@ class JobsServiceTest(unittest.TestCase):
         raw.outputs.add(name="value")
         rr = stub.ModelInfer(raw, timeout=60)
         self.assertEqual([o.name for o in rr.outputs], ["value"])
-        self.assertEqual(list(rr.outputs[0].contents.fp32_contents), [x.value for x in want.results])
+        self.assertEqual(list(rr.outputs[0].contents.fp32_contents), [as_f32(x.value) for x in want.results])
 
         def infer_code(model="prototype", version="", datatype="BYTES", shape=None, name="text", data=None,
                        output=None):

@@ -39,6 +39,8 @@ TEST(SafetensorsTest, DtypeNamesAndSizes) {
   EXPECT_EQ(st_dtype_size(StDtype::kF32), 4);
   EXPECT_EQ(st_dtype_size(StDtype::kF16), 2);
   EXPECT_EQ(st_dtype_size(StDtype::kBF16), 2);
+  EXPECT_STREQ(st_dtype_name(StDtype::kF64), "F64");
+  EXPECT_EQ(st_dtype_size(StDtype::kF64), 8);
   StTensorInfo info;
   info.shape = {3, 4, 5};
   EXPECT_EQ(info.numel(), 60);
@@ -52,14 +54,15 @@ TEST(SafetensorsTest, RoundTripAllDtypesFromFile) {
   const at::Tensor a = at::arange(12, at::kFloat).reshape({3, 4}) * 0.5 - 2.0;
   const at::Tensor b = (at::arange(6, at::kFloat) * 0.25).to(at::kHalf);
   const at::Tensor c = (at::arange(5, at::kFloat) - 2.0).reshape({5, 1}).to(at::kBFloat16);
+  const at::Tensor d = at::arange(3, at::kDouble) / 3.0;  // not representable in float: F64 keeps it
   TempDir dir;
   const std::string path = dir.file("w.safetensors");
-  write_text_file(path, safetensors_bytes({{"a", a}, {"b", b}, {"c", c}}));
+  write_text_file(path, safetensors_bytes({{"d", d}, {"a", a}, {"b", b}, {"c", c}}));  // d first: 8-aligned
 
   auto f = SafetensorsFile::open(path);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ((*f)->path(), path);
-  ASSERT_EQ((*f)->tensors().size(), 3u);
+  ASSERT_EQ((*f)->tensors().size(), 4u);
   struct Expect {
     const char* name;
     StDtype dt;
@@ -67,7 +70,7 @@ TEST(SafetensorsTest, RoundTripAllDtypesFromFile) {
     const at::Tensor* t;
   };
   for (const Expect& e : {Expect{"a", StDtype::kF32, at::kFloat, &a}, Expect{"b", StDtype::kF16, at::kHalf, &b},
-                          Expect{"c", StDtype::kBF16, at::kBFloat16, &c}}) {
+                          Expect{"c", StDtype::kBF16, at::kBFloat16, &c}, Expect{"d", StDtype::kF64, at::kDouble, &d}}) {
     SCOPED_TRACE(e.name);
     const StTensorInfo* info = (*f)->find(e.name);
     ASSERT_NE(info, nullptr);
@@ -283,7 +286,7 @@ TEST(SafetensorsTest, RejectsDuplicateKeyInsideEntry) {
 // ---- per-tensor rejections ------------------------------------------------------------------
 
 TEST(SafetensorsTest, RejectsUnsupportedDtypes) {
-  for (const char* dt : {"I64", "F64", "U8", "I32", "BOOL", "F8_E4M3", "f32"}) {
+  for (const char* dt : {"I64", "U8", "I32", "BOOL", "F8_E4M3", "f32"}) {
     SCOPED_TRACE(dt);
     const std::string h = std::string(R"({"x":{"dtype":")") + dt + R"(","shape":[1],"data_offsets":[0,8]}})";
     EXPECT_INVALID(parse_bytes(raw_file(h, std::string(8, '\0'))),

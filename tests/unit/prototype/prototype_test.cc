@@ -4,8 +4,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <set>
 
 #include "core/prototype/artifact.h"
@@ -15,6 +17,7 @@
 #include "core/prototype/features.h"
 #include "core/prototype/net.h"
 #include "core/prototype/predictor.h"
+#include "core/prototype/residual_choice.h"
 #include "core/prototype/selection.h"
 #include "core/prototype/trainer.h"
 #include "tests/testing/test_util.h"
@@ -510,19 +513,26 @@ TEST(PrototypeNet, TheHeadStartsAtTheLinearProbeAndScaleZeroIsTheProbe) {
   at::Tensor mask = at::ones({4, 6}, at::kBool);
   mask[1].narrow(0, 3, 3).fill_(false);  // padding is left out of the pooled mean
   at::NoGradGuard ng;
-  // The ridge prediction on the masked mean, clipped into (a, b)
-  at::Tensor m = mask.to(at::kFloat).unsqueeze(-1);
-  at::Tensor ridge = (at::matmul((h * m).sum(1) / m.sum(1), w) + 3.0).clamp(1.0 + 4e-4, 5.0 - 4e-4);
+  // The ridge prediction on the masked mean, clipped into (a, b), in double like the baseline
+  at::Tensor m = mask.to(at::kDouble).unsqueeze(-1);
+  at::Tensor ridge = (at::matmul((h.to(at::kDouble) * m).sum(1) / m.sum(1), w.to(at::kDouble)) + 3.0)
+                         .clamp(1.0 + 4e-4, 5.0 - 4e-4);
   at::Tensor zp = net.probe_logit(h, mask);
+  ASSERT_EQ(zp.scalar_type(), at::kDouble);
   at::Tensor q = net.query_tokens(h, mask);
   at::Tensor z = net.head()(q, net.memory_tokens(h, mask));
-  EXPECT_TRUE(at::allclose(net.output(z, zp), ridge, 1e-4, 1e-4));  // f_out starts at 0
-  // Any head output: s = 0 serves the probe, s = 1 adds the head's logit.
+  // f_out starts at 0: the probe to double rounding (the logit/σ round trip), not float's.
+  EXPECT_TRUE(at::allclose(net.output(z, zp), ridge, 1e-12, 1e-12));
+  // Any head output: s = 0 serves the probe, s = 1 adds the head's logit, c shifts the logit.
   at::Tensor zr = at::randn({4}, gen(22));
   net.set_probe_scale(0.0);
-  EXPECT_TRUE(at::allclose(net.output(zr, zp), ridge, 1e-4, 1e-4));
+  EXPECT_TRUE(at::allclose(net.output(zr, zp), ridge, 1e-12, 1e-12));
   net.set_probe_scale(1.0);
-  EXPECT_TRUE(at::allclose(net.output(zr, zp), net.bound(zp + zr)));
+  EXPECT_TRUE(at::allclose(net.output(zr, zp), net.bound(zp + zr.to(at::kDouble))));
+  net.set_probe_scale(0.0);
+  net.set_probe_offset(0.25);
+  EXPECT_DOUBLE_EQ(net.probe_offset(), 0.25);
+  EXPECT_TRUE(at::allclose(net.output(zr, zp), net.bound(zp + 0.25)));
   // probe = none: the seed's output exactly.
   PrototypeConfig seed = small_cfg();
   seed.probe = "none";
@@ -594,6 +604,90 @@ void expect_same_tensors(const PrototypeArtifact& a, const PrototypeArtifact& b)
   }
   ASSERT_EQ(a.prototypes.size(), b.prototypes.size());
   for (size_t i = 0; i < a.prototypes.size(); ++i) EXPECT_EQ(a.prototypes[i].index, b.prototypes[i].index);
+}
+
+// ------------------------------------------------------------------------------ residual choice
+
+namespace {
+struct HeldOut {
+  std::vector<double> zp, zh, truth;
+};
+double logit01(double u) { return std::log(u) - std::log1p(-u); }
+// 800 held-out rows on [0, 10]: the probe ranks them with some signal; the truth sits `bias` label
+// units above the probe, plus `signal` times a feature the probe does not see, plus noise.
+HeldOut held_out(double bias, double signal, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd;
+  HeldOut h;
+  for (int i = 0; i < 800; ++i) {
+    const double probe = 5.0 + 0.5 * nd(rng), hidden = nd(rng);
+    h.zp.push_back(logit01(probe / 10.0));
+    h.truth.push_back(std::clamp(probe + bias + signal * hidden + 0.6 * nd(rng), 0.0, 10.0));
+    h.zh.push_back(hidden);  // overwritten by the cases below as needed
+  }
+  return h;
+}
+}  // namespace
+
+TEST(ResidualChoice, AConstantResidualServesOnlyTheLevelAndKeepsTheProbesOrderExactly) {
+  HeldOut h = held_out(/*bias=*/0.4, /*signal=*/0.0, 1);
+  // A head that learned the level (the logit of +0.4 around 5 is ~0.16) plus rounding-size noise
+  // that can swap near-equal pairs: on the real sets this moved Spearman in the 6th digit.
+  std::mt19937_64 rng(2);
+  std::normal_distribution<double> nd;
+  for (double& z : h.zh) z = 0.16 + 1e-7 * nd(rng);
+  auto rc = choose_residual(h.zp, h.zh, h.truth, 0.0, 10.0);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(rc->mode, "level");
+  EXPECT_EQ(rc->scale, 0.0);
+  EXPECT_GT(rc->offset, 0.05);
+  EXPECT_LE(rc->offset, 0.16 + 1e-6);
+  // Served: σ(z_probe + c) — the probe's ranks exactly, a lower MAE.
+  std::vector<double> probe, served;
+  for (size_t i = 0; i < h.zp.size(); ++i) {
+    probe.push_back(10.0 / (1.0 + std::exp(-h.zp[i])));
+    served.push_back(10.0 / (1.0 + std::exp(-(h.zp[i] + rc->offset))));
+  }
+  auto mp = regression_metrics(probe, h.truth), ms = regression_metrics(served, h.truth);
+  ASSERT_TRUE(mp.ok() && ms.ok());
+  EXPECT_EQ(average_ranks(served), average_ranks(probe));
+  EXPECT_EQ(ms->spearman, mp->spearman);
+  EXPECT_LT(ms->mae, mp->mae);
+  ASSERT_EQ(rc->grid.size(), 20u);  // 10 scales × {level, residual}
+}
+
+TEST(ResidualChoice, AnInformativeResidualIsServedAndAHarmfulOneIsNot) {
+  // The head sees what the probe misses: its residual raises Spearman and lowers MAE.
+  HeldOut h = held_out(/*bias=*/0.0, /*signal=*/0.8, 3);
+  for (double& z : h.zh) z *= 0.35;  // ~ the logit of 0.8 label units per unit of the hidden feature
+  auto rc = choose_residual(h.zp, h.zh, h.truth, 0.0, 10.0);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(rc->mode, "residual");
+  EXPECT_GT(rc->scale, 0.0);
+  EXPECT_EQ(rc->offset, 0.0);
+
+  // Noise that has nothing to do with the labels: the probe alone.
+  HeldOut n = held_out(/*bias=*/0.0, /*signal=*/0.0, 4);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> nd;
+  for (double& z : n.zh) z = 0.5 * nd(rng);
+  rc = choose_residual(n.zp, n.zh, n.truth, 0.0, 10.0);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(rc->mode, "probe");
+  EXPECT_EQ(rc->scale, 0.0);
+  EXPECT_EQ(rc->offset, 0.0);
+
+  // A level the held-out labels do not support (the truth sits on the probe): the probe alone.
+  for (double& z : n.zh) z = 0.3;
+  rc = choose_residual(n.zp, n.zh, n.truth, 0.0, 10.0);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(rc->mode, "probe");
+}
+
+TEST(ResidualChoice, RefusesMismatchedOrNonFiniteInput) {
+  EXPECT_INVALID(choose_residual({}, {}, {}, 0, 1).status(), "non-zero");
+  EXPECT_INVALID(choose_residual({0.1, 0.2}, {0.1}, {0.5, 0.5}, 0, 1).status(), "must be equal");
+  EXPECT_INVALID(choose_residual({0.1, NAN}, {0.1, 0.2}, {0.5, 0.5}, 0, 1).status(), "row 1");
 }
 
 TEST(PrototypeTrainer, ResumeFromACheckpointEqualsAnUninterruptedRun) {
@@ -741,6 +835,45 @@ TEST(PrototypeArtifact, SavesAndLoadsBitExactlyAndPredicts) {
   ASSERT_TRUE(single.ok());
   EXPECT_NEAR((*single)[0].value, (*out)[0].value, 1e-5);
   EXPECT_INVALID((*pred)->predict({"x"}, c.K + 1).status(), "top_k");
+}
+
+TEST(PrototypeArtifact, TheProbeIsStoredInDoubleAndOldArtifactsLoadWithoutAnOffset) {
+  Toy t = toy();
+  PrototypeConfig c = small_cfg();
+  auto tr = PrototypeTrainer::create(*t.model, t.data, t.bounds, c);
+  ASSERT_TRUE(tr.ok());
+  auto art = (*tr)->run({});
+  ASSERT_TRUE(art.ok()) << art.status();
+  ASSERT_TRUE(art->tensor("probe.w").defined());
+  EXPECT_EQ(art->tensor("probe.w").scalar_type(), at::kDouble);
+  const std::string mode = (*tr)->report()["val_stage_b"].value("mode", "");
+  EXPECT_TRUE(mode == "probe" || mode == "level" || mode == "residual") << mode;
+  // An offset survives the round trip and moves the prediction.
+  art->tensors.erase(std::remove_if(art->tensors.begin(), art->tensors.end(),
+                                    [](const auto& nt) { return nt.first == "probe.offset"; }),
+                     art->tensors.end());
+  art->tensors.emplace_back("probe.offset", at::full({1}, 0.5, at::kDouble));
+  TempDir dir;
+  ASSERT_TRUE(save_artifact(*art, dir.path()).ok());
+  auto back = load_artifact(dir.path());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tensor("probe.offset").item<double>(), 0.5);
+  auto shifted = Predictor::create(*back, *t.model);
+  ASSERT_TRUE(shifted.ok()) << shifted.status();
+  // Written before the offset existed: loads, and serves no offset.
+  art->tensors.erase(std::remove_if(art->tensors.begin(), art->tensors.end(),
+                                    [](const auto& nt) { return nt.first == "probe.offset"; }),
+                     art->tensors.end());
+  TempDir old_dir;
+  ASSERT_TRUE(save_artifact(*art, old_dir.path()).ok());
+  auto old = load_artifact(old_dir.path());
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->tensor("probe.offset").item<double>(), 0.0);
+  auto plain = Predictor::create(*old, *t.model);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto a = (*shifted)->predict({"a red thing"}, 1), b = (*plain)->predict({"a red thing"}, 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE((*a)[0].value, (*b)[0].value);
 }
 
 TEST(PrototypeArtifact, RefusesCorruptFilesAndAnotherBackbone) {
