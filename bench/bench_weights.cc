@@ -8,7 +8,9 @@
 // reference path of each format; perplexity of the next tokens and the mean KL(fp32 ‖ format) per position.
 // Speed: batch-1 greedy decode through the fast path (the median of 3 runs), and the bytes of weights a
 // decoded token reads in that format. Formats: fp32, bf16, int8 (a scale per 32 inputs, the default), int8
-// per output channel (the alternative kInt8Group was chosen against), int4 (a scale and a minimum per 32).
+// per output channel (the alternative kInt8Group was chosen against), int4 (a scale and a minimum per 32),
+// w8a8 (int8 weights and int8 activations: its reference path is int8's, so its accuracy is measured on the
+// fast path, decode_step token by token, where the activations are quantized).
 #include "bench/bench_weights.h"
 
 #include <ATen/ATen.h>
@@ -17,6 +19,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -72,6 +75,7 @@ int run_weights_bench(int argc, char** argv) {
   add("int8", WeightDtype::kInt8, kInt8Group);
   add("int8_per_channel", WeightDtype::kInt8, 0);
   add("int4", WeightDtype::kInt4, kInt8Group);
+  add("w8a8", WeightDtype::kW8A8, kInt8Group);
   for (Variant& v : vs) {
     auto m = load_model(f.model_path, v.opts);
     if (!m.ok()) return fail(m.status());
@@ -89,8 +93,20 @@ int run_weights_bench(int argc, char** argv) {
     at::Tensor ref_logp;
     for (size_t i = 0; i < vs.size(); ++i) {
       Variant& v = vs[i];
-      SequenceKv kv(v.model->model->kv_spec(static_cast<int64_t>(w.size()), KvCodecKind::kF32));
-      const at::Tensor logp = at::log_softmax(v.model->model->forward(ids, kv).narrow(0, 0, T).to(at::kDouble), -1);
+      const Transformer& m = *v.model->model;
+      SequenceKv kv(m.kv_spec(static_cast<int64_t>(w.size()), KvCodecKind::kF32));
+      at::Tensor logits;
+      if (v.opts.dtype == WeightDtype::kW8A8) {
+        DecodeScratch s = m.make_scratch(static_cast<int64_t>(w.size()));
+        logits = at::empty({T, m.config().n_vocab});
+        for (int64_t t = 0; t < T; ++t) {
+          const float* l = m.decode_step(static_cast<int32_t>(w[static_cast<size_t>(t)]), kv, s);
+          std::memcpy(logits[t].data_ptr<float>(), l, static_cast<size_t>(m.config().n_vocab) * sizeof(float));
+        }
+      } else {
+        logits = m.forward(ids, kv).narrow(0, 0, T);
+      }
+      const at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
       if (i == 0) ref_logp = logp;
       v.nll -= logp.gather(1, next.unsqueeze(1)).sum().item<double>();
       v.kl += (ref_logp.exp() * (ref_logp - logp)).sum().item<double>();
@@ -117,7 +133,8 @@ int run_weights_bench(int argc, char** argv) {
     if (v.name == "fp32") tps32 = tps;
     nlohmann::ordered_json r;
     r["format"] = v.name;
-    if (v.opts.dtype == WeightDtype::kInt8) r["int8_group"] = v.opts.int8_group;
+    if (v.opts.dtype == WeightDtype::kInt8 || v.opts.dtype == WeightDtype::kW8A8) r["int8_group"] = v.opts.int8_group;
+    r["evaluated_on"] = v.opts.dtype == WeightDtype::kW8A8 ? "fast path" : "reference path";
     r["ppl"] = ppl;
     r["ppl_vs_fp32"] = ppl / ppl32 - 1.0;
     r["mean_kl"] = v.kl / static_cast<double>(v.n);

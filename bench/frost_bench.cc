@@ -1,6 +1,6 @@
 // frost-bench: speed benchmarks printing one JSON object.
 //
-//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4]
+//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4|w8a8]
 //                       [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens 16] [--new-tokens 256]
 //                       [--repeat 5] [--path fast|reference] [--via generator|engine] [--json]
 //   frost-bench prototype --model DIR --data DATASET_DIR [--set key=value ...] [--threads N] [--json]
@@ -10,9 +10,9 @@
 //                       (train + evaluate KV repair operators: bench/bench_kv_repair.cc)
 //   frost-bench kvsplice --model DIR [--rank R[,...]] --data DIR|self [--set key=value ...]
 //                       (KVSplice compression report + Fisher analysis: bench/bench_kvsplice.cc)
-//   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4] [--prompt-tokens 128]
+//   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4|w8a8] [--prompt-tokens 128]
 //                       [--repeat 5] [--path fast|reference] [--json]
-//   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4] [--batch 32]
+//   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4|w8a8] [--batch 32]
 //                       [--repeat 50] [--json]
 //   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
 //                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N] [--json]
@@ -83,7 +83,7 @@ using frost::cli::uint64_flag;
 constexpr char kUsage[] =
     "usage: frost-bench decode|prefill|bare-step|engine|prototype|kv-repair|kvsplice|weights --model "
     "builtin:15m|DIR [--threads N] "
-    "[--dtype fp32|bf16|int8|int4] [--kernels auto|avx512|avx2|scalar] [--kv fp32|fp16|bf16|int8|int4] "
+    "[--dtype fp32|bf16|int8|int4|w8a8] [--kernels auto|avx512|avx2|scalar] [--kv fp32|fp16|bf16|int8|int4] "
     "[--prompt-tokens N] [--new-tokens N] "
     "[--repeat N] [--path fast|reference] [--json]\n";
 
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   if (!positional.ok()) usage(std::string(positional.status().message()));
   if (!positional->empty()) usage("bad argument '" + positional->front() + "'");
   frost::WeightDtype wdtype;
-  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be fp32, bf16, int8 or int4, got " + dtype);
+  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be fp32, bf16, int8, int4 or w8a8, got " + dtype);
   if (via != "generator" && via != "engine") usage("--via must be generator or engine");
   frost::kernels::Isa isa;
   if (!frost::kernels::parse_isa(kernels_name, &isa) || !frost::kernels::set_isa(isa))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Weight formats (model.dtype fp32 | bf16 | int8 | int4), each figure against fp32 in the same run:
+# Weight formats (model.dtype fp32 | bf16 | int8 | int4 | w8a8), each figure against fp32 in the same run:
 #   1. accuracy on stories260K: perplexity and mean KL vs fp32 on 64 windows sampled from the fp32 model and
 #      64 windows of emobank text (frost-bench weights);
 #   2. batch-1 decode on builtin:15m at 1 and 2 threads, AVX-512 and AVX2 kernels: tok/s, weight bytes per
@@ -23,14 +23,14 @@ fi
 : > "$tmp/decode.jsonl"
 for k in "${kernels[@]}"; do
   for t in 1 2; do
-    for d in fp32 bf16 int8 int4; do
+    for d in fp32 bf16 int8 int4 w8a8; do
       "$bin" decode --model builtin:15m --threads "$t" --dtype "$d" --kernels "$k" --repeat 3 --json >> "$tmp/decode.jsonl"
       echo >> "$tmp/decode.jsonl"
     done
   done
 done
 : > "$tmp/engine.jsonl"
-for d in fp32 int8 int4; do
+for d in fp32 int8 int4 w8a8; do
   "$bin" engine --model builtin:15m --threads 2 --dtype "$d" --streams 32 --max-running 64 --repeat 2 --json \
     2>/dev/null >> "$tmp/engine.jsonl"
   echo >> "$tmp/engine.jsonl"

@@ -3,7 +3,7 @@
 //
 //   frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N]
 //                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]
-//                  [--dtype fp32|bf16|int8|int4] [--kv fp32|fp16|bf16|int8|int4] [--stop STR]...
+//                  [--dtype fp32|bf16|int8|int4|w8a8] [--kv fp32|fp16|bf16|int8|int4] [--stop STR]...
 //
 // Flags are parsed by the shared parser (client/flags/flags.h): "--flag VALUE" or "--flag=VALUE"; values are
 // checked strictly and a bad one is a usage error (exit 2) naming the flag and the value. -h / --help prints
@@ -35,7 +35,7 @@ void on_signal(int) {
 
 constexpr char kUsage[] =
     "usage: frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N] "
-    "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--dtype fp32|bf16|int8|int4] "
+    "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--dtype fp32|bf16|int8|int4|w8a8] "
     "[--kv fp32|fp16|bf16|int8|int4] [--stop STR]...\n";
 
 // A usage error: the message and the usage on stderr, exit 2.
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   auto codec = frost::parse_kv_codec(kv);
   if (!codec.ok()) usage(std::string(codec.status().message()));
   frost::WeightDtype wdtype;
-  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be fp32, bf16, int8 or int4, got " + dtype);
+  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be fp32, bf16, int8, int4 or w8a8, got " + dtype);
   frost::LoadOptions lo;
   lo.dtype = wdtype;
   auto model = frost::load_model(model_path, lo);

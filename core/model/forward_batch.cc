@@ -31,21 +31,22 @@ void grow(std::vector<T>& v, int64_t n) {
 
 void Transformer::ensure_packed() const {
   std::call_once(packed_once_, [this] {
+    // Quantized models pack their int8 / int4 form (w8a8: int8 for the integer kernels); the others the
+    // matrix as it is.
+    auto pack = [this](const at::Tensor& m, const kernels::QuantizedMatrix& q) {
+      if (!q.defined()) return kernels::pack_matrix(m.contiguous());
+      return w_.dtype == WeightDtype::kW8A8 ? kernels::pack_quantized_a8(q) : kernels::pack_quantized(q);
+    };
     packed_.resize(w_.layers.size());
     for (size_t l = 0; l < w_.layers.size(); ++l) {
       const LayerWeights& lw = w_.layers[l];
       PackedLayer& p = packed_[l];
-      // Quantized models pack their int8 / int4 form; the others the matrix as it is.
-      auto pack = [](const at::Tensor& m, const kernels::QuantizedMatrix& q) {
-        return q.defined() ? kernels::pack_quantized(q) : kernels::pack_matrix(m.contiguous());
-      };
       p.wqkv = pack(lw.wqkv, lw.wqkv_q);
       if (lw.wo.defined()) p.wo = pack(lw.wo, lw.wo_q);
       p.w_in = pack(lw.w_in, lw.w_in_q);
       p.w_out = pack(lw.w_out, lw.w_out_q);
     }
-    packed_head_ = w_.lm_head_q.defined() ? kernels::pack_quantized(w_.lm_head_q)
-                                          : kernels::pack_matrix(w_.lm_head.contiguous());
+    packed_head_ = pack(w_.lm_head, w_.lm_head_q);
   });
 }
 

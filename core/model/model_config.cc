@@ -376,7 +376,7 @@ absl::StatusOr<ModelConfig> parse_with_label(const std::string& text, const std:
 }  // namespace
 
 bool parse_weight_dtype(const std::string& name, WeightDtype* out) {
-  for (WeightDtype d : {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kInt8, WeightDtype::kInt4})
+  for (WeightDtype d : {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kInt8, WeightDtype::kInt4, WeightDtype::kW8A8})
     if (name == weight_dtype_name(d)) {
       *out = d;
       return true;
@@ -392,6 +392,8 @@ const char* weight_dtype_name(WeightDtype d) {
       return "int8";
     case WeightDtype::kInt4:
       return "int4";
+    case WeightDtype::kW8A8:
+      return "w8a8";
     default:
       return "fp32";
   }

@@ -12,10 +12,10 @@ namespace frost {
 enum class Arch { kLlama, kGpt2 };
 enum class Activation { kSilu, kGeluNew };
 // How the weight matrices are stored and read (core/model/quantize.h for int8 / int4).
-enum class WeightDtype { kF32, kBF16, kInt8, kInt4 };
+enum class WeightDtype { kF32, kBF16, kInt8, kInt4, kW8A8 };
 
 const char* arch_name(Arch a);                   // "llama" | "gpt2"
-const char* weight_dtype_name(WeightDtype d);    // "fp32" | "bf16" | "int8" | "int4"
+const char* weight_dtype_name(WeightDtype d);    // "fp32" | "bf16" | "int8" | "int4" | "w8a8"
 bool parse_weight_dtype(const std::string& name, WeightDtype* out);  // false for another name
 
 struct ModelConfig {

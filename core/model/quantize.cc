@@ -6,14 +6,18 @@
 namespace frost {
 
 absl::Status quantize_weights(ModelWeights& w, WeightDtype dtype, int64_t int8_group) {
-  if (dtype != WeightDtype::kInt8 && dtype != WeightDtype::kInt4) return absl::OkStatus();
+  if (dtype != WeightDtype::kInt8 && dtype != WeightDtype::kInt4 && dtype != WeightDtype::kW8A8)
+    return absl::OkStatus();
+  if (dtype == WeightDtype::kW8A8 && int8_group > 0 && int8_group % 4 != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantize_weights: w8a8 needs an int8 group that is a multiple of 4 (or 0), got ", int8_group));
   if (w.tok_embed.scalar_type() != at::kFloat)
     return absl::InvalidArgumentError("quantize_weights: the weights must be loaded as fp32 first");
   return torch_call([&] {
     // int4 models keep the MLP output projection and the LM head at int8 (quantize.h says why).
     auto quantize = [&](at::Tensor& m, kernels::QuantizedMatrix& q, bool int8_in_int4_models) {
       if (!m.defined()) return;
-      q = dtype == WeightDtype::kInt8 || int8_in_int4_models ? kernels::quantize_int8(m, int8_group)
+      q = dtype != WeightDtype::kInt4 || int8_in_int4_models ? kernels::quantize_int8(m, int8_group)
                                                              : kernels::quantize_int4(m, kInt4Group);
       m = kernels::dequantize(q);
     };

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
@@ -19,6 +20,7 @@
 // can leak into a baseline caller.
 #define FROST_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define FROST_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define FROST_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 namespace frost::kernels {
 namespace {
@@ -41,6 +43,19 @@ inline float bf16_to_f32(uint16_t v) {
   std::memcpy(&f, &u, sizeof(f));
   return f;
 }
+
+// W8A8: the quantized activation rows a panel kernel reads (gemm.h): q [rows][ldq] int8, per row and group the
+// scale xs and 128·Σq (what VPDPBUSD's unsigned weights add), [rows][lds].
+struct ActA8 {
+  const int8_t* q = nullptr;
+  int64_t ldq = 0;
+  const float* xs = nullptr;
+  const int32_t* qsum128 = nullptr;
+  int64_t lds = 0;
+  ActA8 at_row(int64_t r) const { return {q + r * ldq, ldq, xs + r * lds, qsum128 + r * lds, lds}; }
+};
+
+inline int64_t round_up4(int64_t n) { return (n + 3) / 4 * 4; }
 
 // Stores n valid columns (<= 32) of a tile row: y[c] = acc[c] + b[c].
 inline void store_row(const float* acc, const float* b, float* y, int64_t n) {
@@ -91,6 +106,29 @@ template <class L>
 void dequant_panel(const Panel& p, int64_t n_in, float* out) {
   for (int64_t k = 0; k < n_in; ++k)
     for (int64_t c = 0; c < kPanel; ++c) out[k * kPanel + c] = L::get(p, k, c);
+}
+
+// W8A8, on the packed layout: exact int32 sums per group, then the fp32 epilogue of gemm.h.
+inline void panel_rows_a8(const Panel& p, const ActA8& a, int64_t n_rows, int64_t n_in4, const float* b, float* y,
+                          int64_t ldy, int64_t n_cols) {
+  const uint8_t* w = static_cast<const uint8_t*>(p.w);
+  float acc[kPanel];
+  int32_t is[kPanel];
+  for (int64_t r = 0; r < n_rows; ++r) {
+    std::fill(acc, acc + kPanel, 0.f);
+    const int8_t* q = a.q + r * a.ldq;
+    for (int64_t k0 = 0, g = 0; k0 < n_in4; k0 += p.group, ++g) {
+      std::fill(is, is + kPanel, 0);
+      for (int64_t k = k0; k < std::min(n_in4, k0 + p.group); ++k) {
+        const int32_t xv = q[k];
+        const uint8_t* wk = w + (k / 4) * 4 * kPanel + (k % 4);
+        for (int64_t c = 0; c < kPanel; ++c) is[c] += xv * (static_cast<int32_t>(wk[4 * c]) - 128);
+      }
+      const float xs = a.xs[r * a.lds + g];
+      for (int64_t c = 0; c < kPanel; ++c) acc[c] = std::fma(static_cast<float>(is[c]), xs * p.scales[g * kPanel + c], acc[c]);
+    }
+    store_row(acc, b, y + r * ldy, n_cols);
+  }
 }
 
 }  // namespace scalar
@@ -213,6 +251,54 @@ FROST_AVX512 void dequant_panel(L l, int64_t n_in, float* out) {
   }
 }
 
+// W8A8 with VPDPBUSD: per 4 inputs, the 32 outputs' unsigned weight bytes (two registers) against the row's
+// four signed activation bytes broadcast; 128·Σq comes off per group, then the fp32 epilogue.
+template <int R>
+FROST_AVX512_VNNI void tile_a8(const Panel& p, const ActA8& a, int64_t n_in4, const float* b, float* y, int64_t ldy,
+                               int64_t n_cols) {
+  const uint8_t* w = static_cast<const uint8_t*>(p.w);
+  __m512 f0[R], f1[R];
+  for (int r = 0; r < R; ++r) f0[r] = f1[r] = _mm512_setzero_ps();
+  for (int64_t k0 = 0, g = 0; k0 < n_in4; k0 += p.group, ++g) {
+    __m512i i0[R], i1[R];
+    for (int r = 0; r < R; ++r) i0[r] = i1[r] = _mm512_setzero_si512();
+    const int64_t k1 = std::min(n_in4, k0 + p.group);
+    for (int64_t k = k0; k < k1; k += 4) {
+      const __m512i w0 = _mm512_loadu_si512(w + k * kPanel), w1 = _mm512_loadu_si512(w + k * kPanel + 64);
+      for (int r = 0; r < R; ++r) {
+        int32_t xv;
+        std::memcpy(&xv, a.q + r * a.ldq + k, sizeof(xv));
+        const __m512i xb = _mm512_set1_epi32(xv);
+        i0[r] = _mm512_dpbusd_epi32(i0[r], w0, xb);
+        i1[r] = _mm512_dpbusd_epi32(i1[r], w1, xb);
+      }
+    }
+    const __m512 s0 = _mm512_loadu_ps(p.scales + g * kPanel), s1 = _mm512_loadu_ps(p.scales + g * kPanel + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512i corr = _mm512_set1_epi32(a.qsum128[r * a.lds + g]);
+      const __m512 xs = _mm512_set1_ps(a.xs[r * a.lds + g]);
+      f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(i0[r], corr)), _mm512_mul_ps(xs, s0), f0[r]);
+      f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(i1[r], corr)), _mm512_mul_ps(xs, s1), f1[r]);
+    }
+  }
+  alignas(64) float tmp[kPanel];
+  for (int r = 0; r < R; ++r) {
+    _mm512_store_ps(tmp, f0[r]);
+    _mm512_store_ps(tmp + 16, f1[r]);
+    store_row(tmp, b, y + r * ldy, n_cols);
+  }
+}
+
+// 6 rows: 4 accumulators each (24 zmm) + 2 weights + the broadcast.
+FROST_AVX512_VNNI void panel_rows_a8(const Panel& p, const ActA8& a, int64_t n_rows, int64_t n_in4, const float* b,
+                                     float* y, int64_t ldy, int64_t n_cols) {
+  int64_t r = 0;
+  for (; r + 6 <= n_rows; r += 6) tile_a8<6>(p, a.at_row(r), n_in4, b, y + r * ldy, ldy, n_cols);
+  for (; r + 4 <= n_rows; r += 4) tile_a8<4>(p, a.at_row(r), n_in4, b, y + r * ldy, ldy, n_cols);
+  for (; r + 2 <= n_rows; r += 2) tile_a8<2>(p, a.at_row(r), n_in4, b, y + r * ldy, ldy, n_cols);
+  for (; r < n_rows; ++r) tile_a8<1>(p, a.at_row(r), n_in4, b, y + r * ldy, ldy, n_cols);
+}
+
 }  // namespace avx512
 
 // ------------------------------------------------------------------------------------------------ AVX2
@@ -319,6 +405,56 @@ FROST_AVX2 void dequant_panel(L l, int64_t n_in, float* out) {
   }
 }
 
+// W8A8 without VNNI (AVX2 machines, and AVX-512 ones without VNNI): the weight bytes back to signed (xor 0x80),
+// then VPMADDUBSW on |x| and w with x's sign (|x|, |w| <= 127: a pair sums to at most 32,258, so the int16
+// never saturates) and VPMADDWD by 1: the same exact Σ q·w per group as VPDPBUSD minus its correction.
+template <int R>
+FROST_AVX2 void tile_a8(const Panel& p, const ActA8& a, int64_t n_in4, const float* b, float* y, int64_t ldy,
+                        int64_t n_cols) {
+  const uint8_t* w = static_cast<const uint8_t*>(p.w);
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256 f[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < 4; ++t) f[r][t] = _mm256_setzero_ps();
+  for (int64_t k0 = 0, g = 0; k0 < n_in4; k0 += p.group, ++g) {
+    __m256i is[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < 4; ++t) is[r][t] = _mm256_setzero_si256();
+    const int64_t k1 = std::min(n_in4, k0 + p.group);
+    for (int64_t k = k0; k < k1; k += 4) {
+      __m256i wv[4];
+      for (int t = 0; t < 4; ++t)
+        wv[t] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k * kPanel + 32 * t)), flip);
+      for (int r = 0; r < R; ++r) {
+        int32_t xv;
+        std::memcpy(&xv, a.q + r * a.ldq + k, sizeof(xv));
+        const __m256i xb = _mm256_set1_epi32(xv), ax = _mm256_abs_epi8(xb);
+        for (int t = 0; t < 4; ++t)
+          is[r][t] = _mm256_add_epi32(
+              is[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv[t], xb)), ones));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 xs = _mm256_set1_ps(a.xs[r * a.lds + g]);
+      for (int t = 0; t < 4; ++t)
+        f[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][t]),
+                                  _mm256_mul_ps(xs, _mm256_loadu_ps(p.scales + g * kPanel + 8 * t)), f[r][t]);
+    }
+  }
+  alignas(32) float tmp[kPanel];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < 4; ++t) _mm256_store_ps(tmp + 8 * t, f[r][t]);
+    store_row(tmp, b, y + r * ldy, n_cols);
+  }
+}
+
+FROST_AVX2 void panel_rows_a8(const Panel& p, const ActA8& a, int64_t n_rows, int64_t n_in4, const float* b,
+                              float* y, int64_t ldy, int64_t n_cols) {
+  int64_t r = 0;
+  for (; r + 2 <= n_rows; r += 2) tile_a8<2>(p, a.at_row(r), n_in4, b, y + r * ldy, ldy, n_cols);
+  for (; r < n_rows; ++r) tile_a8<1>(p, a.at_row(r), n_in4, b, y + r * ldy, ldy, n_cols);
+}
+
 }  // namespace avx2
 
 // ------------------------------------------------------------------------------------------------ driver
@@ -337,6 +473,9 @@ Panel panel_of(const PackedMatrix& w, int64_t p) {
     case PackFormat::kQ8:
       v.w = w.panels.data_ptr<int8_t>() + p * w.n_in * kPanel;
       break;
+    case PackFormat::kQ8A8:
+      v.w = w.panels.data_ptr<uint8_t>() + p * round_up4(w.n_in) * kPanel;
+      break;
     case PackFormat::kQ4:
       v.w = w.panels.data_ptr<uint8_t>() + p * w.n_in * (kPanel / 2);
       break;
@@ -344,6 +483,7 @@ Panel panel_of(const PackedMatrix& w, int64_t p) {
   if (w.scales.defined()) v.scales = w.scales.data_ptr<float>() + p * n_groups * kPanel;
   if (w.mins.defined()) v.mins = w.mins.data_ptr<float>() + p * n_groups * kPanel;
   v.group = w.group > 0 ? w.group : w.n_in;
+  if (w.format == PackFormat::kQ8A8 && v.group >= w.n_in) v.group = round_up4(w.n_in);  // one group
   return v;
 }
 
@@ -363,6 +503,8 @@ struct ScalarIsa {
         return scalar::panel_rows<scalar::F32>(p, x, ldx, nr, w.n_in, b, y, ldy, nc);
       case PackFormat::kBF16:
         return scalar::panel_rows<scalar::BF16>(p, x, ldx, nr, w.n_in, b, y, ldy, nc);
+      case PackFormat::kQ8A8:
+        TORCH_CHECK(false, "gemm_packed: W8A8 panels run through gemm_a8");
       case PackFormat::kQ8:
       case PackFormat::kQ4: {
         if (nr <= kDirectRows) {
@@ -379,6 +521,25 @@ struct ScalarIsa {
   }
 };
 
+struct ScalarA8 {
+  static void run_a8(const Panel& p, const ActA8& a, int64_t n_in4, int64_t nr, const float* b, float* y, int64_t ldy,
+                     int64_t nc) {
+    scalar::panel_rows_a8(p, a, nr, n_in4, b, y, ldy, nc);
+  }
+};
+struct Avx2A8 {
+  static void run_a8(const Panel& p, const ActA8& a, int64_t n_in4, int64_t nr, const float* b, float* y, int64_t ldy,
+                     int64_t nc) {
+    avx2::panel_rows_a8(p, a, nr, n_in4, b, y, ldy, nc);
+  }
+};
+struct Avx512A8 {  // VNNI only: an AVX-512 CPU without it runs Avx2A8 (gemm_packed_isa)
+  static void run_a8(const Panel& p, const ActA8& a, int64_t n_in4, int64_t nr, const float* b, float* y, int64_t ldy,
+                     int64_t nc) {
+    avx512::panel_rows_a8(p, a, nr, n_in4, b, y, ldy, nc);
+  }
+};
+
 struct Avx512Isa {
   static void run(const PackedMatrix& w, const Panel& p, const float* x, int64_t ldx, int64_t nr, const float* b,
                   float* y, int64_t ldy, int64_t nc) {
@@ -389,6 +550,8 @@ struct Avx512Isa {
         return panel_rows(F32{static_cast<const float*>(p.w), p.group}, x, ldx, nr, n_in, b, y, ldy, nc);
       case PackFormat::kBF16:
         return panel_rows(BF16{static_cast<const uint16_t*>(p.w), p.group}, x, ldx, nr, n_in, b, y, ldy, nc);
+      case PackFormat::kQ8A8:
+        TORCH_CHECK(false, "gemm_packed: W8A8 panels run through gemm_a8");
       case PackFormat::kQ8:
       case PackFormat::kQ4: {
         const Q8 q8{static_cast<const int8_t*>(p.w), p.scales, p.group};
@@ -416,6 +579,8 @@ struct Avx2Isa {
         return panel_rows(F32{static_cast<const float*>(p.w), p.group}, x, ldx, nr, n_in, b, y, ldy, nc);
       case PackFormat::kBF16:
         return panel_rows(BF16{static_cast<const uint16_t*>(p.w), p.group}, x, ldx, nr, n_in, b, y, ldy, nc);
+      case PackFormat::kQ8A8:
+        TORCH_CHECK(false, "gemm_packed: W8A8 panels run through gemm_a8");
       case PackFormat::kQ8:
       case PackFormat::kQ4: {
         const Q8 q8{static_cast<const int8_t*>(p.w), p.scales, p.group};
@@ -433,13 +598,14 @@ struct Avx2Isa {
   }
 };
 
-template <class I>
-void gemm(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y, int64_t ldy) {
+// Runs panel(p, r0, nr) for every (row block, panel) of a product: tasks are (row block, group of panels),
+// panel-minor so neighbouring tasks share their activation rows, claimed dynamically
+// (kernels/cpu/parallel.h). A group is at least ~32K multiply-adds; products below ~64K run on the calling
+// thread alone.
+template <class Fn>
+void for_panels(const PackedMatrix& w, int64_t n_rows, Fn&& panel) {
   const int64_t n_in = w.n_in, n_panels = w.panels.size(0);
   const int64_t n_blocks = (n_rows + kRowBlock - 1) / kRowBlock;
-  // Tasks are (row block, group of panels), panel-minor so neighbouring tasks share their activation rows,
-  // claimed dynamically (kernels/cpu/parallel.h). A group is at least ~32K multiply-adds; products below
-  // ~64K run on the calling thread alone.
   const int64_t rows_per_block = std::min(n_rows, kRowBlock);
   const int64_t per_panel = rows_per_block * n_in * kPanel;
   const int64_t group = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, per_panel));
@@ -447,16 +613,50 @@ void gemm(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, co
   auto task = [&](int64_t t) {
     const int64_t rb = t / n_groups, g = t % n_groups;
     const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, n_rows - r0);
-    for (int64_t p = g * group; p < std::min(n_panels, (g + 1) * group); ++p) {
-      const int64_t c0 = p * kPanel, nc = std::min(kPanel, w.n_out - c0);
-      I::run(w, panel_of(w, p), x + r0 * ldx, ldx, nr, b ? b + c0 : nullptr, y + r0 * ldy + c0, ldy, nc);
-    }
+    for (int64_t p = g * group; p < std::min(n_panels, (g + 1) * group); ++p) panel(p, r0, nr);
   };
   if (n_rows * n_in * w.n_out < (int64_t{1} << 16)) {
     for (int64_t t = 0; t < n_blocks * n_groups; ++t) task(t);
   } else {
     parallel_tasks(n_blocks * n_groups, task);
   }
+}
+
+template <class I>
+void gemm(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y, int64_t ldy) {
+  for_panels(w, n_rows, [&](int64_t p, int64_t r0, int64_t nr) {
+    const int64_t c0 = p * kPanel, nc = std::min(kPanel, w.n_out - c0);
+    I::run(w, panel_of(w, p), x + r0 * ldx, ldx, nr, b ? b + c0 : nullptr, y + r0 * ldy + c0, ldy, nc);
+  });
+}
+
+// W8A8: the rows are quantized once (on the calling thread, into its reused buffers), then every panel task
+// reads them.
+template <class I>
+void gemm_a8(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y,
+             int64_t ldy) {
+  const int64_t n_in4 = round_up4(w.n_in), n_groups = w.scales.size(1);
+  thread_local std::vector<int8_t> qbuf;
+  thread_local std::vector<float> sbuf;
+  thread_local std::vector<int32_t> cbuf;
+  if (static_cast<int64_t>(qbuf.size()) < n_rows * n_in4) qbuf.resize(static_cast<size_t>(n_rows * n_in4));
+  if (static_cast<int64_t>(sbuf.size()) < n_rows * n_groups) {
+    sbuf.resize(static_cast<size_t>(n_rows * n_groups));
+    cbuf.resize(static_cast<size_t>(n_rows * n_groups));
+  }
+  quantize_activations_a8(x, ldx, n_rows, w.n_in, w.group, qbuf.data(), n_in4, sbuf.data(), n_groups);
+  const int64_t G = panel_of(w, 0).group;
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t g = 0; g < n_groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t k = g * G; k < std::min(n_in4, (g + 1) * G); ++k) sum += qbuf[static_cast<size_t>(r * n_in4 + k)];
+      cbuf[static_cast<size_t>(r * n_groups + g)] = 128 * sum;
+    }
+  const ActA8 act{qbuf.data(), n_in4, sbuf.data(), cbuf.data(), n_groups};
+  for_panels(w, n_rows, [&](int64_t p, int64_t r0, int64_t nr) {
+    const int64_t c0 = p * kPanel, nc = std::min(kPanel, w.n_out - c0);
+    I::run_a8(panel_of(w, p), act.at_row(r0), n_in4, nr, b ? b + c0 : nullptr, y + r0 * ldy + c0, ldy, nc);
+  });
 }
 
 // [P·32, n_in] rows zero-padded to whole panels, then each panel transposed to [n_in, 32].
@@ -476,6 +676,8 @@ const char* pack_format_name(PackFormat f) {
       return "int8";
     case PackFormat::kQ4:
       return "int4";
+    case PackFormat::kQ8A8:
+      return "w8a8";
     default:
       return "fp32";
   }
@@ -526,6 +728,11 @@ void gemm_packed_isa(Isa isa, const PackedMatrix& w, const float* x, int64_t ldx
   TORCH_CHECK(w.defined() && ldx >= w.n_in && ldy >= w.n_out && n_rows >= 0, "gemm_packed: bad shapes");
   TORCH_CHECK(isa_supported(isa), "gemm_packed: this CPU cannot run the ", isa_name(isa), " kernels");
   if (n_rows == 0) return;
+  if (w.format == PackFormat::kQ8A8) {
+    if (isa == Isa::kAvx512 && cpu_features().avx512_vnni) return gemm_a8<Avx512A8>(w, x, ldx, n_rows, b, y, ldy);
+    if (isa != Isa::kScalar) return gemm_a8<Avx2A8>(w, x, ldx, n_rows, b, y, ldy);
+    return gemm_a8<ScalarA8>(w, x, ldx, n_rows, b, y, ldy);
+  }
   switch (isa) {
     case Isa::kAvx512:
       return gemm<Avx512Isa>(w, x, ldx, n_rows, b, y, ldy);
@@ -533,6 +740,78 @@ void gemm_packed_isa(Isa isa, const PackedMatrix& w, const float* x, int64_t ldx
       return gemm<Avx2Isa>(w, x, ldx, n_rows, b, y, ldy);
     default:
       return gemm<ScalarIsa>(w, x, ldx, n_rows, b, y, ldy);
+  }
+}
+
+PackedMatrix pack_quantized_a8(const QuantizedMatrix& qm) {
+  TORCH_CHECK(qm.defined() && qm.bits == 8 && qm.group > 0 && (qm.group % 4 == 0 || qm.group >= qm.n_in),
+              "pack_quantized_a8: need an int8 matrix whose group is a multiple of 4 or the whole row, got bits ",
+              qm.bits, " group ", qm.group, " n_in ", qm.n_in);
+  PackedMatrix m;
+  m.format = PackFormat::kQ8A8;
+  m.n_out = qm.n_out;
+  m.n_in = qm.n_in;
+  m.group = qm.group;
+  const int64_t n_panels = (m.n_out + kPanel - 1) / kPanel, n_in4 = round_up4(m.n_in);
+  m.scales = panelize(qm.scales, n_panels);  // [P, n_groups, 32]; padding rows have scale 0
+  at::Tensor u = at::full({n_panels * kPanel, n_in4}, 128, at::kInt);  // q + 128; padding is q = 0
+  u.narrow(0, 0, m.n_out).narrow(1, 0, m.n_in).add_(qm.q.to(at::kInt));
+  m.panels = u.to(at::kByte).view({n_panels, kPanel, n_in4 / 4, 4}).permute({0, 2, 1, 3}).contiguous();
+  return m;
+}
+
+void quantize_activations_a8(const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, int64_t group, int8_t* q,
+                             int64_t ldq, float* scales, int64_t lds) {
+  const int64_t G = group <= 0 || group >= n_in ? n_in : group, n_in4 = round_up4(n_in);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * ldx;
+    int8_t* qr = q + r * ldq;
+    for (int64_t k0 = 0, g = 0; k0 < n_in; k0 += G, ++g) {
+      const int64_t k1 = std::min(n_in, k0 + G);
+      float amax = 0.f;
+      bool finite = true;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = std::fabs(xr[k]);
+        finite = finite && v <= std::numeric_limits<float>::max();
+        amax = std::max(amax, v);
+      }
+      if (!finite || amax == 0.f) {
+        // Zeros quantize to zeros; a non-finite input makes the group's scale NaN, so the outputs are NaN as
+        // the fp32 product's would be, rather than a finite number made up of the rest.
+        for (int64_t k = k0; k < k1; ++k) qr[k] = 0;
+        scales[r * lds + g] = finite ? 0.f : std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      const float inv = 127.f / amax;
+      for (int64_t k = k0; k < k1; ++k)
+        qr[k] = static_cast<int8_t>(std::clamp(std::nearbyint(xr[k] * inv), -127.f, 127.f));
+      scales[r * lds + g] = amax / 127.f;
+    }
+    std::fill(qr + n_in, qr + n_in4, int8_t{0});
+  }
+}
+
+void gemm_q8a8_ref(const QuantizedMatrix& qm, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y,
+                   int64_t ldy) {
+  TORCH_CHECK(qm.defined() && qm.bits == 8, "gemm_q8a8_ref: need an int8 matrix");
+  const int64_t n_in = qm.n_in, n_out = qm.n_out, ng = qm.n_groups(), G = std::min(qm.group, n_in);
+  const at::Tensor wq = qm.q.contiguous(), sc = qm.scales.contiguous();
+  const int8_t* w = wq.data_ptr<int8_t>();
+  const float* s = sc.data_ptr<float>();
+  std::vector<int8_t> q(static_cast<size_t>(round_up4(n_in)));
+  std::vector<float> xs(static_cast<size_t>(ng));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    quantize_activations_a8(x + r * ldx, ldx, 1, n_in, qm.group, q.data(), round_up4(n_in), xs.data(), ng);
+    for (int64_t o = 0; o < n_out; ++o) {
+      float acc = 0.f;
+      for (int64_t g = 0; g < ng; ++g) {
+        int32_t is = 0;
+        for (int64_t k = g * G; k < std::min(n_in, (g + 1) * G); ++k)
+          is += static_cast<int32_t>(q[static_cast<size_t>(k)]) * w[o * n_in + k];
+        acc = std::fma(static_cast<float>(is), xs[static_cast<size_t>(g)] * s[o * ng + g], acc);
+      }
+      y[r * ldy + o] = b ? acc + b[o] : acc;
+    }
   }
 }
 

@@ -25,6 +25,21 @@
 // by reading weights: int8 reads 1.125 bytes per weight, int4 0.75, fp32 4); with more rows each panel is
 // dequantized once into an L2-resident buffer and the fp32 tile runs over it (the step is bound by FMAs).
 // Both give the same bits.
+//
+// W8A8 (kQ8A8, model.dtype w8a8): the int8 weights of kQ8 with the activations quantized too, so the inner
+// product is integer (VPDPBUSD where the CPU has AVX512-VNNI, as llama.cpp's q8_0 × q8_0). Its arithmetic,
+// again the same bits on every ISA and for every batch size, is, per activation row r and output o:
+//   per input group g (the weights' `group` inputs; one group when group >= n_in):
+//     xs = amax / 127 with amax = max |x[k]| over the group (xs = 0, all q = 0 when amax == 0),
+//     q[k] = clamp(nearbyint(x[k] · (127 / amax)), −127, 127)            (round half to even)
+//     isum = Σ_k q[k] · wq(o, k)                                          (exact int32)
+//     acc = fma(float(isum), xs · ws(o, g), acc)                          (fp32, groups in order)
+//   y = acc + b[o]
+// gemm_q8a8_ref is its scalar twin on the unpacked QuantizedMatrix. Layout: uint8 [P, n_in4 / 4, 32, 4],
+// n_in4 = n_in rounded up to 4 (zeros), byte t of lane c of chunk j = wq(32p + c, 4j + t) + 128 (VPDPBUSD
+// multiplies unsigned by signed bytes: the weights are the unsigned side, the broadcast activations the
+// signed one, and the 128 · Σq[k] this adds is subtracted per row and group, exactly); fp32 scales
+// [P, n_groups, 32]. The same 1.125 bytes per weight as kQ8. Requires group % 4 == 0 or group >= n_in.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -34,8 +49,8 @@
 
 namespace frost::kernels {
 
-enum class PackFormat { kF32, kBF16, kQ8, kQ4 };
-const char* pack_format_name(PackFormat f);  // "fp32" | "bf16" | "int8" | "int4"
+enum class PackFormat { kF32, kBF16, kQ8, kQ4, kQ8A8 };
+const char* pack_format_name(PackFormat f);  // "fp32" | "bf16" | "int8" | "int4" | "w8a8"
 
 struct PackedMatrix {
   PackFormat format = PackFormat::kF32;
@@ -51,6 +66,17 @@ struct PackedMatrix {
 PackedMatrix pack_matrix(const at::Tensor& w);
 // Packs a quantized matrix (int8 or int4, any group size).
 PackedMatrix pack_quantized(const QuantizedMatrix& qm);
+// Packs an int8 matrix for W8A8 (group % 4 == 0 or group >= n_in).
+PackedMatrix pack_quantized_a8(const QuantizedMatrix& qm);
+
+// W8A8's activation quantization (above), one definition for every variant: rows of x (ldx apart) →
+// q [n_rows, ldq] int8 (the first round_up(n_in, 4) of each row written, zeros past n_in) and
+// scales [n_rows, lds] (the first ceil(n_in / group) of each row); group >= n_in is one group.
+void quantize_activations_a8(const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, int64_t group, int8_t* q,
+                             int64_t ldq, float* scales, int64_t lds);
+// The scalar twin of W8A8 on the unpacked int8 matrix.
+void gemm_q8a8_ref(const QuantizedMatrix& qm, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y,
+                   int64_t ldy);
 
 // y[r, o] for r < n_rows, o < n_out: x rows are ldx floats apart, y rows ldy floats apart; b may be null.
 // Parallel over output panels (and row blocks for large batches) on LibTorch's pool, the tasks claimed

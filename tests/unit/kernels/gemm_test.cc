@@ -1,5 +1,5 @@
 // The packed GEMM of the batched step against its scalar twin: bit-identical, for every shape, batch size,
-// weight format (fp32, bf16, int8 per group and per channel, int4) and every ISA variant this CPU runs
+// weight format (fp32, bf16, int8 per group and per channel, int4, W8A8) and every ISA variant this CPU runs
 // (AVX-512, AVX2, scalar, chosen at run time) — and therefore batch-invariant (a row's output does not
 // depend on the other rows) and the same on every machine.
 #include "kernels/cpu/gemm.h"
@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -188,6 +189,116 @@ TEST(IsaTest, NamesParseAndNarrowingNeverWidensBeyondTheCpu) {
   EXPECT_EQ(active_isa(), Isa::kScalar);
   if (!isa_supported(Isa::kAvx512)) EXPECT_FALSE(set_isa(Isa::kAvx512));
   EXPECT_TRUE(set_isa(before));
+}
+
+// ---- W8A8 (int8 weights × int8 activations, VPDPBUSD where the CPU has AVX512-VNNI) ----
+
+class GemmA8Test : public ::testing::TestWithParam<std::tuple<GemmCase, int64_t, bool>> {};
+
+// Every variant (VNNI, the AVX2 sign trick, scalar) equals gemm_q8a8_ref bit for bit; the ref is the int8
+// product within the activations' quantization error.
+TEST_P(GemmA8Test, EveryIsaIsBitIdenticalToTheScalarTwin) {
+  const auto [c, group, with_bias] = GetParam();
+  at::manual_seed(c.n_out * 5 + c.n_in * 11 + c.n_rows + group);
+  const QuantizedMatrix q = quantize_int8(at::randn({c.n_out, c.n_in}), group);
+  const PackedMatrix pm = pack_quantized_a8(q);
+  EXPECT_EQ(pm.format, PackFormat::kQ8A8);
+  EXPECT_STREQ(pack_format_name(pm.format), "w8a8");
+  const int64_t ldx = c.n_in + 3, ldy = c.n_out + 5;
+  at::Tensor x = at::randn({c.n_rows, ldx});
+  if (c.n_rows > 2) x[1].zero_();  // an all-zero row: scale 0, output = bias
+  const at::Tensor b = at::randn({c.n_out});
+  const float* bp = with_bias ? b.data_ptr<float>() : nullptr;
+  std::vector<float> y_ref(static_cast<size_t>(c.n_rows * ldy), -1.f);
+  gemm_q8a8_ref(q, x.data_ptr<float>(), ldx, c.n_rows, bp, y_ref.data(), ldy);
+  for (Isa isa : isas()) {
+    std::vector<float> y(static_cast<size_t>(c.n_rows * ldy), -1.f);
+    gemm_packed_isa(isa, pm, x.data_ptr<float>(), ldx, c.n_rows, bp, y.data(), ldy);
+    for (int64_t r = 0; r < c.n_rows; ++r)
+      for (int64_t o = 0; o < c.n_out; ++o)
+        ASSERT_EQ(y[static_cast<size_t>(r * ldy + o)], y_ref[static_cast<size_t>(r * ldy + o)])
+            << isa_name(isa) << (cpu_features().avx512_vnni ? " (vnni)" : "") << " group " << group << " row " << r
+            << " col " << o;
+    if (ldy > c.n_out) EXPECT_EQ(y[static_cast<size_t>(c.n_out)], -1.f) << isa_name(isa);
+  }
+  // Against the int8-weight product with fp32 activations: each activation moves by at most half a step
+  // (amax / 254 of its group), so |error| <= Σ_k |w_k| · amax_g / 254 + fp32 rounding.
+  const at::Tensor wd = dequantize(q).to(at::kDouble);
+  at::Tensor xd = x.narrow(1, 0, c.n_in).to(at::kDouble);
+  at::Tensor want = at::mm(xd, wd.t());
+  if (with_bias) want += b.to(at::kDouble);
+  const int64_t G = std::min(q.group, c.n_in);
+  for (int64_t r = 0; r < c.n_rows; ++r)
+    for (int64_t o = 0; o < c.n_out; ++o) {
+      double bound = 1e-5 * std::sqrt(static_cast<double>(c.n_in)) * 4;
+      for (int64_t k0 = 0; k0 < c.n_in; k0 += G) {
+        const int64_t n = std::min(G, c.n_in - k0);
+        const double amax = xd[r].narrow(0, k0, n).abs().max().item<double>();
+        bound += wd[o].narrow(0, k0, n).abs().sum().item<double>() * amax / 254.0 * (1 + 1e-6);
+      }
+      ASSERT_NEAR(y_ref[static_cast<size_t>(r * ldy + o)], want[r][o].item<double>(), bound) << r << " " << o;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmA8Test,
+                         ::testing::Combine(::testing::Values(GemmCase{1, 1, 1}, GemmCase{5, 7, 3},
+                                                              GemmCase{32, 16, 12}, GemmCase{33, 29, 13},
+                                                              GemmCase{100, 64, 1}, GemmCase{70, 48, 31},
+                                                              GemmCase{64, 40, 97}, GemmCase{200, 288, 25}),
+                                            ::testing::Values(int64_t{32}, int64_t{0}, int64_t{8}),
+                                            ::testing::Bool()));
+
+TEST(GemmA8Test2, ARowsResultDoesNotDependOnItsBatch) {
+  // The activations are quantized per row: a row's bits do not depend on the rows beside it.
+  at::manual_seed(6);
+  const int64_t n_out = 96, n_in = 100;
+  const PackedMatrix pm = pack_quantized_a8(quantize_int8(at::randn({n_out, n_in}), 32));
+  const at::Tensor x = at::randn({130, n_in}) * at::rand({130, 1}) * 10;  // rows of very different ranges
+  std::vector<float> all(130 * n_out), one(n_out);
+  gemm_packed(pm, x.data_ptr<float>(), n_in, 130, nullptr, all.data(), n_out);
+  for (int64_t r : {0, 5, 6, 95, 96, 101, 129}) {
+    gemm_packed(pm, x.data_ptr<float>() + r * n_in, n_in, 1, nullptr, one.data(), n_out);
+    EXPECT_EQ(std::memcmp(one.data(), all.data() + r * n_out, n_out * sizeof(float)), 0) << "row " << r;
+  }
+}
+
+TEST(GemmA8Test2, ActivationQuantizationIsSymmetricPerGroupAndPropagatesNaN) {
+  const std::vector<float> x = {0.5f, -1.0f, 0.25f, 0.f, 3.0f, -0.03f, 1.5f, 0.f, 0.f, 0.f};
+  std::vector<int8_t> q(12, 99);
+  std::vector<float> s(3, -1.f);
+  quantize_activations_a8(x.data(), 10, 1, 10, 4, q.data(), 12, s.data(), 3);
+  // group 0: amax 1 → step 1/127
+  EXPECT_FLOAT_EQ(s[0], 1.0f / 127.f);
+  EXPECT_EQ(q[0], 64);  // 63.5 rounds half to even
+  EXPECT_EQ(q[1], -127);
+  EXPECT_EQ(q[2], 32);  // 31.75
+  EXPECT_EQ(q[3], 0);
+  // group 1: amax 3
+  EXPECT_EQ(q[4], 127);
+  EXPECT_EQ(q[5], -1);  // -1.27
+  EXPECT_EQ(q[6], 64);  // 63.5 → even
+  // group 2 (two inputs): all zero → scale 0; padding to 12 is zero
+  EXPECT_EQ(s[2], 0.f);
+  for (int k = 8; k < 12; ++k) EXPECT_EQ(q[static_cast<size_t>(k)], 0) << k;
+  // A NaN or infinity makes its group's outputs NaN, as with fp32 activations.
+  std::vector<float> bad = x;
+  bad[5] = std::numeric_limits<float>::infinity();
+  quantize_activations_a8(bad.data(), 10, 1, 10, 4, q.data(), 12, s.data(), 3);
+  EXPECT_TRUE(std::isnan(s[1]));
+  EXPECT_FALSE(std::isnan(s[0]));
+  const QuantizedMatrix w = quantize_int8(at::randn({3, 10}), 0);
+  const PackedMatrix pm = pack_quantized_a8(w);
+  std::vector<float> y(3);
+  for (Isa isa : isas()) {
+    gemm_packed_isa(isa, pm, bad.data(), 10, 1, nullptr, y.data(), 3);
+    for (float v : y) EXPECT_TRUE(std::isnan(v)) << isa_name(isa);
+  }
+}
+
+TEST(GemmA8Test2, RefusesWhatItCannotPack) {
+  EXPECT_THROW(pack_quantized_a8(quantize_int4(at::randn({4, 8}), 4)), c10::Error);       // not int8
+  EXPECT_THROW(pack_quantized_a8(quantize_int8(at::randn({4, 12}), 6)), c10::Error);     // group % 4 != 0
+  EXPECT_NO_THROW(pack_quantized_a8(quantize_int8(at::randn({4, 6}), 6)));               // one group: fine
 }
 
 TEST(GemmPackedTest2, RefusesWhatItCannotPack) {

@@ -60,6 +60,8 @@ std::vector<ModelCase> model_cases() {
           {"gpt2_ra_sba_router_ctx", "builtin:tiny-gpt2", false, sba_and_more()},
           {"llama_gqa_bf16", "builtin:tiny", false, {}, at::kBFloat16},
           {"llama_gqa_int8", "builtin:tiny", false, {}, at::kFloat, WeightDtype::kInt8},
+          // int8 activations too: quantized per row, so still batch-invariant bit for bit
+          {"gpt2_ra_sba_router_ctx_w8a8", "builtin:tiny-gpt2", false, sba_and_more(), at::kFloat, WeightDtype::kW8A8},
           {"gpt2_ra_sba_router_ctx_int4", "builtin:tiny-gpt2", false, sba_and_more(), at::kFloat, WeightDtype::kInt4}};
 }
 

@@ -6,7 +6,10 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "core/model/model_loader.h"
 #include "tests/testing/test_util.h"
@@ -165,6 +168,49 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"builtin:tiny-gpt2", WeightDtype::kInt4, KvCodecKind::kInt8},
                       Case{"builtin:tiny", WeightDtype::kInt4, KvCodecKind::kInt4}),
     case_name);
+
+// w8a8 (int8 weights and int8 activations): its reference is the int8 model (the same dequantized matrices,
+// fp32 activations); the fast path quantizes each activation row per 32 inputs. Tolerance stated against
+// the logits' own spread, and greedy decoding must agree on nearly every position.
+TEST(W8A8Test, DecodeStaysCloseToTheInt8Model) {
+  c10::InferenceMode im;
+  LoadOptions o8, oa8;
+  o8.dtype = WeightDtype::kInt8;
+  oa8.dtype = WeightDtype::kW8A8;
+  for (const char* name : {"builtin:tiny", "builtin:tiny-gpt2"}) {
+    SCOPED_TRACE(name);
+    auto m8 = load_model(name, o8), ma8 = load_model(name, oa8);
+    ASSERT_TRUE(m8.ok() && ma8.ok());
+    const Transformer &t8 = *(*m8)->model, &ta8 = *(*ma8)->model;
+    EXPECT_EQ(ta8.weight_format(), WeightDtype::kW8A8);
+    EXPECT_EQ(ta8.packed_weight_bytes(), t8.packed_weight_bytes());  // the same 1.125 bytes per weight
+    const int64_t T = 40, V = (*m8)->config.n_vocab;
+    SequenceKv kv8(t8.kv_spec(T, KvCodecKind::kF32)), kva8(ta8.kv_spec(T, KvCodecKind::kF32));
+    DecodeScratch s8 = t8.make_scratch(T), sa8 = ta8.make_scratch(T);
+    double worst = 0, spread = 0;
+    int agree = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t tok = static_cast<int32_t>((t * 37 + 11) % V);
+      const float* l8 = t8.decode_step(tok, kv8, s8);
+      std::vector<float> a(l8, l8 + V);
+      const float* la8 = ta8.decode_step(tok, kva8, sa8);
+      const std::vector<float> b(la8, la8 + V);
+      double lo = a[0], hi = a[0];
+      for (int64_t v = 0; v < V; ++v) {
+        worst = std::max(worst, static_cast<double>(std::fabs(a[v] - b[v])));
+        lo = std::min<double>(lo, a[v]);
+        hi = std::max<double>(hi, a[v]);
+      }
+      spread = std::max(spread, hi - lo);
+      agree += std::max_element(a.begin(), a.end()) == a.begin() + (std::max_element(b.begin(), b.end()) - b.begin());
+    }
+    std::fprintf(stderr, "%s w8a8 vs int8: max |logit diff| %.3g, logit range %.3g, greedy agreement %d/%lld\n",
+                 name, worst, spread, agree, static_cast<long long>(T));
+    EXPECT_GT(worst, 0.0);              // the activations really are quantized
+    EXPECT_LE(worst, 0.02 * spread);    // within 2% of the logits' range
+    EXPECT_GE(agree, T - 2);
+  }
+}
 
 TEST(BuiltinModelsTest, ShapesAndDeterminism) {
   auto a = load_model("builtin:15m");

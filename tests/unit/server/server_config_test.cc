@@ -282,7 +282,7 @@ TEST(ServerConfigTest, RejectsUnknownEnumValues) {
   EXPECT_INVALID(parse_status("engine:\n  kv_codec: FP16\n"),
                  "engine.kv_codec: unknown value \"FP16\" (expected fp32|fp16|bf16|int8|int4|kvsplice)");
   EXPECT_INVALID(parse_status("model:\n  dtype: fp16\n"),
-                 "model.dtype: unknown value \"fp16\" (expected fp32|bf16|int8|int4)");
+                 "model.dtype: unknown value \"fp16\" (expected fp32|bf16|int8|int4|w8a8)");
   EXPECT_INVALID(parse_status("model:\n  kernels: avx1024\n"),
                  "model.kernels: unknown value \"avx1024\" (expected auto|avx512|avx2|scalar)");
   EXPECT_INVALID(parse_status("log:\n  level: verbose\n"),
