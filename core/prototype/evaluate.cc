@@ -198,18 +198,19 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
   if (verdict.trails) out["warnings"] = nlohmann::json::array({verdict.text});
   // What training measured on its held-out rows (val_fraction): Stage A's and Stage B's head, the
   // probe alone, and what Predict serves on top of the probe, chosen from them (mode, s, c).
-  auto residual_mode = [&](const nlohmann::json& r) -> std::string {
-    if (!trainer->net()->has_probe()) return "none";
-    const auto it = r.find("val_stage_b");
-    return it != r.end() && it->is_object() ? it->value("mode", "probe") : "probe";
-  };
+  // The mode as the net serves it (without held-out rows nothing was chosen: s stays 1, the residual).
+  const PrototypeNet& net = *trainer->net();
+  const char* mode = !net.has_probe()              ? "none"
+                     : net.probe_offset() != 0.0 ? "level"
+                     : net.probe_scale() != 0.0  ? "residual"
+                                                 : "probe";
   out["validation"] = {{"n_val", trainer->report().value("n_val", 0)},
                        {"probe", trainer->report().value("probe", nlohmann::json())},
                        {"stage_a", trainer->report().value("val_stage_a", nlohmann::json())},
                        {"stage_b", trainer->report().value("val_stage_b", nlohmann::json())},
-                       {"mode", residual_mode(trainer->report())},
-                       {"scale", trainer->net()->probe_scale()},
-                       {"offset", trainer->net()->probe_offset()}};
+                       {"mode", mode},
+                       {"scale", net.probe_scale()},
+                       {"offset", net.probe_offset()}};
   out["rlcs"] = {{"k", trainer->config().rlcs_k},
                  {"refined_mae", head_m.mae},
                  {"unrefined_mae", metrics["prototype_unrefined"]["mae"]},

@@ -144,6 +144,9 @@ TEST(PrototypeE2E, SmallConfigOnEmobankBeatsTheTrainMean) {
   EXPECT_GT(m["prototype"]["spearman"].get<double>(), 0.1) << res->dump();
   EXPECT_EQ((*res)["n_train"].get<int64_t>(), 7925);
   EXPECT_EQ((*res)["n_test"].get<int64_t>(), 1981);
+  // The report names what the served head does, as chosen on the held-out rows.
+  const auto& v = (*res)["validation"];
+  EXPECT_EQ(v["mode"], v["stage_b"]["mode"]) << v.dump();
 }
 
 }  // namespace
