@@ -19,7 +19,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "bench/bench_util.h"
 #include "core/common/device.h"
 #include "core/model/quantize.h"
+#include "core/train/train_util.h"
 #include "kernels/cpu/isa.h"
 
 namespace frost::bench {
@@ -93,19 +93,7 @@ int run_weights_bench(int argc, char** argv) {
     at::Tensor ref_logp;
     for (size_t i = 0; i < vs.size(); ++i) {
       Variant& v = vs[i];
-      const Transformer& m = *v.model->model;
-      SequenceKv kv(m.kv_spec(static_cast<int64_t>(w.size()), KvCodecKind::kF32));
-      at::Tensor logits;
-      if (v.opts.dtype == WeightDtype::kW8A8) {
-        DecodeScratch s = m.make_scratch(static_cast<int64_t>(w.size()));
-        logits = at::empty({T, m.config().n_vocab});
-        for (int64_t t = 0; t < T; ++t) {
-          const float* l = m.decode_step(static_cast<int32_t>(w[static_cast<size_t>(t)]), kv, s);
-          std::memcpy(logits[t].data_ptr<float>(), l, static_cast<size_t>(m.config().n_vocab) * sizeof(float));
-        }
-      } else {
-        logits = m.forward(ids, kv).narrow(0, 0, T);
-      }
+      const at::Tensor logits = window_logits_as_served(*v.model->model, w).narrow(0, 0, T);
       const at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
       if (i == 0) ref_logp = logp;
       v.nll -= logp.gather(1, next.unsqueeze(1)).sum().item<double>();

@@ -359,6 +359,20 @@ at::Tensor window_logprobs(const Transformer& model, const TokenWindow& w, KvCod
   return at::log_softmax(logits, -1);
 }
 
+at::Tensor window_logits_as_served(const Transformer& model, const TokenWindow& w) {
+  const int64_t n = static_cast<int64_t>(w.size()), V = model.config().n_vocab;
+  SequenceKv kv(model.kv_spec(n, KvCodecKind::kF32));
+  if (model.weight_format() != WeightDtype::kW8A8)
+    return model.forward(at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong), kv);
+  DecodeScratch scratch = model.make_scratch(n);
+  at::Tensor logits = at::empty({n, V});
+  for (int64_t t = 0; t < n; ++t) {
+    const float* l = model.decode_step(w[static_cast<size_t>(t)], kv, scratch);
+    std::copy(l, l + V, logits[t].data_ptr<float>());
+  }
+  return logits;
+}
+
 at::Tensor mean_kl(const at::Tensor& logp, const at::Tensor& logq) {
   return (logp.exp() * (logp - logq)).sum(-1).mean();
 }

@@ -57,6 +57,11 @@ at::Tensor window_logprobs(const Transformer& model, const TokenWindow& w, KvCod
                            const KvStages& stages, KvTaps* taps_out = nullptr,
                            std::shared_ptr<const KvSpliceSet> splice = nullptr);
 
+// Next-token logits [w.size(), V] of `model` over `w` (fp32 KV) as its weight format serves them: the
+// reference path (forward) for every format but w8a8, whose int8 activations exist only on the fast path
+// (the packed GEMM), so there decode_step runs token by token. For scoring formats against each other.
+at::Tensor window_logits_as_served(const Transformer& model, const TokenWindow& w);
+
 // mean over positions of KL(p ‖ q) from log-probabilities [T, V].
 at::Tensor mean_kl(const at::Tensor& logp, const at::Tensor& logq);
 

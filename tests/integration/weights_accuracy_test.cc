@@ -8,7 +8,6 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/model/model_loader.h"
@@ -30,18 +29,7 @@ Score score(const LoadedModel& ref, const LoadedModel& m, const std::vector<Toke
     const at::Tensor ids = at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong);
     const int64_t T = ids.size(0) - 1;
     auto logp = [&](const LoadedModel& lm) {
-      const Transformer& tf = *lm.model;
-      SequenceKv kv(tf.kv_spec(ids.size(0), KvCodecKind::kF32));
-      if (tf.weight_format() != WeightDtype::kW8A8)
-        return at::log_softmax(tf.forward(ids, kv).narrow(0, 0, T).to(at::kDouble), -1);
-      DecodeScratch s = tf.make_scratch(ids.size(0));
-      const int64_t V = tf.config().n_vocab;
-      at::Tensor logits = at::empty({T, V});
-      for (int64_t t = 0; t < T; ++t) {
-        const float* l = tf.decode_step(static_cast<int32_t>(w[static_cast<size_t>(t)]), kv, s);
-        std::copy(l, l + V, logits[t].data_ptr<float>());
-      }
-      return at::log_softmax(logits.to(at::kDouble), -1);
+      return at::log_softmax(window_logits_as_served(*lm.model, w).narrow(0, 0, T).to(at::kDouble), -1);
     };
     const at::Tensor r = logp(ref), q = logp(m);
     nll -= q.gather(1, ids.narrow(0, 1, T).unsqueeze(1)).sum().item<double>();
