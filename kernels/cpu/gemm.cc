@@ -521,25 +521,6 @@ struct ScalarIsa {
   }
 };
 
-struct ScalarA8 {
-  static void run_a8(const Panel& p, const ActA8& a, int64_t n_in4, int64_t nr, const float* b, float* y, int64_t ldy,
-                     int64_t nc) {
-    scalar::panel_rows_a8(p, a, nr, n_in4, b, y, ldy, nc);
-  }
-};
-struct Avx2A8 {
-  static void run_a8(const Panel& p, const ActA8& a, int64_t n_in4, int64_t nr, const float* b, float* y, int64_t ldy,
-                     int64_t nc) {
-    avx2::panel_rows_a8(p, a, nr, n_in4, b, y, ldy, nc);
-  }
-};
-struct Avx512A8 {  // VNNI only: an AVX-512 CPU without it runs Avx2A8 (gemm_packed_isa)
-  static void run_a8(const Panel& p, const ActA8& a, int64_t n_in4, int64_t nr, const float* b, float* y, int64_t ldy,
-                     int64_t nc) {
-    avx512::panel_rows_a8(p, a, nr, n_in4, b, y, ldy, nc);
-  }
-};
-
 struct Avx512Isa {
   static void run(const PackedMatrix& w, const Panel& p, const float* x, int64_t ldx, int64_t nr, const float* b,
                   float* y, int64_t ldy, int64_t nc) {
@@ -631,10 +612,11 @@ void gemm(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, co
 }
 
 // W8A8: the rows are quantized once (on the calling thread, into its reused buffers), then every panel task
-// reads them.
-template <class I>
-void gemm_a8(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b, float* y,
-             int64_t ldy) {
+// runs `panel_rows` (one ISA's panel_rows_a8) over them.
+using PanelRowsA8 = void (*)(const Panel&, const ActA8&, int64_t n_rows, int64_t n_in4, const float* b, float* y,
+                             int64_t ldy, int64_t n_cols);
+void gemm_a8(PanelRowsA8 panel_rows, const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows,
+             const float* b, float* y, int64_t ldy) {
   const int64_t n_in4 = round_up4(w.n_in), n_groups = w.scales.size(1);
   thread_local std::vector<int8_t> qbuf;
   thread_local std::vector<float> sbuf;
@@ -655,7 +637,7 @@ void gemm_a8(const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows,
   const ActA8 act{qbuf.data(), n_in4, sbuf.data(), cbuf.data(), n_groups};
   for_panels(w, n_rows, [&](int64_t p, int64_t r0, int64_t nr) {
     const int64_t c0 = p * kPanel, nc = std::min(kPanel, w.n_out - c0);
-    I::run_a8(panel_of(w, p), act.at_row(r0), n_in4, nr, b ? b + c0 : nullptr, y + r0 * ldy + c0, ldy, nc);
+    panel_rows(panel_of(w, p), act.at_row(r0), nr, n_in4, b ? b + c0 : nullptr, y + r0 * ldy + c0, ldy, nc);
   });
 }
 
@@ -728,10 +710,11 @@ void gemm_packed_isa(Isa isa, const PackedMatrix& w, const float* x, int64_t ldx
   TORCH_CHECK(w.defined() && ldx >= w.n_in && ldy >= w.n_out && n_rows >= 0, "gemm_packed: bad shapes");
   TORCH_CHECK(isa_supported(isa), "gemm_packed: this CPU cannot run the ", isa_name(isa), " kernels");
   if (n_rows == 0) return;
-  if (w.format == PackFormat::kQ8A8) {
-    if (isa == Isa::kAvx512 && cpu_features().avx512_vnni) return gemm_a8<Avx512A8>(w, x, ldx, n_rows, b, y, ldy);
-    if (isa != Isa::kScalar) return gemm_a8<Avx2A8>(w, x, ldx, n_rows, b, y, ldy);
-    return gemm_a8<ScalarA8>(w, x, ldx, n_rows, b, y, ldy);
+  if (w.format == PackFormat::kQ8A8) {  // VPDPBUSD needs VNNI: an AVX-512 CPU without it runs the AVX2 kernel
+    const PanelRowsA8 rows = isa == Isa::kAvx512 && cpu_features().avx512_vnni ? avx512::panel_rows_a8
+                             : isa != Isa::kScalar                            ? avx2::panel_rows_a8
+                                                                              : scalar::panel_rows_a8;
+    return gemm_a8(rows, w, x, ldx, n_rows, b, y, ldy);
   }
   switch (isa) {
     case Isa::kAvx512:
