@@ -5,13 +5,13 @@
 //                 [--metrics-addr HOST:PORT] [--temperature X] [--seed S] [--timeout SECONDS]
 //                 [--wait-ready SECONDS] [--json]
 //
-// N client threads, each with its own channel (its own HTTP/2 connection, like N independent users),
-// run frost.v1.Generation/Generate calls back to back until M measured requests are done, after K
-// warm-up requests that are not measured. Every request sets sampling.ignore_eos so it generates
-// exactly T tokens, and the stream is checked for that. Per request, on the client: time to first
-// token (first chunk carrying a token id), inter-token latency, end-to-end latency, tokens received
-// and the final status code. Non-OK statuses are counted by code name; exit status 1 when any
-// request failed or returned a wrong stream, 2 on a usage error, 0 otherwise.
+// N lanes, each with its own channel (its own HTTP/2 connection, like N independent users), driven by one
+// thread through gRPC's completion queue, run frost.v1.Generation/Generate calls back to back until M
+// measured requests are done, after K warm-up requests that are not measured. Every request sets
+// sampling.ignore_eos so it generates exactly T tokens, and the stream is checked for that. Per request, on
+// the client: time to first token (first chunk carrying a token id), inter-token latency, end-to-end latency,
+// tokens received and the final status code. Non-OK statuses are counted by code name; exit status 1 when
+// any request failed or returned a wrong stream, 2 on a usage error, 0 otherwise.
 //
 // --prompt-ids N: prompts are N synthetic token ids (distinct per request) instead of --prompt text;
 // --shared-prefix P puts the same P ids in front of every one of them (a system prompt: what prefix
@@ -33,13 +33,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -170,7 +168,7 @@ std::string code_name(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
-// Every client thread gets its own connection: channels with equal arguments otherwise share one
+// Every lane gets its own connection: channels with equal arguments otherwise share one
 // subchannel (one TCP connection) process-wide, and N users would then contend on one HTTP/2
 // connection's flow control and one server-side transport, which real clients would not.
 std::shared_ptr<grpc::Channel> make_channel(const std::string& addr) {
@@ -221,105 +219,169 @@ struct RequestResult {
   std::vector<double> itl_s;
 };
 
-RequestResult run_one(frost::v1::Generation::Stub* stub, const frost::v1::GenerateRequest& req,
-                      const Options& o) {
-  RequestResult r;
-  const int64_t want = req.sampling().max_new_tokens();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                       std::chrono::duration<double>(o.timeout_s)));
-  const Clock::time_point t0 = Clock::now();
-  Clock::time_point first, last;
-  std::unique_ptr<grpc::ClientReader<frost::v1::GenerateResponse>> reader = stub->Generate(&ctx, req);
-  frost::v1::GenerateResponse resp;
-  int n_final = 0;
-  bool chunk_after_final = false;
-  std::optional<frost::v1::Final> final;
-  while (reader->Read(&resp)) {
-    const Clock::time_point now = Clock::now();
+// One request's stream as the client sees it, message by message: the same accounting for the blocking
+// client (run_one) and the completion-queue one (run_phase).
+class StreamTally {
+ public:
+  StreamTally(int64_t want, Clock::time_point t0) : want_(want), t0_(t0) {}
+
+  void on_message(const frost::v1::GenerateResponse& resp, Clock::time_point now) {
     if (resp.has_final()) {
-      ++n_final;
-      final = resp.final();
-      continue;
+      ++n_final_;
+      final_ = resp.final();
+      return;
     }
-    if (!resp.has_chunk()) continue;
-    if (n_final > 0) chunk_after_final = true;
+    if (!resp.has_chunk()) return;
+    if (n_final_ > 0) chunk_after_final_ = true;
     const int k = resp.chunk().token_ids_size();
-    if (k == 0) continue;  // text-only chunks do not exist today; they would carry no token timing
-    if (r.tokens == 0) {
-      first = now;
-      r.ttft_s = seconds(now - t0);
+    if (k == 0) return;  // text-only chunks do not exist today; they would carry no token timing
+    if (r_.tokens == 0) {
+      first_ = now;
+      r_.ttft_s = seconds(now - t0_);
     } else {
-      const double gap = seconds(now - last) / k;
-      r.itl_s.insert(r.itl_s.end(), static_cast<size_t>(k), gap);
+      const double gap = seconds(now - last_) / k;
+      r_.itl_s.insert(r_.itl_s.end(), static_cast<size_t>(k), gap);
     }
-    last = now;
-    r.tokens += k;
-    ++r.chunks;
+    last_ = now;
+    r_.tokens += k;
+    ++r_.chunks;
   }
-  const grpc::Status st = reader->Finish();
-  r.e2e_s = seconds(Clock::now() - t0);
-  r.code = st.error_code();
-  if (r.tokens > 0) r.decode_s = seconds(last - first);
-  if (final.has_value()) {
-    r.prompt_tokens = final->prompt_tokens();
-    r.server_queue_s = final->timings().queue_s();
-    r.server_ttft_s = final->timings().time_to_first_token_s();
-    r.server_decode_tps = final->timings().decode_tokens_per_s();
+
+  RequestResult finish(const grpc::Status& st, Clock::time_point now) {
+    RequestResult r = std::move(r_);
+    r.e2e_s = seconds(now - t0_);
+    r.code = st.error_code();
+    if (r.tokens > 0) r.decode_s = seconds(last_ - first_);
+    if (final_.has_value()) {
+      r.prompt_tokens = final_->prompt_tokens();
+      r.server_queue_s = final_->timings().queue_s();
+      r.server_ttft_s = final_->timings().time_to_first_token_s();
+      r.server_decode_tps = final_->timings().decode_tokens_per_s();
+    }
+    if (!st.ok()) {
+      r.error = code_name(st.error_code()) + ": " + st.error_message();
+    } else if (n_final_ != 1 || chunk_after_final_) {
+      r.error = "stream has " + std::to_string(n_final_) + " final messages" +
+                (chunk_after_final_ ? " and chunks after one" : "");
+    } else if (r.tokens != want_ || final_->completion_tokens() != want_) {
+      r.error = "expected " + std::to_string(want_) + " tokens with ignore_eos, received " +
+                std::to_string(r.tokens) +
+                ", final.completion_tokens=" + std::to_string(final_->completion_tokens());
+    } else if (final_->finish_reason() != frost::v1::FINISH_REASON_LENGTH) {
+      r.error = "finish_reason " + frost::v1::FinishReason_Name(final_->finish_reason()) +
+                ", expected FINISH_REASON_LENGTH";
+    } else {
+      r.valid = true;
+    }
+    return r;
   }
-  if (!st.ok()) {
-    r.error = code_name(st.error_code()) + ": " + st.error_message();
-  } else if (n_final != 1 || chunk_after_final) {
-    r.error = "stream has " + std::to_string(n_final) + " final messages" +
-              (chunk_after_final ? " and chunks after one" : "");
-  } else if (r.tokens != want || final->completion_tokens() != want) {
-    r.error = "expected " + std::to_string(want) + " tokens with ignore_eos, received " +
-              std::to_string(r.tokens) +
-              ", final.completion_tokens=" + std::to_string(final->completion_tokens());
-  } else if (final->finish_reason() != frost::v1::FINISH_REASON_LENGTH) {
-    r.error = "finish_reason " + frost::v1::FinishReason_Name(final->finish_reason()) +
-              ", expected FINISH_REASON_LENGTH";
-  } else {
-    r.valid = true;
-  }
-  return r;
+
+ private:
+  const int64_t want_;
+  const Clock::time_point t0_;
+  Clock::time_point first_, last_;
+  RequestResult r_;
+  int n_final_ = 0;
+  bool chunk_after_final_ = false;
+  std::optional<frost::v1::Final> final_;
+};
+
+void set_deadline(grpc::ClientContext* ctx, double timeout_s) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                        std::chrono::duration<double>(timeout_s)));
 }
 
-// Runs `count` requests (ids first_index, first_index + 1, ...) on min(concurrency, count) threads,
-// each request starting as soon as its thread's previous one ends. All threads start together; the
-// returned wall time runs from that start to the end of the last request.
+// One request on a blocking stub (the readiness probe and the background client).
+RequestResult run_one(frost::v1::Generation::Stub* stub, const frost::v1::GenerateRequest& req,
+                      const Options& o) {
+  grpc::ClientContext ctx;
+  set_deadline(&ctx, o.timeout_s);
+  StreamTally tally(req.sampling().max_new_tokens(), Clock::now());
+  std::unique_ptr<grpc::ClientReader<frost::v1::GenerateResponse>> reader = stub->Generate(&ctx, req);
+  frost::v1::GenerateResponse resp;
+  while (reader->Read(&resp)) tally.on_message(resp, Clock::now());
+  const grpc::Status st = reader->Finish();
+  return tally.finish(st, Clock::now());
+}
+
+// Runs `count` requests (ids first_index, first_index + 1, ...) on min(concurrency, count) lanes: a lane is
+// one channel carrying one request at a time, the next starting as soon as the previous ends. All lanes start
+// together; the returned wall time runs from that start to the end of the last request.
+//
+// Every lane is driven from this thread through one completion queue (gRPC's async API), not a thread per
+// lane: the client shares the server's cores in `make bench-serve`, and 32 blocking reader threads cost it
+// ~55 µs of CPU per token (a wake-up and a context switch per message), which the server then lacks. Here one
+// wake-up drains every message that arrived together (one engine step delivers a token to each stream at
+// once). A message's time is taken when this thread dequeues it: at most the handling of the messages ahead
+// of it in the same wake-up (a few µs each) late.
 std::vector<RequestResult> run_phase(const Options& o, int first_index, int count,
                                      const std::vector<std::unique_ptr<frost::v1::Generation::Stub>>& stubs,
                                      double* wall_s) {
+  enum class Op { kStart, kRead, kFinish };
+  struct Lane {
+    frost::v1::Generation::Stub* stub = nullptr;
+    int index = -1;  // the request's slot in `results`
+    Op op = Op::kStart;
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientAsyncReader<frost::v1::GenerateResponse>> reader;
+    frost::v1::GenerateResponse resp;
+    grpc::Status status;
+    std::optional<StreamTally> tally;
+  };
   std::vector<RequestResult> results(static_cast<size_t>(count));
-  std::atomic<int> next{0};
-  std::mutex mu;
-  std::condition_variable cv;
-  bool go = false;
-  const int n_threads = std::min(o.concurrency, count);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < n_threads; ++t) {
-    threads.emplace_back([&, t] {
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return go; });
-      }
-      for (int i; (i = next.fetch_add(1)) < count;) {
-        results[static_cast<size_t>(i)] =
-            run_one(stubs[static_cast<size_t>(t)].get(),
-                    make_request(o, "loadgen-", first_index + i, o.max_tokens), o);
-      }
-    });
-  }
+  grpc::CompletionQueue cq;
+  int next = 0, active = 0;
+  // Starts the lane's next request; false when none is left.
+  auto start = [&](Lane& l) {
+    if (next >= count) return false;
+    l.index = next++;
+    const frost::v1::GenerateRequest req = make_request(o, "loadgen-", first_index + l.index, o.max_tokens);
+    l.ctx = std::make_unique<grpc::ClientContext>();
+    set_deadline(l.ctx.get(), o.timeout_s);
+    l.tally.emplace(req.sampling().max_new_tokens(), Clock::now());
+    l.reader = l.stub->PrepareAsyncGenerate(l.ctx.get(), req, &cq);
+    l.op = Op::kStart;
+    l.reader->StartCall(&l);
+    ++active;
+    return true;
+  };
+  std::vector<Lane> lanes(static_cast<size_t>(std::min(o.concurrency, count)));
   const Clock::time_point t0 = Clock::now();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    go = true;
+  for (size_t t = 0; t < lanes.size(); ++t) {
+    lanes[t].stub = stubs[t].get();
+    start(lanes[t]);
   }
-  cv.notify_all();
-  for (std::thread& th : threads) th.join();
+  void* tag = nullptr;
+  bool ok = false;
+  while (active > 0 && cq.Next(&tag, &ok)) {
+    Lane& l = *static_cast<Lane*>(tag);
+    const Clock::time_point now = Clock::now();
+    switch (l.op) {
+      case Op::kStart:  // not ok: the call could not start; Finish says why
+      case Op::kRead:
+        if (l.op == Op::kRead && ok) l.tally->on_message(l.resp, now);
+        if (ok) {
+          l.op = Op::kRead;
+          l.reader->Read(&l.resp, &l);
+        } else {  // the stream ended
+          l.op = Op::kFinish;
+          l.reader->Finish(&l.status, &l);
+        }
+        break;
+      case Op::kFinish:
+        results[static_cast<size_t>(l.index)] = l.tally->finish(l.status, now);
+        --active;
+        l.reader.reset();
+        l.ctx.reset();
+        start(l);
+        break;
+    }
+  }
   *wall_s = seconds(Clock::now() - t0);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
   return results;
 }
 
