@@ -150,6 +150,9 @@ double read_bandwidth(int threads) {
 }
 
 int main(int argc, char** argv) {
+  // As frostd (server/main.cc): Abseil's debug-build lock-order detection off, so the in-process engine is
+  // measured as it serves.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (argc < 2) usage("missing mode");
   const std::string mode = argv[1];
   if (mode == "--help" || mode == "-h") help();
