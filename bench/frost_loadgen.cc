@@ -1,6 +1,7 @@
 // frost-loadgen: serving load benchmark against a running frostd, printing one JSON object.
 //
-//   frost-loadgen [--addr HOST:PORT] [--concurrency N] [--requests M] [--warmup K] [--max-tokens T]
+//   frost-loadgen [--addr HOST:PORT] [--concurrency N] [--connections C] [--requests M] [--warmup K]
+//                 [--max-tokens T]
 //                 [--prompt TEXT | --prompt-ids N [--shared-prefix P]] [--background-prompt B]
 //                 [--metrics-addr HOST:PORT] [--temperature X] [--seed S] [--timeout SECONDS]
 //                 [--wait-ready SECONDS] [--json]
@@ -12,6 +13,10 @@
 // the client: time to first token (first chunk carrying a token id), inter-token latency, end-to-end latency,
 // tokens received and the final status code. Non-OK statuses are counted by code name; exit status 1 when
 // any request failed or returned a wrong stream, 2 on a usage error, 0 otherwise.
+//
+// --connections C (1..N, default N): the lanes share C channels, lane i on channel i mod C — N users each on
+// their own connection (the default), or an application server's gRPC channel / a proxy multiplexing many
+// users' calls onto one HTTP/2 connection (C = 1).
 //
 // --prompt-ids N: prompts are N synthetic token ids (distinct per request) instead of --prompt text;
 // --shared-prefix P puts the same P ids in front of every one of them (a system prompt: what prefix
@@ -56,7 +61,7 @@ using Clock = std::chrono::steady_clock;
 using frost::bench::percentile;
 
 constexpr char kUsage[] =
-    "usage: frost-loadgen [--addr HOST:PORT] [--concurrency N] [--requests M] [--warmup K] "
+    "usage: frost-loadgen [--addr HOST:PORT] [--concurrency N] [--connections C] [--requests M] [--warmup K] "
     "[--max-tokens T] [--prompt TEXT | --prompt-ids N [--shared-prefix P]] [--background-prompt B] "
     "[--metrics-addr HOST:PORT] [--temperature X] [--seed S] [--timeout SECONDS] [--wait-ready SECONDS] "
     "[--json]\n";
@@ -72,6 +77,7 @@ constexpr size_t kMaxErrorMessages = 10;
 struct Options {
   std::string addr = "localhost:50051";
   int concurrency = 1;
+  int connections = 0;  // 0: one per lane
   int requests = 64;
   int warmup = 0;
   int max_tokens = 128;
@@ -105,6 +111,7 @@ Options parse_flags(int argc, char** argv) {
       frost::cli::switch_flag("-h", help),
       frost::cli::string_flag("--addr", [&](const std::string& v) { o.addr = v; }),
       frost::cli::int32_flag("--concurrency", 1, [&](int32_t v) { o.concurrency = v; }),
+      frost::cli::int32_flag("--connections", 1, [&](int32_t v) { o.connections = v; }),
       frost::cli::int32_flag("--requests", 1, [&](int32_t v) { o.requests = v; }),
       frost::cli::int32_flag("--warmup", 0, [&](int32_t v) { o.warmup = v; }),
       frost::cli::int32_flag("--max-tokens", 1, [&](int32_t v) { o.max_tokens = v; }),
@@ -137,6 +144,10 @@ Options parse_flags(int argc, char** argv) {
   if (!positional.ok()) usage(std::string(positional.status().message()));
   if (!positional->empty()) usage("bad argument '" + positional->front() + "'");
   if (o.shared_prefix > 0 && o.prompt_ids == 0) usage("--shared-prefix needs --prompt-ids");
+  if (o.connections > o.concurrency)
+    usage("--connections must be <= --concurrency (" + std::to_string(o.concurrency) + "), got " +
+          std::to_string(o.connections));
+  if (o.connections == 0) o.connections = o.concurrency;
   return o;
 }
 
@@ -168,7 +179,7 @@ std::string code_name(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
-// Every lane gets its own connection: channels with equal arguments otherwise share one
+// Every channel gets its own connection: channels with equal arguments otherwise share one
 // subchannel (one TCP connection) process-wide, and N users would then contend on one HTTP/2
 // connection's flow control and one server-side transport, which real clients would not.
 std::shared_ptr<grpc::Channel> make_channel(const std::string& addr) {
@@ -494,10 +505,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<frost::v1::Generation::Stub>> stubs;
-  for (int t = 0; t < o.concurrency; ++t) {
-    channels.push_back(make_channel(o.addr));
-    stubs.push_back(frost::v1::Generation::NewStub(channels.back()));
-  }
+  for (int t = 0; t < o.connections; ++t) channels.push_back(make_channel(o.addr));
+  for (int t = 0; t < o.concurrency; ++t)
+    stubs.push_back(frost::v1::Generation::NewStub(channels[static_cast<size_t>(t % o.connections)]));
 
   if (o.wait_ready_s > 0) {
     std::string error;
@@ -595,6 +605,7 @@ int main(int argc, char** argv) {
   out["bench"] = "serve";
   out["settings"] = {{"addr", o.addr},
                      {"concurrency", o.concurrency},
+                     {"connections", o.connections},
                      {"requests", o.requests},
                      {"warmup", o.warmup},
                      {"max_tokens", o.max_tokens},
