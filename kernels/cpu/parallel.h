@@ -29,4 +29,26 @@ void parallel_tasks(int64_t n, Fn&& fn) {
   });
 }
 
+// As parallel_tasks, but each thread claims its next task before it runs the current one and fn(i, next)
+// learns it (-1: none), so it can prefetch what it will read next (the packed GEMM pulls its next weight
+// panel into L2). Still dynamic: only the claim moves one task earlier, so a descheduled thread holds up at
+// most two tasks instead of one.
+template <typename Fn>
+void parallel_tasks_ahead(int64_t n, Fn&& fn) {
+  if (n <= 0) return;
+  const int64_t n_threads = std::min<int64_t>(at::get_num_threads(), n);
+  if (n_threads <= 1 || at::in_parallel_region()) {
+    for (int64_t i = 0; i < n; ++i) fn(i, i + 1 < n ? i + 1 : int64_t{-1});
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, n_threads, 1, [&](int64_t, int64_t) {
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;) {
+      const int64_t j = next.fetch_add(1, std::memory_order_relaxed);
+      fn(i, j < n ? j : int64_t{-1});
+      i = j;
+    }
+  });
+}
+
 }  // namespace frost::kernels

@@ -98,7 +98,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmPackedTest,
                          ::testing::Combine(::testing::Values(GemmCase{1, 1, 1}, GemmCase{5, 7, 3},
                                                               GemmCase{32, 16, 12}, GemmCase{33, 29, 13},
                                                               GemmCase{100, 64, 1}, GemmCase{70, 48, 31},
-                                                              GemmCase{64, 40, 97}, GemmCase{200, 288, 25}),
+                                                              GemmCase{64, 40, 97}, GemmCase{200, 288, 25},
+                                                              // 12 + 8 rows: the tile<8> that prefetches the next panel
+                                                              GemmCase{70, 48, 21}),
                                             ::testing::Values(Fmt::kF32, Fmt::kBF16, Fmt::kQ8G32, Fmt::kQ8Row,
                                                               Fmt::kQ4G32),
                                             ::testing::Bool()));
@@ -246,7 +248,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmA8Test,
                          ::testing::Combine(::testing::Values(GemmCase{1, 1, 1}, GemmCase{5, 7, 3},
                                                               GemmCase{32, 16, 12}, GemmCase{33, 29, 13},
                                                               GemmCase{100, 64, 1}, GemmCase{70, 48, 31},
-                                                              GemmCase{64, 40, 97}, GemmCase{200, 288, 25}),
+                                                              GemmCase{64, 40, 97}, GemmCase{200, 288, 25},
+                                                              // 12 + 8 rows: the tile<8> that prefetches the next panel
+                                                              GemmCase{70, 48, 21}),
                                             ::testing::Values(int64_t{32}, int64_t{0}, int64_t{8}),
                                             ::testing::Bool()));
 
