@@ -142,6 +142,7 @@ struct F32 {
   const float* w;
   int64_t group;
   const float* next = nullptr;
+  bool has_next() const { return next != nullptr; }
   FROST_AVX512 void prefetch(int64_t k) const {
     _mm_prefetch(reinterpret_cast<const char*>(next + k * kPanel), _MM_HINT_T1);
     _mm_prefetch(reinterpret_cast<const char*>(next + k * kPanel + 16), _MM_HINT_T1);
@@ -155,6 +156,7 @@ struct F32 {
 struct BF16 {
   const uint16_t* w;
   int64_t group;
+  bool has_next() const { return false; }
   FROST_AVX512 void prefetch(int64_t) const {}
   FROST_AVX512 void begin(int64_t) {}
   FROST_AVX512 void load(int64_t k, __m512& w0, __m512& w1) const {
@@ -168,6 +170,7 @@ struct Q8 {
   const float* scales;
   int64_t group;
   const float* s = nullptr;
+  bool has_next() const { return false; }
   FROST_AVX512 void prefetch(int64_t) const {}
   FROST_AVX512 void begin(int64_t g) { s = scales + g * kPanel; }
   FROST_AVX512 void load(int64_t k, __m512& w0, __m512& w1) const {
@@ -184,6 +187,7 @@ struct Q4 {
   int64_t group;
   const float* s = nullptr;
   const float* m = nullptr;
+  bool has_next() const { return false; }
   FROST_AVX512 void prefetch(int64_t) const {}
   FROST_AVX512 void begin(int64_t g) {
     s = scales + g * kPanel;
@@ -199,7 +203,8 @@ struct Q4 {
   }
 };
 
-// R rows × 32 columns: acc = fma(x[r, k], w(k, c), acc) for k in order.
+// R rows × 32 columns: acc = fma(x[r, k], w(k, c), acc) for k in order. PF: pull the loader's next panel
+// into L2 meanwhile (panel_rows says when).
 template <int R, class L, bool PF = false>
 FROST_AVX512 void tile(L l, const float* x, int64_t ldx, int64_t n_in, const float* b, float* y, int64_t ldy,
                        int64_t n_cols) {
@@ -240,26 +245,17 @@ FROST_AVX512 void tile(L l, const float* x, int64_t ldx, int64_t n_in, const flo
 template <class L>
 FROST_AVX512 void panel_rows(L l, const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, const float* b,
                              float* y, int64_t ldy, int64_t n_cols) {
+  // Batched rows (>= 20: two tiles or more, the second of 8 or 12 rows): the first tile streams this panel
+  // from memory, the second runs from L2 and meanwhile pulls the thread's next panel into L2 (two lines per
+  // input, beside 2·R FMAs), so that panel's first tile does not wait on DRAM. builtin:15m at 32 rows: the
+  // step's GEMMs 5-9% faster (frost-bench bare-step, packed form, alternated). A decode row is
+  // bandwidth-bound: nothing to hide. Only fp32 panels carry `next` (Panel::next).
+  const bool pf = l.has_next() && n_rows >= 20;
   int64_t r = 0;
-  if constexpr (std::is_same_v<L, F32>) {
-    // Batched rows (>= 20: two tiles or more): the first tile streams this panel from memory, the second runs
-    // from L2 and meanwhile pulls the thread's next panel into L2 (two lines per input, beside 2·R FMAs), so
-    // that panel's first tile does not wait on DRAM. builtin:15m at 32 rows: the step's GEMMs 5-9% faster
-    // (frost-bench bare-step, packed form, alternated). A decode row is bandwidth-bound: nothing to hide.
-    if (l.next && n_rows >= 20) {
-      tile<12>(l, x, ldx, n_in, b, y, ldy, n_cols);
-      r = 12;
-      if (n_rows >= 24) {
-        tile<12, L, true>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
-        r += 12;
-      } else {
-        tile<8, L, true>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
-        r += 8;
-      }
-    }
-  }
-  for (; r + 12 <= n_rows; r += 12) tile<12>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
-  for (; r + 8 <= n_rows; r += 8) tile<8>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+  for (; r + 12 <= n_rows; r += 12)
+    (pf && r == 12 ? tile<12, L, true> : tile<12, L>)(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
+  for (; r + 8 <= n_rows; r += 8)
+    (pf && r == 12 ? tile<8, L, true> : tile<8, L>)(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
   for (; r + 4 <= n_rows; r += 4) tile<4>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
   for (; r + 2 <= n_rows; r += 2) tile<2>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
   for (; r < n_rows; ++r) tile<1>(l, x + r * ldx, ldx, n_in, b, y + r * ldy, ldy, n_cols);
