@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -61,6 +62,22 @@ std::vector<Isa> isas() {
   return out;
 }
 
+// gemm_packed_isa on every ISA this CPU runs equals y_ref bit for bit, and leaves y's padding column
+// unwritten.
+void expect_every_isa_equals(const PackedMatrix& pm, const at::Tensor& x, int64_t ldx, int64_t n_rows,
+                             int64_t n_out, const float* bp, const std::vector<float>& y_ref, int64_t ldy,
+                             const std::string& what) {
+  for (Isa isa : isas()) {
+    std::vector<float> y(static_cast<size_t>(n_rows * ldy), -1.f);
+    gemm_packed_isa(isa, pm, x.data_ptr<float>(), ldx, n_rows, bp, y.data(), ldy);
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t o = 0; o < n_out; ++o)
+        ASSERT_EQ(y[static_cast<size_t>(r * ldy + o)], y_ref[static_cast<size_t>(r * ldy + o)])
+            << isa_name(isa) << " " << what << " row " << r << " col " << o;
+    if (ldy > n_out) EXPECT_EQ(y[static_cast<size_t>(n_out)], -1.f) << isa_name(isa);
+  }
+}
+
 class GemmPackedTest : public ::testing::TestWithParam<std::tuple<GemmCase, Fmt, bool>> {};
 
 TEST_P(GemmPackedTest, EveryIsaIsBitIdenticalToTheScalarFmaChain) {
@@ -75,16 +92,7 @@ TEST_P(GemmPackedTest, EveryIsaIsBitIdenticalToTheScalarFmaChain) {
   std::vector<float> y_ref(static_cast<size_t>(c.n_rows * ldy), -1.f);
   EXPECT_EQ(pm.n_out, c.n_out);
   gemm_packed_ref(wref, x.data_ptr<float>(), ldx, c.n_rows, bp, y_ref.data(), ldy);
-  for (Isa isa : isas()) {
-    std::vector<float> y(static_cast<size_t>(c.n_rows * ldy), -1.f);
-    gemm_packed_isa(isa, pm, x.data_ptr<float>(), ldx, c.n_rows, bp, y.data(), ldy);
-    for (int64_t r = 0; r < c.n_rows; ++r)
-      for (int64_t o = 0; o < c.n_out; ++o)
-        ASSERT_EQ(y[static_cast<size_t>(r * ldy + o)], y_ref[static_cast<size_t>(r * ldy + o)])
-            << isa_name(isa) << " " << fmt_name(fmt) << " row " << r << " col " << o;
-    // padding columns of y are never written
-    if (ldy > c.n_out) EXPECT_EQ(y[static_cast<size_t>(c.n_out)], -1.f) << isa_name(isa);
-  }
+  expect_every_isa_equals(pm, x, ldx, c.n_rows, c.n_out, bp, y_ref, ldy, fmt_name(fmt));
   // and the scalar twin is the product LibTorch computes, to fp32 rounding
   at::Tensor want = at::mm(x.narrow(1, 0, c.n_in).to(at::kDouble), wref.to(at::kDouble).t());
   if (with_bias) want += b.to(at::kDouble);
@@ -215,16 +223,8 @@ TEST_P(GemmA8Test, EveryIsaIsBitIdenticalToTheScalarTwin) {
   const float* bp = with_bias ? b.data_ptr<float>() : nullptr;
   std::vector<float> y_ref(static_cast<size_t>(c.n_rows * ldy), -1.f);
   gemm_q8a8_ref(q, x.data_ptr<float>(), ldx, c.n_rows, bp, y_ref.data(), ldy);
-  for (Isa isa : isas()) {
-    std::vector<float> y(static_cast<size_t>(c.n_rows * ldy), -1.f);
-    gemm_packed_isa(isa, pm, x.data_ptr<float>(), ldx, c.n_rows, bp, y.data(), ldy);
-    for (int64_t r = 0; r < c.n_rows; ++r)
-      for (int64_t o = 0; o < c.n_out; ++o)
-        ASSERT_EQ(y[static_cast<size_t>(r * ldy + o)], y_ref[static_cast<size_t>(r * ldy + o)])
-            << isa_name(isa) << (cpu_features().avx512_vnni ? " (vnni)" : "") << " group " << group << " row " << r
-            << " col " << o;
-    if (ldy > c.n_out) EXPECT_EQ(y[static_cast<size_t>(c.n_out)], -1.f) << isa_name(isa);
-  }
+  expect_every_isa_equals(pm, x, ldx, c.n_rows, c.n_out, bp, y_ref, ldy,
+                          std::string(cpu_features().avx512_vnni ? "(vnni) " : "") + "group " + std::to_string(group));
   // Against the int8-weight product with fp32 activations: each activation moves by at most half a step
   // (amax / 254 of its group), so |error| <= Σ_k |w_k| · amax_g / 254 + fp32 rounding.
   const at::Tensor wd = dequantize(q).to(at::kDouble);
