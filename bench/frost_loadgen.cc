@@ -343,9 +343,9 @@ std::vector<RequestResult> run_phase(const Options& o, int first_index, int coun
   std::vector<RequestResult> results(static_cast<size_t>(count));
   grpc::CompletionQueue cq;
   int next = 0, active = 0;
-  // Starts the lane's next request; false when none is left.
+  // Starts the lane's next request, if one is left.
   auto start = [&](Lane& l) {
-    if (next >= count) return false;
+    if (next >= count) return;
     l.index = next++;
     const frost::v1::GenerateRequest req = make_request(o, "loadgen-", first_index + l.index, o.max_tokens);
     l.ctx = std::make_unique<grpc::ClientContext>();
@@ -355,7 +355,6 @@ std::vector<RequestResult> run_phase(const Options& o, int first_index, int coun
     l.op = Op::kStart;
     l.reader->StartCall(&l);
     ++active;
-    return true;
   };
   std::vector<Lane> lanes(static_cast<size_t>(std::min(o.concurrency, count)));
   const Clock::time_point t0 = Clock::now();
