@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
   if (!positional.ok()) usage(std::string(positional.status().message()));
   if (!positional->empty()) usage("bad argument '" + positional->front() + "'");
   frost::WeightDtype wdtype;
-  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be fp32, bf16, int8, int4 or w8a8, got " + dtype);
+  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be " + frost::weight_dtype_choices() + ", got " + dtype);
   if (via != "generator" && via != "engine") usage("--via must be generator or engine");
   frost::kernels::Isa isa;
   if (!frost::kernels::parse_isa(kernels_name, &isa) || !frost::kernels::set_isa(isa))

@@ -210,6 +210,13 @@ Field enum_field(const char* key, E* out, std::vector<std::pair<std::string, E>>
   return f;
 }
 
+// model.dtype's names: every weight format the model loader knows (core/model/model_config.h).
+std::vector<std::pair<std::string, WeightDtype>> weight_dtype_names() {
+  std::vector<std::pair<std::string, WeightDtype>> names;
+  for (WeightDtype d : kWeightDtypes) names.emplace_back(weight_dtype_name(d), d);
+  return names;
+}
+
 absl::Status for_each_entry(
     const YAML::Node& node, const std::string& prefix, const std::vector<std::string>& known,
     const std::function<absl::Status(size_t, const YAML::Node&, const std::string&)>& on_entry);
@@ -265,12 +272,7 @@ std::vector<Section> schema(ServerConfig* cfg) {
                           bool_field("metrics", &s.tls.metrics)})}},
       {"model",
        {string_field("path", &m.path),
-        enum_field("dtype", &m.dtype,
-                   {{"fp32", WeightDtype::kF32},
-                    {"bf16", WeightDtype::kBF16},
-                    {"int8", WeightDtype::kInt8},
-                    {"int4", WeightDtype::kInt4},
-                    {"w8a8", WeightDtype::kW8A8}}),
+        enum_field("dtype", &m.dtype, weight_dtype_names()),
         int_field("threads", &m.threads, 0, 1024),
         enum_field("kernels", &m.kernels,
                    {{"auto", std::string("auto")},

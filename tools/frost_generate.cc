@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   auto codec = frost::parse_kv_codec(kv);
   if (!codec.ok()) usage(std::string(codec.status().message()));
   frost::WeightDtype wdtype;
-  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be fp32, bf16, int8, int4 or w8a8, got " + dtype);
+  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be " + frost::weight_dtype_choices() + ", got " + dtype);
   frost::LoadOptions lo;
   lo.dtype = wdtype;
   auto model = frost::load_model(model_path, lo);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -376,12 +377,20 @@ absl::StatusOr<ModelConfig> parse_with_label(const std::string& text, const std:
 }  // namespace
 
 bool parse_weight_dtype(const std::string& name, WeightDtype* out) {
-  for (WeightDtype d : {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kInt8, WeightDtype::kInt4, WeightDtype::kW8A8})
+  for (WeightDtype d : kWeightDtypes)
     if (name == weight_dtype_name(d)) {
       *out = d;
       return true;
     }
   return false;
+}
+
+std::string weight_dtype_choices() {
+  std::string s;
+  const size_t n = std::size(kWeightDtypes);
+  for (size_t i = 0; i < n; ++i)
+    absl::StrAppend(&s, i == 0 ? "" : i + 1 == n ? " or " : ", ", weight_dtype_name(kWeightDtypes[i]));
+  return s;
 }
 
 const char* weight_dtype_name(WeightDtype d) {

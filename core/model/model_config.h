@@ -17,6 +17,11 @@ enum class WeightDtype { kF32, kBF16, kInt8, kInt4, kW8A8 };
 const char* arch_name(Arch a);                   // "llama" | "gpt2"
 const char* weight_dtype_name(WeightDtype d);    // "fp32" | "bf16" | "int8" | "int4" | "w8a8"
 bool parse_weight_dtype(const std::string& name, WeightDtype* out);  // false for another name
+// Every weight format, in the order the CLIs and the config list them (one list: a format added here is
+// accepted everywhere).
+inline constexpr WeightDtype kWeightDtypes[] = {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kInt8,
+                                                WeightDtype::kInt4, WeightDtype::kW8A8};
+std::string weight_dtype_choices();  // "fp32, bf16, int8, int4 or w8a8", for usage errors
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
