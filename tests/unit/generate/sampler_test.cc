@@ -172,6 +172,21 @@ TEST(SamplerTest, FixedSeedFollowsDocumentedDraw) {
   EXPECT_EQ(ids, expected);
 }
 
+TEST(SamplerTest, DominantTokenIsDrawnWhereverItSits) {
+  // A vocabulary the size of a real one, logits over a wide range, NaNs scattered, and one token 100 above
+  // the rest: temperature sampling must find the true maximum (a smaller one would overflow exp) and draw
+  // that token every time, whether it sits in the vectorised body of the scan or its tail.
+  const int32_t V = 1000;
+  for (int32_t at : {0, 7, 15, 16, 500, 991, 992, 999}) {
+    std::vector<float> logits(V);
+    for (int32_t i = 0; i < V; ++i) logits[i] = static_cast<float>((i * 37) % 100);
+    for (int32_t i = 3; i < V; i += 97) logits[i] = std::numeric_limits<float>::quiet_NaN();
+    logits[at] = 200.0f;
+    Sampler s(seeded(5), V);
+    for (int k = 0; k < 20; ++k) ASSERT_EQ(s.sample(logits.data()).id, at) << "dominant token at " << at;
+  }
+}
+
 TEST(SamplerTest, TopK1EqualsGreedy) {
   std::mt19937_64 gen(5);
   for (int trial = 0; trial < 20; ++trial) {
