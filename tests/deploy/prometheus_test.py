@@ -22,6 +22,7 @@ Run by hand:
 """
 
 import ctypes
+import faulthandler
 import json
 import math
 import os
@@ -356,8 +357,10 @@ class PrometheusRulesAndDashboardTest(unittest.TestCase):
         cls.server = Frostd(cls.tmp, "frostd", os.path.join(cls.tmp, "state"), data_root).start()
         s = cls.server
         cls.target = f"127.0.0.1:{s.ports['metrics']}"
+        cls.progress("frostd up")
         cls.prom = Prometheus(cls.tmp, cls.target).start()
         cls.wait_for("the frostd target to be scraped up", cls._target_up)
+        cls.progress("Prometheus scraping frostd")
         cls.load = Load(s.channel).start()
 
         # Training: A trains and activates the Predict head; F is valid at submit and fails when it
@@ -371,12 +374,14 @@ class PrometheusRulesAndDashboardTest(unittest.TestCase):
             f.write("this line is not JSON\n")
         cls.job_l = s.submit(spec(train_rel, LONG), key="l")
         job_a = s.wait_job(job_a.id, timeout=STEP_TIMEOUT_S)
+        cls.progress(f"job A {T.JobState.Name(job_a.state)}")
         if job_a.state != T.JOB_STATE_SUCCEEDED or job_a.reason:
             raise RuntimeError(f"setup: job A did not succeed and activate: {job_a}\n{s.log()}")
         job_f = s.wait_job(job_f.id, timeout=STEP_TIMEOUT_S)
         if job_f.state != T.JOB_STATE_FAILED:
             raise RuntimeError(f"setup: job F should have FAILED (its data was overwritten while queued): {job_f}")
         cls.load.enable_predict()
+        cls.progress(f"job F {T.JobState.Name(job_f.state)}")
 
         # Rejections: invalid arguments, and bursts past max_running + max_waiting (queue_full).
         bad = [generation_pb2.GenerateRequest(text="x", sampling=generation_pb2.SamplingParams(temperature=-1)),
@@ -390,6 +395,7 @@ class PrometheusRulesAndDashboardTest(unittest.TestCase):
         for _ in range(2):
             for code, n in cls._burst(16).items():
                 cls.burst_codes[code] = cls.burst_codes.get(code, 0) + n
+        cls.progress(f"bursts {cls.burst_codes}")
         if cls.burst_codes.get("RESOURCE_EXHAUSTED", 0) == 0:
             raise RuntimeError(f"setup: a burst of 16 streams was never refused queue_full: {cls.burst_codes}")
 
@@ -409,6 +415,12 @@ class PrometheusRulesAndDashboardTest(unittest.TestCase):
 
         cls.grafana_vars = dict(GRAFANA_BUILTINS, job=SCRAPE_JOB, instance=cls.target)
         cls.events_done = time.monotonic()
+        cls.progress("events done")
+
+    @classmethod
+    def progress(cls, what):
+        """One line per setup step (stderr, flushed), so a slow or stuck step shows in the test's output."""
+        print(f"prometheus_test: {time.monotonic() - cls.t0:6.1f} s  {what}", file=sys.stderr, flush=True)
 
     @classmethod
     def _stop_all(cls):
@@ -663,5 +675,31 @@ class PrometheusRulesAndDashboardTest(unittest.TestCase):
                          "(metrics frostd does not expose, recording rules not defined in frost-rules.yaml)")
 
 
+WATCHDOG_S = float(os.environ.get("PROMETHEUS_TEST_WATCHDOG_S", "280"))  # ctest kills at 300 s, silently
+
+
+def arm_watchdog(seconds):
+    """A hang must say where it hung: after `seconds` print every thread's stack and the tails of the
+    frostd and Prometheus logs, then fail (the children die with this process)."""
+    def fire():
+        print(f"prometheus_test: FAIL: still running after {seconds} s; every thread's stack:", file=sys.stderr,
+              flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        for name in ("server", "prom"):
+            obj = getattr(PrometheusRulesAndDashboardTest, name, None)
+            if obj is not None:
+                try:
+                    print(f"--- {name} log, last 8000 characters ---\n{obj.log()[-8000:]}", file=sys.stderr)
+                except Exception as e:  # the report must not hang or die on a missing log
+                    print(f"--- {name} log unavailable: {e}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+
+
 if __name__ == "__main__":
+    arm_watchdog(WATCHDOG_S)
     unittest.main(verbosity=2)
