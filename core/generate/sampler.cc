@@ -18,25 +18,39 @@ uint64_t random_seed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
 }
 
-// Argmax in one pass; ties → lowest id; NaN never wins; all -inf/NaN → 0. Sixteen
-// independent lanes (lane l sees ids ≡ l mod 16, in increasing order, so each keeps its
-// lowest-id maximum) break the compare chain and let the compiler vectorize.
+// Argmax in one pass; ties → lowest id; NaN never wins; all -inf/NaN → 0. Sixteen independent lanes (lane l
+// sees ids ≡ l mod 16, in increasing order, so each keeps its lowest-id maximum) as two 8-wide GCC vectors of
+// values and of ids (compare and select, whatever the build's -march; GCC left the scalar form of the
+// lanes unvectorised): 10.0 → 2.5 µs over 32,000 logits. sample_full takes its maximum from here too.
 int32_t argmax(const float* x, int32_t n) {
+  using Vec8f = float __attribute__((vector_size(32)));
+  using Vec8i = int32_t __attribute__((vector_size(32)));
   constexpr int32_t kLanes = 16;
-  float best_v[kLanes];
-  int32_t best_i[kLanes];
-  for (int32_t l = 0; l < kLanes; ++l) {
-    best_v[l] = kNegInf;
-    best_i[l] = -1;
+  Vec8f v0, v1;
+  Vec8i i0, i1;
+  const Vec8i step = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int32_t l = 0; l < 8; ++l) {
+    v0[l] = v1[l] = kNegInf;
+    i0[l] = i1[l] = -1;
   }
   int32_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int32_t l = 0; l < kLanes; ++l) {
-      const float v = x[i + l];
-      const bool gt = v > best_v[l];
-      best_v[l] = gt ? v : best_v[l];
-      best_i[l] = gt ? i + l : best_i[l];
-    }
+    Vec8f x0, x1;
+    std::memcpy(&x0, x + i, sizeof x0);
+    std::memcpy(&x1, x + i + 8, sizeof x1);
+    const Vec8i gt0 = x0 > v0, gt1 = x1 > v1;
+    v0 = gt0 ? x0 : v0;
+    v1 = gt1 ? x1 : v1;
+    i0 = gt0 ? step + i : i0;
+    i1 = gt1 ? step + (i + 8) : i1;
+  }
+  float best_v[kLanes];
+  int32_t best_i[kLanes];
+  for (int32_t l = 0; l < 8; ++l) {
+    best_v[l] = v0[l];
+    best_v[l + 8] = v1[l];
+    best_i[l] = i0[l];
+    best_i[l + 8] = i1[l];
   }
   for (int32_t l = 0; i + l < n; ++l) {
     if (x[i + l] > best_v[l]) {
@@ -143,29 +157,8 @@ SampledToken Sampler::sample(const float* raw) {
 }
 
 int32_t Sampler::sample_full(const float* logits) {
-  // The maximum in 16 lanes (two 8-float GCC vectors: compare and select, whatever the build's -march),
-  // then across them, instead of one serial chain (that chain was 3/4 of this function). NaN never wins (a
-  // comparison with NaN is false). Which of +0 / -0 wins a tie may differ from a serial scan; l − l_max is
-  // the same.
-  float l_max = kNegInf;
-  {
-    using Vec8 = float __attribute__((vector_size(32)));
-    Vec8 m0, m1;
-    for (int j = 0; j < 8; ++j) m0[j] = m1[j] = kNegInf;
-    int32_t i = 0;
-    for (; i + 16 <= n_vocab_; i += 16) {
-      Vec8 x0, x1;
-      std::memcpy(&x0, logits + i, sizeof x0);
-      std::memcpy(&x1, logits + i + 8, sizeof x1);
-      m0 = x0 > m0 ? x0 : m0;
-      m1 = x1 > m1 ? x1 : m1;
-    }
-    for (; i < n_vocab_; ++i) l_max = logits[i] > l_max ? logits[i] : l_max;
-    for (int j = 0; j < 8; ++j) {
-      l_max = m0[j] > l_max ? m0[j] : l_max;
-      l_max = m1[j] > l_max ? m1[j] : l_max;
-    }
-  }
+  // The maximum is argmax's (NaN never wins); all -inf / NaN gives logits[0], not finite: the general path.
+  const float l_max = logits[argmax(logits, n_vocab_)];
   const float inv_t = 1.0f / temperature_;
   if (!std::isfinite(l_max) || !std::isfinite(inv_t)) return -1;  // the general path handles these
   // 5. p = exp((l − l_max) / T), NaN → 0 (kernels/cpu/exp.h)
