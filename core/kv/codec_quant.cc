@@ -15,6 +15,7 @@
 
 #include "core/kv/attend.h"
 #include "core/kv/codec.h"
+#include "kernels/cpu/kv_quant_row.h"
 
 namespace frost {
 namespace {
@@ -86,29 +87,10 @@ class QuantCodec final : public KvCodec {
   int64_t capacity() const override { return pages_->capacity(); }
 
  private:
-  int q_max() const { return kind_ == KvCodecKind::kInt8 ? 127 : 7; }
-
-  // Quantises one head row of D floats into dst; returns its scale.
+  // Quantises one head row of D floats into dst; returns its scale (kernels/cpu/kv_quant_row.h: the one
+  // definition, shared with the CUDA append kernel's twin).
   float encode_row(const float* x, uint8_t* dst) const {
-    float amax = 0;
-    for (int64_t i = 0; i < head_dim_; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const int qm = q_max();
-    const float s = amax > 0 && std::isfinite(amax) ? amax / static_cast<float>(qm) : 0.f;
-    const float inv = s > 0 ? 1.f / s : 0.f;
-    auto quant = [&](float xi) {
-      const float r = std::nearbyint(xi * inv);
-      return static_cast<int>(std::clamp(r, static_cast<float>(-qm), static_cast<float>(qm)));
-    };
-    if (kind_ == KvCodecKind::kInt8) {
-      auto* d = reinterpret_cast<int8_t*>(dst);
-      for (int64_t i = 0; i < head_dim_; ++i) d[i] = static_cast<int8_t>(quant(x[i]));
-    } else {
-      for (int64_t j = 0; j < head_dim_ / 2; ++j) {
-        const int lo = quant(x[2 * j]), hi = quant(x[2 * j + 1]);
-        dst[j] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
-      }
-    }
-    return s;
+    return kernels::kv_quantize_row(x, head_dim_, kind_ == KvCodecKind::kInt4 ? 4 : 8, dst);
   }
 
   at::Tensor decoded(const KvRegion& rows, const KvRegion& scale_region, int64_t n) const {
