@@ -11,13 +11,18 @@ ifeq ($(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),y)
 export OPENBLAS_CORETYPE := SkylakeX
 endif
 
-.PHONY: deps configure build run test test-asan bench bench-serve bench-weights soak image image-test fuzz fuzz-ci clean
+.PHONY: deps configure build run test test-gpu test-asan bench bench-serve bench-weights soak image image-test fuzz fuzz-ci clean
 
 deps:
 	@bash scripts/install_deps.sh
 
+# The CUDA decoder (kernels/cuda) and its `gpu` tests are built wherever the CUDA Toolkit's nvcc is installed,
+# so that they cannot rot; their GPU cases skip, visibly, on a machine without a device (docs/cuda.md).
+NVCC ?= /usr/local/cuda/bin/nvcc
+CUDA_FLAGS ?= $(shell test -x $(NVCC) && echo -DFROST_CUDA=ON -DCMAKE_CUDA_COMPILER=$(NVCC))
+
 configure: deps
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CUDA_FLAGS) $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
 	  || { cat $(BUILD).configure.log; exit 1; }
 
 build: configure
@@ -39,6 +44,13 @@ test: build
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory fuzz-ci
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# The `gpu` label alone: every CUDA kernel against its CPU twin, the device decoder against the CPU forward and
+# the stories260K golden (skipped with the reason where no CUDA device exists). On a GPU machine without this
+# project's other dependencies, scripts/gpu_check.sh builds and runs the same tests alone.
+test-gpu: configure
+	cmake --build $(BUILD) -j $(JOBS) --target frost_gpu_tests
+	cd $(BUILD) && ctest --output-on-failure -L gpu
 
 # The parsers of untrusted files (safetensors, config.json, tokenizer.json) under ASan+UBSan.
 # The binaries run directly (one process each): under ASan every ctest case would pay

@@ -8,4 +8,8 @@ bool built_with_cuda() {
   return false;
 #endif
 }
+
+#ifndef FROST_WITH_CUDA
+int cuda_device_count() { return 0; }
+#endif
 }  // namespace frost::kernels

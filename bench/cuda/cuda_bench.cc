@@ -1,0 +1,316 @@
+// frost-cuda-bench: the device decoder's speed on random-weight LLaMA shapes (kernels/cuda/model.h).
+//
+//   frost-cuda-bench [--shape 15m|1b]... [--weights bf16|fp32] [--kv fp32|fp16|bf16|int8|int4]
+//                    [--batches 1,4,16,64,256] [--context 128] [--steps 32] [--prefill 512] [--repeats 5]
+//                    [--graphs 1|0] [--out FILE]
+//
+// Per shape: batch-1 decode tokens/s against the bandwidth limit (weight bytes over the measured
+// device-to-device copy rate), batched decode at each batch size (sequences prefilled to --context, then
+// --steps greedy steps, each a full step: metadata up, one forward, ids down), prefill tokens/s of one
+// --prefill-token prompt. Medians over --repeats. JSON on --out (and stdout), a table on stderr.
+// bench/cuda/torch_eager_bench.py measures PyTorch eager on the same shapes (scripts/gpu_check.sh runs both).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/model.h"
+
+namespace {
+
+using frost::cuda::BlockAllocator;
+using frost::cuda::DType;
+using frost::cuda::KvFormat;
+using frost::cuda::Model;
+using frost::cuda::ModelOptions;
+using frost::cuda::ModelSpec;
+
+ModelSpec shape(const std::string& name) {
+  ModelSpec s;
+  s.arch = frost::cuda::Arch::kLlama;
+  s.tie_embeddings = true;
+  s.n_vocab = 32000;
+  s.max_pos = 2048;
+  if (name == "15m") {
+    s.dim = 288, s.n_layer = 6, s.n_head = 6, s.n_head_kv = 6, s.head_dim = 48, s.ffn_dim = 768;
+  } else if (name == "1b") {
+    s.dim = 2048, s.n_layer = 16, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 64, s.ffn_dim = 8192;
+  } else {
+    throw std::invalid_argument("--shape: unknown '" + name + "' (15m, 1b)");
+  }
+  return s;
+}
+
+KvFormat kv_format(const std::string& n) {
+  for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kBF16, KvFormat::kInt8, KvFormat::kInt4})
+    if (n == frost::cuda::kv_format_name(f)) return f;
+  throw std::invalid_argument("--kv: unknown '" + n + "' (fp32, fp16, bf16, int8, int4)");
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Device-to-device copy of 2 GiB, counting bytes read plus written (METHOD.md's ceiling).
+double copy_gbps() {
+  const size_t n = size_t{2} << 30;
+  void *a = nullptr, *b = nullptr;
+  FROST_CUDA_CHECK(cudaMalloc(&a, n));
+  FROST_CUDA_CHECK(cudaMalloc(&b, n));
+  FROST_CUDA_CHECK(cudaMemset(a, 1, n));
+  cudaEvent_t e0, e1;
+  FROST_CUDA_CHECK(cudaEventCreate(&e0));
+  FROST_CUDA_CHECK(cudaEventCreate(&e1));
+  FROST_CUDA_CHECK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+  std::vector<double> t;
+  for (int i = 0; i < 10; ++i) {
+    FROST_CUDA_CHECK(cudaEventRecord(e0));
+    FROST_CUDA_CHECK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+    FROST_CUDA_CHECK(cudaEventRecord(e1));
+    FROST_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    FROST_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms / 1e3);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * static_cast<double>(n) / median(t) / 1e9;
+}
+
+struct Args {
+  std::vector<std::string> shapes;
+  DType weights = DType::kBF16;
+  KvFormat kv = KvFormat::kBF16;
+  std::vector<int> batches = {1, 4, 16, 64, 256};
+  int context = 128, steps = 32, prefill = 512, repeats = 5;
+  bool graphs = true;
+  std::string out;
+};
+
+std::string run_shape(const std::string& name, const Args& a, double bw) {
+  const ModelSpec spec = shape(name);
+  const int max_batch = *std::max_element(a.batches.begin(), a.batches.end());
+  ModelOptions o;
+  o.weights = a.weights;
+  o.kv = a.kv;
+  o.max_rows = std::max({max_batch, a.prefill, 512});
+  o.max_seqs = max_batch + 1;
+  const int per_seq = (std::max(a.context + a.steps, a.prefill) + o.block_tokens - 1) / o.block_tokens;
+  o.n_blocks = (max_batch + 1) * per_seq;
+  o.cuda_graphs = a.graphs;
+  std::unique_ptr<Model> m = Model::random(spec, o, 1234);
+  const double wbytes = static_cast<double>(m->weight_bytes());
+  const double limit = bw * 1e9 / wbytes;
+  std::fprintf(stderr, "[%s] %.1f M params, weights %.1f MB, KV pool %.1f MB, batch-1 limit %.0f tok/s\n",
+               name.c_str(), static_cast<double>(spec.n_params()) / 1e6, wbytes / 1e6,
+               static_cast<double>(m->kv_pool_bytes()) / 1e6, limit);
+  std::ostringstream js;
+  js << "{\"config\": {\"dim\": " << spec.dim << ", \"n_layer\": " << spec.n_layer
+     << ", \"n_head\": " << spec.n_head << ", \"n_head_kv\": " << spec.n_head_kv
+     << ", \"head_dim\": " << spec.head_dim << ", \"ffn_dim\": " << spec.ffn_dim
+     << ", \"vocab\": " << spec.n_vocab << "}, \"n_params\": " << spec.n_params()
+     << ", \"weight_bytes\": " << wbytes << ", \"limit_tok_s\": " << limit << ", \"decode\": [";
+  BlockAllocator alloc(m->n_blocks());
+  std::vector<std::vector<int32_t>> blocks(static_cast<size_t>(max_batch));
+  for (int s = 0; s < max_batch; ++s) {
+    for (int k = 0; k < per_seq; ++k) blocks[s].push_back(alloc.alloc());
+    m->set_blocks(s, blocks[s]);
+  }
+  // Prefill every sequence to `context` positions once (chunks of max_rows rows).
+  {
+    Model::Step st;
+    for (int s = 0; s < max_batch; ++s)
+      for (int p = 0; p < a.context; ++p) {
+        st.token.push_back((s * 131 + p * 7) % spec.n_vocab);
+        st.seq.push_back(s);
+        st.pos.push_back(p);
+        if (static_cast<int>(st.token.size()) == o.max_rows || (s == max_batch - 1 && p == a.context - 1)) {
+          st.logit_rows = {0};
+          m->forward_greedy(st);
+          st = Model::Step{};
+        }
+      }
+  }
+  bool first = true;
+  for (int B : a.batches) {
+    std::vector<double> times;
+    for (int rep = 0; rep < a.repeats + 1; ++rep) {  // the first repeat warms up (and captures the graph)
+      Model::Step st;
+      for (int s = 0; s < B; ++s) {
+        st.token.push_back((s * 17 + rep) % spec.n_vocab);
+        st.seq.push_back(s);
+        st.pos.push_back(a.context);
+        st.logit_rows.push_back(s);
+      }
+      const double t0 = now_s();
+      for (int k = 0; k < a.steps; ++k) {
+        const std::vector<int32_t> ids = m->forward_greedy(st);
+        for (int s = 0; s < B; ++s) st.token[s] = ids[s], st.pos[s] = a.context + k + 1;
+      }
+      if (rep > 0) times.push_back(now_s() - t0);
+    }
+    const double t = median(times);
+    const double tok_s = static_cast<double>(B) * a.steps / t;
+    std::fprintf(
+        stderr, "  batch %4d  %10.0f tok/s  %7.3f ms/step%s\n", B, tok_s, 1e3 * t / a.steps,
+        B == 1 ? (" (" + std::to_string(static_cast<int>(100 * tok_s / limit)) + "% of the limit)").c_str()
+               : "");
+    js << (first ? "" : ", ") << "{\"batch\": " << B << ", \"context\": " << a.context
+       << ", \"steps\": " << a.steps << ", \"tok_s\": " << tok_s << ", \"ms_per_step\": " << 1e3 * t / a.steps
+       << "}";
+    first = false;
+  }
+  // Where a step's device time goes: CUDA events between stages (no graph), at batch 1 and the largest batch.
+  js << "], \"profile\": {";
+  bool pfirst = true;
+  for (int B : {1, max_batch}) {
+    Model::Step st;
+    for (int s = 0; s < B; ++s) {
+      st.token.push_back(s % spec.n_vocab);
+      st.seq.push_back(s);
+      st.pos.push_back(a.context);
+      st.logit_rows.push_back(s);
+    }
+    m->set_profiling(true);
+    m->forward_greedy(st);  // warm
+    m->take_profile();
+    const double t0 = now_s();
+    for (int k = 0; k < a.steps; ++k) {
+      const std::vector<int32_t> ids = m->forward_greedy(st);
+      for (int s = 0; s < B; ++s) st.token[s] = ids[s], st.pos[s] = a.context + k + 1;
+    }
+    const double wall = (now_s() - t0) / a.steps * 1e3;
+    m->set_profiling(false);
+    double dev = 0;
+    js << (pfirst ? "" : ", ") << "\"" << B << "\": {\"wall_ms_per_step_events_no_graph\": " << wall
+       << ", \"stages_ms\": {";
+    bool f2 = true;
+    std::string line;
+    for (const auto& [stage, ms] : m->take_profile()) {
+      js << (f2 ? "" : ", ") << "\"" << stage << "\": " << ms / a.steps;
+      dev += ms / a.steps;
+      line += " " + stage + " " + std::to_string(ms / a.steps).substr(0, 6);
+      f2 = false;
+    }
+    js << "}, \"device_ms_per_step\": " << dev << "}";
+    std::fprintf(stderr, "  profile batch %d (no graph): wall %.3f ms/step, device %.3f ms:%s\n", B, wall,
+                 dev, line.c_str());
+    pfirst = false;
+  }
+  js << "}";
+  // Prefill: one prompt of `prefill` tokens in one step (sequence slot max_batch).
+  std::vector<int32_t> pb;
+  for (int k = 0; k < per_seq; ++k) pb.push_back(alloc.alloc());
+  m->set_blocks(max_batch, pb);
+  std::vector<double> pt;
+  for (int rep = 0; rep < a.repeats + 1; ++rep) {
+    Model::Step st;
+    for (int p = 0; p < a.prefill; ++p) {
+      st.token.push_back((p * 31 + rep) % spec.n_vocab);
+      st.seq.push_back(max_batch);
+      st.pos.push_back(p);
+    }
+    st.logit_rows = {a.prefill - 1};
+    const double t0 = now_s();
+    m->forward_greedy(st);
+    if (rep > 0) pt.push_back(now_s() - t0);
+  }
+  const double ptok = a.prefill / median(pt);
+  std::fprintf(stderr, "  prefill %d tokens: %.0f tok/s\n", a.prefill, ptok);
+  js << ", \"prefill\": {\"tokens\": " << a.prefill << ", \"tok_s\": " << ptok
+     << "}, \"graphs_captured\": " << m->graphs_captured() << ", \"device_bytes\": " << m->device_bytes()
+     << "}";
+  return js.str();
+}
+
+std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, ',')) v.push_back(std::stoi(t));
+  if (v.empty()) throw std::invalid_argument("--batches: empty list");
+  for (int b : v)
+    if (b <= 0)
+      throw std::invalid_argument("--batches: " + std::to_string(b) + " is not a positive batch size");
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Args a;
+    for (int i = 1; i < argc; ++i) {
+      const std::string k = argv[i];
+      auto val = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::invalid_argument(k + ": needs a value");
+        return argv[++i];
+      };
+      if (k == "--shape")
+        a.shapes.push_back(val());
+      else if (k == "--weights") {
+        const std::string v = val();
+        if (v != "bf16" && v != "fp32") throw std::invalid_argument("--weights: '" + v + "' (bf16, fp32)");
+        a.weights = v == "bf16" ? DType::kBF16 : DType::kF32;
+      } else if (k == "--kv")
+        a.kv = kv_format(val());
+      else if (k == "--batches")
+        a.batches = parse_ints(val());
+      else if (k == "--context")
+        a.context = std::stoi(val());
+      else if (k == "--steps")
+        a.steps = std::stoi(val());
+      else if (k == "--prefill")
+        a.prefill = std::stoi(val());
+      else if (k == "--repeats")
+        a.repeats = std::stoi(val());
+      else if (k == "--graphs")
+        a.graphs = val() != "0";
+      else if (k == "--out")
+        a.out = val();
+      else
+        throw std::invalid_argument("unknown flag " + k);
+    }
+    if (a.shapes.empty()) a.shapes = {"15m", "1b"};
+    if (a.context <= 0 || a.steps <= 0 || a.prefill <= 0 || a.repeats <= 0)
+      throw std::invalid_argument("--context, --steps, --prefill and --repeats must be positive");
+    cudaDeviceProp prop{};
+    FROST_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const double bw = copy_gbps();
+    std::fprintf(stderr, "%s, %d SMs; device copy %.0f GB/s (read + write)\n", prop.name,
+                 prop.multiProcessorCount, bw);
+    std::ostringstream js;
+    js << "{\"tool\": \"frost-cuda-bench\", \"device\": \"" << prop.name << "\", \"weights\": \""
+       << (a.weights == DType::kBF16 ? "bf16" : "fp32") << "\", \"kv\": \""
+       << frost::cuda::kv_format_name(a.kv) << "\", \"cuda_graphs\": " << (a.graphs ? "true" : "false")
+       << ", \"copy_GBps_read_plus_write\": " << bw
+       << ", \"notes\": \"limit_tok_s = copy rate (bytes read + written per second) / weight bytes; decode "
+          "steps "
+          "include the host round trip of each step (metadata up, ids down)\", \"shapes\": {";
+    for (size_t i = 0; i < a.shapes.size(); ++i)
+      js << (i ? ", " : "") << "\"" << a.shapes[i] << "\": " << run_shape(a.shapes[i], a, bw);
+    js << "}}\n";
+    std::fputs(js.str().c_str(), stdout);
+    if (!a.out.empty()) std::ofstream(a.out) << js.str();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "frost-cuda-bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,966 @@
+// The decoder step's CUDA kernels (kernels/cuda/ops.h). Written for correctness first, with the memory
+// access patterns that matter for decode: GEMV reads W with 16-byte loads once per step, attention reads
+// each K/V row once per (row, kv head) for all of its query heads.
+//
+// Rounding: products and sums that must equal the CPU bit for bit (RoPE, the int8/int4 row quantizer) use
+// the _rn intrinsics, which nvcc never contracts into an FMA; the rest is ordinary fp32 with the stated
+// test tolerances (tests/gpu/cuda_ops_test.cc).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+
+namespace frost::cuda {
+
+void throw_cuda_error(int code, const char* name, const char* expr, const char* file, int line) {
+  throw std::runtime_error(std::string("CUDA error ") + std::to_string(code) + " (" + name + ") in " + expr +
+                           " at " + file + ":" + std::to_string(line));
+}
+
+const char* kv_format_name(KvFormat f) {
+  switch (f) {
+    case KvFormat::kF32:
+      return "fp32";
+    case KvFormat::kF16:
+      return "fp16";
+    case KvFormat::kBF16:
+      return "bf16";
+    case KvFormat::kInt8:
+      return "int8";
+    case KvFormat::kInt4:
+      return "int4";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  v = warp_sum(v);
+  const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) part[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    float s = lane < static_cast<int>(blockDim.x / kWarp) ? part[lane] : 0.f;
+    s = warp_sum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  const float r = total;
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ float load_w(const void* w, DType dt, int64_t i) {
+  if (dt == DType::kF32) return static_cast<const float*>(w)[i];
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(w)[i]);
+}
+
+int blocks_for(int64_t n, int threads) { return static_cast<int>((n + threads - 1) / threads); }
+
+// ---------------------------------------------------------------------------------------------- embed
+__global__ void embed_kernel(const void* table, DType dt, const float* pos_embed, StepRows rows, int dim,
+                             float* out) {
+  const int r = blockIdx.x;
+  const int64_t tok = rows.token[r];
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = load_w(table, dt, tok * dim + i);
+    if (pos_embed) v += pos_embed[static_cast<int64_t>(rows.pos[r]) * dim + i];
+    out[static_cast<int64_t>(r) * dim + i] = v;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- norms
+__global__ void rmsnorm_kernel(const float* x, const float* w, int dim, float eps, float* out) {
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(dim) + eps);
+  float* o = out + static_cast<int64_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xr[i] * inv * w[i];
+}
+
+__global__ void layernorm_kernel(const float* x, const float* w, const float* b, int dim, float eps,
+                                 float* out) {
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float s = 0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+  const float mean = block_sum(s) / static_cast<float>(dim);
+  float v = 0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) v += (xr[i] - mean) * (xr[i] - mean);
+  const float inv = rsqrtf(block_sum(v) / static_cast<float>(dim) + eps);
+  float* o = out + static_cast<int64_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] - mean) * inv * w[i] + b[i];
+}
+
+// ------------------------------------------------------------------------------------ rope + KV append
+__device__ __forceinline__ uint8_t* kv_block(uint8_t* pool, const KvLayout& kv, int layer,
+                                             const StepRows& rows, int r, int* slot) {
+  const int p = rows.pos[r];
+  const int b = rows.block_table[static_cast<int64_t>(rows.seq[r]) * rows.max_blocks + p / kv.block_tokens];
+  *slot = p % kv.block_tokens;
+  return pool + (static_cast<int64_t>(b) * kv.n_layer + layer) * kv.layer_block_bytes();
+}
+
+// One warp writes one head row x[0..D) (already rotated) into dst / scale.
+__device__ void encode_row_warp(const float* x, int d, KvFormat f, uint8_t* dst, float* scale) {
+  const int lane = threadIdx.x % kWarp;
+  switch (f) {
+    case KvFormat::kF32:
+      for (int i = lane; i < d; i += kWarp) reinterpret_cast<float*>(dst)[i] = x[i];
+      return;
+    case KvFormat::kF16:
+      for (int i = lane; i < d; i += kWarp) reinterpret_cast<__half*>(dst)[i] = __float2half_rn(x[i]);
+      return;
+    case KvFormat::kBF16:
+      for (int i = lane; i < d; i += kWarp)
+        reinterpret_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(x[i]);
+      return;
+    case KvFormat::kInt8:
+    case KvFormat::kInt4: {
+      // kernels/cpu/kv_quant_row.h, operation for operation.
+      float amax = 0.f;
+      for (int i = lane; i < d; i += kWarp) amax = fmaxf(amax, fabsf(x[i]));
+      amax = warp_max(amax);
+      const int qm = f == KvFormat::kInt8 ? 127 : 7;
+      const float s = amax > 0.f && isfinite(amax) ? __fdiv_rn(amax, static_cast<float>(qm)) : 0.f;
+      const float inv = s > 0.f ? __fdiv_rn(1.f, s) : 0.f;
+      auto quant = [&](float xi) {
+        const float q = rintf(__fmul_rn(xi, inv));
+        return static_cast<int>(fminf(fmaxf(q, static_cast<float>(-qm)), static_cast<float>(qm)));
+      };
+      if (f == KvFormat::kInt8) {
+        for (int i = lane; i < d; i += kWarp)
+          reinterpret_cast<int8_t*>(dst)[i] = static_cast<int8_t>(quant(x[i]));
+      } else {
+        for (int j = lane; j < d / 2; j += kWarp) {
+          const int lo = quant(x[2 * j]), hi = quant(x[2 * j + 1]);
+          dst[j] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+        }
+      }
+      if (lane == 0) *scale = s;
+      return;
+    }
+  }
+}
+
+// A warp per head of a row (grid: rows × head groups of 8): q heads are rotated in place; k heads rotated,
+// then encoded into the pool; v heads encoded. No warp reads another's output, so no block barrier.
+__global__ void rope_kv_append_kernel(float* qkv, const float* rope_cos, const float* rope_sin, StepRows rows,
+                                      int n_head, KvLayout kv, int layer, uint8_t* pool) {
+  const int r = blockIdx.x, lane = threadIdx.x % kWarp;
+  const int h = blockIdx.y * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int D = kv.head_dim, Hkv = kv.n_head_kv, half = D / 2;
+  if (h >= n_head + 2 * Hkv) return;
+  float* x = qkv + static_cast<int64_t>(r) * (n_head + 2 * Hkv) * D + static_cast<int64_t>(h) * D;
+  const int p = rows.pos[r];
+  if (rope_cos && h < n_head + Hkv) {
+    // (x1, x2) → (x1·c − x2·s, x2·c + x1·s), unfused as on the CPU.
+    for (int j = lane; j < half; j += kWarp) {
+      const float c = rope_cos[static_cast<int64_t>(p) * half + j],
+                  s = rope_sin[static_cast<int64_t>(p) * half + j];
+      const float x1 = x[j], x2 = x[j + half];
+      x[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+      x[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+    }
+    __syncwarp();
+  }
+  if (h < n_head) return;
+  const int i = h - n_head;  // 0..2·Hkv: k heads, then v heads
+  int slot = 0;
+  uint8_t* base = kv_block(pool, kv, layer, rows, r, &slot);
+  const bool is_v = i >= Hkv;
+  const int g = is_v ? i - Hkv : i;
+  const int64_t idx = static_cast<int64_t>(g) * kv.block_tokens + slot;
+  uint8_t* dst = base + (is_v ? kv.rows_bytes() : 0) + idx * kv.row_bytes();
+  float* scale = reinterpret_cast<float*>(base + 2 * kv.rows_bytes() + (is_v ? kv.scales_bytes() : 0)) + idx;
+  encode_row_warp(x, D, kv.format, dst, scale);
+}
+
+// ------------------------------------------------------------------------------------------ attention
+__device__ __forceinline__ float kv_load(const uint8_t* row, KvFormat f, int i, float s) {
+  switch (f) {
+    case KvFormat::kF32:
+      return reinterpret_cast<const float*>(row)[i];
+    case KvFormat::kF16:
+      return __half2float(reinterpret_cast<const __half*>(row)[i]);
+    case KvFormat::kBF16:
+      return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
+    case KvFormat::kInt8:
+      return static_cast<float>(reinterpret_cast<const int8_t*>(row)[i]) * s;
+    case KvFormat::kInt4: {
+      const int b = row[i / 2];
+      int n = (i % 2 == 0) ? (b & 0xF) : ((b >> 4) & 0xF);
+      n = n >= 8 ? n - 16 : n;
+      return static_cast<float>(n) * s;
+    }
+  }
+  return 0.f;
+}
+
+// Eight consecutive elements d0..d0+7 of an encoded row (d0 % 8 == 0), decoded: one 4- to 32-byte load.
+__device__ __forceinline__ void kv_load8(const uint8_t* row, KvFormat f, int d0, float s, float* o) {
+  switch (f) {
+    case KvFormat::kF32: {
+      const float4 a = *reinterpret_cast<const float4*>(row + 4 * d0),
+                   b = *reinterpret_cast<const float4*>(row + 4 * d0 + 16);
+      o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+      return;
+    }
+    case KvFormat::kF16:
+    case KvFormat::kBF16: {
+      const uint4 v = *reinterpret_cast<const uint4*>(row + 2 * d0);
+      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (f == KvFormat::kBF16) {
+          o[2 * i] = __uint_as_float(u[i] << 16);
+          o[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        } else {
+          o[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(u[i] & 0xffffu)));
+          o[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(u[i] >> 16)));
+        }
+      }
+      return;
+    }
+    case KvFormat::kInt8: {
+      const uint2 v = *reinterpret_cast<const uint2*>(row + d0);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t w = i < 4 ? v.x : v.y;
+        o[i] = static_cast<float>(static_cast<int8_t>((w >> (8 * (i % 4))) & 0xffu)) * s;
+      }
+      return;
+    }
+    case KvFormat::kInt4: {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(row + d0 / 2);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int n = static_cast<int>((w >> (4 * i)) & 0xFu);  // byte i/2: low nibble even, high odd
+        o[i] = static_cast<float>((n ^ 8) - 8) * s;
+      }
+      return;
+    }
+  }
+}
+
+constexpr int kAttnThreads = 128, kAttnWarpsN = kAttnThreads / kWarp;
+
+// Block (row, kv head, split) for the G query heads of the kv head over positions [split·L, split·L + L) of
+// the row's 0..pos (flash-decoding: splits spread even one short sequence over many multiprocessors):
+//   1. scores: a thread per position, the whole K row read with 8-wide loads, dotted with the G queries;
+//   2. per head, the split's maximum m and Σ exp(s − m) = l (a warp per head);
+//   3. values: warps take positions, lanes take dims; each V element read once for all G heads;
+//   4. the warps' sums added; one split → out = acc / l, else (acc, m, l) to `part` for attention_combine.
+template <int G>
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_kernel(const float* qkv, StepRows rows, int n_head, KvLayout kv, int layer, const uint8_t* pool,
+                     float scale, int L, float* out, float* part) {
+  const int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x, warp = tid / kWarp,
+            lane = tid % kWarp;
+  const int n_pos = rows.pos[r] + 1, start = sp * L;
+  if (start >= n_pos) return;
+  const int n = min(L, n_pos - start), n_splits = (n_pos + L - 1) / L;
+  const int D = kv.head_dim, Hkv = kv.n_head_kv, bt = kv.block_tokens;
+  __shared__ float q_s[G * 128];
+  __shared__ float s_s[G * kAttnMaxSplit];
+  __shared__ int64_t voff_s[kAttnMaxSplit];
+  __shared__ float vsc_s[kAttnMaxSplit];
+  __shared__ float m_s[G], l_s[G];
+  __shared__ float red[kAttnWarpsN * G * 128];
+  const float* qrow =
+      qkv + static_cast<int64_t>(r) * (n_head + 2 * Hkv) * D + static_cast<int64_t>(kvh) * G * D;
+  for (int i = tid; i < G * D; i += kAttnThreads) q_s[i] = qrow[i] * scale;
+  __syncthreads();
+  const int32_t* table = rows.block_table + static_cast<int64_t>(rows.seq[r]) * rows.max_blocks;
+  const int64_t rb = kv.row_bytes(), lbb = kv.layer_block_bytes(), rows_b = kv.rows_bytes();
+  const bool scaled = kv_has_scales(kv.format);
+  for (int j = tid; j < n; j += kAttnThreads) {  // 1. scores
+    const int p = start + j;
+    const int64_t base = (static_cast<int64_t>(table[p / bt]) * kv.n_layer + layer) * lbb;
+    const int64_t idx = static_cast<int64_t>(kvh) * bt + p % bt;
+    const uint8_t* krow = pool + base + idx * rb;
+    float ks = 0.f, vs = 0.f;
+    if (scaled) {
+      const float* sc = reinterpret_cast<const float*>(pool + base + 2 * rows_b);
+      ks = sc[idx];
+      vs = sc[kv.scales_bytes() / 4 + idx];
+    }
+    vsc_s[j] = vs;
+    voff_s[j] = base + rows_b + idx * rb;
+    float dot[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) dot[g] = 0.f;
+#pragma unroll 4
+    for (int d0 = 0; d0 < D; d0 += 8) {
+      float k8[8];
+      kv_load8(krow, kv.format, d0, ks, k8);
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot[g] += q_s[g * D + d0 + e] * k8[e];
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) s_s[g * kAttnMaxSplit + j] = dot[g];
+  }
+  __syncthreads();
+  for (int g = warp; g < G; g += kAttnWarpsN) {  // 2. the split's softmax statistics
+    float mx = -INFINITY;
+    for (int j = lane; j < n; j += kWarp) mx = fmaxf(mx, s_s[g * kAttnMaxSplit + j]);
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int j = lane; j < n; j += kWarp) {
+      const float e = expf(s_s[g * kAttnMaxSplit + j] - mx);
+      s_s[g * kAttnMaxSplit + j] = e;
+      sum += e;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) m_s[g] = mx, l_s[g] = sum;
+  }
+  __syncthreads();
+  float acc[G][4];  // 3. values: dims d = lane + 32 i
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[g][i] = 0.f;
+#pragma unroll 4
+  for (int j = warp; j < n; j += kAttnWarpsN) {
+    const uint8_t* vrow = pool + voff_s[j];
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int d = lane + kWarp * i;
+      v[i] = d < D ? kv_load(vrow, kv.format, d, vsc_s[j]) : 0.f;
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float pg = s_s[g * kAttnMaxSplit + j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[g][i] += pg * v[i];
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int d = lane + kWarp * i;
+      if (d < D) red[(warp * G + g) * 128 + d] = acc[g][i];
+    }
+  __syncthreads();
+  for (int o = tid; o < G * D; o += kAttnThreads) {  // 4. the warps' sums
+    const int g = o / D, d = o % D;
+    float a = 0.f;
+#pragma unroll
+    for (int w = 0; w < kAttnWarpsN; ++w) a += red[(w * G + g) * 128 + d];
+    const int h = kvh * G + g;
+    if (n_splits == 1) {
+      out[static_cast<int64_t>(r) * n_head * D + static_cast<int64_t>(h) * D + d] = a / l_s[g];
+    } else {
+      float* pp = part + ((static_cast<int64_t>(r) * n_head + h) * kAttnSplits + sp) * (D + 2);
+      pp[d] = a;
+      if (d == 0) pp[D] = m_s[g], pp[D + 1] = l_s[g];
+    }
+  }
+}
+
+// out = Σ_s acc_s e^(m_s − M) / Σ_s l_s e^(m_s − M) over a row's splits (rows with one split were written).
+__global__ void attention_combine_kernel(StepRows rows, int n_head, int D, int L, const float* part,
+                                         float* out) {
+  const int r = blockIdx.x, h = blockIdx.y;
+  const int n_splits = (rows.pos[r] + 1 + L - 1) / L;
+  if (n_splits == 1) return;
+  const float* pp = part + (static_cast<int64_t>(r) * n_head + h) * kAttnSplits * (D + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, pp[s * (D + 2) + D]);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float num = 0.f, den = 0.f;
+    for (int s = 0; s < n_splits; ++s) {
+      const float f = expf(pp[s * (D + 2) + D] - M);
+      num += pp[s * (D + 2) + d] * f;
+      den += pp[s * (D + 2) + D + 1] * f;
+    }
+    out[static_cast<int64_t>(r) * n_head * D + static_cast<int64_t>(h) * D + d] = num / den;
+  }
+}
+
+// ------------------------------------------------------------------------------------- elementwise
+__global__ void swiglu_kernel(const float* gu, int n_rows, int F, float* out) {
+  const int64_t n = static_cast<int64_t>(n_rows) * F;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / F, j = i % F;
+    const float g = gu[r * 2 * F + j], u = gu[r * 2 * F + F + j];
+    out[i] = g / (1.f + expf(-g)) * u;
+  }
+}
+
+__global__ void gelu_new_kernel(float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float u = x[i];
+    x[i] = 0.5f * u * (1.f + tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u)));
+  }
+}
+
+__global__ void add_bias_kernel(float* y, const float* b, int n_rows, int n) {
+  const int64_t total = static_cast<int64_t>(n_rows) * n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] += b[i % n];
+}
+
+__global__ void gather_rows_kernel(const float* src, const int32_t* idx, int n, float* dst) {
+  const float* s = src + static_cast<int64_t>(idx[blockIdx.x]) * n;
+  float* d = dst + static_cast<int64_t>(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
+
+__global__ void to_bf16_kernel(const float* src, int64_t n, __nv_bfloat16* dst) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__device__ __forceinline__ uint64_t splitmix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_uniform_kernel(void* dst, DType dt, int64_t n, uint64_t seed, float a, float mean) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t h = splitmix(seed * 0x100000001B3ull + static_cast<uint64_t>(i));
+    const float u = static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    const float v = mean + a * u;
+    if (dt == DType::kF32)
+      static_cast<float*>(dst)[i] = v;
+    else
+      static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(v);
+  }
+}
+
+// ----------------------------------------------------------------------------------------------- GEMV
+template <typename T>
+struct Vec16;  // 16 bytes of weights
+template <>
+struct Vec16<float> {
+  static constexpr int kN = 4;
+  __device__ static void load(const void* p, float* o) {
+    const float4 v = *static_cast<const float4*>(p);
+    o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+  }
+};
+template <>
+struct Vec16<__nv_bfloat16> {
+  static constexpr int kN = 8;
+  __device__ static void load(const void* p, float* o) {
+    const uint4 v = *static_cast<const uint4*>(p);
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      o[2 * i] = __uint_as_float(u[i] << 16);
+      o[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  }
+};
+
+constexpr int kGemvWarps = 8;
+
+// The activation as the product sees it: bf16 weights multiply bf16-rounded activations (the cuBLAS bf16
+// GEMM's inputs), so the GEMV and its GEMM twin compute the same function.
+template <typename T>
+__device__ __forceinline__ float act(float v) {
+  if constexpr (sizeof(T) == 4) return v;
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+template <typename T>
+__device__ __forceinline__ float4 act(float4 v) {
+  return make_float4(act<T>(v.x), act<T>(v.y), act<T>(v.z), act<T>(v.w));
+}
+
+// Output rows per block (the block's 8 warps split the inputs between them): more when fewer activation rows,
+// so that each thread has 8–16 independent 16-byte weight loads in flight and blocks are few and long.
+template <int R>
+__host__ __device__ constexpr int gemv_outs() {
+  return R == 1 ? 16 : R <= 4 ? 8 : 4;
+}
+
+// x[r, k] as the product reads it: plain, RMS-normalised (inv[r] · w[k], the rmsnorm kernel's order of
+// operations) or SwiGLU of gate|up (the swiglu kernel's), then rounded as act<T>.
+template <typename T, GemvInput kIn>
+__device__ __forceinline__ float gemv_x(const float* x, int r, int k, int n_in, const float* inv,
+                                        const float* nw) {
+  if constexpr (kIn == GemvInput::kPlain) {
+    return act<T>(x[static_cast<int64_t>(r) * n_in + k]);
+  } else if constexpr (kIn == GemvInput::kRmsNorm) {
+    return act<T>(x[static_cast<int64_t>(r) * n_in + k] * inv[r] * nw[k]);
+  } else {
+    const float g = x[static_cast<int64_t>(r) * 2 * n_in + k],
+                u = x[static_cast<int64_t>(r) * 2 * n_in + n_in + k];
+    return act<T>(g / (1.f + expf(-g)) * u);
+  }
+}
+
+// Block per kGemvOuts output rows; its 256 threads stride over the input chunks (16 bytes of W each), so that
+// a long row keeps many loads in flight; partial sums meet in shared memory.
+template <typename T, int R, bool kVec, GemvInput kIn>
+__global__ void __launch_bounds__(kGemvWarps* kWarp)
+    gemv_kernel(const T* w, const float* x, int n_out, int n_in, const float* bias, bool accumulate, float* y,
+                const float* nw, float eps) {
+  constexpr int NT = kGemvWarps * kWarp, kGemvOuts = gemv_outs<R>();
+  const int n0 = blockIdx.x * kGemvOuts, tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  __shared__ float inv[R];
+  __shared__ float red[kGemvWarps][kGemvOuts * R];
+  if constexpr (kIn == GemvInput::kRmsNorm) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x + static_cast<int64_t>(r) * n_in;
+      float ss = 0.f;
+      for (int k = tid; k < n_in; k += NT) ss += xr[k] * xr[k];
+      ss = block_sum(ss);
+      if (tid == 0) inv[r] = rsqrtf(ss / static_cast<float>(n_in) + eps);
+    }
+    __syncthreads();
+  }
+  const T* wr[kGemvOuts];
+#pragma unroll
+  for (int o = 0; o < kGemvOuts; ++o) wr[o] = w + static_cast<int64_t>(min(n0 + o, n_out - 1)) * n_in;
+  float acc[kGemvOuts][R];
+#pragma unroll
+  for (int o = 0; o < kGemvOuts; ++o)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[o][r] = 0.f;
+  if constexpr (kVec) {
+    constexpr int E = Vec16<T>::kN;
+    const int chunks = n_in / E;
+#pragma unroll 2
+    for (int c = tid; c < chunks; c += NT) {
+      float wv[kGemvOuts][E];
+#pragma unroll
+      for (int o = 0; o < kGemvOuts; ++o) Vec16<T>::load(wr[o] + static_cast<int64_t>(c) * E, wv[o]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float xv[E];
+        if constexpr (kIn == GemvInput::kPlain) {
+          const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * n_in + c * E);
+#pragma unroll
+          for (int e4 = 0; e4 < E / 4; ++e4) {
+            const float4 v = act<T>(xp[e4]);
+            xv[4 * e4] = v.x, xv[4 * e4 + 1] = v.y, xv[4 * e4 + 2] = v.z, xv[4 * e4 + 3] = v.w;
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < E; ++e) xv[e] = gemv_x<T, kIn>(x, r, c * E + e, n_in, inv, nw);
+        }
+#pragma unroll
+        for (int o = 0; o < kGemvOuts; ++o)
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[o][r] += wv[o][e] * xv[e];
+      }
+    }
+  } else {
+    for (int k = tid; k < n_in; k += NT) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float xv = gemv_x<T, kIn>(x, r, k, n_in, inv, nw);
+#pragma unroll
+        for (int o = 0; o < kGemvOuts; ++o) {
+          float wv;
+          if constexpr (sizeof(T) == 4)
+            wv = wr[o][k];
+          else
+            wv = __bfloat162float(wr[o][k]);
+          acc[o][r] += wv * xv;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 0; o < kGemvOuts; ++o)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = warp_sum(acc[o][r]);
+      if (lane == 0) red[warp][o * R + r] = v;
+    }
+  __syncthreads();
+  if (tid < kGemvOuts * R) {
+    const int o = tid / R, r = tid % R, n = n0 + o;
+    if (n < n_out) {
+      float s = 0.f;
+#pragma unroll
+      for (int wi = 0; wi < kGemvWarps; ++wi) s += red[wi][tid];
+      const float v = bias ? s + bias[n] : s;
+      float* yp = y + static_cast<int64_t>(r) * n_out + n;
+      *yp = accumulate ? *yp + v : v;
+    }
+  }
+}
+
+template <typename T, int R, GemvInput kIn>
+void launch_gemv_in(const void* w, const float* x, int n_out, int n_in, const float* bias, bool acc, float* y,
+                    const float* nw, float eps, cudaStream_t st) {
+  const int grid = blocks_for(n_out, gemv_outs<R>());
+  const int64_t x_stride = kIn == GemvInput::kSwiGlu ? 2LL * n_in : n_in;
+  const bool vec = (static_cast<int64_t>(n_in) * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   (x_stride * 4) % 16 == 0;
+  if (vec)
+    gemv_kernel<T, R, true, kIn><<<grid, kGemvWarps * kWarp, 0, st>>>(static_cast<const T*>(w), x, n_out,
+                                                                      n_in, bias, acc, y, nw, eps);
+  else
+    gemv_kernel<T, R, false, kIn><<<grid, kGemvWarps * kWarp, 0, st>>>(static_cast<const T*>(w), x, n_out,
+                                                                       n_in, bias, acc, y, nw, eps);
+}
+
+template <typename T, int R>
+void launch_gemv_r(const void* w, const float* x, int n_out, int n_in, const float* bias, bool acc, float* y,
+                   GemvInput in, const float* nw, float eps, cudaStream_t st) {
+  switch (in) {
+    case GemvInput::kPlain:
+      launch_gemv_in<T, R, GemvInput::kPlain>(w, x, n_out, n_in, bias, acc, y, nw, eps, st);
+      break;
+    case GemvInput::kRmsNorm:
+      launch_gemv_in<T, R, GemvInput::kRmsNorm>(w, x, n_out, n_in, bias, acc, y, nw, eps, st);
+      break;
+    case GemvInput::kSwiGlu:
+      launch_gemv_in<T, R, GemvInput::kSwiGlu>(w, x, n_out, n_in, bias, acc, y, nw, eps, st);
+      break;
+  }
+}
+
+template <typename T>
+void launch_gemv(const void* w, const float* x, int rows, int n_out, int n_in, const float* bias, bool acc,
+                 float* y, GemvInput in, const float* nw, float eps, cudaStream_t st) {
+  switch (rows) {
+    case 1:
+      launch_gemv_r<T, 1>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
+      break;
+    case 2:
+      launch_gemv_r<T, 2>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
+      break;
+    case 3:
+      launch_gemv_r<T, 3>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
+      break;
+    case 4:
+      launch_gemv_r<T, 4>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
+      break;
+    case 5:
+      launch_gemv_r<T, 5>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
+      break;
+    case 6:
+      launch_gemv_r<T, 6>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
+      break;
+    case 7:
+      launch_gemv_r<T, 7>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
+      break;
+    case 8:
+      launch_gemv_r<T, 8>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
+      break;
+    default:
+      throw std::invalid_argument("gemv: rows must be 1.." + std::to_string(kGemvMaxRows));
+  }
+}
+
+// -------------------------------------------------------------------------------------------- sampling
+constexpr int kSampleThreads = 1024;
+
+__device__ __forceinline__ float finite_or_ninf(float v) { return isnan(v) ? -INFINITY : v; }
+
+// (value, id) maximum over the block: larger value wins, ties → lower id. Result in thread 0's return.
+__device__ void block_argmax(float v, int id, float* out_v, int* out_id) {
+  __shared__ float sv[kSampleThreads / kWarp];
+  __shared__ int si[kSampleThreads / kWarp];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, id, o);
+    if (ov > v || (ov == v && oi < id)) v = ov, id = oi;
+  }
+  const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) sv[w] = v, si[w] = id;
+  __syncthreads();
+  if (w == 0) {
+    const int nw = blockDim.x / kWarp;
+    v = lane < nw ? sv[lane] : -INFINITY;
+    id = lane < nw ? si[lane] : INT_MAX;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, id, o);
+      if (ov > v || (ov == v && oi < id)) v = ov, id = oi;
+    }
+    if (lane == 0) *out_v = v, *out_id = id;
+  }
+  __syncthreads();
+}
+
+__device__ int row_argmax(const float* l, int vocab, float* max_v) {
+  __shared__ float bv;
+  __shared__ int bi;
+  float v = -INFINITY;
+  int id = INT_MAX;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float x = finite_or_ninf(l[i]);
+    if (x > v || (x == v && i < id)) v = x, id = i;
+  }
+  block_argmax(v, id, &bv, &bi);
+  if (max_v) *max_v = bv;
+  return bi;
+}
+
+__global__ void argmax_kernel(const float* logits, int vocab, int32_t* out) {
+  const int id = row_argmax(logits + static_cast<int64_t>(blockIdx.x) * vocab, vocab, nullptr);
+  if (threadIdx.x == 0) out[blockIdx.x] = id;
+}
+
+__global__ void sample_kernel(const float* logits, int vocab, const float* temperature, const float* min_p,
+                              const double* u, int32_t* out) {
+  const int r = blockIdx.x;
+  const float* l = logits + static_cast<int64_t>(r) * vocab;
+  float lmax = 0.f;
+  const int best = row_argmax(l, vocab, &lmax);
+  const float t = temperature[r];
+  if (!(t > 0.f) || !isfinite(lmax)) {
+    if (threadIdx.x == 0) out[r] = best;
+    return;
+  }
+  // Contiguous chunk per thread so that a chunk sum + an exclusive scan locates the draw.
+  const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+  const int i0 = min(vocab, static_cast<int>(threadIdx.x) * chunk), i1 = min(vocab, i0 + chunk);
+  const float xmax = lmax / t, mp = min_p[r];
+  auto weight = [&](int i) {
+    const float x = finite_or_ninf(l[i]) / t;
+    const float e = expf(x - xmax);
+    return e >= mp ? e : 0.f;  // p_i / p_max = e_i: min-p keeps e_i >= min_p
+  };
+  double s = 0.0;
+  for (int i = i0; i < i1; ++i) s += weight(i);
+  __shared__ double scan[kSampleThreads];
+  __shared__ int chosen;
+  scan[threadIdx.x] = s;
+  if (threadIdx.x == 0) chosen = -1;
+  __syncthreads();
+  for (int o = 1; o < static_cast<int>(blockDim.x); o <<= 1) {  // inclusive Hillis–Steele scan
+    const double add = threadIdx.x >= static_cast<unsigned>(o) ? scan[threadIdx.x - o] : 0.0;
+    __syncthreads();
+    scan[threadIdx.x] += add;
+    __syncthreads();
+  }
+  const double total = scan[blockDim.x - 1];
+  const double target = u[r] * total;
+  const double before = scan[threadIdx.x] - s;
+  if (s > 0.0 && before <= target && target < scan[threadIdx.x]) {
+    double c = before;
+    int pick = -1;
+    for (int i = i0; i < i1 && pick < 0; ++i) {
+      const float e = weight(i);
+      c += e;
+      if (e > 0.f && c > target) pick = i;
+    }
+    if (pick < 0) {  // rounding at the chunk's end: its last kept id
+      for (int i = i1 - 1; i >= i0 && pick < 0; --i)
+        if (weight(i) > 0.f) pick = i;
+    }
+    chosen = pick;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) out[r] = chosen >= 0 ? chosen : best;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------- launchers
+void embed(const void* table, DType dt, const float* pos_embed, const StepRows& rows, int n_rows, int dim,
+           float* out, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  embed_kernel<<<n_rows, 256, 0, stream>>>(table, dt, pos_embed, rows, dim, out);
+  FROST_CUDA_LAUNCHED();
+}
+
+void rmsnorm(const float* x, const float* w, int n_rows, int dim, float eps, float* out,
+             cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  rmsnorm_kernel<<<n_rows, dim >= 1024 ? 512 : 128, 0, stream>>>(x, w, dim, eps, out);
+  FROST_CUDA_LAUNCHED();
+}
+
+void layernorm(const float* x, const float* w, const float* b, int n_rows, int dim, float eps, float* out,
+               cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  layernorm_kernel<<<n_rows, dim >= 1024 ? 512 : 128, 0, stream>>>(x, w, b, dim, eps, out);
+  FROST_CUDA_LAUNCHED();
+}
+
+void rope_kv_append(float* qkv, const float* rope_cos, const float* rope_sin, const StepRows& rows,
+                    int n_rows, int n_head, const KvLayout& kv, int layer, uint8_t* pool,
+                    cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  if (kv.format == KvFormat::kInt4 && kv.head_dim % 2 != 0)
+    throw std::invalid_argument("rope_kv_append: int4 needs an even head_dim, got " +
+                                std::to_string(kv.head_dim));
+  const dim3 grid(n_rows, (n_head + 2 * kv.n_head_kv + 7) / 8);
+  rope_kv_append_kernel<<<grid, 256, 0, stream>>>(qkv, rope_cos, rope_sin, rows, n_head, kv, layer, pool);
+  FROST_CUDA_LAUNCHED();
+}
+
+AttentionSplit attention_split(int max_positions, int n_rows, int n_head_kv, int target_blocks) {
+  // Enough pieces that rows × kv heads × pieces reaches target_blocks (short sequences at small batch still
+  // fill the GPU), pieces of at least 16 positions; lengths and counts are powers of two, so that a decode
+  // replays the same few CUDA graphs while its context grows.
+  const int64_t row_heads = std::max<int64_t>(1, static_cast<int64_t>(n_rows) * n_head_kv);
+  const int64_t want = std::max<int64_t>(1, (target_blocks + row_heads - 1) / row_heads);
+  AttentionSplit a;
+  a.split_len = 16;
+  while (a.split_len < kAttnMaxSplit && (a.split_len * want < max_positions ||
+                                         (max_positions + a.split_len - 1) / a.split_len > kAttnSplits))
+    a.split_len *= 2;
+  const int need = (max_positions + a.split_len - 1) / a.split_len;
+  if (need > kAttnSplits)
+    throw std::invalid_argument("attention: " + std::to_string(max_positions) + " positions exceed the " +
+                                std::to_string(kAttnSplits * kAttnMaxSplit) + " the CUDA attention holds");
+  a.n_splits = 1;
+  while (a.n_splits < need) a.n_splits *= 2;
+  return a;
+}
+
+int64_t attention_partials_floats(int max_rows, int n_head, int head_dim) {
+  return static_cast<int64_t>(max_rows) * n_head * kAttnSplits * (head_dim + 2);
+}
+
+void attention(const float* qkv, const StepRows& rows, int n_rows, int n_head, const KvLayout& kv, int layer,
+               const uint8_t* pool, float scale, AttentionSplit split, float* partials, float* out,
+               cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  if (n_head % kv.n_head_kv != 0)
+    throw std::invalid_argument("attention: n_head " + std::to_string(n_head) +
+                                " is not a multiple of n_head_kv " + std::to_string(kv.n_head_kv));
+  if (kv.head_dim % 8 != 0 || kv.head_dim > 128)
+    throw std::invalid_argument("attention: head_dim must be a multiple of 8 up to 128, got " +
+                                std::to_string(kv.head_dim));
+  if (split.split_len < 1 || split.split_len > kAttnMaxSplit || split.n_splits < 1 ||
+      split.n_splits > kAttnSplits)
+    throw std::invalid_argument("attention: split of " + std::to_string(split.n_splits) + " × " +
+                                std::to_string(split.split_len) + " positions out of range");
+  const dim3 grid(n_rows, kv.n_head_kv, split.n_splits);
+  const int L = split.split_len;
+  switch (n_head / kv.n_head_kv) {
+    case 1:
+      attention_kernel<1>
+          <<<grid, kAttnThreads, 0, stream>>>(qkv, rows, n_head, kv, layer, pool, scale, L, out, partials);
+      break;
+    case 2:
+      attention_kernel<2>
+          <<<grid, kAttnThreads, 0, stream>>>(qkv, rows, n_head, kv, layer, pool, scale, L, out, partials);
+      break;
+    case 4:
+      attention_kernel<4>
+          <<<grid, kAttnThreads, 0, stream>>>(qkv, rows, n_head, kv, layer, pool, scale, L, out, partials);
+      break;
+    case 8:
+      attention_kernel<8>
+          <<<grid, kAttnThreads, 0, stream>>>(qkv, rows, n_head, kv, layer, pool, scale, L, out, partials);
+      break;
+    default:
+      throw std::invalid_argument("attention: query heads per kv head must be 1, 2, 4 or 8, got " +
+                                  std::to_string(n_head / kv.n_head_kv));
+  }
+  FROST_CUDA_LAUNCHED();
+  if (split.n_splits > 1) {
+    attention_combine_kernel<<<dim3(n_rows, n_head), 128, 0, stream>>>(rows, n_head, kv.head_dim, L, partials,
+                                                                       out);
+    FROST_CUDA_LAUNCHED();
+  }
+}
+
+void swiglu(const float* gu, int n_rows, int ffn, float* out, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(n_rows) * ffn;
+  if (n <= 0) return;
+  swiglu_kernel<<<std::min<int64_t>(blocks_for(n, 256), 65535), 256, 0, stream>>>(gu, n_rows, ffn, out);
+  FROST_CUDA_LAUNCHED();
+}
+
+void gelu_new(float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  gelu_new_kernel<<<std::min<int64_t>(blocks_for(n, 256), 65535), 256, 0, stream>>>(x, n);
+  FROST_CUDA_LAUNCHED();
+}
+
+void add_bias(float* y, const float* b, int n_rows, int n, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(n_rows) * n;
+  if (total <= 0) return;
+  add_bias_kernel<<<std::min<int64_t>(blocks_for(total, 256), 65535), 256, 0, stream>>>(y, b, n_rows, n);
+  FROST_CUDA_LAUNCHED();
+}
+
+void gather_rows(const float* src, const int32_t* idx, int n_idx, int n, float* dst, cudaStream_t stream) {
+  if (n_idx <= 0) return;
+  gather_rows_kernel<<<n_idx, 256, 0, stream>>>(src, idx, n, dst);
+  FROST_CUDA_LAUNCHED();
+}
+
+void gemv(const void* w, DType dt, const float* x, int n_rows, int n_out, int n_in, const float* bias,
+          bool accumulate, float* y, cudaStream_t stream, GemvInput in, const float* norm_w, float eps) {
+  if (in == GemvInput::kRmsNorm && !norm_w)
+    throw std::invalid_argument("gemv: RMS-norm input without its weight");
+  if (dt == DType::kF32)
+    launch_gemv<float>(w, x, n_rows, n_out, n_in, bias, accumulate, y, in, norm_w, eps, stream);
+  else
+    launch_gemv<__nv_bfloat16>(w, x, n_rows, n_out, n_in, bias, accumulate, y, in, norm_w, eps, stream);
+  FROST_CUDA_LAUNCHED();
+}
+
+void to_bf16(const float* src, int64_t n, uint16_t* dst, cudaStream_t stream) {
+  if (n <= 0) return;
+  to_bf16_kernel<<<std::min<int64_t>(blocks_for(n, 256), 65535), 256, 0, stream>>>(
+      src, n, reinterpret_cast<__nv_bfloat16*>(dst));
+  FROST_CUDA_LAUNCHED();
+}
+
+void fill_uniform(void* dst, DType dt, int64_t n, uint64_t seed, float a, float mean, cudaStream_t stream) {
+  if (n <= 0) return;
+  fill_uniform_kernel<<<std::min<int64_t>(blocks_for(n, 256), 65535), 256, 0, stream>>>(dst, dt, n, seed, a,
+                                                                                        mean);
+  FROST_CUDA_LAUNCHED();
+}
+
+void argmax(const float* logits, int n_rows, int vocab, int32_t* out, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  argmax_kernel<<<n_rows, kSampleThreads, 0, stream>>>(logits, vocab, out);
+  FROST_CUDA_LAUNCHED();
+}
+
+void sample(const float* logits, int n_rows, int vocab, const float* temperature, const float* min_p,
+            const double* u, int32_t* out, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  sample_kernel<<<n_rows, kSampleThreads, 0, stream>>>(logits, vocab, temperature, min_p, u, out);
+  FROST_CUDA_LAUNCHED();
+}
+
+}  // namespace frost::cuda

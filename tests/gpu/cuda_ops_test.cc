@@ -1,0 +1,386 @@
+// Every CUDA kernel of the decoder step against its CPU twin (kernels/cuda/reference.h) on random inputs.
+// Tolerances, as max |gpu − cpu| / max(1, max |cpu|): bytes of the KV encoders and RoPE exact; norms, GEMV,
+// attention and elementwise ops within 2e-5 (fp32 sums against double ones); bf16 GEMV within 2e-5 of the
+// twin that rounds the same inputs to bf16. Skipped, with the reason, where no CUDA device exists.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/reference.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace frost::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::random_floats;
+using testing::rel_max_diff;
+
+TEST(CudaOps, NormsMatchTheirTwins) {
+  FROST_REQUIRE_GPU();
+  for (int dim : {64, 288, 2048}) {
+    const int rows = 5;
+    DeviceArray<float> x(random_floats(static_cast<size_t>(rows) * dim, dim, -3.f, 3.f));
+    DeviceArray<float> w(random_floats(dim, dim + 1, 0.5f, 1.5f)), b(random_floats(dim, dim + 2));
+    DeviceArray<float> out(x.host.size(), std::nanf(""));
+    std::vector<float> ref(x.host.size());
+    rmsnorm(x.dev, w.dev, rows, dim, 1e-5f, out.dev, nullptr);
+    ref::rmsnorm(x.host.data(), w.host.data(), rows, dim, 1e-5f, ref.data());
+    EXPECT_LT(rel_max_diff(out.download(), ref), 2e-5) << "rmsnorm dim " << dim;
+    layernorm(x.dev, w.dev, b.dev, rows, dim, 1e-5f, out.dev, nullptr);
+    ref::layernorm(x.host.data(), w.host.data(), b.host.data(), rows, dim, 1e-5f, ref.data());
+    EXPECT_LT(rel_max_diff(out.download(), ref), 2e-5) << "layernorm dim " << dim;
+  }
+}
+
+TEST(CudaOps, EmbedGathersRowsAndAddsPositions) {
+  FROST_REQUIRE_GPU();
+  const int V = 100, C = 48, rows = 6;
+  DeviceArray<float> table(random_floats(static_cast<size_t>(V) * C, 1));
+  DeviceArray<float> pos_table(random_floats(static_cast<size_t>(20) * C, 2));
+  DeviceArray<int32_t> tok(std::vector<int32_t>{5, 99, 0, 5, 42, 7}),
+      pos(std::vector<int32_t>{0, 3, 19, 1, 2, 9});
+  StepRows r;
+  r.token = tok.dev;
+  r.pos = pos.dev;
+  DeviceArray<float> out(static_cast<size_t>(rows) * C, std::nanf(""));
+  embed(table.dev, DType::kF32, pos_table.dev, r, rows, C, out.dev, nullptr);
+  out.download();
+  for (int i = 0; i < rows; ++i)
+    for (int c = 0; c < C; ++c)
+      ASSERT_EQ(out.host[static_cast<size_t>(i) * C + c],
+                table.host[static_cast<size_t>(tok.host[i]) * C + c] +
+                    pos_table.host[static_cast<size_t>(pos.host[i]) * C + c]);
+  // bf16 table: the rounded values, no positions.
+  std::vector<uint16_t> tb(table.host.size());
+  for (size_t i = 0; i < tb.size(); ++i) tb[i] = ref::bf16_bits(table.host[i]);
+  DeviceArray<uint16_t> tbd(tb);
+  embed(tbd.dev, DType::kBF16, nullptr, r, rows, C, out.dev, nullptr);
+  out.download();
+  for (int i = 0; i < rows; ++i)
+    for (int c = 0; c < C; ++c)
+      ASSERT_EQ(out.host[static_cast<size_t>(i) * C + c],
+                ref::bf16_round(table.host[static_cast<size_t>(tok.host[i]) * C + c]));
+}
+
+// A pool with two sequences' block tables (blocks in a scrambled order); rows at scattered positions.
+struct PoolFixture {
+  KvLayout kv;
+  int n_head, max_blocks, n_blocks;
+  DeviceArray<uint8_t> pool;
+  DeviceArray<int32_t> table;
+  static size_t pool_bytes(KvFormat f, int hkv, int d, int n_layer, int n_blocks) {
+    return static_cast<size_t>(KvLayout{f, n_layer, hkv, d, 16}.block_bytes()) * n_blocks;
+  }
+  PoolFixture(KvFormat f, int h, int hkv, int d, int n_layer = 2, int blocks_per_seq = 8)
+      : kv{f, n_layer, hkv, d, 16},
+        n_head(h),
+        max_blocks(blocks_per_seq),
+        n_blocks(2 * blocks_per_seq),
+        pool(pool_bytes(f, hkv, d, n_layer, 2 * blocks_per_seq), 0xAB),
+        table(static_cast<size_t>(2 * blocks_per_seq), 0) {
+    for (int i = 0; i < n_blocks; ++i)
+      table.host[static_cast<size_t>(i)] = (i * 7 + 3) % n_blocks;  // 7 ⟂ n_blocks
+    table.upload();
+  }
+};
+
+class CudaOpsKv : public ::testing::TestWithParam<KvFormat> {};
+
+TEST_P(CudaOpsKv, RopeAndAppendWriteTheTwinsBytes) {
+  FROST_REQUIRE_GPU();
+  const KvFormat f = GetParam();
+  for (bool rope : {true, false}) {
+    const int H = 8, Hkv = 2, D = 48, rows = 7, layer = 1, QKV = (H + 2 * Hkv) * D;
+    PoolFixture px(f, H, Hkv, D);
+    DeviceArray<float> qkv(random_floats(static_cast<size_t>(rows) * QKV, 11, -4.f, 4.f));
+    qkv.host[5] = 0.f;  // an exact zero and a half-way value among the inputs
+    qkv.upload();
+    const std::vector<float> in = qkv.host;
+    DeviceArray<int32_t> seq(std::vector<int32_t>{0, 0, 1, 1, 0, 1, 0}),
+        pos(std::vector<int32_t>{0, 17, 5, 63, 40, 100, 127});
+    std::vector<float> cos_t, sin_t;
+    ref::rope_tables(128, D, 10000.0, &cos_t, &sin_t);
+    DeviceArray<float> cd(cos_t), sd(sin_t);
+    StepRows r;
+    r.seq = seq.dev;
+    r.pos = pos.dev;
+    r.block_table = px.table.dev;
+    r.max_blocks = px.max_blocks;
+    rope_kv_append(qkv.dev, rope ? cd.dev : nullptr, rope ? sd.dev : nullptr, r, rows, H, px.kv, layer,
+                   px.pool.dev, nullptr);
+    qkv.download();
+    px.pool.download();
+    const int64_t rb = px.kv.row_bytes();
+    for (int i = 0; i < rows; ++i) {
+      std::vector<float> row(in.begin() + static_cast<int64_t>(i) * QKV,
+                             in.begin() + static_cast<int64_t>(i + 1) * QKV);
+      if (rope)
+        for (int h = 0; h < H + Hkv; ++h)
+          ref::rope_row(row.data() + h * D, D, cos_t.data(), sin_t.data(), pos.host[i]);
+      for (int c = 0; c < (H + Hkv) * D; ++c)  // rotated q and k (in place), v untouched
+        ASSERT_EQ(qkv.host[static_cast<size_t>(i) * QKV + c], row[static_cast<size_t>(c)])
+            << "row " << i << " col " << c;
+      const int p = pos.host[i];
+      const int blk = px.table.host[static_cast<size_t>(seq.host[i]) * px.max_blocks + p / 16];
+      const uint8_t* base = px.pool.host.data() +
+                            (static_cast<int64_t>(blk) * px.kv.n_layer + layer) * px.kv.layer_block_bytes();
+      for (int g = 0; g < Hkv; ++g)
+        for (int kvi = 0; kvi < 2; ++kvi) {
+          std::vector<uint8_t> want(static_cast<size_t>(rb));
+          const float s = ref::encode_row(row.data() + (H + kvi * Hkv + g) * D, D, f, want.data());
+          const int64_t idx = static_cast<int64_t>(g) * 16 + p % 16;
+          ASSERT_EQ(0, std::memcmp(want.data(), base + kvi * px.kv.rows_bytes() + idx * rb,
+                                   static_cast<size_t>(rb)))
+              << kv_format_name(f) << " row " << i << " head " << g << (kvi ? " v" : " k");
+          if (kv_has_scales(f)) {
+            float got;
+            std::memcpy(&got, base + 2 * px.kv.rows_bytes() + kvi * px.kv.scales_bytes() + idx * 4, 4);
+            ASSERT_EQ(got, s) << "scale of row " << i;
+          }
+        }
+    }
+  }
+}
+
+TEST_P(CudaOpsKv, AttentionReadsThePagedPoolLikeTheTwin) {
+  FROST_REQUIRE_GPU();
+  const KvFormat f = GetParam();
+  struct Shape {
+    int h, hkv, d, n;
+  };  // n positions per sequence: over 256 spans several attention tiles
+  for (Shape sh : {Shape{8, 4, 8, 70}, Shape{6, 6, 48, 300}, Shape{32, 8, 64, 70}, Shape{16, 2, 128, 600}}) {
+    const int H = sh.h, Hkv = sh.hkv, D = sh.d, QKV = (H + 2 * Hkv) * D, layer = 0;
+    const int n = sh.n;
+    PoolFixture px(f, H, Hkv, D, 1, (n + 15) / 16);
+    // Fill positions 0..n-1 of both sequences through the append kernel (no RoPE).
+    std::vector<int32_t> seqs, poss;
+    for (int s = 0; s < 2; ++s)
+      for (int p = 0; p < n; ++p) seqs.push_back(s), poss.push_back(p);
+    const int rows = static_cast<int>(seqs.size());
+    DeviceArray<float> qkv(random_floats(static_cast<size_t>(rows) * QKV, 21 + D, -2.f, 2.f));
+    DeviceArray<int32_t> seq(seqs), pos(poss);
+    StepRows r;
+    r.seq = seq.dev;
+    r.pos = pos.dev;
+    r.block_table = px.table.dev;
+    r.max_blocks = px.max_blocks;
+    rope_kv_append(qkv.dev, nullptr, nullptr, r, rows, H, px.kv, layer, px.pool.dev, nullptr);
+    const float scale = 1.f / std::sqrt(static_cast<float>(D));
+    DeviceArray<float> part(static_cast<size_t>(attention_partials_floats(rows, H, D)), std::nanf(""));
+    // Two ways to split the positions: the step's own (pieces of 32, merged) and the fewest pieces of 256.
+    const AttentionSplit wide{kAttnMaxSplit, n <= 256 ? 1 : n <= 512 ? 2 : 4};
+    DeviceArray<float> out_wide(static_cast<size_t>(rows) * H * D, std::nanf(""));
+    attention(qkv.dev, r, rows, H, px.kv, layer, px.pool.dev, scale, wide, part.dev, out_wide.dev, nullptr);
+    DeviceArray<float> out(static_cast<size_t>(rows) * H * D, std::nanf(""));
+    const AttentionSplit narrow = attention_split(n, 1, 1, 528);  // as for one short sequence: many pieces
+    attention(qkv.dev, r, rows, H, px.kv, layer, px.pool.dev, scale, narrow, part.dev, out.dev, nullptr);
+    out.download();
+    out_wide.download();
+    px.pool.download();
+    EXPECT_GT(narrow.n_splits, 1);
+    // Twin: decode every stored row from the pool bytes, attend in double.
+    std::vector<float> ref(out.host.size());
+    const int64_t rb = px.kv.row_bytes();
+    std::vector<int> checked;
+    for (int i = 0; i<rows; i += n> 100 ? 7 : 1) checked.push_back(i);
+    checked.push_back(rows - 1);  // the longest row
+    for (int i : checked) {
+      const int s = seqs[static_cast<size_t>(i)], p = poss[static_cast<size_t>(i)];
+      for (int h = 0; h < H; ++h) {
+        const int g = h / (H / Hkv);
+        std::vector<float> K(static_cast<size_t>(p + 1) * D), V(K.size());
+        for (int j = 0; j <= p; ++j) {
+          const int blk = px.table.host[static_cast<size_t>(s) * px.max_blocks + j / 16];
+          const uint8_t* base = px.pool.host.data() + static_cast<int64_t>(blk) * px.kv.layer_block_bytes();
+          const int64_t idx = static_cast<int64_t>(g) * 16 + j % 16;
+          for (int kvi = 0; kvi < 2; ++kvi) {
+            float sc = 0;
+            if (kv_has_scales(f))
+              std::memcpy(&sc, base + 2 * px.kv.rows_bytes() + kvi * px.kv.scales_bytes() + idx * 4, 4);
+            for (int e = 0; e < D; ++e)
+              (kvi ? V : K)[static_cast<size_t>(j) * D + e] =
+                  ref::decode_element(base + kvi * px.kv.rows_bytes() + idx * rb, e, f, sc);
+          }
+        }
+        ref::attend_head(qkv.host.data() + static_cast<int64_t>(i) * QKV + h * D, K.data(), V.data(), p + 1,
+                         D, scale, ref.data() + (static_cast<int64_t>(i) * H + h) * D);
+      }
+    }
+    std::vector<float> got_checked, wide_checked, ref_checked;
+    for (int i : checked)
+      for (int c = 0; c < H * D; ++c) {
+        got_checked.push_back(out.host[static_cast<size_t>(i) * H * D + c]);
+        wide_checked.push_back(out_wide.host[static_cast<size_t>(i) * H * D + c]);
+        ref_checked.push_back(ref[static_cast<size_t>(i) * H * D + c]);
+      }
+    EXPECT_LT(rel_max_diff(got_checked, ref_checked), 2e-5)
+        << kv_format_name(f) << " H " << H << " Hkv " << Hkv << " D " << D << " n " << n << " split "
+        << narrow.split_len;
+    EXPECT_LT(rel_max_diff(wide_checked, ref_checked), 2e-5)
+        << kv_format_name(f) << " H " << H << " Hkv " << Hkv << " D " << D << " n " << n << " split 256";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaOpsKv,
+                         ::testing::Values(KvFormat::kF32, KvFormat::kF16, KvFormat::kBF16, KvFormat::kInt8,
+                                           KvFormat::kInt4),
+                         [](const ::testing::TestParamInfo<KvFormat>& i) {
+                           return std::string(kv_format_name(i.param));
+                         });
+
+// Host-side choice of the attention split: no GPU needed.
+TEST(CudaAttentionSplit, CoversEveryPositionInPowersOfTwo) {
+  const AttentionSplit one = attention_split(160, 1, 8, 528);  // one short sequence: many short pieces
+  EXPECT_EQ(one.split_len, 16);
+  EXPECT_EQ(one.n_splits, 16);
+  const AttentionSplit many = attention_split(160, 256, 8, 528);  // a large batch fills the GPU alone
+  EXPECT_EQ(many.split_len, 256);
+  EXPECT_EQ(many.n_splits, 1);
+  for (int p : {1, 17, 255, 4096, 16384})
+    for (int rows : {1, 7, 512}) {
+      const AttentionSplit a = attention_split(p, rows, 4, 528);
+      EXPECT_GE(static_cast<int64_t>(a.split_len) * a.n_splits, p);
+      EXPECT_LE(a.n_splits, kAttnSplits);
+      EXPECT_LE(a.split_len, kAttnMaxSplit);
+      EXPECT_EQ(a.n_splits & (a.n_splits - 1), 0);
+      EXPECT_EQ(a.split_len & (a.split_len - 1), 0);
+    }
+  try {
+    attention_split(16385, 1, 1, 528);
+    ADD_FAILURE() << "16,385 positions accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("16384"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaOps, ElementwiseMatchTheirTwins) {
+  FROST_REQUIRE_GPU();
+  const int rows = 3, F = 768;
+  DeviceArray<float> gu(random_floats(static_cast<size_t>(rows) * 2 * F, 31, -6.f, 6.f));
+  DeviceArray<float> out(static_cast<size_t>(rows) * F, std::nanf(""));
+  swiglu(gu.dev, rows, F, out.dev, nullptr);
+  std::vector<float> ref(out.host.size());
+  ref::swiglu(gu.host.data(), rows, F, ref.data());
+  EXPECT_LT(rel_max_diff(out.download(), ref), 2e-5);
+  std::vector<float> g = gu.host;
+  gelu_new(gu.dev, static_cast<int64_t>(g.size()), nullptr);
+  ref::gelu_new(g.data(), static_cast<int64_t>(g.size()));
+  EXPECT_LT(rel_max_diff(gu.download(), g), 2e-5);
+  DeviceArray<float> y(random_floats(static_cast<size_t>(rows) * F, 32)), b(random_floats(F, 33));
+  std::vector<float> yr = y.host;
+  add_bias(y.dev, b.dev, rows, F, nullptr);
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < F; ++j) yr[static_cast<size_t>(r) * F + j] += b.host[static_cast<size_t>(j)];
+  EXPECT_EQ(y.download(), yr);
+}
+
+TEST(CudaOps, GemvMatchesItsTwinForEveryRowCountAndDtype) {
+  FROST_REQUIRE_GPU();
+  struct Shape {
+    int n_out, n_in;
+  };
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (Shape sh : {Shape{1000, 288}, Shape{2048, 8192}, Shape{172, 64}, Shape{10, 172}, Shape{33, 13}}) {
+      const std::vector<float> w =
+          random_floats(static_cast<size_t>(sh.n_out) * sh.n_in, sh.n_out, -0.1f, 0.1f);
+      std::vector<uint16_t> wb(w.size());
+      for (size_t i = 0; i < w.size(); ++i) wb[i] = ref::bf16_bits(w[i]);
+      DeviceArray<float> wf(w);
+      DeviceArray<uint16_t> wbd(wb);
+      const void* wd =
+          dt == DType::kF32 ? static_cast<const void*>(wf.dev) : static_cast<const void*>(wbd.dev);
+      DeviceArray<float> bias(random_floats(static_cast<size_t>(sh.n_out), 3));
+      for (int rows = 1; rows <= kGemvMaxRows; ++rows) {
+        DeviceArray<float> x(random_floats(static_cast<size_t>(rows) * sh.n_in, 100 + rows, -2.f, 2.f));
+        DeviceArray<float> y(random_floats(static_cast<size_t>(rows) * sh.n_out, 200 + rows));
+        std::vector<float> ref = y.host;
+        const bool acc = rows % 2 == 0;
+        gemv(wd, dt, x.dev, rows, sh.n_out, sh.n_in, rows % 3 == 0 ? bias.dev : nullptr, acc, y.dev, nullptr);
+        ref::linear(w.data(), x.host.data(), rows, sh.n_out, sh.n_in,
+                    rows % 3 == 0 ? bias.host.data() : nullptr, acc, dt == DType::kBF16, ref.data());
+        ASSERT_LT(rel_max_diff(y.download(), ref), 2e-5)
+            << (dt == DType::kF32 ? "fp32" : "bf16") << " " << sh.n_out << "x" << sh.n_in << " rows " << rows;
+      }
+    }
+}
+
+TEST(CudaOps, GemvWithItsNormOrActivationFusedMatchesTheSeparateTwins) {
+  FROST_REQUIRE_GPU();
+  struct Shape {
+    int n_out, n_in;
+  };
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (Shape sh : {Shape{1000, 288}, Shape{64, 2048}, Shape{10, 172}})
+      for (GemvInput in : {GemvInput::kRmsNorm, GemvInput::kSwiGlu}) {
+        const std::vector<float> w =
+            random_floats(static_cast<size_t>(sh.n_out) * sh.n_in, sh.n_in, -0.1f, 0.1f);
+        std::vector<uint16_t> wb(w.size());
+        for (size_t i = 0; i < w.size(); ++i) wb[i] = ref::bf16_bits(w[i]);
+        DeviceArray<float> wf(w);
+        DeviceArray<uint16_t> wbd(wb);
+        const void* wd =
+            dt == DType::kF32 ? static_cast<const void*>(wf.dev) : static_cast<const void*>(wbd.dev);
+        DeviceArray<float> nw(random_floats(static_cast<size_t>(sh.n_in), 9, 0.5f, 1.5f));
+        for (int rows : {1, 3, 8}) {
+          const int cols = in == GemvInput::kSwiGlu ? 2 * sh.n_in : sh.n_in;
+          DeviceArray<float> x(random_floats(static_cast<size_t>(rows) * cols, 300 + rows, -3.f, 3.f));
+          DeviceArray<float> y(static_cast<size_t>(rows) * sh.n_out, std::nanf(""));
+          gemv(wd, dt, x.dev, rows, sh.n_out, sh.n_in, nullptr, false, y.dev, nullptr, in, nw.dev, 1e-5f);
+          std::vector<float> xt(static_cast<size_t>(rows) * sh.n_in), ref(y.host.size());
+          if (in == GemvInput::kRmsNorm)
+            ref::rmsnorm(x.host.data(), nw.host.data(), rows, sh.n_in, 1e-5f, xt.data());
+          else
+            ref::swiglu(x.host.data(), rows, sh.n_in, xt.data());
+          ref::linear(w.data(), xt.data(), rows, sh.n_out, sh.n_in, nullptr, false, dt == DType::kBF16,
+                      ref.data());
+          ASSERT_LT(rel_max_diff(y.download(), ref), dt == DType::kF32 ? 2e-5 : 2e-3)
+              << (dt == DType::kF32 ? "fp32 " : "bf16 ")
+              << (in == GemvInput::kRmsNorm ? "rmsnorm " : "swiglu ") << sh.n_out << "x" << sh.n_in
+              << " rows " << rows;
+        }
+      }
+}
+
+TEST(CudaOps, ArgmaxAndSamplingChooseTheTwinsTokens) {
+  FROST_REQUIRE_GPU();
+  const int V = 32000, rows = 64;
+  std::vector<float> l = random_floats(static_cast<size_t>(rows) * V, 41, -8.f, 8.f);
+  for (int r = 0; r < rows; ++r) {  // NaNs everywhere, ties for the maximum in some rows, a dominant token
+    l[static_cast<size_t>(r) * V + (r * 7919) % V] = std::nanf("");
+    if (r % 4 == 0) l[static_cast<size_t>(r) * V + 100 + r] = l[static_cast<size_t>(r) * V + 30000 - r] = 9.f;
+    if (r % 4 == 1) l[static_cast<size_t>(r) * V + (r * 131) % V] = 20.f;
+  }
+  DeviceArray<float> logits(l);
+  DeviceArray<int32_t> ids(static_cast<size_t>(rows), -1);
+  argmax(logits.dev, rows, V, ids.dev, nullptr);
+  ids.download();
+  for (int r = 0; r < rows; ++r)
+    ASSERT_EQ(ids.host[r], ref::argmax(l.data() + static_cast<size_t>(r) * V, V)) << r;
+  std::mt19937_64 g(5);
+  std::vector<float> temp(rows), minp(rows);
+  std::vector<double> u(rows);
+  for (int r = 0; r < rows; ++r) {
+    temp[r] = r % 8 == 7 ? 0.f : 0.3f + 0.1f * static_cast<float>(r % 10);
+    minp[r] = r % 3 == 0 ? 0.05f : 0.f;
+    u[r] = static_cast<double>(g() >> 11) * 0x1.0p-53;
+  }
+  DeviceArray<float> td(temp), md(minp);
+  DeviceArray<double> ud(u);
+  sample(logits.dev, rows, V, td.dev, md.dev, ud.dev, ids.dev, nullptr);
+  ids.download();
+  int distinct_from_greedy = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float* lr = l.data() + static_cast<size_t>(r) * V;
+    ASSERT_EQ(ids.host[r], ref::sample(lr, V, temp[r], minp[r], u[r])) << "row " << r;
+    distinct_from_greedy += ids.host[r] != ref::argmax(lr, V);
+  }
+  EXPECT_GT(distinct_from_greedy, rows / 4);  // the draws are draws, not the argmax
+}
+
+}  // namespace
+}  // namespace frost::cuda
