@@ -2,7 +2,8 @@
 // A LLaMA- or GPT-2-family decoder resident on one CUDA device: weights uploaded once, a paged KV block pool
 // in device memory, one ragged batch of rows per step (decode tokens and prefill chunks alike), sampling on
 // the device so that only the chosen ids cross the bus. No LibTorch: the host hands it plain fp32 arrays in
-// frost's fused layout (core/model/weights.h: wqkv = [q; k; v], LLaMA w_in = [gate; up]).
+// frost's fused layout (core/model/transformer.h LayerWeights: wqkv = [q; k; v], LLaMA w_in = [gate; up]);
+// core/model/cuda_weights.h makes them from a loaded model.
 //
 // Its reference is the CPU path: tests/gpu/ holds it to a plain C++ forward (kernels/cuda/reference.h) on
 // random LLaMA (GQA) and GPT-2 shapes with every KV format, and to the CPU golden of stories260K.
@@ -10,10 +11,12 @@
 // Choices written down here:
 // - Activations, norms, biases, attention and sampling are fp32; weights fp32 or bf16 (bf16: activations are
 //   rounded to bf16 for the GEMM, fp32 accumulation, as cuBLAS computes bf16 × bf16 → fp32).
-// - Up to kGemvMaxRows rows a linear layer is the GEMV kernel (W read once with 16-byte loads); above, cuBLAS
-//   GEMM. `ModelOptions::gemv = false` forces cuBLAS everywhere (the twin the GEMV is tested against).
-// - With `cuda_graphs`, the step for a given (rows, logit rows) shape is captured once and replayed: every
-//   kernel reads its per-row metadata from device memory, refreshed by a copy inside the graph.
+// - Up to kGemvMaxRows rows a linear layer is the GEMV kernel (W read once with 16-byte loads; LLaMA's RMSNorm
+//   and SwiGLU fused into the GEMV that reads them); above, their own kernels and cuBLAS GEMM.
+//   `ModelOptions::gemv = false` forces cuBLAS everywhere.
+// - With `cuda_graphs`, the step for a given (rows, logit rows, attention split) is captured once and
+//   replayed: every kernel reads its per-row metadata from device memory, refreshed by a copy inside the
+//   graph; the split's sizes are powers of two, so a growing context replays a handful of graphs.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
