@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/model.h"
+#include "kernels/cuda/reference.h"
 
 namespace frost::cuda {
 namespace {
@@ -23,14 +24,6 @@ namespace {
   } while (0)
 
 cublasHandle_t handle(void* h) { return static_cast<cublasHandle_t>(h); }
-
-uint16_t bf16_rne(float f) {  // round to nearest even, NaN kept quiet
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
@@ -146,10 +139,11 @@ void Model::init() {
       alloc(4 * attention_partials_floats(R, spec.n_head, spec.head_dim), "attention partials"));
 
   // Metadata block: token, seq, pos, logit_rows [R] int32; temperature, min_p [R] f32; u [R] f64; table.
-  block_table_.assign(static_cast<size_t>(opts.max_seqs) * max_blocks_, 0);
+  // set_blocks writes the table straight into the pinned block (steps synchronise before returning, so no
+  // copy of it is in flight then).
   const int64_t off_u = align256(4LL * R * 6);
   const int64_t off_table = align256(off_u + 8LL * R);
-  meta_bytes_ = off_table + 4LL * static_cast<int64_t>(block_table_.size());
+  meta_bytes_ = off_table + 4LL * opts.max_seqs * max_blocks_;
   FROST_CUDA_CHECK(cudaMallocHost(&meta_host_, static_cast<size_t>(meta_bytes_)));
   std::memset(meta_host_, 0, static_cast<size_t>(meta_bytes_));
   meta_dev_ = static_cast<uint8_t*>(alloc(meta_bytes_, "step metadata"));
@@ -163,20 +157,12 @@ void Model::init() {
   minp_dev_ = reinterpret_cast<float*>(i32 + 5 * R);
   u_dev_ = reinterpret_cast<double*>(meta_dev_ + off_u);
   rows_dev_.block_table = reinterpret_cast<int32_t*>(meta_dev_ + off_table);
+  table_host_ = reinterpret_cast<int32_t*>(meta_host_ + off_table);
   rows_dev_.max_blocks = max_blocks_;
 
-  if (spec.arch == Arch::kLlama) {  // RoPE tables as core/model/transformer.cc computes them, in float32
-    const int half = spec.head_dim / 2;
-    std::vector<float> c(static_cast<size_t>(spec.max_pos) * half), s(c.size());
-    for (int j = 0; j < half; ++j) {
-      const float expo = static_cast<float>(2 * j) / static_cast<float>(spec.head_dim);
-      const float inv_freq = static_cast<float>(1.0 / std::pow(spec.rope_theta, static_cast<double>(expo)));
-      for (int p = 0; p < spec.max_pos; ++p) {
-        const float a = static_cast<float>(p) * inv_freq;
-        c[static_cast<size_t>(p) * half + j] = std::cos(a);
-        s[static_cast<size_t>(p) * half + j] = std::sin(a);
-      }
-    }
+  if (spec.arch == Arch::kLlama) {  // RoPE tables as core/model/transformer.cc computes them (and the twin)
+    std::vector<float> c, s;
+    ref::rope_tables(spec.max_pos, spec.head_dim, spec.rope_theta, &c, &s);
     rope_cos_ = upload_f32(c.data(), static_cast<int64_t>(c.size()), "RoPE table");
     rope_sin_ = upload_f32(s.data(), static_cast<int64_t>(s.size()), "RoPE table");
   }
@@ -345,7 +331,8 @@ const float* Model::upload_f32(const float* host, int64_t n, const char* what) {
 const void* Model::upload_w(const float* host, int64_t n, const char* what) {
   if (opts_.weights == DType::kF32) return upload_f32(host, n, what);
   std::vector<uint16_t> b(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) b[static_cast<size_t>(i)] = bf16_rne(host[i]);
+  for (int64_t i = 0; i < n; ++i)
+    b[static_cast<size_t>(i)] = ref::bf16_bits(host[i]);  // the twin rounds the same way
   void* d = alloc(2 * n, what);
   FROST_CUDA_CHECK(cudaMemcpy(d, b.data(), static_cast<size_t>(2 * n), cudaMemcpyHostToDevice));
   weight_bytes_ += 2 * n;
@@ -363,7 +350,7 @@ void Model::set_blocks(int seq, const std::vector<int32_t>& blocks) {
     if (b < 0 || b >= n_blocks_)
       throw std::invalid_argument("cuda model: block " + std::to_string(b) + " out of the pool's " +
                                   std::to_string(n_blocks_));
-  std::copy(blocks.begin(), blocks.end(), block_table_.begin() + static_cast<int64_t>(seq) * max_blocks_);
+  std::copy(blocks.begin(), blocks.end(), table_host_ + static_cast<int64_t>(seq) * max_blocks_);
 }
 
 void Model::stage(const Step& step, const std::vector<RowSampling>* sampling) {
@@ -409,9 +396,6 @@ void Model::stage(const Step& step, const std::vector<RowSampling>* sampling) {
     minp[i] = rs.min_p;
     u[i] = rs.u;
   }
-  std::memcpy(
-      meta_host_ + (reinterpret_cast<uint8_t*>(const_cast<int32_t*>(rows_dev_.block_table)) - meta_dev_),
-      block_table_.data(), 4 * block_table_.size());
 }
 
 void Model::norm(const float* x, const float* w, const float* b, int rows, float* out) {

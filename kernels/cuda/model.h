@@ -11,7 +11,8 @@
 // Choices written down here:
 // - Activations, norms, biases, attention and sampling are fp32; weights fp32 or bf16 (bf16: activations are
 //   rounded to bf16 for the GEMM, fp32 accumulation, as cuBLAS computes bf16 × bf16 → fp32).
-// - Up to kGemvMaxRows rows a linear layer is the GEMV kernel (W read once with 16-byte loads; LLaMA's RMSNorm
+// - Up to kGemvMaxRows rows a linear layer is the GEMV kernel (W read once with 16-byte loads; LLaMA's
+// RMSNorm
 //   and SwiGLU fused into the GEMV that reads them); above, their own kernels and cuBLAS GEMM.
 //   `ModelOptions::gemv = false` forces cuBLAS everywhere.
 // - With `cuda_graphs`, the step for a given (rows, logit rows, attention split) is captured once and
@@ -186,7 +187,7 @@ class Model {
   uint8_t* meta_host_ = nullptr;
   uint8_t* meta_dev_ = nullptr;
   int32_t* ids_host_ = nullptr;
-  std::vector<int32_t> block_table_;  // host copy [max_seqs, max_blocks]
+  int32_t* table_host_ = nullptr;  // the block tables [max_seqs, max_blocks], inside meta_host_
   StepRows rows_dev_;
   float *temp_dev_ = nullptr, *minp_dev_ = nullptr;
   double* u_dev_ = nullptr;
