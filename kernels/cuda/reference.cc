@@ -20,12 +20,14 @@ uint16_t bf16_bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-float bf16_round(float f) {
-  const uint32_t u = static_cast<uint32_t>(bf16_bits(f)) << 16;
+float bf16_value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
   float r;
   std::memcpy(&r, &u, 4);
   return r;
 }
+
+float bf16_round(float f) { return bf16_value(bf16_bits(f)); }
 
 uint16_t f16_bits(float f) {
   const _Float16 h = static_cast<_Float16>(f);  // IEEE conversion, round to nearest even
@@ -34,7 +36,11 @@ uint16_t f16_bits(float f) {
   return b;
 }
 
-float f16_round(float f) { return static_cast<float>(static_cast<_Float16>(f)); }
+float f16_value(uint16_t h) {
+  _Float16 v;
+  std::memcpy(&v, &h, 2);
+  return static_cast<float>(v);
+}
 
 void rmsnorm(const float* x, const float* w, int rows, int dim, float eps, float* out) {
   for (int r = 0; r < rows; ++r) {
@@ -119,18 +125,11 @@ float decode_element(const uint8_t* row, int i, KvFormat f, float scale) {
       std::memcpy(&v, row + 4 * i, 4);
       return v;
     }
-    case KvFormat::kF16: {
-      _Float16 h;
-      std::memcpy(&h, row + 2 * i, 2);
-      return static_cast<float>(h);
-    }
+    case KvFormat::kF16:
     case KvFormat::kBF16: {
       uint16_t b;
       std::memcpy(&b, row + 2 * i, 2);
-      const uint32_t u = static_cast<uint32_t>(b) << 16;
-      float v;
-      std::memcpy(&v, &u, 4);
-      return v;
+      return f == KvFormat::kF16 ? f16_value(b) : bf16_value(b);
     }
     case KvFormat::kInt8:
       return static_cast<float>(kernels::kv_quant_element(row, i, 8)) * scale;
@@ -192,12 +191,11 @@ void linear(const float* w, const float* x, int rows, int n_out, int n_in, const
 }
 
 int argmax(const float* l, int vocab) {
-  int best = 0;
+  int best = 0;  // all -inf / NaN → 0
   float bv = -std::numeric_limits<float>::infinity();
-  bool any = false;
   for (int i = 0; i < vocab; ++i) {
     const float v = std::isnan(l[i]) ? -std::numeric_limits<float>::infinity() : l[i];
-    if (!any || v > bv) best = i, bv = v, any = true;
+    if (v > bv) best = i, bv = v;  // ties → the lowest id
   }
   return best;
 }

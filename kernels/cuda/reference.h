@@ -15,10 +15,11 @@
 
 namespace frost::cuda::ref {
 
-uint16_t bf16_bits(float f);  // round to nearest even
-float bf16_round(float f);    // f rounded to bf16 and back
-float f16_round(float f);     // f rounded to IEEE half (nearest even) and back
-uint16_t f16_bits(float f);
+uint16_t bf16_bits(float f);  // round to nearest even (the device model's weight upload too)
+float bf16_value(uint16_t b);
+float bf16_round(float f);   // f rounded to bf16 and back
+uint16_t f16_bits(float f);  // IEEE half, round to nearest even
+float f16_value(uint16_t h);
 
 void rmsnorm(const float* x, const float* w, int rows, int dim, float eps, float* out);
 void layernorm(const float* x, const float* w, const float* b, int rows, int dim, float eps, float* out);

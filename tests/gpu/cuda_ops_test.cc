@@ -20,6 +20,21 @@ using testing::DeviceArray;
 using testing::random_floats;
 using testing::rel_max_diff;
 
+// A weight matrix on the device in both storage dtypes (bf16: rounded to nearest even, as the model uploads).
+struct DeviceWeights {
+  DeviceArray<float> f32;
+  DeviceArray<uint16_t> bf16;
+  static std::vector<uint16_t> to_bf16(const std::vector<float>& w) {
+    std::vector<uint16_t> b(w.size());
+    for (size_t i = 0; i < w.size(); ++i) b[i] = ref::bf16_bits(w[i]);
+    return b;
+  }
+  explicit DeviceWeights(std::vector<float> w) : f32(std::move(w)), bf16(to_bf16(f32.host)) {}
+  const void* as(DType dt) const {
+    return dt == DType::kF32 ? static_cast<const void*>(f32.dev) : static_cast<const void*>(bf16.dev);
+  }
+};
+
 TEST(CudaOps, NormsMatchTheirTwins) {
   FROST_REQUIRE_GPU();
   for (int dim : {64, 288, 2048}) {
@@ -40,7 +55,8 @@ TEST(CudaOps, NormsMatchTheirTwins) {
 TEST(CudaOps, EmbedGathersRowsAndAddsPositions) {
   FROST_REQUIRE_GPU();
   const int V = 100, C = 48, rows = 6;
-  DeviceArray<float> table(random_floats(static_cast<size_t>(V) * C, 1));
+  const DeviceWeights tw(random_floats(static_cast<size_t>(V) * C, 1));
+  const DeviceArray<float>& table = tw.f32;
   DeviceArray<float> pos_table(random_floats(static_cast<size_t>(20) * C, 2));
   DeviceArray<int32_t> tok(std::vector<int32_t>{5, 99, 0, 5, 42, 7}),
       pos(std::vector<int32_t>{0, 3, 19, 1, 2, 9});
@@ -56,10 +72,7 @@ TEST(CudaOps, EmbedGathersRowsAndAddsPositions) {
                 table.host[static_cast<size_t>(tok.host[i]) * C + c] +
                     pos_table.host[static_cast<size_t>(pos.host[i]) * C + c]);
   // bf16 table: the rounded values, no positions.
-  std::vector<uint16_t> tb(table.host.size());
-  for (size_t i = 0; i < tb.size(); ++i) tb[i] = ref::bf16_bits(table.host[i]);
-  DeviceArray<uint16_t> tbd(tb);
-  embed(tbd.dev, DType::kBF16, nullptr, r, rows, C, out.dev, nullptr);
+  embed(tw.as(DType::kBF16), DType::kBF16, nullptr, r, rows, C, out.dev, nullptr);
   out.download();
   for (int i = 0; i < rows; ++i)
     for (int c = 0; c < C; ++c)
@@ -286,14 +299,9 @@ TEST(CudaOps, GemvMatchesItsTwinForEveryRowCountAndDtype) {
   };
   for (DType dt : {DType::kF32, DType::kBF16})
     for (Shape sh : {Shape{1000, 288}, Shape{2048, 8192}, Shape{172, 64}, Shape{10, 172}, Shape{33, 13}}) {
-      const std::vector<float> w =
-          random_floats(static_cast<size_t>(sh.n_out) * sh.n_in, sh.n_out, -0.1f, 0.1f);
-      std::vector<uint16_t> wb(w.size());
-      for (size_t i = 0; i < w.size(); ++i) wb[i] = ref::bf16_bits(w[i]);
-      DeviceArray<float> wf(w);
-      DeviceArray<uint16_t> wbd(wb);
-      const void* wd =
-          dt == DType::kF32 ? static_cast<const void*>(wf.dev) : static_cast<const void*>(wbd.dev);
+      const DeviceWeights dw(random_floats(static_cast<size_t>(sh.n_out) * sh.n_in, sh.n_out, -0.1f, 0.1f));
+      const std::vector<float>& w = dw.f32.host;
+      const void* wd = dw.as(dt);
       DeviceArray<float> bias(random_floats(static_cast<size_t>(sh.n_out), 3));
       for (int rows = 1; rows <= kGemvMaxRows; ++rows) {
         DeviceArray<float> x(random_floats(static_cast<size_t>(rows) * sh.n_in, 100 + rows, -2.f, 2.f));
@@ -317,14 +325,9 @@ TEST(CudaOps, GemvWithItsNormOrActivationFusedMatchesTheSeparateTwins) {
   for (DType dt : {DType::kF32, DType::kBF16})
     for (Shape sh : {Shape{1000, 288}, Shape{64, 2048}, Shape{10, 172}})
       for (GemvInput in : {GemvInput::kRmsNorm, GemvInput::kSwiGlu}) {
-        const std::vector<float> w =
-            random_floats(static_cast<size_t>(sh.n_out) * sh.n_in, sh.n_in, -0.1f, 0.1f);
-        std::vector<uint16_t> wb(w.size());
-        for (size_t i = 0; i < w.size(); ++i) wb[i] = ref::bf16_bits(w[i]);
-        DeviceArray<float> wf(w);
-        DeviceArray<uint16_t> wbd(wb);
-        const void* wd =
-            dt == DType::kF32 ? static_cast<const void*>(wf.dev) : static_cast<const void*>(wbd.dev);
+        const DeviceWeights dw(random_floats(static_cast<size_t>(sh.n_out) * sh.n_in, sh.n_in, -0.1f, 0.1f));
+        const std::vector<float>& w = dw.f32.host;
+        const void* wd = dw.as(dt);
         DeviceArray<float> nw(random_floats(static_cast<size_t>(sh.n_in), 9, 0.5f, 1.5f));
         for (int rows : {1, 3, 8}) {
           const int cols = in == GemvInput::kSwiGlu ? 2 * sh.n_in : sh.n_in;

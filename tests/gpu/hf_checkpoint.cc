@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/cuda/reference.h"
+
 namespace frost::cuda::testing {
 namespace {
 
@@ -16,19 +18,6 @@ std::string read_file(const std::string& path) {
   std::ostringstream s;
   s << f.rdbuf();
   return s.str();
-}
-
-float half_to_float(uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
-}
-
-float bf16_to_float(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 }  // namespace
@@ -78,7 +67,7 @@ HfCheckpoint load_hf_llama(const std::string& dir) {
       for (size_t i = 0; i < v.size(); ++i) {
         uint16_t h;
         std::memcpy(&h, data + b0 + 2 * i, 2);
-        v[i] = dtype == "F16" ? half_to_float(h) : bf16_to_float(h);
+        v[i] = dtype == "F16" ? ref::f16_value(h) : ref::bf16_value(h);
       }
     } else {
       throw std::runtime_error(path + ": tensor " + name + " has dtype " + dtype +
