@@ -22,17 +22,20 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/model.h"
 
 namespace {
 
+using frost::bench::median;
 using frost::cuda::BlockAllocator;
 using frost::cuda::DType;
 using frost::cuda::KvFormat;
 using frost::cuda::Model;
 using frost::cuda::ModelOptions;
 using frost::cuda::ModelSpec;
+using nlohmann::ordered_json;
 
 ModelSpec shape(const std::string& name) {
   ModelSpec s;
@@ -54,11 +57,6 @@ KvFormat kv_format(const std::string& n) {
   for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kBF16, KvFormat::kInt8, KvFormat::kInt4})
     if (n == frost::cuda::kv_format_name(f)) return f;
   throw std::invalid_argument("--kv: unknown '" + n + "' (fp32, fp16, bf16, int8, int4)");
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 double now_s() {
@@ -103,7 +101,30 @@ struct Args {
   std::string out;
 };
 
-std::string run_shape(const std::string& name, const Args& a, double bw) {
+// B decode rows, one per sequence 0..B−1, at position `pos`, logits for each.
+Model::Step decode_rows(int B, int pos, int token_seed, int n_vocab) {
+  Model::Step st;
+  for (int s = 0; s < B; ++s) {
+    st.token.push_back((s * 17 + token_seed) % n_vocab);
+    st.seq.push_back(s);
+    st.pos.push_back(pos);
+    st.logit_rows.push_back(s);
+  }
+  return st;
+}
+
+// `steps` greedy steps from `st`, each step's ids fed back as the next tokens; returns the seconds taken.
+double decode(Model& m, Model::Step st, int steps) {
+  const int32_t pos0 = st.pos[0];
+  const double t0 = now_s();
+  for (int k = 0; k < steps; ++k) {
+    const std::vector<int32_t> ids = m.forward_greedy(st);
+    for (size_t s = 0; s < ids.size(); ++s) st.token[s] = ids[s], st.pos[s] = pos0 + k + 1;
+  }
+  return now_s() - t0;
+}
+
+ordered_json run_shape(const std::string& name, const Args& a, double bw) {
   const ModelSpec spec = shape(name);
   const int max_batch = *std::max_element(a.batches.begin(), a.batches.end());
   ModelOptions o;
@@ -120,17 +141,23 @@ std::string run_shape(const std::string& name, const Args& a, double bw) {
   std::fprintf(stderr, "[%s] %.1f M params, weights %.1f MB, KV pool %.1f MB, batch-1 limit %.0f tok/s\n",
                name.c_str(), static_cast<double>(spec.n_params()) / 1e6, wbytes / 1e6,
                static_cast<double>(m->kv_pool_bytes()) / 1e6, limit);
-  std::ostringstream js;
-  js << "{\"config\": {\"dim\": " << spec.dim << ", \"n_layer\": " << spec.n_layer
-     << ", \"n_head\": " << spec.n_head << ", \"n_head_kv\": " << spec.n_head_kv
-     << ", \"head_dim\": " << spec.head_dim << ", \"ffn_dim\": " << spec.ffn_dim
-     << ", \"vocab\": " << spec.n_vocab << "}, \"n_params\": " << spec.n_params()
-     << ", \"weight_bytes\": " << wbytes << ", \"limit_tok_s\": " << limit << ", \"decode\": [";
+  ordered_json js = {{"config",
+                      {{"dim", spec.dim},
+                       {"n_layer", spec.n_layer},
+                       {"n_head", spec.n_head},
+                       {"n_head_kv", spec.n_head_kv},
+                       {"head_dim", spec.head_dim},
+                       {"ffn_dim", spec.ffn_dim},
+                       {"vocab", spec.n_vocab}}},
+                     {"n_params", spec.n_params()},
+                     {"weight_bytes", wbytes},
+                     {"limit_tok_s", limit},
+                     {"decode", ordered_json::array()}};
   BlockAllocator alloc(m->n_blocks());
-  std::vector<std::vector<int32_t>> blocks(static_cast<size_t>(max_batch));
-  for (int s = 0; s < max_batch; ++s) {
-    for (int k = 0; k < per_seq; ++k) blocks[s].push_back(alloc.alloc());
-    m->set_blocks(s, blocks[s]);
+  for (int s = 0; s <= max_batch; ++s) {  // slot max_batch: the prefill measurement's sequence
+    std::vector<int32_t> blocks;
+    for (int k = 0; k < per_seq; ++k) blocks.push_back(alloc.alloc());
+    m->set_blocks(s, blocks);
   }
   // Prefill every sequence to `context` positions once (chunks of max_rows rows).
   {
@@ -147,23 +174,11 @@ std::string run_shape(const std::string& name, const Args& a, double bw) {
         }
       }
   }
-  bool first = true;
   for (int B : a.batches) {
     std::vector<double> times;
     for (int rep = 0; rep < a.repeats + 1; ++rep) {  // the first repeat warms up (and captures the graph)
-      Model::Step st;
-      for (int s = 0; s < B; ++s) {
-        st.token.push_back((s * 17 + rep) % spec.n_vocab);
-        st.seq.push_back(s);
-        st.pos.push_back(a.context);
-        st.logit_rows.push_back(s);
-      }
-      const double t0 = now_s();
-      for (int k = 0; k < a.steps; ++k) {
-        const std::vector<int32_t> ids = m->forward_greedy(st);
-        for (int s = 0; s < B; ++s) st.token[s] = ids[s], st.pos[s] = a.context + k + 1;
-      }
-      if (rep > 0) times.push_back(now_s() - t0);
+      const double t = decode(*m, decode_rows(B, a.context, rep, spec.n_vocab), a.steps);
+      if (rep > 0) times.push_back(t);
     }
     const double t = median(times);
     const double tok_s = static_cast<double>(B) * a.steps / t;
@@ -171,53 +186,34 @@ std::string run_shape(const std::string& name, const Args& a, double bw) {
         stderr, "  batch %4d  %10.0f tok/s  %7.3f ms/step%s\n", B, tok_s, 1e3 * t / a.steps,
         B == 1 ? (" (" + std::to_string(static_cast<int>(100 * tok_s / limit)) + "% of the limit)").c_str()
                : "");
-    js << (first ? "" : ", ") << "{\"batch\": " << B << ", \"context\": " << a.context
-       << ", \"steps\": " << a.steps << ", \"tok_s\": " << tok_s << ", \"ms_per_step\": " << 1e3 * t / a.steps
-       << "}";
-    first = false;
+    js["decode"].push_back({{"batch", B},
+                            {"context", a.context},
+                            {"steps", a.steps},
+                            {"tok_s", tok_s},
+                            {"ms_per_step", 1e3 * t / a.steps}});
   }
   // Where a step's device time goes: CUDA events between stages (no graph), at batch 1 and the largest batch.
-  js << "], \"profile\": {";
-  bool pfirst = true;
+  js["profile"] = ordered_json::object();
   for (int B : {1, max_batch}) {
-    Model::Step st;
-    for (int s = 0; s < B; ++s) {
-      st.token.push_back(s % spec.n_vocab);
-      st.seq.push_back(s);
-      st.pos.push_back(a.context);
-      st.logit_rows.push_back(s);
-    }
     m->set_profiling(true);
-    m->forward_greedy(st);  // warm
+    decode(*m, decode_rows(B, a.context, 0, spec.n_vocab), 1);  // warm
     m->take_profile();
-    const double t0 = now_s();
-    for (int k = 0; k < a.steps; ++k) {
-      const std::vector<int32_t> ids = m->forward_greedy(st);
-      for (int s = 0; s < B; ++s) st.token[s] = ids[s], st.pos[s] = a.context + k + 1;
-    }
-    const double wall = (now_s() - t0) / a.steps * 1e3;
+    const double wall = decode(*m, decode_rows(B, a.context, 0, spec.n_vocab), a.steps) / a.steps * 1e3;
     m->set_profiling(false);
     double dev = 0;
-    js << (pfirst ? "" : ", ") << "\"" << B << "\": {\"wall_ms_per_step_events_no_graph\": " << wall
-       << ", \"stages_ms\": {";
-    bool f2 = true;
+    ordered_json stages = ordered_json::object();
     std::string line;
     for (const auto& [stage, ms] : m->take_profile()) {
-      js << (f2 ? "" : ", ") << "\"" << stage << "\": " << ms / a.steps;
+      stages[stage] = ms / a.steps;
       dev += ms / a.steps;
       line += " " + stage + " " + std::to_string(ms / a.steps).substr(0, 6);
-      f2 = false;
     }
-    js << "}, \"device_ms_per_step\": " << dev << "}";
+    js["profile"][std::to_string(B)] = {
+        {"wall_ms_per_step_events_no_graph", wall}, {"stages_ms", stages}, {"device_ms_per_step", dev}};
     std::fprintf(stderr, "  profile batch %d (no graph): wall %.3f ms/step, device %.3f ms:%s\n", B, wall,
                  dev, line.c_str());
-    pfirst = false;
   }
-  js << "}";
   // Prefill: one prompt of `prefill` tokens in one step (sequence slot max_batch).
-  std::vector<int32_t> pb;
-  for (int k = 0; k < per_seq; ++k) pb.push_back(alloc.alloc());
-  m->set_blocks(max_batch, pb);
   std::vector<double> pt;
   for (int rep = 0; rep < a.repeats + 1; ++rep) {
     Model::Step st;
@@ -233,21 +229,32 @@ std::string run_shape(const std::string& name, const Args& a, double bw) {
   }
   const double ptok = a.prefill / median(pt);
   std::fprintf(stderr, "  prefill %d tokens: %.0f tok/s\n", a.prefill, ptok);
-  js << ", \"prefill\": {\"tokens\": " << a.prefill << ", \"tok_s\": " << ptok
-     << "}, \"graphs_captured\": " << m->graphs_captured() << ", \"device_bytes\": " << m->device_bytes()
-     << "}";
-  return js.str();
+  js["prefill"] = {{"tokens", a.prefill}, {"tok_s", ptok}};
+  js["graphs_captured"] = m->graphs_captured();
+  js["device_bytes"] = m->device_bytes();
+  return js;
 }
 
-std::vector<int> parse_ints(const std::string& s) {
+// A positive integer flag value, the whole text; else an error naming the flag and the value.
+int positive_int(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  int v = 0;
+  try {
+    v = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v <= 0)
+    throw std::invalid_argument(flag + ": '" + text + "' is not a positive integer");
+  return v;
+}
+
+std::vector<int> parse_batches(const std::string& s) {
   std::vector<int> v;
   std::stringstream ss(s);
   std::string t;
-  while (std::getline(ss, t, ',')) v.push_back(std::stoi(t));
+  while (std::getline(ss, t, ',')) v.push_back(positive_int("--batches", t));
   if (v.empty()) throw std::invalid_argument("--batches: empty list");
-  for (int b : v)
-    if (b <= 0)
-      throw std::invalid_argument("--batches: " + std::to_string(b) + " is not a positive batch size");
   return v;
 }
 
@@ -271,15 +278,15 @@ int main(int argc, char** argv) {
       } else if (k == "--kv")
         a.kv = kv_format(val());
       else if (k == "--batches")
-        a.batches = parse_ints(val());
+        a.batches = parse_batches(val());
       else if (k == "--context")
-        a.context = std::stoi(val());
+        a.context = positive_int(k, val());
       else if (k == "--steps")
-        a.steps = std::stoi(val());
+        a.steps = positive_int(k, val());
       else if (k == "--prefill")
-        a.prefill = std::stoi(val());
+        a.prefill = positive_int(k, val());
       else if (k == "--repeats")
-        a.repeats = std::stoi(val());
+        a.repeats = positive_int(k, val());
       else if (k == "--graphs")
         a.graphs = val() != "0";
       else if (k == "--out")
@@ -288,26 +295,26 @@ int main(int argc, char** argv) {
         throw std::invalid_argument("unknown flag " + k);
     }
     if (a.shapes.empty()) a.shapes = {"15m", "1b"};
-    if (a.context <= 0 || a.steps <= 0 || a.prefill <= 0 || a.repeats <= 0)
-      throw std::invalid_argument("--context, --steps, --prefill and --repeats must be positive");
     cudaDeviceProp prop{};
     FROST_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const double bw = copy_gbps();
     std::fprintf(stderr, "%s, %d SMs; device copy %.0f GB/s (read + write)\n", prop.name,
                  prop.multiProcessorCount, bw);
-    std::ostringstream js;
-    js << "{\"tool\": \"frost-cuda-bench\", \"device\": \"" << prop.name << "\", \"weights\": \""
-       << (a.weights == DType::kBF16 ? "bf16" : "fp32") << "\", \"kv\": \""
-       << frost::cuda::kv_format_name(a.kv) << "\", \"cuda_graphs\": " << (a.graphs ? "true" : "false")
-       << ", \"copy_GBps_read_plus_write\": " << bw
-       << ", \"notes\": \"limit_tok_s = copy rate (bytes read + written per second) / weight bytes; decode "
-          "steps "
-          "include the host round trip of each step (metadata up, ids down)\", \"shapes\": {";
-    for (size_t i = 0; i < a.shapes.size(); ++i)
-      js << (i ? ", " : "") << "\"" << a.shapes[i] << "\": " << run_shape(a.shapes[i], a, bw);
-    js << "}}\n";
-    std::fputs(js.str().c_str(), stdout);
-    if (!a.out.empty()) std::ofstream(a.out) << js.str();
+    ordered_json js = {
+        {"tool", "frost-cuda-bench"},
+        {"device", prop.name},
+        {"weights", a.weights == DType::kBF16 ? "bf16" : "fp32"},
+        {"kv", frost::cuda::kv_format_name(a.kv)},
+        {"cuda_graphs", a.graphs},
+        {"copy_GBps_read_plus_write", bw},
+        {"notes",
+         "limit_tok_s = copy rate (bytes read + written per second) / weight bytes; decode steps "
+         "include the host round trip of each step (metadata up, ids down)"},
+        {"shapes", ordered_json::object()}};
+    for (const std::string& shp : a.shapes) js["shapes"][shp] = run_shape(shp, a, bw);
+    const std::string text = js.dump(1) + "\n";
+    std::fputs(text.c_str(), stdout);
+    if (!a.out.empty()) std::ofstream(a.out) << text;
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "frost-cuda-bench: %s\n", e.what());
