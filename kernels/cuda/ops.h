@@ -103,10 +103,10 @@ void add_bias(float* y, const float* b, int n_rows, int n, cudaStream_t stream);
 void gather_rows(const float* src, const int32_t* idx, int n_idx, int n, float* dst, cudaStream_t stream);
 
 // y[r, :] (+)= W · x̃[r, :] (+ b) for n_rows ≤ kGemvMaxRows: one pass over W with 16-byte loads, a block per
-// 4 outputs. The batch-1 decode path; the GEMM path (cuBLAS) is its twin for larger batches. x̃ is x, or x
-// RMS-normalised with norm_w (the rmsnorm kernel fused in), or SwiGLU of x = [gate | up] (x has 2·n_in
-// columns; the swiglu kernel fused in). bf16 weights multiply bf16-rounded x̃ (as the bf16 GEMM does),
-// accumulating in fp32.
+// 16, 8 or 4 outputs (1, 2–4, 5–8 rows). The batch-1 decode path; the GEMM path (cuBLAS) is its twin for
+// larger batches. x̃ is x, or x RMS-normalised with norm_w (the rmsnorm kernel fused in), or SwiGLU of x =
+// [gate | up] (x has 2·n_in columns; the swiglu kernel fused in). bf16 weights multiply bf16-rounded x̃ (as
+// the bf16 GEMM does), accumulating in fp32.
 constexpr int kGemvMaxRows = 8;
 enum class GemvInput { kPlain, kRmsNorm, kSwiGlu };
 void gemv(const void* w, DType dt, const float* x, int n_rows, int n_out, int n_in, const float* bias,
