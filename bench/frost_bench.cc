@@ -16,6 +16,7 @@
 //                       [--repeat 50] [--json]
 //   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
 //                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N] [--json]
+//   frost-bench parallel [--threads N] [--repeat 2000] [--json]
 //
 // Flags are parsed by the shared parser (client/flags/flags.h): "--flag VALUE" or "--flag=VALUE"; numbers are
 // parsed strictly and a bad or out-of-range value is a usage error (exit 2) naming the flag and the value.
@@ -36,6 +37,10 @@
 // plain LibTorch step (at::linear per matrix, outputs allocated, the MLP activation between);
 // "tokens_per_s_packed": the same GEMMs through frost's packed kernel (what the serving step's weight GEMMs
 // cost); the three alternated. Each figure is the median over --repeat runs after one warm-up run.
+// parallel: what starting a parallel region costs after a stretch of serial work (--repeat regions per gap),
+// on frost's spinning team (kernels/cpu/parallel.h) and on LibTorch's OpenMP pool, from a thread other than
+// main after main has run an OpenMP region too — frostd's shape (the loader's team and the engine's).
+// Loads no model.
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
@@ -65,6 +70,7 @@
 #include "core/model/model_loader.h"
 #include "core/model/quantize.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 
 namespace {
 
@@ -81,8 +87,8 @@ using frost::cli::switch_flag;
 using frost::cli::uint64_flag;
 
 constexpr char kUsage[] =
-    "usage: frost-bench decode|prefill|bare-step|engine|prototype|kv-repair|kvsplice|weights --model "
-    "builtin:15m|DIR [--threads N] "
+    "usage: frost-bench decode|prefill|bare-step|engine|parallel|prototype|kv-repair|kvsplice|weights "
+    "--model builtin:15m|DIR [--threads N] "
     "[--dtype fp32|bf16|int8|int4|w8a8] [--kernels auto|avx512|avx2|scalar] [--kv fp32|fp16|bf16|int8|int4] "
     "[--prompt-tokens N] [--new-tokens N] "
     "[--repeat N] [--path fast|reference] [--json]\n";
@@ -111,6 +117,51 @@ class TimingSink final : public frost::TokenSink {
   absl::StatusOr<frost::GenerationResult> result = absl::UnknownError("not finished");
   absl::Notification done;
 };
+
+// frost-bench parallel (see the top of this file): per gap of serial work before the region, the median and
+// p90 microseconds from the region's start to its end, through the team and through OpenMP.
+int run_parallel_bench(int repeat) {
+  at::parallel_for(0, 2 * at::get_num_threads(), 1, [](int64_t, int64_t) {});  // the main thread's team
+  ordered_json out;
+  out["bench"] = "parallel";
+  out["threads"] = at::get_num_threads();
+  out["repeat"] = repeat;
+  out["machine"] = frost::bench::machine_json();
+  std::thread engine([&] {  // the "engine" thread
+    const int64_t n = at::get_num_threads();
+    auto spin_us = [](int us) {
+      const Clock::time_point until = Clock::now() + std::chrono::microseconds(us);
+      while (Clock::now() < until) {
+      }
+    };
+    std::atomic<int64_t> sink{0};
+    ordered_json rows = ordered_json::array();
+    for (int gap : {0, 20, 50, 200, 1000}) {
+      ordered_json row;
+      row["gap_us"] = gap;
+      for (const char* via : {"team", "openmp"}) {
+        std::vector<double> us;
+        for (int r = 0; r < repeat; ++r) {
+          spin_us(gap);
+          const Clock::time_point t0 = Clock::now();
+          auto add = [&](int64_t i) { sink.fetch_add(i, std::memory_order_relaxed); };
+          if (via[0] == 't') {
+            frost::kernels::parallel_tasks(n, add);
+          } else {
+            at::parallel_for(0, n, 1, [&](int64_t i, int64_t) { add(i); });
+          }
+          us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        }
+        row[via] = {{"p50_us", percentile(us, 50)}, {"p90_us", percentile(us, 90)}};
+      }
+      rows.push_back(row);
+    }
+    out["region_after_gap"] = rows;
+  });
+  engine.join();
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
 
 std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab) {
   std::vector<int32_t> ids;
@@ -160,13 +211,13 @@ int main(int argc, char** argv) {
   if (mode == "kv-repair") return frost::bench::run_kv_repair_bench(argc, argv);
   if (mode == "weights") return frost::bench::run_weights_bench(argc, argv);
   if (mode == "kvsplice") return frost::bench::run_kvsplice_bench(argc, argv);
-  if (mode != "decode" && mode != "prefill" && mode != "bare-step" && mode != "engine")
+  if (mode != "decode" && mode != "prefill" && mode != "bare-step" && mode != "engine" && mode != "parallel")
     usage("unknown mode '" + mode + "'");
   // Every mode accepts every flag (and ignores those it does not use); the defaults depend on the mode.
   int64_t int8_group = frost::kInt8Group;
   std::string model_path = "builtin:15m", dtype = "fp32", kv_name = "fp32", path = "fast", via = "generator";
   std::string kernels_name = "auto";
-  int threads = 0, repeat = mode == "bare-step" ? 50 : mode == "engine" ? 3 : 5;
+  int threads = 0, repeat = mode == "bare-step" ? 50 : mode == "engine" ? 3 : mode == "parallel" ? 2000 : 5;
   int64_t n_prompt = mode == "decode" ? 16 : mode == "engine" ? 17 : 128;
   int64_t n_new = mode == "engine" ? 128 : 256;
   int64_t batch = 32, streams = 32, max_running_flag = 0;
@@ -207,6 +258,7 @@ int main(int argc, char** argv) {
   if (!codec.ok()) usage(std::string(codec.status().message()));
 
   if (auto st = frost::apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
+  if (mode == "parallel") return run_parallel_bench(repeat);
   frost::LoadOptions lo;
   lo.dtype = wdtype;
   lo.int8_group = int8_group;

@@ -423,6 +423,7 @@ void Engine::run() {
       absl::MutexLock lock(&mu_);
       if (actives.empty()) {
         auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !pending_.empty(); };
+        if (!has_work()) kernels::team::park();  // idle: no parallel region until a request comes
         mu_.Await(absl::Condition(&has_work));
       }
       stopping = stop_;
@@ -445,6 +446,7 @@ void Engine::run() {
       auto caught_up = [this]() ABSL_SHARED_LOCKS_REQUIRED(dmu_) {
         return delivered_ + 1 >= handed_ || stopping_.load();
       };
+      if (!caught_up()) kernels::team::park();  // the delivery thread needs a core more than the team
       dmu_.Await(absl::Condition(&caught_up));
     }
     if (stopping_.load()) {
