@@ -25,6 +25,13 @@ inline void cpu_relax() {
 
 thread_local bool t_in_region = false;
 
+// Spinning threads (idle workers, a caller waiting for the workers' acknowledgements) yield the core every
+// kYieldEvery pauses (a few µs): when frostd's gRPC, delivery or client threads are runnable on the same
+// core — two cores, more runnable threads — they run at once instead of after the spinner's time slice, and
+// a descheduled worker gets back the core the caller spins on. With nothing else runnable the yield returns
+// at once.
+constexpr uint32_t kYieldEvery = 256;
+
 // One caller at a time (busy_); workers persist. A region is one generation: the caller publishes body_,
 // ctx_ and n_, bumps gen_, runs t = 0, and waits until every worker has acknowledged the generation
 // (pending_), so nothing of a region is read after run() returns and the next region cannot overtake it.
@@ -56,7 +63,7 @@ class Team {
     t_in_region = false;
     for (uint32_t k = 1; pending_.load(std::memory_order_acquire) > 0; ++k) {
       cpu_relax();
-      if (k % 4096 == 0) std::this_thread::yield();  // a worker was descheduled: let it run
+      if (k % kYieldEvery == 0) std::this_thread::yield();  // a descheduled worker may need this core
     }
     std::exception_ptr error = error_;
     busy_.store(false, std::memory_order_release);
@@ -106,6 +113,7 @@ class Team {
     uint64_t g;
     for (uint32_t k = 1; (g = gen_.load(std::memory_order_acquire)) == seen; ++k) {
       cpu_relax();
+      if (k % kYieldEvery == 0) std::this_thread::yield();  // runnable threads on this core go first
       if ((k % 64 == 0 && park_.load(std::memory_order_relaxed)) ||
           (k % 256 == 0 && Clock::now() > spin_until)) {
         std::unique_lock<std::mutex> lock(mu_);
