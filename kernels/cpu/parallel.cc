@@ -32,10 +32,13 @@ thread_local bool t_in_region = false;
 // at once.
 constexpr uint32_t kYieldEvery = 256;
 
-// One caller at a time (busy_); workers persist. A region is one generation: the caller publishes body_,
-// ctx_ and n_, bumps gen_, runs t = 0, and waits until every worker has acknowledged the generation
-// (pending_), so nothing of a region is read after run() returns and the next region cannot overtake it.
-// Workers t >= n_ acknowledge without running. An idle worker spins kSpinUs, then parks on cv_.
+// One caller at a time (busy_); workers persist. A region is one generation g: the caller publishes body_,
+// ctx_, n_ and an open ticket for g, bumps gen_, runs t = 0, then closes the ticket and waits only for the
+// workers that joined before it closed (done_). A worker joins by counting itself into the ticket while it is
+// open and for its own generation; one that arrives late — descheduled by gRPC or the client, still parked —
+// skips the region instead of holding the caller up, since the caller has claimed every task itself. Nothing
+// of a region is read after run() returns: only joined workers read it, and they are waited for.
+// An idle worker spins kSpinUs, then parks on cv_.
 class Team {
  public:
   bool run(int64_t n, void (*body)(void*, int64_t), void* ctx) {
@@ -48,8 +51,10 @@ class Team {
     n_ = n;
     error_ = nullptr;
     park_.store(false, std::memory_order_relaxed);
-    pending_.store(n_workers_, std::memory_order_relaxed);
-    gen_.fetch_add(1, std::memory_order_seq_cst);
+    const uint64_t g = gen_.load(std::memory_order_relaxed) + 1;
+    done_.store(0, std::memory_order_relaxed);
+    ticket_.store((g & kGenMask) << kGenShift, std::memory_order_relaxed);
+    gen_.store(g, std::memory_order_seq_cst);  // publishes the region
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(mu_);
       cv_.notify_all();
@@ -61,7 +66,8 @@ class Team {
       record(std::current_exception());
     }
     t_in_region = false;
-    for (uint32_t k = 1; pending_.load(std::memory_order_acquire) > 0; ++k) {
+    const uint64_t joined = ticket_.fetch_or(kClosed, std::memory_order_acq_rel) & kJoinedMask;
+    for (uint32_t k = 1; static_cast<uint64_t>(done_.load(std::memory_order_acquire)) < joined; ++k) {
       cpu_relax();
       if (k % kYieldEvery == 0) std::this_thread::yield();  // a descheduled worker may need this core
     }
@@ -95,6 +101,7 @@ class Team {
     t_in_region = true;  // nested parallel_tasks on a worker run serially
     for (;;) {
       seen = wait(seen);
+      if (!join(seen)) continue;  // closed already, or a later region began: not ours to run
       if (t < n_) {
         try {
           body_(ctx_, t);
@@ -102,7 +109,17 @@ class Team {
           record(std::current_exception());
         }
       }
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      done_.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+
+  // Counts this worker into region g while its ticket is open; false when it has closed or moved on.
+  bool join(uint64_t g) {
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((t >> kGenShift) != (g & kGenMask) || (t & kClosed)) return false;
+      if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        return true;
     }
   }
 
@@ -127,7 +144,13 @@ class Team {
 
   std::atomic<bool> busy_{false};
   std::atomic<uint64_t> gen_{0};
-  std::atomic<int64_t> pending_{0};
+  // ticket_: the region's generation (low 32 bits of it) << 32 | kClosed | workers joined.
+  static constexpr int kGenShift = 32;
+  static constexpr uint64_t kGenMask = 0xffffffffu;
+  static constexpr uint64_t kClosed = uint64_t{1} << 31;
+  static constexpr uint64_t kJoinedMask = kClosed - 1;
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<int64_t> done_{0};  // joined workers finished with the region
   std::atomic<int64_t> sleepers_{0};
   std::atomic<bool> park_{false};  // the last caller expects no region soon: stop spinning
   int64_t n_workers_ = 0;          // under busy_
