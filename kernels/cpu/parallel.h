@@ -36,9 +36,12 @@ inline constexpr int64_t kSpinUs = 300;
 // as before the team existed (for a CPU-limited pod that would rather sleep than spin, or to compare).
 bool enabled();
 
-// Runs body(ctx, t) for t in [0, n_threads) at once, t = 0 on the calling thread, and returns when all have
-// returned. Returns false without running anything when the team cannot take the call: it is running another
-// caller's region, the call comes from inside a region (nested), or n_threads < 2.
+// Runs body(ctx, 0) on the calling thread and body(ctx, t), 0 < t < n_threads, on the workers that join the
+// region before body(ctx, 0) returns; returns when every body that started has returned. A worker that is
+// descheduled or parked at that moment skips the region, so body must be able to do all the work alone (the
+// callers' bodies claim tasks from a shared counter until none are left). Returns false without running
+// anything when the team cannot take the call: it is running another caller's region, the call comes from
+// inside a region (nested), or n_threads < 2.
 bool run(int64_t n_threads, void (*body)(void*, int64_t), void* ctx);
 
 // The caller will not start a region for a while (it is about to block): idle workers park now instead of
