@@ -25,11 +25,11 @@ inline void cpu_relax() {
 
 thread_local bool t_in_region = false;
 
-// Spinning threads (idle workers, a caller waiting for the workers' acknowledgements) yield the core every
-// kYieldEvery pauses (a few µs): when frostd's gRPC, delivery or client threads are runnable on the same
-// core — two cores, more runnable threads — they run at once instead of after the spinner's time slice, and
-// a descheduled worker gets back the core the caller spins on. With nothing else runnable the yield returns
-// at once.
+// Spinning threads (idle workers, a caller waiting for the workers that joined its region) yield the core
+// every kYieldEvery pauses (a few µs): when frostd's gRPC, delivery or client threads are runnable on the
+// same core — two cores, more runnable threads — they run at once instead of after the spinner's time slice,
+// and a descheduled worker gets back the core the caller spins on. With nothing else runnable the yield
+// returns at once.
 constexpr uint32_t kYieldEvery = 256;
 
 // One caller at a time (busy_); workers persist. A region is one generation g: the caller publishes body_,

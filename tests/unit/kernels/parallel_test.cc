@@ -32,12 +32,18 @@ class ParallelTest : public ::testing::Test {
   int saved_ = 1;
 };
 
-// Runs n tasks and checks each ran exactly once.
-void expect_each_once(int64_t n) {
+// Runs n tasks through parallel_tasks; the first task that did not run exactly once, or -1. Usable off the
+// test's thread (a second caller, a forked child), where gtest assertions cannot run.
+int64_t first_not_once(int64_t n) {
   std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
   parallel_tasks(n, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
   for (int64_t i = 0; i < n; ++i)
-    ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "task " << i << " of " << n;
+    if (hits[static_cast<size_t>(i)].load() != 1) return i;
+  return -1;
+}
+
+void expect_each_once(int64_t n) {
+  ASSERT_EQ(first_not_once(n), -1) << "a task of " << n << " ran 0 or 2+ times";
 }
 
 TEST_F(ParallelTest, EveryTaskRunsExactlyOnceWhateverTheCountAndThreads) {
@@ -97,12 +103,8 @@ TEST_F(ParallelTest, AheadNamesTheTaskTheSameThreadRunsNext) {
 TEST_F(ParallelTest, TwoCallersAtOnceBothGetEveryTask) {
   std::atomic<bool> ok{true};
   auto caller = [&] {
-    for (int rep = 0; rep < 300 && ok.load(); ++rep) {
-      std::vector<std::atomic<int>> hits(50);
-      parallel_tasks(50, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
-      for (auto& h : hits)
-        if (h.load() != 1) ok = false;
-    }
+    for (int rep = 0; rep < 300 && ok.load(); ++rep)
+      if (first_not_once(50) != -1) ok = false;
   };
   std::thread a(caller), b(caller);
   a.join();
@@ -138,13 +140,7 @@ TEST_F(ParallelTest, AForkedChildRunsRegions) {
   expect_each_once(16);  // the parent's team exists
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::vector<std::atomic<int>> hits(64);
-    parallel_tasks(64, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
-    for (auto& h : hits)
-      if (h.load() != 1) _exit(1);
-    _exit(0);
-  }
+  if (pid == 0) _exit(first_not_once(64) == -1 ? 0 : 1);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
