@@ -17,6 +17,7 @@
 //   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
 //                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N] [--json]
 //   frost-bench parallel [--threads N] [--repeat 2000] [--json]
+//   frost-bench huge-pages --model builtin:15m|DIR [--threads N] [--dtype ...] [--repeat 30] [--json]
 //
 // Flags are parsed by the shared parser (client/flags/flags.h): "--flag VALUE" or "--flag=VALUE"; numbers are
 // parsed strictly and a bad or out-of-range value is a usage error (exit 2) naming the flag and the value.
@@ -41,6 +42,11 @@
 // on frost's spinning team (kernels/cpu/parallel.h) and on LibTorch's OpenMP pool, from a thread other than
 // main after main has run an OpenMP region too — frostd's shape (the loader's team and the engine's).
 // Loads no model.
+// huge-pages: the step's packed weight GEMMs (every layer's and the logits, as bare-step's "packed") over the
+// same packed weights held twice: in the huge-page arena the serving path uses (kernels/cpu/huge_pages.h) and
+// copied into LibTorch's ordinary 4 KiB-page memory; at 1 row (decode, bound by reading the weights) and 32
+// rows (a batched step), the two alternated in one process, so their ratio is free of the VM's drift and of
+// where a process's memory happens to land. --batch adds a third row count.
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
@@ -50,6 +56,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -70,6 +77,7 @@
 #include "core/model/model_loader.h"
 #include "core/model/quantize.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/huge_pages.h"
 #include "kernels/cpu/parallel.h"
 
 namespace {
@@ -87,7 +95,7 @@ using frost::cli::switch_flag;
 using frost::cli::uint64_flag;
 
 constexpr char kUsage[] =
-    "usage: frost-bench decode|prefill|bare-step|engine|parallel|prototype|kv-repair|kvsplice|weights "
+    "usage: frost-bench decode|prefill|bare-step|engine|parallel|huge-pages|prototype|kv-repair|kvsplice|weights "
     "--model builtin:15m|DIR [--threads N] "
     "[--dtype fp32|bf16|int8|int4|w8a8] [--kernels auto|avx512|avx2|scalar] [--kv fp32|fp16|bf16|int8|int4] "
     "[--prompt-tokens N] [--new-tokens N] "
@@ -211,13 +219,18 @@ int main(int argc, char** argv) {
   if (mode == "kv-repair") return frost::bench::run_kv_repair_bench(argc, argv);
   if (mode == "weights") return frost::bench::run_weights_bench(argc, argv);
   if (mode == "kvsplice") return frost::bench::run_kvsplice_bench(argc, argv);
-  if (mode != "decode" && mode != "prefill" && mode != "bare-step" && mode != "engine" && mode != "parallel")
+  if (mode != "decode" && mode != "prefill" && mode != "bare-step" && mode != "engine" &&
+      mode != "parallel" && mode != "huge-pages")
     usage("unknown mode '" + mode + "'");
   // Every mode accepts every flag (and ignores those it does not use); the defaults depend on the mode.
   int64_t int8_group = frost::kInt8Group;
   std::string model_path = "builtin:15m", dtype = "fp32", kv_name = "fp32", path = "fast", via = "generator";
   std::string kernels_name = "auto";
-  int threads = 0, repeat = mode == "bare-step" ? 50 : mode == "engine" ? 3 : mode == "parallel" ? 2000 : 5;
+  int threads = 0, repeat = mode == "bare-step"    ? 50
+                            : mode == "engine"     ? 3
+                            : mode == "parallel"   ? 2000
+                            : mode == "huge-pages" ? 30
+                                                   : 5;
   int64_t n_prompt = mode == "decode" ? 16 : mode == "engine" ? 17 : 128;
   int64_t n_new = mode == "engine" ? 128 : 256;
   int64_t batch = 32, streams = 32, max_running_flag = 0;
@@ -471,6 +484,83 @@ int main(int argc, char** argv) {
                       {"sample", st.t_sample_s / steps * 1e3},
                       {"emit", st.t_emit_s / steps * 1e3},
                       {"deliver", st.t_deliver_s / steps * 1e3}};
+  } else if (mode == "huge-pages") {
+    c10::InferenceMode im;
+    const frost::ModelWeights& w = m.model->weights();
+    // The step's GEMMs as (matrix, input width) in order; each matrix packed as the serving path packs it.
+    std::vector<frost::kernels::PackedMatrix> huge, small;
+    auto add = [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      frost::kernels::PackedMatrix pm = frost::kernels::pack_matrix(t.to(at::kFloat).contiguous());
+      frost::kernels::PackedMatrix pl = pm;
+      for (at::Tensor* x : {&pl.panels, &pl.scales, &pl.mins})
+        if (x->defined()) *x = x->clone();  // LibTorch's allocator: glibc's mmap'd chunks, 4 KiB pages
+      huge.push_back(std::move(pm));
+      small.push_back(std::move(pl));
+    };
+    for (const auto& l : w.layers) {
+      add(l.wqkv);
+      add(l.wo);
+      add(l.w_in);
+      add(l.w_out);
+    }
+    add(w.lm_head);
+    int64_t max_in = 0, max_out = 0;
+    for (const auto& pm : huge) {
+      max_in = std::max(max_in, pm.n_in);
+      max_out = std::max(max_out, pm.n_out);
+    }
+    out["huge_pages_enabled"] = frost::kernels::huge_pages_enabled();
+    out["transparent_hugepage"] = [] {  // "always [madvise] never": the arena needs always or madvise
+      std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+      std::string line;
+      std::getline(f, line);
+      return line;
+    }();
+    out["packed_bytes"] = [&] {
+      int64_t n = 0;
+      for (const auto& pm : huge) n += pm.bytes();
+      return n;
+    }();
+    ordered_json rows = ordered_json::array();
+    std::vector<int64_t> row_counts = {1, 32};
+    if (batch != 32 && batch != 1) row_counts.push_back(batch);
+    for (const int64_t n_rows : row_counts) {
+      const at::Tensor x = at::randn({n_rows, max_in});
+      at::Tensor y = at::empty({n_rows, max_out});
+      auto step = [&](const std::vector<frost::kernels::PackedMatrix>& ms) {
+        const auto t0 = Clock::now();
+        for (const auto& pm : ms)
+          frost::kernels::gemm_packed(pm, x.data_ptr<float>(), max_in, n_rows, nullptr, y.data_ptr<float>(),
+                                      max_out);
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+      };
+      for (int r = 0; r < 3; ++r) step(huge), step(small);  // warm-up
+      std::vector<double> t_huge, t_small, ratio;
+      for (int r = 0; r < repeat; ++r) {  // alternated, the order swapped every repetition
+        double a, b;
+        if (r % 2) {
+          a = step(huge);
+          b = step(small);
+        } else {
+          b = step(small);
+          a = step(huge);
+        }
+        t_huge.push_back(a);
+        t_small.push_back(b);
+        ratio.push_back(b / a);
+      }
+      rows.push_back({{"rows", n_rows},
+                      {"step_ms_huge_pages",
+                       {{"p50", percentile(t_huge, 50) * 1e3}, {"min", percentile(t_huge, 0) * 1e3}}},
+                      {"step_ms_4k_pages",
+                       {{"p50", percentile(t_small, 50) * 1e3}, {"min", percentile(t_small, 0) * 1e3}}},
+                      {"speedup_p50", percentile(ratio, 50)},
+                      {"speedup_min", percentile(ratio, 0)},
+                      {"weight_read_gb_per_s_huge_pages",
+                       static_cast<double>(out["packed_bytes"].get<int64_t>()) / median(t_huge) * 1e-9}});
+    }
+    out["gemm_step"] = rows;
   } else if (mode == "bare-step") {
     c10::InferenceMode im;
     const frost::ModelWeights& w = m.model->weights();

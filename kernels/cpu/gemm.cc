@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/huge_pages.h"
 #include "kernels/cpu/parallel.h"
 
 // GCC 12 reports false -Wmaybe-uninitialized inside its own avx512fintrin.h helpers.
@@ -677,6 +678,14 @@ at::Tensor panelize(const at::Tensor& m, int64_t n_panels) {
   return padded.view({n_panels, kPanel, m.size(1)}).transpose(1, 2).contiguous();
 }
 
+// The packed tensors move into huge-page-advised memory (kernels/cpu/huge_pages.h): every decode step streams
+// them whole, and on 4 KiB pages that stream pays a TLB miss per page.
+PackedMatrix in_huge_pages(PackedMatrix m) {
+  for (at::Tensor* t : {&m.panels, &m.scales, &m.mins})
+    if (t->defined()) *t = huge_page_copy(*t);
+  return m;
+}
+
 }  // namespace
 
 const char* pack_format_name(PackFormat f) {
@@ -710,7 +719,7 @@ PackedMatrix pack_matrix(const at::Tensor& w) {
   m.n_in = w.size(1);
   m.group = m.n_in;
   m.panels = panelize(w, (m.n_out + kPanel - 1) / kPanel);
-  return m;
+  return in_huge_pages(std::move(m));
 }
 
 PackedMatrix pack_quantized(const QuantizedMatrix& qm) {
@@ -731,7 +740,7 @@ PackedMatrix pack_quantized(const QuantizedMatrix& qm) {
     const at::Tensor lo = q.narrow(2, 0, 16), hi = q.narrow(2, 16, 16);
     m.panels = at::bitwise_or(lo, at::bitwise_left_shift(hi, 4)).contiguous();
   }
-  return m;
+  return in_huge_pages(std::move(m));
 }
 
 void gemm_packed_isa(Isa isa, const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows, const float* b,
@@ -769,7 +778,7 @@ PackedMatrix pack_quantized_a8(const QuantizedMatrix& qm) {
   at::Tensor u = at::full({n_panels * kPanel, n_in4}, 128, at::kInt);  // q + 128; padding is q = 0
   u.narrow(0, 0, m.n_out).narrow(1, 0, m.n_in).add_(qm.q.to(at::kInt));
   m.panels = u.to(at::kByte).view({n_panels, kPanel, n_in4 / 4, 4}).permute({0, 2, 1, 3}).contiguous();
-  return m;
+  return in_huge_pages(std::move(m));
 }
 
 void quantize_activations_a8(const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, int64_t group, int8_t* q,
