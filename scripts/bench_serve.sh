@@ -150,7 +150,14 @@ run prefix_on --concurrency 8 --requests $((8 * ROUNDS * 2)) --warmup 8 --max-to
 # 2. the bare step, paired with repeated 32-stream runs (the VMs are noisy: pairs, then the median ratio), and
 #    the same engine in-process (frostd idle meanwhile) to tell the engine's speed from the serving overhead,
 #    at 32 streams and at 1 (the serving overhead target: served 1-stream tok/s ≥ 0.9 × in-process)
+#    Each pair gets a fresh frostd, as each bare step and in-process engine is a fresh process: on the VMs this
+#    runs on the same binary's speed differs by up to ±15% from one process to the next and holds within a
+#    process (1-stream tok/s of 6 frostd processes, 4 runs each: 509-582 … 752-756), as if decided by where
+#    its memory landed on the host. One frostd for every pair made all seven served figures one draw of that
+#    against seven draws for the in-process engine, and the 1-stream ratio swung 0.80-0.93 between runs.
 for ((r = 0; r < REPEATS; ++r)); do
+  stop_frostd
+  start_frostd "$frostd"
   bare_step
   engine_inproc 32 "$tmp/engine.jsonl"
   SUFFIX=_pair$r streams 32
