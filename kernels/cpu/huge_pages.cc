@@ -2,12 +2,15 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <utility>
 
 namespace frost::kernels {
 namespace {
