@@ -181,9 +181,9 @@ std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab) {
 
 // The machine's read bandwidth with `threads` threads (STREAM-style: sum a 256 MiB buffer, far larger than
 // the caches; the best of 5), bytes per second. The limit decode speed is held to in the same run. The buffer
-// lives on the pages the packed weights get (kernels/cpu/huge_pages.h): on 4 KiB pages this loop reads ~37
-// GB/s on the 2-vCPU VM where decode streams its huge-page weights faster, which put decode at "1.3× the
-// limit".
+// lives on the pages the packed weights get (kernels/cpu/huge_pages.h), so both are read the same way (on the
+// 2-vCPU VM: 38-40 GB/s, 35-36 on 4 KiB pages). A rough guide, not a bound: builtin:15m's 61 MB of weights
+// partly stay in a large L3 between tokens, and decode has measured up to 1.3-1.7x this limit.
 double read_bandwidth(int threads) {
   const int64_t n = int64_t{64} << 20;  // floats
   const at::Tensor buf_t = frost::kernels::huge_page_copy(at::ones({n}));
@@ -491,7 +491,8 @@ int main(int argc, char** argv) {
   } else if (mode == "huge-pages") {
     c10::InferenceMode im;
     const frost::ModelWeights& w = m.model->weights();
-    // The step's GEMMs as (matrix, input width) in order; each matrix packed as the serving path packs it.
+    // The step's weight matrices in order, each packed as the serving path packs it (into the arena) and
+    // copied once more into LibTorch's memory.
     std::vector<frost::kernels::PackedMatrix> huge, small;
     auto add = [&](const at::Tensor& t) {
       if (!t.defined()) return;
