@@ -56,7 +56,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -516,12 +515,7 @@ int main(int argc, char** argv) {
       max_out = std::max(max_out, pm.n_out);
     }
     out["huge_pages_enabled"] = frost::kernels::huge_pages_enabled();
-    out["transparent_hugepage"] = [] {  // "always [madvise] never": the arena needs always or madvise
-      std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-      std::string line;
-      std::getline(f, line);
-      return line;
-    }();
+    out["transparent_hugepage"] = frost::kernels::transparent_hugepage_mode();
     out["packed_bytes"] = [&] {
       int64_t n = 0;
       for (const auto& pm : huge) n += pm.bytes();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -98,6 +99,13 @@ at::Tensor huge_page_copy(const at::Tensor& t) {
       p, t.sizes(), [owner = std::move(owner)](void*) mutable { owner.reset(); }, t.options());
   out.copy_(t);
   return out;
+}
+
+std::string transparent_hugepage_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  return line;
 }
 
 HugePageStats huge_page_stats() {

@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <string>
 
 namespace frost::kernels {
 
@@ -30,6 +31,10 @@ at::Tensor huge_page_copy(const at::Tensor& t);
 // False when the environment sets FROST_HUGE_PAGES=0 (read once): huge_page_copy then allocates through
 // LibTorch as before (to compare, or for a host whose THP settings hurt).
 bool huge_pages_enabled();
+
+// The kernel's THP setting as /sys/kernel/mm/transparent_hugepage/enabled shows it ("always [madvise] never":
+// the arena gets huge pages under "always" or "madvise"); empty where the file cannot be read.
+std::string transparent_hugepage_mode();
 
 struct HugePageStats {
   int64_t mappings = 0;      // slabs and own mappings alive

@@ -40,10 +40,8 @@ int thp_eligible(const void* p) {
 
 // True when this kernel's THP mode lets an madvise'd mapping have huge pages ("always" or "madvise").
 bool thp_available() {
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string line;
-  std::getline(f, line);
-  return line.find("[always]") != std::string::npos || line.find("[madvise]") != std::string::npos;
+  const std::string mode = transparent_hugepage_mode();
+  return mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
 }
 
 TEST(HugePagesTest, CopyIsExactAlignedAndIndependent) {
@@ -121,10 +119,7 @@ TEST(HugePagesTest, PackedWeightsSitInHugePageEligibleMemory) {
   EXPECT_EQ(thp_eligible(q8.scales.data_ptr()), 1);
   // An ordinary LibTorch tensor of the same size is not (madvise mode), which is why the arena exists; in
   // "always" mode it may be.
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string mode;
-  std::getline(f, mode);
-  if (mode.find("[madvise]") != std::string::npos) {
+  if (transparent_hugepage_mode().find("[madvise]") != std::string::npos) {
     const at::Tensor plain = head.clone();
     EXPECT_EQ(thp_eligible(plain.data_ptr()), 0);
   }
