@@ -88,7 +88,7 @@ struct EngineSection {
   // KV block size: positions per block at fp32 (compact codecs fit proportionally more).
   int32_t kv_block_tokens = 16;
   // KV block pool size in bytes (YAML: an integer, optionally with KiB/MiB/GiB); 0 = derived from the
-  // model, max_running and physical memory (core/generate/engine.h kv_default_pool_bytes).
+  // model, max_running and physical memory (core/exec/cpu_executor.cc default_kv_pool_bytes).
   int64_t kv_cache_bytes = 0;
   // Commit the KV pool's memory at start (no page faults in decode steps; a memory limit too small for the
   // pool fails at start); false = reserve address space only.

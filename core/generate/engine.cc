@@ -3,7 +3,6 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <pthread.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <optional>
@@ -15,19 +14,10 @@
 #include "core/common/torch_status.h"
 #include "core/generate/scheduler.h"
 #include "core/generate/sequence.h"
+#include "core/exec/cpu_executor.h"
 #include "kernels/cpu/parallel.h"
 
 namespace frost {
-
-int64_t kv_default_pool_bytes(int64_t full_context_bytes, int32_t max_running) {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  const int64_t phys = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{4} << 30;
-  // Twice what max_running full-context fp32 sequences need (the rest serves the prefix cache and compact
-  // codecs' extra sequences), within a quarter of the memory and 4 GiB; at least one full context.
-  const int64_t want = 2 * std::max<int64_t>(1, max_running) * full_context_bytes;
-  const int64_t cap = std::min<int64_t>(phys / 4, int64_t{4} << 30);
-  return std::max(full_context_bytes, std::min(want, cap));
-}
 
 void EngineHistogram::observe(double v) {
   for (size_t i = 0; i < bounds.size(); ++i)
@@ -71,9 +61,9 @@ struct Engine::Delivery {
 };
 
 // A request the engine thread holds: its sequence state, its scheduler entry (with its paged cache while it
-// runs) and what it was admitted with.
-struct Engine::Active {
-  std::unique_ptr<Pending> req;
+// runs) and what it was admitted with. The scheduler's entries point back at it (SchedEntry::owner).
+struct EngineRequest {
+  std::unique_ptr<Engine::Pending> req;
   std::unique_ptr<Sequence> seq;
   SchedEntry entry;
   int64_t t_admit_ns = 0;  // first time it ran
@@ -83,11 +73,36 @@ struct Engine::Active {
   bool done = false;
 };
 
+// The engine thread's state: the scheduler over the books, the requests it holds, this round's callbacks
+// for the delivery thread, and the executor's step buffers.
+struct Engine::Loop {
+  Loop(const SchedulerConfig& sc, KvBlockBooks* books) : sched(sc, books) {}
+  Scheduler sched;
+  std::vector<std::unique_ptr<EngineRequest>> actives;
+  std::vector<Delivery> out;  // handed to the delivery thread in one batch at the end of the round
+  uint64_t order = 0;
+  ExecStep exec_step;
+  ExecResult exec_result;
+  std::vector<SampledToken> toks;
+  std::vector<EngineRequest*> to_sample;
+  // The callback that queues a request's token events for this round's delivery.
+  TokenCallback emit(EngineRequest& a) {
+    std::shared_ptr<TokenSink> sink = a.req->sink;
+    return [this, sink](const TokenEvent& ev) {
+      Delivery d;
+      d.sink = sink;
+      d.token = ev;
+      out.push_back(std::move(d));
+    };
+  }
+};
+
 Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
     : model_(std::move(model)), cfg_(cfg), validator_(*model_, cfg.gen) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const LoadedModel> model,
-                                                       const EngineConfig& cfg) {
+                                                       const EngineConfig& cfg,
+                                                       std::unique_ptr<StepExecutor> executor) {
   if (!model || !model->model) return absl::InvalidArgumentError("engine: no model");
   if (cfg.max_running < 1)
     return absl::InvalidArgumentError(absl::StrCat("engine.max_running must be >= 1, got ", cfg.max_running));
@@ -102,31 +117,43 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
         absl::StrCat("engine.kv_block_tokens must be in [1, 4096], got ", cfg.kv_block_tokens));
   if (cfg.kv_cache_bytes < 0)
     return absl::InvalidArgumentError(absl::StrCat("engine.kv_cache_bytes must be >= 0, got ", cfg.kv_cache_bytes));
-  std::unique_ptr<Engine> e(new Engine(std::move(model), cfg));
+  std::unique_ptr<Engine> e(new Engine(model, cfg));
+  e->exec_ = executor ? std::move(executor) : std::make_unique<CpuExecutor>(model);
+  StepExecutor& ex = *e->exec_;
+  // The engine's default codec must be one the executor stores (a device stores one format).
+  if (absl::Status st = ex.check_request(cfg.gen.kv_codec, false); !st.ok())
+    return absl::Status(st.code(), absl::StrCat("engine.kv_codec: ", st.message()));
   const Transformer& tf = *e->model_->model;
-  const KvSpec spec = tf.kv_spec(e->validator_.max_context(), KvCodecKind::kF32);
   int64_t block_bytes = 0, per_token = 0;
-  FROST_RETURN_IF_ERROR(torch_call([&] { block_bytes = kv_pool_block_bytes(spec, cfg.kv_block_tokens); }));
+  FROST_RETURN_IF_ERROR(torch_call([&] { block_bytes = ex.kv_block_bytes(cfg.kv_block_tokens); }));
   const int64_t full_context = (e->validator_.max_context() + cfg.kv_block_tokens - 1) / cfg.kv_block_tokens;
-  const int64_t pool_bytes =
-      cfg.kv_cache_bytes > 0 ? cfg.kv_cache_bytes : kv_default_pool_bytes(full_context * block_bytes, cfg.max_running);
+  const int64_t pool_bytes = cfg.kv_cache_bytes > 0
+                                 ? cfg.kv_cache_bytes
+                                 : ex.default_kv_pool_bytes(full_context * block_bytes, cfg.max_running);
   const int64_t n_blocks = pool_bytes / block_bytes;
   if (n_blocks < 1)
     return absl::InvalidArgumentError(absl::StrCat("engine.kv_cache_bytes = ", pool_bytes,
                                                    " is less than one KV block (", block_bytes, " bytes: ",
                                                    cfg.kv_block_tokens, " positions of ", tf.config().n_layer,
-                                                   " layers at fp32)"));
-  FROST_ASSIGN_OR_RETURN(e->pool_, KvBlockPool::create(n_blocks, block_bytes, cfg.kv_cache_prefault));
+                                                   " layers on ", ex.device(), ")"));
+  StepExecutor::Plan plan;
+  plan.n_blocks = n_blocks;
+  plan.block_tokens = cfg.kv_block_tokens;
+  plan.prefault = cfg.kv_cache_prefault;
+  plan.max_rows = cfg.max_batch_tokens;
+  plan.max_seqs = cfg.max_running;
+  FROST_RETURN_IF_ERROR(ex.allocate_kv(plan));
+  e->storage_ = &ex.kv_storage();
+  e->books_ = std::make_unique<KvBlockBooks>(e->storage_->n_blocks(), e->storage_->block_bytes());
   if (n_blocks < full_context)
-    FROST_LOG_WARN("engine: the KV pool (%lld blocks) cannot hold one fp32 sequence of the full context (%lld "
+    FROST_LOG_WARN("engine: the KV pool (%lld blocks) cannot hold one sequence of the full context (%lld "
                    "blocks); longer requests are refused at submit",
                    static_cast<long long>(n_blocks), static_cast<long long>(full_context));
   // kvsplice as the default codec: the bytes depend on the active set's rank, so stats() computes them at
   // read time (KvSpliceSet::bytes_per_token; 0 while none is active).
   if (cfg.gen.kv_codec != KvCodecKind::kKvSplice) {
     FROST_RETURN_IF_ERROR(torch_call([&] {
-      KvSpec d = tf.kv_spec(1, cfg.gen.kv_codec);
-      per_token = kv_paged_layout(d, block_bytes).bytes_per_token();
+      per_token = e->storage_->layout(tf.kv_spec(1, cfg.gen.kv_codec)).bytes_per_token();
     }));
   }
   e->model_salt_ = kv_salt_mix(kv_salt_mix(0, e->model_->name), weight_dtype_name(tf.weight_format()));
@@ -144,10 +171,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
     s.batch_size = powers_of_two(9);     // 1 .. 512 sequences
     s.batch_tokens = powers_of_two(13);  // 1 .. 8192 tokens
   }
-  FROST_LOG_INFO("engine: KV pool %lld blocks × %lld bytes (%.1f MiB; %lld positions per block at fp32), "
-                 "max_running %d, max_batch_tokens %lld, prefix caching %s",
-                 static_cast<long long>(n_blocks), static_cast<long long>(block_bytes),
-                 static_cast<double>(n_blocks * block_bytes) / (1 << 20), static_cast<long long>(cfg.kv_block_tokens),
+  FROST_LOG_INFO("engine: on %s, KV pool %lld blocks × %lld bytes in %s (%.1f MiB; %lld positions per block at "
+                 "%s), max_running %d, max_batch_tokens %lld, prefix caching %s",
+                 ex.device().c_str(), static_cast<long long>(n_blocks), static_cast<long long>(block_bytes),
+                 e->storage_->where().c_str(), static_cast<double>(n_blocks * block_bytes) / (1 << 20),
+                 static_cast<long long>(cfg.kv_block_tokens), ex.device() == "cpu" ? "fp32" : "the device's format",
                  cfg.max_running, static_cast<long long>(cfg.max_batch_tokens), cfg.prefix_caching ? "on" : "off");
   e->deliverer_ = std::thread([raw = e.get()] { raw->deliver(); });
   e->worker_ = std::thread([raw = e.get()] { raw->run(); });
@@ -167,6 +195,8 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->params = req.params;
   p->codec = req.kv_codec.value_or(cfg_.gen.kv_codec);
   p->repair_mode = req.kv_repair;
+  // What the executor cannot run (a device stores one KV format and has no repair operators or KVSplice).
+  FROST_RETURN_IF_ERROR(exec_->check_request(p->codec, req.kv_repair == GenerationRequest::KvRepair::kOn));
   if (p->codec == KvCodecKind::kKvSplice) {
     p->splice = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
     if (!p->splice || !p->splice->set) {
@@ -197,20 +227,22 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   int64_t per_block = 0;
   FROST_RETURN_IF_ERROR(torch_call([&] {
     KvSpec spec = model_->model->kv_spec(validator_.max_context(), p->codec, p->splice ? p->splice->set : nullptr);
-    per_block = kv_paged_layout(spec, pool_->block_bytes()).block_tokens;
+    per_block = storage_->layout(spec).block_tokens;
   }));
-  const int64_t blocks = per_block > 0 ? (need + per_block - 1) / per_block : pool_->n_blocks() + 1;
-  if (blocks > pool_->n_blocks()) {
+  const int64_t blocks = per_block > 0 ? (need + per_block - 1) / per_block : storage_->n_blocks() + 1;
+  if (blocks > storage_->n_blocks()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt tokens (", p->prompt.size(), ") + max_new_tokens (", req.params.max_new_tokens, ") = ", need,
         " tokens need ", blocks, " KV blocks of ", per_block, " positions (codec ", kv_codec_name(p->codec),
-        ") but the KV pool holds ", pool_->n_blocks(), " blocks (engine.kv_cache_bytes = ",
-        pool_->n_blocks() * pool_->block_bytes(), ")"));
+        ") but the KV pool holds ", storage_->n_blocks(), " blocks (engine.kv_cache_bytes = ",
+        storage_->n_blocks() * storage_->block_bytes(), ")"));
   }
   p->sink = std::move(sink);
   p->cancel = std::move(cancel);
   p->t_submit_ns = RealClock::get().now_ns();
   absl::MutexLock lock(&mu_);
+  if (!device_error_.ok())
+    return absl::UnavailableError(absl::StrCat("the engine's device failed: ", device_error_.message()));
   if (!accepting_) return absl::UnavailableError("server is shutting down: not accepting new requests");
   if (n_in_flight_ >= static_cast<int64_t>(cfg_.max_running) + cfg_.max_waiting) {
     ++counters_.n_rejected_full;
@@ -226,8 +258,10 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
 }
 
 EngineStats Engine::stats() const {
+  const ExecutorStats es = exec_->stats();  // thread-safe, outside mu_
   absl::MutexLock lock(&mu_);
   EngineStats s = counters_;
+  s.executor = es;
   if (std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr) {
     s.kv_repair_active = r->name;
     s.kv_repair_codec = kv_codec_name(r->codec);
@@ -322,7 +356,7 @@ void Engine::deliver() {
 
 void Engine::publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running,
                            int32_t n_waiting, int64_t bytes_needed) {
-  const KvPoolStats ps = pool_->stats();
+  const KvPoolStats ps = books_->stats();
   absl::MutexLock lock(&mu_);
   EngineStats& s = counters_;
   s.n_running = n_running;
@@ -337,204 +371,205 @@ void Engine::publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits
   s.prefix_hits_tokens = hits;
 }
 
-void Engine::run() {
-  pthread_setname_np(pthread_self(), "frost-engine");  // how it shows in top -H, perf, gdb
-  c10::InferenceMode inference_mode;
-  SchedulerConfig sc;
-  sc.max_running = cfg_.max_running;
-  sc.max_batch_tokens = cfg_.max_batch_tokens;
-  sc.watermark_blocks = std::max<int64_t>(1, pool_->n_blocks() / 100);
-  sc.prefix_caching = cfg_.prefix_caching;
-  Scheduler sched(sc, pool_.get());
-  std::vector<std::unique_ptr<Active>> actives;
-  BatchScratch scratch;
-  const Transformer& model = *model_->model;
-  const int64_t V = model_->config.n_vocab;
-  uint64_t order = 0;
-
-  // This round's callbacks, handed to the delivery thread in one batch at the end of the round.
-  std::vector<Delivery> out;
-  auto emit = [&out](Active& a) {
-    std::shared_ptr<TokenSink> sink = a.req->sink;
-    return [&out, sink](const TokenEvent& ev) {
-      Delivery d;
-      d.sink = sink;
-      d.token = ev;
-      out.push_back(std::move(d));
-    };
+// The paged cache of a request, made when it first runs: the codec it asked for, the KVSplice and repair
+// operator active at that moment (a later swap does not touch it), and its prefix-cache key.
+std::function<std::unique_ptr<SequenceKv>()> Engine::make_kv(EngineRequest* a) {
+  return [this, a]() {
+    std::shared_ptr<const KvSpliceSet> splice;
+    if (a->req->codec == KvCodecKind::kKvSplice) {
+      std::shared_ptr<const KvSpliceSlot::Active> sp = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
+      if (!sp || !sp->set) sp = a->req->splice;
+      a->req->splice.reset();
+      splice = sp->set;
+      a->kv_splice = sp->name;
+    }
+    auto kv = std::make_unique<SequenceKv>(model_->model->kv_spec(validator_.max_context(), a->req->codec, splice),
+                                           books_.get(), storage_);
+    std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
+    if (r && r->codec == a->req->codec && a->req->repair_mode != GenerationRequest::KvRepair::kOff &&
+        model_->config.variants.sba_layers.empty() && exec_->runs_kv_repair()) {
+      KvStages stages;
+      stages.repair = r->set;
+      kv->set_stages(std::move(stages));
+      a->kv_repair = r->name;
+    }
+    uint64_t salt = kv_salt_mix(model_salt_, kv_codec_name(a->req->codec));
+    salt = kv_salt_mix(kv_salt_mix(salt, a->kv_repair), a->kv_splice);
+    kv->set_prefix_salt(kv_salt_mix(salt, std::to_string(kv->block_tokens())));
+    return kv;
   };
-  // Ends a request (any outcome): its blocks go back to the pool before the client hears of it.
-  auto finish = [&](Active& a, absl::StatusOr<GenerationResult> r) {
-    sched.remove(&a.entry);
-    a.entry.kv.reset();
-    const int64_t now = RealClock::get().now_ns();
-    if (r.ok()) {  // timings from submit: queue (until it first ran), prefill (until its first token)
-      const int64_t t_admit = a.t_admit_ns > 0 ? a.t_admit_ns : now;
-      r->t_queue_s = static_cast<double>(t_admit - a.req->t_submit_ns) * 1e-9;
-      r->t_prefill_s = a.t_first_ns > 0 ? static_cast<double>(a.t_first_ns - t_admit) * 1e-9 : 0;
-      r->t_first_token_s = a.t_first_ns > 0 ? static_cast<double>(a.t_first_ns - a.req->t_submit_ns) * 1e-9 : 0;
-      r->kv_codec = kv_codec_name(a.req->codec);
-      r->kv_repair = a.kv_repair;
-      r->kv_splice = a.kv_splice;
-    }
-    a.done = true;
-    Delivery d;
-    d.sink = a.req->sink;
-    d.result = std::move(r);
-    d.codec = kv_codec_name(a.req->codec);
-    d.repaired = !a.kv_repair.empty();
-    d.spliced = !a.kv_splice.empty();
-    out.push_back(std::move(d));
-  };
-  // The paged cache of a request, made when it first runs: the codec it asked for, the KVSplice and repair
-  // operator active at that moment (a later swap does not touch it), and its prefix-cache key.
-  auto make_kv = [this](Active* a) {
-    return [this, a]() {
-      std::shared_ptr<const KvSpliceSet> splice;
-      if (a->req->codec == KvCodecKind::kKvSplice) {
-        std::shared_ptr<const KvSpliceSlot::Active> sp = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
-        if (!sp || !sp->set) sp = a->req->splice;
-        a->req->splice.reset();
-        splice = sp->set;
-        a->kv_splice = sp->name;
-      }
-      auto kv = std::make_unique<SequenceKv>(model_->model->kv_spec(validator_.max_context(), a->req->codec, splice),
-                                             pool_.get());
-      std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
-      if (r && r->codec == a->req->codec && a->req->repair_mode != GenerationRequest::KvRepair::kOff &&
-          model_->config.variants.sba_layers.empty()) {
-        KvStages stages;
-        stages.repair = r->set;
-        kv->set_stages(std::move(stages));
-        a->kv_repair = r->name;
-      }
-      uint64_t salt = kv_salt_mix(model_salt_, kv_codec_name(a->req->codec));
-      salt = kv_salt_mix(kv_salt_mix(salt, a->kv_repair), a->kv_splice);
-      kv->set_prefix_salt(kv_salt_mix(salt, std::to_string(kv->block_tokens())));
-      return kv;
-    };
-  };
+}
 
-  for (;;) {
-    // 0. intake: requests submitted since the last round join the scheduler's waiting queue
-    std::deque<std::unique_ptr<Pending>> arrived;
-    bool stopping = false;
-    {
-      absl::MutexLock lock(&mu_);
-      if (actives.empty()) {
-        auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !pending_.empty(); };
-        if (!has_work()) kernels::team::park();  // idle: no parallel region until a request comes
-        mu_.Await(absl::Condition(&has_work));
-      }
-      stopping = stop_;
-      arrived.swap(pending_);
-    }
-    for (auto& p : arrived) {
-      auto a = std::make_unique<Active>();
-      a->req = std::move(p);
-      a->seq = std::make_unique<Sequence>(*model_, a->req->prompt, a->req->params, &RealClock::get());
-      a->entry.order = order++;
-      a->entry.tokens = &a->seq->tokens();
-      a->entry.make_kv = make_kv(a.get());
-      a->entry.owner = a.get();
-      sched.add(&a->entry);
-      actives.push_back(std::move(a));
-    }
-    if (stopping) break;
-    {  // at most one round ahead of the delivery thread
-      absl::MutexLock lock(&dmu_);
-      auto caught_up = [this]() ABSL_SHARED_LOCKS_REQUIRED(dmu_) {
-        return delivered_ + 1 >= handed_ || stopping_.load();
-      };
-      if (!caught_up()) kernels::team::park();  // the delivery thread needs a core more than the team
-      dmu_.Await(absl::Condition(&caught_up));
-    }
-    if (stopping_.load()) {
-      absl::MutexLock lock(&mu_);
-      if (stop_) break;
-    }
-
-    // 1. cancellations and deadlines, running or waiting: a cancelled request ends within this round
-    for (auto& a : actives)
-      if (!a->done && a->seq->check_cancel(*a->req->cancel, emit(*a))) finish(*a, a->seq->take_result());
-
-    // 2. schedule
-    const int64_t t0 = RealClock::get().now_ns();
-    Scheduler::Step step = sched.schedule();
-    int64_t t1 = t0, t2 = t0, t3 = t0;
-    if (!step.seqs.empty()) {
-      const int64_t now = RealClock::get().now_ns();
-      for (SchedEntry* e : step.who) {
-        Active* a = static_cast<Active*>(e->owner);
-        if (a->t_admit_ns == 0) a->t_admit_ns = now;
-      }
-      // 3. run: one batched forward pass over every scheduled row
-      const float* logits = nullptr;
-      t1 = RealClock::get().now_ns();
-      absl::Status st = torch_call([&] { logits = model.forward_batch(step.seqs, scratch); });
-      t2 = t3 = RealClock::get().now_ns();
-      if (!st.ok()) {  // a broken invariant in tensor code: fail the sequences of this step, keep serving
-        FROST_LOG_ERROR("engine: batched step failed: %s", st.ToString().c_str());
-        for (SchedEntry* e : step.who)
-          if (Active* a = static_cast<Active*>(e->owner); !a->done) finish(*a, st);
-      } else {
-        sched.commit(step);
-        // 4. update: sample every sequence that got logits (in parallel: each touches only its own sampler),
-        //    then stream the tokens in order
-        std::vector<Active*> to_sample;
-        for (size_t i = 0; i < step.who.size(); ++i)
-          if (step.seqs[i].logits) to_sample.push_back(static_cast<Active*>(step.who[i]->owner));
-        std::vector<SampledToken> toks(to_sample.size());
-        const auto n_sample = static_cast<int64_t>(to_sample.size());
-        auto sample_one = [&](int64_t i) {
-          toks[static_cast<size_t>(i)] = to_sample[static_cast<size_t>(i)]->seq->sample(logits + i * V);
-        };
-        if (n_sample < 4) {
-          for (int64_t i = 0; i < n_sample; ++i) sample_one(i);
-        } else {
-          kernels::parallel_tasks(n_sample, sample_one);
-        }
-        const int64_t t_tok = t3 = RealClock::get().now_ns();
-        for (size_t i = 0; i < to_sample.size(); ++i) {
-          Active& a = *to_sample[i];
-          if (a.t_first_ns == 0) a.t_first_ns = t_tok;
-          if (a.seq->accept(toks[i], emit(a))) finish(a, a.seq->take_result());
-        }
-      }
-      const int64_t t4 = RealClock::get().now_ns();
-      {
-        absl::MutexLock lock(&mu_);
-        counters_.t_schedule_s += static_cast<double>(t1 - t0) * 1e-9;
-        counters_.t_forward_s += static_cast<double>(t2 - t1) * 1e-9;
-        counters_.t_sample_s += static_cast<double>(t3 - t2) * 1e-9;
-        counters_.t_emit_s += static_cast<double>(t4 - t3) * 1e-9;
-        ++counters_.n_steps;
-        counters_.batch_size.observe(static_cast<double>(step.seqs.size()));
-        counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
-      }
-    }
-    // The round's gauges are published before its tokens are handed to the delivery thread, so a client that
-    // has seen a token of this round reads a /metrics (or a drain log) that already counts its sequence.
-    int64_t needed = 0;
-    for (const SchedEntry* e : sched.running()) needed += e->kv->n_tokens() * e->kv->bytes_per_token();
-    publish_stats(sched.preemptions(), sched.prefix_queries_tokens(), sched.prefix_hits_tokens(),
-                  static_cast<int32_t>(sched.running().size()), static_cast<int32_t>(sched.waiting().size()), needed);
-    hand_over(out);
-    actives.erase(std::remove_if(actives.begin(), actives.end(), [](const auto& a) { return a->done; }),
-                  actives.end());
-    if (cfg_.audit_kv) {
-      const std::string bad = sched.audit();
-      FROST_CHECK(bad.empty(), bad.c_str());
-    }
-    if (step.seqs.empty() && !actives.empty()) {
-      // Nothing could run (cannot happen with a consistent config: a lone request always fits the pool).
-      // Do not spin; new arrivals or cancellations change that.
-      absl::SleepFor(absl::Milliseconds(1));
-    }
+// Ends a request (any outcome): its blocks go back to the pool before the client hears of it.
+void Engine::finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResult> r) {
+  loop.sched.remove(&a.entry);
+  a.entry.kv.reset();
+  const int64_t now = RealClock::get().now_ns();
+  if (r.ok()) {  // timings from submit: queue (until it first ran), prefill (until its first token)
+    const int64_t t_admit = a.t_admit_ns > 0 ? a.t_admit_ns : now;
+    r->t_queue_s = static_cast<double>(t_admit - a.req->t_submit_ns) * 1e-9;
+    r->t_prefill_s = a.t_first_ns > 0 ? static_cast<double>(a.t_first_ns - t_admit) * 1e-9 : 0;
+    r->t_first_token_s = a.t_first_ns > 0 ? static_cast<double>(a.t_first_ns - a.req->t_submit_ns) * 1e-9 : 0;
+    r->kv_codec = kv_codec_name(a.req->codec);
+    r->kv_repair = a.kv_repair;
+    r->kv_splice = a.kv_splice;
   }
+  a.done = true;
+  Delivery d;
+  d.sink = a.req->sink;
+  d.result = std::move(r);
+  d.codec = kv_codec_name(a.req->codec);
+  d.repaired = !a.kv_repair.empty();
+  d.spliced = !a.kv_splice.empty();
+  loop.out.push_back(std::move(d));
+}
 
-  // 5. shutdown: everything still queued or running ends CANCELLED, exactly once — requests submitted since the
-  //    last intake included (submit() refuses new ones from now on)
+// Intake: requests submitted since the last round join the scheduler's waiting queue (waits while there is
+// nothing to do, and while the delivery thread is more than a round behind); then cancellations and
+// deadlines, running or waiting, end their requests within this round. False when the engine stops.
+bool Engine::intake(Loop& loop) {
+  std::deque<std::unique_ptr<Pending>> arrived;
+  bool stopping = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (loop.actives.empty()) {
+      auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !pending_.empty(); };
+      if (!has_work()) kernels::team::park();  // idle: no parallel region until a request comes
+      mu_.Await(absl::Condition(&has_work));
+    }
+    stopping = stop_;
+    arrived.swap(pending_);
+  }
+  for (auto& p : arrived) {
+    auto a = std::make_unique<EngineRequest>();
+    a->req = std::move(p);
+    a->seq = std::make_unique<Sequence>(*model_, a->req->prompt, a->req->params, &RealClock::get());
+    a->entry.order = loop.order++;
+    a->entry.tokens = &a->seq->tokens();
+    a->entry.make_kv = make_kv(a.get());
+    a->entry.owner = a.get();
+    loop.sched.add(&a->entry);
+    loop.actives.push_back(std::move(a));
+  }
+  if (stopping) return false;
+  {  // at most one round ahead of the delivery thread
+    absl::MutexLock lock(&dmu_);
+    auto caught_up = [this]() ABSL_SHARED_LOCKS_REQUIRED(dmu_) {
+      return delivered_ + 1 >= handed_ || stopping_.load();
+    };
+    if (!caught_up()) kernels::team::park();  // the delivery thread needs a core more than the team
+    dmu_.Await(absl::Condition(&caught_up));
+  }
+  if (stopping_.load()) {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return false;
+  }
+  for (auto& a : loop.actives)
+    if (!a->done && a->seq->check_cancel(*a->req->cancel, loop.emit(*a))) finish(loop, *a, a->seq->take_result());
+  return true;
+}
+
+// Execute: the scheduled step on the executor. Each sequence with logits says how its token may be drawn
+// (on the device when the executor samples and the request allows it); then update.
+void Engine::execute(Loop& loop, Scheduler::Step& step) {
+  const int64_t t0 = RealClock::get().now_ns();
+  for (SchedEntry* e : step.who)
+    if (e->owner->t_admit_ns == 0) e->owner->t_admit_ns = t0;
+  ExecStep& xs = loop.exec_step;
+  xs.seqs = &step.seqs;
+  xs.sampling.clear();
+  const bool device_sampling = exec_->samples_on_device();
+  for (size_t i = 0; i < step.who.size(); ++i)
+    if (step.seqs[i].logits) xs.sampling.push_back(step.who[i]->owner->seq->plan_sample(device_sampling));
+  absl::Status st = exec_->execute(xs, &loop.exec_result);
+  const int64_t t1 = RealClock::get().now_ns();
+  {
+    absl::MutexLock lock(&mu_);
+    counters_.t_forward_s += static_cast<double>(t1 - t0) * 1e-9;
+  }
+  if (st.ok()) {
+    loop.sched.commit(step);
+    update(loop, step, loop.exec_result);
+    return;
+  }
+  // The step failed. A broken invariant in tensor code fails the sequences of this step and the engine keeps
+  // serving; a sticky device error (the executor's health) fails everything, for good.
+  const absl::Status health = exec_->health();
+  if (health.ok()) {
+    FROST_LOG_ERROR("engine: batched step failed: %s", st.ToString().c_str());
+    for (SchedEntry* e : step.who)
+      if (EngineRequest* a = e->owner; !a->done) finish(loop, *a, st);
+    return;
+  }
+  FROST_LOG_ERROR("engine: the %s executor failed for good (%s): failing every request and refusing new ones",
+                  exec_->device().c_str(), health.ToString().c_str());
+  const absl::Status fail = absl::UnavailableError(absl::StrCat("device ", exec_->device(), " failed: ",
+                                                                health.message()));
+  {
+    absl::MutexLock lock(&mu_);
+    device_error_ = health;
+    accepting_ = false;
+  }
+  if (cfg_.on_device_failure) cfg_.on_device_failure(health);
+  for (auto& a : loop.actives)
+    if (!a->done) finish(loop, *a, fail);
+}
+
+// Update: every sequence that got logits gets its token — the device's where it sampled, else the host
+// sampler's (in parallel: each touches only its own sampler) — then the tokens stream in order.
+void Engine::update(Loop& loop, const Scheduler::Step& step, const ExecResult& res) {
+  const int64_t t0 = RealClock::get().now_ns();
+  std::vector<EngineRequest*>& to_sample = loop.to_sample;
+  to_sample.clear();
+  for (size_t i = 0; i < step.who.size(); ++i)
+    if (step.seqs[i].logits) to_sample.push_back(step.who[i]->owner);
+  std::vector<SampledToken>& toks = loop.toks;
+  toks.resize(to_sample.size());
+  const int64_t V = model_->config.n_vocab;
+  const auto n_sample = static_cast<int64_t>(to_sample.size());
+  auto sample_one = [&](int64_t i) {
+    const auto k = static_cast<size_t>(i);
+    toks[k] = res.ids[k] >= 0 ? to_sample[k]->seq->sampled_on_device(res.ids[k])
+                              : to_sample[k]->seq->sample(res.logits + static_cast<int64_t>(res.row[k]) * V);
+  };
+  if (n_sample < 4) {
+    for (int64_t i = 0; i < n_sample; ++i) sample_one(i);
+  } else {
+    kernels::parallel_tasks(n_sample, sample_one);
+  }
+  const int64_t t_tok = RealClock::get().now_ns();
+  for (size_t i = 0; i < to_sample.size(); ++i) {
+    EngineRequest& a = *to_sample[i];
+    if (a.t_first_ns == 0) a.t_first_ns = t_tok;
+    if (a.seq->accept(toks[i], loop.emit(a))) finish(loop, a, a.seq->take_result());
+  }
+  const int64_t t1 = RealClock::get().now_ns();
+  absl::MutexLock lock(&mu_);
+  counters_.t_sample_s += static_cast<double>(t_tok - t0) * 1e-9;
+  counters_.t_emit_s += static_cast<double>(t1 - t_tok) * 1e-9;
+}
+
+// End of a round: the gauges are published before the round's tokens are handed to the delivery thread, so a
+// client that has seen a token of this round reads a /metrics (or a drain log) that already counts its
+// sequence. Finished requests leave.
+void Engine::end_round(Loop& loop) {
+  int64_t needed = 0;
+  for (const SchedEntry* e : loop.sched.running()) needed += e->kv->n_tokens() * e->kv->bytes_per_token();
+  publish_stats(loop.sched.preemptions(), loop.sched.prefix_queries_tokens(), loop.sched.prefix_hits_tokens(),
+                static_cast<int32_t>(loop.sched.running().size()), static_cast<int32_t>(loop.sched.waiting().size()),
+                needed);
+  hand_over(loop.out);
+  loop.actives.erase(std::remove_if(loop.actives.begin(), loop.actives.end(), [](const auto& a) { return a->done; }),
+                     loop.actives.end());
+  if (cfg_.audit_kv) {
+    const std::string bad = loop.sched.audit();
+    FROST_CHECK(bad.empty(), bad.c_str());
+  }
+}
+
+// Shutdown: everything still queued or running ends CANCELLED, exactly once — requests submitted since the
+// last intake included (submit() refuses new ones from now on).
+void Engine::shut_down(Loop& loop) {
   {
     std::deque<std::unique_ptr<Pending>> late;
     {
@@ -542,22 +577,54 @@ void Engine::run() {
       late.swap(pending_);
     }
     for (auto& p : late) {
-      auto a = std::make_unique<Active>();
+      auto a = std::make_unique<EngineRequest>();
       a->req = std::move(p);
       a->seq = std::make_unique<Sequence>(*model_, a->req->prompt, a->req->params, &RealClock::get());
-      actives.push_back(std::move(a));
+      loop.actives.push_back(std::move(a));
     }
   }
-  for (auto& a : actives) {
+  for (auto& a : loop.actives) {
     if (a->done) continue;
     a->req->cancel->cancel();
-    a->seq->check_cancel(*a->req->cancel, emit(*a));
-    finish(*a, a->seq->take_result());
+    a->seq->check_cancel(*a->req->cancel, loop.emit(*a));
+    finish(loop, *a, a->seq->take_result());
   }
-  publish_stats(sched.preemptions(), sched.prefix_queries_tokens(), sched.prefix_hits_tokens(), 0, 0, 0);
-  hand_over(out);
+  publish_stats(loop.sched.preemptions(), loop.sched.prefix_queries_tokens(), loop.sched.prefix_hits_tokens(), 0, 0,
+                0);
+  hand_over(loop.out);
   absl::MutexLock lock(&dmu_);
   delivery_stop_ = true;
+}
+
+void Engine::run() {
+  pthread_setname_np(pthread_self(), "frost-engine");  // how it shows in top -H, perf, gdb
+  c10::InferenceMode inference_mode;
+  SchedulerConfig sc;
+  sc.max_running = cfg_.max_running;
+  sc.max_batch_tokens = cfg_.max_batch_tokens;
+  sc.watermark_blocks = std::max<int64_t>(1, books_->n_blocks() / 100);
+  sc.prefix_caching = cfg_.prefix_caching;
+  Loop loop(sc, books_.get());
+  while (intake(loop)) {
+    const int64_t t0 = RealClock::get().now_ns();
+    Scheduler::Step step = loop.sched.schedule();
+    const int64_t t1 = RealClock::get().now_ns();
+    if (!step.seqs.empty()) {
+      execute(loop, step);
+      absl::MutexLock lock(&mu_);
+      counters_.t_schedule_s += static_cast<double>(t1 - t0) * 1e-9;
+      ++counters_.n_steps;
+      counters_.batch_size.observe(static_cast<double>(step.seqs.size()));
+      counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
+    }
+    end_round(loop);
+    if (step.seqs.empty() && !loop.actives.empty()) {
+      // Nothing could run (cannot happen with a consistent config: a lone request always fits the pool).
+      // Do not spin; new arrivals or cancellations change that.
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+  shut_down(loop);
 }
 
 }  // namespace frost

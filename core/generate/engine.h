@@ -1,23 +1,28 @@
 #pragma once
-// Engine: the serving loop (llama.cpp's server_context, vLLM's EngineCore). One worker thread owns the model
-// passes, the KV block pool and every running sequence; callers only submit and cancel.
+// Engine: the serving loop (llama.cpp's server_context, vLLM's EngineCore). One worker thread owns the
+// executor's steps, the KV block books and every running sequence; callers only submit and cancel.
 //
-// Continuous batching on a paged KV cache. Each round:
-//   1. schedule  core/generate/scheduler.h decides the step: every decoding sequence's next token, prompt
-//                chunks within engine.max_batch_tokens (chunked prefill), admissions while fewer than
-//                max_running run and the block pool allows, preemption of the newest sequence when blocks
-//                run out (recomputed later; never failed), prefix-cache adoption at admission.
-//   2. run       Transformer::forward_batch over all scheduled rows: every weight matrix read once per step,
-//                attention per sequence through its own codec (sequences with different codecs, repair
-//                operators and KVSplice sets share a step).
-//   3. update    sample every sequence that got logits (in parallel), stream the tokens, finish the ones that
-//                are done (their blocks go back to the pool at once), publish full blocks to the prefix cache.
+// Continuous batching on a paged KV cache. Each round, four named steps of the engine thread (engine.cc):
+//   intake   requests submitted since the last round join the scheduler's queue; cancellations and
+//            deadlines end their requests (running or waiting) within this round.
+//   execute  core/generate/scheduler.h decides the step: every decoding sequence's next token, prompt
+//            chunks within engine.max_batch_tokens (chunked prefill), admissions while fewer than
+//            max_running run and the block books allow, preemption of the newest sequence when blocks
+//            run out (recomputed later; never failed), prefix-cache adoption at admission. The step's
+//            executor (core/exec/step_executor.h: the CPU's batched forward, or a device) runs it: every
+//            weight matrix read once per step, attention per sequence through its own codec.
+//   update   every sequence that got logits gets its token — sampled by the device where the executor
+//            does that and the request allows it, else by the host sampler (in parallel) — and streams it.
+//   finish   sequences that are done end (their blocks go back at once); full blocks are published to the
+//            prefix cache; the round's events go to the delivery thread.
 // A sequence's logits never depend on what shares its step (kernels/cpu/gemm.h, core/kv/attend.h), so a
 // request's output is the same at any load, chunking or preemption — and the same as Generator's.
 //
-// KV memory is a pool of fixed-size blocks (core/kv/block_pool.h): a block holds kv_block_tokens positions at
-// fp32 and proportionally more with a compact codec; a sequence takes blocks as it grows. A request whose
-// prompt + max_new_tokens could never fit the pool is refused at submit (INVALID_ARGUMENT naming the limit).
+// KV memory is a pool of fixed-size blocks: the books (core/kv/block_books.h) are the engine's, the storage
+// (core/kv/block_storage.h) the executor's — host pages, where a block holds kv_block_tokens positions at fp32
+// and proportionally more with a compact codec, or device pages in the device's layout. A request whose
+// prompt + max_new_tokens could never fit the pool is refused at submit (INVALID_ARGUMENT naming the limit),
+// and so is one the executor cannot run (a KV codec, repair operator or KVSplice the device lacks).
 //
 // Admission control: at most max_running running plus max_waiting queued requests; submit() beyond that
 // fails at once with RESOURCE_EXHAUSTED. Cancellation and deadlines are polled every round, for running and
@@ -36,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,7 +54,9 @@
 #include "core/common/cancel.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
-#include "core/kv/block_pool.h"
+#include "core/generate/scheduler.h"
+#include "core/exec/step_executor.h"
+#include "core/kv/block_books.h"
 #include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 
@@ -70,12 +78,14 @@ struct EngineConfig {
   // Tokens in one step, decode rows and prompt chunks together (>= max_running): a long prompt is prefilled
   // in chunks of what decoding sequences leave, so it cannot stall their inter-token latency.
   int64_t max_batch_tokens = 128;
-  // KV block size: positions per block at fp32 (compact codecs fit proportionally more in the same bytes).
+  // KV block size: positions per block at fp32 on host pages (compact codecs fit proportionally more in the same
+  // bytes); on a device, positions per block in its KV format.
   int64_t kv_block_tokens = 16;
-  // KV pool size in bytes; 0 = kv_default_pool_bytes() of this model and max_running.
+  // KV pool size in bytes; 0 = the executor's default_kv_pool_bytes() for this model and max_running.
   int64_t kv_cache_bytes = 0;
-  // Commit the pool's memory at start (KvBlockPool::create): no page faults inside decode steps, and a memory
-  // limit that cannot hold the pool fails at start. false: address space only, resident as blocks are written.
+  // Host pages: commit the pool's memory at start (HostKvStorage::create): no page faults inside decode steps,
+  // and a memory limit that cannot hold the pool fails at start. false: address space only, resident as blocks
+  // are written.
   bool kv_cache_prefault = true;
   // Reuse the KV blocks of prompts that share a prefix (chain-hashed full blocks, LRU eviction).
   bool prefix_caching = true;
@@ -88,12 +98,11 @@ struct EngineConfig {
   // keeps the Active it started with (hot swap safe). With gen.kv_codec = kvsplice the default codec
   // needs it too; kv_bytes_per_token then follows the active set (0 while none is active).
   KvSpliceSlot* kv_splice = nullptr;
+  // Called once, on the engine thread, when the executor reports a sticky device error (health() not OK):
+  // the engine then fails every request with UNAVAILABLE and refuses new ones; the server turns readiness
+  // NOT_SERVING. Must not block.
+  std::function<void(const absl::Status&)> on_device_failure;
 };
-
-// The pool size used when EngineConfig::kv_cache_bytes is 0, from the bytes of one full-context fp32
-// sequence: twice what max_running of them need, at most a quarter of physical memory and 4 GiB, at least one
-// full context. Committed at start unless EngineConfig::kv_cache_prefault is off.
-int64_t kv_default_pool_bytes(int64_t full_context_bytes, int32_t max_running);
 
 // A cumulative histogram snapshot (Prometheus semantics): counts[i] observations <= bounds[i], plus the
 // total count and sum (+Inf bucket = count).
@@ -120,12 +129,13 @@ struct EngineStats {
   int64_t kv_block_bytes = 0;   // bytes per block
   int64_t kv_block_tokens = 0;  // positions per block at fp32 (engine.kv_block_tokens)
   int64_t kv_pool_bytes = 0;    // blocks × bytes
+  ExecutorStats executor;       // the device that runs the steps (core/exec/step_executor.h)
   uint64_t prefix_queries_tokens = 0;  // tokens looked up in the prefix cache at admission
   uint64_t prefix_hits_tokens = 0;     // of those, found cached (whole blocks reused)
   uint64_t n_preemptions = 0;
   uint64_t n_steps = 0;
-  // Engine-thread seconds per phase of a step, cumulative: scheduling, the batched forward pass, sampling,
-  // streaming (TokenSink callbacks, finishing requests).
+  // Engine-thread seconds per phase of a step, cumulative: scheduling, the executor's step (forward pass, and
+  // sampling where the device samples), host sampling, streaming (TokenSink callbacks, finishing requests).
   double t_schedule_s = 0, t_forward_s = 0, t_sample_s = 0, t_emit_s = 0;
   double t_deliver_s = 0;  // delivery-thread seconds in TokenSink callbacks
   EngineHistogram batch_size;    // sequences per step
@@ -145,10 +155,12 @@ struct EngineStats {
 
 class Engine {
  public:
-  // `model` is shared read-only; the engine keeps it alive. Allocates the KV pool, starts the worker.
+  // `model` is shared read-only; the engine keeps it alive. `executor` runs the steps (null: a CpuExecutor of
+  // `model`); the engine owns it. Sizes and allocates the KV pool, starts the worker.
   // INVALID_ARGUMENT naming the field for a bad config; RESOURCE_EXHAUSTED when the pool cannot be reserved.
   static absl::StatusOr<std::unique_ptr<Engine>> create(std::shared_ptr<const LoadedModel> model,
-                                                        const EngineConfig& cfg);
+                                                        const EngineConfig& cfg,
+                                                        std::unique_ptr<StepExecutor> executor = nullptr);
   ~Engine();  // shutdown()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -162,6 +174,8 @@ class Engine {
 
   EngineStats stats() const;
   const LoadedModel& model() const { return *model_; }
+  // The device that runs the steps ("cpu", "cuda:0", "reference").
+  std::string device() const { return exec_->device(); }
   int64_t max_context() const { return validator_.max_context(); }
 
   // New submits fail with UNAVAILABLE; queued and running requests continue (drain).
@@ -173,11 +187,20 @@ class Engine {
   void shutdown();
 
  private:
+  friend struct EngineRequest;
   struct Pending;
-  struct Active;
   struct Delivery;
+  struct Loop;
   Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg);
-  void run();
+  void run();  // the engine thread: intake → execute → update → finish, each round
+  // The named steps of a round (engine.cc), on the engine thread's state.
+  bool intake(Loop& loop);                        // false: stop
+  void execute(Loop& loop, Scheduler::Step& step);  // includes update when the step ran
+  void update(Loop& loop, const Scheduler::Step& step, const ExecResult& res);
+  void finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResult> r);
+  void end_round(Loop& loop);
+  void shut_down(Loop& loop);
+  std::function<std::unique_ptr<SequenceKv>()> make_kv(EngineRequest* a);
   void deliver();  // the delivery thread
   void hand_over(std::vector<Delivery>& batch);
   void publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running, int32_t n_waiting,
@@ -186,7 +209,9 @@ class Engine {
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
   Generator validator_;  // prepare() only: validation + tokenization, thread-safe (const)
-  std::unique_ptr<KvBlockPool> pool_;  // engine thread only after create()
+  std::unique_ptr<StepExecutor> exec_;  // engine thread only after create() (stats(), health(): any thread)
+  const KvBlockStorage* storage_ = nullptr;  // the executor's pool storage
+  std::unique_ptr<KvBlockBooks> books_;      // engine thread only after create()
   uint64_t model_salt_ = 0;            // prefix-cache key of the model (name, dtype)
 
   mutable absl::Mutex mu_;
@@ -194,6 +219,7 @@ class Engine {
   int64_t n_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // accepted, not yet finished
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status device_error_ ABSL_GUARDED_BY(mu_);  // the executor's sticky error, once seen
   EngineStats counters_ ABSL_GUARDED_BY(mu_);
   std::thread worker_;
 

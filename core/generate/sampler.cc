@@ -200,6 +200,23 @@ int32_t Sampler::sample_full(const float* logits) {
   return 0;
 }
 
+void Sampler::plan_device_draw(bool* greedy, float* temperature, int32_t* top_k, float* top_p, float* min_p,
+                               double* u) {
+  *greedy = greedy_;
+  *temperature = temperature_;
+  *top_k = top_k_;
+  *top_p = top_p_;
+  *min_p = min_p_;
+  *u = greedy_ ? 0.0 : uniform01();  // sample() draws exactly once per non-greedy token
+}
+
+SampledToken Sampler::accept_device_token(int32_t id) {
+  SampledToken out;
+  out.id = id;
+  record(id);
+  return out;
+}
+
 void Sampler::apply_penalties(float* logits) const {
   if (!in_context_.empty()) {
     // HF RepetitionPenaltyLogitsProcessor: once per distinct token.

@@ -77,6 +77,17 @@ class Sampler {
   // The seed the RNG was started with (params.seed, or the drawn one when unset).
   uint64_t seed() const { return seed_; }
 
+  // ---- sampling on a device (core/exec/step_executor.h RowSampling) ----
+  // Whether the token is a function of the raw logits and one uniform draw that a device sampler computes:
+  // no penalties (they need the history) and no logprobs (they need the row).
+  bool device_eligible() const { return !penalize_ && n_logprobs_ < 0; }
+  // The parameters of the next draw for a device sampler; `u` is the draw sample() would make now (the RNG
+  // advances unless greedy, exactly as sample() would), so a seed gives the same stream of draws whichever
+  // side samples.
+  void plan_device_draw(bool* greedy, float* temperature, int32_t* top_k, float* top_p, float* min_p, double* u);
+  // Accepts the token a device sampled with plan_device_draw's draw (records it like sample()).
+  SampledToken accept_device_token(int32_t id);
+
  private:
   struct Candidate {
     float value;  // logit, then unnormalized probability

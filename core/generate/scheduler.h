@@ -1,7 +1,8 @@
 #pragma once
 // Scheduler: the decisions of one engine step and the KV books behind them (vLLM's Scheduler +
 // KVCacheManager; llama.cpp keeps "planning a batch" apart from mutating the cache the same way). The engine
-// (core/generate/engine.h) runs schedule → forward_batch → sample → commit, once per round.
+// (core/generate/engine.h) runs schedule → execute (core/exec/step_executor.h) → sample → commit, once per
+// round. It keeps only books (core/kv/block_books.h): the same decisions on host and device pages.
 //
 // Policy (a step is at most max_batch_tokens tokens and max_running sequences):
 //  1. Running sequences that decode (one token to compute) go first: inter-token latency never waits for a
@@ -24,11 +25,13 @@
 #include <memory>
 #include <vector>
 
-#include "core/kv/block_pool.h"
+#include "core/kv/block_books.h"
 #include "core/kv/sequence_kv.h"
 #include "core/model/transformer.h"
 
 namespace frost {
+
+struct EngineRequest;  // the engine's record of a request (core/generate/engine.cc)
 
 struct SchedulerConfig {
   int32_t max_running = 32;        // sequences in one step
@@ -45,12 +48,12 @@ struct SchedEntry {
   std::unique_ptr<SequenceKv> kv;
   int32_t n_preempted = 0;
   bool running = false;
-  void* owner = nullptr;  // the engine's record of the request
+  EngineRequest* owner = nullptr;  // the engine's record of the request
 };
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& cfg, KvBlockPool* pool) : cfg_(cfg), pool_(pool) {}
+  Scheduler(const SchedulerConfig& cfg, KvBlockBooks* pool) : cfg_(cfg), pool_(pool) {}
 
   // A new request joins the back of the waiting queue.
   void add(SchedEntry* e) { waiting_.push_back(e); }
@@ -58,7 +61,7 @@ class Scheduler {
   void remove(SchedEntry* e);
 
   struct Step {
-    std::vector<StepSeq> seqs;      // the batch, in the order forward_batch gets it
+    std::vector<StepSeq> seqs;      // the batch, in the order the executor gets it
     std::vector<SchedEntry*> who;   // who[i] owns seqs[i]
     int64_t n_tokens = 0;           // rows of the step
     std::vector<SchedEntry*> preempted;  // sequences preempted while building it (now waiting)
@@ -84,7 +87,7 @@ class Scheduler {
   void add_to_step(SchedEntry* e, int64_t n, Step& step);
 
   SchedulerConfig cfg_;
-  KvBlockPool* pool_;
+  KvBlockBooks* pool_;
   std::vector<SchedEntry*> running_;  // admission order (oldest first)
   std::deque<SchedEntry*> waiting_;   // preempted ones at the front
   uint64_t prefix_queries_ = 0, prefix_hits_ = 0, preemptions_ = 0;

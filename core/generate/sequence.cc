@@ -69,6 +69,13 @@ bool Sequence::check_cancel(const CancelToken& cancel, const TokenCallback& on_t
 
 SampledToken Sequence::sample(const float* logits) { return sampler_.sample(logits); }
 
+RowSampling Sequence::plan_sample(bool device_ok) {
+  RowSampling rs;
+  rs.on_device = device_ok && sampler_.device_eligible();
+  if (rs.on_device) sampler_.plan_device_draw(&rs.greedy, &rs.temperature, &rs.top_k, &rs.top_p, &rs.min_p, &rs.u);
+  return rs;
+}
+
 bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
   if (done_) return true;
   const int64_t now = clock_->now_ns();

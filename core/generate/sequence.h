@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "core/common/cancel.h"
 #include "core/common/clock.h"
+#include "core/exec/step_executor.h"
 #include "core/generate/detokenizer.h"
 #include "core/generate/request.h"
 #include "core/generate/sampler.h"
@@ -39,6 +40,11 @@ class Sequence {
   // The next token from the logits [V] of the last token of tokens(). Sampler only: safe to run for different
   // sequences in parallel.
   SampledToken sample(const float* logits);
+  // Sampling on a device instead (core/exec/step_executor.h): how the next token may be drawn there
+  // (on_device false when this sequence needs the host sampler: penalties, logprobs, or `device_ok` false);
+  // a non-greedy plan consumes the sampler's draw. Then sampled_on_device() with the device's id.
+  RowSampling plan_sample(bool device_ok);
+  SampledToken sampled_on_device(int32_t id) { return sampler_.accept_device_token(id); }
   // Applies a token from sample(): stop token / strings, detokenization, the event through on_token, the
   // length limit. Returns true once the sequence has finished (result() is then final).
   bool accept(const SampledToken& tok, const TokenCallback& on_token);

@@ -1,7 +1,7 @@
 #pragma once
 // KV memory in blocks (vLLM's PagedAttention): where one sequence's rows live and how kernels find them.
 //
-// A block is a fixed number of bytes of a pool (core/kv/block_pool.h). A sequence's layout
+// A block is a fixed number of bytes of a pool (core/kv/block_storage.h; its books: core/kv/block_books.h). A layout
 // (KvLayout, below) decides how many positions one block holds — block_tokens, which depends on the
 // codec: a block holds kv_block_tokens positions at fp32 and proportionally more for compact codecs, so
 // an int4 cache really stores ~7x more tokens in the same memory — and where each layer's regions sit

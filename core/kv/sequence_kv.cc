@@ -69,20 +69,23 @@ SequenceKv::SequenceKv(const KvSpec& spec) : spec_(spec) {
   make_codecs();
 }
 
-SequenceKv::SequenceKv(const KvSpec& spec, KvBlockPool* pool) : spec_(spec), pool_(pool) {
+SequenceKv::SequenceKv(const KvSpec& spec, KvBlockBooks* books, const KvBlockStorage* storage)
+    : spec_(spec), books_(books) {
   check_spec(spec);
-  TORCH_CHECK(pool, "SequenceKv: no pool");
-  layout_ = kv_paged_layout(spec, pool->block_bytes());
+  TORCH_CHECK(books && storage, "SequenceKv: no block books or storage");
+  TORCH_CHECK(books->n_blocks() == storage->n_blocks(), "SequenceKv: books of ", books->n_blocks(),
+              " blocks over a storage of ", storage->n_blocks());
+  layout_ = storage->layout(spec);
   TORCH_CHECK(layout_.block_tokens > 0, "SequenceKv: one position of this codec (", layout_.bytes_per_token(),
-              " bytes) does not fit a pool block of ", pool->block_bytes(), " bytes");
-  pages_.base = pool->base();
-  pages_.block_bytes = pool->block_bytes();
+              " bytes) does not fit a ", storage->where(), " pool block of ", storage->block_bytes(), " bytes");
+  pages_.base = storage->host_base();
+  pages_.block_bytes = storage->block_bytes();
   pages_.block_tokens = layout_.block_tokens;
-  make_codecs();
+  if (pages_.base) make_codecs();
 }
 
 SequenceKv::~SequenceKv() {
-  if (pool_) drop_blocks_from(0);
+  if (books_) drop_blocks_from(0);
 }
 
 void SequenceKv::make_codecs() {
@@ -102,7 +105,7 @@ int64_t SequenceKv::capacity() const { return std::min(spec_.max_tokens, pages_.
 
 void SequenceKv::drop_blocks_from(size_t first) {
   while (pages_.table.size() > first) {
-    pool_->release(pages_.table.back());
+    books_->release(pages_.table.back());
     pages_.table.pop_back();
   }
   if (hashes_.size() > first) hashes_.resize(first);
@@ -110,10 +113,10 @@ void SequenceKv::drop_blocks_from(size_t first) {
 
 bool SequenceKv::reserve(int64_t n) {
   if (n > spec_.max_tokens) return false;
-  if (!pool_) return true;
+  if (!books_) return true;
   const auto need = static_cast<size_t>(blocks_for(n));
   while (pages_.table.size() < need) {
-    const int32_t id = pool_->allocate();
+    const int32_t id = books_->allocate();
     if (id < 0) return false;
     pages_.table.push_back(id);
   }
@@ -122,11 +125,11 @@ bool SequenceKv::reserve(int64_t n) {
 
 void SequenceKv::truncate(int64_t n) {
   TORCH_CHECK(n >= 0 && n <= n_tokens_, "SequenceKv::truncate(", n, ") with ", n_tokens_, " tokens");
-  if (pool_) {
+  if (books_) {
     const auto keep = static_cast<size_t>(blocks_for(n));
     if (n % layout_.block_tokens != 0) {  // the block holding position n will be written again
       const int32_t id = pages_.table[keep - 1];
-      TORCH_CHECK(pool_->ref_count(id) == 1 && !pool_->published(id), "SequenceKv::truncate(", n,
+      TORCH_CHECK(books_->ref_count(id) == 1 && !books_->published(id), "SequenceKv::truncate(", n,
                   "): position ", n, " lies in a block shared through the prefix cache");
     }
     drop_blocks_from(keep);
@@ -138,20 +141,20 @@ void SequenceKv::truncate(int64_t n) {
 }
 
 void SequenceKv::reset() {
-  if (pool_) drop_blocks_from(0);
+  if (books_) drop_blocks_from(0);
   n_tokens_ = 0;
   n_adopted_ = 0;
   hashes_.clear();
 }
 
 int64_t SequenceKv::adopt_prefix(const int32_t* tokens, int64_t max_tokens) {
-  TORCH_CHECK(pool_ && n_tokens_ == 0 && pages_.table.empty(), "SequenceKv::adopt_prefix: not a fresh paged sequence");
+  TORCH_CHECK(books_ && n_tokens_ == 0 && pages_.table.empty(), "SequenceKv::adopt_prefix: not a fresh paged sequence");
   const int64_t bt = layout_.block_tokens;
   max_tokens = std::min(max_tokens, spec_.max_tokens);
   for (int64_t b = 0; (b + 1) * bt <= max_tokens; ++b) {
     const uint64_t parent = b > 0 ? hashes_.back() : 0;
     const uint64_t h = kv_block_hash(parent, salt_, tokens + b * bt, bt);
-    const int32_t id = pool_->lookup(h, parent, salt_, tokens + b * bt, bt);
+    const int32_t id = books_->lookup(h, parent, salt_, tokens + b * bt, bt);
     if (id < 0) break;
     pages_.table.push_back(id);
     hashes_.push_back(h);
@@ -162,12 +165,12 @@ int64_t SequenceKv::adopt_prefix(const int32_t* tokens, int64_t max_tokens) {
 }
 
 void SequenceKv::publish_full_blocks(const int32_t* tokens) {
-  if (!pool_) return;
+  if (!books_) return;
   const int64_t bt = layout_.block_tokens;
   for (auto b = static_cast<int64_t>(hashes_.size()); (b + 1) * bt <= n_tokens_; ++b) {
     const uint64_t parent = b > 0 ? hashes_.back() : 0;
     const uint64_t h = kv_block_hash(parent, salt_, tokens + b * bt, bt);
-    pool_->publish(pages_.table[static_cast<size_t>(b)], h, parent, salt_, tokens + b * bt, bt);
+    books_->publish(pages_.table[static_cast<size_t>(b)], h, parent, salt_, tokens + b * bt, bt);
     hashes_.push_back(h);
   }
 }

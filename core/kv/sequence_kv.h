@@ -7,7 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/kv/block_pool.h"
+#include "core/kv/block_books.h"
+#include "core/kv/block_storage.h"
 #include "core/kv/codec.h"
 #include "core/kv/kv_pages.h"
 #include "core/kv/corruption.h"
@@ -59,14 +60,20 @@ class SequenceKv {
   // Standalone: one private block of spec.max_tokens positions, all writable from the start (the classic
   // preallocated cache; tests, jobs, the Generator and the bench use it).
   explicit SequenceKv(const KvSpec& spec);
-  // Paged: blocks come from `pool` (must outlive this) as the sequence grows (reserve()); the pool fixes the
-  // bytes of a block, this spec's codec how many positions one holds (layout().block_tokens).
-  SequenceKv(const KvSpec& spec, KvBlockPool* pool);
+  // Paged: blocks are taken in `books` (must outlive this) as the sequence grows (reserve()); `storage` (must
+  // outlive this) holds their bytes and sets the layout (layout().block_tokens: how many positions of this
+  // spec's codec a block holds). Host storage: the codecs read and write the blocks (layer(), reverse()).
+  // Device storage (host_base() null): the sequence keeps only its block table and length, which the device's
+  // executor reads; it has no codecs (layer() and reverse() must not be called: resident() says which).
+  SequenceKv(const KvSpec& spec, KvBlockBooks* books, const KvBlockStorage* storage);
   ~SequenceKv();  // gives its blocks back
   SequenceKv(const SequenceKv&) = delete;
   SequenceKv& operator=(const SequenceKv&) = delete;
 
   const KvSpec& spec() const { return spec_; }
+  // True when the rows live in host memory this sequence's codecs read and write (standalone, or paged on
+  // host storage); false on device storage.
+  bool resident() const { return !layers_.empty(); }
   KvCodec& layer(int64_t i) { return *layers_[static_cast<size_t>(i)]; }
   const KvCodec& layer(int64_t i) const { return *layers_[static_cast<size_t>(i)]; }
   // Layer i's reverse store, a second codec of spec.codec whose K slot holds q rows (SBA layers,
@@ -85,8 +92,8 @@ class SequenceKv {
   // n_tokens() = 0; paged: every block goes back to the pool.
   void reset();
 
-  // ---- blocks (core/kv/kv_pages.h, core/kv/block_pool.h) ----
-  bool paged() const { return pool_ != nullptr; }
+  // ---- blocks (core/kv/kv_pages.h, core/kv/block_books.h) ----
+  bool paged() const { return books_ != nullptr; }
   const KvLayout& layout() const { return layout_; }
   int64_t block_tokens() const { return layout_.block_tokens; }
   const std::vector<int32_t>& block_table() const { return pages_.table; }
@@ -122,7 +129,7 @@ class SequenceKv {
   void drop_blocks_from(size_t first);
 
   KvSpec spec_;
-  KvBlockPool* pool_ = nullptr;  // paged; null = standalone
+  KvBlockBooks* books_ = nullptr;  // paged; null = standalone
   at::Tensor own_;               // standalone storage
   KvLayout layout_;
   KvPages pages_;

@@ -11,7 +11,8 @@
 #include <ostream>
 #include <vector>
 
-#include "core/kv/block_pool.h"
+#include "core/kv/block_books.h"
+#include "core/kv/block_storage.h"
 #include "core/kv/sequence_kv.h"
 #include "kernels/cpu/isa.h"
 
@@ -52,9 +53,10 @@ void check_tile_and_reference(const AttendCase& c) {
   spec.head_dim = D;
   spec.max_tokens = 128;
   spec.codec = codec;
-  auto pool = KvBlockPool::create(64, kv_pool_block_bytes(spec, bt));
+  auto pool = HostKvStorage::create(64, kv_pool_block_bytes(spec, bt));
   ASSERT_TRUE(pool.ok()) << pool.status();
-  SequenceKv kv(spec, pool->get());
+  KvBlockBooks books((*pool)->n_blocks(), (*pool)->block_bytes());
+  SequenceKv kv(spec, &books, pool->get());
   ASSERT_TRUE(kv.reserve(T));
   at::manual_seed(D * 100 + bt);
   const at::Tensor k = at::randn({T, Hkv, D}) * 2, v = at::randn({T, Hkv, D});

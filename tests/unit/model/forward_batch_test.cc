@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "core/kv/block_pool.h"
+#include "core/kv/block_books.h"
+#include "core/kv/block_storage.h"
 #include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 #include "core/model/builtin_models.h"
@@ -209,11 +210,12 @@ TEST_P(ForwardBatchTest, EverySequenceMatchesDecodingItAlone) {
   c10::InferenceMode im;
   const std::vector<TestSeq> seqs = sequences();
   const int64_t n_gen = 6, V = tf_->config().n_vocab;
-  auto pool = KvBlockPool::create(256, kv_pool_block_bytes(tf_->kv_spec(64, KvCodecKind::kF32), 4));
+  auto pool = HostKvStorage::create(256, kv_pool_block_bytes(tf_->kv_spec(64, KvCodecKind::kF32), 4));
   ASSERT_TRUE(pool.ok()) << pool.status();
+  KvBlockBooks books((*pool)->n_blocks(), (*pool)->block_bytes());
   std::vector<std::unique_ptr<SequenceKv>> kvs;
   for (const TestSeq& t : seqs) {
-    kvs.push_back(std::make_unique<SequenceKv>(spec_of(t.kind, 64), pool->get()));
+    kvs.push_back(std::make_unique<SequenceKv>(spec_of(t.kind, 64), &books, pool->get()));
     stage(*kvs.back(), t.kind);
   }
   const auto got = run_batched(*tf_, seqs, kvs, n_gen);
@@ -239,11 +241,12 @@ TEST_P(ForwardBatchTest, ARowsLogitsDoNotDependOnItsBatchOrChunking) {
   c10::InferenceMode im;
   std::vector<TestSeq> seqs = sequences();
   const int64_t n_gen = 4;
-  auto pool = KvBlockPool::create(512, kv_pool_block_bytes(tf_->kv_spec(64, KvCodecKind::kF32), 8));
+  auto pool = HostKvStorage::create(512, kv_pool_block_bytes(tf_->kv_spec(64, KvCodecKind::kF32), 8));
   ASSERT_TRUE(pool.ok());
+  KvBlockBooks books((*pool)->n_blocks(), (*pool)->block_bytes());
   std::vector<std::unique_ptr<SequenceKv>> kvs;
   for (const TestSeq& t : seqs) {
-    kvs.push_back(std::make_unique<SequenceKv>(spec_of(t.kind, 64), pool->get()));
+    kvs.push_back(std::make_unique<SequenceKv>(spec_of(t.kind, 64), &books, pool->get()));
     stage(*kvs.back(), t.kind);
   }
   const auto together = run_batched(*tf_, seqs, kvs, n_gen);
@@ -251,7 +254,7 @@ TEST_P(ForwardBatchTest, ARowsLogitsDoNotDependOnItsBatchOrChunking) {
     TestSeq alone = seqs[i];
     alone.chunk = 1000;  // the whole prompt in one step, and no other sequence in the batch
     std::vector<std::unique_ptr<SequenceKv>> kv1;
-    kv1.push_back(std::make_unique<SequenceKv>(spec_of(alone.kind, 64), pool->get()));
+    kv1.push_back(std::make_unique<SequenceKv>(spec_of(alone.kind, 64), &books, pool->get()));
     stage(*kv1.back(), alone.kind);
     const auto solo = run_batched(*tf_, {alone}, kv1, n_gen);
     for (int64_t g = 0; g < n_gen; ++g)

@@ -1,7 +1,9 @@
 #pragma once
-// KvBlockPool: the KV memory of a serving engine — n_blocks fixed-size blocks in one allocation, their
-// reference counts, and the prefix cache over them (vLLM's BlockPool + KVCacheManager books; the
-// scheduler in core/generate decides, this only keeps the books).
+// KvBlockBooks: the books of a serving engine's KV memory — which of n_blocks fixed-size blocks are held by
+// whom (reference counts), the prefix cache over them and its LRU (vLLM's BlockPool + KVCacheManager books;
+// the scheduler in core/generate decides, this only keeps the books). The blocks' bytes live elsewhere, in a
+// KvBlockStorage (core/kv/block_storage.h: host pages, or device pages only the device's executor touches),
+// so preemption, prefix caching, cancellation and admission keep the same books on every device.
 //
 // A block is in one of three states:
 //   used    ref_count > 0: held by one or more sequences (shared prefix blocks are held by several)
@@ -24,8 +26,9 @@
 #include <memory>
 #include <vector>
 
+#include <string>
+
 #include "absl/container/flat_hash_map.h"
-#include "absl/status/statusor.h"
 
 namespace frost {
 
@@ -42,21 +45,14 @@ struct KvPoolStats {
   uint64_t n_evicted = 0;
 };
 
-class KvBlockPool {
+class KvBlockBooks {
  public:
-  // INVALID_ARGUMENT for non-positive sizes; RESOURCE_EXHAUSTED when the memory cannot be allocated.
-  // prefault: commit every page now (MADV_POPULATE_WRITE, else one write per page). Without it the memory is
-  // only reserved and pages become resident as blocks are first written — which puts a page fault (a 2 MiB
-  // huge page zeroed, or 54 small ones per 221 KiB block) inside the decode step that first writes a block:
-  // measured on builtin:15m at 32 streams, ~1 ms of a ~9 ms step while the pool was still cold. Committing up
-  // front also makes a memory limit too small for the pool fail at start instead of mid-serving.
-  static absl::StatusOr<std::unique_ptr<KvBlockPool>> create(int64_t n_blocks, int64_t block_bytes,
-                                                             bool prefault = false);
-  ~KvBlockPool();
-  KvBlockPool(const KvBlockPool&) = delete;
-  KvBlockPool& operator=(const KvBlockPool&) = delete;
+  // Books for n_blocks blocks (1 .. 2^30, checked by KvBlockStorage's makers) of block_bytes bytes each (the
+  // storage's; the books only report it).
+  KvBlockBooks(int64_t n_blocks, int64_t block_bytes);
+  KvBlockBooks(const KvBlockBooks&) = delete;
+  KvBlockBooks& operator=(const KvBlockBooks&) = delete;
 
-  uint8_t* base() const { return base_; }
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_bytes() const { return block_bytes_; }
   // Blocks allocate() can hand out now (free + cached).
@@ -90,12 +86,10 @@ class KvBlockPool {
     std::vector<int32_t> tokens;
     int32_t prev = -1, next = -1;  // LRU list of cached blocks
   };
-  KvBlockPool(uint8_t* base, int64_t n_blocks, int64_t block_bytes);
   void lru_push_back(int32_t id);
   void lru_remove(int32_t id);
   void unpublish(int32_t id);
 
-  uint8_t* base_;
   int64_t n_blocks_, block_bytes_;
   std::vector<Meta> meta_;
   std::vector<int32_t> free_;  // stack: the most recently freed block is reused first (warm in cache)

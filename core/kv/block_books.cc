@@ -1,11 +1,8 @@
-#include "core/kv/block_pool.h"
-
-#include <sys/mman.h>
+#include "core/kv/block_books.h"
 
 #include <cstring>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "core/common/check.h"
 
 namespace frost {
@@ -34,48 +31,13 @@ uint64_t kv_salt_mix(uint64_t salt, const std::string& part) {
   return h;
 }
 
-absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::create(int64_t n_blocks, int64_t block_bytes,
-                                                                 bool prefault) {
-  if (n_blocks <= 0 || block_bytes <= 0 || n_blocks > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV block pool: ", n_blocks, " blocks of ", block_bytes, " bytes is not a valid size"));
-  }
-  const int64_t bytes = n_blocks * block_bytes;
-  // Anonymous mapping, 4 KiB-aligned so every block's 64-byte-aligned regions stay aligned. Without prefault:
-  // reserved address space (MAP_NORESERVE), pages committed on first write. With it: accounted against the
-  // commit limit here (a strict-overcommit host refuses it now, cleanly) and populated below.
-  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (prefault ? 0 : MAP_NORESERVE);
-  void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, flags, -1, 0);
-  if (p == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("KV block pool: cannot reserve ", bytes, " bytes (", n_blocks, " blocks of ", block_bytes, ")"));
-  }
-  // Transparent huge pages where the kernel allows them (madvise mode): attention walks a sequence's blocks,
-  // one TLB entry per 2 MiB instead of per 4 KiB page. Best effort.
-  (void)madvise(p, static_cast<size_t>(bytes), MADV_HUGEPAGE);
-  if (prefault) {
-#ifdef MADV_POPULATE_WRITE
-    const bool populated = madvise(p, static_cast<size_t>(bytes), MADV_POPULATE_WRITE) == 0;
-#else
-    const bool populated = false;
-#endif
-    if (!populated) {  // kernels before 5.14: touch every page (they read as zero either way)
-      volatile uint8_t* b = static_cast<volatile uint8_t*>(p);
-      for (int64_t off = 0; off < bytes; off += 4096) b[off] = 0;
-    }
-  }
-  return std::unique_ptr<KvBlockPool>(new KvBlockPool(static_cast<uint8_t*>(p), n_blocks, block_bytes));
-}
-
-KvBlockPool::KvBlockPool(uint8_t* base, int64_t n_blocks, int64_t block_bytes)
-    : base_(base), n_blocks_(n_blocks), block_bytes_(block_bytes), meta_(static_cast<size_t>(n_blocks)) {
+KvBlockBooks::KvBlockBooks(int64_t n_blocks, int64_t block_bytes)
+    : n_blocks_(n_blocks), block_bytes_(block_bytes), meta_(static_cast<size_t>(n_blocks)) {
   free_.reserve(static_cast<size_t>(n_blocks));
   for (int64_t i = n_blocks - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));  // block 0 first
 }
 
-KvBlockPool::~KvBlockPool() { munmap(base_, static_cast<size_t>(n_blocks_ * block_bytes_)); }
-
-KvPoolStats KvBlockPool::stats() const {
+KvPoolStats KvBlockBooks::stats() const {
   KvPoolStats s;
   s.n_blocks = n_blocks_;
   s.block_bytes = block_bytes_;
@@ -86,7 +48,7 @@ KvPoolStats KvBlockPool::stats() const {
   return s;
 }
 
-void KvBlockPool::lru_push_back(int32_t id) {
+void KvBlockBooks::lru_push_back(int32_t id) {
   Meta& m = meta_[static_cast<size_t>(id)];
   m.prev = lru_tail_;
   m.next = -1;
@@ -96,7 +58,7 @@ void KvBlockPool::lru_push_back(int32_t id) {
   ++n_cached_;
 }
 
-void KvBlockPool::lru_remove(int32_t id) {
+void KvBlockBooks::lru_remove(int32_t id) {
   Meta& m = meta_[static_cast<size_t>(id)];
   if (m.prev >= 0) meta_[static_cast<size_t>(m.prev)].next = m.next;
   else lru_head_ = m.next;
@@ -106,7 +68,7 @@ void KvBlockPool::lru_remove(int32_t id) {
   --n_cached_;
 }
 
-void KvBlockPool::unpublish(int32_t id) {
+void KvBlockBooks::unpublish(int32_t id) {
   Meta& m = meta_[static_cast<size_t>(id)];
   if (!m.published) return;
   auto it = by_hash_.find(m.hash);
@@ -115,7 +77,7 @@ void KvBlockPool::unpublish(int32_t id) {
   m.tokens.clear();
 }
 
-int32_t KvBlockPool::allocate() {
+int32_t KvBlockBooks::allocate() {
   int32_t id = -1;
   if (!free_.empty()) {
     id = free_.back();
@@ -134,18 +96,18 @@ int32_t KvBlockPool::allocate() {
   return id;
 }
 
-void KvBlockPool::retain(int32_t id) {
+void KvBlockBooks::retain(int32_t id) {
   Meta& m = meta_[static_cast<size_t>(id)];
   if (m.refs == 0) {
-    FROST_CHECK(m.published, "KvBlockPool::retain of a free block");
+    FROST_CHECK(m.published, "KvBlockBooks::retain of a free block");
     lru_remove(id);
   }
   ++m.refs;
 }
 
-void KvBlockPool::release(int32_t id) {
+void KvBlockBooks::release(int32_t id) {
   Meta& m = meta_[static_cast<size_t>(id)];
-  FROST_CHECK(m.refs > 0, "KvBlockPool::release of a block with no reference (double free)");
+  FROST_CHECK(m.refs > 0, "KvBlockBooks::release of a block with no reference (double free)");
   if (--m.refs > 0) return;
   if (m.published) {
     lru_push_back(id);
@@ -154,7 +116,7 @@ void KvBlockPool::release(int32_t id) {
   }
 }
 
-int32_t KvBlockPool::lookup(uint64_t hash, uint64_t parent, uint64_t salt, const int32_t* tokens, int64_t n) {
+int32_t KvBlockBooks::lookup(uint64_t hash, uint64_t parent, uint64_t salt, const int32_t* tokens, int64_t n) {
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return -1;
   const int32_t id = it->second;
@@ -166,10 +128,10 @@ int32_t KvBlockPool::lookup(uint64_t hash, uint64_t parent, uint64_t salt, const
   return id;
 }
 
-void KvBlockPool::publish(int32_t id, uint64_t hash, uint64_t parent, uint64_t salt, const int32_t* tokens,
+void KvBlockBooks::publish(int32_t id, uint64_t hash, uint64_t parent, uint64_t salt, const int32_t* tokens,
                           int64_t n) {
   Meta& m = meta_[static_cast<size_t>(id)];
-  FROST_CHECK(m.refs > 0, "KvBlockPool::publish of a block nobody holds");
+  FROST_CHECK(m.refs > 0, "KvBlockBooks::publish of a block nobody holds");
   if (m.published || by_hash_.contains(hash)) return;
   m.published = true;
   m.hash = hash;
@@ -179,7 +141,7 @@ void KvBlockPool::publish(int32_t id, uint64_t hash, uint64_t parent, uint64_t s
   by_hash_.emplace(hash, id);
 }
 
-void KvBlockPool::clear_cache() {
+void KvBlockBooks::clear_cache() {
   while (lru_head_ >= 0) {
     const int32_t id = lru_head_;
     lru_remove(id);

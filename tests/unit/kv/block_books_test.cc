@@ -1,5 +1,5 @@
-// KvBlockPool: the books of the paged KV cache (used / cached / free, LRU eviction, prefix lookup) and its
-// memory commitment (engine.kv_cache_prefault). The engine-level accounting under load is in
+// KvBlockBooks: the books of the paged KV cache (used / cached / free, LRU eviction, prefix lookup), and the
+// host storage's memory commitment (HostKvStorage, engine.kv_cache_prefault). The engine-level accounting under load is in
 // tests/unit/generate/engine_batch_test.cc; this holds the pool's own contract.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/kv/block_pool.h"
+#include "core/kv/block_books.h"
+#include "core/kv/block_storage.h"
 
 namespace frost {
 namespace {
@@ -25,10 +26,8 @@ int64_t rss_anon_bytes() {
   return -1;
 }
 
-TEST(KvBlockPoolTest, BooksFollowAllocateReleasePublishAndEvict) {
-  auto made = KvBlockPool::create(3, 4096);
-  ASSERT_TRUE(made.ok()) << made.status();
-  KvBlockPool& pool = **made;
+TEST(KvBlockBooksTest, BooksFollowAllocateReleasePublishAndEvict) {
+  KvBlockBooks pool(3, 4096);
   const std::vector<int32_t> toks = {1, 2, 3, 4};
   const uint64_t h = kv_block_hash(0, 7, toks.data(), 4);
 
@@ -71,29 +70,29 @@ TEST(KvBlockPoolTest, BooksFollowAllocateReleasePublishAndEvict) {
   EXPECT_EQ(s.n_free, 3);
 }
 
-TEST(KvBlockPoolTest, RefusesSizesItCannotHold) {
-  EXPECT_EQ(KvBlockPool::create(0, 4096).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(KvBlockPool::create(4, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(KvBlockPool::create(int64_t{1} << 31, 4096).status().code(), absl::StatusCode::kInvalidArgument);
+TEST(HostKvStorageTest, RefusesSizesItCannotHold) {
+  EXPECT_EQ(HostKvStorage::create(0, 4096).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HostKvStorage::create(4, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HostKvStorage::create(int64_t{1} << 31, 4096).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // engine.kv_cache_prefault: a prefaulted pool is resident (and reads as zero) before any block is written; a
 // lazy one costs address space only.
-TEST(KvBlockPoolTest, PrefaultCommitsThePoolAtCreation) {
+TEST(HostKvStorageTest, PrefaultCommitsThePoolAtCreation) {
   if (rss_anon_bytes() < 0) GTEST_SKIP() << "no RssAnon in /proc/self/status";
   constexpr int64_t kBlocks = 256, kBlockBytes = 256 * 1024;  // 64 MiB
   const int64_t before_lazy = rss_anon_bytes();
-  auto lazy = KvBlockPool::create(kBlocks, kBlockBytes, /*prefault=*/false);
+  auto lazy = HostKvStorage::create(kBlocks, kBlockBytes, /*prefault=*/false);
   ASSERT_TRUE(lazy.ok()) << lazy.status();
   const int64_t lazy_growth = rss_anon_bytes() - before_lazy;
   EXPECT_LT(lazy_growth, kBlocks * kBlockBytes / 4) << "a lazy pool became resident at creation";
 
   const int64_t before = rss_anon_bytes();
-  auto eager = KvBlockPool::create(kBlocks, kBlockBytes, /*prefault=*/true);
+  auto eager = HostKvStorage::create(kBlocks, kBlockBytes, /*prefault=*/true);
   ASSERT_TRUE(eager.ok()) << eager.status();
   const int64_t growth = rss_anon_bytes() - before;
   EXPECT_GE(growth, kBlocks * kBlockBytes * 9 / 10) << "the prefaulted pool is not resident: grew by " << growth;
-  const uint8_t* base = (*eager)->base();
+  const uint8_t* base = (*eager)->host_base();
   int64_t nonzero = 0;
   for (int64_t off = 0; off < kBlocks * kBlockBytes; off += 4096) nonzero += base[off] != 0;
   EXPECT_EQ(nonzero, 0);
