@@ -1,4 +1,4 @@
-// frost-cuda-bench: the device decoder's speed on random-weight LLaMA shapes (kernels/cuda/model.h).
+// frost-cuda-bench: the CUDA decoder's speed on random-weight LLaMA shapes (core/exec/cuda_decoder.h).
 //
 //   frost-cuda-bench [--shape 15m|1b]... [--weights bf16|fp32] [--kv fp32|fp16|bf16|int8|int4]
 //                    [--batches 1,4,16,64,256] [--context 128] [--steps 32] [--prefill 512] [--repeats 5]
@@ -23,23 +23,24 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "core/exec/cuda_decoder.h"
+#include "core/model/builtin_models.h"
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/model.h"
 
 namespace {
 
+using frost::CudaDecoder;
+using frost::DeviceStep;
+using frost::ModelConfig;
+using frost::WeightDtype;
 using frost::bench::median;
-using frost::cuda::BlockAllocator;
-using frost::cuda::DType;
 using frost::cuda::KvFormat;
-using frost::cuda::Model;
-using frost::cuda::ModelOptions;
-using frost::cuda::ModelSpec;
+using frost::cuda::SampleParams;
 using nlohmann::ordered_json;
 
-ModelSpec shape(const std::string& name) {
-  ModelSpec s;
-  s.arch = frost::cuda::Arch::kLlama;
+// The shapes, as frost ModelConfigs (LLaMA family, tied embeddings, 32k vocabulary, 2,048 positions).
+ModelConfig shape(const std::string& name) {
+  ModelConfig s = frost::builtin_config("builtin:15m").value();
   s.tie_embeddings = true;
   s.n_vocab = 32000;
   s.max_pos = 2048;
@@ -51,6 +52,12 @@ ModelSpec shape(const std::string& name) {
     throw std::invalid_argument("--shape: unknown '" + name + "' (15m, 1b)");
   }
   return s;
+}
+
+int64_t n_params(const ModelConfig& c) {
+  const int64_t C = c.dim, F = c.ffn_dim;
+  const int64_t per_layer = (c.q_dim() + 2 * c.kv_dim()) * C + C * c.q_dim() + 2 * F * C + C * F + 2 * C;
+  return c.n_vocab * C * (c.tie_embeddings ? 1 : 2) + per_layer * c.n_layer + C;
 }
 
 KvFormat kv_format(const std::string& n) {
@@ -93,7 +100,7 @@ double copy_gbps() {
 
 struct Args {
   std::vector<std::string> shapes;
-  DType weights = DType::kBF16;
+  WeightDtype weights = WeightDtype::kBF16;
   KvFormat kv = KvFormat::kBF16;
   std::vector<int> batches = {1, 4, 16, 64, 256};
   int context = 128, steps = 32, prefill = 512, repeats = 5;
@@ -102,8 +109,8 @@ struct Args {
 };
 
 // B decode rows, one per sequence 0..B−1, at position `pos`, logits for each.
-Model::Step decode_rows(int B, int pos, int token_seed, int n_vocab) {
-  Model::Step st;
+DeviceStep decode_rows(int B, int pos, int token_seed, int n_vocab) {
+  DeviceStep st;
   for (int s = 0; s < B; ++s) {
     st.token.push_back((s * 17 + token_seed) % n_vocab);
     st.seq.push_back(s);
@@ -113,34 +120,47 @@ Model::Step decode_rows(int B, int pos, int token_seed, int n_vocab) {
   return st;
 }
 
+// One greedy step (sampled on the device); the ids.
+std::vector<int32_t> greedy(CudaDecoder& m, const DeviceStep& st) {
+  std::vector<int32_t> ids(st.logit_rows.size());
+  m.forward(st, std::vector<SampleParams>(st.logit_rows.size()), ids.data(), nullptr);
+  return ids;
+}
+
 // `steps` greedy steps from `st`, each step's ids fed back as the next tokens; returns the seconds taken.
-double decode(Model& m, Model::Step st, int steps) {
+double decode(CudaDecoder& m, DeviceStep st, int steps) {
   const int32_t pos0 = st.pos[0];
   const double t0 = now_s();
   for (int k = 0; k < steps; ++k) {
-    const std::vector<int32_t> ids = m.forward_greedy(st);
+    const std::vector<int32_t> ids = greedy(m, st);
     for (size_t s = 0; s < ids.size(); ++s) st.token[s] = ids[s], st.pos[s] = pos0 + k + 1;
   }
   return now_s() - t0;
 }
 
 ordered_json run_shape(const std::string& name, const Args& a, double bw) {
-  const ModelSpec spec = shape(name);
+  const ModelConfig spec = shape(name);
   const int max_batch = *std::max_element(a.batches.begin(), a.batches.end());
-  ModelOptions o;
-  o.weights = a.weights;
+  frost::DeviceOptions o;
   o.kv = a.kv;
-  o.max_rows = std::max({max_batch, a.prefill, 512});
-  o.max_seqs = max_batch + 1;
-  const int per_seq = (std::max(a.context + a.steps, a.prefill) + o.block_tokens - 1) / o.block_tokens;
-  o.n_blocks = (max_batch + 1) * per_seq;
   o.cuda_graphs = a.graphs;
-  std::unique_ptr<Model> m = Model::random(spec, o, 1234);
+  constexpr int kBlockTokens = 16;
+  const int max_rows = std::max({max_batch, a.prefill, 512}), max_seqs = max_batch + 1;
+  const int per_seq = (std::max(a.context + a.steps, a.prefill) + kBlockTokens - 1) / kBlockTokens;
+  const int n_blocks = (max_batch + 1) * per_seq;
+  std::unique_ptr<CudaDecoder> m = CudaDecoder::random(spec, o, a.weights, 1234);
+  frost::cuda::KvLayout layout;
+  layout.format = a.kv;
+  layout.n_layer = static_cast<int>(spec.n_layer);
+  layout.n_head_kv = static_cast<int>(spec.n_head_kv);
+  layout.head_dim = static_cast<int>(spec.head_dim);
+  layout.block_tokens = kBlockTokens;
+  m->allocate(layout, n_blocks, max_rows, max_seqs, static_cast<int>((spec.max_pos + kBlockTokens - 1) / kBlockTokens));
   const double wbytes = static_cast<double>(m->weight_bytes());
   const double limit = bw * 1e9 / wbytes;
   std::fprintf(stderr, "[%s] %.1f M params, weights %.1f MB, KV pool %.1f MB, batch-1 limit %.0f tok/s\n",
-               name.c_str(), static_cast<double>(spec.n_params()) / 1e6, wbytes / 1e6,
-               static_cast<double>(m->kv_pool_bytes()) / 1e6, limit);
+               name.c_str(), static_cast<double>(n_params(spec)) / 1e6, wbytes / 1e6,
+               static_cast<double>(m->memory().kv_pool_bytes) / 1e6, limit);
   ordered_json js = {{"config",
                       {{"dim", spec.dim},
                        {"n_layer", spec.n_layer},
@@ -149,35 +169,34 @@ ordered_json run_shape(const std::string& name, const Args& a, double bw) {
                        {"head_dim", spec.head_dim},
                        {"ffn_dim", spec.ffn_dim},
                        {"vocab", spec.n_vocab}}},
-                     {"n_params", spec.n_params()},
+                     {"n_params", n_params(spec)},
                      {"weight_bytes", wbytes},
                      {"limit_tok_s", limit},
                      {"decode", ordered_json::array()}};
-  BlockAllocator alloc(m->n_blocks());
-  for (int s = 0; s <= max_batch; ++s) {  // slot max_batch: the prefill measurement's sequence
+  for (int s = 0, next = 0; s <= max_batch; ++s) {  // slot max_batch: the prefill measurement's sequence
     std::vector<int32_t> blocks;
-    for (int k = 0; k < per_seq; ++k) blocks.push_back(alloc.alloc());
-    m->set_blocks(s, blocks);
+    for (int k = 0; k < per_seq; ++k) blocks.push_back(next++);
+    m->set_blocks(s, blocks.data(), static_cast<int>(blocks.size()));
   }
   // Prefill every sequence to `context` positions once (chunks of max_rows rows).
   {
-    Model::Step st;
+    DeviceStep st;
     for (int s = 0; s < max_batch; ++s)
       for (int p = 0; p < a.context; ++p) {
-        st.token.push_back((s * 131 + p * 7) % spec.n_vocab);
+        st.token.push_back(static_cast<int32_t>((s * 131 + p * 7) % spec.n_vocab));
         st.seq.push_back(s);
         st.pos.push_back(p);
-        if (static_cast<int>(st.token.size()) == o.max_rows || (s == max_batch - 1 && p == a.context - 1)) {
+        if (static_cast<int>(st.token.size()) == max_rows || (s == max_batch - 1 && p == a.context - 1)) {
           st.logit_rows = {0};
-          m->forward_greedy(st);
-          st = Model::Step{};
+          greedy(*m, st);
+          st = DeviceStep{};
         }
       }
   }
   for (int B : a.batches) {
     std::vector<double> times;
     for (int rep = 0; rep < a.repeats + 1; ++rep) {  // the first repeat warms up (and captures the graph)
-      const double t = decode(*m, decode_rows(B, a.context, rep, spec.n_vocab), a.steps);
+      const double t = decode(*m, decode_rows(B, a.context, rep, static_cast<int>(spec.n_vocab)), a.steps);
       if (rep > 0) times.push_back(t);
     }
     const double t = median(times);
@@ -196,9 +215,10 @@ ordered_json run_shape(const std::string& name, const Args& a, double bw) {
   js["profile"] = ordered_json::object();
   for (int B : {1, max_batch}) {
     m->set_profiling(true);
-    decode(*m, decode_rows(B, a.context, 0, spec.n_vocab), 1);  // warm
+    const int V = static_cast<int>(spec.n_vocab);
+    decode(*m, decode_rows(B, a.context, 0, V), 1);  // warm
     m->take_profile();
-    const double wall = decode(*m, decode_rows(B, a.context, 0, spec.n_vocab), a.steps) / a.steps * 1e3;
+    const double wall = decode(*m, decode_rows(B, a.context, 0, V), a.steps) / a.steps * 1e3;
     m->set_profiling(false);
     double dev = 0;
     ordered_json stages = ordered_json::object();
@@ -216,22 +236,22 @@ ordered_json run_shape(const std::string& name, const Args& a, double bw) {
   // Prefill: one prompt of `prefill` tokens in one step (sequence slot max_batch).
   std::vector<double> pt;
   for (int rep = 0; rep < a.repeats + 1; ++rep) {
-    Model::Step st;
+    DeviceStep st;
     for (int p = 0; p < a.prefill; ++p) {
-      st.token.push_back((p * 31 + rep) % spec.n_vocab);
+      st.token.push_back(static_cast<int32_t>((p * 31 + rep) % spec.n_vocab));
       st.seq.push_back(max_batch);
       st.pos.push_back(p);
     }
     st.logit_rows = {a.prefill - 1};
     const double t0 = now_s();
-    m->forward_greedy(st);
+    greedy(*m, st);
     if (rep > 0) pt.push_back(now_s() - t0);
   }
   const double ptok = a.prefill / median(pt);
   std::fprintf(stderr, "  prefill %d tokens: %.0f tok/s\n", a.prefill, ptok);
   js["prefill"] = {{"tokens", a.prefill}, {"tok_s", ptok}};
   js["graphs_captured"] = m->graphs_captured();
-  js["device_bytes"] = m->device_bytes();
+  js["device_bytes"] = m->memory().device_bytes;
   return js;
 }
 
@@ -274,7 +294,7 @@ int main(int argc, char** argv) {
       else if (k == "--weights") {
         const std::string v = val();
         if (v != "bf16" && v != "fp32") throw std::invalid_argument("--weights: '" + v + "' (bf16, fp32)");
-        a.weights = v == "bf16" ? DType::kBF16 : DType::kF32;
+        a.weights = v == "bf16" ? WeightDtype::kBF16 : WeightDtype::kF32;
       } else if (k == "--kv")
         a.kv = kv_format(val());
       else if (k == "--batches")
@@ -303,7 +323,7 @@ int main(int argc, char** argv) {
     ordered_json js = {
         {"tool", "frost-cuda-bench"},
         {"device", prop.name},
-        {"weights", a.weights == DType::kBF16 ? "bf16" : "fp32"},
+        {"weights", a.weights == WeightDtype::kBF16 ? "bf16" : "fp32"},
         {"kv", frost::cuda::kv_format_name(a.kv)},
         {"cuda_graphs", a.graphs},
         {"copy_GBps_read_plus_write", bw},

@@ -21,27 +21,6 @@
 
 namespace frost::cuda {
 
-void throw_cuda_error(int code, const char* name, const char* expr, const char* file, int line) {
-  throw std::runtime_error(std::string("CUDA error ") + std::to_string(code) + " (" + name + ") in " + expr +
-                           " at " + file + ":" + std::to_string(line));
-}
-
-const char* kv_format_name(KvFormat f) {
-  switch (f) {
-    case KvFormat::kF32:
-      return "fp32";
-    case KvFormat::kF16:
-      return "fp16";
-    case KvFormat::kBF16:
-      return "bf16";
-    case KvFormat::kInt8:
-      return "int8";
-    case KvFormat::kInt4:
-      return "int4";
-  }
-  return "?";
-}
-
 namespace {
 
 constexpr int kWarp = 32;
@@ -688,112 +667,6 @@ void launch_gemv(const void* w, const float* x, int rows, int n_out, int n_in, c
   }
 }
 
-// -------------------------------------------------------------------------------------------- sampling
-constexpr int kSampleThreads = 1024;
-
-__device__ __forceinline__ float finite_or_ninf(float v) { return isnan(v) ? -INFINITY : v; }
-
-// (value, id) maximum over the block: larger value wins, ties → lower id. Result in thread 0's return.
-__device__ void block_argmax(float v, int id, float* out_v, int* out_id) {
-  __shared__ float sv[kSampleThreads / kWarp];
-  __shared__ int si[kSampleThreads / kWarp];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, id, o);
-    if (ov > v || (ov == v && oi < id)) v = ov, id = oi;
-  }
-  const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane == 0) sv[w] = v, si[w] = id;
-  __syncthreads();
-  if (w == 0) {
-    const int nw = blockDim.x / kWarp;
-    v = lane < nw ? sv[lane] : -INFINITY;
-    id = lane < nw ? si[lane] : INT_MAX;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, id, o);
-      if (ov > v || (ov == v && oi < id)) v = ov, id = oi;
-    }
-    if (lane == 0) *out_v = v, *out_id = id;
-  }
-  __syncthreads();
-}
-
-__device__ int row_argmax(const float* l, int vocab, float* max_v) {
-  __shared__ float bv;
-  __shared__ int bi;
-  float v = -INFINITY;
-  int id = INT_MAX;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float x = finite_or_ninf(l[i]);
-    if (x > v || (x == v && i < id)) v = x, id = i;
-  }
-  block_argmax(v, id, &bv, &bi);
-  if (max_v) *max_v = bv;
-  return bi;
-}
-
-__global__ void argmax_kernel(const float* logits, int vocab, int32_t* out) {
-  const int id = row_argmax(logits + static_cast<int64_t>(blockIdx.x) * vocab, vocab, nullptr);
-  if (threadIdx.x == 0) out[blockIdx.x] = id;
-}
-
-__global__ void sample_kernel(const float* logits, int vocab, const float* temperature, const float* min_p,
-                              const double* u, int32_t* out) {
-  const int r = blockIdx.x;
-  const float* l = logits + static_cast<int64_t>(r) * vocab;
-  float lmax = 0.f;
-  const int best = row_argmax(l, vocab, &lmax);
-  const float t = temperature[r];
-  if (!(t > 0.f) || !isfinite(lmax)) {
-    if (threadIdx.x == 0) out[r] = best;
-    return;
-  }
-  // Contiguous chunk per thread so that a chunk sum + an exclusive scan locates the draw.
-  const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
-  const int i0 = min(vocab, static_cast<int>(threadIdx.x) * chunk), i1 = min(vocab, i0 + chunk);
-  const float xmax = lmax / t, mp = min_p[r];
-  auto weight = [&](int i) {
-    const float x = finite_or_ninf(l[i]) / t;
-    const float e = expf(x - xmax);
-    return e >= mp ? e : 0.f;  // p_i / p_max = e_i: min-p keeps e_i >= min_p
-  };
-  double s = 0.0;
-  for (int i = i0; i < i1; ++i) s += weight(i);
-  __shared__ double scan[kSampleThreads];
-  __shared__ int chosen;
-  scan[threadIdx.x] = s;
-  if (threadIdx.x == 0) chosen = -1;
-  __syncthreads();
-  for (int o = 1; o < static_cast<int>(blockDim.x); o <<= 1) {  // inclusive Hillis–Steele scan
-    const double add = threadIdx.x >= static_cast<unsigned>(o) ? scan[threadIdx.x - o] : 0.0;
-    __syncthreads();
-    scan[threadIdx.x] += add;
-    __syncthreads();
-  }
-  const double total = scan[blockDim.x - 1];
-  const double target = u[r] * total;
-  const double before = scan[threadIdx.x] - s;
-  if (s > 0.0 && before <= target && target < scan[threadIdx.x]) {
-    double c = before;
-    int pick = -1;
-    for (int i = i0; i < i1 && pick < 0; ++i) {
-      const float e = weight(i);
-      c += e;
-      if (e > 0.f && c > target) pick = i;
-    }
-    if (pick < 0) {  // rounding at the chunk's end: its last kept id
-      for (int i = i1 - 1; i >= i0 && pick < 0; --i)
-        if (weight(i) > 0.f) pick = i;
-    }
-    chosen = pick;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) out[r] = chosen >= 0 ? chosen : best;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------- launchers
@@ -828,26 +701,6 @@ void rope_kv_append(float* qkv, const float* rope_cos, const float* rope_sin, co
   const dim3 grid(n_rows, (n_head + 2 * kv.n_head_kv + 7) / 8);
   rope_kv_append_kernel<<<grid, 256, 0, stream>>>(qkv, rope_cos, rope_sin, rows, n_head, kv, layer, pool);
   FROST_CUDA_LAUNCHED();
-}
-
-AttentionSplit attention_split(int max_positions, int n_rows, int n_head_kv, int target_blocks) {
-  // Enough pieces that rows × kv heads × pieces reaches target_blocks (short sequences at small batch still
-  // fill the GPU), pieces of at least 16 positions; lengths and counts are powers of two, so that a decode
-  // replays the same few CUDA graphs while its context grows.
-  const int64_t row_heads = std::max<int64_t>(1, static_cast<int64_t>(n_rows) * n_head_kv);
-  const int64_t want = std::max<int64_t>(1, (target_blocks + row_heads - 1) / row_heads);
-  AttentionSplit a;
-  a.split_len = 16;
-  while (a.split_len < kAttnMaxSplit && (a.split_len * want < max_positions ||
-                                         (max_positions + a.split_len - 1) / a.split_len > kAttnSplits))
-    a.split_len *= 2;
-  const int need = (max_positions + a.split_len - 1) / a.split_len;
-  if (need > kAttnSplits)
-    throw std::invalid_argument("attention: " + std::to_string(max_positions) + " positions exceed the " +
-                                std::to_string(kAttnSplits * kAttnMaxSplit) + " the CUDA attention holds");
-  a.n_splits = 1;
-  while (a.n_splits < need) a.n_splits *= 2;
-  return a;
 }
 
 int64_t attention_partials_floats(int max_rows, int n_head, int head_dim) {
@@ -947,19 +800,6 @@ void fill_uniform(void* dst, DType dt, int64_t n, uint64_t seed, float a, float 
   if (n <= 0) return;
   fill_uniform_kernel<<<std::min<int64_t>(blocks_for(n, 256), 65535), 256, 0, stream>>>(dst, dt, n, seed, a,
                                                                                         mean);
-  FROST_CUDA_LAUNCHED();
-}
-
-void argmax(const float* logits, int n_rows, int vocab, int32_t* out, cudaStream_t stream) {
-  if (n_rows <= 0) return;
-  argmax_kernel<<<n_rows, kSampleThreads, 0, stream>>>(logits, vocab, out);
-  FROST_CUDA_LAUNCHED();
-}
-
-void sample(const float* logits, int n_rows, int vocab, const float* temperature, const float* min_p,
-            const double* u, int32_t* out, cudaStream_t stream) {
-  if (n_rows <= 0) return;
-  sample_kernel<<<n_rows, kSampleThreads, 0, stream>>>(logits, vocab, temperature, min_p, u, out);
   FROST_CUDA_LAUNCHED();
 }
 

@@ -16,38 +16,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define FROST_HD __host__ __device__
-#else
-#define FROST_HD
-#endif
+#include "kernels/cuda/layout.h"
 
 namespace frost::cuda {
-
-enum class DType { kF32, kBF16 };                         // weight storage
-enum class KvFormat { kF32, kF16, kBF16, kInt8, kInt4 };  // KV storage (frost's codec names)
-
-const char* kv_format_name(KvFormat f);  // "fp32" | "fp16" | "bf16" | "int8" | "int4"
-// Bytes of one head row of D values (without its scale).
-FROST_HD inline int64_t kv_row_bytes(KvFormat f, int64_t d) {
-  return f == KvFormat::kF32 ? 4 * d : f == KvFormat::kInt8 ? d : f == KvFormat::kInt4 ? d / 2 : 2 * d;
-}
-FROST_HD inline bool kv_has_scales(KvFormat f) { return f == KvFormat::kInt8 || f == KvFormat::kInt4; }
-
-// Where one layer's K / V rows and scales sit in the pool. Block b of layer l starts at
-// pool + (b * n_layer + l) * layer_block_bytes; inside it: K rows [Hkv, bt, row_bytes], V rows (same),
-// then (int codecs) K scales [Hkv, bt] fp32 and V scales [Hkv, bt] fp32.
-struct KvLayout {
-  KvFormat format = KvFormat::kF32;
-  int n_layer = 0, n_head_kv = 0, head_dim = 0, block_tokens = 16;
-  FROST_HD int64_t row_bytes() const { return kv_row_bytes(format, head_dim); }
-  FROST_HD int64_t rows_bytes() const { return static_cast<int64_t>(n_head_kv) * block_tokens * row_bytes(); }
-  FROST_HD int64_t scales_bytes() const {
-    return kv_has_scales(format) ? static_cast<int64_t>(n_head_kv) * block_tokens * 4 : 0;
-  }
-  FROST_HD int64_t layer_block_bytes() const { return 2 * rows_bytes() + 2 * scales_bytes(); }
-  FROST_HD int64_t block_bytes() const { return n_layer * layer_block_bytes(); }
-};
 
 // Per-row metadata of a step, all device arrays of n_rows (block_table: max_seqs * max_blocks).
 struct StepRows {
@@ -80,14 +51,7 @@ void rope_kv_append(float* qkv, const float* rope_cos, const float* rope_sin, co
 // in registers. q is the q part of qkv (row stride (H + 2·Hkv)·D). head_dim: a multiple of 8, ≤ 128.
 // Positions are split in n_splits pieces of split_len (flash-decoding), merged in `partials`
 // (attention_partials_floats) when a row has more than one.
-constexpr int kAttnSplits = 64, kAttnMaxSplit = 256;  // up to 16,384 positions
-struct AttentionSplit {
-  int split_len = 32, n_splits = 1;
-};
-// The split for a step of n_rows whose longest row attends to max_positions: pieces (≥ 16 positions, a power
-// of two) enough for n_rows · n_head_kv · pieces to reach target_blocks (a few per multiprocessor), their
-// count rounded up to a power of two. Throws past 16,384 positions.
-AttentionSplit attention_split(int max_positions, int n_rows, int n_head_kv, int target_blocks);
+// (The split: attention_split in kernels/cuda/layout.h.)
 int64_t attention_partials_floats(int max_rows, int n_head, int head_dim);
 void attention(const float* qkv, const StepRows& rows, int n_rows, int n_head, const KvLayout& kv, int layer,
                const uint8_t* pool, float scale, AttentionSplit split, float* partials, float* out,
@@ -121,10 +85,15 @@ void fill_uniform(void* dst, DType dt, int64_t n, uint64_t seed, float a, float 
 // Sampling, one row of logits [n_rows, V] per sequence; only the chosen ids leave the device.
 // Greedy: the largest logit, ties → lowest id, NaN never chosen (the CPU sampler's rule).
 void argmax(const float* logits, int n_rows, int vocab, int32_t* out, cudaStream_t stream);
-// Temperature sampling with min-p: p ∝ exp(l/T − max); tokens with p < min_p · p_max dropped; the draw
-// walks ids in ascending order to the first whose cumulative mass exceeds u[r] · total (u from the
-// host's per-sequence generator, so a seed reproduces the same tokens). temperature[r] == 0 → greedy.
-void sample(const float* logits, int n_rows, int vocab, const float* temperature, const float* min_p,
-            const double* u, int32_t* out, cudaStream_t stream);
+// The host sampler's function on the device (kernels/cuda/sample.cu; twin: ref::sample_row), one block per
+// row: greedy, or temperature with top-k, top-p and min-p in the host's order, p = exp((l − l_max)/T) by the
+// host's own exp (kernels/cpu/exp.h, the same fp32 operations: the same probabilities bit for bit), the kept
+// tokens walked in the host's order — (logit desc, id asc) after top-k, (p desc, id asc) after top-p, else
+// ascending ids — to the first whose cumulative mass exceeds u · total. Sums are double but in another
+// order than the host's, so on the same logits and u the token equals the host's unless u · total lies
+// within rounding (~1e-15 relative) of a cumulative boundary. Rows with params[r].to_host set are skipped
+// (out[r] = −1). `scratch`: n_rows · vocab floats (the rows' probabilities).
+void sample_rows(const float* logits, int n_rows, int vocab, const SampleParams* params, float* scratch,
+                 int32_t* out, cudaStream_t stream);
 
 }  // namespace frost::cuda

@@ -8,6 +8,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "kernels/cpu/exp.h"
 #include "kernels/cpu/kv_quant_row.h"
 
 namespace frost::cuda::ref {
@@ -200,99 +201,77 @@ int argmax(const float* l, int vocab) {
   return best;
 }
 
-int sample(const float* l, int vocab, float t, float min_p, double u) {
-  const int best = argmax(l, vocab);
-  const float lmax = l[best];
-  if (!(t > 0.f) || !std::isfinite(lmax)) return best;
-  const float xmax = lmax / t;
-  std::vector<double> e(static_cast<size_t>(vocab));
-  double tot = 0;
-  for (int i = 0; i < vocab; ++i) {
-    const float x = (std::isnan(l[i]) ? -std::numeric_limits<float>::infinity() : l[i]) / t;
-    const float ei = std::exp(x - xmax);
-    e[static_cast<size_t>(i)] = ei >= min_p ? ei : 0.f;
-    tot += e[static_cast<size_t>(i)];
-  }
-  const double target = u * tot;
-  double c = 0;
-  int last = best;
-  for (int i = 0; i < vocab; ++i) {
-    if (e[static_cast<size_t>(i)] <= 0) continue;
-    c += e[static_cast<size_t>(i)];
-    last = i;
-    if (c > target) return i;
-  }
-  return last;
-}
+namespace {
+struct Cand {
+  float value;  // logit, then unnormalised probability
+  int32_t id;
+};
+bool before(const Cand& a, const Cand& b) { return a.value > b.value || (a.value == b.value && a.id < b.id); }
+}  // namespace
 
-std::vector<float> forward(const ModelSpec& s, const HostWeights& w, DType weights, KvFormat kvf,
-                           const std::vector<int32_t>& tokens) {
-  const int T = static_cast<int>(tokens.size()), C = s.dim, H = s.n_head, Hkv = s.n_head_kv, D = s.head_dim;
-  const int F = s.ffn_dim, V = s.n_vocab, QKV = s.q_dim() + 2 * s.kv_dim();
-  const bool gpt2 = s.arch == Arch::kGpt2, bf = weights == DType::kBF16;
-  const int FIN = gpt2 ? F : 2 * F;
-  std::vector<float> cos_t, sin_t;
-  if (!gpt2) rope_tables(s.max_pos, D, s.rope_theta, &cos_t, &sin_t);
-  auto wval = [&](const float* p, int64_t i) { return bf ? bf16_round(p[i]) : p[i]; };
-  // x: [T, C]
-  std::vector<float> x(static_cast<size_t>(T) * C), h(x.size()), qkv(static_cast<size_t>(T) * QKV),
-      att(static_cast<size_t>(T) * s.q_dim()), gu(static_cast<size_t>(T) * FIN),
-      a(static_cast<size_t>(T) * F);
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < C; ++i) {
-      float v = wval(w.tok_embed, static_cast<int64_t>(tokens[t]) * C + i);
-      if (gpt2) v += w.pos_embed[static_cast<int64_t>(t) * C + i];
-      x[static_cast<size_t>(t) * C + i] = v;
-    }
-  auto norm = [&](const float* in, const float* nw, const float* nb, int rows, float* out) {
-    if (gpt2)
-      layernorm(in, nw, nb, rows, C, s.norm_eps, out);
-    else
-      rmsnorm(in, nw, rows, C, s.norm_eps, out);
-  };
-  const int64_t rb = kv_row_bytes(kvf, D);
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  for (int l = 0; l < s.n_layer; ++l) {
-    const HostLayer& L = w.layers[static_cast<size_t>(l)];
-    norm(x.data(), L.attn_norm_w, L.attn_norm_b, T, h.data());
-    linear(L.wqkv, h.data(), T, QKV, C, L.bqkv, false, bf, qkv.data());
-    // K, V of every position through the format, decoded back: [Hkv, T, D]
-    std::vector<float> K(static_cast<size_t>(Hkv) * T * D), Vd(K.size());
-    std::vector<uint8_t> row(static_cast<size_t>(rb));
-    for (int t = 0; t < T; ++t) {
-      float* r = qkv.data() + static_cast<int64_t>(t) * QKV;
-      if (!gpt2)
-        for (int hh = 0; hh < H + Hkv; ++hh) rope_row(r + hh * D, D, cos_t.data(), sin_t.data(), t);
-      for (int g = 0; g < Hkv; ++g)
-        for (int kv = 0; kv < 2; ++kv) {
-          const float* src = r + (H + kv * Hkv + g) * D;
-          const float sc = encode_row(src, D, kvf, row.data());
-          float* dst = (kv == 0 ? K : Vd).data() + (static_cast<int64_t>(g) * T + t) * D;
-          for (int i = 0; i < D; ++i) dst[i] = decode_element(row.data(), i, kvf, sc);
-        }
-    }
-    for (int t = 0; t < T; ++t)
-      for (int hh = 0; hh < H; ++hh) {
-        const int g = hh / (H / Hkv);
-        attend_head(qkv.data() + static_cast<int64_t>(t) * QKV + hh * D,
-                    K.data() + static_cast<int64_t>(g) * T * D, Vd.data() + static_cast<int64_t>(g) * T * D,
-                    t + 1, D, scale, att.data() + static_cast<int64_t>(t) * s.q_dim() + hh * D);
+int sample_row(const float* l, int vocab, const SampleParams& sp) {
+  if (sp.greedy) return argmax(l, vocab);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  std::vector<Cand> c(static_cast<size_t>(vocab));
+  float l_max = kNegInf;
+  for (int i = 0; i < vocab; ++i) {
+    const float v = std::isnan(l[i]) ? kNegInf : l[i];
+    c[static_cast<size_t>(i)] = Cand{v, i};
+    l_max = std::max(l_max, v);
+  }
+  int n = vocab;
+  bool sorted = false;
+  // top-k: the k largest logits, (logit desc, id asc); the order stays for top-p
+  if (sp.top_k > 0 && sp.top_k < vocab) {
+    std::partial_sort(c.begin(), c.begin() + sp.top_k, c.end(), before);
+    n = sp.top_k;
+    sorted = true;
+  }
+  // p = exp((l − l_max) / T) with the host's exp, so p_max == 1 exactly
+  if (std::isfinite(l_max)) {
+    const float inv_t = 1.0f / sp.temperature;
+    for (int i = 0; i < n; ++i)
+      c[static_cast<size_t>(i)].value =
+          std::isfinite(inv_t) ? softmax::exp_nonpositive((c[static_cast<size_t>(i)].value - l_max) * inv_t)
+                               : std::exp((c[static_cast<size_t>(i)].value - l_max) / sp.temperature);
+  } else {  // all -inf, or some +inf: the tokens at l_max share the mass
+    for (int i = 0; i < n; ++i) c[static_cast<size_t>(i)].value = c[static_cast<size_t>(i)].value == l_max ? 1.f : 0.f;
+  }
+  // top-p: the fewest most likely tokens whose mass reaches top_p of the total (sum in the current order)
+  if (sp.top_p < 1.0f) {
+    double total = 0;
+    for (int i = 0; i < n; ++i) total += c[static_cast<size_t>(i)].value;
+    const double target = static_cast<double>(sp.top_p) * total;
+    if (!sorted) std::sort(c.begin(), c.begin() + n, before);
+    sorted = true;
+    double cum = 0;
+    for (int i = 0; i < n; ++i) {
+      cum += c[static_cast<size_t>(i)].value;
+      if (cum >= target) {
+        n = i + 1;
+        break;
       }
-    linear(L.wo, att.data(), T, C, s.q_dim(), L.bo, true, bf, x.data());
-    norm(x.data(), L.mlp_norm_w, L.mlp_norm_b, T, h.data());
-    linear(L.w_in, h.data(), T, FIN, C, L.b_in, false, bf, gu.data());
-    if (gpt2) {
-      gelu_new(gu.data(), static_cast<int64_t>(T) * F);
-      linear(L.w_out, gu.data(), T, C, F, L.b_out, true, bf, x.data());
-    } else {
-      swiglu(gu.data(), T, F, a.data());
-      linear(L.w_out, a.data(), T, C, F, L.b_out, true, bf, x.data());
     }
   }
-  norm(x.data(), w.final_norm_w, w.final_norm_b, T, h.data());
-  std::vector<float> logits(static_cast<size_t>(T) * V);
-  linear(w.lm_head ? w.lm_head : w.tok_embed, h.data(), T, V, C, nullptr, false, bf, logits.data());
-  return logits;
+  // min-p: p / p_max >= min_p with p_max == 1 (stable)
+  if (sp.min_p > 0.0f) {
+    int j = 0;
+    for (int i = 0; i < n; ++i)
+      if (c[static_cast<size_t>(i)].value >= sp.min_p) c[static_cast<size_t>(j++)] = c[static_cast<size_t>(i)];
+    n = j;
+  }
+  // the draw: the first kept token whose cumulative mass exceeds u · total
+  double total = 0;
+  for (int i = 0; i < n; ++i) total += c[static_cast<size_t>(i)].value;
+  const double r = sp.u * total;
+  double cum = 0;
+  for (int i = 0; i < n; ++i) {
+    cum += c[static_cast<size_t>(i)].value;
+    if (cum > r) return c[static_cast<size_t>(i)].id;
+  }
+  for (int i = n - 1; i > 0; --i)  // r rounded up to the total: the last kept token with weight
+    if (c[static_cast<size_t>(i)].value > 0.0f) return c[static_cast<size_t>(i)].id;
+  return c[0].id;
 }
 
 }  // namespace frost::cuda::ref

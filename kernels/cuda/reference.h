@@ -1,7 +1,7 @@
 #pragma once
-// CPU twins of the CUDA kernels (kernels/cuda/ops.h) and a naive CPU forward of the whole decoder
-// (kernels/cuda/model.h), in plain C++ (no LibTorch, no CUDA), so that the GPU tests can run on a machine
-// with neither LibTorch 1.13 nor this project's other dependencies.
+// CPU twins of the CUDA kernels (kernels/cuda/ops.h), in plain C++ with no CUDA header: the host reference
+// device (core/exec/reference_decoder.h) computes the device decoder's step with them, and tests/gpu holds
+// each kernel to its twin.
 //
 // What is exact and what is not: RoPE and the KV row encoders (fp16/bf16 rounding, int8/int4 through
 // kernels/cpu/kv_quant_row.h) are the same float operations as the device's, so their bytes must match;
@@ -10,8 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cuda/model.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/layout.h"
 
 namespace frost::cuda::ref {
 
@@ -41,13 +40,9 @@ void gelu_new(float* x, int64_t n);
 void linear(const float* w, const float* x, int rows, int n_out, int n_in, const float* b, bool accumulate,
             bool bf16, float* y);
 int argmax(const float* logits, int vocab);
-// The device sampler's function (ops.h sample): temperature + min-p, ascending-id walk to u · total.
-int sample(const float* logits, int vocab, float temperature, float min_p, double u);
-
-// A naive forward of one sequence: logits [T, V] for tokens at positions 0..T-1, with K/V passed through
-// the KV format (encode + decode) exactly as the pool stores them, weights (and GEMM inputs) rounded to bf16
-// when `weights` is kBF16.
-std::vector<float> forward(const ModelSpec& spec, const HostWeights& w, DType weights, KvFormat kv,
-                           const std::vector<int32_t>& tokens);
+// The device sampler's function (ops.h sample_rows), which is the host sampler's (core/generate/sampler.cc,
+// steps 4-9: greedy; top-k; p = exp_nonpositive((l − l_max) · (1/T)); top-p; min-p; the draw), with its sums
+// in the same order as the host's general path. p.to_host is ignored.
+int sample_row(const float* logits, int vocab, const SampleParams& p);
 
 }  // namespace frost::cuda::ref

@@ -349,9 +349,13 @@ TEST(CudaOps, GemvWithItsNormOrActivationFusedMatchesTheSeparateTwins) {
       }
 }
 
+// The device sampler against its twin (ref::sample_row, the host sampler's function): greedy, temperature,
+// top-k, top-p, min-p and their mixes, rows left to the host. The sums run in another order on the device, so a
+// token may differ only where the draw sits on a cumulative boundary: there the twin with u moved by 1e-12 (of
+// the total) must give the device's token.
 TEST(CudaOps, ArgmaxAndSamplingChooseTheTwinsTokens) {
   FROST_REQUIRE_GPU();
-  const int V = 32000, rows = 64;
+  const int V = 32000, rows = 96;
   std::vector<float> l = random_floats(static_cast<size_t>(rows) * V, 41, -8.f, 8.f);
   for (int r = 0; r < rows; ++r) {  // NaNs everywhere, ties for the maximum in some rows, a dominant token
     l[static_cast<size_t>(r) * V + (r * 7919) % V] = std::nanf("");
@@ -365,23 +369,41 @@ TEST(CudaOps, ArgmaxAndSamplingChooseTheTwinsTokens) {
   for (int r = 0; r < rows; ++r)
     ASSERT_EQ(ids.host[r], ref::argmax(l.data() + static_cast<size_t>(r) * V, V)) << r;
   std::mt19937_64 g(5);
-  std::vector<float> temp(rows), minp(rows);
-  std::vector<double> u(rows);
+  std::vector<SampleParams> params(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) {
-    temp[r] = r % 8 == 7 ? 0.f : 0.3f + 0.1f * static_cast<float>(r % 10);
-    minp[r] = r % 3 == 0 ? 0.05f : 0.f;
-    u[r] = static_cast<double>(g() >> 11) * 0x1.0p-53;
+    SampleParams& p = params[static_cast<size_t>(r)];
+    p.greedy = r % 12 == 11;
+    p.to_host = r % 16 == 15;
+    p.temperature = 0.3f + 0.1f * static_cast<float>(r % 10);
+    p.top_k = r % 3 == 1 ? 1 + (r * 37) % 200 : 0;
+    p.top_p = r % 4 == 2 ? 0.5f + 0.05f * static_cast<float>(r % 9) : 1.f;
+    p.min_p = r % 5 == 3 ? 0.05f : 0.f;
+    p.u = static_cast<double>(g() >> 11) * 0x1.0p-53;
   }
-  DeviceArray<float> td(temp), md(minp);
-  DeviceArray<double> ud(u);
-  sample(logits.dev, rows, V, td.dev, md.dev, ud.dev, ids.dev, nullptr);
+  DeviceArray<SampleParams> pd(params);
+  DeviceArray<float> scratch(static_cast<size_t>(rows) * V);
+  sample_rows(logits.dev, rows, V, pd.dev, scratch.dev, ids.dev, nullptr);
   ids.download();
-  int distinct_from_greedy = 0;
+  int distinct_from_greedy = 0, on_boundary = 0;
   for (int r = 0; r < rows; ++r) {
     const float* lr = l.data() + static_cast<size_t>(r) * V;
-    ASSERT_EQ(ids.host[r], ref::sample(lr, V, temp[r], minp[r], u[r])) << "row " << r;
+    const SampleParams& p = params[static_cast<size_t>(r)];
+    if (p.to_host) {
+      ASSERT_EQ(ids.host[r], -1) << "row " << r << " is the host's";
+      continue;
+    }
+    const int want = ref::sample_row(lr, V, p);
+    if (ids.host[r] != want) {
+      SampleParams lo = p, hi = p;
+      lo.u = std::max(0.0, p.u - 1e-12);
+      hi.u = std::min(1.0 - 0x1.0p-53, p.u + 1e-12);
+      ASSERT_TRUE(ref::sample_row(lr, V, lo) == ids.host[r] || ref::sample_row(lr, V, hi) == ids.host[r])
+          << "row " << r << ": device " << ids.host[r] << ", twin " << want << " (u " << p.u << ")";
+      ++on_boundary;
+    }
     distinct_from_greedy += ids.host[r] != ref::argmax(lr, V);
   }
+  EXPECT_LE(on_boundary, 1);
   EXPECT_GT(distinct_from_greedy, rows / 4);  // the draws are draws, not the argmax
 }
 

@@ -1,0 +1,148 @@
+#pragma once
+// CudaDecoder: the DeviceDecoder (core/exec/device_decoder.h) on one CUDA GPU. Built with FROST_CUDA only.
+//
+// Weights go from the loaded model (ModelConfig + ModelWeights: frost's one model description) to device
+// memory once — fp32, or bf16 bits as loaded — and the host copy is not kept by the decoder. The step runs
+// kernels/cuda/ops.h over a paged KV pool in device memory; sampling runs on the device (kernels/cuda/sample.cu)
+// for every row whose parameters allow it, and only those ids (plus the logits of rows the host samples)
+// cross the bus.
+//
+// Choices written down here:
+// - Activations, norms, biases, attention and sampling are fp32; weights fp32 or bf16 (bf16: activations are
+//   rounded to bf16 for the GEMM, fp32 accumulation, as cuBLAS computes bf16 × bf16 → fp32).
+// - Up to kGemvMaxRows rows a linear layer is the GEMV kernel (W read once with 16-byte loads; LLaMA's
+//   RMSNorm and SwiGLU fused into the GEMV that reads them); above, their own kernels and cuBLAS GEMM.
+// - CUDA graphs, bounded: a step's rows are padded up to a power of two (padding rows write a spare block no
+//   sequence owns and their ids are dropped), its logit rows likewise, so one graph serves every step of the
+//   same (rows bucket, logit rows bucket, attention split); at most kMaxGraphs are kept — a step whose shape
+//   finds no room runs with direct launches. The per-step metadata and the block tables are copied before
+//   the launch (outside the graph), so a replay reads fresh values.
+// - Errors: every CUDA / cuBLAS failure becomes DeviceError; sticky ones (kernels/cuda/check.h) mark the
+//   decoder unusable, which the executor turns into NOT_SERVING.
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/exec/device_decoder.h"
+#include "kernels/cuda/ops.h"
+
+namespace frost {
+
+class CudaDecoder final : public DeviceDecoder {
+ public:
+  static constexpr int kMaxGraphs = 96;
+  static constexpr int kMaxGraphRows = 512;  // steps with more rows run with direct launches
+
+  // Uploads the model's weights to GPU opts.device. FAILED_PRECONDITION naming what it cannot run
+  // (device_supports) or what is missing (no CUDA device, out of device memory with the bytes asked for).
+  static absl::StatusOr<std::unique_ptr<CudaDecoder>> create(const ModelConfig& cfg, const ModelWeights& w,
+                                                             const DeviceOptions& opts);
+  // Random weights made on the device (benchmarks of shapes with no checkpoint), the distribution of
+  // core/model/builtin_models.cc; `weights` fp32 or bf16. Throws DeviceError.
+  static std::unique_ptr<CudaDecoder> random(const ModelConfig& cfg, const DeviceOptions& opts, WeightDtype weights,
+                                             uint64_t seed);
+  ~CudaDecoder() override;
+  CudaDecoder(const CudaDecoder&) = delete;
+  CudaDecoder& operator=(const CudaDecoder&) = delete;
+
+  void allocate(const cuda::KvLayout& layout, int n_blocks, int max_rows, int max_seqs, int max_blocks) override;
+  const cuda::KvLayout& kv_layout() const override { return kv_; }
+  void set_blocks(int seq, const int32_t* blocks, int n) override;
+  int forward(const DeviceStep& step, const std::vector<cuda::SampleParams>& sampling, int32_t* ids,
+              float* host_logits) override;
+  std::vector<float> forward_logits(const DeviceStep& step) override;
+  DeviceMemory memory() const override;
+
+  const ModelConfig& config() const { return cfg_; }
+  int64_t weight_bytes() const { return weight_bytes_; }
+  int graphs_captured() const { return static_cast<int>(graphs_.size()); }
+  // Per-stage device time (CUDA events between the stages of a step; steps then run without graphs), summed
+  // over steps since the last take: [(stage, ms)] in step order ("qkv", "attention", … over all layers).
+  void set_profiling(bool on) { profiling_ = on; }
+  std::vector<std::pair<std::string, double>> take_profile();
+
+ private:
+  struct Linear {
+    const void* w = nullptr;
+    const float* b = nullptr;
+    int n_out = 0, n_in = 0;
+  };
+  struct Layer {
+    const float *attn_norm_w = nullptr, *attn_norm_b = nullptr, *mlp_norm_w = nullptr, *mlp_norm_b = nullptr;
+    Linear qkv, o, in, out;
+  };
+
+  CudaDecoder(const ModelConfig& cfg, const DeviceOptions& opts, cuda::DType wdt) : cfg_(cfg), opts_(opts), wdt_(wdt) {}
+  void init_device();
+  void upload(const ModelWeights& w);
+  void release();
+  void* alloc(int64_t bytes, const char* what);
+  const float* upload_f32(const at::Tensor& t, const char* what);
+  const void* upload_w(const at::Tensor& t, const char* what);
+  void check(const DeviceStep& step) const;
+  // Copies the step's metadata up; returns the (rows, logit rows) the kernels run, padded when graphs are on.
+  std::pair<int, int> stage(const DeviceStep& step, const std::vector<cuda::SampleParams>* sampling, bool pad);
+  void enqueue(int n_rows, int n_logits, bool sample);
+  void run(int n_rows, int n_logits, bool sample);
+  void linear(const Linear& L, const float* x, int rows, float* y, bool accumulate,
+              cuda::GemvInput in = cuda::GemvInput::kPlain, const float* norm_w = nullptr, float* scratch = nullptr);
+  void norm(const float* x, const float* w, const float* b, int rows, float* out);
+  [[noreturn]] void fail(const std::exception& e);
+  void mark(const char* stage);
+  void collect_profile();
+
+  ModelConfig cfg_;
+  DeviceOptions opts_;
+  cuda::DType wdt_;
+  bool llama_ = true;
+  std::string card_;
+  int n_sms_ = 1;
+  int64_t weight_bytes_ = 0, device_bytes_ = 0, device_total_ = 0;
+  std::vector<void*> allocations_;
+  cudaStream_t stream_ = nullptr;
+  void* cublas_ = nullptr;  // cublasHandle_t
+  bool broken_ = false;     // a sticky error was seen
+
+  // weights
+  const void* tok_embed_ = nullptr;
+  const float* pos_embed_ = nullptr;
+  const float *final_norm_w_ = nullptr, *final_norm_b_ = nullptr;
+  Linear lm_head_;
+  std::vector<Layer> layers_;
+  const float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
+
+  // KV pool (n_blocks_ + 1 blocks: the last is the padding rows' spare) and step buffers
+  cuda::KvLayout kv_;
+  int n_blocks_ = 0, max_rows_ = 0, max_seqs_ = 0, max_blocks_ = 0, rows_cap_ = 0;
+  uint8_t* pool_ = nullptr;
+  float *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gu_ = nullptr, *act_ = nullptr,
+        *logits_ = nullptr, *probs_ = nullptr, *attn_part_ = nullptr;
+  uint16_t* xb_ = nullptr;  // bf16 activations for the bf16 GEMM
+  int32_t* ids_ = nullptr;
+
+  // per-step metadata: a pinned host block and its device copy (same layout); the block tables after it
+  int64_t meta_bytes_ = 0, off_params_ = 0, off_table_ = 0;
+  uint8_t* meta_host_ = nullptr;
+  uint8_t* meta_dev_ = nullptr;
+  int32_t* ids_host_ = nullptr;
+  cuda::StepRows rows_dev_;
+  int32_t* logit_rows_dev_ = nullptr;
+  cuda::SampleParams* params_dev_ = nullptr;
+  int n_table_rows_ = 0;  // table rows set for the next step (copied up to this one)
+  cuda::AttentionSplit split_;
+  std::map<std::tuple<int, int, int, int>, cudaGraphExec_t> graphs_;  // (rows, logit rows, split) → step
+
+  bool profiling_ = false;
+  std::vector<cudaEvent_t> events_;
+  std::vector<const char*> event_stage_;
+  size_t events_used_ = 0;
+  std::vector<std::pair<std::string, double>> profile_;
+};
+
+}  // namespace frost

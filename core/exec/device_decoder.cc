@@ -1,0 +1,30 @@
+#include "core/exec/device_decoder.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace frost {
+
+absl::Status device_supports(const ModelConfig& c, WeightDtype dtype, const std::string& device) {
+  auto refuse = [&](auto&&... parts) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model.device ", device, ": the device decoder cannot run this model: ", parts...));
+  };
+  if (c.variants.any())
+    return refuse("architecture variants (RA / SBA / router / MLP context) run only on model.device cpu");
+  if (dtype != WeightDtype::kF32 && dtype != WeightDtype::kBF16)
+    return refuse("model.dtype ", weight_dtype_name(dtype), " (a device serves fp32 or bf16 weights)");
+  const bool llama = c.arch == Arch::kLlama;
+  if (llama ? c.act != Activation::kSilu : c.act != Activation::kGeluNew)
+    return refuse("an activation other than ", llama ? "SiLU (SwiGLU)" : "gelu_new", " in a ", arch_name(c.arch),
+                  " model");
+  if (c.head_dim % 8 != 0 || c.head_dim > 128) return refuse("head_dim ", c.head_dim, " (a multiple of 8 up to 128)");
+  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) return refuse(c.n_head, " query heads over ", c.n_head_kv);
+  const int64_t g = c.n_head / c.n_head_kv;
+  if (g != 1 && g != 2 && g != 4 && g != 8)
+    return refuse(c.n_head, " query heads over ", c.n_head_kv, " kv heads (1, 2, 4 or 8 per kv head)");
+  if (c.max_pos > cuda::kAttnSplits * cuda::kAttnMaxSplit)
+    return refuse("max_position_embeddings ", c.max_pos, " (up to ", cuda::kAttnSplits * cuda::kAttnMaxSplit, ")");
+  return absl::OkStatus();
+}
+
+}  // namespace frost

@@ -1,0 +1,88 @@
+#pragma once
+// DeviceDecoder: a LLaMA- or GPT-2-family decoder resident on a device — weights uploaded once from frost's
+// own model description (ModelConfig + ModelWeights: no second architecture enum), a paged KV block pool in
+// the device's memory (kernels/cuda/layout.h), one ragged batch of rows per step (decode tokens and prefill
+// chunks alike), sampling on the device so that only the chosen ids cross the bus (rows that need the host
+// sampler get their logits copied back). DeviceExecutor (core/exec/device_executor.h) drives one.
+//
+// Two implementations with the same contract:
+//   CudaDecoder      (core/exec/cuda_decoder.h, FROST_CUDA)  the GPU: kernels/cuda/ops.h and cuBLAS
+//   ReferenceDecoder (core/exec/reference_decoder.h)         the host twin: the same layout and the same
+//                                                            functions in plain C++ (kernels/cuda/reference.h),
+//                                                            so every test of the wiring runs without a GPU
+//
+// Not thread-safe: one thread (the engine's) drives a decoder. Errors are thrown as DeviceError.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/model/model_config.h"
+#include "core/model/transformer.h"
+#include "kernels/cuda/layout.h"
+
+namespace frost {
+
+// What a device decoder runs, checked before anything is uploaded: FAILED_PRECONDITION naming what it does
+// not (architecture variants, int8 / int4 / w8a8 weights, another activation than the family's, head_dim,
+// query heads per kv head, context), "model.device <name>: ..." in front.
+absl::Status device_supports(const ModelConfig& cfg, WeightDtype dtype, const std::string& device);
+
+// A decoder failure. sticky: the device is unusable from now on (a CUDA context that saw an illegal address or
+// a launch failure); the executor then refuses every further step.
+class DeviceError : public std::runtime_error {
+ public:
+  DeviceError(const std::string& what, bool sticky) : std::runtime_error(what), sticky_(sticky) {}
+  bool sticky() const { return sticky_; }
+
+ private:
+  bool sticky_;
+};
+
+struct DeviceOptions {
+  int device = 0;                          // CUDA ordinal
+  cuda::KvFormat kv = cuda::KvFormat::kF32;  // the pool's one KV format
+  bool gemv = true;                        // GEMV kernels for steps of few rows (else cuBLAS)
+  bool cuda_graphs = true;                 // replay captured steps (bucketed shapes)
+};
+
+// One step: row r = (token[r], slot seq[r], position pos[r]); logits are computed for logit_rows (in that
+// order). Every position a row attends to must have been written (this step's earlier rows of the same
+// sequence count) and its block set with set_blocks.
+struct DeviceStep {
+  std::vector<int32_t> token, seq, pos, logit_rows;
+};
+
+struct DeviceMemory {
+  std::string name;              // "cuda:0 (NVIDIA H100 80GB HBM3)", "reference (host)"
+  int64_t weight_bytes = 0;      // the weights as the device reads them
+  int64_t kv_pool_bytes = 0;     // the KV pool
+  int64_t device_bytes = 0;      // everything this decoder allocated on its device
+  int64_t device_total_bytes = 0;  // the device's memory
+  int64_t device_free_bytes = 0;   // free now (0 when unknown)
+  int32_t graphs = 0;            // CUDA graphs captured
+};
+
+class DeviceDecoder {
+ public:
+  virtual ~DeviceDecoder() = default;
+
+  // Allocates the KV pool (n_blocks blocks of `layout`, whose format must be the options') and the step
+  // buffers (max_rows rows, max_seqs block-table slots of max_blocks blocks); once, before any step.
+  virtual void allocate(const cuda::KvLayout& layout, int n_blocks, int max_rows, int max_seqs,
+                        int max_blocks) = 0;
+  virtual const cuda::KvLayout& kv_layout() const = 0;
+  // The block table of slot `seq` for the next step (n ≤ max_blocks blocks, each < n_blocks).
+  virtual void set_blocks(int seq, const int32_t* blocks, int n) = 0;
+  // Runs one step. For logit row i: sampling[i].to_host == 0 → ids[i] = the token sampled on the device;
+  // else ids[i] = -1 and the row's logits [V] are copied to host_logits (rows in the order of the to_host
+  // entries). Returns the number of rows copied.
+  virtual int forward(const DeviceStep& step, const std::vector<cuda::SampleParams>& sampling, int32_t* ids,
+                      float* host_logits) = 0;
+  // The logits [logit rows, V] of a step, all copied back (tests, the twin's comparisons).
+  virtual std::vector<float> forward_logits(const DeviceStep& step) = 0;
+  virtual DeviceMemory memory() const = 0;
+};
+
+}  // namespace frost

@@ -1,0 +1,26 @@
+#pragma once
+// The executor for model.device (core/exec/step_executor.h): "cpu" → CpuExecutor; "reference" → the host
+// reference device; "cuda:N" → the CUDA decoder on GPU N (builds with FROST_CUDA; elsewhere FAILED_PRECONDITION
+// saying so). Device executors store the KV pool in one format, `kv_codec` (engine.kv_codec), and are refused
+// with the reason for a model they cannot run (device_supports).
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/exec/step_executor.h"
+#include "core/model/model_loader.h"
+
+namespace frost {
+
+struct ExecutorOptions {
+  DeviceSpec device;
+  KvCodecKind kv_codec = KvCodecKind::kF32;
+  bool cuda_graphs = true;  // the CUDA decoder replays captured steps (bounded buckets)
+};
+
+absl::StatusOr<std::unique_ptr<StepExecutor>> make_executor(std::shared_ptr<const LoadedModel> model,
+                                                            const ExecutorOptions& opts);
+
+// Whether this build can run model.device cuda (FROST_CUDA).
+bool cuda_executor_built();
+
+}  // namespace frost

@@ -1,0 +1,61 @@
+#pragma once
+// ReferenceDecoder: the host "reference device" — a DeviceDecoder (core/exec/device_decoder.h) that runs on
+// the CPU with the device's KV layout (kernels/cuda/layout.h: the pool, block tables, slot mapping) and the
+// device's functions: the CPU twins of the CUDA kernels (kernels/cuda/reference.h, sums in double) and the
+// device sampler's twin. Through DeviceExecutor it runs in the real engine and scheduler, so preemption,
+// prefix caching, cancellation, mixed sampling and the device's refusals are tested without a GPU (CI);
+// on a GPU, tests/gpu holds the CUDA decoder to it step for step.
+//
+// Slow by design (plain loops in double): meant for small models (stories260K, builtin:tiny).
+#include <memory>
+#include <vector>
+
+#include "core/exec/device_decoder.h"
+
+namespace frost {
+
+class ReferenceDecoder final : public DeviceDecoder {
+ public:
+  // Copies the weights (fp32; bf16 models are computed as the device does: bf16 weights times bf16-rounded
+  // inputs). FAILED_PRECONDITION (device_supports) for a model a device decoder does not run.
+  static absl::StatusOr<std::unique_ptr<ReferenceDecoder>> create(const ModelConfig& cfg, const ModelWeights& w,
+                                                                  const DeviceOptions& opts);
+
+  void allocate(const cuda::KvLayout& layout, int n_blocks, int max_rows, int max_seqs, int max_blocks) override;
+  const cuda::KvLayout& kv_layout() const override { return kv_; }
+  void set_blocks(int seq, const int32_t* blocks, int n) override;
+  int forward(const DeviceStep& step, const std::vector<cuda::SampleParams>& sampling, int32_t* ids,
+              float* host_logits) override;
+  std::vector<float> forward_logits(const DeviceStep& step) override;
+  DeviceMemory memory() const override;
+
+  // Tests: the next forward() throws DeviceError(sticky) — what a lost CUDA context does — and so does every
+  // later one when sticky.
+  void inject_fault(bool sticky) { fault_ = sticky ? 2 : 1; }
+
+ private:
+  ReferenceDecoder(const ModelConfig& cfg, const DeviceOptions& opts) : cfg_(cfg), opts_(opts) {}
+  void check(const DeviceStep& step) const;
+  std::vector<float> run(const DeviceStep& step);  // logits [logit rows, V]
+  uint8_t* block_base(int seq, int pos, int layer, int* row);
+
+  struct Layer {
+    std::vector<float> attn_norm_w, attn_norm_b, wqkv, bqkv, wo, bo, mlp_norm_w, mlp_norm_b, w_in, b_in, w_out,
+        b_out;
+  };
+  ModelConfig cfg_;
+  DeviceOptions opts_;
+  bool bf16_ = false;
+  std::vector<float> tok_embed_, pos_embed_, final_norm_w_, final_norm_b_, lm_head_;  // lm_head_ empty: tied
+  std::vector<Layer> layers_;
+  std::vector<float> rope_cos_, rope_sin_;
+  int64_t weight_bytes_ = 0;
+
+  cuda::KvLayout kv_;
+  int n_blocks_ = 0, max_rows_ = 0, max_seqs_ = 0, max_blocks_ = 0;
+  std::vector<uint8_t> pool_;
+  std::vector<int32_t> table_;  // [max_seqs, max_blocks]
+  int fault_ = 0;               // 1: fail the next step; 2: fail every step (sticky)
+};
+
+}  // namespace frost

@@ -1,0 +1,277 @@
+// The host reference device (core/exec/reference_decoder.h), which CI runs in place of a GPU:
+//  - it computes the model: within 1e-4 (relative) of the CPU transformer's reference forward on LLaMA-GQA and
+//    GPT-2 shapes with every KV format it stores, and the stories260K golden's greedy tokens;
+//  - a ragged step of several sequences gives each one's logits bit for bit as when it runs alone (rows are
+//    independent on the device, paged through their own block tables);
+//  - its sampler is the host sampler: on the same logits and draw, the same token, for greedy, temperature,
+//    top-k, top-p, min-p and their mixes;
+//  - it refuses what a device decoder cannot run, naming it, and a step it cannot run, then keeps serving;
+//    an injected fault fails one step, a sticky one every step.
+#include "core/exec/reference_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/generate/sampler.h"
+#include "core/kv/sequence_kv.h"
+#include "kernels/cuda/reference.h"
+#include "tests/testing/decoder_harness.h"
+#include "tests/testing/test_util.h"
+
+namespace frost {
+namespace {
+
+using testing::DecoderSeq;
+using testing::TestBlocks;
+
+KvCodecKind codec_of(cuda::KvFormat f) {
+  switch (f) {
+    case cuda::KvFormat::kF32: return KvCodecKind::kF32;
+    case cuda::KvFormat::kF16: return KvCodecKind::kF16;
+    case cuda::KvFormat::kBF16: return KvCodecKind::kBF16;
+    case cuda::KvFormat::kInt8: return KvCodecKind::kInt8;
+    case cuda::KvFormat::kInt4: return KvCodecKind::kInt4;
+  }
+  return KvCodecKind::kF32;
+}
+
+std::unique_ptr<ReferenceDecoder> make_decoder(const LoadedModel& m, cuda::KvFormat f) {
+  DeviceOptions o;
+  o.kv = f;
+  auto d = ReferenceDecoder::create(m.config, m.model->weights(), o);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return std::move(d).value();
+}
+
+// The CPU transformer's reference forward of `tokens` (a fresh cache of the codec): logits [T, V].
+std::vector<float> cpu_forward(const LoadedModel& m, KvCodecKind codec, const std::vector<int32_t>& tokens) {
+  SequenceKv kv(m.model->kv_spec(static_cast<int64_t>(tokens.size()), codec));
+  at::Tensor ids = at::empty({static_cast<int64_t>(tokens.size())}, at::kLong);
+  for (size_t i = 0; i < tokens.size(); ++i) ids.data_ptr<int64_t>()[i] = tokens[i];
+  at::Tensor out = m.model->forward(ids, kv).contiguous();
+  return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
+}
+
+TEST(ReferenceDecoderTest, ComputesTheCpuTransformersLogitsInEveryKvFormat) {
+  for (const ModelConfig& cfg : {testing::device_llama_gqa(), testing::device_gpt2()}) {
+    const auto model = testing::random_loaded_model(cfg, cfg.arch == Arch::kLlama ? 7 : 8);
+    std::mt19937 g(3);
+    std::vector<int32_t> tokens(20);
+    for (auto& t : tokens) t = static_cast<int32_t>(g() % static_cast<unsigned>(cfg.n_vocab));
+    for (cuda::KvFormat f : testing::kKvFormats) {
+      SCOPED_TRACE(std::string(arch_name(cfg.arch)) + " kv " + cuda::kv_format_name(f));
+      auto d = make_decoder(*model, f);
+      testing::allocate_for_test(*d, cfg, f, 16, 32, 4);
+      TestBlocks blocks(16);
+      DecoderSeq s;
+      s.reserve(*d, blocks, 20);
+      // Prefill 12 rows (logits for each), then 8 single-row decode steps.
+      DeviceStep pre;
+      for (int i = 0; i < 12; ++i) {
+        pre.token.push_back(tokens[static_cast<size_t>(i)]);
+        pre.seq.push_back(0);
+        pre.pos.push_back(i);
+        pre.logit_rows.push_back(i);
+      }
+      std::vector<float> got = d->forward_logits(pre);
+      for (int i = 12; i < 20; ++i) {
+        const std::vector<float> l = d->forward_logits(DeviceStep{{tokens[static_cast<size_t>(i)]}, {0}, {i}, {0}});
+        got.insert(got.end(), l.begin(), l.end());
+      }
+      const std::vector<float> want = cpu_forward(*model, codec_of(f), tokens);
+      // Float sums (CPU) against double ones (the twin): 1e-4 with fp32 rows. A compact row is the same
+      // function of K / V on both sides (int8 / int4 through the same quantizer), but a K computed a last bit
+      // apart can round to the neighbouring fp16 / bf16 value or quantisation step: up to one unit of that
+      // format in one element (fp16 2⁻¹¹, bf16 2⁻⁸, int8 1/127 of the row's range).
+      const double tol = f == cuda::KvFormat::kF32 ? 1e-4 : f == cuda::KvFormat::kF16 ? 1e-3 : 1e-2;
+      const double diff = testing::rel_max_diff(got, want);
+      EXPECT_LT(diff, tol);
+      std::printf("  reference device vs CPU transformer: %-5s kv %-4s max rel diff %.2e\n", arch_name(cfg.arch),
+                  cuda::kv_format_name(f), diff);
+    }
+  }
+}
+
+TEST(ReferenceDecoderTest, Stories260KGivesTheGoldensGreedyTokens) {
+  FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
+  auto loaded = load_model(testing::source_path("models/stories260K"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LoadedModel& m = **loaded;
+  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  auto d = make_decoder(m, cuda::KvFormat::kF32);
+  testing::allocate_for_test(*d, m.config, cuda::KvFormat::kF32, 64, 64, 4);
+  TestBlocks blocks(64);
+  int slot = 0;
+  const int V = static_cast<int>(m.config.n_vocab);
+  for (const auto& c : golden.at("cases")) {
+    DecoderSeq s;
+    s.slot = slot++;
+    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
+    const std::vector<int32_t> want = c.at("greedy_new_ids").get<std::vector<int32_t>>();
+    const auto steps = testing::run_alone(*d, blocks, s, static_cast<int>(want.size()), V);
+    double worst = 0;
+    for (const auto& e : c.at("top20_last_position"))
+      worst = std::max(worst, std::fabs(static_cast<double>(steps[0][e[0].get<size_t>()]) - e[1].get<double>()));
+    EXPECT_LT(worst, 1e-4) << c.at("prompt");
+    std::vector<int32_t> got;
+    for (const auto& l : steps) got.push_back(testing::argmax_of(l.data(), V));
+    EXPECT_EQ(got, want) << c.at("prompt");
+  }
+}
+
+TEST(ReferenceDecoderTest, ARaggedStepGivesEachSequenceItsLogitsAloneBitForBit) {
+  const ModelConfig cfg = testing::device_llama_gqa();
+  const auto model = testing::random_loaded_model(cfg, 11);
+  const std::vector<int> lens = {1, 3, 17, 30, 8};
+  const int n_new = 5, V = static_cast<int>(cfg.n_vocab);
+  for (cuda::KvFormat f : {cuda::KvFormat::kF32, cuda::KvFormat::kInt4}) {
+    SCOPED_TRACE(cuda::kv_format_name(f));
+    auto d = make_decoder(*model, f);
+    testing::allocate_for_test(*d, cfg, f, 64, 64, 12, 8);
+    TestBlocks blocks(64);
+    std::mt19937 g(17);
+    std::vector<DecoderSeq> batch(lens.size());
+    std::vector<std::vector<std::vector<float>>> want;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      DecoderSeq alone;
+      alone.slot = static_cast<int>(i);
+      for (int k = 0; k < lens[i]; ++k) alone.tokens.push_back(static_cast<int32_t>(g() % 300));
+      batch[i] = alone;
+      batch[i].slot = static_cast<int>(i + lens.size());
+      batch[i].blocks.clear();
+      want.push_back(testing::run_alone(*d, blocks, alone, n_new, V));
+    }
+    DeviceStep pre;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i].reserve(*d, blocks, lens[i] + n_new);
+      for (int k = 0; k < lens[i]; ++k) {
+        pre.token.push_back(batch[i].tokens[static_cast<size_t>(k)]);
+        pre.seq.push_back(batch[i].slot);
+        pre.pos.push_back(k);
+      }
+      pre.logit_rows.push_back(static_cast<int32_t>(pre.token.size()) - 1);
+    }
+    std::vector<float> l = d->forward_logits(pre);
+    for (int k = 0; k < n_new; ++k) {
+      DeviceStep st;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const std::vector<float> row(l.begin() + static_cast<int64_t>(i) * V, l.begin() + static_cast<int64_t>(i + 1) * V);
+        ASSERT_EQ(row, want[i][static_cast<size_t>(k)]) << "sequence " << i << " step " << k;
+        st.token.push_back(testing::argmax_of(row.data(), V));
+        st.seq.push_back(batch[i].slot);
+        st.pos.push_back(lens[i] + k);
+        st.logit_rows.push_back(static_cast<int32_t>(i));
+      }
+      if (k + 1 < n_new) l = d->forward_logits(st);
+    }
+  }
+}
+
+// The device sampler's twin against the host sampler: the same seed gives the same draw u (plan_device_draw
+// consumes exactly what sample() would), and on the same logits the same token.
+TEST(ReferenceDecoderTest, ItsSamplerIsTheHostSampler) {
+  std::mt19937_64 g(9);
+  int checked = 0, distinct_from_greedy = 0;
+  for (int V : {512, 32000}) {
+    for (int trial = 0; trial < 120; ++trial) {
+      std::vector<float> l(static_cast<size_t>(V));
+      std::uniform_real_distribution<float> d(-6.f, 6.f);
+      for (auto& x : l) x = d(g);
+      if (trial % 7 == 0) l[static_cast<size_t>(trial) % l.size()] = std::nanf("");
+      if (trial % 5 == 0) l[3] = l[V - 2] = 9.f;  // ties for the maximum
+      SamplingParams p;
+      p.seed = 1000 + static_cast<uint64_t>(trial);
+      p.temperature = trial % 11 == 10 ? 0.f : 0.2f + 0.15f * static_cast<float>(trial % 9);
+      p.top_k = trial % 3 == 1 ? 1 + (trial * 37) % 300 : 0;
+      p.top_p = trial % 4 == 2 ? 0.3f + 0.07f * static_cast<float>(trial % 10) : 1.f;
+      p.min_p = trial % 5 == 3 ? 0.02f + 0.01f * static_cast<float>(trial % 4) : 0.f;
+      Sampler host(p, V), plan(p, V);
+      for (int k = 0; k < 3; ++k) {  // a few consecutive draws of the same generator
+        bool greedy = false;
+        cuda::SampleParams sp;
+        plan.plan_device_draw(&greedy, &sp.temperature, &sp.top_k, &sp.top_p, &sp.min_p, &sp.u);
+        sp.greedy = greedy ? 1 : 0;
+        const int device = cuda::ref::sample_row(l.data(), V, sp);
+        plan.accept_device_token(device);
+        const int want = host.sample(l.data()).id;
+        ASSERT_EQ(device, want) << "V " << V << " trial " << trial << " draw " << k;
+        distinct_from_greedy += device != cuda::ref::argmax(l.data(), V);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 720);
+  EXPECT_GT(distinct_from_greedy, checked / 3);
+}
+
+TEST(ReferenceDecoderTest, RefusesWhatADeviceCannotRunNamingIt) {
+  ModelConfig c = testing::device_llama_gqa();
+  EXPECT_TRUE(device_supports(c, WeightDtype::kF32, "cuda:0").ok());
+  EXPECT_TRUE(device_supports(c, WeightDtype::kBF16, "cuda:0").ok());
+  auto refused = [](const absl::Status& st, const std::string& what) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_NE(std::string(st.message()).find(what), std::string::npos) << st;
+    EXPECT_NE(std::string(st.message()).find("model.device cuda:0"), std::string::npos) << st;
+  };
+  refused(device_supports(c, WeightDtype::kInt8, "cuda:0"), "model.dtype int8");
+  refused(device_supports(c, WeightDtype::kW8A8, "cuda:0"), "model.dtype w8a8");
+  ModelConfig g3 = c;
+  g3.n_head = 6;
+  refused(device_supports(g3, WeightDtype::kF32, "cuda:0"), "6 query heads over 2 kv heads");
+  ModelConfig hd = c;
+  hd.head_dim = 12;
+  refused(device_supports(hd, WeightDtype::kF32, "cuda:0"), "head_dim 12");
+  ModelConfig longc = c;
+  longc.max_pos = 20000;
+  refused(device_supports(longc, WeightDtype::kF32, "cuda:0"), "max_position_embeddings 20000");
+  auto variants = load_model("builtin:tiny");
+  ASSERT_TRUE(variants.ok());
+  ModelConfig ra = (*variants)->config;
+  ra.variants.ra_layers = {0};
+  refused(device_supports(ra, WeightDtype::kF32, "cuda:0"), "architecture variants");
+}
+
+TEST(ReferenceDecoderTest, RefusesAStepItCannotRunThenKeepsServing) {
+  const ModelConfig cfg = testing::device_llama_gqa();
+  const auto model = testing::random_loaded_model(cfg, 5);
+  auto d = make_decoder(*model, cuda::KvFormat::kF32);
+  testing::allocate_for_test(*d, cfg, cuda::KvFormat::kF32, 8, 4, 2);
+  auto step_error = [&](const DeviceStep& st) -> std::string {
+    try {
+      d->forward_logits(st);
+    } catch (const DeviceError& e) {
+      EXPECT_FALSE(e.sticky());
+      return e.what();
+    }
+    return "";
+  };
+  TestBlocks blocks(8);
+  DecoderSeq s;
+  s.reserve(*d, blocks, 4);
+  EXPECT_NE(step_error(DeviceStep{{300}, {0}, {0}, {0}}).find("token 300 out of range"), std::string::npos);
+  EXPECT_NE(step_error(DeviceStep{{1}, {0}, {64}, {0}}).find("position 64"), std::string::npos);
+  EXPECT_NE(step_error(DeviceStep{{1, 2, 3, 4, 5}, {0, 0, 0, 0, 0}, {0, 1, 2, 3, 4}, {4}}).find("1..4 rows"),
+            std::string::npos);
+  EXPECT_NE(step_error(DeviceStep{{1}, {2}, {0}, {0}}).find("sequence slot 2"), std::string::npos);
+  EXPECT_THROW(d->set_blocks(0, std::vector<int32_t>{8}.data(), 1), DeviceError);
+  EXPECT_EQ(d->forward_logits(DeviceStep{{1}, {0}, {0}, {0}}).size(), 300u);  // still serves
+  // An injected fault fails one step; a sticky one every step after it.
+  d->inject_fault(false);
+  EXPECT_NE(step_error(DeviceStep{{1}, {0}, {1}, {0}}).find("injected fault"), std::string::npos);
+  EXPECT_EQ(d->forward_logits(DeviceStep{{1}, {0}, {1}, {0}}).size(), 300u);
+  d->inject_fault(true);
+  for (int k = 0; k < 2; ++k) {
+    try {
+      d->forward_logits(DeviceStep{{1}, {0}, {2}, {0}});
+      ADD_FAILURE() << "a sticky fault must fail every step";
+    } catch (const DeviceError& e) {
+      EXPECT_TRUE(e.sticky()) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace frost
