@@ -20,6 +20,7 @@
 #include "core/common/clock.h"
 #include "core/common/device.h"
 #include "core/common/log.h"
+#include "core/exec/make_executor.h"
 #include "core/model/model_loader.h"
 #include "kernels/cpu/isa.h"
 
@@ -213,7 +214,22 @@ absl::Status FrostServer::load_model() {
   // Generate takes its snapshot of the served KV repair operator and KVSplice from the registry's slots.
   ec.kv_repair = &runtime_->registry().slot<RepairActive>("kv_repair");
   ec.kv_splice = &runtime_->registry().slot<KvSpliceActive>("kvsplice");
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(model, ec);
+  // A sticky device error: readiness NOT_SERVING (the load balancer stops sending), the engine refuses every
+  // request with UNAVAILABLE, and frost_device_healthy drops to 0. Restarting the pod is the way back.
+  Health* health = health_.get();
+  ec.on_device_failure = [health](const absl::Status& why) {
+    FROST_LOG_ERROR("frostd: the serving device failed and cannot recover (%s): readiness NOT_SERVING; restart "
+                    "frostd", why.ToString().c_str());
+    if (health) health->set_ready(false);
+  };
+  // The step executor for model.device (the weights go to the device here, once).
+  ExecutorOptions xo;
+  xo.device = *parse_device(cfg_.model.device);  // validated with the config
+  xo.kv_codec = cfg_.engine.kv_codec;
+  xo.cuda_graphs = cfg_.model.cuda_graphs;
+  absl::StatusOr<std::unique_ptr<StepExecutor>> executor = make_executor(model, xo);
+  if (!executor.ok()) return executor.status();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(model, ec, std::move(executor).value());
   if (!engine.ok()) return engine.status();
   std::shared_ptr<Engine> e(std::move(engine).value());
 
@@ -236,18 +252,19 @@ absl::Status FrostServer::load_model() {
     return absl::InternalError(absl::StrCat("warm-up generation failed: ", sink->result.status().message()));
   }
   const double secs = static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9;
+  const ExecutorStats xs = e->stats().executor;
   FROST_LOG_INFO(
-      "frostd: serving %s (%s, %lld params, %s weights %.1f MiB, %s kernels, context %lld, kv %s) "
+      "frostd: serving %s (%s, %lld params, %s weights %.1f MiB, on %s, %s kernels, context %lld, kv %s) "
       "ready in %.2fs",
       model->name.c_str(), arch_name(model->config.arch), static_cast<long long>(model->model->n_params()),
-      weight_dtype_name(model->model->weight_format()),
-      static_cast<double>(model->model->served_weight_bytes()) / (1 << 20), kernels::isa_name(kernels::active_isa()),
-      static_cast<long long>(e->max_context()), kv_codec_name(cfg_.engine.kv_codec), secs);
+      weight_dtype_name(model->model->weight_format()), static_cast<double>(xs.weight_bytes) / (1 << 20),
+      xs.device_name.c_str(), kernels::isa_name(kernels::active_isa()), static_cast<long long>(e->max_context()),
+      kv_codec_name(cfg_.engine.kv_codec), secs);
 
   engine_ = e;
   metrics_->set_stats_source([e] { return e->stats(); });
   metrics_->set_model_info(model->name, arch_name(model->config.arch), weight_dtype_name(model->model->weight_format()),
-                           kernels::isa_name(kernels::active_isa()), model->model->served_weight_bytes());
+                           kernels::isa_name(kernels::active_isa()), xs.weight_bytes);
   if (absl::Status st = runtime_->start(model); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("jobs: ", st.message()));
   }

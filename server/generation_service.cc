@@ -575,10 +575,13 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
     response->set_vocab_size(static_cast<int32_t>(m.config.n_vocab));
     response->set_n_params(m.model->n_params());
     response->set_weight_dtype(weight_dtype_name(m.model->weight_format()));
-    response->set_weight_bytes(m.model->served_weight_bytes());
+    const EngineStats st = e->stats();
+    response->set_weight_bytes(st.executor.weight_bytes);
     response->set_kernels(kernels::isa_name(kernels::active_isa()));
     response->set_kv_codec(kv_codec_name(cfg_.engine.kv_codec));
-    const EngineStats st = e->stats();
+    response->set_device(st.executor.device);
+    response->set_device_name(st.executor.device_name);
+    response->set_device_bytes(st.executor.device_bytes);
     response->set_kv_blocks(st.kv_blocks_total);
     response->set_kv_block_bytes(st.kv_block_bytes);
     response->set_kv_block_tokens(static_cast<int32_t>(st.kv_block_tokens));

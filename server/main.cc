@@ -1,6 +1,6 @@
 // frostd: the frost gRPC server.
 //
-//   frostd [--config FILE] [--listen HOST:PORT] [--model PATH|builtin:NAME]
+//   frostd [--config FILE] [--listen HOST:PORT] [--model PATH|builtin:NAME] [--device cpu|cuda:N|reference]
 //          [--metrics-listen HOST:PORT] [--port-file FILE] [--log-level LEVEL] [--state-dir DIR]
 //
 // Flags override the config file (configs/default.yaml documents every field); without
@@ -39,7 +39,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: frostd [--config FILE] [--listen HOST:PORT] [--model "
-    "PATH|builtin:NAME]\n"
+    "PATH|builtin:NAME] [--device DEVICE]\n"
     "              [--metrics-listen HOST:PORT] [--port-file FILE] "
     "[--log-level debug|info|warn|error]\n"
     "              [--load-delay-s SECONDS]\n"
@@ -51,6 +51,8 @@ constexpr char kUsage[] =
     "  --model PATH              Hugging Face directory or "
     "builtin:tiny|builtin:tiny-gpt2|builtin:15m,\n"
     "                            overrides model.path\n"
+    "  --device DEVICE           where the steps run: cpu, cuda, cuda:N or reference (the host\n"
+    "                            reference device), overrides model.device\n"
     "  --metrics-listen HOST:PORT  Prometheus /metrics address, overrides "
     "server.metrics_listen\n"
     "  --port-file FILE          write the bound ports (grpc=PORT, "
@@ -71,7 +73,7 @@ constexpr char kUsage[] =
 }
 
 struct Flags {
-  std::string config, listen, model, metrics_listen, port_file, log_level, state_dir;
+  std::string config, listen, model, device, metrics_listen, port_file, log_level, state_dir;
   double load_delay_s = 0;
 };
 
@@ -87,6 +89,7 @@ Flags parse_flags(int argc, char** argv) {
       frost::cli::string_flag("--config", set(&f.config)),
       frost::cli::string_flag("--listen", set(&f.listen)),
       frost::cli::string_flag("--model", set(&f.model)),
+      frost::cli::string_flag("--device", set(&f.device)),
       frost::cli::string_flag("--metrics-listen", set(&f.metrics_listen)),
       frost::cli::string_flag("--port-file", set(&f.port_file)),
       frost::cli::string_flag("--state-dir", set(&f.state_dir)),
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
   if (!flags.listen.empty()) cfg.server.listen = flags.listen;
   if (!flags.metrics_listen.empty()) cfg.server.metrics_listen = flags.metrics_listen;
   if (!flags.model.empty()) cfg.model.path = flags.model;
+  if (!flags.device.empty()) cfg.model.device = flags.device;
   if (!flags.state_dir.empty()) cfg.jobs.state_dir = flags.state_dir;
   if (!flags.log_level.empty()) {
     absl::StatusOr<ServerConfig> lv =

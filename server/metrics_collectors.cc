@@ -75,7 +75,33 @@ std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
     absl::MutexLock lock(&mu_);
     if (source_) s = source_();
   }
+  const ExecutorStats& x = s.executor;
+  const std::string dev = x.device.empty() ? "cpu" : x.device;
   return {
+      labelled_family(
+          "frost_device_memory_bytes",
+          "Memory of the device that runs the engine's steps (model.device), by kind: weights (as the device reads "
+          "them), kv_pool (the KV block pool), kv_pool_used (blocks held by running sequences), allocated "
+          "(everything the engine allocated there) and capacity (the device's memory; 0 on the CPU).",
+          prometheus::MetricType::Gauge,
+          std::vector<Sample>{
+              {{{"device", dev}, {"kind", "weights"}}, static_cast<double>(x.weight_bytes)},
+              {{{"device", dev}, {"kind", "kv_pool"}}, static_cast<double>(x.kv_pool_bytes)},
+              {{{"device", dev}, {"kind", "kv_pool_used"}}, static_cast<double>(s.kv_bytes_in_use)},
+              {{{"device", dev}, {"kind", "allocated"}}, static_cast<double>(x.device_bytes)},
+              {{{"device", dev}, {"kind", "capacity"}}, static_cast<double>(x.device_total_bytes)}}),
+      labelled_family("frost_device_healthy",
+                      "1 while the device runs steps; 0 after a sticky device error (readiness NOT_SERVING).",
+                      prometheus::MetricType::Gauge,
+                      std::vector<Sample>{Sample{{{"device", dev}}, x.healthy ? 1.0 : 0.0}}),
+      labelled_family("frost_device_sampled_rows_total",
+                      "Logits rows by where their token was drawn: on the device (its sampler), or on the host "
+                      "(penalties, logprobs, or a CPU device).",
+                      prometheus::MetricType::Counter,
+                      std::vector<Sample>{{{{"where", "device"}}, static_cast<double>(x.rows_sampled_on_device)},
+                                          {{{"where", "host"}}, static_cast<double>(x.rows_sampled_on_host)}}),
+      gauge_family("frost_device_cuda_graphs", "CUDA graphs captured by the CUDA decoder (bounded shape buckets).",
+                   x.graphs),
       gauge_family("frost_requests_running", "Generate requests decoding now (engine running slots in use).",
                    s.n_running),
       gauge_family("frost_requests_waiting", "Generate requests admitted and waiting for a running slot.",

@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/common/status_macros.h"
+#include "core/exec/step_executor.h"
 
 namespace frost::server {
 namespace {
@@ -278,7 +279,8 @@ std::vector<Section> schema(ServerConfig* cfg) {
                    {{"auto", std::string("auto")},
                     {"avx512", std::string("avx512")},
                     {"avx2", std::string("avx2")},
-                    {"scalar", std::string("scalar")}})}},
+                    {"scalar", std::string("scalar")}}),
+        string_field("device", &m.device), bool_field("cuda_graphs", &m.cuda_graphs)}},
       {"engine",
        {int_field("max_running", &e.max_running, 1, 65536),
         int_field("max_waiting", &e.max_waiting, 0, kInt32Max),
@@ -465,6 +467,19 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
                                     yaml_quoted(cfg.server.metrics_listen)));
   }
   if (cfg.model.path.empty()) return field_error("model.path", "must not be empty");
+  // model.device: what a device executor does not run is refused here, naming the field that asks for it.
+  absl::StatusOr<DeviceSpec> device = parse_device(cfg.model.device);
+  if (!device.ok()) return device.status();
+  if (device->kind != DeviceKind::kCpu) {
+    const std::string on = absl::StrCat(" runs only on model.device cpu (model.device is ", yaml_quoted(cfg.model.device), ")");
+    if (cfg.model.dtype != WeightDtype::kF32 && cfg.model.dtype != WeightDtype::kBF16)
+      return field_error("model.dtype", absl::StrCat(weight_dtype_name(cfg.model.dtype),
+                                                     " weights: a device serves fp32 or bf16; ", weight_dtype_name(cfg.model.dtype), on));
+    if (cfg.engine.kv_codec == KvCodecKind::kKvSplice) return field_error("engine.kv_codec", absl::StrCat("kvsplice", on));
+    if (!cfg.engine.kv_repair.empty())
+      return field_error("engine.kv_repair", absl::StrCat("a KV repair operator", on));
+    if (!cfg.engine.kv_splice.empty()) return field_error("engine.kv_splice", absl::StrCat("a KVSplice set", on));
+  }
   const TlsSection& tls = cfg.server.tls;
   if (tls.cert_file.empty() != tls.key_file.empty()) {
     return field_error(tls.cert_file.empty() ? "server.tls.cert_file" : "server.tls.key_file",

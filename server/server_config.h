@@ -73,6 +73,12 @@ struct ModelSection {
   // CPU kernels: "auto" (the widest the CPU runs) or narrowed to "avx512", "avx2", "scalar"
   // (kernels/cpu/isa.h); asking for more than the CPU has is refused at start.
   std::string kernels = "auto";
+  // Where the engine's steps run (core/exec/make_executor.h): "cpu", "cuda" / "cuda:N" (the CUDA decoder, a
+  // FROST_CUDA build), or "reference" (the host reference device: the CUDA decoder's layout and functions on
+  // the CPU, slow; for tests). A device serves fp32 or bf16 weights and one KV format (engine.kv_codec).
+  std::string device = "cpu";
+  // The CUDA decoder replays captured steps (bounded buckets of shapes); false: direct launches.
+  bool cuda_graphs = true;
 };
 
 // `engine:` — scheduling and KV cache (core/generate/engine.h).

@@ -54,11 +54,16 @@ int run_info(const std::vector<std::string>& args, CommonOptions common) {
   std::printf("weight_dtype: %s\n", info.weight_dtype().c_str());
   std::printf("weight_bytes: %lld (%.1f MiB)\n", static_cast<long long>(info.weight_bytes()),
               static_cast<double>(info.weight_bytes()) / (1 << 20));
+  std::printf("device: %s (%s)\n", info.device().c_str(), info.device_name().c_str());
+  if (info.device_bytes() > 0)
+    std::printf("device_bytes: %lld (%.1f MiB: weights and KV pool)\n", static_cast<long long>(info.device_bytes()),
+                static_cast<double>(info.device_bytes()) / (1 << 20));
   std::printf("kernels: %s\n", info.kernels().c_str());
   std::printf("kv_codec: %s\n", info.kv_codec().c_str());
-  std::printf("kv_cache: %lld blocks × %lld bytes = %.1f MiB (%d positions per block at fp32)\n",
+  std::printf("kv_cache: %lld blocks × %lld bytes = %.1f MiB (%d positions per block at %s)\n",
               static_cast<long long>(info.kv_blocks()), static_cast<long long>(info.kv_block_bytes()),
-              static_cast<double>(info.kv_cache_bytes()) / (1 << 20), info.kv_block_tokens());
+              static_cast<double>(info.kv_cache_bytes()) / (1 << 20), info.kv_block_tokens(),
+              info.device() == "cpu" || info.device().empty() ? "fp32" : info.kv_codec().c_str());
   std::printf("max_running: %d\n", info.max_running());
   std::printf("max_batch_tokens: %d\n", info.max_batch_tokens());
   std::printf("prefix_caching: %s\n", info.prefix_caching() ? "on" : "off");

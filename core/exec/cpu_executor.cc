@@ -40,6 +40,7 @@ absl::Status CpuExecutor::execute(const ExecStep& step, ExecResult* out) {
   out->row.resize(n);
   for (size_t i = 0; i < n; ++i) out->row[i] = static_cast<int32_t>(i);
   out->logits = logits;
+  rows_on_host_.fetch_add(n, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -49,6 +50,7 @@ ExecutorStats CpuExecutor::stats() const {
   s.device_name = "host";
   s.weight_bytes = model_->model->served_weight_bytes();
   s.kv_pool_bytes = storage_ ? storage_->n_blocks() * storage_->block_bytes() : 0;
+  s.rows_sampled_on_host = rows_on_host_.load(std::memory_order_relaxed);
   return s;
 }
 

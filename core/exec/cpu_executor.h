@@ -3,6 +3,7 @@
 // (core/kv/block_storage.h HostKvStorage). Every row's logits go back to the host sampler; a sequence's
 // logits never depend on what shares its step (core/model/transformer.h), so the CPU results are those of
 // the engine before the device seam, bit for bit.
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,7 @@ class CpuExecutor final : public StepExecutor {
   std::shared_ptr<const LoadedModel> model_;
   std::unique_ptr<HostKvStorage> storage_;
   BatchScratch scratch_;
+  std::atomic<uint64_t> rows_on_host_{0};
 };
 
 }  // namespace frost

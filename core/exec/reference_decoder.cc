@@ -242,7 +242,7 @@ std::vector<float> ReferenceDecoder::forward_logits(const DeviceStep& step) { re
 
 DeviceMemory ReferenceDecoder::memory() const {
   DeviceMemory m;
-  m.name = "reference (host)";
+  m.name = "host CPU";
   m.weight_bytes = weight_bytes_;
   m.kv_pool_bytes = static_cast<int64_t>(pool_.size());
   m.device_bytes = weight_bytes_ + m.kv_pool_bytes;

@@ -156,6 +156,64 @@ TEST_F(GrpcE2eStories, TokenizeAndModelInfo) {
   EXPECT_TRUE(info.prefix_caching());
 }
 
+// frostd on a device executor (model.device: reference — the CUDA decoder's wiring and functions on the
+// host): the golden's greedy streams over gRPC, sampling on the device, ModelInfo and /metrics saying where it
+// runs, and what the device does not run refused naming the field.
+TEST_F(E2eTest, ReferenceDeviceServesTheGoldenOverGrpc) {
+  FROST_REQUIRE_SHARED(ref_path, "models/stories260K/reference.json");
+  Frostd f;
+  FrostdOptions o;
+  o.model = testing::shared_path("models/stories260K");
+  o.yaml = std::string(kBaseYaml) + "  device: reference\n";  // inside kBaseYaml's model: section
+  ASSERT_TRUE(f.Start(o));
+  const nlohmann::json ref = nlohmann::json::parse(testing::read_text_file(ref_path));
+  for (const nlohmann::json& c : ref["cases"]) {
+    const auto want_ids = c["greedy_new_ids"].get<std::vector<int32_t>>();
+    v1::GenerateRequest req;
+    req.set_text(c["prompt"].get<std::string>());
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_sampling()->set_max_new_tokens(static_cast<int32_t>(want_ids.size()));
+    const StreamOutcome out = RunGenerate(f.stub(), req);
+    ASSERT_TRUE(out.status.ok()) << Describe(out);
+    EXPECT_EQ(out.ids, want_ids) << c["prompt"];
+  }
+  // A seeded sample drawn on the device reproduces, and equals the host sampler's draw (logprobs force it).
+  v1::GenerateRequest s;
+  s.set_text("Once upon a time");
+  s.mutable_sampling()->set_temperature(0.9f);
+  s.mutable_sampling()->set_top_p(0.9f);
+  s.mutable_sampling()->set_seed(11);
+  s.mutable_sampling()->set_max_new_tokens(24);
+  const StreamOutcome a = RunGenerate(f.stub(), s), b = RunGenerate(f.stub(), s);
+  ASSERT_TRUE(a.status.ok() && b.status.ok()) << Describe(a);
+  EXPECT_EQ(a.ids, b.ids);
+  v1::GenerateRequest h = s;
+  h.mutable_sampling()->set_logprobs(0);
+  const StreamOutcome hc = RunGenerate(f.stub(), h);
+  ASSERT_TRUE(hc.status.ok()) << Describe(hc);
+  EXPECT_EQ(hc.ids, a.ids);
+  // Refusals name the field.
+  v1::GenerateRequest bad = s;
+  bad.mutable_kv()->set_codec("int8");
+  const StreamOutcome r1 = RunGenerate(f.stub(), bad);
+  EXPECT_EQ(r1.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << Describe(r1);
+  EXPECT_NE(r1.status.error_message().find("kv.codec: int8 is not served on reference"), std::string::npos)
+      << Describe(r1);
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(f.stub().GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.device(), "reference");
+  EXPECT_EQ(info.device_name(), "host CPU");
+  EXPECT_GT(info.device_bytes(), info.weight_bytes());
+  const Scrape m = f.Metrics();
+  ASSERT_TRUE(m.ok()) << m.error();
+  EXPECT_EQ(m.Sum("frost_device_healthy", {{"device", "reference"}}), 1.0) << m.text();
+  EXPECT_GT(m.Sum("frost_device_sampled_rows_total", {{"where", "device"}}), 0);
+  EXPECT_GT(m.Sum("frost_device_sampled_rows_total", {{"where", "host"}}), 0);
+  EXPECT_EQ(m.Sum("frost_device_memory_bytes", {{"kind", "weights"}}), static_cast<double>(info.weight_bytes()));
+  EXPECT_EQ(m.Sum("frost_device_memory_bytes", {{"kind", "kv_pool"}}), static_cast<double>(info.kv_cache_bytes()));
+}
+
 // int8 / int4 weights served over gRPC (model.dtype): the model says what it serves (ModelInfo and
 // frost_model_info), holds fewer weight bytes, and its greedy story agrees with fp32's on a prefix (int8 is
 // close enough to give the reference's first tokens; the exact figures are docs/quantization.md's).

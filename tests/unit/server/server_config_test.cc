@@ -34,6 +34,8 @@ TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.model.dtype, WeightDtype::kF32);
   EXPECT_EQ(c.model.kernels, "auto");
   EXPECT_EQ(c.model.threads, 0);
+  EXPECT_EQ(c.model.device, "cpu");
+  EXPECT_TRUE(c.model.cuda_graphs);
   EXPECT_EQ(c.engine.max_running, 32);
   EXPECT_EQ(c.engine.max_waiting, 128);
   EXPECT_EQ(c.engine.max_batch_tokens, 128);
@@ -142,6 +144,30 @@ log:
   EXPECT_EQ(c.limits.max_stop_bytes, 8);
   EXPECT_EQ(c.limits.max_logprobs, 0);
   EXPECT_EQ(c.log.level, LogLevel::kDebug);
+}
+
+// model.device: cpu, cuda, cuda:N or reference; on a device, what it does not run is refused at load, naming
+// the field that asks for it.
+TEST(ServerConfigTest, ModelDeviceAndWhatADeviceRefuses) {
+  EXPECT_EQ(parse_ok("model:\n  device: cuda:1\n  cuda_graphs: false\n").model.device, "cuda:1");
+  EXPECT_FALSE(parse_ok("model:\n  device: reference\n  cuda_graphs: false\n").model.cuda_graphs);
+  auto refused = [](const std::string& yaml, const std::string& what) {
+    absl::StatusOr<ServerConfig> c = parse_server_config(yaml);
+    absl::Status st = c.ok() ? validate_server_config(*c) : c.status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << yaml;
+    EXPECT_NE(std::string(st.message()).find(what), std::string::npos) << st;
+  };
+  refused("model:\n  device: gpu0\n", "model.device: unknown value \"gpu0\" (expected cpu, cuda, cuda:N or reference)");
+  refused("model:\n  device: cuda:x\n", "model.device: unknown value \"cuda:x\"");
+  refused("model:\n  device: cuda:0\n  dtype: int8\n", "model.dtype: int8 weights: a device serves fp32 or bf16");
+  refused("model:\n  device: reference\nengine:\n  kv_codec: kvsplice\n",
+          "engine.kv_codec: kvsplice runs only on model.device cpu");
+  refused("model:\n  device: cuda\nengine:\n  kv_repair: r.safetensors\n",
+          "engine.kv_repair: a KV repair operator runs only on model.device cpu");
+  refused("model:\n  device: cuda\nengine:\n  kv_splice: k.safetensors\n", "engine.kv_splice: a KVSplice set");
+  // The same settings are fine on the CPU, and a device with a compact KV format is fine.
+  EXPECT_TRUE(validate_server_config(parse_ok("model:\n  dtype: int8\nengine:\n  kv_repair: r.safetensors\n")).ok());
+  EXPECT_TRUE(validate_server_config(parse_ok("model:\n  device: cuda:0\n  dtype: bf16\nengine:\n  kv_codec: int8\n")).ok());
 }
 
 TEST(ServerConfigTest, PartialSectionKeepsOtherDefaults) {
