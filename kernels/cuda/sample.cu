@@ -29,7 +29,7 @@
 namespace frost::cuda {
 namespace {
 
-constexpr int kThreads = 1024, kWarp = 32;
+constexpr int kThreads = 512, kWarp = 32;
 
 __device__ __forceinline__ float finite_or_ninf(float v) { return isnan(v) ? -INFINITY : v; }
 
