@@ -11,7 +11,7 @@ ifeq ($(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),y)
 export OPENBLAS_CORETYPE := SkylakeX
 endif
 
-.PHONY: deps configure build run test test-gpu test-asan bench bench-serve bench-weights soak image image-test fuzz fuzz-ci clean
+.PHONY: deps configure build run test test-gpu test-asan bench bench-serve bench-weights soak image image-test fuzz fuzz-ci clean compile-check gpu-prepare
 
 deps:
 	@bash scripts/install_deps.sh
@@ -45,12 +45,22 @@ test: build
 	@$(MAKE) --no-print-directory fuzz-ci
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-# The `gpu` label alone: every CUDA kernel against its CPU twin, the device decoder against the CPU forward and
-# the stories260K golden (skipped with the reason where no CUDA device exists). On a GPU machine without this
-# project's other dependencies, scripts/gpu_check.sh builds and runs the same tests alone.
+# The `gpu` label alone: every CUDA kernel against its CPU twin, the CUDA decoder against the host reference
+# device and the stories260K golden, the engine on cuda:0 (skipped with the reason where no CUDA device exists),
+# the kernels' register budget. On a GPU machine without this project's other dependencies, scripts/gpu_check.sh
+# builds and runs them (after `make gpu-prepare` here).
 test-gpu: configure
 	cmake --build $(BUILD) -j $(JOBS) --target frost_gpu_tests
 	cd $(BUILD) && ctest --output-on-failure -L gpu
+
+# Every C++ unit once more, syntax only, against LibTorch 2.x headers with clang over libstdc++ 14 (what a GPU
+# machine's PyTorch and newer compiler meet): scripts/compile_check.sh (downloads two Debian trixie packages).
+compile-check: build
+	bash scripts/compile_check.sh $(BUILD)
+
+# What the GPU machine lacks, into .gpu/ (scripts/gpu_prepare.sh): carry .gpu and run scripts/gpu_check.sh there.
+gpu-prepare: deps
+	bash scripts/gpu_prepare.sh
 
 # The parsers of untrusted files (safetensors, config.json, tokenizer.json) under ASan+UBSan.
 # The binaries run directly (one process each): under ASan every ctest case would pay

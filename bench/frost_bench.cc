@@ -15,7 +15,8 @@
 //   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4|w8a8] [--batch 32]
 //                       [--repeat 50] [--json]
 //   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
-//                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N] [--json]
+//                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N]
+//                       [--device cpu|cuda:N|reference] [--json]
 //   frost-bench parallel [--threads N] [--repeat 2000] [--json]
 //   frost-bench huge-pages --model builtin:15m|DIR [--threads N] [--dtype ...] [--repeat 30] [--json]
 //
@@ -71,6 +72,8 @@
 #include "bench/bench_util.h"
 #include "client/flags/flags.h"
 #include "core/common/device.h"
+#include "absl/strings/str_cat.h"
+#include "core/exec/make_executor.h"
 #include "core/generate/engine.h"
 #include "core/generate/generator.h"
 #include "core/model/model_loader.h"
@@ -228,7 +231,7 @@ int main(int argc, char** argv) {
   // Every mode accepts every flag (and ignores those it does not use); the defaults depend on the mode.
   int64_t int8_group = frost::kInt8Group;
   std::string model_path = "builtin:15m", dtype = "fp32", kv_name = "fp32", path = "fast", via = "generator";
-  std::string kernels_name = "auto";
+  std::string kernels_name = "auto", device_name = "cpu";
   int threads = 0, repeat = mode == "bare-step"    ? 50
                             : mode == "engine"     ? 3
                             : mode == "parallel"   ? 2000
@@ -246,6 +249,7 @@ int main(int argc, char** argv) {
       int64_flag("--int8-group", 0, [&](int64_t v) { int8_group = v; }),
       string_flag("--kv", [&](const std::string& v) { kv_name = v; }),
       string_flag("--kernels", [&](const std::string& v) { kernels_name = v; }),
+      string_flag("--device", [&](const std::string& v) { device_name = v; }),
       int32_flag("--repeat", 1, [&](int32_t v) { repeat = v; }),
       string_flag("--path", [&](const std::string& v) { path = v; }),
       string_flag("--via", [&](const std::string& v) { via = v; }),
@@ -272,6 +276,8 @@ int main(int argc, char** argv) {
     usage("--kernels must be auto, avx512, avx2 or scalar (and run on this CPU), got " + kernels_name);
   auto codec = frost::parse_kv_codec(kv_name);
   if (!codec.ok()) usage(std::string(codec.status().message()));
+  auto device = frost::parse_device(device_name);
+  if (!device.ok()) usage(absl::StrCat("--device: ", device.status().message()));
 
   if (auto st = frost::apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
   if (mode == "parallel") return run_parallel_bench(repeat);
@@ -396,7 +402,17 @@ int main(int argc, char** argv) {
     ec.max_running = static_cast<int32_t>(max_running);
     ec.max_waiting = static_cast<int32_t>(streams);
     ec.max_batch_tokens = std::max<int64_t>(128, max_running);
-    auto e = frost::Engine::create(std::shared_ptr<const frost::LoadedModel>(std::move(*model)), ec);
+    std::shared_ptr<const frost::LoadedModel> shared(std::move(*model));
+    frost::ExecutorOptions xo;
+    xo.device = *device;
+    xo.kv_codec = *codec;
+    auto executor = frost::make_executor(shared, xo);
+    if (!executor.ok()) {
+      std::fprintf(stderr, "error: %s\n", executor.status().ToString().c_str());
+      return 1;
+    }
+    out["device"] = device->name();
+    auto e = frost::Engine::create(shared, ec, std::move(executor).value());
     if (!e.ok()) {
       std::fprintf(stderr, "error: %s\n", e.status().ToString().c_str());
       return 1;

@@ -1,11 +1,70 @@
 #!/usr/bin/env bash
-# Gathers what the GPU machine lacks into .gpu/ (ignored by git; carried with the device call): GoogleTest's
-# source, the nlohmann/json headers and the stories260K golden. Run here, before scripts/gpu_check.sh there.
+# Gathers what the GPU machine lacks into .gpu/ (ignored by git; carried with the device call), so that
+# scripts/gpu_check.sh can build frostd, frostctl, the GPU tests and the benchmarks there against that machine's
+# own LibTorch (PyTorch 2.x) with nothing fetched:
+#   .gpu/sysroot.tar.xz   Debian bookworm's -dev and runtime packages of gRPC, Protobuf (protoc and the gRPC
+#                         plugin), Abseil, yaml-cpp, prometheus-cpp (+ civetweb, the curl headers its CMake
+#                         config asks for), RE2, SQLite, nlohmann-json, sentencepiece, OpenSSL headers, c-ares,
+#                         zlib headers, GoogleTest and pkg-config, unpacked under usr/ (relocatable: their CMake
+#                         configs and .pc files are prefix-relative; gpu_check.sh points CMAKE_PREFIX_PATH,
+#                         PKG_CONFIG_SYSROOT_DIR and LD_LIBRARY_PATH at it)
+#   .gpu/reference.json   the stories260K golden (../shared does not travel)
+#   .gpu/MANIFEST         what went in, package by package, and the sizes
+# Run here (Debian bookworm, apt reachable), before a device call that names .gpu in `carry`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf .gpu && mkdir -p .gpu/include
-cp -r /usr/src/googletest .gpu/googletest
-cp -r /usr/include/nlohmann .gpu/include/
-cp "${FROST_SHARED:-../shared}/models/stories260K/reference.json" .gpu/
+OUT=.gpu
+rm -rf "$OUT" && mkdir -p "$OUT/debs" "$OUT/sysroot"
 grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >> .git/info/exclude
-du -sh .gpu
+
+# The packages: what the build includes and links, what their CMake configs ask for, and the runtime
+# libraries behind them (OpenSSL's and zlib's too: their -dev symlinks must resolve inside the sysroot). Left
+# out on purpose: glibc / libstdc++ / libgcc (the image's own must win), and curl's runtime dependency chain
+# (prometheus-cpp's config only finds curl; frost never links prometheus-cpp::push).
+PKGS=(
+  libgrpc++-dev libgrpc-dev libgrpc++1.51 libgrpc29 protobuf-compiler-grpc
+  libprotobuf-dev libprotobuf32 libprotobuf-lite32 libprotoc32 protobuf-compiler
+  libabsl-dev libabsl20220623
+  libyaml-cpp-dev libyaml-cpp0.7
+  prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
+  libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev libcurl4
+  libre2-dev libre2-9
+  libsqlite3-dev libsqlite3-0
+  nlohmann-json3-dev
+  libsentencepiece-dev libsentencepiece0
+  libssl-dev libssl3
+  libc-ares-dev libc-ares2
+  zlib1g-dev zlib1g
+  libgtest-dev libgmock-dev googletest
+  pkgconf pkgconf-bin libpkgconf3
+)
+(cd "$OUT/debs" && apt-get download "${PKGS[@]}" > /dev/null)
+: > "$OUT/MANIFEST"
+for d in "$OUT"/debs/*.deb; do
+  dpkg-deb -x "$d" "$OUT/sysroot"
+  echo "$(basename "$d") $(stat -c %s "$d")" >> "$OUT/MANIFEST"
+done
+# What no build or run needs: documentation, the sources of GoogleTest (its libraries are built), static
+# archives other than GoogleTest's.
+S="$OUT/sysroot"
+rm -rf "$S/usr/share/doc" "$S/usr/share/man" "$S/usr/share/lintian" "$S/usr/src" "$S/usr/share/bug"
+find "$S/usr/lib" -name '*.a' ! -name 'libgtest*.a' ! -name 'libgmock*.a' -delete
+# Absolute symlinks would point outside the sysroot once unpacked elsewhere: make them relative.
+find "$S" -type l | while read -r l; do
+  t=$(readlink "$l")
+  case "$t" in
+    /*) ln -sfn "$(realpath -m --relative-to="$(dirname "$l")" "$S$t")" "$l" ;;
+  esac
+done
+# A -dev symlink whose library is not in the sysroot would make CMake miss it there: none may dangle.
+dangling=$(find "$S" -xtype l | grep -v '/usr/share/' || true)
+if [ -n "$dangling" ]; then echo "gpu_prepare: dangling links in the sysroot:"; echo "$dangling"; exit 1; fi
+# Debian's pkgconf binary is `pkgconf`; CMake asks for pkg-config.
+[ -e "$S/usr/bin/pkg-config" ] || ln -s pkgconf "$S/usr/bin/pkg-config"
+tar -C "$OUT" -cJf "$OUT/sysroot.tar.xz" sysroot
+rm -rf "$OUT/sysroot" "$OUT/debs"
+cp "${FROST_SHARED:-../shared}/models/stories260K/reference.json" "$OUT/"
+# The commit the device runs (its copy of the tree has no .git).
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!.gpu' 2>/dev/null || echo '-dirty')" > "$OUT/COMMIT"
+echo "sysroot.tar.xz $(stat -c %s "$OUT/sysroot.tar.xz")" >> "$OUT/MANIFEST"
+du -sh "$OUT"

@@ -20,6 +20,7 @@
 #include "core/common/clock.h"
 #include "core/common/device.h"
 #include "core/common/log.h"
+#include "core/exec/hidden_states.h"
 #include "core/exec/make_executor.h"
 #include "core/model/model_loader.h"
 #include "kernels/cpu/isa.h"
@@ -194,6 +195,15 @@ absl::Status FrostServer::load_model() {
     return absl::Status(loaded.status().code(),
                         absl::StrCat("model.path \"", cfg_.model.path, "\": ", loaded.status().message()));
   }
+  // The executor for model.device (validated with the config), and on a device the source of Predict's and
+  // the jobs' backbone features: a decoder of its own on that device (core/exec/hidden_states.h).
+  ExecutorOptions xo;
+  xo.device = *parse_device(cfg_.model.device);
+  xo.kv_codec = cfg_.engine.kv_codec;
+  xo.cuda_graphs = cfg_.model.cuda_graphs;
+  absl::StatusOr<std::shared_ptr<const HiddenStateSource>> features = make_hidden_source(**loaded, xo);
+  if (!features.ok()) return features.status();
+  (*loaded)->hidden_source = *std::move(features);
   std::shared_ptr<const LoadedModel> model(std::move(loaded).value());
 
   EngineConfig ec;
@@ -222,11 +232,7 @@ absl::Status FrostServer::load_model() {
                     "frostd", why.ToString().c_str());
     if (health) health->set_ready(false);
   };
-  // The step executor for model.device (the weights go to the device here, once).
-  ExecutorOptions xo;
-  xo.device = *parse_device(cfg_.model.device);  // validated with the config
-  xo.kv_codec = cfg_.engine.kv_codec;
-  xo.cuda_graphs = cfg_.model.cuda_graphs;
+  // The step executor for model.device (the weights go to the device here).
   absl::StatusOr<std::unique_ptr<StepExecutor>> executor = make_executor(model, xo);
   if (!executor.ok()) return executor.status();
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(model, ec, std::move(executor).value());

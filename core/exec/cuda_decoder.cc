@@ -265,7 +265,7 @@ void CudaDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_r
     max_blocks_ = max_blocks;
     // Graph buckets pad rows and logit rows up to powers of two.
     rows_cap_ = opts_.cuda_graphs ? pow2_at_least(max_rows) : max_rows;
-    const int logits_cap = std::min(rows_cap_, opts_.cuda_graphs ? pow2_at_least(max_seqs) : max_seqs);
+    logits_cap_ = std::min(rows_cap_, opts_.cuda_graphs ? pow2_at_least(max_seqs) : max_seqs);
     // n_blocks + 1: the last block takes the padding rows' K / V.
     pool_ = static_cast<uint8_t*>(alloc(kv_.block_bytes() * (n_blocks + 1), "KV block pool"));
     const int64_t R = rows_cap_, C = cfg_.dim, QKV = cfg_.q_dim() + 2 * cfg_.kv_dim();
@@ -276,8 +276,11 @@ void CudaDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_r
     att_ = static_cast<float*>(alloc(4 * R * cfg_.q_dim(), "activations"));
     gu_ = static_cast<float*>(alloc(4 * R * FIN, "activations"));
     act_ = static_cast<float*>(alloc(4 * R * cfg_.ffn_dim, "activations"));
-    logits_ = static_cast<float*>(alloc(4 * logits_cap * V, "logits"));
-    probs_ = static_cast<float*>(alloc(4 * logits_cap * V, "sampling probabilities"));
+    // Logits for every row a step may ask for (forward_logits: up to its rows); the sampler's scratch for the
+    // sequences of a step (forward: one row each).
+    logit_rows_cap_ = std::max<int>(logits_cap_, std::min<int>(rows_cap_, 256));
+    logits_ = static_cast<float*>(alloc(4 * int64_t{logit_rows_cap_} * V, "logits"));
+    probs_ = static_cast<float*>(alloc(4 * logits_cap_ * V, "sampling probabilities"));
     const int64_t widest = std::max<int64_t>({C, QKV, FIN, cfg_.q_dim(), cfg_.ffn_dim});
     xb_ = static_cast<uint16_t*>(alloc(2 * R * widest, "bf16 activations"));
     ids_ = static_cast<int32_t*>(alloc(4 * R, "sampled ids"));
@@ -324,7 +327,7 @@ void CudaDecoder::set_blocks(int seq, const int32_t* blocks, int n) {
   n_table_rows_ = std::max(n_table_rows_, seq + 1);
 }
 
-void CudaDecoder::check(const DeviceStep& step) const {
+void CudaDecoder::check(const DeviceStep& step, int max_logit_rows) const {
   auto bad = [](const std::string& m) { throw DeviceError("cuda decoder: " + m, false); };
   if (!pool_) bad("no KV pool: allocate() first");
   const auto n = static_cast<int>(step.token.size());
@@ -332,7 +335,8 @@ void CudaDecoder::check(const DeviceStep& step) const {
   if (step.seq.size() != step.token.size() || step.pos.size() != step.token.size())
     bad("token, seq and pos must have one entry per row");
   const auto nl = static_cast<int>(step.logit_rows.size());
-  if (nl <= 0 || nl > std::min(n, max_seqs_)) bad(absl::StrCat("1..", std::min(n, max_seqs_), " logit rows, got ", nl));
+  const int max_nl = std::min(n, max_logit_rows);
+  if (nl <= 0 || nl > max_nl) bad(absl::StrCat("1..", max_nl, " logit rows, got ", nl));
   for (int r = 0; r < n; ++r) {
     if (step.token[r] < 0 || step.token[r] >= cfg_.n_vocab) bad(absl::StrCat("token ", step.token[r], " out of range"));
     if (step.seq[r] < 0 || step.seq[r] >= max_seqs_) bad(absl::StrCat("sequence slot ", step.seq[r], " out of range"));
@@ -344,12 +348,12 @@ void CudaDecoder::check(const DeviceStep& step) const {
 }
 
 std::pair<int, int> CudaDecoder::stage(const DeviceStep& step, const std::vector<cuda::SampleParams>* sampling,
-                                       bool pad) {
-  check(step);
+                                       bool pad, bool hidden) {
+  check(step, sampling ? max_seqs_ : hidden ? max_rows_ : logit_rows_cap_);
   const int n = static_cast<int>(step.token.size()), nl = static_cast<int>(step.logit_rows.size());
   const int R = rows_cap_;
   const int nb = pad ? pow2_at_least(n) : n;
-  const int nlb = pad ? std::min(nb, pow2_at_least(nl)) : nl;
+  const int nlb = pad ? std::min({nb, pow2_at_least(nl), logits_cap_}) : nl;
   auto* i32 = reinterpret_cast<int32_t*>(meta_host_);
   std::copy(step.token.begin(), step.token.end(), i32);
   std::copy(step.seq.begin(), step.seq.end(), i32 + R);
@@ -406,7 +410,7 @@ void CudaDecoder::linear(const Linear& L, const float* x, int rows, float* y, bo
   if (L.b) cuda::add_bias(y, L.b, rows, L.n_out, stream_);
 }
 
-void CudaDecoder::enqueue(int n, int nl, bool sample) {
+void CudaDecoder::enqueue(int n, int nl, Out out) {
   const ModelConfig& s = cfg_;
   const int C = static_cast<int>(s.dim), H = static_cast<int>(s.n_head), V = static_cast<int>(s.n_vocab);
   mark(nullptr);
@@ -444,6 +448,11 @@ void CudaDecoder::enqueue(int n, int nl, bool sample) {
     mark("act_mlp_out");
   }
   cuda::gather_rows(x_, logit_rows_dev_, nl, C, h_, stream_);
+  if (out == Out::kHidden) {  // the final-norm rows into x_, no lm_head
+    norm(h_, final_norm_w_, final_norm_b_, nl, x_);
+    mark("norm");
+    return;
+  }
   if (llama_) {  // the residual stream is spent: x_ takes the normed rows when the norm runs alone
     linear(lm_head_, h_, nl, logits_, false, cuda::GemvInput::kRmsNorm, final_norm_w_, x_);
   } else {
@@ -451,28 +460,28 @@ void CudaDecoder::enqueue(int n, int nl, bool sample) {
     linear(lm_head_, x_, nl, logits_, false);
   }
   mark("norm_lm_head");
-  if (sample) {
+  if (out == Out::kSample) {
     cuda::sample_rows(logits_, nl, V, params_dev_, probs_, ids_, stream_);
     mark("sample");
   }
 }
 
-void CudaDecoder::run(int n, int nl, bool sample) {
-  if (!opts_.cuda_graphs || profiling_ || n > kMaxGraphRows) {
-    enqueue(n, nl, sample);
+void CudaDecoder::run(int n, int nl, Out out) {
+  if (!opts_.cuda_graphs || profiling_ || n > kMaxGraphRows || out != Out::kSample) {
+    enqueue(n, nl, out);
     return;
   }
-  const auto key = std::make_tuple(n, nl * 2 + (sample ? 1 : 0), split_.split_len, split_.n_splits);
+  const auto key = std::make_tuple(n, nl, split_.split_len, split_.n_splits);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     if (static_cast<int>(graphs_.size()) >= kMaxGraphs) {  // bounded: this shape runs with direct launches
-      enqueue(n, nl, sample);
+      enqueue(n, nl, out);
       return;
     }
     cudaGraph_t g = nullptr;
     FROST_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue(n, nl, sample);
+      enqueue(n, nl, out);
     } catch (...) {
       cudaStreamEndCapture(stream_, &g);
       if (g) cudaGraphDestroy(g);
@@ -505,8 +514,8 @@ int CudaDecoder::forward(const DeviceStep& step, const std::vector<cuda::SampleP
   if (sampling.size() != step.logit_rows.size())
     throw DeviceError("cuda decoder: one sampling entry per logit row", false);
   try {
-    const auto [n, nl] = stage(step, &sampling, opts_.cuda_graphs && !profiling_);
-    run(n, nl, true);
+    const auto [n, nl] = stage(step, &sampling, opts_.cuda_graphs && !profiling_, false);
+    run(n, nl, Out::kSample);
     const auto real = static_cast<int>(step.logit_rows.size());
     FROST_CUDA_CHECK(cudaMemcpyAsync(ids_host_, ids_, 4 * static_cast<size_t>(real), cudaMemcpyDeviceToHost, stream_));
     const size_t V = static_cast<size_t>(cfg_.n_vocab);
@@ -529,10 +538,27 @@ int CudaDecoder::forward(const DeviceStep& step, const std::vector<cuda::SampleP
 std::vector<float> CudaDecoder::forward_logits(const DeviceStep& step) {
   if (broken_) throw DeviceError(absl::StrCat("cuda:", opts_.device, " failed earlier (sticky error)"), true);
   try {
-    const auto [n, nl] = stage(step, nullptr, false);
-    enqueue(n, nl, false);
+    const auto [n, nl] = stage(step, nullptr, false, false);
+    enqueue(n, nl, Out::kLogits);
     std::vector<float> out(static_cast<size_t>(nl) * static_cast<size_t>(cfg_.n_vocab));
     FROST_CUDA_CHECK(cudaMemcpyAsync(out.data(), logits_, 4 * out.size(), cudaMemcpyDeviceToHost, stream_));
+    FROST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    collect_profile();
+    return out;
+  } catch (const DeviceError&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(e);
+  }
+}
+
+std::vector<float> CudaDecoder::forward_hidden(const DeviceStep& step) {
+  if (broken_) throw DeviceError(absl::StrCat("cuda:", opts_.device, " failed earlier (sticky error)"), true);
+  try {
+    const auto [n, nl] = stage(step, nullptr, false, true);
+    enqueue(n, nl, Out::kHidden);
+    std::vector<float> out(static_cast<size_t>(nl) * static_cast<size_t>(cfg_.dim));
+    FROST_CUDA_CHECK(cudaMemcpyAsync(out.data(), x_, 4 * out.size(), cudaMemcpyDeviceToHost, stream_));
     FROST_CUDA_CHECK(cudaStreamSynchronize(stream_));
     collect_profile();
     return out;

@@ -57,6 +57,7 @@ class CudaDecoder final : public DeviceDecoder {
   int forward(const DeviceStep& step, const std::vector<cuda::SampleParams>& sampling, int32_t* ids,
               float* host_logits) override;
   std::vector<float> forward_logits(const DeviceStep& step) override;
+  std::vector<float> forward_hidden(const DeviceStep& step) override;
   DeviceMemory memory() const override;
 
   const ModelConfig& config() const { return cfg_; }
@@ -85,11 +86,13 @@ class CudaDecoder final : public DeviceDecoder {
   void* alloc(int64_t bytes, const char* what);
   const float* upload_f32(const at::Tensor& t, const char* what);
   const void* upload_w(const at::Tensor& t, const char* what);
-  void check(const DeviceStep& step) const;
+  void check(const DeviceStep& step, int max_logit_rows) const;
   // Copies the step's metadata up; returns the (rows, logit rows) the kernels run, padded when graphs are on.
-  std::pair<int, int> stage(const DeviceStep& step, const std::vector<cuda::SampleParams>* sampling, bool pad);
-  void enqueue(int n_rows, int n_logits, bool sample);
-  void run(int n_rows, int n_logits, bool sample);
+  std::pair<int, int> stage(const DeviceStep& step, const std::vector<cuda::SampleParams>* sampling, bool pad,
+                            bool hidden);
+  enum class Out { kLogits, kSample, kHidden };  // what a step ends with
+  void enqueue(int n_rows, int n_logits, Out out);
+  void run(int n_rows, int n_logits, Out out);
   void linear(const Linear& L, const float* x, int rows, float* y, bool accumulate,
               cuda::GemvInput in = cuda::GemvInput::kPlain, const float* norm_w = nullptr, float* scratch = nullptr);
   void norm(const float* x, const float* w, const float* b, int rows, float* out);
@@ -119,7 +122,10 @@ class CudaDecoder final : public DeviceDecoder {
 
   // KV pool (n_blocks_ + 1 blocks: the last is the padding rows' spare) and step buffers
   cuda::KvLayout kv_;
-  int n_blocks_ = 0, max_rows_ = 0, max_seqs_ = 0, max_blocks_ = 0, rows_cap_ = 0;
+  // rows_cap_: rows a step may run (padded); logits_cap_: sampled rows (padded); logit_rows_cap_: rows of
+  // logits forward_logits may ask for (hidden states: up to the rows).
+  int n_blocks_ = 0, max_rows_ = 0, max_seqs_ = 0, max_blocks_ = 0, rows_cap_ = 0, logits_cap_ = 0,
+      logit_rows_cap_ = 0;
   uint8_t* pool_ = nullptr;
   float *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gu_ = nullptr, *act_ = nullptr,
         *logits_ = nullptr, *probs_ = nullptr, *attn_part_ = nullptr;

@@ -82,6 +82,9 @@ class DeviceDecoder {
                       float* host_logits) = 0;
   // The logits [logit rows, V] of a step, all copied back (tests, the twin's comparisons).
   virtual std::vector<float> forward_logits(const DeviceStep& step) = 0;
+  // The final-norm hidden states [logit rows, C] of a step, copied back, no lm_head (Predict's backbone
+  // features). Any number of logit rows up to the step's rows.
+  virtual std::vector<float> forward_hidden(const DeviceStep& step) = 0;
   virtual DeviceMemory memory() const = 0;
 };
 

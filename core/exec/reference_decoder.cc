@@ -111,7 +111,7 @@ uint8_t* ReferenceDecoder::block_base(int seq, int pos, int layer, int* row) {
   return pool_.data() + (static_cast<int64_t>(b) * kv_.n_layer + layer) * kv_.layer_block_bytes();
 }
 
-std::vector<float> ReferenceDecoder::run(const DeviceStep& step) {
+std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
   namespace ref = cuda::ref;
   if (fault_ != 0) {
     const bool sticky = fault_ == 2;
@@ -214,6 +214,7 @@ std::vector<float> ReferenceDecoder::run(const DeviceStep& step) {
     std::memcpy(last.data() + static_cast<size_t>(i) * C, x.data() + static_cast<size_t>(step.logit_rows[i]) * C,
                 sizeof(float) * C);
   norm(last.data(), final_norm_w_, final_norm_b_, nl, hn.data());
+  if (hidden) return hn;
   std::vector<float> logits(static_cast<size_t>(nl) * V);
   ref::linear(lm_head_.empty() ? tok_embed_.data() : lm_head_.data(), hn.data(), nl, V, C, nullptr, false, bf16_,
               logits.data());
@@ -223,6 +224,8 @@ std::vector<float> ReferenceDecoder::run(const DeviceStep& step) {
 int ReferenceDecoder::forward(const DeviceStep& step, const std::vector<cuda::SampleParams>& sampling, int32_t* ids,
                               float* host_logits) {
   if (sampling.size() != step.logit_rows.size()) bad("one sampling entry per logit row");
+  if (static_cast<int>(sampling.size()) > max_seqs_)
+    bad(absl::StrCat(sampling.size(), " sampled rows in a step of at most ", max_seqs_, " sequences"));
   const std::vector<float> logits = run(step);
   const auto V = static_cast<size_t>(cfg_.n_vocab);
   int copied = 0;
@@ -239,6 +242,8 @@ int ReferenceDecoder::forward(const DeviceStep& step, const std::vector<cuda::Sa
 }
 
 std::vector<float> ReferenceDecoder::forward_logits(const DeviceStep& step) { return run(step); }
+
+std::vector<float> ReferenceDecoder::forward_hidden(const DeviceStep& step) { return run(step, true); }
 
 DeviceMemory ReferenceDecoder::memory() const {
   DeviceMemory m;

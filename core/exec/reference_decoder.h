@@ -27,6 +27,7 @@ class ReferenceDecoder final : public DeviceDecoder {
   int forward(const DeviceStep& step, const std::vector<cuda::SampleParams>& sampling, int32_t* ids,
               float* host_logits) override;
   std::vector<float> forward_logits(const DeviceStep& step) override;
+  std::vector<float> forward_hidden(const DeviceStep& step) override;
   DeviceMemory memory() const override;
 
   // Tests: the next forward() throws DeviceError(sticky) — what a lost CUDA context does — and so does every
@@ -36,7 +37,8 @@ class ReferenceDecoder final : public DeviceDecoder {
  private:
   ReferenceDecoder(const ModelConfig& cfg, const DeviceOptions& opts) : cfg_(cfg), opts_(opts) {}
   void check(const DeviceStep& step) const;
-  std::vector<float> run(const DeviceStep& step);  // logits [logit rows, V]
+  // logits [logit rows, V], or (hidden) the final-norm rows [logit rows, C]
+  std::vector<float> run(const DeviceStep& step, bool hidden = false);
   uint8_t* block_base(int seq, int pos, int layer, int* row);
 
   struct Layer {

@@ -17,6 +17,17 @@ struct LoadOptions {
   TokenizerPreference tokenizer = TokenizerPreference::kAuto;
 };
 
+// Computes the backbone's final-norm hidden states of a token sequence somewhere other than the CPU reference
+// forward: the served device's own decoder (core/exec/hidden_states.h). Predict and the prototype jobs' feature
+// cache ask through core/prototype/features.h backbone_hidden(). Thread-safe (calls may be serialized inside).
+class HiddenStateSource {
+ public:
+  virtual ~HiddenStateSource() = default;
+  virtual std::string device() const = 0;  // "cuda:0", "reference"
+  // [n, C] fp32 in host memory, 1 <= n <= max_pos.
+  virtual absl::StatusOr<at::Tensor> hidden(const std::vector<int32_t>& tokens) const = 0;
+};
+
 struct LoadedModel {
   std::string name;    // "stories260K" (directory name) or "builtin:tiny"
   std::string source;  // absolute directory, or the builtin name
@@ -24,6 +35,9 @@ struct LoadedModel {
   std::unique_ptr<Transformer> model;      // immutable after load, shared read-only
   std::unique_ptr<Tokenizer> tokenizer;
   double t_load_s = 0;
+  // Where backbone features come from (set by the server for model.device other than cpu, before the model is
+  // shared); null = Transformer::forward on the CPU.
+  std::shared_ptr<const HiddenStateSource> hidden_source;
 };
 
 // Errors: NOT_FOUND (missing directory/config.json/weights), INVALID_ARGUMENT for malformed

@@ -99,6 +99,7 @@ absl::StatusOr<std::vector<int32_t>> tokenize_truncated(const LoadedModel& model
 }
 
 absl::StatusOr<at::Tensor> backbone_hidden(const LoadedModel& model, const std::vector<int32_t>& tokens) {
+  if (model.hidden_source) return model.hidden_source->hidden(tokens);  // the served device's decoder
   return torch_call([&] {
     const int64_t n = static_cast<int64_t>(tokens.size());
     SequenceKv kv(model.model->kv_spec(n, KvCodecKind::kF32));

@@ -49,7 +49,9 @@ struct FeatureBatch {
 absl::StatusOr<std::vector<int32_t>> tokenize_truncated(const LoadedModel& model, const std::string& text,
                                                         int64_t max_tokens);
 
-// Final-norm hidden states [n, d_model] fp32 of one token sequence (1 <= n <= max_pos).
+// Final-norm hidden states [n, d_model] fp32 of one token sequence (1 <= n <= max_pos): from the served
+// device's decoder when the model has a hidden_source (model.device other than cpu), else the CPU reference
+// forward.
 absl::StatusOr<at::Tensor> backbone_hidden(const LoadedModel& model, const std::vector<int32_t>& tokens);
 
 // Hidden states of several texts, padded: what Predict runs per request.

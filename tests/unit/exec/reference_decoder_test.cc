@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/exec/hidden_states.h"
 #include "core/generate/sampler.h"
+#include "core/prototype/features.h"
 #include "core/kv/sequence_kv.h"
 #include "kernels/cuda/reference.h"
 #include "tests/testing/decoder_harness.h"
@@ -271,6 +273,52 @@ TEST(ReferenceDecoderTest, RefusesAStepItCannotRunThenKeepsServing) {
       EXPECT_TRUE(e.sticky()) << e.what();
     }
   }
+}
+
+// Predict's and the jobs' backbone features on a device (core/exec/hidden_states.h): the final-norm hidden
+// states of every position from the device's own decoder, within 1e-4 of the CPU reference forward's; and the
+// feature paths (encode_texts, FeatureCache) ask the model's source when it has one.
+TEST(DeviceHiddenStatesTest, FeaturesComeFromTheDeviceAndEqualTheCpus) {
+  for (const char* name : {"builtin:tiny", "builtin:tiny-gpt2"}) {
+    SCOPED_TRACE(name);
+    auto cpu = load_model(name);
+    ASSERT_TRUE(cpu.ok());
+    ExecutorOptions o;
+    o.device.kind = DeviceKind::kReference;
+    auto src = make_hidden_source(**cpu, o);
+    ASSERT_TRUE(src.ok()) << src.status();
+    ASSERT_TRUE(*src);
+    EXPECT_EQ((*src)->device(), "reference");
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 37; ++i) ids.push_back(3 + (i * 53) % 500);
+    auto want = proto::backbone_hidden(**cpu, ids);  // no source: the CPU forward
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto device = load_model(name);
+    ASSERT_TRUE(device.ok());
+    (*device)->hidden_source = *src;
+    auto got = proto::backbone_hidden(**device, ids);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->sizes(), want->sizes());
+    const double scale = std::max(1.0, want->abs().max().item<double>());
+    EXPECT_LT((*got - *want).abs().max().item<double>() / scale, 1e-4);
+    // Predict's path and the feature cache go through the source: the same rows (fp16-rounded) as the CPU's.
+    auto fb_dev = proto::encode_texts(**device, {"a cat sat", "on the mat today"}, 64);
+    auto fb_cpu = proto::encode_texts(**cpu, {"a cat sat", "on the mat today"}, 64);
+    ASSERT_TRUE(fb_dev.ok() && fb_cpu.ok());
+    EXPECT_TRUE(at::equal(fb_dev->mask, fb_cpu->mask));
+    EXPECT_LT((fb_dev->h - fb_cpu->h).abs().max().item<double>(), 5e-3);  // one fp16 step at most
+    proto::FeatureCache::Options fo;
+    fo.max_tokens = 64;
+    auto cache = proto::FeatureCache::build(**device, {"one text", "and another one"}, fo);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    EXPECT_EQ((*cache)->size(), 2);
+  }
+  // The CPU device has no source: features stay on Transformer::forward.
+  auto cpu = load_model("builtin:tiny");
+  ASSERT_TRUE(cpu.ok());
+  auto none = make_hidden_source(**cpu, ExecutorOptions{});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(*none);
 }
 
 }  // namespace
