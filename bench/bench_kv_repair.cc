@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <string>
 #include <vector>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_split.h"
 #include "bench/bench_kv_common.h"

@@ -22,7 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/common/status_macros.h"
-#include "core/exec/step_executor.h"
+#include "core/exec/device_spec.h"
 
 namespace frost::server {
 namespace {

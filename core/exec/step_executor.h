@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/exec/device_spec.h"
 #include "core/kv/block_storage.h"
 #include "core/kv/kv_spec.h"
 #include "core/model/transformer.h"
@@ -115,15 +116,5 @@ class StepExecutor {
   // Thread-safe snapshot.
   virtual ExecutorStats stats() const = 0;
 };
-
-// model.device: "cpu", "cuda" / "cuda:N", or "reference" (the host reference device). INVALID_ARGUMENT naming
-// the value for anything else. *index = N (0 for "cuda").
-enum class DeviceKind { kCpu, kCuda, kReference };
-struct DeviceSpec {
-  DeviceKind kind = DeviceKind::kCpu;
-  int index = 0;
-  std::string name() const;  // "cpu" | "cuda:N" | "reference"
-};
-absl::StatusOr<DeviceSpec> parse_device(const std::string& text);
 
 }  // namespace frost

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
+#include <ATen/core/grad_mode.h>
 
 #include "core/kv/codec.h"
 #include "core/kv/kvsplice.h"

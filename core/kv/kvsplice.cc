@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

@@ -1,6 +1,7 @@
 #include "core/kv/repair.h"
 
 #include <cmath>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -1,6 +1,7 @@
 #include "core/prototype/predictor.h"
 
 #include <algorithm>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"

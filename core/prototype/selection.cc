@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <ATen/core/grad_mode.h>
 
 namespace frost::proto {
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"

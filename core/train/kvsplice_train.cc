@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

@@ -31,16 +31,38 @@ float bf16_value(uint16_t b) {
 float bf16_round(float f) { return bf16_value(bf16_bits(f)); }
 
 uint16_t f16_bits(float f) {
-  const _Float16 h = static_cast<_Float16>(f);  // IEEE conversion, round to nearest even
-  uint16_t b;
-  std::memcpy(&b, &h, 2);
-  return b;
+  // IEEE binary32 → binary16, round to nearest even (what __float2half_rn and F16C's vcvtps2ph do), written out
+  // so that it builds with any compiler (_Float16 is not on every x86 compiler).
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN stays NaN
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // ≥ 65520 (and inf) → inf
+  if (a < 0x38800000u) {  // below 2^-14: a subnormal half, a multiple of 2^-24 (the scaling is exact)
+    float v;
+    std::memcpy(&v, &a, 4);
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(v * 16777216.0f)));
+  }
+  const uint32_t v = a - 0x38000000u;  // rebias the exponent (127 → 15)
+  return static_cast<uint16_t>(sign | ((v + 0xfffu + ((v >> 13) & 1u)) >> 13));
 }
 
 float f16_value(uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  uint32_t bits;
+  if (e == 0) {  // zero or subnormal: m · 2^-24, exact in binary32
+    const float v = static_cast<float>(m) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &v, 4);
+    bits |= sign;
+  } else if (e == 31) {
+    bits = sign | 0x7f800000u | (m << 13);
+  } else {
+    bits = sign | ((e + 112u) << 23) | (m << 13);
+  }
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return r;
 }
 
 void rmsnorm(const float* x, const float* w, int rows, int dim, float eps, float* out) {

@@ -321,5 +321,31 @@ TEST(DeviceHiddenStatesTest, FeaturesComeFromTheDeviceAndEqualTheCpus) {
   EXPECT_FALSE(*none);
 }
 
+// The twins' fp16 conversion (the device's __float2half_rn, written out) against LibTorch's: every bit pattern of
+// half round-trips, and 200,000 floats over the whole range (normals, subnormals, overflow, ties) round alike.
+TEST(ReferenceTwinsTest, HalfConversionIsIeeeRoundToNearestEven) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = cuda::ref::f16_value(static_cast<uint16_t>(h));
+    const float want = static_cast<float>(c10::Half(static_cast<uint16_t>(h), c10::Half::from_bits()));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(f)) << h;
+      continue;
+    }
+    ASSERT_EQ(f, want) << h;
+    ASSERT_EQ(cuda::ref::f16_bits(f), h) << h;
+  }
+  std::mt19937 g(5);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = g();
+    if (i % 3 == 0) bits = (bits & 0x807fffffu) | (static_cast<uint32_t>(100 + i % 60) << 23);  // near half's range
+    if (i % 7 == 0) bits = (bits & 0xffffe000u) | 0x1000u;  // an exact tie
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f)) continue;
+    const c10::Half want(f);
+    ASSERT_EQ(cuda::ref::f16_bits(f), want.x) << f;
+  }
+}
+
 }  // namespace
 }  // namespace frost

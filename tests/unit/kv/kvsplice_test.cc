@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <map>
+#include <ATen/core/grad_mode.h>
 
 #include "core/common/fs.h"
 #include "core/train/kvsplice_train.h"

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <ATen/core/grad_mode.h>
 
 #include "core/model/kv_dims.h"
 #include "core/kv/repair_set.h"

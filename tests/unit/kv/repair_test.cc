@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <ATen/core/grad_mode.h>
 
 namespace frost {
 namespace {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <ATen/core/grad_mode.h>
 
 #include "core/prototype/artifact.h"
 #include "core/prototype/config.h"

@@ -1,4 +1,4 @@
-#include "core/exec/step_executor.h"
+#include "core/exec/device_spec.h"
 
 #include <cstdlib>
 
