@@ -18,6 +18,11 @@ if(FROST_BUILD_SERVER)
     if(TARGET frost_spm)
       set(dlopen_args --dlopen $<TARGET_FILE:frost_spm>)
     endif()
+    # A FROST_CUDA build links libcudart and libcublas from the CUDA Toolkit, which no Debian package holds: the
+    # image is the CPU build (no nvcc in its builder), so the test leaves that folder's libraries out.
+    if(FROST_CUDA AND CUDAToolkit_LIBRARY_DIR)
+      list(APPEND dlopen_args --cuda-lib-dir ${CUDAToolkit_LIBRARY_DIR})
+    endif()
     add_test(NAME deploy_image
       COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/deploy/image_test.py
         --frostd $<TARGET_FILE:frostd> --frostctl $<TARGET_FILE:frostctl> ${dlopen_args}

@@ -256,8 +256,16 @@ def library_packages(binaries):
     return out
 
 
-def check_libraries(libs_by_bin, listed, dpkg):
-    """Problems (strings) of the runtime list against the binaries' libraries."""
+def under(path, dirs):
+    real = os.path.realpath(path)
+    return any(real == d or real.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def check_libraries(libs_by_bin, listed, dpkg, cuda_dirs=()):
+    """Problems (strings) of the runtime list against the binaries' libraries. Libraries of the CUDA Toolkit
+    (cuda_dirs: a FROST_CUDA build links libcudart and libcublas from it) are left out: the image is a CPU
+    build (its builder has no nvcc, so `make configure` leaves FROST_CUDA off; check_dockerfile holds it
+    there), and a CUDA image takes them from an NVIDIA CUDA base image, not from Debian."""
     problems = []
     for p in listed:
         if p not in dpkg.installed and not dpkg.satisfiers(p):
@@ -266,6 +274,8 @@ def check_libraries(libs_by_bin, listed, dpkg):
     chosen, _ = dpkg.closure(listed)
     for b, rows in libs_by_bin.items():
         for soname, path, pkg in rows:
+            if pkg is None and under(path, cuda_dirs):
+                continue
             if pkg is None:
                 problems.append(f"{os.path.basename(b)}: {soname} ({path}) belongs to no Debian package, so no "
                                 "package list can ship it (built by hand? install it from a package)")
@@ -372,6 +382,10 @@ def check_dockerfile(text, image_cfg, default_cfg, src, dlopened=()):
             problems.append(f"Dockerfile: stage {i + 1} ({name or 'unnamed'}) is FROM '{image}', not Debian bookworm")
     if re.search(r"-march=native|FROST_MARCH\s*=\s*['\"]?native", text):
         problems.append("Dockerfile: builds with -march=native; the image must keep FROST_MARCH's portable default")
+    if re.search(r"FROST_CUDA\s*=\s*['\"]?(ON|1|TRUE|YES)", text, re.I) or re.search(r"nvidia/cuda|nvcc", text):
+        problems.append("Dockerfile: builds with CUDA; the image is the CPU build (its runtime stage ships Debian "
+                        "packages only, and CUDA's libraries are no Debian package): a CUDA image is its own "
+                        "Dockerfile on an NVIDIA CUDA base")
 
     build_runs = " ".join(a for _, ins in stages[:-1] for i, a in ins if i == "RUN")
     if not re.search(r"scripts/install_deps\.sh|make\s+(\S+\s+)*(deps|configure|build)\b", build_runs):
@@ -544,12 +558,12 @@ def make_image_config(src, tmp):
         return config_facts(f.read())
 
 
-def self_check(listed, libs_by_bin, dpkg, dockerfile, image_cfg, default_cfg, src, dlopened, bins):
+def self_check(listed, libs_by_bin, dpkg, dockerfile, image_cfg, default_cfg, src, dlopened, bins, cuda_dirs=()):
     """The checks must fail on broken inputs. Returns (problems, load-bearing packages)."""
     problems = []
     bearing = []
     for p in listed:
-        if check_libraries(libs_by_bin, [q for q in listed if q != p], dpkg):
+        if check_libraries(libs_by_bin, [q for q in listed if q != p], dpkg, cuda_dirs):
             bearing.append(p)
     if not bearing:
         problems.append("self-check: dropping any one package from the list leaves every library covered; the "
@@ -577,6 +591,7 @@ def self_check(listed, libs_by_bin, dpkg, dockerfile, image_cfg, default_cfg, sr
     mutate(r"^COPY deploy/image/runtime-packages\.txt", "COPY deploy/image/other.txt", "runtime-packages.txt")
     mutate(r'"--config", "/etc/frost/frost.yaml"', '"--config", "/etc/frost/other.yaml"', "--config")
     mutate(r"^WORKDIR .*$", "WORKDIR /", "model.path")
+    mutate(r'^ARG CMAKE_FLAGS="', 'ARG CMAKE_FLAGS="-DFROST_CUDA=ON ', "builds with CUDA")
     mutate(r"^COPY core core$", "", "adds core/")
     if dlopened:
         if not check_runtime_loaded(bins, []):
@@ -596,6 +611,9 @@ def main():
                          "Dockerfile must ship it")
     ap.add_argument("--source-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     ap.add_argument("--packages", help="package list to check (default: deploy/image/runtime-packages.txt)")
+    ap.add_argument("--cuda-lib-dir", action="append", default=[], metavar="DIR",
+                    help="the CUDA Toolkit's library folder of a FROST_CUDA build (repeatable): its libraries are "
+                         "not the CPU image's to ship")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every library with its package")
     args = ap.parse_args()
     src = os.path.abspath(args.source_dir)
@@ -617,7 +635,13 @@ def main():
         bins = [os.path.abspath(args.frostd), os.path.abspath(args.frostctl)]
         dlopened = [os.path.abspath(d) for d in args.dlopen]
         libs = library_packages(bins + dlopened)
-        problems += check_libraries(libs, listed, dpkg)
+        cuda_dirs = [os.path.realpath(d) for d in args.cuda_lib_dir]
+        problems += check_libraries(libs, listed, dpkg, cuda_dirs)
+        n_cuda = sorted({os.path.basename(p) for rows in libs.values() for _, p, pkg in rows
+                         if pkg is None and under(p, cuda_dirs)})
+        if n_cuda:
+            print(f"image_test: a FROST_CUDA build: {', '.join(n_cuda)} come from the CUDA Toolkit "
+                  f"({', '.join(cuda_dirs)}), not shipped by the CPU image (built without FROST_CUDA)")
         problems += check_runtime_loaded(bins, dlopened)
 
         with open(os.path.join(src, "configs/default.yaml")) as f:
@@ -632,7 +656,7 @@ def main():
         with open(os.path.join(src, "Makefile")) as f:
             problems += check_makefile(f.read())
 
-        sc, bearing = self_check(listed, libs, dpkg, dockerfile, image_cfg, default_cfg, src, dlopened, bins)
+        sc, bearing = self_check(listed, libs, dpkg, dockerfile, image_cfg, default_cfg, src, dlopened, bins, cuda_dirs)
         problems += sc
     except Fail as e:
         problems.append(str(e))

@@ -470,7 +470,11 @@ def check_render(c, label, objs, defaults, expect_gpu, placeholder_tokens):
     else:
         c.check(gpu is None and not node_sel, f"{label}: replicas ask for no GPU")
     c.check("nvidia.com/gpu" not in str(trn.container.get("resources")), f"{label}: the trainer asks for no GPU")
-    c.check("device" not in inf.effective["model"], f"{label}: no model.device (not implemented by frostd yet)")
+    # The image is the CPU build (Dockerfile: no nvcc, FROST_CUDA off): a config naming a CUDA device would
+    # fail at start there (frostd refuses model.device cuda:N without a CUDA build).
+    for r in (inf, trn):
+        dev = r.effective["model"].get("device", "cpu")
+        c.check(dev == "cpu", f"{label}: {r.name} model.device is cpu (the image is a CPU build)", repr(dev))
 
     # Services.
     pod_labels = {r.name: r.workload["spec"]["template"]["metadata"]["labels"] for r in (inf, trn)}
