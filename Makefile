@@ -30,12 +30,14 @@ build: configure
 
 # frostd on configs/default.yaml (the built-in model: no files needed). It prints the frostctl
 # line to try once it is ready; Ctrl-C drains and stops it. Extra flags: make run ARGS="--model ../shared/models/stories260K".
+# The OpenAI-compatible HTTP API listens on HTTP (127.0.0.1:8000; HTTP= turns it off).
 CONFIG ?= configs/default.yaml
 ARGS ?=
+HTTP ?= 127.0.0.1:8000
 run: configure
 	cmake --build $(BUILD) -j $(JOBS) --target frostd frostctl
 	@echo "make run: starting frostd with $(CONFIG)"
-	exec $(BUILD)/server/frostd --config $(CONFIG) $(ARGS)
+	exec $(BUILD)/server/frostd --config $(CONFIG) --http-listen "$(HTTP)" $(ARGS)
 
 # Every test: the file parsers under ASan, the fuzz targets' CI slice (seeds + regression inputs, then
 # FUZZ_CI_SECONDS each; ~4 min cold on 2 cores), then all unit + model (golden) + integration suites with
@@ -43,6 +45,7 @@ run: configure
 test: build
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory fuzz-ci
+	@bash scripts/install_openai_client.sh >/dev/null
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # The `gpu` label alone: every CUDA kernel against its CPU twin, the CUDA decoder against the host reference
@@ -91,6 +94,12 @@ bench-serve: configure
 bench-weights: configure
 	cmake --build $(BUILD) -j $(JOBS) --target frost-bench
 	bash scripts/bench_weights.sh $(BUILD)
+
+# Structured output (guided_json / guided_regex / guided_grammar) over the OpenAI API: validity of >= 200 random
+# schemas, the constraint's first-token cost, constrained vs free throughput, HTTP vs gRPC → bench/results/structured_output.json.
+bench-structured: configure
+	cmake --build $(BUILD) -j $(JOBS) --target frostd frost-loadgen
+	node bench/structured_output_bench.mjs --frostd $(BUILD)/server/frostd --loadgen $(BUILD)/bench/frost-loadgen $(ARGS)
 
 # Coverage-guided fuzzing of the parsers of untrusted bytes (docs/fuzzing.md): clang + libFuzzer with ASan and UBSan
 # in build-fuzz (scripts/fuzz.sh installs clang when missing), every target FUZZ_SECONDS one after another → execs/s,

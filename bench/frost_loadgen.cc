@@ -26,11 +26,16 @@
 // every 50 ms during the measured phase and the peaks of the KV pool and the counter deltas are reported
 // ("server_metrics": peak KV bytes in use and, at that moment, the bytes the held positions need).
 //
+// --http HOST:PORT: the warm-up and measured requests go through frostd's OpenAI API instead (streamed
+// POST /v1/completions, the same prompts, max_tokens, ignore_eos, temperature and seeds; --addr still names the
+// gRPC port for readiness and the model's vocabulary), so the two protocols are compared on the same load.
+//
 // --seed S: request i (warm-up included) is sent with seed S + i, so streams differ but a run
 // repeats exactly. --wait-ready S: first retry a one-token Generate until it succeeds (UNAVAILABLE
 // while frostd loads its model), up to S seconds. JSON is the only output format; --json is
 // accepted for symmetry with frost-bench.
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -65,7 +70,7 @@ constexpr char kUsage[] =
     "usage: frost-loadgen [--addr HOST:PORT] [--concurrency N] [--connections C] [--requests M] [--warmup K] "
     "[--max-tokens T] [--prompt TEXT | --prompt-ids N [--shared-prefix P]] [--background-prompt B] "
     "[--metrics-addr HOST:PORT] [--temperature X] [--seed S] [--timeout SECONDS] [--wait-ready SECONDS] "
-    "[--json]\n";
+    "[--http HOST:PORT] [--json]\n";
 
 // Distinct error messages kept in the JSON, each with its count (status_counts covers every request).
 constexpr size_t kMaxErrorMessages = 10;
@@ -91,6 +96,7 @@ struct Options {
   int shared_prefix = 0;      // ids shared by every prompt, in front
   int background_prompt = 0;  // > 0: one extra client prefilling prompts of this length
   std::string metrics_addr;   // frostd's /metrics, scraped during the measured phase
+  std::string http_addr;      // the OpenAI API: measured (and warm-up) requests go through /v1/completions
 };
 
 // -h / --help: the usage on stdout, exit 0.
@@ -134,6 +140,11 @@ Options parse_flags(int argc, char** argv) {
       frost::cli::int32_flag("--prompt-ids", 1, [&](int32_t v) { o.prompt_ids = v; }),
       frost::cli::int32_flag("--shared-prefix", 0, [&](int32_t v) { o.shared_prefix = v; }),
       frost::cli::int32_flag("--background-prompt", 1, [&](int32_t v) { o.background_prompt = v; }),
+      Flag{"--http", true,
+           [&](const std::string& v) {
+             o.http_addr = v;
+             return check("--http", v.find(':') != std::string::npos, "HOST:PORT", v);
+           }},
       Flag{"--metrics-addr", true,
            [&](const std::string& v) {
              o.metrics_addr = v;
@@ -396,6 +407,113 @@ std::vector<RequestResult> run_phase(const Options& o, int first_index, int coun
   return results;
 }
 
+// The same requests through the OpenAI API (--http): POST /v1/completions with stream: true, one thread and one
+// keep-alive connection per lane (cpp-httplib's client; its blocking reads cost a wake-up per event, which the
+// gRPC lanes above avoid: the comparison is, if anything, unfair to HTTP). Tokens are counted from the final
+// usage chunk (stream_options.include_usage); each SSE event with text is one token-carrying chunk.
+std::vector<RequestResult> run_phase_http(const Options& o, int first_index, int count, const std::string& model,
+                                          double* wall_s) {
+  std::vector<RequestResult> results(static_cast<size_t>(count));
+  const size_t colon = o.http_addr.rfind(':');
+  const std::string host = o.http_addr.substr(0, colon);
+  const int port = std::atoi(o.http_addr.c_str() + colon + 1);
+  std::atomic<int> next{0};
+  const int n_lanes = std::min(o.concurrency, count);
+  const Clock::time_point t0 = Clock::now();
+  std::vector<std::thread> lanes;
+  for (int t = 0; t < n_lanes; ++t) {
+    lanes.emplace_back([&] {
+      httplib::Client cli(host, port);
+      cli.set_keep_alive(true);
+      cli.set_read_timeout(static_cast<time_t>(o.timeout_s), 0);
+      for (int i = next++; i < count; i = next++) {
+        const frost::v1::GenerateRequest g = make_request(o, "loadgen-", first_index + i, o.max_tokens);
+        ordered_json body = {{"model", model}, {"max_tokens", o.max_tokens}, {"ignore_eos", true},
+                             {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+        if (g.has_token_ids()) {
+          body["prompt"] = std::vector<int32_t>(g.token_ids().ids().begin(), g.token_ids().ids().end());
+        } else {
+          body["prompt"] = g.text();
+        }
+        if (g.sampling().has_temperature()) body["temperature"] = g.sampling().temperature();
+        if (g.sampling().has_seed()) body["seed"] = g.sampling().seed();
+        RequestResult& r = results[static_cast<size_t>(i)];
+        const Clock::time_point start = Clock::now();
+        Clock::time_point first{}, last{};
+        std::string buf, finish;
+        int64_t usage_tokens = -1, events = 0;
+        bool done = false;
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/completions";
+        req.body = body.dump();
+        req.set_header("Content-Type", "application/json");
+        req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+          buf.append(data, len);
+          for (size_t end; (end = buf.find("\n\n")) != std::string::npos; buf.erase(0, end + 2)) {
+            const std::string ev = buf.substr(0, end);
+            if (ev.rfind("data: ", 0) != 0) continue;
+            const std::string payload = ev.substr(6);
+            if (payload == "[DONE]") {
+              done = true;
+              continue;
+            }
+            const ordered_json j = ordered_json::parse(payload, nullptr, false);
+            if (j.is_discarded()) continue;
+            if (j.contains("usage") && j["usage"].is_object()) usage_tokens = j["usage"]["completion_tokens"];
+            if (!j.contains("choices") || j["choices"].empty()) continue;
+            const ordered_json& c = j["choices"][0];
+            if (c.contains("finish_reason") && c["finish_reason"].is_string()) finish = c["finish_reason"];
+            if (!c.contains("text") || c["text"].get<std::string>().empty()) continue;
+            const Clock::time_point now = Clock::now();
+            if (events == 0) {
+              first = now;
+              r.ttft_s = seconds(now - start);
+            } else {
+              r.itl_s.push_back(seconds(now - last));
+            }
+            last = now;
+            ++events;
+          }
+          return true;
+        };
+        const httplib::Result res = cli.send(req);
+        r.e2e_s = seconds(Clock::now() - start);
+        r.chunks = events;
+        r.tokens = std::max<int64_t>(usage_tokens, 0);
+        if (events > 1) r.decode_s = seconds(last - first);
+        r.code = grpc::StatusCode::OK;
+        if (!res) {
+          r.code = grpc::StatusCode::UNAVAILABLE;
+          r.error = "HTTP: " + httplib::to_string(res.error());
+        } else if (res->status != 200) {
+          r.code = grpc::StatusCode::UNKNOWN;
+          r.error = "HTTP " + std::to_string(res->status);
+        } else if (!done || usage_tokens != o.max_tokens || finish != "length") {
+          r.error = "expected " + std::to_string(o.max_tokens) + " tokens, finish length and [DONE]; got " +
+                    std::to_string(usage_tokens) + " tokens, finish '" + finish + "'" + (done ? "" : ", no [DONE]");
+        } else {
+          r.valid = true;
+        }
+      }
+    });
+  }
+  for (auto& th : lanes) th.join();
+  *wall_s = seconds(Clock::now() - t0);
+  return results;
+}
+
+// The model id GET /v1/models reports ("" on any error).
+std::string http_model(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  httplib::Client cli(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1));
+  const httplib::Result res = cli.Get("/v1/models");
+  if (!res || res->status != 200) return "";
+  const ordered_json j = ordered_json::parse(res->body, nullptr, false);
+  if (j.is_discarded() || !j.contains("data") || j["data"].empty()) return "";
+  return j["data"][0]["id"].get<std::string>();
+}
+
 // GET /metrics from host:port (plain HTTP/1.0); "" on any error.
 std::string fetch_metrics(const std::string& addr) {
   const size_t colon = addr.rfind(':');
@@ -543,8 +661,16 @@ int main(int argc, char** argv) {
   g_vocab = info.vocab_size() > 0 ? info.vocab_size() : 32000;
 
   double warmup_wall_s = 0, wall_s = 0;
+  std::string model;
+  if (!o.http_addr.empty() && (model = http_model(o.http_addr)).empty()) {
+    std::fprintf(stderr, "frost-loadgen: --http %s: GET /v1/models failed\n", o.http_addr.c_str());
+    return 1;
+  }
+  auto phase = [&](int first, int count, double* wall) {
+    return o.http_addr.empty() ? run_phase(o, first, count, stubs, wall) : run_phase_http(o, first, count, model, wall);
+  };
   std::vector<RequestResult> warm;
-  if (o.warmup > 0) warm = run_phase(o, 0, o.warmup, stubs, &warmup_wall_s);
+  if (o.warmup > 0) warm = phase(0, o.warmup, &warmup_wall_s);
   // The background client: long prompts, one after another, while the measured phase runs.
   std::atomic<bool> bg_stop{false};
   std::vector<RequestResult> bg;
@@ -564,7 +690,7 @@ int main(int argc, char** argv) {
   }
   Scraper scraper;
   if (!o.metrics_addr.empty()) scraper.start(o.metrics_addr);
-  const std::vector<RequestResult> results = run_phase(o, o.warmup, o.requests, stubs, &wall_s);
+  const std::vector<RequestResult> results = phase(o.warmup, o.requests, &wall_s);
   scraper.finish();
   bg_stop = true;
   if (bg_thread.joinable()) bg_thread.join();

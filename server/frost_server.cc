@@ -154,6 +154,16 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   s->health_ = std::make_unique<Health>(s->server_.get(), s->metrics_.get());
   FROST_LOG_INFO("frostd: gRPC listening on %s (port %d)%s", cfg.server.listen.c_str(), s->grpc_port_,
                  cfg.server.reflection ? ", reflection on" : "");
+  if (!cfg.server.http.listen.empty()) {
+    absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> http =
+        OpenAiHttpServer::start(cfg, s->metrics_.get(), s->auth_.get(), s->tls_.get());
+    if (!http.ok()) {
+      s->drain(0);
+      return http.status();
+    }
+    s->http_ = *std::move(http);
+    s->http_port_ = s->http_->port();
+  }
 
   absl::StatusOr<int> mport;
   if (cfg.server.tls.metrics) {
@@ -275,6 +285,7 @@ absl::Status FrostServer::load_model() {
     return absl::Status(st.code(), absl::StrCat("jobs: ", st.message()));
   }
   generation_->set_engine(e);
+  if (http_) http_->set_engine(e);
   health_->set_ready(true);
   return absl::OkStatus();
 }
@@ -285,6 +296,7 @@ void FrostServer::drain(double timeout_s) {
   const int64_t t0 = RealClock::get().now_ns();
   if (health_) health_->set_ready(false);
   generation_->start_drain();
+  if (http_) http_->start_drain();
   if (runtime_) {
     runtime_->start_drain();
     runtime_->shutdown();  // running jobs checkpoint and go back to QUEUED
@@ -315,6 +327,11 @@ void FrostServer::drain(double timeout_s) {
     FROST_LOG_WARN("frostd: %lld streams still writing after %.0fs: cutting them",
                    static_cast<long long>(left), kStreamFlushS);
   }
+  while (http_ && http_->active() > 0 &&
+         static_cast<double>(RealClock::get().now_ns() - t_flush) * 1e-9 < kStreamFlushS) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (http_) http_->stop();
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
   if (health_) health_->shutdown();

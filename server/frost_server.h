@@ -23,6 +23,7 @@
 #include "server/generation_service.h"
 #include "server/admin_service.h"
 #include "server/health.h"
+#include "server/http_server.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/metrics_https.h"
@@ -45,6 +46,10 @@ class FrostServer {
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
+  // The OpenAI HTTP API's port (server.http.listen); 0 when it is off.
+  int http_port() const { return http_port_; }
+  // The served model's name once loaded ("" before).
+  std::string model_name() const { return engine_ ? engine_->model().name : ""; }
 
   // Loads model.path, builds the engine, warms it up, then turns readiness SERVING. Errors name the model
   // path; the server stays up and NOT_SERVING on failure.
@@ -75,10 +80,12 @@ class FrostServer {
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<InferenceService> inference_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<OpenAiHttpServer> http_;  // server.http.listen
   std::unique_ptr<Health> health_;
   std::shared_ptr<Engine> engine_;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
+  int http_port_ = 0;
   bool stopped_ = false;
 };
 

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/clock.h"
 #include "core/common/log.h"
@@ -101,6 +102,22 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
           absl::StrCat("sampling.logprobs must be in [0, ", limits.max_logprobs, "], got ", s.logprobs()));
     }
     p.logprobs = s.logprobs();
+  }
+  switch (s.constraint_case()) {
+    case v1::SamplingParams::kJsonSchema:
+      out.constraint = {constrain::ConstraintSpec::Kind::kJsonSchema, s.json_schema()};
+      break;
+    case v1::SamplingParams::kJsonObject:
+      if (s.json_object()) out.constraint = {constrain::ConstraintSpec::Kind::kJsonObject, ""};
+      break;
+    case v1::SamplingParams::kRegex:
+      out.constraint = {constrain::ConstraintSpec::Kind::kRegex, s.regex()};
+      break;
+    case v1::SamplingParams::kGrammar:
+      out.constraint = {constrain::ConstraintSpec::Kind::kGrammar, s.grammar()};
+      break;
+    case v1::SamplingParams::CONSTRAINT_NOT_SET:
+      break;
   }
   // Early, cheap checks on repeated fields, so a huge list never reaches the engine.
   if (s.stop_size() > limits.max_stop_strings) {
@@ -270,6 +287,13 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
       if (absl::IsResourceExhausted(st)) reason = RejectReason::kQueueFull;
       if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
       if (absl::IsFailedPrecondition(st)) reason = RejectReason::kFailedPrecondition;  // e.g. no KVSplice active
+      // The engine names a constraint that does not compile "constraint"; the client knows its proto field.
+      if (absl::StartsWith(st.message(), "constraint: ")) {
+        static constexpr const char* kField[] = {"sampling", "sampling.json_schema", "sampling.json_object",
+                                                 "sampling.regex", "sampling.grammar"};
+        const std::string field = kField[static_cast<int>(greq->constraint.kind)];
+        return reject(absl::Status(st.code(), absl::StrCat(field, st.message().substr(10))), reason);
+      }
       return reject(st, reason);
     }
   }

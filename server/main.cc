@@ -1,12 +1,14 @@
 // frostd: the frost gRPC server.
 //
 //   frostd [--config FILE] [--listen HOST:PORT] [--model PATH|builtin:NAME] [--device cpu|cuda:N|reference]
-//          [--metrics-listen HOST:PORT] [--port-file FILE] [--log-level LEVEL] [--state-dir DIR]
+//          [--metrics-listen HOST:PORT] [--http-listen HOST:PORT] [--port-file FILE] [--log-level LEVEL]
+//          [--state-dir DIR]
 //
 // Flags override the config file (configs/default.yaml documents every field); without
 // --config the built-in defaults apply (models/stories260K on 0.0.0.0:50051). The gRPC and metrics ports are bound
 //  before the model loads (liveness answers at once, readiness once the model is warm) and logged;
-//  --port-file also writes them, as "grpc=PORT\nmetrics=PORT\n", with an atomic rename, for scripts and tests
+//  --port-file also writes them, as "grpc=PORT\nmetrics=PORT\n" (and "http=PORT\n" with the OpenAI API on),
+//  with an atomic rename, for scripts and tests
 //  that start frostd on port 0.
 //
 // SIGHUP: re-read server.tls's certificate files (server/tls.h).
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -40,8 +43,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: frostd [--config FILE] [--listen HOST:PORT] [--model "
     "PATH|builtin:NAME] [--device DEVICE]\n"
-    "              [--metrics-listen HOST:PORT] [--port-file FILE] "
-    "[--log-level debug|info|warn|error]\n"
+    "              [--metrics-listen HOST:PORT] [--http-listen HOST:PORT] [--port-file FILE]\n"
+    "              [--log-level debug|info|warn|error]\n"
     "              [--load-delay-s SECONDS]\n"
     "\n"
     "  --config FILE             YAML config (configs/default.yaml documents "
@@ -55,8 +58,10 @@ constexpr char kUsage[] =
     "                            reference device), overrides model.device\n"
     "  --metrics-listen HOST:PORT  Prometheus /metrics address, overrides "
     "server.metrics_listen\n"
-    "  --port-file FILE          write the bound ports (grpc=PORT, "
-    "metrics=PORT) once listening\n"
+    "  --http-listen HOST:PORT   the OpenAI-compatible HTTP API's address, overrides server.http.listen\n"
+    "                            (port 0: pick a free port; \"\": off)\n"
+    "  --port-file FILE          write the bound ports (grpc=PORT, metrics=PORT, http=PORT) once\n"
+    "                            listening\n"
     "  --log-level LEVEL         overrides log.level\n"
     "  --state-dir DIR           overrides jobs.state_dir (journal, checkpoints, artifacts)\n"
     "  --load-delay-s SECONDS    wait this long before loading the model (for "
@@ -74,6 +79,7 @@ constexpr char kUsage[] =
 
 struct Flags {
   std::string config, listen, model, device, metrics_listen, port_file, log_level, state_dir;
+  std::optional<std::string> http_listen;
   double load_delay_s = 0;
 };
 
@@ -92,6 +98,7 @@ Flags parse_flags(int argc, char** argv) {
       frost::cli::string_flag("--device", set(&f.device)),
       frost::cli::string_flag("--metrics-listen", set(&f.metrics_listen)),
       frost::cli::string_flag("--port-file", set(&f.port_file)),
+      frost::cli::string_flag("--http-listen", [&f](const std::string& v) { f.http_listen = v; }),
       frost::cli::string_flag("--state-dir", set(&f.state_dir)),
       frost::cli::string_flag("--log-level", set(&f.log_level)),
       {"--load-delay-s", true, [&f](const std::string& v) -> absl::Status {
@@ -108,11 +115,12 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
-bool write_port_file(const std::string& path, int grpc_port, int metrics_port) {
+bool write_port_file(const std::string& path, int grpc_port, int metrics_port, int http_port) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << "grpc=" << grpc_port << "\nmetrics=" << metrics_port << "\n";
+    if (http_port > 0) out << "http=" << http_port << "\n";
     if (!out.good()) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
@@ -168,6 +176,7 @@ int main(int argc, char** argv) {
   }
   if (!flags.listen.empty()) cfg.server.listen = flags.listen;
   if (!flags.metrics_listen.empty()) cfg.server.metrics_listen = flags.metrics_listen;
+  if (flags.http_listen) cfg.server.http.listen = *flags.http_listen;
   if (!flags.model.empty()) cfg.model.path = flags.model;
   if (!flags.device.empty()) cfg.model.device = flags.device;
   if (!flags.state_dir.empty()) cfg.jobs.state_dir = flags.state_dir;
@@ -201,7 +210,7 @@ int main(int argc, char** argv) {
     }
   });
   if (!flags.port_file.empty() &&
-      !write_port_file(flags.port_file, (*server)->grpc_port(), (*server)->metrics_port())) {
+      !write_port_file(flags.port_file, (*server)->grpc_port(), (*server)->metrics_port(), (*server)->http_port())) {
     fail(absl::StrCat("--port-file: cannot write \"", flags.port_file, "\""));
   }
 
@@ -216,6 +225,12 @@ int main(int argc, char** argv) {
                  "frostd: ready. Try:\n  %s --addr 127.0.0.1:%d generate "
                  "--prompt \"Once upon a time\" --max-tokens 32\n",
                  frostctl_command().c_str(), (*server)->grpc_port());
+    if ((*server)->http_port() > 0) {
+      std::fprintf(stderr,
+                   "  curl -s http://127.0.0.1:%d/v1/completions -H 'Content-Type: application/json' "
+                   "-d '{\"model\": \"%s\", \"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n",
+                   (*server)->http_port(), (*server)->model_name().c_str());
+    }
   }
 
   stop.WaitForNotification();

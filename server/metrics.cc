@@ -175,7 +175,7 @@ Metrics::Metrics()
                        .Add({});
   requests_ = &BuildCounter()
                    .Name("frost_requests_total")
-                   .Help("Finished RPCs by method and gRPC status code.")
+                   .Help("Finished requests by method, gRPC status code and protocol (grpc, or http: the OpenAI API).")
                    .Register(*registry_);
   request_duration_ = &BuildHistogram()
                            .Name("frost_request_duration_seconds")
@@ -317,9 +317,10 @@ void Metrics::record_predictions(int64_t texts, int64_t out_of_distribution) {
 
 void Metrics::record_write_stall() { write_stalls_->Increment(); }
 
-void Metrics::record_request(const std::string& rpc, grpc::StatusCode code, double seconds) {
-  requests_->Add({{"rpc", rpc}, {"code", code_name(code)}}).Increment();
-  request_duration_->Add({{"rpc", rpc}}, latency_buckets()).Observe(seconds);
+void Metrics::record_request(const std::string& rpc, grpc::StatusCode code, double seconds,
+                             const std::string& protocol) {
+  requests_->Add({{"rpc", rpc}, {"code", code_name(code)}, {"protocol", protocol}}).Increment();
+  request_duration_->Add({{"rpc", rpc}, {"protocol", protocol}}, latency_buckets()).Observe(seconds);
 }
 
 void Metrics::record_rejected(RejectReason reason) {

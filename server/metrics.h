@@ -74,8 +74,11 @@ class Metrics {
   // frost_ready: 1 when readiness is SERVING.
   void set_ready(bool ready) { ready_->Set(ready ? 1 : 0); }
 
-  // One finished RPC (any outcome), with its wall time from arrival to the last byte.
-  void record_request(const std::string& rpc, grpc::StatusCode code, double seconds);
+  // One finished RPC (any outcome), with its wall time from arrival to the last byte. `protocol`: "grpc", or
+  // "http" for the OpenAI API (server/http_server.h: rpc "completions", "chat.completions", "models", with the
+  // gRPC code its HTTP status maps from).
+  void record_request(const std::string& rpc, grpc::StatusCode code, double seconds,
+                      const std::string& protocol = "grpc");
   void record_rejected(RejectReason reason);
   // One finished generation (stream completed, cancelled or cut by its deadline).
   void record_generation(int64_t prompt_tokens, int64_t completion_tokens, double queue_s, double e2e_s,

@@ -52,18 +52,15 @@ std::string response(int code, const char* reason, const std::string& content_ty
 
 }  // namespace
 
-struct HttpsMetricsServer::Ctx {
-  SSL_CTX* ctx = nullptr;
-  ~Ctx() {
-    if (ctx) SSL_CTX_free(ctx);
-  }
-};
+HttpsMetricsServer::Ctx::~Ctx() {
+  if (ctx) SSL_CTX_free(ctx);
+}
 
 namespace {
 
 // An SSL_CTX serving `id`: TLS 1.2+, its chain and key, and with a client CA its verification (required when
 // `require_client_cert`), like the gRPC port (TlsReloader::credentials).
-absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> build_ctx(const TlsReloader::Staged& id) {
+absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> build_ctx_impl(const TlsReloader::Staged& id) {
   auto c = std::make_shared<HttpsMetricsServer::Ctx>();
   c->ctx = SSL_CTX_new(TLS_server_method());
   if (!c->ctx) return absl::InternalError(absl::StrCat("server.tls.metrics: SSL_CTX_new: ", ssl_error()));
@@ -114,6 +111,10 @@ absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> build_ctx(const TlsRelo
 }
 
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> build_tls_server_ctx(const TlsReloader::Staged& id) {
+  return build_ctx_impl(id);
+}
 
 absl::StatusOr<std::unique_ptr<HttpsMetricsServer>> HttpsMetricsServer::start(
     const std::string& listen, TlsReloader* tls, std::function<std::string()> render) {
@@ -172,7 +173,7 @@ absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> HttpsMetricsServer::con
     if (ctx_ && ctx_generation_ == gen) return ctx_;
   }
   const TlsReloader::Staged id = tls_->staged();
-  absl::StatusOr<std::shared_ptr<Ctx>> ctx = build_ctx(id);
+  absl::StatusOr<std::shared_ptr<Ctx>> ctx = build_ctx_impl(id);
   if (!ctx.ok()) return ctx.status();
   absl::MutexLock l(&mu_);
   if (!ctx_ || id.generation >= ctx_generation_) {

@@ -19,12 +19,15 @@
 #include <thread>
 #include <vector>
 
+#include <openssl/ssl.h>
+
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/tls.h"
 
 namespace frost::server {
 
-class TlsReloader;
+
 
 class HttpsMetricsServer {
  public:
@@ -41,7 +44,11 @@ class HttpsMetricsServer {
   HttpsMetricsServer& operator=(const HttpsMetricsServer&) = delete;
 
   int port() const { return port_; }
-  struct Ctx;  // the SSL_CTX of one staged identity
+  // The SSL_CTX of one staged identity.
+  struct Ctx {
+    SSL_CTX* ctx = nullptr;
+    ~Ctx();
+  };
   // Stops accepting, cuts connections being served and joins every thread. Idempotent.
   void stop();
 
@@ -73,5 +80,9 @@ class HttpsMetricsServer {
   std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);  // one per connection, joined when done or at stop
   std::vector<std::thread::id> finished_ ABSL_GUARDED_BY(mu_);
 };
+
+// An SSL_CTX serving the staged identity `id` (TLS 1.2+, its chain and key, client verification as configured):
+// what this server and the OpenAI HTTP API (server/http_server.h) hand each new connection.
+absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> build_tls_server_ctx(const TlsReloader::Staged& id);
 
 }  // namespace frost::server

@@ -270,7 +270,11 @@ std::vector<Section> schema(ServerConfig* cfg) {
                           string_field("client_ca_file", &s.tls.client_ca_file),
                           bool_field("require_client_cert", &s.tls.require_client_cert),
                           int_field("reload_interval_s", &s.tls.reload_interval_s, 1, 86400),
-                          bool_field("metrics", &s.tls.metrics)})}},
+                          bool_field("metrics", &s.tls.metrics)}),
+        map_field("http", {string_field("listen", &s.http.listen),
+                           int_field("max_connections", &s.http.max_connections, 1, 4096),
+                           int_field("max_body_bytes", &s.http.max_body_bytes, 1024, 1 << 30),
+                           int_field("read_timeout_s", &s.http.read_timeout_s, 1, 3600)})}},
       {"model",
        {string_field("path", &m.path),
         enum_field("dtype", &m.dtype, weight_dtype_names()),
@@ -280,7 +284,8 @@ std::vector<Section> schema(ServerConfig* cfg) {
                     {"avx512", std::string("avx512")},
                     {"avx2", std::string("avx2")},
                     {"scalar", std::string("scalar")}}),
-        string_field("device", &m.device), bool_field("cuda_graphs", &m.cuda_graphs)}},
+        string_field("device", &m.device), bool_field("cuda_graphs", &m.cuda_graphs),
+        string_field("chat_template", &m.chat_template)}},
       {"engine",
        {int_field("max_running", &e.max_running, 1, 65536),
         int_field("max_waiting", &e.max_waiting, 0, kInt32Max),
@@ -465,6 +470,15 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
     return field_error("server.metrics_listen",
                        absl::StrCat("port ", grpc_port, " is also server.listen's port, got ",
                                     yaml_quoted(cfg.server.metrics_listen)));
+  }
+  if (!cfg.server.http.listen.empty()) {
+    FROST_RETURN_IF_ERROR(validate_host_port("server.http.listen", cfg.server.http.listen));
+    const std::string http_port = split_port(cfg.server.http.listen);
+    if (http_port != "0" && (http_port == grpc_port || http_port == split_port(cfg.server.metrics_listen))) {
+      return field_error("server.http.listen", absl::StrCat("port ", http_port, " is also server.listen's or "
+                                                            "server.metrics_listen's port, got ",
+                                                            yaml_quoted(cfg.server.http.listen)));
+    }
   }
   if (cfg.model.path.empty()) return field_error("model.path", "must not be empty");
   // model.device: what a device executor does not run is refused here, naming the field that asks for it.

@@ -32,6 +32,19 @@ struct TlsSection {
   bool metrics = false;
 };
 
+// `server.http:` — the OpenAI-compatible HTTP API (server/http_server.h): /v1/completions,
+// /v1/chat/completions, /v1/models. Same tokens, TLS (server.tls: HTTPS then), limits, metrics and drain as gRPC.
+struct HttpSection {
+  // HOST:PORT to listen on (port 0 picks a free one); "" = off.
+  std::string listen;
+  // Connections served at once (each streaming response holds one); more wait in the accept queue.
+  int32_t max_connections = 64;
+  // Largest request body; a bigger one gets 413 before it is read.
+  int32_t max_body_bytes = 1 << 20;
+  // A request head or body that takes longer than this to arrive is dropped (slow clients).
+  int32_t read_timeout_s = 30;
+};
+
 // `server:` — the gRPC and metrics endpoints.
 struct ServerSection {
   // gRPC listen address HOST:PORT (IPv6 hosts in brackets); port 0 picks a free port.
@@ -60,6 +73,7 @@ struct ServerSection {
   // buffered tokens for ever. Like nginx's send_timeout. 0 = never.
   int32_t write_stall_timeout_s = 60;
   TlsSection tls;
+  HttpSection http;
 };
 
 // `model:` — what to serve.
@@ -79,6 +93,9 @@ struct ModelSection {
   std::string device = "cpu";
   // The CUDA decoder replays captured steps (bounded buckets of shapes); false: direct launches.
   bool cuda_graphs = true;
+  // A Jinja chat template file for /v1/chat/completions; "" = the model's own (tokenizer_config.json
+  // "chat_template" or chat_template.jinja). A model with neither answers chat requests with a 400.
+  std::string chat_template;
 };
 
 // `engine:` — scheduling and KV cache (core/generate/engine.h).

@@ -46,6 +46,10 @@ struct Engine::Pending {
   // kvsplice: the KVSplice active at submit (the sequence starts with the one active at admission, this
   // one when the slot was emptied in between).
   std::shared_ptr<const KvSpliceSlot::Active> splice;
+  // Structured output: the compiled constraint (shared with every request of the same spec) and the
+  // vocabulary its matcher walks.
+  std::shared_ptr<const constrain::CompiledConstraint> constraint;
+  std::shared_ptr<const constrain::TokenVocab> vocab;
   std::shared_ptr<TokenSink> sink;
   std::shared_ptr<CancelToken> cancel;
   int64_t t_submit_ns = 0;
@@ -184,6 +188,53 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
 
 Engine::~Engine() { shutdown(); }
 
+// The compiled constraint for `spec`: compiled once per distinct spec and kept (up to kMaxCachedConstraints,
+// then the cache starts over), so a client that sends the same schema every time pays the compile once.
+absl::StatusOr<std::shared_ptr<const constrain::CompiledConstraint>> Engine::constraint_for(
+    const constrain::ConstraintSpec& spec) {
+  std::string key = absl::StrCat(static_cast<int>(spec.kind), ":", spec.text);
+  {
+    absl::MutexLock l(&constraint_mu_);
+    if (auto it = constraints_.find(key); it != constraints_.end()) return it->second;
+  }
+  absl::StatusOr<std::shared_ptr<const constrain::CompiledConstraint>> c = constrain::compile_constraint(spec);
+  if (!c.ok()) return c.status();
+  absl::MutexLock l(&constraint_mu_);
+  if (constraints_.size() >= kMaxCachedConstraints) constraints_.clear();
+  constraints_.emplace(std::move(key), *c);
+  return *c;
+}
+
+// The vocabulary as constrained decoding sees it: each token's bytes, special tokens, the model's EOS ids.
+// Built on the first constrained request (a trie over the vocabulary: milliseconds for 32k tokens).
+absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> Engine::constraint_vocab() {
+  absl::MutexLock l(&constraint_mu_);
+  if (vocab_) return vocab_;
+  const Tokenizer* tok = model_->tokenizer.get();
+  if (!tok) return absl::FailedPreconditionError("the model has no tokenizer");
+  const auto n = static_cast<int32_t>(model_->config.n_vocab);
+  std::vector<std::string> bytes(static_cast<size_t>(n));
+  std::vector<bool> special(static_cast<size_t>(n), false);
+  for (int32_t i = 0; i < n; ++i) {
+    if (i >= tok->vocab_size()) {
+      special[static_cast<size_t>(i)] = true;  // padding rows of the embedding: never text
+      continue;
+    }
+    special[static_cast<size_t>(i)] = tok->is_special(i) || i == tok->bos_id();
+    if (!special[static_cast<size_t>(i)]) bytes[static_cast<size_t>(i)] = tok->token_bytes(i);
+  }
+  std::vector<int32_t> eos;
+  for (int64_t e : model_->config.eos_ids)
+    if (e >= 0 && e < n) eos.push_back(static_cast<int32_t>(e));
+  if (eos.empty() && tok->eos_id() >= 0 && tok->eos_id() < n) eos.push_back(tok->eos_id());
+  for (int32_t e : eos) special[static_cast<size_t>(e)] = true;
+  absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> v =
+      constrain::TokenVocab::create(std::move(bytes), std::move(special), std::move(eos));
+  if (!v.ok()) return v.status();
+  vocab_ = *v;
+  return vocab_;
+}
+
 absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
                             std::shared_ptr<CancelToken> cancel) {
   if (!sink || !cancel) return absl::InvalidArgumentError("engine: submit needs a sink and a cancel token");
@@ -195,6 +246,14 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->params = req.params;
   p->codec = req.kv_codec.value_or(cfg_.gen.kv_codec);
   p->repair_mode = req.kv_repair;
+  if (req.constraint.kind != constrain::ConstraintSpec::Kind::kNone) {
+    absl::StatusOr<std::shared_ptr<const constrain::CompiledConstraint>> c = constraint_for(req.constraint);
+    if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat("constraint: ", c.status().message()));
+    absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> v = constraint_vocab();
+    if (!v.ok()) return absl::Status(v.status().code(), absl::StrCat("constraint: ", v.status().message()));
+    p->constraint = *std::move(c);
+    p->vocab = *std::move(v);
+  }
   // What the executor cannot run (a device stores one KV format and has no repair operators or KVSplice).
   FROST_RETURN_IF_ERROR(exec_->check_request(p->codec, req.kv_repair == GenerationRequest::KvRepair::kOn));
   if (p->codec == KvCodecKind::kKvSplice) {
@@ -444,6 +503,7 @@ bool Engine::intake(Loop& loop) {
     auto a = std::make_unique<EngineRequest>();
     a->req = std::move(p);
     a->seq = std::make_unique<Sequence>(*model_, a->req->prompt, a->req->params, &RealClock::get());
+    if (a->req->constraint) a->seq->set_constraint(a->req->constraint->matcher(a->req->vocab));
     a->entry.order = loop.order++;
     a->entry.tokens = &a->seq->tokens();
     a->entry.make_kv = make_kv(a.get());

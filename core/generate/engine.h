@@ -41,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <unordered_map>
 #include <functional>
 #include <map>
 #include <memory>
@@ -206,8 +207,18 @@ class Engine {
   void publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running, int32_t n_waiting,
                      int64_t bytes_needed);
 
+  absl::StatusOr<std::shared_ptr<const constrain::CompiledConstraint>> constraint_for(
+      const constrain::ConstraintSpec& spec);
+  absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> constraint_vocab();
+
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
+  // Structured output (submit(), any thread): compiled constraints by spec, and the vocabulary's trie.
+  static constexpr size_t kMaxCachedConstraints = 256;
+  absl::Mutex constraint_mu_;
+  std::unordered_map<std::string, std::shared_ptr<const constrain::CompiledConstraint>> constraints_
+      ABSL_GUARDED_BY(constraint_mu_);
+  std::shared_ptr<const constrain::TokenVocab> vocab_ ABSL_GUARDED_BY(constraint_mu_);
   Generator validator_;  // prepare() only: validation + tokenization, thread-safe (const)
   std::unique_ptr<StepExecutor> exec_;  // engine thread only after create() (stats(), health(): any thread)
   const KvBlockStorage* storage_ = nullptr;  // the executor's pool storage

@@ -75,6 +75,9 @@ absl::StatusOr<GenerationResult> Generator::generate(const GenerationRequest& re
       scratch_ = model_.model->make_scratch(max_context_);
     }));
   }
+  if (req.constraint.kind != constrain::ConstraintSpec::Kind::kNone)
+    return absl::UnimplementedError("constraint: structured output runs in the Engine (the serving path), not the "
+                                    "reference Generator");
   Sequence seq(model_, std::move(prompt), req.params, clock_);
   for (;;) {
     FROST_ASSIGN_OR_RETURN(bool done, seq.step(*kv_, scratch_, cfg_.fast_decode, on_token, cancel));

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/constrain/constraint.h"
 #include "core/generate/sampler.h"
 #include "core/generate/sampling_params.h"
 #include "core/kv/kv_spec.h"
@@ -26,6 +27,10 @@ struct GenerationRequest {
   // KV repair (core/kv/repair_set.h RepairSlot): kAuto applies the active operator when it was trained
   // for this request's codec; kOn requires that (FAILED_PRECONDITION otherwise); kOff never repairs.
   enum class KvRepair { kAuto, kOn, kOff } kv_repair = KvRepair::kAuto;
+  // Structured output (core/constrain/constraint.h): the completion is forced into a JSON Schema, any JSON
+  // object, a regex or a GBNF grammar. Compiled at submit (cached per spec); a spec that does not compile
+  // is INVALID_ARGUMENT "constraint: <why, where>". kNone = unconstrained.
+  constrain::ConstraintSpec constraint;
 };
 
 // One streamed event. id >= 0: a generated token, with the text it released (valid UTF-8,

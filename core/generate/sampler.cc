@@ -125,12 +125,22 @@ void Sampler::add_prompt(absl::Span<const int32_t> ids) {
   }
 }
 
-SampledToken Sampler::sample(const float* raw) {
-  // 1-3. Penalties work on a copy; without them the raw logits are read directly.
+SampledToken Sampler::sample(const float* raw, const uint32_t* allowed) {
+  // 1-3. Penalties (and a constraint's mask) work on a copy; without them the raw logits are read directly.
   const float* logits = raw;
-  if (penalize_) {
+  if (penalize_ || allowed) {
+    if (logits_.size() != static_cast<size_t>(n_vocab_)) logits_.resize(static_cast<size_t>(n_vocab_));
     std::copy(raw, raw + n_vocab_, logits_.begin());
-    apply_penalties(logits_.data());
+    if (allowed) {
+      for (int32_t w = 0; w < (n_vocab_ + 31) / 32; ++w) {
+        const uint32_t bits = allowed[w];
+        if (bits == 0xFFFFFFFFu) continue;
+        const int32_t end = std::min(n_vocab_, (w + 1) * 32);
+        for (int32_t i = w * 32; i < end; ++i)
+          if (!((bits >> (i - w * 32)) & 1u)) logits_[static_cast<size_t>(i)] = kNegInf;
+      }
+    }
+    if (penalize_) apply_penalties(logits_.data());
     logits = logits_.data();
   }
 

@@ -71,8 +71,12 @@ class Sampler {
   void add_prompt(absl::Span<const int32_t> ids);
 
   // logits: [V] raw model logits, read only. Picks a token and appends it to the penalty
-  // history. Advances the RNG unless the choice is greedy.
-  SampledToken sample(const float* logits);
+  // history. Advances the RNG unless the choice is greedy. `allowed` (constrained decoding,
+  // core/constrain/token_mask.h): a bitmask over the vocabulary (bit i of word i/32 = token i may be
+  // sampled); every other token's logit is -inf before penalties, truncation and the draw, so the
+  // choice is the one the unconstrained sampler would make over the allowed tokens alone. Logprobs stay
+  // those of the model's raw distribution (what the model believed, as OpenAI reports them).
+  SampledToken sample(const float* logits, const uint32_t* allowed = nullptr);
 
   // The seed the RNG was started with (params.seed, or the drawn one when unset).
   uint64_t seed() const { return seed_; }

@@ -2,6 +2,7 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -67,11 +68,14 @@ bool Sequence::check_cancel(const CancelToken& cancel, const TokenCallback& on_t
   return false;
 }
 
-SampledToken Sequence::sample(const float* logits) { return sampler_.sample(logits); }
+SampledToken Sequence::sample(const float* logits) {
+  if (matcher_) return sampler_.sample(logits, matcher_->allowed().words.data());
+  return sampler_.sample(logits);
+}
 
 RowSampling Sequence::plan_sample(bool device_ok) {
   RowSampling rs;
-  rs.on_device = device_ok && sampler_.device_eligible();
+  rs.on_device = device_ok && sampler_.device_eligible() && !matcher_;
   if (rs.on_device) sampler_.plan_device_draw(&rs.greedy, &rs.temperature, &rs.top_k, &rs.top_p, &rs.min_p, &rs.u);
   return rs;
 }
@@ -87,10 +91,20 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
   } else {
     ++res_.n_decode_steps;  // a forward pass after the prefill produced this token
   }
-  if (stop_.is_stop_token(tok.id)) {
+  if (stop_.is_stop_token(tok.id) || (matcher_ && std::find(model_.config.eos_ids.begin(), model_.config.eos_ids.end(), tok.id) != model_.config.eos_ids.end())) {
+    // (a constrained sequence's EOS ends it even with ignore_eos: the mask allowed it only once complete)
     res_.stop_reason = absl::StrCat("token:", tok.id);
     finish(FinishReason::kStop, on_token);
     return true;
+  }
+  if (matcher_) {
+    // The mask allowed only tokens the constraint can take; a refusal here means the mask was empty (every
+    // continuation over the recogniser's limits): end the sequence rather than emit an invalid token.
+    if (!matcher_->accept_token(tok.id).ok()) {
+      res_.stop_reason = "constraint";
+      finish(FinishReason::kStop, on_token);
+      return true;
+    }
   }
   res_.ids.push_back(tok.id);
   tokens_.push_back(tok.id);
@@ -104,6 +118,11 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
   emit(std::move(ev), on_token);
   if (sr.stopped) {
     res_.stop_reason = sr.matched;
+    finish(FinishReason::kStop, on_token);
+    return true;
+  }
+  if (matcher_ && matcher_->must_end()) {  // the constrained output is complete and nothing can follow
+    res_.stop_reason = "constraint";
     finish(FinishReason::kStop, on_token);
     return true;
   }

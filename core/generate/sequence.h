@@ -19,6 +19,7 @@
 #include "core/exec/step_executor.h"
 #include "core/generate/detokenizer.h"
 #include "core/generate/request.h"
+#include "core/constrain/token_mask.h"
 #include "core/generate/sampler.h"
 #include "core/generate/stop_condition.h"
 #include "core/model/model_loader.h"
@@ -45,6 +46,11 @@ class Sequence {
   // a non-greedy plan consumes the sampler's draw. Then sampled_on_device() with the device's id.
   RowSampling plan_sample(bool device_ok);
   SampledToken sampled_on_device(int32_t id) { return sampler_.accept_device_token(id); }
+  // Constrained decoding: from now on sample() masks every token `m` does not allow, accept() advances it,
+  // and the sequence ends (FinishReason::kStop, stop_reason "constraint") once the output is complete and
+  // nothing can follow. A constrained sequence always samples on the host (the mask is host memory).
+  void set_constraint(std::unique_ptr<constrain::Matcher> m) { matcher_ = std::move(m); }
+  bool constrained() const { return matcher_ != nullptr; }
   // Applies a token from sample(): stop token / strings, detokenization, the event through on_token, the
   // length limit. Returns true once the sequence has finished (result() is then final).
   bool accept(const SampledToken& tok, const TokenCallback& on_token);
@@ -69,6 +75,7 @@ class Sequence {
   const Clock* clock_;
 
   Sampler sampler_;
+  std::unique_ptr<constrain::Matcher> matcher_;  // null: unconstrained
   std::optional<IncrementalDetokenizer> detok_;
   StopChecker stop_;
   std::vector<int32_t> tokens_;  // prompt + sampled ids

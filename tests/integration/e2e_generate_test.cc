@@ -12,6 +12,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -119,6 +120,44 @@ TEST_F(GrpcE2eStories, GenerateWithEveryKvCodec) {
   EXPECT_NE(o.status.error_message().find("kv.codec: kvsplice but no KVSplice is active"), std::string::npos)
       << Describe(o);
   EXPECT_EQ(o.chunks, 0);
+}
+
+// Structured output over gRPC: the SamplingParams oneof forces the completion into a schema / regex, and a
+// constraint that does not compile is INVALID_ARGUMENT naming the proto field and the position.
+TEST_F(GrpcE2eStories, ConstraintOneofForcesTheOutputAndNamesTheFieldWhenBad) {
+  FROST_USE_SHARED(f, shared_, Options(testing::shared_path("models/stories260K")));
+  v1::GenerateRequest req;
+  req.set_text("Lily");
+  req.mutable_sampling()->set_temperature(0.8f);
+  req.mutable_sampling()->set_seed(3);
+  req.mutable_sampling()->set_max_new_tokens(200);
+  req.mutable_sampling()->set_json_schema(
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":10},"age":{"type":"integer"}},)"
+      R"("required":["name","age"]})");
+  const StreamOutcome out = RunGenerate(f->stub(), req);
+  ASSERT_TRUE(out.status.ok()) << Describe(out);
+  ASSERT_EQ(out.final.finish_reason(), v1::FINISH_REASON_STOP) << out.text;
+  const nlohmann::json j = nlohmann::json::parse(out.text);
+  EXPECT_TRUE(j.at("name").is_string() && j.at("age").is_number_integer()) << out.text;
+  EXPECT_EQ(j.size(), 2u) << out.text;
+
+  v1::GenerateRequest rx = req;
+  rx.mutable_sampling()->set_regex("[0-9]{3}-[a-z]{2,4}");
+  const StreamOutcome r = RunGenerate(f->stub(), rx);
+  ASSERT_TRUE(r.status.ok()) << Describe(r);
+  EXPECT_TRUE(std::regex_match(r.text, std::regex("[0-9]{3}-[a-z]{2,4}"))) << r.text;
+
+  v1::GenerateRequest bad = req;
+  bad.mutable_sampling()->set_json_schema(R"({"type":"object","properties":{"a":{"type":"strng"}}})");
+  const StreamOutcome b = RunGenerate(f->stub(), bad);
+  EXPECT_EQ(b.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << Describe(b);
+  EXPECT_NE(b.status.error_message().find("sampling.json_schema: "), std::string::npos) << Describe(b);
+  EXPECT_NE(b.status.error_message().find("/properties/a/type"), std::string::npos) << Describe(b);
+  v1::GenerateRequest badg = req;
+  badg.mutable_sampling()->set_grammar("root ::= (");
+  const StreamOutcome g = RunGenerate(f->stub(), badg);
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << Describe(g);
+  EXPECT_NE(g.status.error_message().find("sampling.grammar: "), std::string::npos) << Describe(g);
 }
 
 TEST_F(GrpcE2eStories, TokenizeAndModelInfo) {

@@ -27,8 +27,8 @@ TEST(MetricsTest, CountersAndHistogramsReflectWhatWasRecorded) {
   m.record_time_to_first_token(0.004);
   m.record_inter_token_latency(0.002);
   const std::string text = m.render();
-  EXPECT_TRUE(has_line(text, "frost_requests_total{code=\"OK\",rpc=\"Generate\"} 2")) << text;
-  EXPECT_TRUE(has_line(text, "frost_requests_total{code=\"INVALID_ARGUMENT\",rpc=\"Generate\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "frost_requests_total{code=\"OK\",protocol=\"grpc\",rpc=\"Generate\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "frost_requests_total{code=\"INVALID_ARGUMENT\",protocol=\"grpc\",rpc=\"Generate\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "frost_requests_rejected_total{reason=\"invalid_argument\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "frost_requests_rejected_total{reason=\"queue_full\"} 1")) << text;
   EXPECT_TRUE(has_line(text, "frost_requests_rejected_total{reason=\"failed_precondition\"} 1")) << text;
@@ -39,7 +39,7 @@ TEST(MetricsTest, CountersAndHistogramsReflectWhatWasRecorded) {
   EXPECT_TRUE(has_line(text, "frost_e2e_request_latency_seconds_sum 0.75")) << text;
   EXPECT_TRUE(has_line(text, "frost_time_to_first_token_seconds_count 1")) << text;
   EXPECT_TRUE(has_line(text, "frost_inter_token_latency_seconds_count 1")) << text;
-  EXPECT_TRUE(has_line(text, "frost_request_duration_seconds_count{rpc=\"Generate\"} 3")) << text;
+  EXPECT_TRUE(has_line(text, "frost_request_duration_seconds_count{protocol=\"grpc\",rpc=\"Generate\"} 3")) << text;
   // Every frost family is typed, and nothing frost exports carries a request-specific label.
   EXPECT_NE(text.find("# TYPE frost_time_to_first_token_seconds histogram"), std::string::npos);
   EXPECT_EQ(text.find("request_id"), std::string::npos);

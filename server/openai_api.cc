@@ -1,0 +1,698 @@
+#include "server/openai_api.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/common/utf8.h"
+#include "grpcpp/support/status.h"
+
+namespace frost::server::openai {
+namespace {
+
+using json = nlohmann::json;
+
+ApiError bad(std::string param, std::string message) {
+  ApiError e;
+  e.http = 400;
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+const char* kind_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a number";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "a value";
+  }
+}
+
+// Reading typed fields; each returns an error naming the field and what it got.
+struct Reader {
+  const json& obj;
+  std::string prefix;  // "" or "response_format."
+  std::optional<ApiError> err;
+
+  std::string path(const char* key) const { return prefix + key; }
+  const json* get(const char* key) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;  // null = not given (OpenAI's SDKs send nulls)
+    return &*it;
+  }
+  bool fail(const char* key, std::string what) {
+    if (!err) err = bad(path(key), absl::StrCat(path(key), ": ", what));
+    return false;
+  }
+  bool number(const char* key, double* out) {
+    const json* v = get(key);
+    if (!v) return false;
+    if (!v->is_number()) return fail(key, absl::StrCat("expected a number, got ", kind_name(*v)));
+    *out = v->get<double>();
+    return true;
+  }
+  bool integer(const char* key, int64_t* out) {
+    const json* v = get(key);
+    if (!v) return false;
+    if (v->is_number_float()) {
+      const double d = v->get<double>();
+      if (d != std::trunc(d) || std::fabs(d) > 9e15)
+        return fail(key, absl::StrCat("expected an integer, got ", v->dump()));
+      *out = static_cast<int64_t>(d);
+      return true;
+    }
+    if (v->is_number_unsigned()) {
+      const uint64_t u = v->get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return fail(key, absl::StrCat("out of range, got ", u));
+      *out = static_cast<int64_t>(u);
+      return true;
+    }
+    if (!v->is_number_integer()) return fail(key, absl::StrCat("expected an integer, got ", kind_name(*v)));
+    *out = v->get<int64_t>();
+    return true;
+  }
+  bool boolean(const char* key, bool* out) {
+    const json* v = get(key);
+    if (!v) return false;
+    if (!v->is_boolean()) return fail(key, absl::StrCat("expected a boolean, got ", kind_name(*v)));
+    *out = v->get<bool>();
+    return true;
+  }
+  bool string(const char* key, std::string* out) {
+    const json* v = get(key);
+    if (!v) return false;
+    if (!v->is_string()) return fail(key, absl::StrCat("expected a string, got ", kind_name(*v)));
+    *out = v->get<std::string>();
+    return true;
+  }
+};
+
+bool in_int32(int64_t v) { return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(); }
+
+std::optional<ApiError> check_text(const std::string& field, const std::string& text, const LimitsSection& limits,
+                                   bool allow_empty) {
+  if (text.empty() && !allow_empty) return bad(field, absl::StrCat(field, ": must not be empty"));
+  if (text.size() > static_cast<size_t>(limits.max_prompt_bytes)) {
+    ApiError e = bad(field, absl::StrCat(field, ": ", text.size(), " bytes is over limits.max_prompt_bytes = ",
+                                         limits.max_prompt_bytes));
+    e.http = 413;
+    return e;
+  }
+  return std::nullopt;  // UTF-8: the JSON parser refused invalid sequences already
+}
+
+// The fields each endpoint knows; anything else is a 400.
+const std::set<std::string>& known_fields(Endpoint ep) {
+  static const std::set<std::string> common = {
+      "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "seed", "stop",
+      "logprobs", "presence_penalty", "frequency_penalty", "user", "response_format", "top_k", "min_p",
+      "repetition_penalty", "ignore_eos", "guided_json", "guided_regex", "guided_grammar", "logit_bias"};
+  static const std::set<std::string> completions = [] {
+    std::set<std::string> s = common;
+    s.insert({"prompt", "echo", "suffix", "best_of"});
+    return s;
+  }();
+  static const std::set<std::string> chat = [] {
+    std::set<std::string> s = common;
+    s.insert({"messages", "max_completion_tokens", "top_logprobs"});
+    return s;
+  }();
+  return ep == Endpoint::kCompletions ? completions : chat;
+}
+
+std::optional<ApiError> parse_constraint(Reader& r, ConstraintRequest* out) {
+  auto set = [&](ConstraintRequest::Kind k, std::string text, std::string field) -> std::optional<ApiError> {
+    if (out->kind != ConstraintRequest::Kind::kNone) {
+      return bad(field, absl::StrCat(field, ": only one of response_format (json_object / json_schema), "
+                                            "guided_json, guided_regex and guided_grammar may be given (",
+                                     out->field, " is set too)"));
+    }
+    out->kind = k;
+    out->text = std::move(text);
+    out->field = std::move(field);
+    return std::nullopt;
+  };
+  if (const json* rf = r.get("response_format")) {
+    if (!rf->is_object())
+      return bad("response_format", absl::StrCat("response_format: expected an object, got ", kind_name(*rf)));
+    for (auto it = rf->begin(); it != rf->end(); ++it) {
+      if (it.key() != "type" && it.key() != "json_schema")
+        return bad("response_format." + it.key(), absl::StrCat("response_format.", it.key(), ": unknown field"));
+    }
+    Reader sub{*rf, "response_format."};
+    std::string type;
+    if (!sub.string("type", &type)) {
+      if (sub.err) return sub.err;
+      return bad("response_format.type", "response_format.type: required (text, json_object or json_schema)");
+    }
+    if (type == "json_object") {
+      if (auto e = set(ConstraintRequest::Kind::kJsonObject, "", "response_format")) return e;
+    } else if (type == "json_schema") {
+      const json* js = sub.get("json_schema");
+      if (!js || !js->is_object())
+        return bad("response_format.json_schema",
+                   "response_format.json_schema: required, an object with name and schema");
+      for (auto it = js->begin(); it != js->end(); ++it) {
+        if (it.key() != "name" && it.key() != "schema" && it.key() != "strict" && it.key() != "description")
+          return bad("response_format.json_schema." + it.key(),
+                     absl::StrCat("response_format.json_schema.", it.key(), ": unknown field"));
+      }
+      Reader js_r{*js, "response_format.json_schema."};
+      std::string name;
+      if (!js_r.string("name", &name) && js_r.err) return js_r.err;
+      bool strict = false;
+      if (!js_r.boolean("strict", &strict) && js_r.err) return js_r.err;
+      const json* schema = js_r.get("schema");
+      if (!schema) {
+        // OpenAI: a missing schema means any JSON object.
+        if (auto e = set(ConstraintRequest::Kind::kJsonObject, "", "response_format.json_schema")) return e;
+      } else {
+        if (!schema->is_object() && !schema->is_boolean())
+          return bad("response_format.json_schema.schema",
+                     absl::StrCat("response_format.json_schema.schema: expected an object, got ", kind_name(*schema)));
+        if (auto e = set(ConstraintRequest::Kind::kJsonSchema, schema->dump(), "response_format.json_schema.schema"))
+          return e;
+      }
+    } else if (type != "text") {
+      return bad("response_format.type", absl::StrCat("response_format.type: unknown value \"", type,
+                                                      "\" (expected text, json_object or json_schema)"));
+    }
+  }
+  if (const json* gj = r.get("guided_json")) {
+    std::string text;
+    if (gj->is_string()) {
+      text = gj->get<std::string>();
+    } else if (gj->is_object()) {
+      text = gj->dump();
+    } else {
+      return bad("guided_json", absl::StrCat("guided_json: expected a schema (object or string), got ", kind_name(*gj)));
+    }
+    if (auto e = set(ConstraintRequest::Kind::kJsonSchema, std::move(text), "guided_json")) return e;
+  }
+  std::string text;
+  if (r.string("guided_regex", &text)) {
+    if (auto e = set(ConstraintRequest::Kind::kRegex, text, "guided_regex")) return e;
+  } else if (r.err) {
+    return r.err;
+  }
+  if (r.string("guided_grammar", &text)) {
+    if (auto e = set(ConstraintRequest::Kind::kGrammar, text, "guided_grammar")) return e;
+  } else if (r.err) {
+    return r.err;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_messages(const json& v, const LimitsSection& limits, std::vector<ChatMessage>* out) {
+  if (!v.is_array()) return bad("messages", absl::StrCat("messages: expected an array, got ", kind_name(v)));
+  if (v.empty()) return bad("messages", "messages: must not be empty");
+  if (v.size() > static_cast<size_t>(kMaxMessages))
+    return bad("messages", absl::StrCat("messages: at most ", kMaxMessages, " messages, got ", v.size()));
+  size_t total = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = absl::StrCat("messages[", i, "]");
+    const json& m = v[i];
+    if (!m.is_object()) return bad(at, absl::StrCat(at, ": expected an object, got ", kind_name(m)));
+    ChatMessage msg;
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      const std::string& k = it.key();
+      if (k == "role") {
+        if (!it->is_string()) return bad(at + ".role", absl::StrCat(at, ".role: expected a string, got ", kind_name(*it)));
+        msg.role = it->get<std::string>();
+        if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer")
+          return bad(at + ".role", absl::StrCat(at, ".role: unknown value \"", msg.role,
+                                                "\" (expected system, developer, user or assistant)"));
+        if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
+      } else if (k == "content") {
+        if (it->is_string()) {
+          msg.content = it->get<std::string>();
+        } else if (it->is_array()) {
+          for (size_t j = 0; j < it->size(); ++j) {
+            const std::string pat = absl::StrCat(at, ".content[", j, "]");
+            const json& part = (*it)[j];
+            if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+              return bad(pat, absl::StrCat(pat, ": expected an object with a type"));
+            if (part["type"] != "text")
+              return bad(pat + ".type", absl::StrCat(pat, ".type: \"", part["type"].get<std::string>(),
+                                                     "\" content is not supported (text only)"));
+            if (!part.contains("text") || !part["text"].is_string())
+              return bad(pat + ".text", absl::StrCat(pat, ".text: expected a string"));
+            msg.content += part["text"].get<std::string>();
+          }
+        } else if (!it->is_null()) {
+          return bad(at + ".content", absl::StrCat(at, ".content: expected a string or an array of text parts, got ",
+                                                   kind_name(*it)));
+        }
+      } else if (k == "name") {
+        if (!it->is_string()) return bad(at + ".name", absl::StrCat(at, ".name: expected a string"));
+      } else {
+        return bad(at + "." + k, absl::StrCat(at, ".", k, ": unknown field (tools and function calls are not "
+                                                          "supported)"));
+      }
+    }
+    if (msg.role.empty()) return bad(at + ".role", absl::StrCat(at, ".role: required"));
+    total += msg.content.size();
+    if (total > static_cast<size_t>(limits.max_prompt_bytes)) {
+      ApiError e = bad("messages", absl::StrCat("messages: ", total, " bytes of content is over limits.max_prompt_bytes = ",
+                                                limits.max_prompt_bytes));
+      e.http = 413;
+      return e;
+    }
+    out->push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+ApiError error_from_status(const absl::Status& st, const std::string& param) {
+  ApiError e;
+  e.message = std::string(st.message());
+  e.param = param;
+  switch (st.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      e.http = 400;
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      e.http = 401;
+      e.type = "authentication_error";
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      e.http = 403;
+      e.type = "permission_error";
+      break;
+    case absl::StatusCode::kNotFound:
+      e.http = 404;
+      e.type = "not_found_error";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      e.http = 429;
+      e.type = "rate_limit_error";
+      break;
+    case absl::StatusCode::kUnavailable:
+      e.http = 503;
+      e.type = "service_unavailable";
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      e.http = 504;
+      e.type = "timeout";
+      break;
+    default:
+      e.http = 500;
+      e.type = "internal_error";
+      break;
+  }
+  return e;
+}
+
+int grpc_code_for_http(int http) {
+  switch (http) {
+    case 200:
+      return grpc::StatusCode::OK;
+    case 400:
+    case 413:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case 401:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case 403:
+      return grpc::StatusCode::PERMISSION_DENIED;
+    case 404:
+    case 405:
+      return grpc::StatusCode::NOT_FOUND;
+    case 429:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case 499:
+      return grpc::StatusCode::CANCELLED;
+    case 503:
+      return grpc::StatusCode::UNAVAILABLE;
+    case 504:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    default:
+      return grpc::StatusCode::INTERNAL;
+  }
+}
+
+std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits) {
+  json doc;
+  try {
+    doc = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number no double holds (1e400)
+    return bad("", absl::StrCat("the body is not valid JSON (", e.what(), ")"));
+  }
+  if (!doc.is_object()) return bad("", absl::StrCat("the body must be a JSON object, got ", kind_name(doc)));
+  const std::set<std::string>& known = known_fields(ep);
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (!known.count(it.key())) {
+      return bad(it.key(), absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
+    }
+  }
+  ParsedRequest out;
+  out.endpoint = ep;
+  SamplingParams& p = out.params;
+  Reader r{doc, ""};
+  if (!r.string("model", &out.model)) {
+    if (r.err) return *r.err;
+    return bad("model", "model: required (GET /v1/models lists the served model)");
+  }
+
+  if (ep == Endpoint::kCompletions) {
+    const json* prompt = r.get("prompt");
+    if (!prompt) return bad("prompt", "prompt: required");
+    if (prompt->is_string()) {
+      out.prompt = prompt->get<std::string>();
+    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_string()) {
+      if (prompt->size() != 1)
+        return bad("prompt", absl::StrCat("prompt: one prompt per request (got ", prompt->size(),
+                                          " strings); send one request each"));
+      out.prompt = (*prompt)[0].get<std::string>();
+    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) {
+      if (prompt->size() > static_cast<size_t>(limits.max_prompt_bytes))
+        return bad("prompt", absl::StrCat("prompt: ", prompt->size(), " token ids is over limits.max_prompt_bytes"));
+      for (size_t i = 0; i < prompt->size(); ++i) {
+        const json& t = (*prompt)[i];
+        if (!t.is_number_integer() || !in_int32(t.get<int64_t>()))
+          return bad("prompt", absl::StrCat("prompt[", i, "]: expected a token id, got ", t.dump()));
+        out.prompt_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+      }
+    } else {
+      return bad("prompt", absl::StrCat("prompt: expected a string, [string] or [token ids], got ",
+                                        prompt->is_array() ? "an empty or mixed array" : kind_name(*prompt)));
+    }
+    if (out.prompt_ids.empty()) {
+      if (auto e = check_text("prompt", out.prompt, limits, false)) return *e;
+    }
+    bool echo = false;
+    if (r.boolean("echo", &echo) && echo) return bad("echo", "echo: true is not supported");
+    std::string suffix;
+    if (r.string("suffix", &suffix) && !suffix.empty()) return bad("suffix", "suffix: not supported");
+    p.max_new_tokens = 16;  // OpenAI's default for completions
+  } else {
+    const json* msgs = r.get("messages");
+    if (!msgs) return bad("messages", "messages: required");
+    if (auto e = parse_messages(*msgs, limits, &out.messages)) return *e;
+  }
+  if (r.err) return *r.err;
+
+  int64_t iv = 0;
+  double dv = 0;
+  bool bv = false;
+  if (r.integer("max_tokens", &iv)) {
+    if (iv < 1 || iv > limits.max_new_tokens)
+      return bad("max_tokens", absl::StrCat("max_tokens: must be in [1, ", limits.max_new_tokens,
+                                            "] (limits.max_new_tokens), got ", iv));
+    p.max_new_tokens = static_cast<int32_t>(iv);
+  }
+  if (ep == Endpoint::kChat && r.integer("max_completion_tokens", &iv)) {
+    if (iv < 1 || iv > limits.max_new_tokens)
+      return bad("max_completion_tokens", absl::StrCat("max_completion_tokens: must be in [1, ", limits.max_new_tokens,
+                                                       "] (limits.max_new_tokens), got ", iv));
+    p.max_new_tokens = static_cast<int32_t>(iv);
+  }
+  if (r.number("temperature", &dv)) {
+    if (!(dv >= 0 && dv <= 2)) return bad("temperature", absl::StrCat("temperature: must be in [0, 2], got ", dv));
+    p.temperature = static_cast<float>(dv);
+  }
+  if (r.number("top_p", &dv)) p.top_p = static_cast<float>(dv);
+  if (r.number("min_p", &dv)) p.min_p = static_cast<float>(dv);
+  if (r.number("presence_penalty", &dv)) {
+    if (!(dv >= -2 && dv <= 2)) return bad("presence_penalty", absl::StrCat("presence_penalty: must be in [-2, 2], got ", dv));
+    p.presence_penalty = static_cast<float>(dv);
+  }
+  if (r.number("frequency_penalty", &dv)) {
+    if (!(dv >= -2 && dv <= 2))
+      return bad("frequency_penalty", absl::StrCat("frequency_penalty: must be in [-2, 2], got ", dv));
+    p.frequency_penalty = static_cast<float>(dv);
+  }
+  if (r.number("repetition_penalty", &dv)) p.repetition_penalty = static_cast<float>(dv);
+  if (r.integer("top_k", &iv)) {
+    if (iv == -1) iv = 0;  // vLLM's "off"
+    if (!in_int32(iv)) return bad("top_k", absl::StrCat("top_k: out of range, got ", iv));
+    p.top_k = static_cast<int32_t>(iv);
+  }
+  if (r.integer("seed", &iv)) p.seed = static_cast<uint64_t>(iv);
+  if (r.boolean("ignore_eos", &bv)) p.ignore_eos = bv;
+  if (r.integer("n", &iv)) {
+    if (iv < 1 || iv > kMaxChoices) return bad("n", absl::StrCat("n: must be in [1, ", kMaxChoices, "], got ", iv));
+    out.n = static_cast<int>(iv);
+  }
+  if (ep == Endpoint::kCompletions && r.integer("best_of", &iv) && iv != out.n)
+    return bad("best_of", "best_of: only best_of = n is supported");
+  if (r.boolean("stream", &bv)) out.stream = bv;
+  if (const json* so = r.get("stream_options")) {
+    if (!so->is_object()) return bad("stream_options", "stream_options: expected an object");
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      if (it.key() != "include_usage" && it.key() != "continuous_usage_stats")
+        return bad("stream_options." + it.key(), absl::StrCat("stream_options.", it.key(), ": unknown field"));
+    }
+    Reader sr{*so, "stream_options."};
+    if (sr.boolean("include_usage", &bv)) out.include_usage = bv;
+    if (sr.err) return *sr.err;
+    if (!out.stream) return bad("stream_options", "stream_options: only allowed with stream: true");
+  }
+  if (r.err) return *r.err;
+  if (const json* stop = r.get("stop")) {
+    if (stop->is_string()) {
+      p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > static_cast<size_t>(limits.max_stop_strings))
+        return bad("stop", absl::StrCat("stop: at most ", limits.max_stop_strings, " strings (limits.max_stop_strings), got ",
+                                        stop->size()));
+      for (size_t i = 0; i < stop->size(); ++i) {
+        if (!(*stop)[i].is_string()) return bad("stop", absl::StrCat("stop[", i, "]: expected a string"));
+        p.stop.push_back((*stop)[i].get<std::string>());
+      }
+    } else {
+      return bad("stop", absl::StrCat("stop: expected a string or an array of strings, got ", kind_name(*stop)));
+    }
+  }
+  if (ep == Endpoint::kCompletions) {
+    if (r.integer("logprobs", &iv)) {
+      if (iv < 0 || iv > limits.max_logprobs)
+        return bad("logprobs", absl::StrCat("logprobs: must be in [0, ", limits.max_logprobs, "] (limits.max_logprobs), got ", iv));
+      out.logprobs = true;
+      p.logprobs = static_cast<int32_t>(iv);
+    }
+  } else {
+    if (r.boolean("logprobs", &bv) && bv) {
+      out.logprobs = true;
+      p.logprobs = 0;
+    }
+    if (r.integer("top_logprobs", &iv)) {
+      if (iv < 0 || iv > limits.max_logprobs)
+        return bad("top_logprobs", absl::StrCat("top_logprobs: must be in [0, ", limits.max_logprobs,
+                                                "] (limits.max_logprobs), got ", iv));
+      if (!out.logprobs && iv > 0) return bad("top_logprobs", "top_logprobs: needs logprobs: true");
+      if (out.logprobs) p.logprobs = static_cast<int32_t>(iv);
+    }
+  }
+  if (r.err) return *r.err;
+  if (const json* lb = r.get("logit_bias")) {
+    if (!lb->is_object() || !lb->empty()) return bad("logit_bias", "logit_bias: not supported (only {} or null)");
+  }
+  std::string user;
+  r.string("user", &user);
+  if (r.err) return *r.err;
+  if (auto e = parse_constraint(r, &out.constraint)) return *e;
+  const bool schema_in_body = out.constraint.kind == ConstraintRequest::Kind::kJsonSchema &&
+                              (out.constraint.field != "guided_json" || doc.at("guided_json").is_object());
+  if (schema_in_body) {
+    // JSON Schema properties are generated in the schema's order, which `json` (a sorted map) lost: take the
+    // schema's text again from an order-keeping parse of the body.
+    const nlohmann::ordered_json od = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+    const nlohmann::ordered_json* node = &od;
+    const std::vector<const char*> path = out.constraint.field == "guided_json"
+                                              ? std::vector<const char*>{"guided_json"}
+                                              : std::vector<const char*>{"response_format", "json_schema", "schema"};
+    for (const char* k : path) node = node && node->is_object() && node->contains(k) ? &(*node)[k] : nullptr;
+    if (node) out.constraint.text = node->dump();
+  }
+  return out;
+}
+
+std::string body_field_for(Endpoint ep, std::string_view msg) {
+  static const std::pair<const char*, const char*> kMap[] = {
+      {"temperature", "temperature"}, {"top_k", "top_k"}, {"top_p", "top_p"}, {"min_p", "min_p"},
+      {"repetition_penalty", "repetition_penalty"}, {"presence_penalty", "presence_penalty"},
+      {"frequency_penalty", "frequency_penalty"}, {"stop_token_ids", "stop_token_ids"}, {"stop", "stop"},
+      {"logprobs", "logprobs"}, {"prompt", "prompt"}};
+  auto starts = [&](std::string_view p) { return msg.substr(0, p.size()) == p; };
+  if (starts("max_new_tokens")) return ep == Endpoint::kChat ? "max_tokens" : "max_tokens";
+  for (const auto& [engine, body] : kMap) {
+    if (starts(engine)) return body;
+  }
+  return "";
+}
+
+const char* finish_reason(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+    case FinishReason::kCancelled:
+    case FinishReason::kDeadline:
+      return "length";
+  }
+  return "stop";
+}
+
+std::string utf8_for_json(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const size_t ok = utf8_valid_prefix(bytes.substr(i));
+    out.append(bytes.substr(i, ok));
+    i += ok;
+    if (i < bytes.size()) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+json bytes_array(const std::string& s) {
+  json a = json::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+// Completions' logprobs object over `events` (text_offset counted from `offset0`).
+json completion_logprobs(const std::vector<TokenEvent>& events, const TokenText& token_text, size_t offset0) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  size_t off = offset0;
+  for (const TokenEvent& ev : events) {
+    if (ev.id < 0) continue;
+    tokens.push_back(utf8_for_json(token_text(ev.id)));
+    lps.push_back(ev.logprob);
+    json top = json::object();
+    for (const TokenLogprob& t : ev.top_logprobs) top[utf8_for_json(token_text(t.id))] = t.logprob;
+    tops.push_back(ev.top_logprobs.empty() ? json(nullptr) : top);
+    offs.push_back(off);
+    off += ev.text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+// Chat's logprobs object: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
+json chat_logprobs(const std::vector<TokenEvent>& events, const TokenText& token_text) {
+  json content = json::array();
+  for (const TokenEvent& ev : events) {
+    if (ev.id < 0) continue;
+    const std::string raw = token_text(ev.id);
+    json top = json::array();
+    for (const TokenLogprob& t : ev.top_logprobs) {
+      const std::string tr = token_text(t.id);
+      top.push_back({{"token", utf8_for_json(tr)}, {"logprob", t.logprob}, {"bytes", bytes_array(tr)}});
+    }
+    content.push_back({{"token", utf8_for_json(raw)}, {"logprob", ev.logprob}, {"bytes", bytes_array(raw)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+}  // namespace
+
+json usage_of(const std::vector<ChoiceState>& choices) {
+  int64_t prompt = 0, completion = 0;
+  for (const ChoiceState& c : choices) {
+    if (!c.result) continue;
+    prompt = c.result->n_prompt;  // the same prompt for every choice
+    completion += c.result->n_completion;
+  }
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+json full_response(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceState>& choices, bool logprobs,
+                   const TokenText& token_text) {
+  json arr = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceState& c = choices[i];
+    const char* fr = c.result ? finish_reason(c.result->finish_reason) : "length";
+    if (ep == Endpoint::kCompletions) {
+      arr.push_back({{"index", i}, {"text", c.text},
+                     {"logprobs", logprobs ? completion_logprobs(c.events, token_text, 0) : json(nullptr)},
+                     {"finish_reason", fr}});
+    } else {
+      arr.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.text}}},
+                     {"logprobs", logprobs ? chat_logprobs(c.events, token_text) : json(nullptr)},
+                     {"finish_reason", fr}});
+    }
+  }
+  return {{"id", meta.id},
+          {"object", ep == Endpoint::kCompletions ? "text_completion" : "chat.completion"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices", arr},
+          {"usage", usage_of(choices)}};
+}
+
+json stream_chunk(Endpoint ep, const ResponseMeta& meta, int index, const std::vector<TokenEvent>& events, bool first,
+                  const std::optional<FinishReason>& finish, bool logprobs, const TokenText& token_text) {
+  std::string text;
+  for (const TokenEvent& ev : events) text += ev.text;
+  json choice;
+  if (ep == Endpoint::kCompletions) {
+    choice = {{"index", index}, {"text", text},
+              {"logprobs", logprobs ? completion_logprobs(events, token_text, 0) : json(nullptr)},
+              {"finish_reason", finish ? json(finish_reason(*finish)) : json(nullptr)}};
+  } else {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || (!finish && !first)) delta["content"] = text;
+    if (first && text.empty() && !finish) delta["content"] = "";
+    choice = {{"index", index}, {"delta", delta},
+              {"logprobs", logprobs ? chat_logprobs(events, token_text) : json(nullptr)},
+              {"finish_reason", finish ? json(finish_reason(*finish)) : json(nullptr)}};
+  }
+  return {{"id", meta.id},
+          {"object", ep == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices", json::array({choice})}};
+}
+
+json usage_chunk(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceState>& choices) {
+  return {{"id", meta.id},
+          {"object", ep == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices", json::array()},
+          {"usage", usage_of(choices)}};
+}
+
+json models_response(const std::string& model, int64_t created) {
+  return {{"object", "list"},
+          {"data", json::array({{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "frost"}}})}};
+}
+
+}  // namespace frost::server::openai

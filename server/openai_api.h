@@ -1,0 +1,129 @@
+#pragma once
+// The OpenAI-compatible HTTP API's bodies: request JSON → what the engine runs, and the engine's events →
+// OpenAI's response objects (server/http_server.h is the transport). No I/O here, so every mapping is unit
+// tested without a socket (tests/unit/server/openai_api_test.cc).
+//
+// Endpoints and fields (OpenAI's names and defaults; what frost adds is marked):
+//   POST /v1/completions       model, prompt (a string, [string] of one, or [token ids]), max_tokens (default
+//                              16, as OpenAI), temperature, top_p, n, stream, stream_options.include_usage,
+//                              seed, stop (string or list), logprobs (0..limits.max_logprobs), presence_penalty,
+//                              frequency_penalty, user; echo and suffix refused (400) unless false / empty.
+//   POST /v1/chat/completions  model, messages (role + content: a string or a list of {"type":"text"} parts),
+//                              max_tokens / max_completion_tokens (default: limits' engine default 256),
+//                              temperature, top_p, n, stream, stream_options, seed, stop, logprobs (bool) +
+//                              top_logprobs, presence_penalty, frequency_penalty, user.
+//   Both: response_format {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema",
+//   "strict"}} (constrained decoding, core/constrain/constraint.h), and vLLM's extensions top_k, min_p,
+//   repetition_penalty, ignore_eos, guided_json, guided_regex, guided_grammar (GBNF), at most one constraint.
+// Anything else in the body is refused with a 400 naming the field (OpenAI does the same for unknown
+// parameters), so a misspelt option never silently does nothing. Every error is OpenAI's error object:
+//   {"error": {"message": "...", "type": "invalid_request_error", "param": "<field>", "code": null}}.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/generate/request.h"
+#include "core/model/chat_template.h"
+#include "nlohmann/json.hpp"
+#include "server/server_config.h"
+
+namespace frost::server::openai {
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ApiError {
+  int http = 400;
+  std::string message;
+  std::string param;  // the body field at fault; "" = none (null)
+  std::string type = "invalid_request_error";
+  std::string code;  // OpenAI's error code ("model_not_found", ...); "" = null
+};
+// {"error": {...}} as OpenAI writes it.
+std::string error_body(const ApiError& e);
+// A core/engine status as the API error a client expects: INVALID_ARGUMENT / FAILED_PRECONDITION /
+// OUT_OF_RANGE 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404, RESOURCE_EXHAUSTED 429,
+// UNAVAILABLE 503, DEADLINE_EXCEEDED 504, anything else 500. `param`: the field when the caller knows it.
+ApiError error_from_status(const absl::Status& st, const std::string& param = "");
+// The gRPC code an HTTP status stands for (frost_requests_total{protocol="http"} uses gRPC's code names).
+int grpc_code_for_http(int http);
+
+// Which constrained-decoding form the body asked for, with the field it came from (for error messages).
+struct ConstraintRequest {
+  enum class Kind { kNone, kJsonSchema, kJsonObject, kRegex, kGrammar };
+  Kind kind = Kind::kNone;
+  std::string text;   // the schema (JSON text), regex or grammar
+  std::string field;  // "response_format.json_schema.schema", "guided_regex", ...
+};
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  std::string prompt;                 // completions: a text prompt...
+  std::vector<int32_t> prompt_ids;    // ...or token ids
+  std::vector<ChatMessage> messages;  // chat
+  SamplingParams params;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;  // return logprobs (completions: logprobs set; chat: logprobs true)
+  ConstraintRequest constraint;
+};
+
+// Parses and checks a body for `ep`. Limits: prompt bytes and UTF-8 (limits.max_prompt_bytes), stop strings,
+// logprobs, n <= kMaxChoices, messages <= kMaxMessages. Ranges the engine owns (temperature, top_p, ...) are
+// checked at submit and come back as 400s naming the engine's field, mapped to the body's name here
+// (body_field_for()).
+inline constexpr int kMaxChoices = 16;
+inline constexpr int kMaxMessages = 1024;
+std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits);
+
+// The body's name for an engine field named at the start of a submit error ("top_p must be ..." → "top_p",
+// "max_new_tokens ..." → "max_tokens"); "" when none is recognised.
+std::string body_field_for(Endpoint ep, std::string_view engine_message);
+
+// ---- responses
+
+// One choice's output as it accumulates.
+struct ChoiceState {
+  std::string text;
+  std::vector<TokenEvent> events;  // with logprobs only
+  std::optional<GenerationResult> result;
+};
+
+// Token text for logprobs (the token's bytes; invalid UTF-8 replaced) and its raw bytes.
+using TokenText = std::function<std::string(int32_t id)>;
+
+// OpenAI's finish_reason: "stop" (EOS, a stop string or token, a completed constraint), "length", and for a
+// request cut by a deadline or a drain "length" too (what clients expect: the output is incomplete).
+const char* finish_reason(FinishReason r);
+
+struct ResponseMeta {
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+// The whole (non-streamed) response.
+nlohmann::json full_response(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceState>& choices,
+                             bool logprobs, const TokenText& token_text);
+// One streamed chunk carrying `events` of choice `index` (chat: the first chunk of a choice also carries
+// role "assistant"); `finish` set on the choice's last chunk.
+nlohmann::json stream_chunk(Endpoint ep, const ResponseMeta& meta, int index, const std::vector<TokenEvent>& events,
+                            bool first, const std::optional<FinishReason>& finish, bool logprobs,
+                            const TokenText& token_text);
+// The usage-only chunk (stream_options.include_usage): choices [] and usage over every choice.
+nlohmann::json usage_chunk(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceState>& choices);
+nlohmann::json usage_of(const std::vector<ChoiceState>& choices);
+
+// GET /v1/models.
+nlohmann::json models_response(const std::string& model, int64_t created);
+
+// Valid UTF-8 for JSON: invalid sequences become U+FFFD (a token may end inside a character).
+std::string utf8_for_json(std::string_view bytes);
+
+}  // namespace frost::server::openai

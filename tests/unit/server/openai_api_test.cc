@@ -1,0 +1,225 @@
+// The OpenAI API's bodies (server/openai_api.h): what a client sends maps to the engine's request, and every
+// bad body gets a 4xx naming the field.
+#include "server/openai_api.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <variant>
+
+namespace frost::server::openai {
+namespace {
+
+using json = nlohmann::json;
+
+ParsedRequest ok(Endpoint ep, const std::string& body) {
+  auto r = parse_request(ep, body, LimitsSection());
+  if (auto* e = std::get_if<ApiError>(&r)) {
+    ADD_FAILURE() << body << " -> " << e->message;
+    return {};
+  }
+  return std::get<ParsedRequest>(r);
+}
+
+ApiError err(Endpoint ep, const std::string& body) {
+  auto r = parse_request(ep, body, LimitsSection());
+  if (auto* e = std::get_if<ApiError>(&r)) return *e;
+  ADD_FAILURE() << body << " was accepted";
+  return {};
+}
+
+TEST(OpenAiApi, CompletionsMapOntoTheEngineRequest) {
+  ParsedRequest p = ok(Endpoint::kCompletions,
+                       R"({"model":"m","prompt":"Once","max_tokens":7,"temperature":0.5,"top_p":0.9,"seed":42,
+                           "stop":["\n","The end"],"logprobs":2,"presence_penalty":0.5,"frequency_penalty":-0.5,
+                           "top_k":40,"min_p":0.05,"repetition_penalty":1.1,"ignore_eos":true,"n":2,"stream":true,
+                           "stream_options":{"include_usage":true},"user":"u"})");
+  EXPECT_EQ(p.model, "m");
+  EXPECT_EQ(p.prompt, "Once");
+  EXPECT_EQ(p.params.max_new_tokens, 7);
+  EXPECT_FLOAT_EQ(p.params.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(p.params.top_p, 0.9f);
+  ASSERT_TRUE(p.params.seed.has_value());
+  EXPECT_EQ(*p.params.seed, 42u);
+  EXPECT_EQ(p.params.stop, (std::vector<std::string>{"\n", "The end"}));
+  EXPECT_EQ(p.params.logprobs, 2);
+  EXPECT_TRUE(p.logprobs);
+  EXPECT_EQ(p.params.top_k, 40);
+  EXPECT_FLOAT_EQ(p.params.min_p, 0.05f);
+  EXPECT_TRUE(p.params.ignore_eos);
+  EXPECT_EQ(p.n, 2);
+  EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.include_usage);
+}
+
+TEST(OpenAiApi, DefaultsAreOpenAisAndOffMeansOff) {
+  ParsedRequest c = ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x"})");
+  EXPECT_EQ(c.params.max_new_tokens, 16);  // OpenAI's completions default
+  EXPECT_FLOAT_EQ(c.params.temperature, 1.0f);
+  EXPECT_FALSE(c.params.seed.has_value());
+  EXPECT_EQ(c.params.logprobs, -1);
+  EXPECT_FALSE(c.stream);
+  ParsedRequest chat = ok(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}],
+                                               "temperature":null,"max_completion_tokens":9})");
+  EXPECT_EQ(chat.params.max_new_tokens, 9);
+  ASSERT_EQ(chat.messages.size(), 1u);
+  EXPECT_EQ(chat.messages[0].role, "user");
+  EXPECT_EQ(chat.messages[0].content, "hi");
+}
+
+TEST(OpenAiApi, PromptFormsAndChatContentParts) {
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":["a b"]})").prompt, "a b");
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[1,2,3]})").prompt_ids,
+            (std::vector<int32_t>{1, 2, 3}));
+  ParsedRequest p = ok(Endpoint::kChat, R"({"model":"m","messages":[{"role":"developer","content":"be brief"},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"logprobs":true,"top_logprobs":3})");
+  EXPECT_EQ(p.messages[0].role, "system");
+  EXPECT_EQ(p.messages[1].content, "ab");
+  EXPECT_EQ(p.params.logprobs, 3);
+}
+
+TEST(OpenAiApi, ResponseFormatAndGuidedFieldsBecomeOneConstraint) {
+  ParsedRequest a = ok(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],
+      "response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,
+      "schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}})");
+  EXPECT_EQ(a.constraint.kind, ConstraintRequest::Kind::kJsonSchema);
+  EXPECT_EQ(json::parse(a.constraint.text)["properties"]["a"]["type"], "integer");
+  EXPECT_EQ(a.constraint.field, "response_format.json_schema.schema");
+  // The schema's text keeps the body's key order (properties are generated in that order).
+  ParsedRequest ordered = ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x",
+      "guided_json":{"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}}}})");
+  EXPECT_LT(ordered.constraint.text.find("zeta"), ordered.constraint.text.find("alpha")) << ordered.constraint.text;
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x","response_format":{"type":"json_object"}})")
+                .constraint.kind,
+            ConstraintRequest::Kind::kJsonObject);
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x","response_format":{"type":"text"}})").constraint.kind,
+            ConstraintRequest::Kind::kNone);
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x","guided_regex":"[0-9]+"})").constraint.kind,
+            ConstraintRequest::Kind::kRegex);
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x","guided_grammar":"root ::= \"a\""})").constraint.kind,
+            ConstraintRequest::Kind::kGrammar);
+  ApiError two = err(Endpoint::kCompletions,
+                     R"({"model":"m","prompt":"x","guided_regex":"a","response_format":{"type":"json_object"}})");
+  EXPECT_EQ(two.http, 400);
+  EXPECT_NE(two.message.find("only one of"), std::string::npos) << two.message;
+}
+
+TEST(OpenAiApi, BadBodiesGetA4xxNamingTheField) {
+  struct Case {
+    Endpoint ep;
+    const char* body;
+    const char* param;
+    int http;
+  };
+  const Case cases[] = {
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x",)", "", 400},  // malformed JSON
+      {Endpoint::kCompletions, R"([1,2])", "", 400},
+      {Endpoint::kCompletions, R"({"prompt":"x"})", "model", 400},
+      {Endpoint::kCompletions, R"({"model":"m"})", "prompt", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":""})", "prompt", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":7})", "prompt", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","max_tokens":"ten"})", "max_tokens", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","max_tokens":0})", "max_tokens", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","max_tokens":1.5})", "max_tokens", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","temperature":3})", "temperature", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","n":0})", "n", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","n":1000})", "n", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop":5})", "stop", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","logprobs":99})", "logprobs", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","echo":true})", "echo", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","frobnicate":1})", "frobnicate", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stream_options":{"include_usage":true}})",
+       "stream_options", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","response_format":{"type":"yaml"}})",
+       "response_format.type", 400},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","logit_bias":{"5":1}})", "logit_bias", 400},
+      {Endpoint::kChat, R"({"model":"m"})", "messages", 400},
+      {Endpoint::kChat, R"({"model":"m","messages":[]})", "messages", 400},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role", 400},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role", 400},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]})",
+       "messages[0].tool_calls", 400},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+       "messages[0].content[0].type", 400},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
+       "top_logprobs", 400},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"prompt":"x"})", "prompt", 400},
+  };
+  for (const Case& c : cases) {
+    ApiError e = err(c.ep, c.body);
+    EXPECT_EQ(e.http, c.http) << c.body << " -> " << e.message;
+    EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
+    EXPECT_FALSE(e.message.empty()) << c.body;
+    const json body = json::parse(error_body(e));
+    EXPECT_EQ(body["error"]["message"], e.message);
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  }
+}
+
+TEST(OpenAiApi, InvalidUtf8AndHugePromptsAreRefused) {
+  ApiError bad_utf8 = err(Endpoint::kCompletions, std::string("{\"model\":\"m\",\"prompt\":\"a\xff\"}"));
+  EXPECT_EQ(bad_utf8.http, 400);
+  EXPECT_NE(bad_utf8.message.find("not valid JSON"), std::string::npos) << bad_utf8.message;
+  LimitsSection small;
+  small.max_prompt_bytes = 8;
+  auto r = parse_request(Endpoint::kCompletions, R"({"model":"m","prompt":"0123456789"})", small);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(r));
+  EXPECT_EQ(std::get<ApiError>(r).http, 413);
+  EXPECT_EQ(std::get<ApiError>(r).param, "prompt");
+  // Whatever bytes arrive, the answer is an error object, never a crash.
+  for (const char* junk : {"", "null", "\"s\"", "{", "{\"model\":{}}", "{\"model\":\"m\",\"prompt\":[[1]]}",
+                           "{\"model\":\"m\",\"prompt\":[1e99]}", "{\"model\":\"m\",\"prompt\":\"x\",\"seed\":-1e300}",
+                           "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":1e400}"}) {
+    auto j = parse_request(Endpoint::kCompletions, junk, LimitsSection());
+    EXPECT_TRUE(std::holds_alternative<ApiError>(j)) << junk;
+  }
+}
+
+TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
+  ResponseMeta meta{"cmpl-1", 1700000000, "stories260K"};
+  std::vector<ChoiceState> choices(1);
+  choices[0].text = "Hello";
+  GenerationResult r;
+  r.finish_reason = FinishReason::kLength;
+  r.n_prompt = 4;
+  r.n_completion = 2;
+  choices[0].result = r;
+  TokenEvent e1;
+  e1.id = 5;
+  e1.text = "Hel";
+  e1.logprob = -0.5f;
+  e1.top_logprobs = {{5, -0.5f}, {6, -1.5f}};
+  TokenEvent e2 = e1;
+  e2.id = 6;
+  e2.text = "lo";
+  choices[0].events = {e1, e2};
+  auto text = [](int32_t id) { return id == 5 ? std::string("Hel") : std::string("lo"); };
+  json c = full_response(Endpoint::kCompletions, meta, choices, true, text);
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "Hello");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(c["choices"][0]["logprobs"]["tokens"], json({"Hel", "lo"}));
+  EXPECT_EQ(c["choices"][0]["logprobs"]["text_offset"], json({0, 3}));
+  EXPECT_EQ(c["usage"]["total_tokens"], 6);
+  json chat = full_response(Endpoint::kChat, meta, choices, true, text);
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(chat["choices"][0]["logprobs"]["content"][1]["top_logprobs"][1]["token"], "lo");
+  EXPECT_EQ(chat["choices"][0]["logprobs"]["content"][0]["bytes"], json({72, 101, 108}));
+  json first = stream_chunk(Endpoint::kChat, meta, 0, {e1}, true, std::nullopt, false, text);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(first["choices"][0]["delta"]["content"], "Hel");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  json last = stream_chunk(Endpoint::kChat, meta, 0, {}, false, FinishReason::kStop, false, text);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(last["choices"][0]["delta"].contains("role"));
+  json usage = usage_chunk(Endpoint::kChat, meta, choices);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(utf8_for_json("a\xe2\x82"), "a\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace frost::server::openai
