@@ -425,6 +425,7 @@ std::vector<RequestResult> run_phase_http(const Options& o, int first_index, int
     lanes.emplace_back([&] {
       httplib::Client cli(host, port);
       cli.set_keep_alive(true);
+      cli.set_tcp_nodelay(true);  // as curl and node's http client do
       cli.set_read_timeout(static_cast<time_t>(o.timeout_s), 0);
       for (int i = next++; i < count; i = next++) {
         const frost::v1::GenerateRequest g = make_request(o, "loadgen-", first_index + i, o.max_tokens);

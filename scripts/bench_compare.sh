@@ -1,23 +1,39 @@
 #!/usr/bin/env bash
-# Single-stream figures of this build against a baseline build, alternated in one run (the VMs are noisy:
-# compare medians of interleaved runs, never figures from different days).
-# Usage: scripts/bench_compare.sh BUILD_DIR BASELINE_FROST_BENCH [ROUNDS]
-# Writes bench/results/single_stream_compare.json and prints a Markdown table of medians and ratios.
+# This build against a baseline build, alternated in one run (the VMs are noisy: compare medians of interleaved
+# runs, never figures from different days): single-stream decode and prefill (the Generator), and the batching
+# engine in-process at 1 and 32 streams (builtin:15m, fp32, 2 threads, sampled as frost-loadgen's workload).
+# Usage: [MODES="decode prefill engine"] scripts/bench_compare.sh BUILD_DIR BASELINE_FROST_BENCH [ROUNDS] [OUT]
+# Writes OUT (default bench/results/single_stream_compare.json) and prints a Markdown table of medians and
+# ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 this=${1:?usage: bench_compare.sh BUILD_DIR BASELINE_FROST_BENCH [ROUNDS]}/bench/frost-bench
 base=${2:?usage: bench_compare.sh BUILD_DIR BASELINE_FROST_BENCH [ROUNDS]}
 rounds=${3:-3}
+out_json=${4:-bench/results/single_stream_compare.json}
+modes=" ${MODES:-decode prefill engine} "
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then export OPENBLAS_CORETYPE=SkylakeX; fi
 models=(builtin:15m)
 [[ -d ../shared/models/stories260K ]] && models+=(../shared/models/stories260K)
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 for ((r = 0; r < rounds; ++r)); do
+  if [[ $modes == *" engine "* ]]; then
+    for streams in 32 1; do
+      for who in this base; do
+        [[ $((r % 2)) -eq 1 ]] && who=$([[ $who == this ]] && echo base || echo this)  # alternate who goes first
+        bin=$this; [[ $who == base ]] && bin=$base
+        row=$("$bin" engine --model builtin:15m --threads 2 --streams "$streams" --max-running 32 --new-tokens 128 \
+          --repeat 2 --json 2> /dev/null)
+        python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["who"]=sys.argv[2]; d["streams"]=int(sys.argv[3]); print(json.dumps(d))' "$row" "$who" "$streams" >> "$tmp"
+      done
+    done
+  fi
   for model in "${models[@]}"; do
     for threads in 1 2; do
       for dtype in fp32 bf16; do
         for mode in decode prefill; do
+          [[ $modes == *" $mode "* ]] || continue
           for who in this base; do
             bin=$this; [[ $who == base ]] && bin=$base
             row=$("$bin" "$mode" --model "$model" --threads "$threads" --dtype "$dtype" --repeat 3 --json)
@@ -28,13 +44,15 @@ for ((r = 0; r < rounds; ++r)); do
     done
   done
 done
-python3 - "$tmp" <<'PY'
+python3 - "$tmp" "$out_json" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
-    key = (r["model"].split("/")[-1], r["threads"], r["dtype"], r["bench"])
-    val = r["decode_tokens_per_s"] if r["bench"] == "decode" else r["prefill_tokens_per_s"]
+    bench = r["bench"] if r["bench"] != "engine" else f"engine {r['streams']} streams"
+    key = (r["model"].split("/")[-1], r["threads"], r["dtype"], bench)
+    val = {"decode": r.get("decode_tokens_per_s"), "prefill": r.get("prefill_tokens_per_s")}.get(
+        r["bench"], r.get("output_tokens_per_s"))
     by.setdefault(key, {}).setdefault(r["who"], []).append(val)
 out = []
 print("| model | threads | weights | mode | this build tok/s | baseline tok/s | ratio |")
@@ -44,8 +62,7 @@ for k, v in by.items():
     out.append({"model": k[0], "threads": k[1], "dtype": k[2], "bench": k[3], "this": v["this"], "baseline": v["base"],
                 "ratio": t / b})
     print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {t:.0f} | {b:.0f} | {t / b:.2f} |")
-json.dump({"bench": "single_stream_compare", "machine": rows[0]["machine"], "rows": out},
-          open("bench/results/single_stream_compare.json", "w"), indent=1)
+json.dump({"bench": "compare", "machine": rows[0]["machine"], "rows": out}, open(sys.argv[2], "w"), indent=1)
 print("machine:", rows[0]["machine"]["cpu"], f"({rows[0]['machine']['cores']} cores)")
 PY
-echo "wrote bench/results/single_stream_compare.json"
+echo "wrote $out_json"

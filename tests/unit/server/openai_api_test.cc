@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <grpcpp/support/status.h>
+
 #include <string>
 #include <variant>
 
@@ -173,6 +175,30 @@ TEST(OpenAiApi, InvalidUtf8AndHugePromptsAreRefused) {
     auto j = parse_request(Endpoint::kCompletions, junk, LimitsSection());
     EXPECT_TRUE(std::holds_alternative<ApiError>(j)) << junk;
   }
+}
+
+TEST(OpenAiApi, EngineStatusesBecomeTheHttpCodesClientsExpect) {
+  const std::pair<absl::Status, int> cases[] = {
+      {absl::InvalidArgumentError("top_p must be in (0, 1], got 2"), 400},
+      {absl::FailedPreconditionError("kv.repair: ON but none active"), 400},
+      {absl::UnauthenticatedError("no token"), 401},
+      {absl::PermissionDeniedError("admin only"), 403},
+      {absl::NotFoundError("no such model"), 404},
+      {absl::ResourceExhaustedError("server busy: 2 running and 3 waiting"), 429},
+      {absl::UnavailableError("server is draining"), 503},
+      {absl::DeadlineExceededError("late"), 504},
+      {absl::InternalError("boom"), 500},
+  };
+  for (const auto& [st, http] : cases) {
+    const ApiError e = error_from_status(st, "top_p");
+    EXPECT_EQ(e.http, http) << st;
+    EXPECT_EQ(e.message, std::string(st.message()));
+    EXPECT_EQ(e.param, "top_p");
+  }
+  EXPECT_EQ(grpc_code_for_http(429), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_EQ(grpc_code_for_http(413), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(body_field_for(Endpoint::kChat, "max_new_tokens must be in [1, 4096], got 0"), "max_tokens");
+  EXPECT_EQ(body_field_for(Endpoint::kCompletions, "top_p must be in (0, 1], got 2"), "top_p");
 }
 
 TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
