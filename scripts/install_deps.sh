@@ -16,7 +16,6 @@ PKGS=(
   nlohmann-json3-dev libsentencepiece-dev libre2-dev libsqlite3-dev libssl-dev libcpp-httplib-dev
   python3-torch python3-numpy python3-sentencepiece
   python3-grpcio python3-protobuf python3-jinja2 prometheus openssl
-  nodejs npm
 )
 
 bash "$(dirname "$0")/apt_install_missing.sh" install_deps "${PKGS[@]}"
