@@ -1015,6 +1015,48 @@ async function main() {
   });
   slow.kill();
 
+  // 7b. drain: SIGTERM while a stream runs — new requests get 503 with an error object, the running stream
+  // still ends with all its tokens and [DONE], and frostd exits 0.
+  await check("drain: 503 for new requests, the running stream finishes, exit 0", async () => {
+    const d = new Frostd(TMP, "drain", fs.readFileSync(slow.config, "utf8"));
+    await d.start();
+    try {
+      const res = await fetch(`${d.base}/v1/completions`, {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ model: "builtin:15m", prompt: "Once", max_tokens: 150, ignore_eos: true, stream: true,
+                               stream_options: { include_usage: true } }) });
+      eq(res.status, 200, "stream status");
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      let text = "";
+      const first = await reader.read();
+      text += dec.decode(first.value || new Uint8Array());
+      d.proc.kill("SIGTERM");
+      let refused = null;
+      for (let i = 0; i < 40 && refused === null; ++i) {
+        await sleep(25);
+        const r = curl(`${d.base}/v1/completions`, { data: JSON.stringify({ model: "builtin:15m", prompt: "x", max_tokens: 2 }) });
+        if (r.status === 503) refused = r;
+      }
+      assert(refused, "no 503 for a new request during the drain");
+      assert(errorObject(refused.body), `503 without an error object: ${refused.body}`);
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value);
+      }
+      assert(text.trimEnd().endsWith("data: [DONE]"), "the running stream did not end with [DONE]");
+      const usage = text.split("\n").filter((l) => l.startsWith("data: {")).map((l) => JSON.parse(l.slice(6)))
+        .find((c) => c.usage);
+      eq(usage && usage.usage.completion_tokens, 150, "tokens of the stream that was running");
+      const e = await d.exited;
+      eq(e, { code: 0, signal: null }, "exit after the drain");
+      return "503 during the drain, 150/150 tokens then [DONE], exit 0";
+    } finally {
+      d.kill();
+    }
+  });
+
   // 10. HTTPS: server.tls on the OpenAI API (same port, no plaintext), trust only the test CA, then rotation
   // on SIGHUP: replaced certificate files serve new connections. reload_interval_s is long (3600) so that
   // only the SIGHUP can have re-read them.
