@@ -153,12 +153,19 @@ std::vector<int32_t> encode_with_special_tokens(const Tokenizer& tok, const std:
     absl::StatusOr<std::vector<int32_t>> ids = tok.encode(std::string_view(text).substr(from, to - from), false);
     if (ids.ok()) out.insert(out.end(), ids->begin(), ids->end());
   };
+  // next[j]: where specials[j] occurs next at or after `pos` (searched again only once `pos` has passed it),
+  // so the text is scanned once per special token, not once per special token per occurrence.
+  std::vector<size_t> next;
+  next.reserve(specials.size());
+  for (const auto& sp : specials) next.push_back(text.find(sp.first));
   while (pos < text.size()) {
     // The earliest special token's text from `pos` (the longest one at a tie).
     size_t best = std::string::npos, best_len = 0;
     int32_t best_id = -1;
-    for (const auto& [piece, id] : specials) {
-      const size_t at = text.find(piece, pos);
+    for (size_t j = 0; j < specials.size(); ++j) {
+      const auto& [piece, id] = specials[j];
+      if (next[j] != std::string::npos && next[j] < pos) next[j] = text.find(piece, pos);
+      const size_t at = next[j];
       if (at == std::string::npos) continue;
       if (at < best || (at == best && piece.size() > best_len)) {
         best = at;
@@ -196,8 +203,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::start(const 
           &ctx,
           [](SSL* ssl, int* alert, void* arg) -> int {
             auto* srv = static_cast<OpenAiHttpServer*>(arg);
-            absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> staged =
-                build_tls_server_ctx(srv->tls_->staged());
+            absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> staged = srv->tls_context();
             if (!staged.ok()) {
               *alert = SSL_AD_INTERNAL_ERROR;
               return SSL_CLIENT_HELLO_ERROR;
@@ -261,6 +267,24 @@ void OpenAiHttpServer::stop() {
   draining_.store(true);
   if (http_) http_->stop();
   if (thread_.joinable()) thread_.join();
+}
+
+// The SSL_CTX of the identity staged now, built once per staged generation (not per connection).
+absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> OpenAiHttpServer::tls_context() {
+  const uint64_t gen = tls_->generation();
+  {
+    absl::MutexLock l(&tls_mu_);
+    if (tls_ctx_ && tls_ctx_generation_ == gen) return tls_ctx_;
+  }
+  const TlsReloader::Staged id = tls_->staged();
+  absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> ctx = build_tls_server_ctx(id);
+  if (!ctx.ok()) return ctx.status();
+  absl::MutexLock l(&tls_mu_);
+  if (!tls_ctx_ || id.generation >= tls_ctx_generation_) {
+    tls_ctx_ = *ctx;
+    tls_ctx_generation_ = id.generation;
+  }
+  return tls_ctx_;
 }
 
 std::shared_ptr<const OpenAiHttpServer::Served> OpenAiHttpServer::served() const {
@@ -333,7 +357,8 @@ void OpenAiHttpServer::routes() {
   });
   http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const bool ok = served() && served()->engine && !draining_.load();
+    const std::shared_ptr<const Served> sv = served();
+    const bool ok = sv && sv->engine && !draining_.load();
     res.status = ok ? 200 : 503;
     res.set_content(ok ? "{\"status\":\"ok\"}" : "{\"status\":\"unavailable\"}", "application/json");
   });

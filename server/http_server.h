@@ -37,6 +37,7 @@
 #include "core/model/chat_template.h"
 #include "server/auth.h"
 #include "server/metrics.h"
+#include "server/metrics_https.h"
 #include "server/server_config.h"
 #include "server/tls.h"
 
@@ -80,6 +81,7 @@ class OpenAiHttpServer {
   void handle_generate(int endpoint, const httplib::Request& req, httplib::Response& res);
   void handle_models(const httplib::Request& req, httplib::Response& res);
   std::shared_ptr<const Served> served() const;
+  absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> tls_context();
 
   ServerConfig cfg_;
   Metrics* metrics_;
@@ -94,6 +96,9 @@ class OpenAiHttpServer {
   mutable absl::Mutex mu_;
   std::shared_ptr<const Served> served_ ABSL_GUARDED_BY(mu_);
   bool stopped_ = false;
+  absl::Mutex tls_mu_;
+  std::shared_ptr<HttpsMetricsServer::Ctx> tls_ctx_ ABSL_GUARDED_BY(tls_mu_);
+  uint64_t tls_ctx_generation_ ABSL_GUARDED_BY(tls_mu_) = 0;
 };
 
 // Encodes `text` with the tokenizer, mapping every occurrence of a special token's text ("<|im_start|>",

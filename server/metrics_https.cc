@@ -56,11 +56,9 @@ HttpsMetricsServer::Ctx::~Ctx() {
   if (ctx) SSL_CTX_free(ctx);
 }
 
-namespace {
-
 // An SSL_CTX serving `id`: TLS 1.2+, its chain and key, and with a client CA its verification (required when
 // `require_client_cert`), like the gRPC port (TlsReloader::credentials).
-absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> build_ctx_impl(const TlsReloader::Staged& id) {
+absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> build_tls_server_ctx(const TlsReloader::Staged& id) {
   auto c = std::make_shared<HttpsMetricsServer::Ctx>();
   c->ctx = SSL_CTX_new(TLS_server_method());
   if (!c->ctx) return absl::InternalError(absl::StrCat("server.tls.metrics: SSL_CTX_new: ", ssl_error()));
@@ -110,11 +108,6 @@ absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> build_ctx_impl(const Tl
   return c;
 }
 
-}  // namespace
-
-absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> build_tls_server_ctx(const TlsReloader::Staged& id) {
-  return build_ctx_impl(id);
-}
 
 absl::StatusOr<std::unique_ptr<HttpsMetricsServer>> HttpsMetricsServer::start(
     const std::string& listen, TlsReloader* tls, std::function<std::string()> render) {
@@ -173,7 +166,7 @@ absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> HttpsMetricsServer::con
     if (ctx_ && ctx_generation_ == gen) return ctx_;
   }
   const TlsReloader::Staged id = tls_->staged();
-  absl::StatusOr<std::shared_ptr<Ctx>> ctx = build_ctx_impl(id);
+  absl::StatusOr<std::shared_ptr<Ctx>> ctx = build_tls_server_ctx(id);
   if (!ctx.ok()) return ctx.status();
   absl::MutexLock l(&mu_);
   if (!ctx_ || id.generation >= ctx_generation_) {

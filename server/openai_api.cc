@@ -562,21 +562,7 @@ const char* finish_reason(FinishReason r) {
   return "stop";
 }
 
-std::string utf8_for_json(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size());
-  size_t i = 0;
-  while (i < bytes.size()) {
-    const size_t ok = utf8_valid_prefix(bytes.substr(i));
-    out.append(bytes.substr(i, ok));
-    i += ok;
-    if (i < bytes.size()) {
-      out += "\xEF\xBF\xBD";  // U+FFFD
-      ++i;
-    }
-  }
-  return out;
-}
+std::string utf8_for_json(std::string_view bytes) { return sanitize_utf8(bytes); }
 
 namespace {
 

@@ -123,7 +123,8 @@ nlohmann::json usage_of(const std::vector<ChoiceState>& choices);
 // GET /v1/models.
 nlohmann::json models_response(const std::string& model, int64_t created);
 
-// Valid UTF-8 for JSON: invalid sequences become U+FFFD (a token may end inside a character).
+// Valid UTF-8 for JSON (a token may end inside a character): core/common/utf8.h sanitize_utf8, the detokenizer's
+// rule (each maximal invalid subpart, and a truncated tail, becomes one U+FFFD).
 std::string utf8_for_json(std::string_view bytes);
 
 }  // namespace frost::server::openai

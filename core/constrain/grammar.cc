@@ -440,14 +440,19 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::build(uint32_t ro
 
 Recognizer::Recognizer(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) { reset(); }
 
-void Recognizer::reset() {
-  nodes_.clear();
+// Everything interned or memoised over nodes_ (which the callers clear or move out themselves).
+void Recognizer::clear_interned() {
   index_.clear();
   sets_.clear();
   set_index_.clear();
   set_memo_.clear();
   memo_.clear();
   memo_pool_.clear();
+}
+
+void Recognizer::reset() {
+  nodes_.clear();
+  clear_interned();
   n_limit_hits_ = 0;
   state_.clear();
   bool ok = true;
@@ -629,12 +634,7 @@ std::string Recognizer::canonical_key(const StackSet& s) const {
 void Recognizer::compact() {
   std::vector<Node> old = std::move(nodes_);
   nodes_.clear();
-  index_.clear();
-  sets_.clear();
-  set_index_.clear();
-  set_memo_.clear();
-  memo_.clear();
-  memo_pool_.clear();
+  clear_interned();
   absl::flat_hash_map<uint32_t, uint32_t> remap;
   // Re-interns a stack bottom-up; stacks are shallow next to the arena, so recursion depth is fine.
   auto copy = [&](auto& self, uint32_t id) -> uint32_t {

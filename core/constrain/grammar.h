@@ -182,6 +182,7 @@ class Recognizer {
   const Grammar& grammar() const { return *grammar_; }
 
  private:
+  void clear_interned();  // the interned states and memos over nodes_
   struct Node {
     uint32_t pos;     // index into grammar.flat
     uint32_t parent;  // stack below, kEmptyStack at the bottom

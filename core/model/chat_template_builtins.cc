@@ -372,6 +372,18 @@ bool starts_or_ends(const std::string& s, const std::string& affix, bool start) 
   return start ? s.compare(0, affix.size(), affix) == 0 : s.compare(s.size() - affix.size(), affix.size(), affix) == 0;
 }
 
+// str.replace(old, new[, count]) and the replace filter: one implementation, one size bound.
+absl::StatusOr<Value> replace_value(const std::string& s, const CallArgs& args) {
+  absl::StatusOr<std::string> from = string_arg(args, 0, "old", "replace");
+  absl::StatusOr<std::string> to = string_arg(args, 1, "new", "replace");
+  if (!from.ok()) return from.status();
+  if (!to.ok()) return to.status();
+  const Value* count = args.get(2, "count");
+  std::string out = py_replace(s, *from, *to, count && count->type == Value::Type::kInt ? count->i : -1);
+  if (out.size() > kMaxStringBytes) return type_error("replace() result exceeds the string size bound");
+  return Value::string(std::move(out));
+}
+
 absl::StatusOr<Value> string_method(const Value& obj, absl::string_view name, const CallArgs& args) {
   const std::string& s = obj.s;
   if (name == "strip" || name == "lstrip" || name == "rstrip")
@@ -396,14 +408,7 @@ absl::StatusOr<Value> string_method(const Value& obj, absl::string_view name, co
     return Value::boolean(hit);
   }
   if (name == "split") return py_split(s, args.get(0, "sep"), args.get(1, "maxsplit"));
-  if (name == "replace") {
-    absl::StatusOr<std::string> from = string_arg(args, 0, "old", "replace");
-    absl::StatusOr<std::string> to = string_arg(args, 1, "new", "replace");
-    if (!from.ok()) return from.status();
-    if (!to.ok()) return to.status();
-    const Value* count = args.get(2, "count");
-    return Value::string(py_replace(s, *from, *to, count && count->type == Value::Type::kInt ? count->i : -1));
-  }
+  if (name == "replace") return replace_value(s, args);
   if (name == "find" || name == "count") {
     absl::StatusOr<std::string> sub = string_arg(args, 0, "sub", std::string(name).c_str());
     if (!sub.ok()) return sub.status();
@@ -596,16 +601,7 @@ absl::StatusOr<Value> apply_filter(absl::string_view name, const Value& v, const
     return use ? (dflt ? *dflt : Value::string("")) : v;
   }
   if (name == "join") return join_items(v, args, budget);
-  if (name == "replace") {
-    absl::StatusOr<std::string> from = string_arg(args, 0, "old", "replace");
-    absl::StatusOr<std::string> to = string_arg(args, 1, "new", "replace");
-    if (!from.ok()) return from.status();
-    if (!to.ok()) return to.status();
-    const Value* count = args.get(2, "count");
-    std::string out = py_replace(to_str(v), *from, *to, count && count->type == Value::Type::kInt ? count->i : -1);
-    if (out.size() > kMaxStringBytes) return type_error("replace() result exceeds the string size bound");
-    return Value::string(std::move(out));
-  }
+  if (name == "replace") return replace_value(to_str(v), args);
   if (name == "items") {
     if (v.is_undefined()) return Value::of_list({});
     if (v.type != Value::Type::kMap) return type_error("Can only get item pairs from a mapping.");

@@ -244,7 +244,8 @@ TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
   json usage = usage_chunk(Endpoint::kChat, meta, choices);
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
-  EXPECT_EQ(utf8_for_json("a\xe2\x82"), "a\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(utf8_for_json("a\xe2\x82"), "a\xEF\xBF\xBD");        // a truncated character: one U+FFFD
+  EXPECT_EQ(utf8_for_json("a\xff\xfe b"), "a\xEF\xBF\xBD\xEF\xBF\xBD b");  // two invalid bytes: two
 }
 
 }  // namespace
