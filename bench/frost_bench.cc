@@ -16,7 +16,7 @@
 //                       [--repeat 50] [--json]
 //   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
 //                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N]
-//                       [--device cpu|cuda:N|reference] [--json]
+//                       [--device cpu|cuda:N|reference] [--dtype ...: fp16 only on a device] [--json]
 //   frost-bench parallel [--threads N] [--repeat 2000] [--json]
 //   frost-bench huge-pages --model builtin:15m|DIR [--threads N] [--dtype ...] [--repeat 30] [--json]
 //
@@ -99,7 +99,8 @@ using frost::cli::uint64_flag;
 constexpr char kUsage[] =
     "usage: frost-bench decode|prefill|bare-step|engine|parallel|huge-pages|prototype|kv-repair|kvsplice|weights "
     "--model builtin:15m|DIR [--threads N] "
-    "[--dtype fp32|bf16|int8|int4|w8a8] [--kernels auto|avx512|avx2|scalar] [--kv fp32|fp16|bf16|int8|int4] "
+    "[--dtype fp32|bf16|fp16|int8|int4|w8a8 (fp16: engine on a device)] [--kernels auto|avx512|avx2|scalar] "
+    "[--kv fp32|fp16|bf16|int8|int4] "
     "[--prompt-tokens N] [--new-tokens N] "
     "[--repeat N] [--path fast|reference] [--json]\n";
 
@@ -278,6 +279,10 @@ int main(int argc, char** argv) {
   if (!codec.ok()) usage(std::string(codec.status().message()));
   auto device = frost::parse_device(device_name);
   if (!device.ok()) usage(absl::StrCat("--device: ", device.status().message()));
+  // fp16 weights are a device format: only `engine` on a --device other than cpu runs them.
+  if (mode != "engine" || device->kind == frost::DeviceKind::kCpu)
+    if (auto st = frost::check_weight_dtype_on_cpu(wdtype, "--dtype"); !st.ok())
+      usage(std::string(st.message()));
 
   if (auto st = frost::apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
   if (mode == "parallel") return run_parallel_bench(repeat);

@@ -149,8 +149,8 @@ Metrics::Metrics()
   using prometheus::BuildHistogram;
   model_info_ = &BuildGauge()
                      .Name("frost_model_info")
-                     .Help("The served model (value 1): name, architecture, weight format (fp32, bf16, int8, int4, w8a8) "
-                           "and the CPU kernels in use (avx512, avx2, scalar).")
+                     .Help("The served model (value 1): name, architecture, weight format (fp32, bf16, fp16, "
+                           "int8, int4, w8a8) and the CPU kernels in use (avx512, avx2, scalar).")
                      .Register(*registry_);
   model_weight_bytes_ = &BuildGauge()
                              .Name("frost_model_weight_bytes")

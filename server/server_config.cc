@@ -484,11 +484,17 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
   // model.device: what a device executor does not run is refused here, naming the field that asks for it.
   absl::StatusOr<DeviceSpec> device = parse_device(cfg.model.device);
   if (!device.ok()) return device.status();
+  const char* dtype = weight_dtype_name(cfg.model.dtype);
+  if (device->kind == DeviceKind::kCpu && !weight_dtype_on_cpu(cfg.model.dtype))
+    return field_error("model.dtype", absl::StrCat(dtype, " weights: ", dtype,
+                                                   " is a device format (model.device cuda or reference; "
+                                                   "model.device is ", yaml_quoted(cfg.model.device),
+                                                   "); the CPU serves ", weight_dtype_choices(false)));
   if (device->kind != DeviceKind::kCpu) {
     const std::string on = absl::StrCat(" runs only on model.device cpu (model.device is ", yaml_quoted(cfg.model.device), ")");
-    if (cfg.model.dtype != WeightDtype::kF32 && cfg.model.dtype != WeightDtype::kBF16)
-      return field_error("model.dtype", absl::StrCat(weight_dtype_name(cfg.model.dtype),
-                                                     " weights: a device serves fp32 or bf16; ", weight_dtype_name(cfg.model.dtype), on));
+    if (!weight_dtype_on_device(cfg.model.dtype))
+      return field_error("model.dtype", absl::StrCat(dtype, " weights: a device serves ",
+                                                     weight_dtype_choices(true), "; ", dtype, on));
     if (cfg.engine.kv_codec == KvCodecKind::kKvSplice) return field_error("engine.kv_codec", absl::StrCat("kvsplice", on));
     if (!cfg.engine.kv_repair.empty())
       return field_error("engine.kv_repair", absl::StrCat("a KV repair operator", on));

@@ -80,7 +80,8 @@ struct ServerSection {
 struct ModelSection {
   // Hugging Face checkpoint directory, or "builtin:<name>" (e.g. "builtin:tiny").
   std::string path = "models/stories260K";  // relative to the working directory (the repository, the image)
-  // Weights are converted (bf16) or quantized (int8, int4: core/model/quantize.h) to this at load.
+  // Weights are converted (bf16, fp16) or quantized (int8, int4: core/model/quantize.h) to this at load. fp16
+  // is a device format: refused with model.device cpu.
   WeightDtype dtype = WeightDtype::kF32;
   // Intra-op CPU threads; 0 = all cores.
   int32_t threads = 0;
@@ -89,7 +90,8 @@ struct ModelSection {
   std::string kernels = "auto";
   // Where the engine's steps run (core/exec/make_executor.h): "cpu", "cuda" / "cuda:N" (the CUDA decoder, a
   // FROST_CUDA build), or "reference" (the host reference device: the CUDA decoder's layout and functions on
-  // the CPU, slow; for tests). A device serves fp32 or bf16 weights and one KV format (engine.kv_codec).
+  // the CPU, slow; for tests). A device serves fp32, bf16 or fp16 weights and one KV format
+  // (engine.kv_codec).
   std::string device = "cpu";
   // The CUDA decoder replays captured steps (bounded buckets of shapes); false: direct launches.
   bool cuda_graphs = true;

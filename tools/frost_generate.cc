@@ -4,6 +4,7 @@
 //   frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N]
 //                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]
 //                  [--dtype fp32|bf16|int8|int4|w8a8] [--kv fp32|fp16|bf16|int8|int4] [--stop STR]...
+//                  (--dtype fp16, a device weight format, is refused: this runs on the CPU)
 //
 // Flags are parsed by the shared parser (client/flags/flags.h): "--flag VALUE" or "--flag=VALUE"; values are
 // checked strictly and a bad one is a usage error (exit 2) naming the flag and the value. -h / --help prints
@@ -80,7 +81,10 @@ int main(int argc, char** argv) {
   auto codec = frost::parse_kv_codec(kv);
   if (!codec.ok()) usage(std::string(codec.status().message()));
   frost::WeightDtype wdtype;
-  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be " + frost::weight_dtype_choices() + ", got " + dtype);
+  if (!frost::parse_weight_dtype(dtype, &wdtype))
+    usage("--dtype must be " + frost::weight_dtype_choices(false) + ", got " + dtype);
+  if (auto st = frost::check_weight_dtype_on_cpu(wdtype, "--dtype"); !st.ok())
+    usage(std::string(st.message()));
   frost::LoadOptions lo;
   lo.dtype = wdtype;
   auto model = frost::load_model(model_path, lo);

@@ -1,6 +1,6 @@
 // frost-cuda-bench: the CUDA decoder's speed on random-weight LLaMA shapes (core/exec/cuda_decoder.h).
 //
-//   frost-cuda-bench [--shape 15m|1b]... [--weights bf16|fp32] [--kv fp32|fp16|bf16|int8|int4]
+//   frost-cuda-bench [--shape 15m|1b]... [--weights bf16|fp16|fp32] [--kv fp32|fp16|bf16|int8|int4]
 //                    [--batches 1,4,16,64,256] [--context 128] [--steps 32] [--prefill 512] [--repeats 5]
 //                    [--graphs 1|0] [--out FILE]
 //
@@ -293,8 +293,8 @@ int main(int argc, char** argv) {
         a.shapes.push_back(val());
       else if (k == "--weights") {
         const std::string v = val();
-        if (v != "bf16" && v != "fp32") throw std::invalid_argument("--weights: '" + v + "' (bf16, fp32)");
-        a.weights = v == "bf16" ? WeightDtype::kBF16 : WeightDtype::kF32;
+        if (!frost::parse_weight_dtype(v, &a.weights) || !frost::weight_dtype_on_device(a.weights))
+          throw std::invalid_argument("--weights: '" + v + "' (" + frost::weight_dtype_choices(true) + ")");
       } else if (k == "--kv")
         a.kv = kv_format(val());
       else if (k == "--batches")
@@ -323,7 +323,7 @@ int main(int argc, char** argv) {
     ordered_json js = {
         {"tool", "frost-cuda-bench"},
         {"device", prop.name},
-        {"weights", a.weights == WeightDtype::kBF16 ? "bf16" : "fp32"},
+        {"weights", frost::weight_dtype_name(a.weights)},
         {"kv", frost::cuda::kv_format_name(a.kv)},
         {"cuda_graphs", a.graphs},
         {"copy_GBps_read_plus_write", bw},

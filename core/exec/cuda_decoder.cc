@@ -38,8 +38,7 @@ absl::StatusOr<std::unique_ptr<CudaDecoder>> CudaDecoder::create(const ModelConf
                                                                  const DeviceOptions& opts) {
   const std::string dev = absl::StrCat("cuda:", opts.device);
   if (absl::Status st = device_supports(cfg, w.dtype, dev); !st.ok()) return st;
-  std::unique_ptr<CudaDecoder> d(
-      new CudaDecoder(cfg, opts, w.dtype == WeightDtype::kBF16 ? cuda::DType::kBF16 : cuda::DType::kF32));
+  std::unique_ptr<CudaDecoder> d(new CudaDecoder(cfg, opts, device_weight_dtype(w.dtype)));
   try {
     d->init_device();
     d->upload(w);
@@ -113,14 +112,16 @@ const void* CudaDecoder::upload_w(const at::Tensor& t, const char* what) {
   if (wdt_ == cuda::DType::kF32) return upload_f32(t, what);
   const int64_t n = t.numel();
   void* d = alloc(2 * n, what);
-  if (t.scalar_type() == at::kBFloat16) {  // the loaded bf16 bits, as they are
+  const bool f16 = wdt_ == cuda::DType::kF16;
+  if (t.scalar_type() == (f16 ? at::kHalf : at::kBFloat16)) {  // the loaded bf16 / fp16 bits, as they are
     const at::Tensor c = t.contiguous();
     FROST_CUDA_CHECK(cudaMemcpy(d, c.data_ptr(), 2 * static_cast<size_t>(n), cudaMemcpyHostToDevice));
-  } else {
+  } else {  // rounded here, to nearest even, by the twins' functions (the reference device rounds alike)
     const at::Tensor c = t.to(at::kFloat).contiguous();
     const float* f = c.data_ptr<float>();
     std::vector<uint16_t> b(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) b[static_cast<size_t>(i)] = cuda::ref::bf16_bits(f[i]);  // the twin rounds alike
+    for (int64_t i = 0; i < n; ++i)
+      b[static_cast<size_t>(i)] = f16 ? cuda::ref::f16_bits(f[i]) : cuda::ref::bf16_bits(f[i]);
     FROST_CUDA_CHECK(cudaMemcpy(d, b.data(), 2 * static_cast<size_t>(n), cudaMemcpyHostToDevice));
   }
   weight_bytes_ += 2 * n;
@@ -166,17 +167,16 @@ std::unique_ptr<CudaDecoder> CudaDecoder::random(const ModelConfig& cfg, const D
                                                  WeightDtype weights, uint64_t seed) {
   if (absl::Status st = device_supports(cfg, weights, absl::StrCat("cuda:", opts.device)); !st.ok())
     throw DeviceError(std::string(st.message()), false);
-  std::unique_ptr<CudaDecoder> m(
-      new CudaDecoder(cfg, opts, weights == WeightDtype::kBF16 ? cuda::DType::kBF16 : cuda::DType::kF32));
+  std::unique_ptr<CudaDecoder> m(new CudaDecoder(cfg, opts, device_weight_dtype(weights)));
   m->init_device();
   const int64_t C = cfg.dim, V = cfg.n_vocab, F = cfg.ffn_dim, Q = cfg.q_dim(), QKV = Q + 2 * cfg.kv_dim();
   const bool gpt2 = cfg.arch == Arch::kGpt2;
   const int64_t FIN = gpt2 ? F : 2 * F;
   const cuda::DType wd = m->wdt_;
-  const int64_t wsz = wd == cuda::DType::kF32 ? 4 : 2;
+  const int64_t wsz = cuda::dtype_bytes(wd);
   uint64_t k = seed;
   auto fill = [&](int64_t n, cuda::DType dt, float std, float mean, const char* what) {
-    void* p = m->alloc(n * (dt == cuda::DType::kF32 ? 4 : 2), what);
+    void* p = m->alloc(n * cuda::dtype_bytes(dt), what);
     cuda::fill_uniform(p, dt, n, ++k, std * std::sqrt(3.f), mean, m->stream_);
     return p;
   };
@@ -282,7 +282,7 @@ void CudaDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_r
     logits_ = static_cast<float*>(alloc(4 * int64_t{logit_rows_cap_} * V, "logits"));
     probs_ = static_cast<float*>(alloc(4 * logits_cap_ * V, "sampling probabilities"));
     const int64_t widest = std::max<int64_t>({C, QKV, FIN, cfg_.q_dim(), cfg_.ffn_dim});
-    xb_ = static_cast<uint16_t*>(alloc(2 * R * widest, "bf16 activations"));
+    xb_ = static_cast<uint16_t*>(alloc(2 * R * widest, "bf16 / fp16 activations"));
     ids_ = static_cast<int32_t*>(alloc(4 * R, "sampled ids"));
     attn_part_ = static_cast<float*>(alloc(
         4 * cuda::attention_partials_floats(static_cast<int>(R), static_cast<int>(cfg_.n_head),
@@ -401,10 +401,11 @@ void CudaDecoder::linear(const Linear& L, const float* x, int rows, float* y, bo
     FROST_CUBLAS_CHECK(cublasGemmEx(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, L.n_out, rows, L.n_in, &alpha, L.w,
                                     CUDA_R_32F, L.n_in, x, CUDA_R_32F, L.n_in, &beta, y, CUDA_R_32F, L.n_out,
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  } else {
-    cuda::to_bf16(x, static_cast<int64_t>(rows) * L.n_in, xb_, stream_);
-    FROST_CUBLAS_CHECK(cublasGemmEx(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, L.n_out, rows, L.n_in, &alpha, L.w,
-                                    CUDA_R_16BF, L.n_in, xb_, CUDA_R_16BF, L.n_in, &beta, y, CUDA_R_32F, L.n_out,
+  } else {  // bf16 / fp16: W times x rounded to the same format, fp32 accumulation (the GEMV's function)
+    const cudaDataType_t t = wdt_ == cuda::DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+    cuda::to_half(x, static_cast<int64_t>(rows) * L.n_in, wdt_, xb_, stream_);
+    FROST_CUBLAS_CHECK(cublasGemmEx(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, L.n_out, rows, L.n_in, &alpha,
+                                    L.w, t, L.n_in, xb_, t, L.n_in, &beta, y, CUDA_R_32F, L.n_out,
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   if (L.b) cuda::add_bias(y, L.b, rows, L.n_out, stream_);

@@ -2,14 +2,16 @@
 // CudaDecoder: the DeviceDecoder (core/exec/device_decoder.h) on one CUDA GPU. Built with FROST_CUDA only.
 //
 // Weights go from the loaded model (ModelConfig + ModelWeights: frost's one model description) to device
-// memory once — fp32, or bf16 bits as loaded — and the host copy is not kept by the decoder. The step runs
-// kernels/cuda/ops.h over a paged KV pool in device memory; sampling runs on the device (kernels/cuda/sample.cu)
-// for every row whose parameters allow it, and only those ids (plus the logits of rows the host samples)
-// cross the bus.
+// memory once — fp32, or bf16 / fp16 bits as loaded — and the host copy is not kept by the decoder. The step
+// runs kernels/cuda/ops.h over a paged KV pool in device memory; sampling runs on the device
+// (kernels/cuda/sample.cu) for every row whose parameters allow it, and only those ids (plus the logits of
+// rows the host samples) cross the bus.
 //
 // Choices written down here:
-// - Activations, norms, biases, attention and sampling are fp32; weights fp32 or bf16 (bf16: activations are
-//   rounded to bf16 for the GEMM, fp32 accumulation, as cuBLAS computes bf16 × bf16 → fp32).
+// - Activations, norms, biases, attention and sampling are fp32; weights fp32, bf16 or fp16 (bf16 / fp16: the
+//   matrices and the embedding table in that format; a product's activations are rounded to it, nearest even
+//   — fp16 overflows to ±inf from 65520 on, IEEE, not saturated —, fp32 accumulation, as cuBLAS computes bf16
+//   × bf16 / fp16 × fp16 → fp32 with CUBLAS_COMPUTE_32F; the GEMV computes the same function).
 // - Up to kGemvMaxRows rows a linear layer is the GEMV kernel (W read once with 16-byte loads; LLaMA's
 //   RMSNorm and SwiGLU fused into the GEMV that reads them); above, their own kernels and cuBLAS GEMM.
 // - CUDA graphs, bounded: a step's rows are padded up to a power of two (padding rows write a spare block no
@@ -44,7 +46,7 @@ class CudaDecoder final : public DeviceDecoder {
   static absl::StatusOr<std::unique_ptr<CudaDecoder>> create(const ModelConfig& cfg, const ModelWeights& w,
                                                              const DeviceOptions& opts);
   // Random weights made on the device (benchmarks of shapes with no checkpoint), the distribution of
-  // core/model/builtin_models.cc; `weights` fp32 or bf16. Throws DeviceError.
+  // core/model/builtin_models.cc; `weights` fp32, bf16 or fp16. Throws DeviceError.
   static std::unique_ptr<CudaDecoder> random(const ModelConfig& cfg, const DeviceOptions& opts, WeightDtype weights,
                                              uint64_t seed);
   ~CudaDecoder() override;
@@ -129,7 +131,7 @@ class CudaDecoder final : public DeviceDecoder {
   uint8_t* pool_ = nullptr;
   float *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gu_ = nullptr, *act_ = nullptr,
         *logits_ = nullptr, *probs_ = nullptr, *attn_part_ = nullptr;
-  uint16_t* xb_ = nullptr;  // bf16 activations for the bf16 GEMM
+  uint16_t* xb_ = nullptr;  // bf16 / fp16 activations for the 2-byte GEMM
   int32_t* ids_ = nullptr;
 
   // per-step metadata: a pinned host block and its device copy (same layout); the block tables after it

@@ -4,6 +4,12 @@
 
 namespace frost {
 
+cuda::DType device_weight_dtype(WeightDtype dtype) {
+  return dtype == WeightDtype::kBF16  ? cuda::DType::kBF16
+         : dtype == WeightDtype::kF16 ? cuda::DType::kF16
+                                      : cuda::DType::kF32;
+}
+
 absl::Status device_supports(const ModelConfig& c, WeightDtype dtype, const std::string& device) {
   auto refuse = [&](auto&&... parts) {
     return absl::FailedPreconditionError(
@@ -11,8 +17,9 @@ absl::Status device_supports(const ModelConfig& c, WeightDtype dtype, const std:
   };
   if (c.variants.any())
     return refuse("architecture variants (RA / SBA / router / MLP context) run only on model.device cpu");
-  if (dtype != WeightDtype::kF32 && dtype != WeightDtype::kBF16)
-    return refuse("model.dtype ", weight_dtype_name(dtype), " (a device serves fp32 or bf16 weights)");
+  if (!weight_dtype_on_device(dtype))
+    return refuse("model.dtype ", weight_dtype_name(dtype), " (a device serves ", weight_dtype_choices(true),
+                  " weights)");
   const bool llama = c.arch == Arch::kLlama;
   if (llama ? c.act != Activation::kSilu : c.act != Activation::kGeluNew)
     return refuse("an activation other than ", llama ? "SiLU (SwiGLU)" : "gelu_new", " in a ", arch_name(c.arch),

@@ -25,9 +25,12 @@
 namespace frost {
 
 // What a device decoder runs, checked before anything is uploaded: FAILED_PRECONDITION naming what it does
-// not (architecture variants, int8 / int4 / w8a8 weights, another activation than the family's, head_dim,
-// query heads per kv head, context), "model.device <name>: ..." in front.
+// not (architecture variants, int8 / int4 / w8a8 weights — fp32, bf16 and fp16 run —, another activation than
+// the family's, head_dim, query heads per kv head, context), "model.device <name>: ..." in front.
 absl::Status device_supports(const ModelConfig& cfg, WeightDtype dtype, const std::string& device);
+// How a device stores a model's matrices and embedding table: bf16 and fp16 as themselves, fp32 as fp32 (only
+// the formats device_supports accepts reach a device).
+cuda::DType device_weight_dtype(WeightDtype dtype);
 
 // A decoder failure. sticky: the device is unusable from now on (a CUDA context that saw an illegal address or
 // a launch failure); the executor then refuses every further step.

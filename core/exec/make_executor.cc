@@ -22,7 +22,12 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> make_executor(std::shared_ptr<cons
                                                             const ExecutorOptions& opts) {
   if (!model || !model->model) return absl::InvalidArgumentError("make_executor: no model");
   const std::string name = opts.device.name();
-  if (opts.device.kind == DeviceKind::kCpu) return std::unique_ptr<StepExecutor>(new CpuExecutor(model));
+  if (opts.device.kind == DeviceKind::kCpu) {
+    // fp16 is a device format (the CPU kernels read fp32, bf16 and the quantized ones): refused, not upcast.
+    if (absl::Status st = check_weight_dtype_on_cpu(model->model->weight_format(), "model.dtype"); !st.ok())
+      return st;
+    return std::unique_ptr<StepExecutor>(new CpuExecutor(model));
+  }
   absl::StatusOr<cuda::KvFormat> format = device_kv_format(opts.kv_codec, name);
   if (!format.ok()) return format.status();
   DeviceOptions d;

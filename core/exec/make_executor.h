@@ -1,8 +1,9 @@
 #pragma once
 // The executor for model.device (core/exec/step_executor.h): "cpu" → CpuExecutor; "reference" → the host
-// reference device; "cuda:N" → the CUDA decoder on GPU N (builds with FROST_CUDA; elsewhere FAILED_PRECONDITION
-// saying so). Device executors store the KV pool in one format, `kv_codec` (engine.kv_codec), and are refused
-// with the reason for a model they cannot run (device_supports).
+// reference device; "cuda:N" → the CUDA decoder on GPU N (builds with FROST_CUDA; elsewhere
+// FAILED_PRECONDITION saying so). Device executors store the KV pool in one format, `kv_codec`
+// (engine.kv_codec), and are refused with the reason for a model they cannot run (device_supports); the CPU
+// refuses fp16 weights, a device format (check_weight_dtype_on_cpu).
 #include <memory>
 
 #include "absl/status/statusor.h"

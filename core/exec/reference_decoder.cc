@@ -27,15 +27,16 @@ absl::StatusOr<std::unique_ptr<ReferenceDecoder>> ReferenceDecoder::create(const
                                                                            const DeviceOptions& opts) {
   if (absl::Status st = device_supports(cfg, w.dtype, "reference"); !st.ok()) return st;
   std::unique_ptr<ReferenceDecoder> d(new ReferenceDecoder(cfg, opts));
-  d->bf16_ = w.dtype == WeightDtype::kBF16;
+  d->wdt_ = device_weight_dtype(w.dtype);
   auto keep = [&d](const at::Tensor& t) {
     std::vector<float> v = host_f32(t);
     d->weight_bytes_ += static_cast<int64_t>(v.size()) * (t.defined() ? t.element_size() : 0);
     return v;
   };
+  // The device stores the matrices and the table (a tied head too) in its 2-byte format: rounded alike here
+  // (the matrices again in ref::linear; a no-op for tensors loaded in that format).
   d->tok_embed_ = keep(w.tok_embed);
-  if (d->bf16_)  // the device stores the table (and a tied head) in bf16
-    for (float& v : d->tok_embed_) v = cuda::ref::bf16_round(v);
+  for (float& v : d->tok_embed_) v = cuda::ref::dtype_round(d->wdt_, v);
   d->pos_embed_ = keep(w.pos_embed);
   for (const LayerWeights& l : w.layers) {
     Layer L;
@@ -151,7 +152,7 @@ std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     // 1. norm → qkv
     norm(x.data(), L.attn_norm_w, L.attn_norm_b, n, h.data());
-    ref::linear(L.wqkv.data(), h.data(), n, QKV, C, bias(L.bqkv), false, bf16_, qkv.data());
+    ref::linear(L.wqkv.data(), h.data(), n, QKV, C, bias(L.bqkv), false, wdt_, qkv.data());
     // 2. RoPE on q and k heads, then k and v rows into the pool through the format (every row of the step
     //    first: a row attends to this step's earlier rows of its sequence)
     for (int r = 0; r < n; ++r) {
@@ -197,15 +198,15 @@ std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
       }
     }
     // 4. o projection into the residual, then the MLP
-    ref::linear(L.wo.data(), att.data(), n, C, Q, bias(L.bo), true, bf16_, x.data());
+    ref::linear(L.wo.data(), att.data(), n, C, Q, bias(L.bo), true, wdt_, x.data());
     norm(x.data(), L.mlp_norm_w, L.mlp_norm_b, n, h.data());
-    ref::linear(L.w_in.data(), h.data(), n, FIN, C, bias(L.b_in), false, bf16_, gu.data());
+    ref::linear(L.w_in.data(), h.data(), n, FIN, C, bias(L.b_in), false, wdt_, gu.data());
     if (gpt2) {
       ref::gelu_new(gu.data(), static_cast<int64_t>(n) * F);
-      ref::linear(L.w_out.data(), gu.data(), n, C, F, bias(L.b_out), true, bf16_, x.data());
+      ref::linear(L.w_out.data(), gu.data(), n, C, F, bias(L.b_out), true, wdt_, x.data());
     } else {
       ref::swiglu(gu.data(), n, F, act.data());
-      ref::linear(L.w_out.data(), act.data(), n, C, F, bias(L.b_out), true, bf16_, x.data());
+      ref::linear(L.w_out.data(), act.data(), n, C, F, bias(L.b_out), true, wdt_, x.data());
     }
   }
   // 5. the logit rows: final norm, lm_head
@@ -216,8 +217,8 @@ std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
   norm(last.data(), final_norm_w_, final_norm_b_, nl, hn.data());
   if (hidden) return hn;
   std::vector<float> logits(static_cast<size_t>(nl) * V);
-  ref::linear(lm_head_.empty() ? tok_embed_.data() : lm_head_.data(), hn.data(), nl, V, C, nullptr, false, bf16_,
-              logits.data());
+  ref::linear(lm_head_.empty() ? tok_embed_.data() : lm_head_.data(), hn.data(), nl, V, C, nullptr, false,
+              wdt_, logits.data());
   return logits;
 }
 

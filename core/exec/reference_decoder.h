@@ -16,8 +16,9 @@ namespace frost {
 
 class ReferenceDecoder final : public DeviceDecoder {
  public:
-  // Copies the weights (fp32; bf16 models are computed as the device does: bf16 weights times bf16-rounded
-  // inputs). FAILED_PRECONDITION (device_supports) for a model a device decoder does not run.
+  // Copies the weights (fp32; bf16 / fp16 models are computed as the device does: bf16 / fp16 weights times
+  // inputs rounded to the same format, nearest even, bit for bit the device's rounding). FAILED_PRECONDITION
+  // (device_supports) for a model a device decoder does not run.
   static absl::StatusOr<std::unique_ptr<ReferenceDecoder>> create(const ModelConfig& cfg, const ModelWeights& w,
                                                                   const DeviceOptions& opts);
 
@@ -47,7 +48,7 @@ class ReferenceDecoder final : public DeviceDecoder {
   };
   ModelConfig cfg_;
   DeviceOptions opts_;
-  bool bf16_ = false;
+  cuda::DType wdt_ = cuda::DType::kF32;  // how the device stores the matrices
   std::vector<float> tok_embed_, pos_embed_, final_norm_w_, final_norm_b_, lm_head_;  // lm_head_ empty: tied
   std::vector<Layer> layers_;
   std::vector<float> rope_cos_, rope_sin_;

@@ -385,18 +385,48 @@ bool parse_weight_dtype(const std::string& name, WeightDtype* out) {
   return false;
 }
 
-std::string weight_dtype_choices() {
+namespace {
+template <typename Keep>
+std::string choices_of(Keep keep) {
+  std::vector<WeightDtype> ds;
+  for (WeightDtype d : kWeightDtypes)
+    if (keep(d)) ds.push_back(d);
   std::string s;
-  const size_t n = std::size(kWeightDtypes);
-  for (size_t i = 0; i < n; ++i)
-    absl::StrAppend(&s, i == 0 ? "" : i + 1 == n ? " or " : ", ", weight_dtype_name(kWeightDtypes[i]));
+  for (size_t i = 0; i < ds.size(); ++i)
+    absl::StrAppend(&s, i == 0 ? "" : i + 1 == ds.size() ? " or " : ", ", weight_dtype_name(ds[i]));
   return s;
+}
+}  // namespace
+
+std::string weight_dtype_choices() {
+  return choices_of([](WeightDtype) { return true; });
+}
+
+std::string weight_dtype_choices(bool device) {
+  return device ? choices_of(weight_dtype_on_device) : choices_of(weight_dtype_on_cpu);
+}
+
+bool weight_dtype_on_cpu(WeightDtype d) { return d != WeightDtype::kF16; }
+
+bool weight_dtype_on_device(WeightDtype d) {
+  return d == WeightDtype::kF32 || d == WeightDtype::kBF16 || d == WeightDtype::kF16;
+}
+
+absl::Status check_weight_dtype_on_cpu(WeightDtype d, const std::string& field) {
+  if (weight_dtype_on_cpu(d)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " ", weight_dtype_name(d), ": ", weight_dtype_name(d),
+                   " is a device weight format (model.device cuda or reference); the "
+                   "CPU serves ",
+                   weight_dtype_choices(false)));
 }
 
 const char* weight_dtype_name(WeightDtype d) {
   switch (d) {
     case WeightDtype::kBF16:
       return "bf16";
+    case WeightDtype::kF16:
+      return "fp16";
     case WeightDtype::kInt8:
       return "int8";
     case WeightDtype::kInt4:

@@ -11,17 +11,29 @@ namespace frost {
 
 enum class Arch { kLlama, kGpt2 };
 enum class Activation { kSilu, kGeluNew };
-// How the weight matrices are stored and read (core/model/quantize.h for int8 / int4).
-enum class WeightDtype { kF32, kBF16, kInt8, kInt4, kW8A8 };
+// How the weight matrices are stored and read (core/model/quantize.h for int8 / int4). fp16 is a device
+// format: the device decoders (model.device cuda / reference) read it, the CPU path does not
+// (weight_dtype_on_cpu).
+enum class WeightDtype { kF32, kBF16, kInt8, kInt4, kW8A8, kF16 };
 
 const char* arch_name(Arch a);                   // "llama" | "gpt2"
-const char* weight_dtype_name(WeightDtype d);    // "fp32" | "bf16" | "int8" | "int4" | "w8a8"
+const char* weight_dtype_name(WeightDtype d);    // "fp32" | "bf16" | "fp16" | "int8" | "int4" | "w8a8"
 bool parse_weight_dtype(const std::string& name, WeightDtype* out);  // false for another name
 // Every weight format, in the order the CLIs and the config list them (one list: a format added here is
 // accepted everywhere).
-inline constexpr WeightDtype kWeightDtypes[] = {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kInt8,
-                                                WeightDtype::kInt4, WeightDtype::kW8A8};
-std::string weight_dtype_choices();  // "fp32, bf16, int8, int4 or w8a8", for usage errors
+inline constexpr WeightDtype kWeightDtypes[] = {WeightDtype::kF32,  WeightDtype::kBF16, WeightDtype::kF16,
+                                                WeightDtype::kInt8, WeightDtype::kInt4, WeightDtype::kW8A8};
+std::string weight_dtype_choices();  // "fp32, bf16, fp16, int8, int4 or w8a8", for usage errors
+// Where a format runs: the CPU path (CpuExecutor, Generator, the CLIs without a device) every format but
+// fp16; a device decoder (core/exec/device_decoder.h) fp32, bf16 and fp16.
+bool weight_dtype_on_cpu(WeightDtype d);
+bool weight_dtype_on_device(WeightDtype d);
+// The formats of one side, "fp32, bf16, int8, int4 or w8a8" (cpu) / "fp32, bf16 or fp16" (device), in
+// kWeightDtypes order.
+std::string weight_dtype_choices(bool device);
+// OK when the CPU path runs `d`; else INVALID_ARGUMENT "<field> fp16: fp16 is a device weight format
+// (model.device cuda or reference); the CPU serves ..." (field: "model.dtype", "--dtype").
+absl::Status check_weight_dtype_on_cpu(WeightDtype d, const std::string& field);
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;

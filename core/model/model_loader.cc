@@ -22,11 +22,46 @@ namespace {
 
 constexpr uint64_t kBuiltinSeed = 0x5EEDF205700ull;
 
-// The dtype matrices are read in: int8 / int4 quantize from fp32 (quantize.h).
-at::ScalarType to_scalar(WeightDtype d) { return d == WeightDtype::kBF16 ? at::kBFloat16 : at::kFloat; }
+// The dtype matrices are read in: int8 / int4 quantize from fp32 (quantize.h); fp16 (a device format) is
+// converted by LibTorch, round to nearest even (the device twins' ref::f16_bits, tests/unit/exec).
+at::ScalarType to_scalar(WeightDtype d) {
+  return d == WeightDtype::kBF16 ? at::kBFloat16 : d == WeightDtype::kF16 ? at::kHalf : at::kFloat;
+}
+
+// fp16 holds magnitudes up to 65504: a weight at or beyond 65520 rounds to ±inf, which would poison every
+// product it takes part in. Such a checkpoint is refused, naming the matrix, rather than served as inf.
+absl::Status check_f16_range(const ModelWeights& w) {
+  auto check = [](const at::Tensor& t, const std::string& what) -> absl::Status {
+    if (!t.defined() || t.scalar_type() != at::kHalf) return absl::OkStatus();
+    FROST_ASSIGN_OR_RETURN(bool finite, torch_call([&] { return at::isfinite(t).all().item<bool>(); }));
+    if (finite) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.dtype fp16: ", what,
+                     " has values beyond fp16's range (|x| >= 65520 rounds to inf, or the checkpoint holds "
+                     "inf / NaN); serve it as fp32 or bf16"));
+  };
+  FROST_RETURN_IF_ERROR(check(w.tok_embed, "tok_embed"));
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& lw = w.layers[l];
+    const std::string p = absl::StrCat("layer ", l, " ");
+    FROST_RETURN_IF_ERROR(check(lw.wqkv, p + "wqkv"));
+    FROST_RETURN_IF_ERROR(check(lw.wo, p + "wo"));
+    FROST_RETURN_IF_ERROR(check(lw.w_in, p + "w_in"));
+    FROST_RETURN_IF_ERROR(check(lw.w_out, p + "w_out"));
+  }
+  if (!w.lm_head.is_same(w.tok_embed)) FROST_RETURN_IF_ERROR(check(w.lm_head, "lm_head"));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Transformer>> make_transformer(const ModelConfig& cfg, ModelWeights weights,
                                                               const LoadOptions& opts) {
+  if (opts.dtype == WeightDtype::kF16) {
+    if (cfg.variants.any())
+      return absl::InvalidArgumentError(
+          "model.dtype fp16: architecture variants (RA / SBA / router / MLP context) run only on "
+          "model.device cpu, which does not serve fp16 weights");
+    FROST_RETURN_IF_ERROR(check_f16_range(weights));
+  }
   FROST_RETURN_IF_ERROR(quantize_weights(weights, opts.dtype, opts.int8_group));
   return torch_call([&] { return std::make_unique<Transformer>(cfg, std::move(weights)); });
 }

@@ -12,7 +12,9 @@
 namespace frost {
 
 struct LoadOptions {
-  WeightDtype dtype = WeightDtype::kF32;  // weights are converted (bf16) or quantized (int8, int4) at load
+  // Weights are converted (bf16, fp16) or quantized (int8, int4) at load. fp16 is a device format: the model
+  // loads (its matrices as at::kHalf) for a device decoder; the CPU path refuses it (weight_dtype_on_cpu).
+  WeightDtype dtype = WeightDtype::kF32;
   int64_t int8_group = 32;                // int8: inputs per scale, 0 = per output channel (kInt8Group)
   TokenizerPreference tokenizer = TokenizerPreference::kAuto;
 };

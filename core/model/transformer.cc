@@ -13,8 +13,10 @@ namespace frost {
 
 Transformer::Transformer(ModelConfig cfg, ModelWeights w) : cfg_(std::move(cfg)), w_(std::move(w)) {
   wdtype_ = w_.tok_embed.scalar_type();
-  // Matrices loaded as bf16 are served as bf16 (quantize_weights sets the int8 / int4 formats itself).
+  // Matrices loaded as bf16 are served as bf16, as fp16 as fp16 (a device format: the CPU paths refuse it
+  // before they run; quantize_weights sets the int8 / int4 formats itself).
   if (w_.dtype == WeightDtype::kF32 && wdtype_ == at::kBFloat16) w_.dtype = WeightDtype::kBF16;
+  if (w_.dtype == WeightDtype::kF32 && wdtype_ == at::kHalf) w_.dtype = WeightDtype::kF16;
   if (cfg_.arch == Arch::kLlama) {
     // RoPE tables computed exactly as Hugging Face does, in float32:
     // inv_freq = 1 / theta^(arange(0, D, 2) / D); angle = pos * inv_freq.

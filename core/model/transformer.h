@@ -35,10 +35,11 @@
 namespace frost {
 
 // Matrices are [out, in] (torch Linear layout; GPT-2 Conv1D weights are transposed at load)
-// in the configured weight dtype (fp32 or bf16). Norm weights, biases and RoPE tables fp32.
-// Quantized models (int8 / int4, core/model/quantize.h) hold each quantized matrix twice: `*_q` is what the
-// fast paths read (packed for kernels::gemm_packed), and the fp32 tensor beside it is its exact dequantized
-// value, which the reference path, training and Predict compute with — the same model, not the original.
+// in the configured weight dtype (fp32 or bf16; fp16 for a device decoder only). Norm weights, biases and
+// RoPE tables fp32. Quantized models (int8 / int4, core/model/quantize.h) hold each quantized matrix twice:
+// `*_q` is what the fast paths read (packed for kernels::gemm_packed), and the fp32 tensor beside it is its
+// exact dequantized value, which the reference path, training and Predict compute with — the same model, not
+// the original.
 struct LayerWeights {
   at::Tensor attn_norm_w, attn_norm_b;  // [C]; b undefined for RMSNorm
   at::Tensor wqkv, bqkv;                // [H*D + 2*Hkv*D, C] rows q | k | v; bias optional
@@ -99,7 +100,7 @@ class Transformer {
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   // The tensor dtype of the matrices (fp32 for int8 / int4: their dequantized values) and the served
-  // format ("fp32" | "bf16" | "int8" | "int4").
+  // format ("fp32" | "bf16" | "fp16" | "int8" | "int4" | "w8a8"; fp16 is served only by a device decoder).
   at::ScalarType weight_dtype() const { return wdtype_; }
   WeightDtype weight_format() const { return w_.dtype; }
   int64_t n_params() const;
@@ -158,7 +159,7 @@ class Transformer {
   mutable std::once_flag packed_once_;
   mutable std::vector<PackedLayer> packed_;
   mutable kernels::PackedMatrix packed_head_;
-  at::ScalarType wdtype_ = at::kFloat;  // dtype of the matrices (fp32 or bf16)
+  at::ScalarType wdtype_ = at::kFloat;  // dtype of the matrices (fp32, bf16, or fp16 for a device)
   at::Tensor rope_cos_, rope_sin_;      // [max_pos, D/2] fp32 (LLaMA)
 };
 

@@ -224,8 +224,8 @@ absl::StatusOr<ModelWeights> map_gpt2(const ModelConfig& c, TensorTable& t, at::
 
 absl::StatusOr<ModelWeights> map_weights(const ModelConfig& cfg, const std::vector<const SafetensorsFile*>& files,
                                          at::ScalarType wdtype) {
-  if (wdtype != at::kFloat && wdtype != at::kBFloat16) {
-    return absl::InvalidArgumentError("weights dtype must be fp32 or bf16");
+  if (wdtype != at::kFloat && wdtype != at::kBFloat16 && wdtype != at::kHalf) {
+    return absl::InvalidArgumentError("weights dtype must be fp32, bf16 or fp16");
   }
   TensorTable table;
   for (const SafetensorsFile* f : files) FROST_RETURN_IF_ERROR(table.add(f));

@@ -18,6 +18,15 @@ const char* kv_format_name(KvFormat f) {
   return "?";
 }
 
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::kF32: return "fp32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "fp16";
+  }
+  return "?";
+}
+
 AttentionSplit attention_split(int max_positions, int n_rows, int n_head_kv, int target_blocks) {
   // Enough pieces that rows × kv heads × pieces reaches target_blocks (short sequences at small batch still
   // fill the GPU), pieces of at least 16 positions; lengths and counts are powers of two, so that a decode

@@ -17,7 +17,11 @@
 
 namespace frost::cuda {
 
-enum class DType { kF32, kBF16 };                         // weight storage
+// Weight storage. bf16 / fp16: the matrices (and the embedding table) in 2 bytes, read as fp32; their
+// products take the activations rounded to the same format (ops.h gemv), accumulating in fp32.
+enum class DType { kF32, kBF16, kF16 };
+FROST_HD inline int dtype_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+const char* dtype_name(DType d);                          // "fp32" | "bf16" | "fp16"
 enum class KvFormat { kF32, kF16, kBF16, kInt8, kInt4 };  // KV storage (frost's codec names)
 
 const char* kv_format_name(KvFormat f);  // "fp32" | "fp16" | "bf16" | "int8" | "int4"

@@ -1,6 +1,6 @@
-// The decoder step's CUDA kernels (kernels/cuda/ops.h). Written for correctness first, with the memory
-// access patterns that matter for decode: GEMV reads W with 16-byte loads once per step, attention reads
-// each K/V row once per (row, kv head) for all of its query heads.
+// The decoder step's CUDA kernels (kernels/cuda/ops.h) but the GEMV (gemv.cu) and the sampler (sample.cu).
+// Written for correctness first, with the memory access patterns that matter for decode: attention reads each
+// K/V row once per (row, kv head) for all of its query heads.
 //
 // Rounding: products and sums that must equal the CPU bit for bit (RoPE, the int8/int4 row quantizer) use
 // the _rn intrinsics, which nvcc never contracts into an FMA; the rest is ordinary fp32 with the stated
@@ -15,51 +15,21 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/reduce.cuh"
 
 namespace frost::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-// Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
-__device__ float block_sum(float v) {
-  __shared__ float part[32];
-  __shared__ float total;
-  v = warp_sum(v);
-  const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane == 0) part[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    float s = lane < static_cast<int>(blockDim.x / kWarp) ? part[lane] : 0.f;
-    s = warp_sum(s);
-    if (lane == 0) total = s;
-  }
-  __syncthreads();
-  const float r = total;
-  __syncthreads();
-  return r;
-}
-
 __device__ __forceinline__ float load_w(const void* w, DType dt, int64_t i) {
   if (dt == DType::kF32) return static_cast<const float*>(w)[i];
+  if (dt == DType::kF16) return __half2float(static_cast<const __half*>(w)[i]);
   return __bfloat162float(static_cast<const __nv_bfloat16*>(w)[i]);
 }
-
-int blocks_for(int64_t n, int threads) { return static_cast<int>((n + threads - 1) / threads); }
 
 // ---------------------------------------------------------------------------------------------- embed
 __global__ void embed_kernel(const void* table, DType dt, const float* pos_embed, StepRows rows, int dim,
@@ -419,10 +389,16 @@ __global__ void gather_rows_kernel(const float* src, const int32_t* idx, int n, 
   for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
 }
 
-__global__ void to_bf16_kernel(const float* src, int64_t n, __nv_bfloat16* dst) {
+// fp32 → bf16 / fp16, round to nearest even (fp16: ±inf from 65520 on, as __float2half_rn).
+template <typename T>
+__global__ void to_half_kernel(const float* src, int64_t n, T* dst) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = __float2bfloat16_rn(src[i]);
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (std::is_same_v<T, __half>)
+      dst[i] = __float2half_rn(src[i]);
+    else
+      dst[i] = __float2bfloat16_rn(src[i]);
+  }
 }
 
 __device__ __forceinline__ uint64_t splitmix(uint64_t z) {
@@ -440,230 +416,10 @@ __global__ void fill_uniform_kernel(void* dst, DType dt, int64_t n, uint64_t see
     const float v = mean + a * u;
     if (dt == DType::kF32)
       static_cast<float*>(dst)[i] = v;
+    else if (dt == DType::kF16)
+      static_cast<__half*>(dst)[i] = __float2half_rn(v);
     else
       static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(v);
-  }
-}
-
-// ----------------------------------------------------------------------------------------------- GEMV
-template <typename T>
-struct Vec16;  // 16 bytes of weights
-template <>
-struct Vec16<float> {
-  static constexpr int kN = 4;
-  __device__ static void load(const void* p, float* o) {
-    const float4 v = *static_cast<const float4*>(p);
-    o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
-  }
-};
-template <>
-struct Vec16<__nv_bfloat16> {
-  static constexpr int kN = 8;
-  __device__ static void load(const void* p, float* o) {
-    const uint4 v = *static_cast<const uint4*>(p);
-    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      o[2 * i] = __uint_as_float(u[i] << 16);
-      o[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-  }
-};
-
-constexpr int kGemvWarps = 8;
-
-// The activation as the product sees it: bf16 weights multiply bf16-rounded activations (the cuBLAS bf16
-// GEMM's inputs), so the GEMV and its GEMM twin compute the same function.
-template <typename T>
-__device__ __forceinline__ float act(float v) {
-  if constexpr (sizeof(T) == 4) return v;
-  return __bfloat162float(__float2bfloat16_rn(v));
-}
-template <typename T>
-__device__ __forceinline__ float4 act(float4 v) {
-  return make_float4(act<T>(v.x), act<T>(v.y), act<T>(v.z), act<T>(v.w));
-}
-
-// Output rows per block (the block's 8 warps split the inputs between them): more when fewer activation rows,
-// so that each thread has 8–16 independent 16-byte weight loads in flight and blocks are few and long.
-template <int R>
-__host__ __device__ constexpr int gemv_outs() {
-  return R == 1 ? 16 : R <= 4 ? 8 : 4;
-}
-
-// x[r, k] as the product reads it: plain, RMS-normalised (inv[r] · w[k], the rmsnorm kernel's order of
-// operations) or SwiGLU of gate|up (the swiglu kernel's), then rounded as act<T>.
-template <typename T, GemvInput kIn>
-__device__ __forceinline__ float gemv_x(const float* x, int r, int k, int n_in, const float* inv,
-                                        const float* nw) {
-  if constexpr (kIn == GemvInput::kPlain) {
-    return act<T>(x[static_cast<int64_t>(r) * n_in + k]);
-  } else if constexpr (kIn == GemvInput::kRmsNorm) {
-    return act<T>(x[static_cast<int64_t>(r) * n_in + k] * inv[r] * nw[k]);
-  } else {
-    const float g = x[static_cast<int64_t>(r) * 2 * n_in + k],
-                u = x[static_cast<int64_t>(r) * 2 * n_in + n_in + k];
-    return act<T>(g / (1.f + expf(-g)) * u);
-  }
-}
-
-// Block per kGemvOuts output rows; its 256 threads stride over the input chunks (16 bytes of W each), so that
-// a long row keeps many loads in flight; partial sums meet in shared memory.
-template <typename T, int R, bool kVec, GemvInput kIn>
-__global__ void __launch_bounds__(kGemvWarps* kWarp)
-    gemv_kernel(const T* w, const float* x, int n_out, int n_in, const float* bias, bool accumulate, float* y,
-                const float* nw, float eps) {
-  constexpr int NT = kGemvWarps * kWarp, kGemvOuts = gemv_outs<R>();
-  const int n0 = blockIdx.x * kGemvOuts, tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
-  __shared__ float inv[R];
-  __shared__ float red[kGemvWarps][kGemvOuts * R];
-  if constexpr (kIn == GemvInput::kRmsNorm) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float* xr = x + static_cast<int64_t>(r) * n_in;
-      float ss = 0.f;
-      for (int k = tid; k < n_in; k += NT) ss += xr[k] * xr[k];
-      ss = block_sum(ss);
-      if (tid == 0) inv[r] = rsqrtf(ss / static_cast<float>(n_in) + eps);
-    }
-    __syncthreads();
-  }
-  const T* wr[kGemvOuts];
-#pragma unroll
-  for (int o = 0; o < kGemvOuts; ++o) wr[o] = w + static_cast<int64_t>(min(n0 + o, n_out - 1)) * n_in;
-  float acc[kGemvOuts][R];
-#pragma unroll
-  for (int o = 0; o < kGemvOuts; ++o)
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[o][r] = 0.f;
-  if constexpr (kVec) {
-    constexpr int E = Vec16<T>::kN;
-    const int chunks = n_in / E;
-#pragma unroll 2
-    for (int c = tid; c < chunks; c += NT) {
-      float wv[kGemvOuts][E];
-#pragma unroll
-      for (int o = 0; o < kGemvOuts; ++o) Vec16<T>::load(wr[o] + static_cast<int64_t>(c) * E, wv[o]);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float xv[E];
-        if constexpr (kIn == GemvInput::kPlain) {
-          const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * n_in + c * E);
-#pragma unroll
-          for (int e4 = 0; e4 < E / 4; ++e4) {
-            const float4 v = act<T>(xp[e4]);
-            xv[4 * e4] = v.x, xv[4 * e4 + 1] = v.y, xv[4 * e4 + 2] = v.z, xv[4 * e4 + 3] = v.w;
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < E; ++e) xv[e] = gemv_x<T, kIn>(x, r, c * E + e, n_in, inv, nw);
-        }
-#pragma unroll
-        for (int o = 0; o < kGemvOuts; ++o)
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[o][r] += wv[o][e] * xv[e];
-      }
-    }
-  } else {
-    for (int k = tid; k < n_in; k += NT) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float xv = gemv_x<T, kIn>(x, r, k, n_in, inv, nw);
-#pragma unroll
-        for (int o = 0; o < kGemvOuts; ++o) {
-          float wv;
-          if constexpr (sizeof(T) == 4)
-            wv = wr[o][k];
-          else
-            wv = __bfloat162float(wr[o][k]);
-          acc[o][r] += wv * xv;
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int o = 0; o < kGemvOuts; ++o)
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float v = warp_sum(acc[o][r]);
-      if (lane == 0) red[warp][o * R + r] = v;
-    }
-  __syncthreads();
-  if (tid < kGemvOuts * R) {
-    const int o = tid / R, r = tid % R, n = n0 + o;
-    if (n < n_out) {
-      float s = 0.f;
-#pragma unroll
-      for (int wi = 0; wi < kGemvWarps; ++wi) s += red[wi][tid];
-      const float v = bias ? s + bias[n] : s;
-      float* yp = y + static_cast<int64_t>(r) * n_out + n;
-      *yp = accumulate ? *yp + v : v;
-    }
-  }
-}
-
-template <typename T, int R, GemvInput kIn>
-void launch_gemv_in(const void* w, const float* x, int n_out, int n_in, const float* bias, bool acc, float* y,
-                    const float* nw, float eps, cudaStream_t st) {
-  const int grid = blocks_for(n_out, gemv_outs<R>());
-  const int64_t x_stride = kIn == GemvInput::kSwiGlu ? 2LL * n_in : n_in;
-  const bool vec = (static_cast<int64_t>(n_in) * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                   (x_stride * 4) % 16 == 0;
-  if (vec)
-    gemv_kernel<T, R, true, kIn><<<grid, kGemvWarps * kWarp, 0, st>>>(static_cast<const T*>(w), x, n_out,
-                                                                      n_in, bias, acc, y, nw, eps);
-  else
-    gemv_kernel<T, R, false, kIn><<<grid, kGemvWarps * kWarp, 0, st>>>(static_cast<const T*>(w), x, n_out,
-                                                                       n_in, bias, acc, y, nw, eps);
-}
-
-template <typename T, int R>
-void launch_gemv_r(const void* w, const float* x, int n_out, int n_in, const float* bias, bool acc, float* y,
-                   GemvInput in, const float* nw, float eps, cudaStream_t st) {
-  switch (in) {
-    case GemvInput::kPlain:
-      launch_gemv_in<T, R, GemvInput::kPlain>(w, x, n_out, n_in, bias, acc, y, nw, eps, st);
-      break;
-    case GemvInput::kRmsNorm:
-      launch_gemv_in<T, R, GemvInput::kRmsNorm>(w, x, n_out, n_in, bias, acc, y, nw, eps, st);
-      break;
-    case GemvInput::kSwiGlu:
-      launch_gemv_in<T, R, GemvInput::kSwiGlu>(w, x, n_out, n_in, bias, acc, y, nw, eps, st);
-      break;
-  }
-}
-
-template <typename T>
-void launch_gemv(const void* w, const float* x, int rows, int n_out, int n_in, const float* bias, bool acc,
-                 float* y, GemvInput in, const float* nw, float eps, cudaStream_t st) {
-  switch (rows) {
-    case 1:
-      launch_gemv_r<T, 1>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
-      break;
-    case 2:
-      launch_gemv_r<T, 2>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
-      break;
-    case 3:
-      launch_gemv_r<T, 3>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
-      break;
-    case 4:
-      launch_gemv_r<T, 4>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
-      break;
-    case 5:
-      launch_gemv_r<T, 5>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
-      break;
-    case 6:
-      launch_gemv_r<T, 6>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
-      break;
-    case 7:
-      launch_gemv_r<T, 7>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
-      break;
-    case 8:
-      launch_gemv_r<T, 8>(w, x, n_out, n_in, bias, acc, y, in, nw, eps, st);
-      break;
-    default:
-      throw std::invalid_argument("gemv: rows must be 1.." + std::to_string(kGemvMaxRows));
   }
 }
 
@@ -778,21 +534,15 @@ void gather_rows(const float* src, const int32_t* idx, int n_idx, int n, float* 
   FROST_CUDA_LAUNCHED();
 }
 
-void gemv(const void* w, DType dt, const float* x, int n_rows, int n_out, int n_in, const float* bias,
-          bool accumulate, float* y, cudaStream_t stream, GemvInput in, const float* norm_w, float eps) {
-  if (in == GemvInput::kRmsNorm && !norm_w)
-    throw std::invalid_argument("gemv: RMS-norm input without its weight");
-  if (dt == DType::kF32)
-    launch_gemv<float>(w, x, n_rows, n_out, n_in, bias, accumulate, y, in, norm_w, eps, stream);
-  else
-    launch_gemv<__nv_bfloat16>(w, x, n_rows, n_out, n_in, bias, accumulate, y, in, norm_w, eps, stream);
-  FROST_CUDA_LAUNCHED();
-}
-
-void to_bf16(const float* src, int64_t n, uint16_t* dst, cudaStream_t stream) {
+void to_half(const float* src, int64_t n, DType dt, uint16_t* dst, cudaStream_t stream) {
   if (n <= 0) return;
-  to_bf16_kernel<<<std::min<int64_t>(blocks_for(n, 256), 65535), 256, 0, stream>>>(
-      src, n, reinterpret_cast<__nv_bfloat16*>(dst));
+  const int grid = static_cast<int>(std::min<int64_t>(blocks_for(n, 256), 65535));
+  if (dt == DType::kF16)
+    to_half_kernel<<<grid, 256, 0, stream>>>(src, n, reinterpret_cast<__half*>(dst));
+  else if (dt == DType::kBF16)
+    to_half_kernel<<<grid, 256, 0, stream>>>(src, n, reinterpret_cast<__nv_bfloat16*>(dst));
+  else
+    throw std::invalid_argument("to_half: fp32 is no 2-byte format");
   FROST_CUDA_LAUNCHED();
 }
 

@@ -3,8 +3,14 @@
 // Each has a CPU twin in kernels/cuda/reference.h that tests/gpu/ holds it to on random inputs.
 //
 // Conventions:
-// - Activations are fp32, row-major [rows, n]. Weights are fp32 or bf16, row-major [n_out, n_in]
-//   (frost's fused layout: wqkv = [q; k; v], LLaMA w_in = [gate; up]).
+// - Activations are fp32, row-major [rows, n]. Weights are fp32, bf16 or fp16 (DType), row-major
+//   [n_out, n_in] (frost's fused layout: wqkv = [q; k; v], LLaMA w_in = [gate; up]).
+// - 2-byte weights: a product takes the weight widened exactly to fp32 and the activation rounded to the
+//   weight's format (round to nearest even), and sums in fp32 — the GEMV kernel and the cuBLAS GEMM
+//   (CUDA_R_16BF / CUDA_R_16F inputs, CUBLAS_COMPUTE_32F) alike. fp16's range ends at 65504: an activation of magnitude
+//   65520 or more rounds to ±inf (IEEE, __float2half_rn; not saturated), and fp16 weights beyond the range
+//   are refused at load (core/model/model_loader.cc). Activations of that size do not occur in the models
+//   served (the residual stream itself stays fp32).
 // - A step is a ragged batch of rows; row r is (token, sequence slot, absolute position). Per-row
 //   metadata lives in device memory so that a captured CUDA graph replays with new values.
 // - Paged KV: a pool of blocks of `block_tokens` positions; sequence s's position p lives in block
@@ -29,7 +35,7 @@ struct StepRows {
   int max_blocks = 0;  // per sequence
 };
 
-// out[r] = embed[token[r]] (+ pos_embed[pos[r]] when pos_embed is non-null).
+// out[r] = embed[token[r]] (+ pos_embed[pos[r]] when pos_embed is non-null); the table fp32, bf16 or fp16.
 void embed(const void* table, DType dt, const float* pos_embed, const StepRows& rows, int n_rows, int dim,
            float* out, cudaStream_t stream);
 
@@ -66,20 +72,20 @@ void add_bias(float* y, const float* b, int n_rows, int n, cudaStream_t stream);
 // dst[i, :] = src[idx[i], :]
 void gather_rows(const float* src, const int32_t* idx, int n_idx, int n, float* dst, cudaStream_t stream);
 
-// y[r, :] (+)= W · x̃[r, :] (+ b) for n_rows ≤ kGemvMaxRows: one pass over W with 16-byte loads, a block per
-// 16, 8 or 4 outputs (1, 2–4, 5–8 rows). The batch-1 decode path; the GEMM path (cuBLAS) is its twin for
-// larger batches. x̃ is x, or x RMS-normalised with norm_w (the rmsnorm kernel fused in), or SwiGLU of x =
-// [gate | up] (x has 2·n_in columns; the swiglu kernel fused in). bf16 weights multiply bf16-rounded x̃ (as
-// the bf16 GEMM does), accumulating in fp32.
+// y[r, :] (+)= W · x̃[r, :] (+ b) for n_rows ≤ kGemvMaxRows (kernels/cuda/gemv.cu): one pass over W with
+// 16-byte loads, a block per 16, 8 or 4 outputs (1, 2–4, 5–8 rows). The batch-1 decode path; the GEMM path
+// (cuBLAS) is its twin for larger batches. x̃ is x, or x RMS-normalised with norm_w (the rmsnorm kernel fused
+// in), or SwiGLU of x = [gate | up] (x has 2·n_in columns; the swiglu kernel fused in). bf16 / fp16 weights
+// multiply x̃ rounded to bf16 / fp16 (as the GEMM does), accumulating in fp32.
 constexpr int kGemvMaxRows = 8;
 enum class GemvInput { kPlain, kRmsNorm, kSwiGlu };
 void gemv(const void* w, DType dt, const float* x, int n_rows, int n_out, int n_in, const float* bias,
           bool accumulate, float* y, cudaStream_t stream, GemvInput in = GemvInput::kPlain,
           const float* norm_w = nullptr, float eps = 0.f);
-// dst = bf16(src), round to nearest even (activations for the bf16 GEMM).
-void to_bf16(const float* src, int64_t n, uint16_t* dst, cudaStream_t stream);
-// Fills dst with uniform values in [−a, a) (+ mean) from a counter hash of (seed, index): random benchmark
-// weights made on the device.
+// dst = src rounded to dt (bf16 or fp16; fp32 throws), nearest even (activations for the 2-byte GEMM).
+void to_half(const float* src, int64_t n, DType dt, uint16_t* dst, cudaStream_t stream);
+// Fills dst (fp32, or rounded to bf16 / fp16) with uniform values in [−a, a) (+ mean) from a counter hash of
+// (seed, index): random benchmark weights made on the device.
 void fill_uniform(void* dst, DType dt, int64_t n, uint64_t seed, float a, float mean, cudaStream_t stream);
 
 // Sampling, one row of logits [n_rows, V] per sequence; only the chosen ids leave the device.

@@ -17,8 +17,14 @@ namespace frost::cuda::ref {
 uint16_t bf16_bits(float f);  // round to nearest even (the device model's weight upload too)
 float bf16_value(uint16_t b);
 float bf16_round(float f);   // f rounded to bf16 and back
-uint16_t f16_bits(float f);  // IEEE half, round to nearest even
+// IEEE binary16, round to nearest even, bit for bit CUDA's __float2half_rn: subnormal halves below 2⁻¹⁴ (down
+// to 2⁻²⁴; half of that and less rounds to ±0, ties to even), overflow to ±inf from 65520 on (the midpoint
+// between 65504, the largest half, and 2¹⁶), NaN stays NaN (its top payload bits kept, quiet).
+uint16_t f16_bits(float f);
 float f16_value(uint16_t h);
+float f16_round(float f);  // f rounded to fp16 and back
+// f as a weight or activation of that storage format reads it: itself (fp32), bf16_round or f16_round.
+float dtype_round(DType d, float f);
 
 void rmsnorm(const float* x, const float* w, int rows, int dim, float eps, float* out);
 void layernorm(const float* x, const float* w, const float* b, int rows, int dim, float eps, float* out);
@@ -36,9 +42,11 @@ void attend_head(const float* q, const float* k, const float* v, int n, int head
                  float* out);
 void swiglu(const float* gu, int rows, int ffn, float* out);
 void gelu_new(float* x, int64_t n);
-// y[r] (+)= W·x[r] (+ b), W fp32 [n_out, n_in] (bf16 = true: W and x rounded to bf16 first).
+// y[r] (+)= W·x[r] (+ b), W fp32 [n_out, n_in]; dt bf16 / fp16: W and x rounded to that format first (the
+// device's GEMV and GEMM: 2-byte weights times activations rounded alike, sums in fp32 there, in double
+// here).
 void linear(const float* w, const float* x, int rows, int n_out, int n_in, const float* b, bool accumulate,
-            bool bf16, float* y);
+            DType dt, float* y);
 int argmax(const float* logits, int vocab);
 // The device sampler's function (ops.h sample_rows), which is the host sampler's (core/generate/sampler.cc,
 // steps 4-9: greedy; top-k; p = exp_nonpositive((l − l_max) · (1/T)); top-p; min-p; the draw), with its sums

@@ -1,13 +1,16 @@
 // Every CUDA kernel of the decoder step against its CPU twin (kernels/cuda/reference.h) on random inputs.
 // Tolerances, as max |gpu − cpu| / max(1, max |cpu|): bytes of the KV encoders and RoPE exact; norms, GEMV,
-// attention and elementwise ops within 2e-5 (fp32 sums against double ones); bf16 GEMV within 2e-5 of the
-// twin that rounds the same inputs to bf16. Skipped, with the reason, where no CUDA device exists.
+// attention and elementwise ops within 2e-5 (fp32 sums against double ones); bf16 / fp16 GEMV within 2e-5 of
+// the twin that rounds the same inputs to bf16 / fp16 (2e-3 with a norm or SwiGLU fused in: its fp32 input
+// may round to the neighbouring 2-byte value); the fp16 / bf16 conversions (to_half, fill_uniform, embed) bit
+// for bit. Skipped, with the reason, where no CUDA device exists.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reference.h"
@@ -20,18 +23,24 @@ using testing::DeviceArray;
 using testing::random_floats;
 using testing::rel_max_diff;
 
-// A weight matrix on the device in both storage dtypes (bf16: rounded to nearest even, as the model uploads).
+constexpr DType kDTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+
+// A weight matrix on the device in every storage dtype (bf16 / fp16: rounded to nearest even by the twins, as
+// the model uploads).
 struct DeviceWeights {
   DeviceArray<float> f32;
-  DeviceArray<uint16_t> bf16;
-  static std::vector<uint16_t> to_bf16(const std::vector<float>& w) {
+  DeviceArray<uint16_t> bf16, f16;
+  static std::vector<uint16_t> bits(const std::vector<float>& w, uint16_t (*round)(float)) {
     std::vector<uint16_t> b(w.size());
-    for (size_t i = 0; i < w.size(); ++i) b[i] = ref::bf16_bits(w[i]);
+    for (size_t i = 0; i < w.size(); ++i) b[i] = round(w[i]);
     return b;
   }
-  explicit DeviceWeights(std::vector<float> w) : f32(std::move(w)), bf16(to_bf16(f32.host)) {}
+  explicit DeviceWeights(std::vector<float> w)
+      : f32(std::move(w)), bf16(bits(f32.host, ref::bf16_bits)), f16(bits(f32.host, ref::f16_bits)) {}
   const void* as(DType dt) const {
-    return dt == DType::kF32 ? static_cast<const void*>(f32.dev) : static_cast<const void*>(bf16.dev);
+    return dt == DType::kF32    ? static_cast<const void*>(f32.dev)
+           : dt == DType::kBF16 ? static_cast<const void*>(bf16.dev)
+                                : static_cast<const void*>(f16.dev);
   }
 };
 
@@ -71,13 +80,51 @@ TEST(CudaOps, EmbedGathersRowsAndAddsPositions) {
       ASSERT_EQ(out.host[static_cast<size_t>(i) * C + c],
                 table.host[static_cast<size_t>(tok.host[i]) * C + c] +
                     pos_table.host[static_cast<size_t>(pos.host[i]) * C + c]);
-  // bf16 table: the rounded values, no positions.
-  embed(tw.as(DType::kBF16), DType::kBF16, nullptr, r, rows, C, out.dev, nullptr);
-  out.download();
-  for (int i = 0; i < rows; ++i)
-    for (int c = 0; c < C; ++c)
-      ASSERT_EQ(out.host[static_cast<size_t>(i) * C + c],
-                ref::bf16_round(table.host[static_cast<size_t>(tok.host[i]) * C + c]));
+  // bf16 / fp16 tables: the rounded values, no positions.
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    embed(tw.as(dt), dt, nullptr, r, rows, C, out.dev, nullptr);
+    out.download();
+    for (int i = 0; i < rows; ++i)
+      for (int c = 0; c < C; ++c)
+        ASSERT_EQ(out.host[static_cast<size_t>(i) * C + c],
+                  ref::dtype_round(dt, table.host[static_cast<size_t>(tok.host[i]) * C + c]))
+            << dtype_name(dt);
+  }
+}
+
+// The activations' conversion for the 2-byte GEMM and the device's random weights: the twins' rounding bit
+// for bit (fp16: subnormals, ties to even, ±inf from 65520 on).
+TEST(CudaOps, HalfConversionsAreTheTwinsBitForBit) {
+  FROST_REQUIRE_GPU();
+  std::vector<float> v = random_floats(4096, 41, -70000.f, 70000.f);
+  const std::vector<float> small = random_floats(4096, 42, -1e-4f, 1e-4f);
+  v.insert(v.end(), small.begin(), small.end());
+  for (float x : {0.f, -0.f, 65504.f, 65519.99f, 65520.f, -65520.f, 5.9604645e-8f, 2.9802322e-8f,
+                  8.940697e-8f, 1.00048828125f, 1.00146484375f, 6.1035156e-5f})
+    v.push_back(x);
+  DeviceArray<float> src(v);
+  DeviceArray<uint16_t> dst(v.size(), 0xFFFF);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    to_half(src.dev, static_cast<int64_t>(v.size()), dt, dst.dev, nullptr);
+    dst.download();
+    for (size_t i = 0; i < v.size(); ++i)
+      ASSERT_EQ(dst.host[i], dt == DType::kF16 ? ref::f16_bits(v[i]) : ref::bf16_bits(v[i]))
+          << dtype_name(dt) << " " << v[i];
+  }
+  EXPECT_THROW(to_half(src.dev, 4, DType::kF32, dst.dev, nullptr), std::invalid_argument);
+  const int64_t n = 10000;
+  DeviceArray<float> f32(static_cast<size_t>(n), 0.f);
+  DeviceArray<uint16_t> half(static_cast<size_t>(n), 0), bf(static_cast<size_t>(n), 0);
+  fill_uniform(f32.dev, DType::kF32, n, 7, 3.f, 0.5f, nullptr);
+  fill_uniform(half.dev, DType::kF16, n, 7, 3.f, 0.5f, nullptr);
+  fill_uniform(bf.dev, DType::kBF16, n, 7, 3.f, 0.5f, nullptr);
+  f32.download();
+  half.download();
+  bf.download();
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+    ASSERT_EQ(half.host[i], ref::f16_bits(f32.host[i])) << i;
+    ASSERT_EQ(bf.host[i], ref::bf16_bits(f32.host[i])) << i;
+  }
 }
 
 // A pool with two sequences' block tables (blocks in a scrambled order); rows at scattered positions.
@@ -297,7 +344,7 @@ TEST(CudaOps, GemvMatchesItsTwinForEveryRowCountAndDtype) {
   struct Shape {
     int n_out, n_in;
   };
-  for (DType dt : {DType::kF32, DType::kBF16})
+  for (DType dt : kDTypes)
     for (Shape sh : {Shape{1000, 288}, Shape{2048, 8192}, Shape{172, 64}, Shape{10, 172}, Shape{33, 13}}) {
       const DeviceWeights dw(random_floats(static_cast<size_t>(sh.n_out) * sh.n_in, sh.n_out, -0.1f, 0.1f));
       const std::vector<float>& w = dw.f32.host;
@@ -310,9 +357,9 @@ TEST(CudaOps, GemvMatchesItsTwinForEveryRowCountAndDtype) {
         const bool acc = rows % 2 == 0;
         gemv(wd, dt, x.dev, rows, sh.n_out, sh.n_in, rows % 3 == 0 ? bias.dev : nullptr, acc, y.dev, nullptr);
         ref::linear(w.data(), x.host.data(), rows, sh.n_out, sh.n_in,
-                    rows % 3 == 0 ? bias.host.data() : nullptr, acc, dt == DType::kBF16, ref.data());
+                    rows % 3 == 0 ? bias.host.data() : nullptr, acc, dt, ref.data());
         ASSERT_LT(rel_max_diff(y.download(), ref), 2e-5)
-            << (dt == DType::kF32 ? "fp32" : "bf16") << " " << sh.n_out << "x" << sh.n_in << " rows " << rows;
+            << dtype_name(dt) << " " << sh.n_out << "x" << sh.n_in << " rows " << rows;
       }
     }
 }
@@ -322,7 +369,7 @@ TEST(CudaOps, GemvWithItsNormOrActivationFusedMatchesTheSeparateTwins) {
   struct Shape {
     int n_out, n_in;
   };
-  for (DType dt : {DType::kF32, DType::kBF16})
+  for (DType dt : kDTypes)
     for (Shape sh : {Shape{1000, 288}, Shape{64, 2048}, Shape{10, 172}})
       for (GemvInput in : {GemvInput::kRmsNorm, GemvInput::kSwiGlu}) {
         const DeviceWeights dw(random_floats(static_cast<size_t>(sh.n_out) * sh.n_in, sh.n_in, -0.1f, 0.1f));
@@ -339,12 +386,10 @@ TEST(CudaOps, GemvWithItsNormOrActivationFusedMatchesTheSeparateTwins) {
             ref::rmsnorm(x.host.data(), nw.host.data(), rows, sh.n_in, 1e-5f, xt.data());
           else
             ref::swiglu(x.host.data(), rows, sh.n_in, xt.data());
-          ref::linear(w.data(), xt.data(), rows, sh.n_out, sh.n_in, nullptr, false, dt == DType::kBF16,
-                      ref.data());
+          ref::linear(w.data(), xt.data(), rows, sh.n_out, sh.n_in, nullptr, false, dt, ref.data());
           ASSERT_LT(rel_max_diff(y.download(), ref), dt == DType::kF32 ? 2e-5 : 2e-3)
-              << (dt == DType::kF32 ? "fp32 " : "bf16 ")
-              << (in == GemvInput::kRmsNorm ? "rmsnorm " : "swiglu ") << sh.n_out << "x" << sh.n_in
-              << " rows " << rows;
+              << dtype_name(dt) << " " << (in == GemvInput::kRmsNorm ? "rmsnorm " : "swiglu ") << sh.n_out
+              << "x" << sh.n_in << " rows " << rows;
         }
       }
 }

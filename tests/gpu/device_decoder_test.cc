@@ -1,9 +1,11 @@
 // The CUDA decoder (core/exec/cuda_decoder.h) against the host reference device, which implements the same
 // contract with the CPU twins of its kernels (core/exec/reference_decoder.h; CI holds that one to the CPU
 // transformer and the golden), and the engine serving on cuda:0:
-//  - random LLaMA-GQA and GPT-2 shapes, every KV format, fp32 and bf16 weights: the logits of a prefill and
-//    of decode steps (max |Δ| / max(1, max |ref|): fp32 weights 1e-4; bf16 5e-3, since the GEMM rounds its
-//    activations to bf16 and a last-bit difference upstream moves one of them by a bf16 unit, 2⁻⁸ relative);
+//  - random LLaMA-GQA and GPT-2 shapes, every KV format, fp32, bf16 and fp16 weights: the logits of a prefill
+//    (12 rows: the cuBLAS GEMM) and of decode steps (the GEMV) (max |Δ| / max(1, max |ref|): fp32 weights
+//    1e-4; bf16 5e-3, since the GEMM rounds its activations to bf16 and a last-bit difference upstream moves
+//    one of them by a bf16 unit, 2⁻⁸ relative; fp16 2e-3 on the same grounds, its unit 2⁻¹¹ relative, with
+//    room for a few);
 //  - a ragged step of several sequences equals each alone (1e-4);
 //  - bounded CUDA graph replays give the direct launches' tokens, with one graph per shape bucket;
 //  - sampling on the device: the twin's token (the host sampler's function) on the device's own logits;
@@ -93,7 +95,7 @@ std::vector<float> prefill_then_decode(DeviceDecoder& d, const std::vector<int32
 TEST(CudaDecoder, RandomLlamaAndGpt2MatchTheReferenceDeviceInEveryFormat) {
   REQUIRE_GPU();
   for (const ModelConfig& cfg : {testing::device_llama_gqa(), testing::device_gpt2()})
-    for (WeightDtype wd : {WeightDtype::kF32, WeightDtype::kBF16}) {
+    for (WeightDtype wd : {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kF16}) {
       const auto model = testing::random_loaded_model(cfg, cfg.arch == Arch::kLlama ? 7 : 8, wd);
       std::mt19937 g(3);
       std::vector<int32_t> tokens(20);
@@ -106,7 +108,7 @@ TEST(CudaDecoder, RandomLlamaAndGpt2MatchTheReferenceDeviceInEveryFormat) {
         testing::allocate_for_test(*gpu, cfg, f, 16, 32, 4);
         testing::allocate_for_test(*ref, cfg, f, 16, 32, 4);
         const double d = testing::rel_max_diff(prefill_then_decode(*gpu, tokens), prefill_then_decode(*ref, tokens));
-        EXPECT_LT(d, wd == WeightDtype::kF32 ? 1e-4 : 5e-3);
+        EXPECT_LT(d, wd == WeightDtype::kF32 ? 1e-4 : wd == WeightDtype::kBF16 ? 5e-3 : 2e-3);
         std::printf("  gpu vs reference device: %-5s %s kv %-4s  max rel diff %.2e\n", arch_name(cfg.arch),
                     weight_dtype_name(wd), cuda::kv_format_name(f), d);
       }
@@ -296,6 +298,47 @@ TEST(CudaDecoder, Stories260KGreedyEqualsTheGoldenTokenForToken) {
                   c.at("prompt").get<std::string>().c_str(), worst, want.size(), got == want ? "equal" : "DIFFER",
                   graphs ? " (graphs)" : "");
     }
+  }
+}
+
+// stories260K with fp16 weights on the GPU: its logits within 2e-3 of the fp16 reference device's on every
+// golden prompt (prefill through cuBLAS fp16 × fp16 → fp32, decode through the fp16 GEMV), and the golden's
+// greedy tokens (the fp32 weights' too, tests/unit/exec on the reference device).
+TEST(CudaDecoder, Stories260KWithFp16WeightsGivesTheGoldensGreedyTokens) {
+  REQUIRE_GPU();
+  const std::string refp = stories_reference();
+  if (refp.empty() || !std::ifstream(refp)) GTEST_SKIP() << "no golden (set FROST_STORIES_REFERENCE)";
+  LoadOptions f16;
+  f16.dtype = WeightDtype::kF16;
+  auto loaded = load_model(testing::source_path("models/stories260K"), f16);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LoadedModel& mdl = **loaded;
+  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  const int V = static_cast<int>(mdl.config.n_vocab);
+  auto m = cuda_decoder(mdl, cuda::KvFormat::kF32);
+  ASSERT_TRUE(m);
+  auto r = twin(mdl, cuda::KvFormat::kF32);
+  testing::allocate_for_test(*m, mdl.config, cuda::KvFormat::kF32, 64, 64, 4);
+  testing::allocate_for_test(*r, mdl.config, cuda::KvFormat::kF32, 64, 64, 4);
+  TestBlocks bm(64), br(64);
+  int slot = 0;
+  for (const auto& c : golden.at("cases")) {
+    DecoderSeq s;
+    s.slot = slot++;
+    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
+    const std::vector<int32_t> want = c.at("greedy_new_ids").get<std::vector<int32_t>>();
+    const auto got = testing::run_alone(*m, bm, s, static_cast<int>(want.size()), V);
+    const auto ref = testing::run_alone(*r, br, s, static_cast<int>(want.size()), V);
+    std::vector<int32_t> ids;
+    double worst = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      ids.push_back(testing::argmax_of(got[k].data(), V));
+      worst = std::max(worst, testing::rel_max_diff(got[k], ref[k]));
+    }
+    EXPECT_LT(worst, 2e-3) << c.at("prompt");
+    EXPECT_EQ(ids, want) << c.at("prompt");
+    std::printf("  stories260K fp16 '%s': gpu vs reference device max rel diff %.2e, greedy tokens %s\n",
+                c.at("prompt").get<std::string>().c_str(), worst, ids == want ? "equal" : "DIFFER");
   }
 }
 

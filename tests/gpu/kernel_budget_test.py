@@ -15,7 +15,7 @@ Usage: kernel_budget_test.py --nvcc PATH --src DIR [--out FILE] [--update]
 import argparse, json, os, re, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 
-SOURCES = ["kernels/cuda/ops.cu", "kernels/cuda/sample.cu"]
+SOURCES = ["kernels/cuda/ops.cu", "kernels/cuda/gemv.cu", "kernels/cuda/sample.cu"]
 ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'")
 SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 USED = re.compile(r"Used (\d+) registers")

@@ -43,7 +43,10 @@ std::shared_ptr<LoadedModel> random_loaded_model(const ModelConfig& cfg, uint64_
   m->name = "random:" + std::string(arch_name(cfg.arch));
   m->source = m->name;
   m->config = cfg;
-  ModelWeights w = random_weights(cfg, seed, dtype == WeightDtype::kBF16 ? at::kBFloat16 : at::kFloat);
+  const at::ScalarType scalar = dtype == WeightDtype::kBF16  ? at::kBFloat16
+                                : dtype == WeightDtype::kF16 ? at::kHalf
+                                                             : at::kFloat;
+  ModelWeights w = random_weights(cfg, seed, scalar);
   if (absl::Status st = quantize_weights(w, dtype, 32); !st.ok()) throw std::runtime_error(st.ToString());
   m->model = std::make_unique<Transformer>(cfg, std::move(w));
   m->tokenizer = make_byte_tokenizer(static_cast<int32_t>(cfg.n_vocab));

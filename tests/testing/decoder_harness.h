@@ -16,7 +16,7 @@ ModelConfig device_llama_gqa();
 // GPT-2 (4 heads, head_dim 16, biases, LayerNorm, gelu_new), vocab 300, 2 layers, context 64, untied head.
 ModelConfig device_gpt2();
 // A LoadedModel of `cfg` with deterministic random weights (builtin_models.cc's distribution) in `dtype`
-// (fp32 or bf16) and the byte tokenizer.
+// (fp32, bf16 or fp16 — the matrices in that format; int8 / int4 / w8a8 quantized) and the byte tokenizer.
 std::shared_ptr<LoadedModel> random_loaded_model(const ModelConfig& cfg, uint64_t seed,
                                                  WeightDtype dtype = WeightDtype::kF32);
 

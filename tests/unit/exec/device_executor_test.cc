@@ -170,6 +170,37 @@ TEST_F(DeviceExecutorTest, Stories260KThroughTheEngineGivesTheGoldensGreedyToken
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i]->ids, want[i]) << i;
 }
 
+// fp16 weights (a device format) through the real engine on the reference device: stories260K's golden
+// prompts, batched, give the fp32 weights' greedy tokens — the golden's — token for token (their logits stay
+// within 2e-3, tests/unit/exec/reference_decoder_test.cc); and the engine reports the format it serves.
+TEST_F(DeviceExecutorTest, Stories260KWithFp16WeightsGivesTheFp32GreedyTokens) {
+  FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
+  LoadOptions f16;
+  f16.dtype = WeightDtype::kF16;
+  auto loaded = load_model(testing::source_path("models/stories260K"), f16);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::shared_ptr<const LoadedModel> m(std::move(loaded).value());
+  EXPECT_EQ(m->model->weight_format(), WeightDtype::kF16);
+  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  EngineConfig c = config(4);
+  c.kv_cache_bytes = 0;
+  auto engine = make(c, nullptr, m);
+  ASSERT_TRUE(engine);
+  std::vector<GenerationRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& cs : golden.at("cases")) {
+    want.push_back(cs.at("greedy_new_ids").get<std::vector<int32_t>>());
+    reqs.push_back(
+        request(cs.at("input_ids").get<std::vector<int32_t>>(), static_cast<int32_t>(want.back().size())));
+  }
+  const auto got = run_all(*engine, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(got[i]->result.ok()) << got[i]->result.status();
+    EXPECT_EQ(got[i]->ids, want[i]) << i;
+  }
+  expect_idle_books(*engine);
+}
+
 TEST_F(DeviceExecutorTest, BatchedChunkedAndPreemptedRequestsEqualEachAlone) {
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 6; ++i) {
@@ -291,6 +322,16 @@ TEST_F(DeviceExecutorTest, RefusesWhatTheDeviceDoesNotRunNamingTheField) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   EXPECT_MSG_HAS(refused.status(), "model.device reference");
   EXPECT_MSG_HAS(refused.status(), "model.dtype int8");
+  // fp16 weights: a device format. The reference device runs them; the CPU refuses them naming the field.
+  LoadOptions h;
+  h.dtype = WeightDtype::kF16;
+  auto half = load_model("builtin:tiny", h);
+  ASSERT_TRUE(half.ok()) << half.status();
+  std::shared_ptr<const LoadedModel> half_model(std::move(half).value());
+  EXPECT_TRUE(make_executor(half_model, o).ok());
+  auto on_cpu = make_executor(half_model, ExecutorOptions{});
+  EXPECT_INVALID(on_cpu.status(),
+                 "model.dtype fp16: fp16 is a device weight format (model.device cuda or reference)");
   // Devices by name.
   EXPECT_EQ(parse_device("cuda:1")->index, 1);
   EXPECT_EQ(parse_device("cuda")->kind, DeviceKind::kCuda);

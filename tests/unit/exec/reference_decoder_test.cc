@@ -213,12 +213,14 @@ TEST(ReferenceDecoderTest, RefusesWhatADeviceCannotRunNamingIt) {
   ModelConfig c = testing::device_llama_gqa();
   EXPECT_TRUE(device_supports(c, WeightDtype::kF32, "cuda:0").ok());
   EXPECT_TRUE(device_supports(c, WeightDtype::kBF16, "cuda:0").ok());
+  EXPECT_TRUE(device_supports(c, WeightDtype::kF16, "cuda:0").ok());
   auto refused = [](const absl::Status& st, const std::string& what) {
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
     EXPECT_NE(std::string(st.message()).find(what), std::string::npos) << st;
     EXPECT_NE(std::string(st.message()).find("model.device cuda:0"), std::string::npos) << st;
   };
-  refused(device_supports(c, WeightDtype::kInt8, "cuda:0"), "model.dtype int8");
+  refused(device_supports(c, WeightDtype::kInt8, "cuda:0"),
+          "model.dtype int8 (a device serves fp32, bf16 or fp16");
   refused(device_supports(c, WeightDtype::kW8A8, "cuda:0"), "model.dtype w8a8");
   ModelConfig g3 = c;
   g3.n_head = 6;
@@ -319,6 +321,133 @@ TEST(DeviceHiddenStatesTest, FeaturesComeFromTheDeviceAndEqualTheCpus) {
   auto none = make_hidden_source(**cpu, ExecutorOptions{});
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(*none);
+}
+
+// fp16 weights (a device format) on the reference device:
+//  - the loader's fp16 matrices are the twin's rounding of the fp32 ones, bit for bit (what the CUDA decoder
+//    uploads, and what it would round itself from fp32);
+//  - stories260K with fp16 weights: every golden prompt's prefill logits within 2e-3 of the fp32 weights'
+//    (max |Δ| / max(1, max |fp32|): weights and activations each move by up to 2⁻¹¹ relative), and the same
+//    greedy tokens as the fp32 weights' and the golden's.
+TEST(ReferenceDecoderTest, Fp16WeightsAreTheTwinsRoundingOfTheFp32Ones) {
+  LoadOptions f16;
+  f16.dtype = WeightDtype::kF16;
+  auto h = load_model("builtin:tiny", f16);
+  auto f = load_model("builtin:tiny");
+  ASSERT_TRUE(h.ok() && f.ok());
+  const ModelWeights& hw = (*h)->model->weights();
+  const ModelWeights& fw = (*f)->model->weights();
+  EXPECT_EQ((*h)->model->weight_format(), WeightDtype::kF16);
+  auto same = [](const at::Tensor& half, const at::Tensor& full, const std::string& what) {
+    ASSERT_EQ(half.scalar_type(), at::kHalf) << what;
+    const at::Tensor hc = half.contiguous(), fc = full.to(at::kFloat).contiguous();
+    ASSERT_EQ(hc.numel(), fc.numel()) << what;
+    const auto* hb = static_cast<const uint16_t*>(hc.data_ptr());
+    const float* fv = fc.data_ptr<float>();
+    for (int64_t i = 0; i < hc.numel(); ++i)
+      ASSERT_EQ(hb[i], cuda::ref::f16_bits(fv[i])) << what << " [" << i << "]";
+  };
+  same(hw.tok_embed, fw.tok_embed, "tok_embed");
+  for (size_t l = 0; l < hw.layers.size(); ++l) {
+    same(hw.layers[l].wqkv, fw.layers[l].wqkv, "wqkv");
+    same(hw.layers[l].wo, fw.layers[l].wo, "wo");
+    same(hw.layers[l].w_in, fw.layers[l].w_in, "w_in");
+    same(hw.layers[l].w_out, fw.layers[l].w_out, "w_out");
+  }
+  EXPECT_EQ(hw.final_norm_w.scalar_type(), at::kFloat);
+}
+
+TEST(ReferenceDecoderTest, Stories260KWithFp16WeightsStaysWithinFp16OfFp32) {
+  FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
+  LoadOptions f16;
+  f16.dtype = WeightDtype::kF16;
+  auto lh = load_model(testing::source_path("models/stories260K"), f16);
+  auto lf = load_model(testing::source_path("models/stories260K"));
+  ASSERT_TRUE(lh.ok()) << lh.status();
+  ASSERT_TRUE(lf.ok()) << lf.status();
+  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  const ModelConfig& cfg = (*lf)->config;
+  auto dh = make_decoder(**lh, cuda::KvFormat::kF32);
+  auto df = make_decoder(**lf, cuda::KvFormat::kF32);
+  EXPECT_LT(dh->memory().weight_bytes, df->memory().weight_bytes * 6 / 10);  // the matrices in 2 bytes
+  testing::allocate_for_test(*dh, cfg, cuda::KvFormat::kF32, 64, 64, 4);
+  testing::allocate_for_test(*df, cfg, cuda::KvFormat::kF32, 64, 64, 4);
+  TestBlocks bh(64), bf(64);
+  const int V = static_cast<int>(cfg.n_vocab);
+  int slot = 0;
+  double worst = 0;
+  for (const auto& c : golden.at("cases")) {
+    DecoderSeq s;
+    s.slot = slot++;
+    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
+    const std::vector<int32_t> want = c.at("greedy_new_ids").get<std::vector<int32_t>>();
+    const auto half = testing::run_alone(*dh, bh, s, static_cast<int>(want.size()), V);
+    const auto full = testing::run_alone(*df, bf, s, static_cast<int>(want.size()), V);
+    worst = std::max(worst, testing::rel_max_diff(half[0], full[0]));
+    std::vector<int32_t> got_h, got_f;
+    for (const auto& l : half) got_h.push_back(testing::argmax_of(l.data(), V));
+    for (const auto& l : full) got_f.push_back(testing::argmax_of(l.data(), V));
+    EXPECT_EQ(got_h, got_f) << c.at("prompt");
+    EXPECT_EQ(got_h, want) << c.at("prompt");
+  }
+  EXPECT_LT(worst, 2e-3);
+  EXPECT_GT(worst, 0.0);  // fp16 is not fp32: the rounding took place
+  std::printf("  stories260K fp16 vs fp32 weights (reference device): prefill logits max rel diff %.2e\n",
+              worst);
+}
+
+// The twins' fp16 rounding against known values — CUDA's __float2half_rn: round to nearest, ties to even, in
+// the normal and subnormal ranges and across their boundary; ±65520 and beyond overflow to ±inf (65519.99
+// still rounds to 65504); NaN stays NaN — and ref::linear's fp16 product rounds its inputs with it.
+TEST(ReferenceTwinsTest, HalfRoundingKnownValues) {
+  using cuda::ref::f16_bits;
+  const float two_m24 = std::ldexp(1.f, -24), two_m25 = std::ldexp(1.f, -25);
+  struct Case {
+    float f;
+    uint16_t h;
+  };
+  for (const Case c :
+       {Case{0.f, 0x0000}, Case{-0.f, 0x8000}, Case{1.f, 0x3c00}, Case{-2.f, 0xc000}, Case{65504.f, 0x7bff},
+        Case{65519.99f, 0x7bff}, Case{65520.f, 0x7c00}, Case{-65520.f, 0xfc00}, Case{1e10f, 0x7c00},
+        Case{std::numeric_limits<float>::infinity(), 0x7c00},
+        Case{-std::numeric_limits<float>::infinity(), 0xfc00},
+        // ties to even among normals: 1 + 2⁻¹¹ → 1 (even), 1 + 3·2⁻¹¹ → 1 + 2⁻⁹ (even), and the carry
+        // into the exponent 2 − 2⁻¹¹ → 2; just above a tie rounds up
+        Case{1.f + std::ldexp(1.f, -11), 0x3c00}, Case{1.f + 3 * std::ldexp(1.f, -11), 0x3c02},
+        Case{2.f - std::ldexp(1.f, -11), 0x4000},
+        Case{1.f + std::ldexp(1.f, -11) + std::ldexp(1.f, -23), 0x3c01},
+        // subnormals: 2⁻²⁴ is the smallest; 2⁻²⁵ (a tie) → 0, 3·2⁻²⁵ (a tie) → 2·2⁻²⁴, 2⁻²⁵·(1+ε) → 2⁻²⁴
+        Case{two_m24, 0x0001}, Case{-two_m24, 0x8001}, Case{two_m25, 0x0000}, Case{-two_m25, 0x8000},
+        Case{3 * two_m25, 0x0002}, Case{5 * two_m25, 0x0002}, Case{two_m25 * 1.0001f, 0x0001},
+        Case{std::ldexp(1.f, -26), 0x0000}, Case{1023 * two_m24, 0x03ff},
+        // the subnormal / normal boundary: 2⁻¹⁴ − 2⁻²⁵ (a tie) → 2⁻¹⁴, the smallest normal
+        Case{std::ldexp(1.f, -14) - two_m25, 0x0400}, Case{std::ldexp(1.f, -14), 0x0400},
+        Case{1e-30f, 0x0000}}) {
+    EXPECT_EQ(f16_bits(c.f), c.h) << c.f;
+  }
+  const uint16_t nan = f16_bits(std::nanf(""));
+  EXPECT_EQ(nan & 0x7c00u, 0x7c00u);
+  EXPECT_NE(nan & 0x03ffu, 0u);
+  EXPECT_EQ(cuda::ref::f16_round(65519.99f), 65504.f);
+  EXPECT_EQ(cuda::ref::f16_round(two_m24 * 1.4f), two_m24);
+  EXPECT_TRUE(std::isinf(cuda::ref::f16_round(70000.f)));
+  for (float v : {0.1f, -3.3333f, 1e-6f, 40000.3f}) {
+    EXPECT_EQ(cuda::ref::dtype_round(cuda::DType::kF16, v), cuda::ref::f16_round(v));
+    EXPECT_EQ(cuda::ref::dtype_round(cuda::DType::kBF16, v), cuda::ref::bf16_round(v));
+    EXPECT_EQ(cuda::ref::dtype_round(cuda::DType::kF32, v), v);
+  }
+  // y = w · x with w = 1: the fp16 product takes x rounded (1 + 2⁻¹¹ → 1), the fp32 one x itself; bf16 rounds
+  // coarser still (1 + 2⁻⁷ + 2⁻⁹ → 1 + 2⁻⁷ in bf16, exact in fp16).
+  const float w = 1.f, x1 = 1.f + std::ldexp(1.f, -11), x2 = 1.f + std::ldexp(1.f, -7) + std::ldexp(1.f, -9);
+  float y = 0;
+  cuda::ref::linear(&w, &x1, 1, 1, 1, nullptr, false, cuda::DType::kF16, &y);
+  EXPECT_EQ(y, 1.f);
+  cuda::ref::linear(&w, &x1, 1, 1, 1, nullptr, false, cuda::DType::kF32, &y);
+  EXPECT_EQ(y, x1);
+  cuda::ref::linear(&w, &x2, 1, 1, 1, nullptr, false, cuda::DType::kF16, &y);
+  EXPECT_EQ(y, x2);
+  cuda::ref::linear(&w, &x2, 1, 1, 1, nullptr, false, cuda::DType::kBF16, &y);
+  EXPECT_EQ(y, 1.f + std::ldexp(1.f, -7));
 }
 
 // The twins' fp16 conversion (the device's __float2half_rn, written out) against LibTorch's: every bit pattern of

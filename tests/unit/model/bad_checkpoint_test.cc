@@ -421,5 +421,34 @@ TEST_F(BadCheckpointTest, NonexistentPath) {
   EXPECT_MSG_HAS(s, "does/not/exist");
 }
 
+// fp16 weights (a device format): a checkpoint loads as fp16 with its matrices in half precision, and one
+// whose matrix holds a value that rounds beyond fp16's range (|x| >= 65520 → inf) is refused naming the
+// matrix — the same file still loads as fp32.
+TEST_F(BadCheckpointTest, Fp16RefusesAMatrixBeyondItsRange) {
+  LoadOptions f16;
+  f16.dtype = WeightDtype::kF16;
+  write_good();
+  auto ok = load_model(dir_.path(), f16);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->model->weight_format(), WeightDtype::kF16);
+  EXPECT_EQ((*ok)->model->weights().layers[0].w_out.scalar_type(), at::kHalf);
+  EXPECT_EQ((*ok)->model->weights().final_norm_w.scalar_type(), at::kFloat);  // norms stay fp32
+  NamedTensors ts = tiny_tensors();
+  for (auto& [name, t] : ts)
+    if (name == "model.layers.1.mlp.down_proj.weight")
+      t[0][1] = 65520.f;  // the first value that rounds to inf
+  write_model_dir(dir_.path(), tiny_config().dump(2), ts);
+  const absl::Status s = load_model(dir_.path(), f16).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_MSG_HAS(s, "model.dtype fp16: layer 1 w_out has values beyond fp16's range");
+  EXPECT_TRUE(load_model(dir_.path()).ok());
+  for (auto& [name, t] : ts)  // 65519.99 rounds down to 65504, the largest half: served
+    if (name == "model.layers.1.mlp.down_proj.weight") t[0][1] = 65519.99f;
+  write_model_dir(dir_.path(), tiny_config().dump(2), ts);
+  auto edge = load_model(dir_.path(), f16);
+  ASSERT_TRUE(edge.ok()) << edge.status();
+  EXPECT_EQ((*edge)->model->weights().layers[1].w_out[0][1].item<float>(), 65504.f);
+}
+
 }  // namespace
 }  // namespace frost

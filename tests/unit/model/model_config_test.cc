@@ -438,5 +438,30 @@ TEST(ModelConfigTest, LoadFromDirectory) {
   EXPECT_INVALID(load_model_config(dir.file("plain_file")).status(), "not a directory");
 }
 
+// The weight formats: one list for the CLIs and the config, and where each runs. fp16 is a device format:
+// every list names it, the CPU lists and check leave it out, naming the field and the value.
+TEST(WeightDtypeTest, OneListAndWhereEachFormatRuns) {
+  EXPECT_EQ(weight_dtype_choices(), "fp32, bf16, fp16, int8, int4 or w8a8");
+  EXPECT_EQ(weight_dtype_choices(false), "fp32, bf16, int8, int4 or w8a8");
+  EXPECT_EQ(weight_dtype_choices(true), "fp32, bf16 or fp16");
+  for (WeightDtype d : kWeightDtypes) {
+    WeightDtype back = WeightDtype::kW8A8;
+    ASSERT_TRUE(parse_weight_dtype(weight_dtype_name(d), &back)) << weight_dtype_name(d);
+    EXPECT_EQ(back, d);
+    EXPECT_EQ(check_weight_dtype_on_cpu(d, "model.dtype").ok(), weight_dtype_on_cpu(d));
+  }
+  WeightDtype f16 = WeightDtype::kF32;
+  ASSERT_TRUE(parse_weight_dtype("fp16", &f16));
+  EXPECT_EQ(f16, WeightDtype::kF16);
+  EXPECT_FALSE(weight_dtype_on_cpu(WeightDtype::kF16));
+  EXPECT_TRUE(weight_dtype_on_device(WeightDtype::kF16));
+  EXPECT_FALSE(weight_dtype_on_device(WeightDtype::kInt8));
+  EXPECT_FALSE(parse_weight_dtype("float16", &f16));
+  EXPECT_INVALID(
+      check_weight_dtype_on_cpu(WeightDtype::kF16, "--dtype"),
+      "--dtype fp16: fp16 is a device weight format (model.device cuda or reference); the CPU serves fp32, "
+      "bf16, int8, int4 or w8a8");
+}
+
 }  // namespace
 }  // namespace frost

@@ -159,7 +159,13 @@ TEST(ServerConfigTest, ModelDeviceAndWhatADeviceRefuses) {
   };
   refused("model:\n  device: gpu0\n", "model.device: unknown value \"gpu0\" (expected cpu, cuda, cuda:N or reference)");
   refused("model:\n  device: cuda:x\n", "model.device: unknown value \"cuda:x\"");
-  refused("model:\n  device: cuda:0\n  dtype: int8\n", "model.dtype: int8 weights: a device serves fp32 or bf16");
+  refused("model:\n  device: cuda:0\n  dtype: int8\n",
+          "model.dtype: int8 weights: a device serves fp32, bf16 or fp16");
+  // fp16 is a device format: on the CPU it is refused naming the field, the value and where it runs.
+  refused(
+      "model:\n  dtype: fp16\n",
+      "model.dtype: fp16 weights: fp16 is a device format (model.device cuda or reference; model.device is "
+      "\"cpu\"); the CPU serves fp32, bf16, int8, int4 or w8a8");
   refused("model:\n  device: reference\nengine:\n  kv_codec: kvsplice\n",
           "engine.kv_codec: kvsplice runs only on model.device cpu");
   refused("model:\n  device: cuda\nengine:\n  kv_repair: r.safetensors\n",
@@ -168,6 +174,11 @@ TEST(ServerConfigTest, ModelDeviceAndWhatADeviceRefuses) {
   // The same settings are fine on the CPU, and a device with a compact KV format is fine.
   EXPECT_TRUE(validate_server_config(parse_ok("model:\n  dtype: int8\nengine:\n  kv_repair: r.safetensors\n")).ok());
   EXPECT_TRUE(validate_server_config(parse_ok("model:\n  device: cuda:0\n  dtype: bf16\nengine:\n  kv_codec: int8\n")).ok());
+  for (const char* device : {"cuda:0", "reference"}) {
+    const ServerConfig c = parse_ok(std::string("model:\n  device: ") + device + "\n  dtype: fp16\n");
+    EXPECT_EQ(c.model.dtype, WeightDtype::kF16);
+    EXPECT_TRUE(validate_server_config(c).ok()) << device;
+  }
 }
 
 TEST(ServerConfigTest, PartialSectionKeepsOtherDefaults) {
@@ -307,8 +318,8 @@ TEST(ServerConfigTest, RejectsUnknownEnumValues) {
                  "engine.kv_codec: unknown value \"int3\" (expected fp32|fp16|bf16|int8|int4|kvsplice)");
   EXPECT_INVALID(parse_status("engine:\n  kv_codec: FP16\n"),
                  "engine.kv_codec: unknown value \"FP16\" (expected fp32|fp16|bf16|int8|int4|kvsplice)");
-  EXPECT_INVALID(parse_status("model:\n  dtype: fp16\n"),
-                 "model.dtype: unknown value \"fp16\" (expected fp32|bf16|int8|int4|w8a8)");
+  EXPECT_INVALID(parse_status("model:\n  dtype: fp8\n"),
+                 "model.dtype: unknown value \"fp8\" (expected fp32|bf16|fp16|int8|int4|w8a8)");
   EXPECT_INVALID(parse_status("model:\n  kernels: avx1024\n"),
                  "model.kernels: unknown value \"avx1024\" (expected auto|avx512|avx2|scalar)");
   EXPECT_INVALID(parse_status("log:\n  level: verbose\n"),
