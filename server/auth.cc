@@ -2,11 +2,13 @@
 
 #include <grpc/grpc_security_constants.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "core/common/fs.h"
+#include "core/common/status_macros.h"
 
 namespace frost::server {
 
@@ -105,7 +107,26 @@ absl::Status Authenticator::check(const std::string& method, const std::string* 
   return absl::UnauthenticatedError("invalid bearer token");
 }
 
+int64_t call_metadata_bytes(const grpc::ServerContextBase& ctx) {
+  constexpr int64_t kEntryOverhead = 32;  // RFC 7540 §6.5.2
+  int64_t n = 0;
+  for (const auto& [k, v] : ctx.client_metadata())
+    n += static_cast<int64_t>(k.size()) + static_cast<int64_t>(v.size()) + kEntryOverhead;
+  return n;
+}
+
+absl::Status check_metadata_size(const grpc::ServerContextBase& ctx, int64_t limit) {
+  if (limit <= 0) return absl::OkStatus();
+  const int64_t n = call_metadata_bytes(ctx);
+  if (n <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("request metadata is ", n, " bytes, over server.max_header_list_bytes=", limit));
+}
+
+int64_t transport_header_list_bytes(int64_t n) { return std::max<int64_t>(4 * n, 64 * 1024); }
+
 absl::Status Authenticator::check(const std::string& method, const grpc::CallbackServerContext* ctx) const {
+  FROST_RETURN_IF_ERROR(check_metadata_size(*ctx, max_metadata_bytes_));
   if (require_tls_) {
     std::shared_ptr<const grpc::AuthContext> ac = ctx->auth_context();
     const std::vector<grpc::string_ref> t = ac ? ac->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)

@@ -5,7 +5,7 @@
 //   kAdmin      Training.*, Admin.*: the admin token only (the user token → PERMISSION_DENIED);
 //   kInference  Generation.*, Prediction.*: open, or the user or admin token when
 //               auth.require_for_inference is set.
-// Health and reflection are gRPC's own services and stay open. A method with no rule is refused
+// Health (frost's own grpc.health.v1, server/health.h) and reflection stay open. A method with no rule is refused
 // (fail closed); tests/unit/server/auth_test.cc enumerates every method of every frost.v1 service
 // and fails when one has no rule.
 //
@@ -29,6 +29,19 @@ enum class AuthRule { kAdmin, kInference };
 // "/frost.v1.Training/SubmitJob" → rule, for every frost.v1 method.
 const std::map<std::string, AuthRule>& auth_rules();
 
+// The size of a call's request metadata as HTTP/2 counts a header list (RFC 7540 §6.5.2: name + value + 32 per
+// entry), over what the application sees (gRPC's own and pseudo headers excluded).
+int64_t call_metadata_bytes(const grpc::ServerContextBase& ctx);
+// RESOURCE_EXHAUSTED "request metadata is N bytes, over server.max_header_list_bytes=M" (OK when limit <= 0).
+//
+// Why per call and not only in the transport: gRPC 1.51 ends the whole HTTP/2 connection — every call on it,
+// a healthy WatchJob or Health.Watch included — when one header block exceeds the transport's limit. So the
+// transport's limit (SETTINGS_MAX_HEADER_LIST_SIZE: transport_header_list_bytes) is kept well above
+// server.max_header_list_bytes and frostd refuses the one call that exceeds the latter.
+absl::Status check_metadata_size(const grpc::ServerContextBase& ctx, int64_t limit);
+// The HTTP/2 limit for server.max_header_list_bytes = n: max(4·n, 64 KiB).
+int64_t transport_header_list_bytes(int64_t n);
+
 class Authenticator {
  public:
   // Reads the tokens. INVALID_ARGUMENT naming the config field for an unreadable or empty token
@@ -43,7 +56,12 @@ class Authenticator {
 
   bool has_admin_token() const { return !admin_.empty(); }
 
+  // server.max_header_list_bytes, checked per call by check(method, ctx) before anything else: a call whose
+  // metadata is larger is RESOURCE_EXHAUSTED alone (see call_metadata_bytes). 0 = unchecked.
+  void set_max_metadata_bytes(int64_t n) { max_metadata_bytes_ = n; }
+
  private:
+  int64_t max_metadata_bytes_ = 0;
   std::string admin_, user_;
   bool require_for_inference_ = false;
   bool require_tls_ = false;

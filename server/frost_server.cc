@@ -1,7 +1,6 @@
 #include "server/frost_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/security/server_credentials.h>
@@ -15,7 +14,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "grpc/health/v1/health.pb.h"
 #include "absl/synchronization/notification.h"
 #include "core/common/clock.h"
 #include "core/common/device.h"
@@ -64,7 +62,11 @@ void set_transport_limits(const ServerSection& s, grpc::ServerBuilder* b) {
   constexpr int kMsPerS = 1000;
   auto ms = [](int32_t seconds) { return static_cast<int>(std::min<int64_t>(int64_t{seconds} * kMsPerS, INT32_MAX)); };
   b->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, s.max_concurrent_streams);
-  b->AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, s.max_header_list_bytes);
+  // Above server.max_header_list_bytes, which frostd checks per call (server/auth.h: check_metadata_size):
+  // over the transport's limit gRPC ends every call of the connection, over ours only the one call.
+  const int64_t transport_header_bytes = transport_header_list_bytes(s.max_header_list_bytes);
+  b->AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
+                        static_cast<int>(std::min<int64_t>(transport_header_bytes, INT32_MAX)));
   b->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(s.keepalive_time_s));
   b->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(s.keepalive_timeout_s));
   b->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, ms(s.keepalive_min_ping_interval_s));
@@ -92,6 +94,7 @@ FrostServer::~FrostServer() { drain(0); }
 
 absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConfig& cfg) {
   if (absl::Status st = validate_server_config(cfg); !st.ok()) return st;
+  if (absl::Status st = check_config_paths(cfg); !st.ok()) return st;
   std::unique_ptr<FrostServer> s(new FrostServer(cfg));
   s->metrics_ = std::make_unique<Metrics>();
   absl::StatusOr<Authenticator> auth = Authenticator::create(cfg.auth);
@@ -100,6 +103,7 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
     return auth.status();
   }
   s->auth_ = std::make_unique<Authenticator>(*std::move(auth));
+  s->auth_->set_max_metadata_bytes(cfg.server.max_header_list_bytes);
   if (!s->auth_->has_admin_token())
     FROST_LOG_WARN(
         "frostd: no admin token configured (auth.admin_token_file / $%s): Training and Admin "
@@ -118,11 +122,13 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   s->admin_ = std::make_unique<AdminService>(s->runtime_.get());
   s->inference_ = std::make_unique<InferenceService>(s->runtime_.get());
 
-  grpc::EnableDefaultHealthCheckService(true);
-  // gRPC's built-in health service carries no descriptor: link grpc.health.v1's generated one so reflection
-  // clients (grpcurl) can resolve grpc.health.v1.Health without a .proto file. Naming it keeps the linker
-  // from dropping the object that registers it.
-  (void)grpc::health::v1::HealthCheckRequest::descriptor();
+  // grpc.health.v1.Health is frost's own (server/health.h), not gRPC's default service: readiness
+  // NOT_SERVING from the first instant, INVALID_ARGUMENT for a request that does not parse.
+  s->health_ = std::make_unique<Health>(s->metrics_.get());
+  s->health_->set_max_metadata_bytes(cfg.server.max_header_list_bytes);
+  if (cfg.jobs.enabled) s->health_->set_serving(kTrainingService, true);
+  // Jobs unavailable (jobs.state_dir cannot be written) and back again: the Training readiness follows.
+  s->runtime_->set_jobs_listener([h = s->health_.get()](bool ok) { h->set_serving(kTrainingService, ok); });
   if (cfg.server.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   if (!cfg.server.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
@@ -145,13 +151,13 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
   builder.RegisterService(s->training_.get());
   builder.RegisterService(s->admin_.get());
   builder.RegisterService(s->inference_.get());
+  builder.RegisterService(s->health_->service());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->grpc_port_ == 0) {
     s->stopped_ = true;
     return absl::UnavailableError(
         absl::StrCat("server.listen: cannot listen on \"", cfg.server.listen, "\""));
   }
-  s->health_ = std::make_unique<Health>(s->server_.get(), s->metrics_.get());
   FROST_LOG_INFO("frostd: gRPC listening on %s (port %d)%s", cfg.server.listen.c_str(), s->grpc_port_,
                  cfg.server.reflection ? ", reflection on" : "");
   if (!cfg.server.http.listen.empty()) {
@@ -167,9 +173,15 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
 
   absl::StatusOr<int> mport;
   if (cfg.server.tls.metrics) {
+    // Same server as the plaintext endpoint (server/metrics_https.h), owned here: it reads tls_.
     Metrics* m = s->metrics_.get();
+    MetricsHttpServer::Options options;
+    options.on_refused = [m](const char* reason) { m->record_metrics_connection_refused(reason); };
     absl::StatusOr<std::unique_ptr<HttpsMetricsServer>> https =
-        HttpsMetricsServer::start(cfg.server.metrics_listen, s->tls_.get(), [m] { return m->render(); });
+        absl::InvalidArgumentError("server.tls.metrics: needs server.tls.cert_file and key_file");
+    if (s->tls_)
+      https = HttpsMetricsServer::start(cfg.server.metrics_listen, s->tls_.get(), [m] { return m->render(); },
+                                        std::move(options));
     if (https.ok()) {
       s->metrics_https_ = *std::move(https);
       mport = s->metrics_https_->port();
@@ -332,9 +344,9 @@ void FrostServer::drain(double timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (http_) http_->stop();
+  if (health_) health_->shutdown();  // Health.Watch streams get their last NOT_SERVING and end
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
-  if (health_) health_->shutdown();
   FROST_LOG_INFO("frostd: stopped after a %.2fs drain",
                  static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9);
 }

@@ -79,9 +79,9 @@ class FrostServer {
   std::unique_ptr<TrainingService> training_;
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<InferenceService> inference_;
+  std::unique_ptr<Health> health_;  // registered with server_: outlives it
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<OpenAiHttpServer> http_;  // server.http.listen
-  std::unique_ptr<Health> health_;
   std::shared_ptr<Engine> engine_;
   int grpc_port_ = 0;
   int metrics_port_ = 0;

@@ -74,6 +74,12 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
     }
     case v1::GenerateRequest::kTokenIds:
       if (req.token_ids().ids().empty()) return invalid("token_ids.ids: must not be empty");
+      if (const int n = req.token_ids().ids_size(); n > kMaxPromptTokenIds) {
+        return invalid(absl::StrCat("token_ids.ids: ", n, " ids is more than the cap of ", kMaxPromptTokenIds));
+      } else if (limits.max_prompt_tokens > 0 && n > limits.max_prompt_tokens) {
+        return invalid(absl::StrCat("token_ids.ids: ", n, " ids is more than limits.max_prompt_tokens=",
+                                    limits.max_prompt_tokens));
+      }
       out.prompt_ids.assign(req.token_ids().ids().begin(), req.token_ids().ids().end());
       break;
     case v1::GenerateRequest::PROMPT_NOT_SET:
@@ -93,6 +99,15 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
   if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
   if (s.has_seed()) p.seed = s.seed();
   if (s.has_max_new_tokens()) p.max_new_tokens = s.max_new_tokens();
+  // Early, cheap checks on repeated fields, before they are copied, so a huge list never reaches the engine.
+  if (s.stop_size() > limits.max_stop_strings) {
+    return invalid(
+        absl::StrCat("sampling.stop: at most ", limits.max_stop_strings, " strings, got ", s.stop_size()));
+  }
+  if (s.stop_token_ids_size() > limits.max_stop_token_ids) {
+    return invalid(absl::StrCat("sampling.stop_token_ids: at most ", limits.max_stop_token_ids,
+                                " ids (limits.max_stop_token_ids), got ", s.stop_token_ids_size()));
+  }
   p.stop.assign(s.stop().begin(), s.stop().end());
   p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   if (s.has_ignore_eos()) p.ignore_eos = s.ignore_eos();
@@ -118,11 +133,6 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
       break;
     case v1::SamplingParams::CONSTRAINT_NOT_SET:
       break;
-  }
-  // Early, cheap checks on repeated fields, so a huge list never reaches the engine.
-  if (s.stop_size() > limits.max_stop_strings) {
-    return invalid(
-        absl::StrCat("sampling.stop: at most ", limits.max_stop_strings, " strings, got ", s.stop_size()));
   }
   if (req.kv().has_codec()) {
     absl::StatusOr<KvCodecKind> codec = parse_kv_codec(req.kv().codec());
@@ -579,44 +589,47 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,
-                                                          const v1::ModelInfoRequest* /*request*/,
-                                                          v1::ModelInfo* response) {
+                                                          const grpc::ByteBuffer* request_bytes,
+                                                          grpc::ByteBuffer* response_bytes) {
   const int64_t t0 = RealClock::get().now_ns();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto done = [&](const absl::Status& st) {
+    grpc::Status gs = to_grpc_status(st);
+    metrics_->record_request("GetModelInfo", gs.error_code(), seconds_since(t0));
+    reactor->Finish(gs);
+    return reactor;
+  };
+  if (auth_) {
+    if (absl::Status st = auth_->check("/frost.v1.Generation/GetModelInfo", ctx); !st.ok()) return done(st);
+  }
+  v1::ModelInfoRequest request;
+  if (absl::Status st = parse_request(*request_bytes, &request); !st.ok()) return done(st);
   // Model info stays available while draining (it is cheap and helps debugging).
   std::shared_ptr<Engine> e = engine();
-  grpc::Status gs;
-  absl::Status auth_st = auth_ ? auth_->check("/frost.v1.Generation/GetModelInfo", ctx) : absl::OkStatus();
-  if (!auth_st.ok()) {
-    gs = to_grpc_status(auth_st);
-  } else if (!e) {
-    gs = grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading: not ready yet");
-  } else {
-    const LoadedModel& m = e->model();
-    response->set_name(m.name);
-    response->set_architecture(arch_name(m.config.arch));
-    response->set_context_length(static_cast<int32_t>(e->max_context()));
-    response->set_vocab_size(static_cast<int32_t>(m.config.n_vocab));
-    response->set_n_params(m.model->n_params());
-    response->set_weight_dtype(weight_dtype_name(m.model->weight_format()));
-    const EngineStats st = e->stats();
-    response->set_weight_bytes(st.executor.weight_bytes);
-    response->set_kernels(kernels::isa_name(kernels::active_isa()));
-    response->set_kv_codec(kv_codec_name(cfg_.engine.kv_codec));
-    response->set_device(st.executor.device);
-    response->set_device_name(st.executor.device_name);
-    response->set_device_bytes(st.executor.device_bytes);
-    response->set_kv_blocks(st.kv_blocks_total);
-    response->set_kv_block_bytes(st.kv_block_bytes);
-    response->set_kv_block_tokens(static_cast<int32_t>(st.kv_block_tokens));
-    response->set_kv_cache_bytes(st.kv_pool_bytes);
-    response->set_max_running(cfg_.engine.max_running);
-    response->set_max_batch_tokens(cfg_.engine.max_batch_tokens);
-    response->set_prefix_caching(cfg_.engine.prefix_caching);
-  }
-  metrics_->record_request("GetModelInfo", gs.error_code(), seconds_since(t0));
-  reactor->Finish(gs);
-  return reactor;
+  if (!e) return done(absl::UnavailableError("model is loading: not ready yet"));
+  v1::ModelInfo response;
+  const LoadedModel& m = e->model();
+  response.set_name(m.name);
+  response.set_architecture(arch_name(m.config.arch));
+  response.set_context_length(static_cast<int32_t>(e->max_context()));
+  response.set_vocab_size(static_cast<int32_t>(m.config.n_vocab));
+  response.set_n_params(m.model->n_params());
+  response.set_weight_dtype(weight_dtype_name(m.model->weight_format()));
+  const EngineStats st = e->stats();
+  response.set_weight_bytes(st.executor.weight_bytes);
+  response.set_kernels(kernels::isa_name(kernels::active_isa()));
+  response.set_kv_codec(kv_codec_name(cfg_.engine.kv_codec));
+  response.set_device(st.executor.device);
+  response.set_device_name(st.executor.device_name);
+  response.set_device_bytes(st.executor.device_bytes);
+  response.set_kv_blocks(st.kv_blocks_total);
+  response.set_kv_block_bytes(st.kv_block_bytes);
+  response.set_kv_block_tokens(static_cast<int32_t>(st.kv_block_tokens));
+  response.set_kv_cache_bytes(st.kv_pool_bytes);
+  response.set_max_running(cfg_.engine.max_running);
+  response.set_max_batch_tokens(cfg_.engine.max_batch_tokens);
+  response.set_prefix_caching(cfg_.engine.prefix_caching);
+  return done(serialize_response(response, response_bytes));
 }
 
 }  // namespace frost::server

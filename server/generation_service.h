@@ -14,9 +14,10 @@
 // Readiness: until set_engine() every RPC is UNAVAILABLE ("model is loading"); after start_drain() new
 // Generate/Tokenize calls are UNAVAILABLE ("server is draining").
 //
-// Generate and Tokenize are raw methods (request and responses as grpc::ByteBuffer, parsed and serialized in
-// server/proto_codec.h) so that a request protobuf refuses to parse — invalid UTF-8 in a string field —
-// gets INVALID_ARGUMENT naming the field instead of gRPC's empty UNIMPLEMENTED. The wire contract is the
+// Every method is raw (request and responses as grpc::ByteBuffer, parsed and serialized in
+// server/proto_codec.h) so that a request protobuf refuses to parse — invalid UTF-8 in a string field, bytes
+// that are no message — gets INVALID_ARGUMENT naming the field or the type instead of gRPC's empty
+// UNIMPLEMENTED. The wire contract is the
 // same: clients use the ordinary generated stubs.
 #include <atomic>
 #include <memory>
@@ -36,6 +37,9 @@ namespace frost::server {
 
 // Longest request_id accepted, in bytes.
 inline constexpr size_t kMaxRequestIdBytes = 128;
+// Most token ids in a token_ids prompt, whatever the config (limits.max_prompt_tokens, when set, is lower;
+// the engine then refuses what does not fit the context).
+inline constexpr int kMaxPromptTokenIds = 1 << 20;
 
 // Edge validation and conversion of a GenerateRequest: the checks that need no model (prompt presence, byte
 // limit, UTF-8, request_id, logprobs sign, KV codec name), then the proto's optional fields over the engine
@@ -44,10 +48,11 @@ inline constexpr size_t kMaxRequestIdBytes = 128;
 absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req,
                                                         const LimitsSection& limits);
 
-// Generate and Tokenize raw, GetModelInfo typed (its request has no fields to get wrong).
+// Every method raw: even GetModelInfo, whose request has no fields, can get bytes that are no message, and
+// those must be INVALID_ARGUMENT like everywhere else (not gRPC's empty UNIMPLEMENTED).
 using GenerationServiceBase =
     v1::Generation::WithRawCallbackMethod_Generate<v1::Generation::WithRawCallbackMethod_Tokenize<
-        v1::Generation::WithCallbackMethod_GetModelInfo<v1::Generation::Service>>>;
+        v1::Generation::WithRawCallbackMethod_GetModelInfo<v1::Generation::Service>>>;
 
 class GenerationService final : public GenerationServiceBase {
  public:
@@ -73,9 +78,9 @@ class GenerationService final : public GenerationServiceBase {
   // Serialized frost.v1.TokenizeRequest in, frost.v1.TokenizeResponse out.
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
-                                         const v1::ModelInfoRequest* request,
-                                         v1::ModelInfo* response) override;
+  // Serialized frost.v1.ModelInfoRequest in, frost.v1.ModelInfo out.
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
  private:
   class GenerateCall;

@@ -1,30 +1,242 @@
 #include "server/health.h"
 
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/common/log.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "server/auth.h"
+#include "server/proto_codec.h"
+#include "server/status_convert.h"
 
 namespace frost::server {
+namespace {
 
-Health::Health(grpc::Server* server, Metrics* metrics)
-    : service_(server->GetHealthCheckService()), metrics_(metrics) {
-  if (service_ == nullptr) {
-    FROST_LOG_ERROR("health: the default health service is not enabled");
-    return;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+using HealthBase = grpc::health::v1::Health::WithRawCallbackMethod_Check<
+    grpc::health::v1::Health::WithRawCallbackMethod_Watch<grpc::health::v1::Health::Service>>;
+
+// How long shutdown() lets the watchers write their last status before the server cuts them.
+constexpr absl::Duration kWatchFlush = absl::Seconds(1);
+
+// Parses a request and checks its service name.
+absl::Status parse_health_request(const grpc::ByteBuffer* in, HealthCheckRequest* req) {
+  if (absl::Status st = parse_request(*in, req); !st.ok()) return st;
+  if (req->service().size() > kMaxHealthServiceBytes)
+    return absl::InvalidArgumentError(absl::StrCat("service: ", req->service().size(),
+                                                   " bytes is more than the cap of ", kMaxHealthServiceBytes));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// One Watch stream. Lock order: Health::mu_, then mu_.
+class Health::WatchCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  WatchCall(Health* health, const grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) : health_(health) {
+    HealthCheckRequest req;
+    absl::Status st = check_metadata_size(*ctx, health_->max_metadata_bytes_);
+    if (st.ok()) st = parse_health_request(in, &req);
+    if (!st.ok()) {
+      finish(st);
+      return;
+    }
+    service_ = req.service();
+    absl::MutexLock hl(&health_->mu_);
+    if (static_cast<int64_t>(health_->watchers_.size()) >= kMaxHealthWatchers) {
+      finish(absl::ResourceExhaustedError(
+          absl::StrCat("Health.Watch: ", kMaxHealthWatchers, " streams are open, the most allowed")));
+      return;
+    }
+    health_->watchers_.insert(this);
+    registered_ = true;
+    update(health_->status_locked(service_), /*last=*/health_->shut_down_);
   }
-  service_->SetServingStatus("", true);
-  set_ready(false);
+
+  const std::string& service() const { return service_; }
+
+  // A new status for this watcher's service (Health::mu_ held); `last`: end the stream after writing it.
+  void update(int status, bool last) {
+    absl::MutexLock l(&mu_);
+    if (finished_) return;
+    pending_ = status;
+    end_ = end_ || last;
+    if (!writing_) write_pending_locked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock l(&mu_);
+    writing_ = false;
+    if (!ok) {
+      finish_locked(absl::CancelledError("the client went away"));
+      return;
+    }
+    write_pending_locked();
+  }
+  void OnCancel() override {
+    absl::MutexLock l(&mu_);
+    finish_locked(absl::CancelledError("Health.Watch cancelled"));
+  }
+  void OnDone() override {
+    if (registered_) {
+      absl::MutexLock hl(&health_->mu_);
+      health_->watchers_.erase(this);  // after this no update can reach us
+    }
+    delete this;
+  }
+
+ private:
+  void write_pending_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    if (pending_ && pending_ != sent_) {
+      HealthCheckResponse resp;
+      resp.set_status(static_cast<HealthCheckResponse::ServingStatus>(*pending_));
+      sent_ = pending_;
+      pending_.reset();
+      if (absl::Status st = serialize_response(resp, &buf_); !st.ok()) {
+        finish_locked(st);
+        return;
+      }
+      writing_ = true;
+      StartWrite(&buf_);
+      return;
+    }
+    pending_.reset();
+    if (end_) finish_locked(absl::OkStatus());
+  }
+  void finish(const absl::Status& st) {
+    absl::MutexLock l(&mu_);
+    finish_locked(st);
+  }
+  void finish_locked(const absl::Status& st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(to_grpc_status(st));
+  }
+
+  Health* health_;
+  std::string service_;
+  bool registered_ = false;  // in health_->watchers_ (set in the constructor only)
+  absl::Mutex mu_;
+  grpc::ByteBuffer buf_ ABSL_GUARDED_BY(mu_);
+  std::optional<int> pending_ ABSL_GUARDED_BY(mu_);  // to write next
+  std::optional<int> sent_ ABSL_GUARDED_BY(mu_);     // last written
+  bool end_ ABSL_GUARDED_BY(mu_) = false;            // finish once everything pending is written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class Health::Service final : public HealthBase {
+ public:
+  explicit Service(Health* health) : health_(health) {}
+
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    HealthCheckRequest req;
+    absl::Status st = check_metadata_size(*ctx, health_->max_metadata_bytes_);
+    if (st.ok()) st = parse_health_request(in, &req);
+    if (st.ok()) {
+      int status = HealthCheckResponse::SERVICE_UNKNOWN;
+      {
+        absl::MutexLock l(&health_->mu_);
+        status = health_->status_locked(req.service());
+      }
+      if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
+        st = absl::NotFoundError(absl::StrCat("service \"", req.service(), "\" is unknown to this server"));
+      } else {
+        HealthCheckResponse resp;
+        resp.set_status(static_cast<HealthCheckResponse::ServingStatus>(status));
+        st = serialize_response(resp, out);
+      }
+    }
+    reactor->Finish(to_grpc_status(st));
+    return reactor;
+  }
+
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* in) override {
+    return new WatchCall(health_, ctx, in);
+  }
+
+ private:
+  Health* health_;
+};
+
+Health::Health(Metrics* metrics) : metrics_(metrics), service_(std::make_unique<Service>(this)) {
+  {
+    absl::MutexLock l(&mu_);
+    serving_[kLivenessService] = true;
+    serving_[kReadinessService] = false;
+  }
+  metrics_->set_ready(false);
+}
+
+Health::~Health() = default;
+
+grpc::Service* Health::service() { return service_.get(); }
+
+int Health::status_locked(const std::string& service) const {
+  auto it = serving_.find(service);
+  if (it == serving_.end()) return HealthCheckResponse::SERVICE_UNKNOWN;
+  return it->second ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+}
+
+void Health::set_locked(const std::string& service, bool serving) {
+  auto [it, added] = serving_.try_emplace(service, serving);
+  if (!added && it->second == serving) return;
+  it->second = serving;
+  for (WatchCall* w : watchers_)
+    if (w->service() == service) w->update(status_locked(service), /*last=*/false);
 }
 
 void Health::set_ready(bool ready) {
-  ready_ = ready;
-  if (service_ != nullptr) service_->SetServingStatus(kReadinessService, ready);
+  {
+    absl::MutexLock l(&mu_);
+    if (shut_down_) return;
+    set_locked(kReadinessService, ready);
+  }
   metrics_->set_ready(ready);
   FROST_LOG_INFO("health: %s %s", kReadinessService, ready ? "SERVING" : "NOT_SERVING");
 }
 
+bool Health::ready() const {
+  absl::MutexLock l(&mu_);
+  return !shut_down_ && status_locked(kReadinessService) == HealthCheckResponse::SERVING;
+}
+
+void Health::set_serving(const std::string& service, bool serving) {
+  {
+    absl::MutexLock l(&mu_);
+    if (shut_down_) return;
+    set_locked(service, serving);
+  }
+  if (service == kReadinessService) metrics_->set_ready(serving);
+  FROST_LOG_INFO("health: %s %s", service.empty() ? "(liveness)" : service.c_str(),
+                 serving ? "SERVING" : "NOT_SERVING");
+}
+
 void Health::shutdown() {
-  ready_ = false;
   metrics_->set_ready(false);
-  if (service_ != nullptr) service_->Shutdown();
+  absl::MutexLock l(&mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (auto& [name, serving] : serving_) serving = false;
+  for (WatchCall* w : watchers_) w->update(status_locked(w->service()), /*last=*/true);
+  // Each watcher removes itself in OnDone; give their last writes a moment before the server cuts them.
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](std::set<WatchCall*>* ws) { return ws->empty(); }, &watchers_),
+                       kWatchFlush);
+}
+
+int64_t Health::watchers() const {
+  absl::MutexLock l(&mu_);
+  return static_cast<int64_t>(watchers_.size());
 }
 
 }  // namespace frost::server

@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/fs.h"
 #include "core/common/clock.h"
 #include "core/common/log.h"
 #include "server/metrics_https.h"
@@ -108,14 +109,14 @@ void send_error(httplib::Response& res, const oa::ApiError& e) {
 }
 
 std::string read_file(const std::string& path, absl::Status* st) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *st = absl::NotFoundError(absl::StrCat("model.chat_template: cannot read \"", path, "\""));
+  constexpr int64_t kMaxTemplateBytes = 1 << 20;
+  absl::StatusOr<std::string> text = frost::read_file(path, kMaxTemplateBytes, "1 MiB");  // a FIFO: refused
+  if (!text.ok()) {
+    *st = absl::Status(text.status().code(), absl::StrCat("model.chat_template: cannot read \"", path,
+                                                          "\": ", text.status().message()));
     return "";
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return *std::move(text);
 }
 
 // Debian's cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library):

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,31 +41,75 @@ absl::Status check_model(const std::string& name, const char* field) {
   return absl::OkStatus();
 }
 
-// Auth (same rules as Predict), then the handler, on the callback thread: for the cheap methods.
-template <class F>
-grpc::ServerUnaryReactor* answer(Runtime* rt, grpc::CallbackServerContext* ctx, const char* rpc, F&& handler) {
+// Auth (same rules as Predict), parse, then the handler, on the callback thread: for the cheap methods.
+template <class Req, class Resp, class F>
+grpc::ServerUnaryReactor* answer(Runtime* rt, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                 grpc::ByteBuffer* out, const char* rpc, F&& handler) {
   const int64_t t0 = RealClock::get().now_ns();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status st = rt->auth()->check(absl::StrCat(kService, rpc), ctx);
-  if (st.ok()) st = handler();
+  Req req;
+  if (st.ok()) st = parse_request(*in, &req);
+  Resp resp;
+  if (st.ok()) st = handler(req, &resp);
+  if (st.ok()) st = serialize_response(resp, out);
   const grpc::Status gs = to_grpc_status(st);
   rt->metrics()->record_request(rpc, gs.error_code(), seconds_since(t0));
   reactor->Finish(gs);
   return reactor;
 }
 
+absl::Status too_many(const std::string& field, int64_t n, int64_t cap, const char* what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", n, " ", what, " is more than the cap of ", cap));
+}
+
+// The caps on every repeated field of the request, before anything looks at their contents.
+absl::Status check_caps(const inference::ModelInferRequest& req, int64_t max_texts) {
+  if (req.parameters_size() > kMaxInferParameters)
+    return too_many("parameters", req.parameters_size(), kMaxInferParameters, "entries");
+  if (req.inputs_size() > kMaxInferInputs) return too_many("inputs", req.inputs_size(), kMaxInferInputs, "tensors");
+  const auto n_outputs = static_cast<int64_t>(output_names().size());
+  if (req.outputs_size() > n_outputs)
+    return too_many("outputs", req.outputs_size(), n_outputs, "tensors (one per output of the model)");
+  if (req.raw_input_contents_size() > req.inputs_size() && req.raw_input_contents_size() > 1)
+    return too_many("raw_input_contents", req.raw_input_contents_size(), std::max(1, req.inputs_size()),
+                    "entries (one per input)");
+  for (int i = 0; i < req.inputs_size(); ++i) {
+    const auto& in = req.inputs(i);
+    const std::string field = absl::StrCat("inputs[", i, "]");
+    if (in.shape_size() > kMaxInferShapeDims)
+      return too_many(field + ".shape", in.shape_size(), kMaxInferShapeDims, "dimensions");
+    if (in.parameters_size() > kMaxInferParameters)
+      return too_many(field + ".parameters", in.parameters_size(), kMaxInferParameters, "entries");
+    const auto& c = in.contents();
+    const int64_t elements = std::max({c.bool_contents_size(), c.int_contents_size(), c.int64_contents_size(),
+                                       c.uint_contents_size(), c.uint64_contents_size(), c.fp32_contents_size(),
+                                       c.fp64_contents_size(), c.bytes_contents_size()});
+    if (elements > max_texts)
+      return absl::InvalidArgumentError(absl::StrCat(field, ".contents: ", elements,
+                                                     " elements is more than limits.max_predict_texts=", max_texts));
+  }
+  for (int i = 0; i < req.outputs_size(); ++i) {
+    if (req.outputs(i).parameters_size() > kMaxInferParameters)
+      return too_many(absl::StrCat("outputs[", i, "].parameters"), req.outputs(i).parameters_size(),
+                      kMaxInferParameters, "entries");
+  }
+  return absl::OkStatus();
+}
+
 // The texts of the "text" input, from its typed contents or the protocol's raw BYTES encoding (per element a
 // 4-byte little-endian length, then the bytes).
-absl::StatusOr<std::vector<std::string>> input_texts(const inference::ModelInferRequest& req) {
+absl::StatusOr<std::vector<std::string>> input_texts(const inference::ModelInferRequest& req, int64_t max_texts) {
   if (req.inputs_size() != 1 || req.inputs(0).name() != "text") {
     std::vector<std::string> got;
-    for (const auto& in : req.inputs()) got.push_back("'" + in.name() + "'");
+    for (const auto& in : req.inputs()) got.push_back("'" + in.name().substr(0, 64) + "'");
     return absl::InvalidArgumentError(absl::StrCat("inputs: expected one input named 'text', got [",
                                                    absl::StrJoin(got, ", "), "]"));
   }
   const auto& in = req.inputs(0);
   if (in.datatype() != "BYTES")
-    return absl::InvalidArgumentError(absl::StrCat("inputs[text].datatype: expected BYTES, got '", in.datatype(), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs[text].datatype: expected BYTES, got '", in.datatype().substr(0, 64), "'"));
   if (in.shape_size() < 1 || in.shape_size() > 2 || (in.shape_size() == 2 && in.shape(1) != 1) || in.shape(0) < 0)
     return absl::InvalidArgumentError(absl::StrCat("inputs[text].shape: expected [N] or [N, 1], got [",
                                                    absl::StrJoin(in.shape(), ", "), "]"));
@@ -93,6 +138,9 @@ absl::StatusOr<std::vector<std::string>> input_texts(const inference::ModelInfer
       if (raw.size() - pos < len)
         return absl::InvalidArgumentError(absl::StrCat("raw_input_contents[0]: element ", texts.size(), " claims ",
                                                        len, " bytes, ", raw.size() - pos, " remain"));
+      if (static_cast<int64_t>(texts.size()) >= max_texts)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "raw_input_contents[0]: more than limits.max_predict_texts=", max_texts, " elements"));
       texts.emplace_back(raw.substr(pos, len));
       pos += len;
     }
@@ -174,86 +222,89 @@ void fill_outputs(const PredictJob& job, const std::vector<proto::Prediction>& p
 
 }  // namespace
 
-grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* ctx,
-                                                       const inference::ServerLiveRequest*,
-                                                       inference::ServerLiveResponse* resp) {
-  return answer(rt_, ctx, "ServerLive", [&] {
-    resp->set_live(true);
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                       grpc::ByteBuffer* out) {
+  return answer<inference::ServerLiveRequest, inference::ServerLiveResponse>(
+      rt_, ctx, in, out, "ServerLive", [](const inference::ServerLiveRequest&, inference::ServerLiveResponse* resp) {
+        resp->set_live(true);
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* ctx,
-                                                        const inference::ServerReadyRequest*,
-                                                        inference::ServerReadyResponse* resp) {
-  return answer(rt_, ctx, "ServerReady", [&] {
-    resp->set_ready(rt_->model() != nullptr && !rt_->draining());
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                        grpc::ByteBuffer* out) {
+  return answer<inference::ServerReadyRequest, inference::ServerReadyResponse>(
+      rt_, ctx, in, out, "ServerReady",
+      [&](const inference::ServerReadyRequest&, inference::ServerReadyResponse* resp) {
+        resp->set_ready(rt_->model() != nullptr && !rt_->draining());
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* ctx,
-                                                       const inference::ModelReadyRequest* req,
-                                                       inference::ModelReadyResponse* resp) {
-  return answer(rt_, ctx, "ModelReady", [&]() -> absl::Status {
-    if (absl::Status st = check_model(req->name(), "name"); !st.ok()) return st;
-    const std::string active = active_version(rt_);
-    resp->set_ready(rt_->model() != nullptr && !rt_->draining() && !active.empty() &&
-                    (req->version().empty() || req->version() == active));
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                       grpc::ByteBuffer* out) {
+  return answer<inference::ModelReadyRequest, inference::ModelReadyResponse>(
+      rt_, ctx, in, out, "ModelReady",
+      [&](const inference::ModelReadyRequest& req, inference::ModelReadyResponse* resp) -> absl::Status {
+        if (absl::Status st = check_model(req.name(), "name"); !st.ok()) return st;
+        const std::string active = active_version(rt_);
+        resp->set_ready(rt_->model() != nullptr && !rt_->draining() && !active.empty() &&
+                        (req.version().empty() || req.version() == active));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerContext* ctx,
-                                                           const inference::ServerMetadataRequest*,
-                                                           inference::ServerMetadataResponse* resp) {
-  return answer(rt_, ctx, "ServerMetadata", [&] {
-    resp->set_name("frost");
-    resp->set_version(FROST_VERSION);
-    return absl::OkStatus();
-  });
+                                                           const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return answer<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
+      rt_, ctx, in, out, "ServerMetadata",
+      [](const inference::ServerMetadataRequest&, inference::ServerMetadataResponse* resp) {
+        resp->set_name("frost");
+        resp->set_version(FROST_VERSION);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* ctx,
-                                                          const inference::ModelMetadataRequest* req,
-                                                          inference::ModelMetadataResponse* resp) {
-  return answer(rt_, ctx, "ModelMetadata", [&]() -> absl::Status {
-    if (absl::Status st = check_model(req->name(), "name"); !st.ok()) return st;
-    std::vector<std::string> versions;
-    if (rt_->store()) {
-      absl::StatusOr<std::vector<jobs::ArtifactInfo>> all = rt_->store()->list(kModel);
-      if (!all.ok()) return all.status();
-      for (const jobs::ArtifactInfo& a : *all) versions.push_back(std::to_string(a.version));
-    } else if (const std::string v = active_version(rt_); !v.empty()) {
-      versions.push_back(v);
-    }
-    if (!req->version().empty() && std::find(versions.begin(), versions.end(), req->version()) == versions.end())
-      return absl::NotFoundError(
-          absl::StrCat("version: model '", kModel, "' has no version '", req->version(), "'"));
-    resp->set_name(kModel);
-    for (const std::string& v : versions) resp->add_versions(v);
-    resp->set_platform("frost_prototype");
-    auto tensor = [](auto* t, const char* name, const char* dtype, std::vector<int64_t> shape) {
-      t->set_name(name);
-      t->set_datatype(dtype);
-      for (int64_t d : shape) t->add_shape(d);
-    };
-    tensor(resp->add_inputs(), "text", "BYTES", {-1});
-    for (const std::string& name : output_names()) {
-      const bool per_prototype = name.rfind("prototype_", 0) == 0;
-      const char* dtype = name == "out_of_distribution"                          ? "BOOL"
-                          : name == "prototype_ids" || name == "prototype_texts" ? "BYTES"
-                                                                                  : "FP32";
-      tensor(resp->add_outputs(), name.c_str(), dtype,
-             per_prototype ? std::vector<int64_t>{-1, -1} : std::vector<int64_t>{-1});
-    }
-    return absl::OkStatus();
-  });
+                                                          const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return answer<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
+      rt_, ctx, in, out, "ModelMetadata",
+      [&](const inference::ModelMetadataRequest& req, inference::ModelMetadataResponse* resp) -> absl::Status {
+        if (absl::Status st = check_model(req.name(), "name"); !st.ok()) return st;
+        std::vector<std::string> versions;
+        if (rt_->store()) {
+          absl::StatusOr<std::vector<jobs::ArtifactInfo>> all = rt_->store()->list(kModel);
+          if (!all.ok()) return all.status();
+          for (const jobs::ArtifactInfo& a : *all) versions.push_back(std::to_string(a.version));
+        } else if (const std::string v = active_version(rt_); !v.empty()) {
+          versions.push_back(v);
+        }
+        if (!req.version().empty() && std::find(versions.begin(), versions.end(), req.version()) == versions.end())
+          return absl::NotFoundError(
+              absl::StrCat("version: model '", kModel, "' has no version '", req.version(), "'"));
+        resp->set_name(kModel);
+        for (const std::string& v : versions) resp->add_versions(v);
+        resp->set_platform("frost_prototype");
+        auto tensor = [](auto* t, const char* name, const char* dtype, std::vector<int64_t> shape) {
+          t->set_name(name);
+          t->set_datatype(dtype);
+          for (int64_t d : shape) t->add_shape(d);
+        };
+        tensor(resp->add_inputs(), "text", "BYTES", {-1});
+        for (const std::string& name : output_names()) {
+          const bool per_prototype = name.rfind("prototype_", 0) == 0;
+          const char* dtype = name == "out_of_distribution"                          ? "BOOL"
+                              : name == "prototype_ids" || name == "prototype_texts" ? "BYTES"
+                                                                                      : "FP32";
+          tensor(resp->add_outputs(), name.c_str(), dtype,
+                 per_prototype ? std::vector<int64_t>{-1, -1} : std::vector<int64_t>{-1});
+        }
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* ctx,
-                                                       const inference::ModelInferRequest* req,
-                                                       inference::ModelInferResponse* resp) {
+grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                       grpc::ByteBuffer* out) {
   const int64_t t0 = RealClock::get().now_ns();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   Runtime* rt = rt_;
@@ -265,12 +316,16 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   // Everything but the model work happens here, on the callback thread.
   absl::Status st = rt->auth()->check(absl::StrCat(kService, "ModelInfer"), ctx);
   if (st.ok() && rt->draining()) st = absl::UnavailableError("server is draining");
+  auto req = std::make_shared<inference::ModelInferRequest>();
+  if (st.ok()) st = parse_request(*in, req.get());
+  const int64_t max_texts = rt->cfg().limits.max_predict_texts;
+  if (st.ok()) st = check_caps(*req, max_texts);
   if (st.ok()) st = check_model(req->model_name(), "model_name");
   const std::string active = active_version(rt);
   if (st.ok() && !req->model_version().empty() && req->model_version() != active)
     st = absl::NotFoundError(absl::StrCat("model_version: version '", req->model_version(), "' of model '", kModel,
                                           "' is not served (active: ", active.empty() ? "none" : active, ")"));
-  absl::StatusOr<std::vector<std::string>> texts = st.ok() ? input_texts(*req) : st;
+  absl::StatusOr<std::vector<std::string>> texts = st.ok() ? input_texts(*req, max_texts) : st;
   absl::StatusOr<std::vector<std::string>> wanted = texts.ok() ? requested_outputs(*req) : texts.status();
   absl::StatusOr<std::optional<int>> top_k = wanted.ok() ? top_k_parameter(*req) : wanted.status();
   absl::StatusOr<PredictJob> job = top_k.ok() ? prepare_predict(rt, *std::move(texts), *top_k, "inputs[text]",
@@ -280,15 +335,18 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     finish(job.status());
     return reactor;
   }
-  auto task = [rt, req, resp, finish, w = *std::move(wanted), j = std::make_shared<PredictJob>(*std::move(job))] {
+  // `out` and the reactor stay valid until Finish; the task owns the request and the job (and so the served
+  // version).
+  auto task = [rt, req, out, finish, w = *std::move(wanted), j = std::make_shared<PredictJob>(*std::move(job))] {
     absl::StatusOr<std::vector<proto::Prediction>> ps = run_predict(rt, *j);
     if (!ps.ok()) return finish(ps.status());
-    resp->set_model_name(kModel);
+    inference::ModelInferResponse resp;
+    resp.set_model_name(kModel);
     const std::string& name = j->served->name;
-    resp->set_model_version(name.substr(name.find('/') + 1));
-    resp->set_id(req->id());
-    fill_outputs(*j, *ps, w, resp);
-    finish(absl::OkStatus());
+    resp.set_model_version(name.substr(name.find('/') + 1));
+    resp.set_id(req->id());
+    fill_outputs(*j, *ps, w, &resp);
+    finish(serialize_response(resp, out));
   };
   if (absl::Status q = rt->predict_executor().submit(std::move(task)); !q.ok()) finish(q);
   return reactor;

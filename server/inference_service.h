@@ -21,23 +21,40 @@
 
 namespace frost::server {
 
-class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+// Every method raw (server/proto_codec.h): bytes that are no request message get INVALID_ARGUMENT naming the
+// type, not gRPC's empty UNIMPLEMENTED. The wire contract is the protocol's: clients use ordinary stubs.
+using InferenceServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ServerLive<
+    inference::GRPCInferenceService::WithRawCallbackMethod_ServerReady<
+        inference::GRPCInferenceService::WithRawCallbackMethod_ModelReady<
+            inference::GRPCInferenceService::WithRawCallbackMethod_ServerMetadata<
+                inference::GRPCInferenceService::WithRawCallbackMethod_ModelMetadata<
+                    inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+                        inference::GRPCInferenceService::Service>>>>>>;
+
+// Caps on the repeated fields of a ModelInferRequest (INVALID_ARGUMENT naming the field, the count and the cap;
+// the texts themselves: limits.max_predict_texts).
+inline constexpr int kMaxInferInputs = 8;       // inputs (the model takes one, "text")
+inline constexpr int kMaxInferParameters = 16;  // entries of each parameters map (request, input, output)
+inline constexpr int kMaxInferShapeDims = 8;    // inputs[i].shape
+// outputs: at most the number of outputs the model has (10); raw_input_contents: at most one per input.
+
+class InferenceService final : public InferenceServiceBase {
  public:
   explicit InferenceService(Runtime* rt) : rt_(rt) {}
 
-  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest* req,
-                                       inference::ServerLiveResponse* resp) override;
-  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest* req,
-                                        inference::ServerReadyResponse* resp) override;
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const inference::ModelReadyRequest* req,
-                                       inference::ModelReadyResponse* resp) override;
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
-                                           const inference::ServerMetadataRequest* req,
-                                           inference::ServerMetadataResponse* resp) override;
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* req,
-                                          inference::ModelMetadataResponse* resp) override;
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* req,
-                                       inference::ModelInferResponse* resp) override;
+  // Each: the serialized inference.<Method>Request in, the serialized inference.<Method>Response out.
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                       grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                        grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                       grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                           grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                          grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                       grpc::ByteBuffer* resp) override;
 
  private:
   Runtime* rt_;

@@ -13,10 +13,14 @@
 //
 // SIGHUP: re-read server.tls's certificate files (server/tls.h).
 // SIGTERM / SIGINT: drain (see server/frost_server.h), then exit 0. Exit 1 when the config, the listeners or
-// the model fail; 2 for usage errors.
+// the model fail; 2 for usage errors. The stop signals are handled from the first instruction on: during
+// start-up (config, listeners, state directory) one ends the process at once (exit 0: nothing was served);
+// during the model load it stops the load from being followed by serving, and if the load has not returned
+// server.drain_timeout_s later (or a second signal comes) the process exits without waiting for it.
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -167,6 +171,58 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   frost::server::route_protobuf_logs();
 
+  // The signal thread, running before anything that could block (a config file on a hung mount, a listener, the
+  // model load), so that a stop signal is never left pending in a process that does not answer it.
+  enum Phase : int { kStarting, kLoading, kServing };
+  std::atomic<int> phase{kStarting};
+  std::atomic<frost::server::FrostServer*> srv{nullptr};
+  std::atomic<int64_t> load_stop_deadline_ns{0};
+  std::atomic<double> drain_timeout_s{30};
+  absl::Notification stop;
+  std::thread signal_thread([&stop_signals, &stop, &srv, &phase, &load_stop_deadline_ns, &drain_timeout_s] {
+    const auto exit_now = [](const char* why) {
+      FROST_LOG_WARN("frostd: %s: exiting", why);
+      std::fflush(stderr);
+      std::_Exit(0);
+    };
+    for (;;) {
+      timespec tick{0, 100 * 1000 * 1000};
+      siginfo_t info{};
+      const int sig = sigtimedwait(&stop_signals, &info, &tick);
+      const int ph = phase.load();
+      if (sig < 0) {  // a tick (or EINTR)
+        const int64_t deadline = load_stop_deadline_ns.load();
+        if (ph == kLoading && deadline != 0 && frost::RealClock::get().now_ns() > deadline)
+          exit_now("the model load did not return within server.drain_timeout_s of the stop signal");
+        if (ph == kServing && stop.HasBeenNotified()) return;  // stopped during the load: main drains
+        continue;
+      }
+      if (sig == SIGHUP) {
+        frost::server::FrostServer* s = srv.load();
+        if (s == nullptr) {
+          FROST_LOG_INFO("frostd: SIGHUP during start-up ignored (the certificate files are read as it starts)");
+          continue;
+        }
+        FROST_LOG_INFO("frostd: SIGHUP received, re-reading the TLS certificate files");
+        s->reload_tls();
+        continue;
+      }
+      const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      if (ph == kStarting) exit_now(absl::StrCat(name, " during start-up").c_str());
+      if (ph == kLoading) {
+        if (stop.HasBeenNotified()) exit_now(absl::StrCat("a second ", name, " during the model load").c_str());
+        FROST_LOG_INFO("frostd: %s received while the model loads: stopping once it returns", name);
+        const double grace = drain_timeout_s.load();
+        load_stop_deadline_ns.store(frost::RealClock::get().now_ns() + static_cast<int64_t>(grace * 1e9));
+        stop.Notify();
+        continue;
+      }
+      FROST_LOG_INFO("frostd: %s received, draining", name);
+      stop.Notify();
+      return;
+    }
+  });
+
   const Flags flags = parse_flags(argc, argv);
   ServerConfig cfg;
   if (!flags.config.empty()) {
@@ -192,23 +248,9 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<std::unique_ptr<frost::server::FrostServer>> server = frost::server::FrostServer::start(cfg);
   if (!server.ok()) fail(std::string(server.status().message()));
-
-  absl::Notification stop;
-  frost::server::FrostServer* const srv = server->get();
-  std::thread signal_thread([&stop_signals, &stop, srv] {
-    for (;;) {
-      int sig = 0;
-      sigwait(&stop_signals, &sig);
-      if (sig == SIGHUP) {
-        FROST_LOG_INFO("frostd: SIGHUP received, re-reading the TLS certificate files");
-        srv->reload_tls();
-        continue;
-      }
-      FROST_LOG_INFO("frostd: %s received, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      stop.Notify();
-      return;
-    }
-  });
+  drain_timeout_s.store(cfg.server.drain_timeout_s);
+  srv.store(server->get());
+  phase.store(kLoading);
   if (!flags.port_file.empty() &&
       !write_port_file(flags.port_file, (*server)->grpc_port(), (*server)->metrics_port(), (*server)->http_port())) {
     fail(absl::StrCat("--port-file: cannot write \"", flags.port_file, "\""));
@@ -221,6 +263,9 @@ int main(int argc, char** argv) {
       (*server)->drain(0);
       fail(std::string(st.message()));
     }
+  }
+  phase.store(kServing);
+  if (!stop.HasBeenNotified()) {
     std::fprintf(stderr,
                  "frostd: ready. Try:\n  %s --addr 127.0.0.1:%d generate "
                  "--prompt \"Once upon a time\" --max-tokens 32\n",

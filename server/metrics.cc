@@ -1,19 +1,9 @@
 #include "server/metrics.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <chrono>
-#include <cstring>
 #include <limits>
-#include <exception>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "server/metrics_collectors.h"
@@ -76,52 +66,6 @@ const prometheus::Histogram::BucketBoundaries& step_buckets() {
   static const auto* b = new prometheus::Histogram::BucketBoundaries{
       0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2};
   return *b;
-}
-
-// A port the kernel considers free on `host` right now (bind to port 0, read it back, close). civetweb cannot
-// bind port 0 itself; the port could be taken between this probe and civetweb's bind, so serve() retries with
-// a fresh probe.
-int probe_free_port(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), "0", &hints, &res) != 0 || res == nullptr) return 0;
-  int port = 0;
-  const int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
-  if (fd >= 0) {
-    if (bind(fd, res->ai_addr, res->ai_addrlen) == 0) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof(ss);
-      if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-        port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                                        : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-      }
-    }
-    close(fd);
-  }
-  freeaddrinfo(res);
-  return port;
-}
-
-// Opens and closes one TCP connection to host:port (host empty or a wildcard address: loopback). Best effort.
-void poke(const std::string& host, int port) {
-  std::string target = host;
-  if (target.empty() || target == "0.0.0.0") target = "127.0.0.1";
-  if (target == "::") target = "::1";
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(target.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return;
-  const int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
-  if (fd >= 0) {
-    (void)connect(fd, res->ai_addr, res->ai_addrlen);
-    close(fd);
-  }
-  freeaddrinfo(res);
 }
 
 }  // namespace
@@ -229,6 +173,15 @@ Metrics::Metrics()
                 .Help("Time a Generate request waited for a running slot.")
                 .Register(*registry_)
                 .Add({}, latency_buckets());
+  metrics_refused_ = &BuildCounter()
+                         .Name("frost_metrics_connections_refused_total")
+                         .Help("Connections to /metrics closed without an answer, by reason: address_limit / "
+                               "connection_limit (over the per-address / total cap), head_timeout (no complete "
+                               "request head, TLS handshake included, within the deadline), write_timeout, "
+                               "tls_handshake (server/metrics_https.h).")
+                         .Register(*registry_);
+  for (const char* r : {"address_limit", "connection_limit", "head_timeout", "write_timeout", "tls_handshake"})
+    metrics_refused_->Add({{"reason", r}});  // export zeros so rate() works from the start
   ready_ = &BuildGauge()
                 .Name("frost_ready")
                 .Help(
@@ -238,61 +191,26 @@ Metrics::Metrics()
                 .Add({});
 }
 
-absl::StatusOr<int> Metrics::serve(const std::string& listen) {
-  absl::Status valid = validate_host_port("server.metrics_listen", listen);
-  if (!valid.ok()) return valid;
-  // civetweb takes "HOST:PORT" for IPv4/hostnames and "[ADDR]:PORT" for IPv6, like our config.
-  const HostPort hp = split_host_port(listen);
-  const std::string& host = hp.host;
-  const bool any_port = hp.port == "0";
-  std::string error;
-  for (int attempt = 0; attempt < (any_port ? 5 : 1) && !exposer_; ++attempt) {
-    std::string addr = listen;
-    if (any_port) {
-      const int port = probe_free_port(host);
-      if (port == 0)
-        return absl::UnavailableError(absl::StrCat("server.metrics_listen: cannot bind \"", listen, "\""));
-      addr = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);  // the host as written
-    }
-    try {
-      exposer_ = std::make_unique<prometheus::Exposer>(addr, /*num_threads=*/2);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  if (!exposer_) {
-    return absl::UnavailableError(
-        absl::StrCat("server.metrics_listen: cannot listen on \"", listen, "\": ", error));
-  }
-  exposer_->RegisterCollectable(registry_);
-  exposer_->RegisterCollectable(engine_collector_);
-  exposer_->RegisterCollectable(jobs_collector_);
-  std::vector<int> ports = exposer_->GetListeningPorts();
-  if (ports.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("server.metrics_listen: no listening port for \"", listen, "\""));
-  }
-  host_ = host;
-  port_ = ports.front();
-  return port_;
+absl::StatusOr<int> Metrics::serve(const std::string& listen, MetricsHttpServer::Limits limits) {
+  if (http_) return absl::FailedPreconditionError("server.metrics_listen: /metrics is already served");
+  MetricsHttpServer::Options options;
+  options.limits = limits;
+  options.on_refused = [this](const char* reason) { record_metrics_connection_refused(reason); };
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::start(listen, /*tls=*/nullptr, [this] { return render(); }, std::move(options));
+  if (!server.ok()) return server.status();
+  http_ = *std::move(server);
+  return http_->port();
 }
 
 Metrics::~Metrics() { stop(); }
 
 void Metrics::stop() {
-  if (!exposer_) return;
-  // civetweb's master thread notices the stop flag only when its poll() on the listening socket returns,
-  // which without traffic takes up to ~2 s; a connection wakes it at once (measured: 1.7 s -> 10 ms).
-  std::atomic<bool> stopped{false};
-  std::thread waker([&] {
-    while (!stopped.load(std::memory_order_acquire)) {
-      poke(host_, port_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  });
-  exposer_.reset();
-  stopped.store(true, std::memory_order_release);
-  waker.join();
+  if (http_) http_->stop();
+}
+
+void Metrics::record_metrics_connection_refused(const char* reason) {
+  metrics_refused_->Add({{"reason", reason}}).Increment();
 }
 
 void Metrics::set_stats_source(std::function<EngineStats()> source) {

@@ -12,7 +12,6 @@
 #include <grpcpp/support/status_code_enum.h>
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -28,11 +27,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/generate/engine.h"
+#include "server/metrics_https.h"
 
 namespace frost::server {
 
 // Job and artifact-store state read at scrape time (server/runtime.cc fills it).
 struct JobsStats {
+  bool jobs_available = false;  // jobs enabled and the scheduler running (state directory usable)
   std::map<std::string, int64_t> jobs_by_state;  // "queued" → n, ... (every state, zeros included)
   bool job_running = false;
   double job_loss = 0;            // last reported loss of the running job (the oldest when several)
@@ -55,11 +56,18 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // Starts the /metrics HTTP endpoint on HOST:PORT (port 0 picks a free one). INVALID_ARGUMENT / UNAVAILABLE
-  // when it cannot bind; returns the bound port.
-  absl::StatusOr<int> serve(const std::string& listen);
+  // Starts the plaintext /metrics HTTP endpoint on HOST:PORT (port 0 picks a free one): a MetricsHttpServer
+  // (server/metrics_https.h, its bounds on slow and excess clients) serving render(), counting the connections
+  // it closes without an answer. INVALID_ARGUMENT / UNAVAILABLE when it cannot bind; returns the bound port.
+  // (The HTTPS endpoint, server.tls.metrics, is a MetricsHttpServer that FrostServer owns: it must stop
+  // before the TlsReloader it reads; it counts through record_metrics_connection_refused.)
+  absl::StatusOr<int> serve(const std::string& listen,
+                            MetricsHttpServer::Limits limits = MetricsHttpServer::Limits());
   // Stops the /metrics endpoint (if serving) and returns once its threads have exited. Idempotent.
   void stop();
+  // One /metrics connection closed without an answer (MetricsHttpServer::Options::on_refused's reasons):
+  // frost_metrics_connections_refused_total{reason}.
+  void record_metrics_connection_refused(const char* reason);
 
   // Where engine gauges come from (nullptr: report zeros, e.g. while the model loads).
   void set_stats_source(std::function<EngineStats()> source);
@@ -100,9 +108,8 @@ class Metrics {
   prometheus::Counter* predictions_ = nullptr;
   prometheus::Counter* predictions_ood_ = nullptr;
   prometheus::Counter* write_stalls_ = nullptr;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::string host_;  // where exposer_ listens
-  int port_ = 0;
+  prometheus::Family<prometheus::Counter>* metrics_refused_ = nullptr;
+  std::unique_ptr<MetricsHttpServer> http_;  // the plaintext endpoint, once serve() bound it
 
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
   prometheus::Family<prometheus::Histogram>* request_duration_ = nullptr;

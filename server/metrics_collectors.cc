@@ -230,6 +230,9 @@ std::vector<prometheus::MetricFamily> JobsCollector::Collect() const {
   return {
       labelled("frost_jobs", "Training jobs in the journal by state.", prometheus::MetricType::Gauge, "state",
                s.jobs_by_state),
+      gauge_family("frost_jobs_available",
+                   "1 when training jobs can be submitted (jobs enabled and jobs.state_dir usable), else 0.",
+                   s.jobs_available ? 1 : 0),
       gauge_family("frost_job_running", "1 while a training job runs.", s.job_running ? 1 : 0),
       gauge_family("frost_job_loss", "Last reported training loss of the running job.", s.job_loss),
       gauge_family("frost_job_examples_per_second", "Training throughput of the running job.",

@@ -18,13 +18,42 @@
 
 namespace frost::server {
 
+namespace {
+
+// Errors of the volume under jobs.state_dir (full, read-only, unwritable, failing), after which frostd serves
+// without jobs rather than not at all. Not: another frostd holding the lock (FAILED_PRECONDITION), a path of
+// the wrong kind (INVALID_ARGUMENT) or a damaged journal (DATA_LOSS) — those need a person and stop the start.
+bool is_storage_error(const absl::Status& st) {
+  return absl::IsResourceExhausted(st) || absl::IsPermissionDenied(st) || absl::IsUnavailable(st);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const ServerConfig& cfg, Metrics* metrics,
                                                          const Authenticator* auth) {
   std::unique_ptr<jobs::StateDirLock> lock;
   std::unique_ptr<jobs::ArtifactStore> store;
+  absl::Status unavailable;
   if (cfg.jobs.enabled) {
-    FROST_ASSIGN_OR_RETURN(lock, jobs::StateDirLock::acquire(cfg.jobs.state_dir));
-    FROST_ASSIGN_OR_RETURN(store, jobs::ArtifactStore::open(cfg.jobs.state_dir + "/artifacts"));
+    absl::Status st;
+    absl::StatusOr<std::unique_ptr<jobs::StateDirLock>> l = jobs::StateDirLock::acquire(cfg.jobs.state_dir);
+    if (l.ok()) {
+      lock = *std::move(l);
+      absl::StatusOr<std::unique_ptr<jobs::ArtifactStore>> rw =
+          jobs::ArtifactStore::open(cfg.jobs.state_dir + "/artifacts");
+      if (rw.ok()) store = *std::move(rw);
+      st = rw.status();
+    } else {
+      st = l.status();
+    }
+    if (!st.ok() && !is_storage_error(st)) return st;
+    if (!st.ok()) {
+      // Serve what is active from the store as it is on disk; jobs come back once the directory opens.
+      unavailable = st;
+      FROST_ASSIGN_OR_RETURN(store, jobs::ArtifactStore::open_read_only(
+                                        cfg.jobs.state_dir + "/artifacts",
+                                        absl::StrCat("jobs.state_dir is unavailable (", st.message(), ")")));
+    }
   } else if (!cfg.artifacts.follow_state_dir.empty()) {
     // No lock: the owner holds it; this process only reads. A store that does not exist yet (the trainer
     // has not started) serves nothing until it does.
@@ -33,6 +62,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const ServerConfig& cfg
                    cfg.artifacts.follow_interval_ms);
   }
   std::unique_ptr<Runtime> rt(new Runtime(cfg, metrics, auth, std::move(lock), std::move(store)));
+  if (!unavailable.ok()) rt->set_jobs_unavailable(unavailable);
   metrics->set_jobs_source([p = rt.get()] { return p->stats(); });
   return rt;
 }
@@ -78,8 +108,31 @@ absl::Status Runtime::start(std::shared_ptr<const LoadedModel> model) {
         "frostd: engine.kv_codec is kvsplice but no KVSplice is active: requests without kv.codec fail "
         "FAILED_PRECONDITION until a kvsplice artifact is activated (or engine.kv_splice is set)");
   }
-  if (store_ && store_->read_only()) start_follower();
+  if (store_ && store_->read_only() && !cfg_.jobs.enabled) start_follower();
   if (!cfg_.jobs.enabled) return absl::OkStatus();
+  if (jobs_unavailable().ok()) {
+    absl::Status st = open_jobs(model);
+    if (!st.ok() && !is_storage_error(st)) return st;
+    if (!st.ok()) set_jobs_unavailable(st);
+  }
+  if (!jobs_unavailable().ok()) {
+    if (jobs_listener_) jobs_listener_(false);
+    start_state_retry();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::open_jobs(const std::shared_ptr<const LoadedModel>& model) {
+  if (!lock_) {
+    FROST_ASSIGN_OR_RETURN(lock_, jobs::StateDirLock::acquire(cfg_.jobs.state_dir));
+  }
+  if (store_ == nullptr || store_->read_only()) {
+    FROST_ASSIGN_OR_RETURN(std::unique_ptr<jobs::ArtifactStore> rw,
+                           jobs::ArtifactStore::open(cfg_.jobs.state_dir + "/artifacts"));
+    registry_.set_store(rw.get());
+    if (store_) retired_stores_.push_back(std::move(store_));
+    store_ = std::move(rw);
+  }
 
   jobs::SchedulerOptions so;
   so.state_dir = cfg_.jobs.state_dir;
@@ -111,7 +164,49 @@ absl::Status Runtime::start(std::shared_ptr<const LoadedModel> model) {
   s->set_activator([this](const std::string& name) { return activate(name).status(); });
   s->start();
   scheduler_ = std::move(s);
+  scheduler_ptr_.store(scheduler_.get(), std::memory_order_release);
   return absl::OkStatus();
+}
+
+absl::Status Runtime::jobs_unavailable() const {
+  absl::MutexLock l(&mu_);
+  return jobs_unavailable_;
+}
+
+void Runtime::set_jobs_unavailable(const absl::Status& why) {
+  absl::MutexLock l(&mu_);
+  jobs_unavailable_ =
+      why.ok() ? why
+               : absl::UnavailableError(absl::StrCat("training jobs are unavailable: jobs.state_dir \"",
+                                                     cfg_.jobs.state_dir, "\" cannot be used (", why.message(),
+                                                     "); retrying every ", cfg_.jobs.state_retry_s, " s"));
+  if (!why.ok()) FROST_LOG_ERROR("frostd: %s; serving continues", std::string(jobs_unavailable_.message()).c_str());
+}
+
+void Runtime::start_state_retry() {
+  const absl::Duration every = absl::Seconds(cfg_.jobs.state_retry_s);
+  state_retry_ = std::thread([this, every] {
+    pthread_setname_np(pthread_self(), "frost-stateretry");
+    std::string last_error;
+    absl::MutexLock l(&follow_mu_);
+    while (!follow_stop_) {
+      follow_cv_.WaitWithTimeout(&follow_mu_, every);
+      if (follow_stop_) break;
+      follow_mu_.Unlock();  // opening the journal must not hold up shutdown's signal
+      absl::Status st = open_jobs(model());
+      if (st.ok()) {
+        set_jobs_unavailable(absl::OkStatus());
+        FROST_LOG_INFO("frostd: jobs.state_dir \"%s\" opened: training jobs are available again",
+                       cfg_.jobs.state_dir.c_str());
+        if (jobs_listener_) jobs_listener_(true);
+      } else if (std::string(st.message()) != last_error) {
+        last_error = std::string(st.message());  // logged once per distinct error, not every retry
+        FROST_LOG_WARN("frostd: jobs.state_dir still unavailable: %s", last_error.c_str());
+      }
+      follow_mu_.Lock();
+      if (st.ok()) break;
+    }
+  });
 }
 
 void Runtime::start_follower() {
@@ -136,6 +231,7 @@ void Runtime::shutdown() {
     follow_cv_.Signal();
   }
   if (follower_.joinable()) follower_.join();
+  if (state_retry_.joinable()) state_retry_.join();
   if (scheduler_) scheduler_->shutdown();
   predict_->shutdown();
 }
@@ -146,8 +242,9 @@ absl::StatusOr<jobs::ArtifactInfo> Runtime::activate(const std::string& name) {
 
 JobsStats Runtime::stats() const {
   JobsStats s;
-  if (scheduler_) {
-    jobs::Scheduler::Counts c = scheduler_->counts();
+  s.jobs_available = cfg_.jobs.enabled && scheduler() != nullptr;
+  if (jobs::Scheduler* sched = scheduler()) {
+    jobs::Scheduler::Counts c = sched->counts();
     for (jobs::JobState st :
          {jobs::JobState::kQueued, jobs::JobState::kRunning, jobs::JobState::kSucceeded,
           jobs::JobState::kFailed, jobs::JobState::kCancelled, jobs::JobState::kInterrupted}) {
@@ -156,7 +253,7 @@ JobsStats Runtime::stats() const {
       auto it = c.by_state.find(st);
       s.jobs_by_state[name] = it == c.by_state.end() ? 0 : it->second;
     }
-    for (const auto& [id, p] : scheduler_->running_progress()) {
+    for (const auto& [id, p] : sched->running_progress()) {
       s.job_running = true;
       s.job_loss = p.loss;
       s.job_examples_per_s = p.examples_per_s;

@@ -4,9 +4,11 @@
 // serve), the job scheduler, the served model, and the Predict executor. Created by FrostServer::start
 // (lock, store) and completed by FrostServer::load_model (model, scheduler, persisted activations).
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,13 +48,22 @@ class Runtime {
   const ServerConfig& cfg() const { return cfg_; }
   Metrics* metrics() const { return metrics_; }
   const Authenticator* auth() const { return auth_; }
-  jobs::ArtifactStore* store() const { return store_.get(); }
+  jobs::ArtifactStore* store() const { return registry_.store(); }  // read-write once jobs.state_dir opens
   serving::Registry& registry() { return registry_; }
   serving::TensorStore& tensors() { return tensors_; }
   // Where Predict runs its backbone forward (never on a gRPC thread).
   Executor& predict_executor() { return *predict_; }
-  // nullptr until start() (or when jobs are disabled).
-  jobs::Scheduler* scheduler() const { return scheduler_.get(); }
+  // nullptr until start() (or when jobs are disabled, or while the state directory is unavailable).
+  jobs::Scheduler* scheduler() const { return scheduler_ptr_.load(std::memory_order_acquire); }
+  // Why jobs are unavailable although enabled (the state directory could not be opened for writing: a full,
+  // read-only or unwritable volume), OK otherwise. While it is not OK frostd serves Generate and Predict of what
+  // is active (the artifact store opened read-only), Training answers UNAVAILABLE with this reason, readiness
+  // of frost.v1.Training is NOT_SERVING and frost_jobs_available 0; every jobs.state_retry_s the state
+  // directory is tried again, and jobs become available without a restart once it opens.
+  absl::Status jobs_unavailable() const;
+  // Called with false when jobs become unavailable and true when they become available (FrostServer: the
+  // readiness of frost.v1.Training). Set before start().
+  void set_jobs_listener(std::function<void(bool)> f) { jobs_listener_ = std::move(f); }
   std::shared_ptr<const LoadedModel> model() const;
   bool draining() const { return draining_.load(); }
   JobsStats stats() const;
@@ -63,6 +74,12 @@ class Runtime {
 
   // artifacts.follow_state_dir: a thread re-reads the owner's ACTIVE markers every follow_interval_ms.
   void start_follower();
+  // The writable half of jobs: the state directory lock, the artifact store read-write, the scheduler (each
+  // step only when missing). A storage error (is_storage_error) leaves jobs unavailable, not frostd down.
+  absl::Status open_jobs(const std::shared_ptr<const LoadedModel>& model);
+  void set_jobs_unavailable(const absl::Status& why);
+  // Retries open_jobs every jobs.state_retry_s until it succeeds or shutdown.
+  void start_state_retry();
 
   ServerConfig cfg_;
   Metrics* metrics_;
@@ -73,13 +90,17 @@ class Runtime {
   serving::Registry registry_;
   std::unique_ptr<Executor> predict_;
   std::unique_ptr<jobs::Scheduler> scheduler_;
+  std::atomic<jobs::Scheduler*> scheduler_ptr_{nullptr};
+  std::vector<std::unique_ptr<jobs::ArtifactStore>> retired_stores_;  // replaced ones (readers may hold them)
+  std::function<void(bool)> jobs_listener_;
   std::atomic<bool> draining_{false};
-  std::thread follower_;
+  std::thread follower_, state_retry_;
   absl::Mutex follow_mu_;
   absl::CondVar follow_cv_;
   bool follow_stop_ ABSL_GUARDED_BY(follow_mu_) = false;
   mutable absl::Mutex mu_;
   std::shared_ptr<const LoadedModel> model_ ABSL_GUARDED_BY(mu_);
+  absl::Status jobs_unavailable_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace frost::server

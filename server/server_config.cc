@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/common/fs.h"
 #include "core/common/status_macros.h"
 #include "core/exec/device_spec.h"
 
@@ -309,6 +310,7 @@ std::vector<Section> schema(ServerConfig* cfg) {
         int_field("max_new_tokens", &l.max_new_tokens, 1, kInt32Max),
         int_field("max_stop_strings", &l.max_stop_strings, 0, kInt32Max),
         int_field("max_stop_bytes", &l.max_stop_bytes, 1, kInt32Max),
+        int_field("max_stop_token_ids", &l.max_stop_token_ids, 0, 100000),
         int_field("max_logprobs", &l.max_logprobs, 0, kInt32Max),
         int_field("max_predict_texts", &l.max_predict_texts, 1, 100000)}},
       {"prediction",
@@ -322,6 +324,7 @@ std::vector<Section> schema(ServerConfig* cfg) {
         int_field("threads", &cfg->jobs.threads, 1, 1024), int_field("nice", &cfg->jobs.nice, 0, 19),
         int_field("checkpoint_every", &cfg->jobs.checkpoint_every, 1, kInt32Max),
         int_field("max_attempts", &cfg->jobs.max_attempts, 1, 1000),
+        int_field("state_retry_s", &cfg->jobs.state_retry_s, 1, 3600),
         int_field("max_inline_rows", &cfg->jobs.max_inline_rows, 0, kInt32Max),
         int_field("max_inline_bytes", &cfg->jobs.max_inline_bytes, 0, kInt32Max)}},
       {"artifacts",
@@ -571,17 +574,44 @@ absl::StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text) {
   return cfg;
 }
 
+absl::Status check_config_paths(const ServerConfig& cfg) {
+  struct Item {
+    const char* field;
+    const std::string& path;
+    PathKind kind;
+    bool applies;
+  };
+  const bool builtin = absl::StartsWith(cfg.model.path, "builtin:");
+  const Item items[] = {
+      {"model.path", cfg.model.path, PathKind::kDirectory, !builtin},
+      {"model.chat_template", cfg.model.chat_template, PathKind::kRegularFile, true},
+      {"server.tls.cert_file", cfg.server.tls.cert_file, PathKind::kRegularFile, true},
+      {"server.tls.key_file", cfg.server.tls.key_file, PathKind::kRegularFile, true},
+      {"server.tls.client_ca_file", cfg.server.tls.client_ca_file, PathKind::kRegularFile, true},
+      {"auth.admin_token_file", cfg.auth.admin_token_file, PathKind::kRegularFile, true},
+      {"auth.user_token_file", cfg.auth.user_token_file, PathKind::kRegularFile, true},
+      {"engine.kv_repair", cfg.engine.kv_repair, PathKind::kRegularFile, true},
+      {"engine.kv_splice", cfg.engine.kv_splice, PathKind::kRegularFile, true},
+      {"jobs.state_dir", cfg.jobs.state_dir, PathKind::kDirectoryOrAbsent, cfg.jobs.enabled},
+      {"jobs.data_root", cfg.jobs.data_root, PathKind::kDirectoryOrAbsent, cfg.jobs.enabled},
+      {"artifacts.follow_state_dir", cfg.artifacts.follow_state_dir, PathKind::kDirectoryOrAbsent, true},
+  };
+  for (const Item& it : items) {
+    if (!it.applies || it.path.empty()) continue;
+    FROST_RETURN_IF_ERROR(check_path(it.field, it.path, it.kind));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ServerConfig> load_server_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "': ", std::strerror(errno)));
+  // A directory, FIFO or device is refused naming it (a FIFO is opened non-blocking: no hang).
+  constexpr int64_t kMaxConfigBytes = 4 << 20;
+  absl::StatusOr<std::string> text = read_file(path, kMaxConfigBytes, "4 MiB");
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("cannot read config file '", path, "': ", text.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "'"));
-  }
-  absl::StatusOr<ServerConfig> cfg = parse_server_config(text.str());
+  absl::StatusOr<ServerConfig> cfg = parse_server_config(*text);
   if (!cfg.ok()) {
     return absl::Status(cfg.status().code(), absl::StrCat(path, ": ", cfg.status().message()));
   }

@@ -143,6 +143,7 @@ struct LimitsSection {
   int32_t max_new_tokens = 4096;     // cap on a request's max_new_tokens
   int32_t max_stop_strings = 16;     // stop strings per request
   int32_t max_stop_bytes = 256;      // bytes per stop string
+  int32_t max_stop_token_ids = 64;   // stop token ids per request
   int32_t max_logprobs = 20;         // cap on a request's logprobs (alternatives per token)
   int32_t max_predict_texts = 64;    // texts per Predict request
 };
@@ -167,6 +168,9 @@ struct JobsSection {
   int32_t nice = 10;              // niceness added to job threads (lower CPU priority than serving)
   int32_t checkpoint_every = 50;  // optimiser steps between checkpoints
   int32_t max_attempts = 3;       // starts after which a job killed with the server is INTERRUPTED
+  // With state_dir unusable at start (a full, read-only or unwritable volume) frostd serves without jobs and
+  // tries the directory again every state_retry_s seconds; jobs come back without a restart.
+  int32_t state_retry_s = 10;
   int32_t max_inline_rows = 20000;
   int32_t max_inline_bytes = 16 << 20;
 };
@@ -224,6 +228,14 @@ absl::StatusOr<ServerConfig> load_server_config(const std::string& path);
 // Checks what the YAML types cannot: listen addresses, non-empty model path and the
 // cross-field rules. frostd calls it again after applying command-line overrides.
 absl::Status validate_server_config(const ServerConfig& cfg);
+
+// Checks every configured path for its kind on the filesystem (validate_server_config stays pure): model.path
+// a directory (unless builtin:), model.chat_template, server.tls.*_file, auth.*_token_file, engine.kv_repair
+// and engine.kv_splice regular files; jobs.state_dir (with jobs.enabled), jobs.data_root and
+// artifacts.follow_state_dir a directory or absent (created, or a volume not there yet). INVALID_ARGUMENT /
+// NOT_FOUND naming the field, the path and what it is instead ("jobs.state_dir: \"x\" is a regular file, not a
+// directory"). FrostServer::start calls it first.
+absl::Status check_config_paths(const ServerConfig& cfg);
 
 // OK when `value` is HOST:PORT (hostname, IPv4, or [IPv6]) with a port in [0, 65535];
 // otherwise INVALID_ARGUMENT "<field>: expected HOST:PORT, got "<value>"" (or naming the

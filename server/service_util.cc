@@ -5,7 +5,10 @@ namespace frost::server {
 absl::Status need_scheduler(Runtime* rt) {
   if (!rt->cfg().jobs.enabled)
     return absl::FailedPreconditionError("training jobs are disabled (jobs.enabled: false)");
-  if (!rt->scheduler()) return absl::UnavailableError("model is loading: not ready yet");
+  if (!rt->scheduler()) {
+    absl::Status why = rt->jobs_unavailable();
+    return why.ok() ? absl::UnavailableError("model is loading: not ready yet") : why;
+  }
   return absl::OkStatus();
 }
 

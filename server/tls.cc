@@ -18,23 +18,20 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/fs.h"
 #include "core/common/log.h"
 #include "core/common/status_macros.h"
 
 namespace frost::server {
 namespace {
 
-constexpr size_t kMaxPemBytes = 1 << 20;  // certificate chains and keys are a few KiB
+constexpr int64_t kMaxPemBytes = 1 << 20;  // certificate chains and keys are a few KiB
 
 absl::StatusOr<std::string> read_pem_file(const std::string& path, const std::string& field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(field, ": cannot read \"", path, "\""));
-  std::string data;
-  data.resize(kMaxPemBytes + 1);
-  in.read(data.data(), static_cast<std::streamsize>(data.size()));
-  data.resize(static_cast<size_t>(in.gcount()));
-  if (data.size() > kMaxPemBytes)
-    return absl::InvalidArgumentError(absl::StrCat(field, ": \"", path, "\" is larger than 1 MiB"));
+  // Opened non-blocking and checked first: a FIFO, socket or device is refused at once (it used to hang start-up).
+  absl::StatusOr<std::string> data = read_file(path, kMaxPemBytes, "1 MiB");
+  if (!data.ok())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": cannot read \"", path, "\": ", data.status().message()));
   return data;
 }
 

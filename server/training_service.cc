@@ -12,6 +12,34 @@ namespace {
 
 constexpr int32_t kDefaultPageSize = 50, kMaxPageSize = 1000;
 
+// The caps on a request's repeated fields that no config setting covers (inline rows: jobs.max_inline_rows).
+constexpr int kMaxConfigEntries = 64;  // entries of a job spec's config map
+constexpr int kMaxListStates = 6;      // ListJobsRequest.states: one per job state
+
+absl::Status check_config_size(const char* field, int n) {
+  if (n <= kMaxConfigEntries) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", n, " entries is more than the cap of ", kMaxConfigEntries));
+}
+
+// The caps on the repeated fields of a SubmitJobRequest, before anything copies them.
+absl::Status check_spec_caps(const v1::SubmitJobRequest& req, int64_t max_inline_rows) {
+  switch (req.spec_case()) {
+    case v1::SubmitJobRequest::kPrototype:
+      if (const int n = req.prototype().inline_rows().rows_size(); n > max_inline_rows)
+        return absl::InvalidArgumentError(absl::StrCat("prototype.inline_rows.rows: ", n,
+                                                       " rows is more than jobs.max_inline_rows=", max_inline_rows,
+                                                       "; use train_path"));
+      return check_config_size("prototype.config", req.prototype().config_size());
+    case v1::SubmitJobRequest::kKvRepair:
+      return check_config_size("kv_repair.config", req.kv_repair().config_size());
+    case v1::SubmitJobRequest::kKvsplice:
+      return check_config_size("kvsplice.config", req.kvsplice().config_size());
+    default:
+      return absl::OkStatus();
+  }
+}
+
 }  // namespace
 
 jobs::PrototypeJobSpec from_proto(const v1::PrototypeJobSpec& s) {
@@ -62,6 +90,7 @@ grpc::ServerUnaryReactor* TrainingService::SubmitJob(grpc::CallbackServerContext
       rt_, ctx, in, out, "Training", "SubmitJob",
       [&](const v1::SubmitJobRequest& req) -> absl::StatusOr<v1::Job> {
         FROST_RETURN_IF_ERROR(need_scheduler(rt_));
+        FROST_RETURN_IF_ERROR(check_spec_caps(req, rt_->cfg().jobs.max_inline_rows));
         jobs::JobSpec spec;
         switch (req.spec_case()) {
           case v1::SubmitJobRequest::kPrototype:
@@ -108,6 +137,10 @@ grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext*
       [&](const v1::ListJobsRequest& req) -> absl::StatusOr<v1::ListJobsResponse> {
         FROST_RETURN_IF_ERROR(need_scheduler(rt_));
         jobs::ListQuery q;
+        if (req.states_size() > kMaxListStates)
+          return absl::InvalidArgumentError(absl::StrCat("states: ", req.states_size(),
+                                                         " entries is more than the cap of ", kMaxListStates,
+                                                         " (one per job state)"));
         for (int i = 0; i < req.states_size(); ++i) {
           const int s = req.states(i);
           if (s < 1 || s > 6)
@@ -152,9 +185,9 @@ class TrainingService::WatchCall final : public grpc::ServerWriteReactor<grpc::B
     t0_ = RealClock::get().now_ns();
     absl::Status st = rt->auth()->check("/frost.v1.Training/WatchJob", ctx);
     if (st.ok() && rt->draining()) st = absl::UnavailableError("server is draining");
-    if (st.ok()) st = need_scheduler(rt);
     v1::WatchJobRequest req;
     if (st.ok()) st = parse_request(*in, &req);
+    if (st.ok()) st = need_scheduler(rt);
     if (st.ok()) st = check_id(req.id());
     if (!st.ok()) {
       finish(st);

@@ -94,13 +94,60 @@ absl::Status rename_durable(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes, const char* limit_name) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+const char* file_kind_name(unsigned mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "something else";
+}
+
+absl::StatusOr<int> open_regular_file(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for reading blocks until a writer appears; non-blocking, it returns at once
+  // and fstat below refuses it. O_NOCTTY: a terminal never becomes ours.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return errno_status("cannot open", path, errno);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    return errno_status("cannot stat", path, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is ", file_kind_name(st.st_mode), ", not a regular file"));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+absl::Status check_path(const std::string& field, const std::string& path, PathKind kind) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT && kind == PathKind::kDirectoryOrAbsent) return absl::OkStatus();
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(field, ": \"", path, "\" does not exist"));
+    return frost::errno_status(absl::StrCat(field, ": \"", path, "\""), err);
+  }
+  const bool want_dir = kind != PathKind::kRegularFile;
+  if (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", path, "\" is ", file_kind_name(st.st_mode),
+                                                 ", not ", want_dir ? "a directory" : "a regular file"));
+}
+
+absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes, const char* limit_name) {
+  absl::StatusOr<int> opened = open_regular_file(path);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return errno_status("cannot stat", path, err);
   }
   if (st.st_size > max_bytes) {
     ::close(fd);

@@ -14,9 +14,24 @@ namespace frost {
 absl::Status write_file_atomic(const std::string& path, const std::string& data);
 
 // Reads a whole regular file of at most `max_bytes`. NOT_FOUND when absent; INVALID_ARGUMENT when
-// not a regular file or larger ("<path>: N bytes is larger than <limit_name>=<max_bytes>").
+// not a regular file or larger ("<path>: N bytes is larger than <limit_name>=<max_bytes>"). The file is
+// opened non-blocking and checked before any read, so a FIFO, socket or device is refused at once
+// (opening a FIFO for reading would otherwise wait for a writer forever).
 absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes = int64_t{1} << 32,
                                       const char* limit_name = "the limit");
+// open(2) O_RDONLY of a regular file, the same way (non-blocking open, fstat, then blocking again): the fd,
+// or NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT ("<path>: is a FIFO, not a regular file").
+absl::StatusOr<int> open_regular_file(const std::string& path);
+
+// What a configured path must be. check_path: OK when `path` is of that kind (following symlinks);
+// otherwise "<field>: \"<path>\" is a directory, not a regular file" (INVALID_ARGUMENT) or
+// "<field>: \"<path>\" does not exist" (NOT_FOUND; with kDirectoryOrAbsent a missing path is OK: it will
+// be created).
+enum class PathKind { kRegularFile, kDirectory, kDirectoryOrAbsent };
+absl::Status check_path(const std::string& field, const std::string& path, PathKind kind);
+// "a regular file" | "a directory" | "a FIFO" | "a socket" | "a character device" | "a block device" |
+// "a symbolic link" | "something else" for a stat mode.
+const char* file_kind_name(unsigned mode);
 
 // Test-only crash hook (kill -9 at a chosen point, to test recovery; the one environment switch read
 // in core/, kept because a test must set it in a child process before any config exists): when

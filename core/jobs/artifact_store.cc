@@ -95,14 +95,20 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::open(const std::st
   return std::unique_ptr<ArtifactStore>(new ArtifactStore(abs, /*read_only=*/false));
 }
 
-absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::open_read_only(const std::string& root) {
+absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::open_read_only(const std::string& root,
+                                                                             const std::string& why) {
   std::error_code ec;
   const std::string abs = fs::absolute(root, ec).lexically_normal().string();
-  return std::unique_ptr<ArtifactStore>(new ArtifactStore(abs, /*read_only=*/true));
+  std::unique_ptr<ArtifactStore> s(new ArtifactStore(abs, /*read_only=*/true));
+  s->read_only_why_ = why;
+  return s;
 }
 
 absl::Status ArtifactStore::check_writable(const char* what) const {
   if (!read_only_) return absl::OkStatus();
+  if (!read_only_why_.empty())
+    return absl::UnavailableError(absl::StrCat("cannot ", what, ": the artifact store ", root_, " is read-only: ",
+                                               read_only_why_));
   return absl::FailedPreconditionError(
       absl::StrCat("cannot ", what, ": the artifact store ", root_,
                    " is followed read-only (artifacts are published and activated on the frostd that owns it)"));

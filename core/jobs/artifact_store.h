@@ -61,7 +61,9 @@ class ArtifactStore {
   // Opens another process's store for reading only (an inference replica following a trainer): nothing is
   // created or cleaned up, and publish / remove / set_active are FAILED_PRECONDITION. A root that does
   // not exist yet reads as an empty store (the owner may start later).
-  static absl::StatusOr<std::unique_ptr<ArtifactStore>> open_read_only(const std::string& root);
+  // `why`: what refusals of writes say ("" = the follower's reason).
+  static absl::StatusOr<std::unique_ptr<ArtifactStore>> open_read_only(const std::string& root,
+                                                                       const std::string& why = "");
 
   // Publishes a new version of `kind`: `write(dir)` fills a fresh temporary directory; on success it
   // becomes <kind>/<version> atomically. `meta` is read after write() returns, so the writer may
@@ -87,14 +89,17 @@ class ArtifactStore {
 
   const std::string& root() const { return root_; }
   bool read_only() const { return read_only_; }
+  // OK when writable; otherwise why "cannot <what>" (FAILED_PRECONDITION for a follower's store, UNAVAILABLE
+  // for one opened read-only because jobs.state_dir is unavailable).
+  absl::Status check_writable(const char* what) const;
 
  private:
   ArtifactStore(std::string root, bool read_only) : root_(std::move(root)), read_only_(read_only) {}
-  absl::Status check_writable(const char* what) const;
   absl::StatusOr<ArtifactInfo> read_info(const std::string& kind, int64_t version) const;
 
   std::string root_;
   bool read_only_ = false;
+  std::string read_only_why_;
   mutable absl::Mutex mu_;  // serialises publish / remove / set_active (version allocation)
 };
 

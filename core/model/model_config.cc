@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/common/fs.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -465,12 +466,10 @@ absl::StatusOr<ModelConfig> load_model_config(const std::string& model_dir) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", st.st_size, " bytes is larger than the limit of ", kMaxConfigBytes));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return parse_with_label(ss.str(), path);
+  // read_file opens non-blocking and checks the kind first: a FIFO is refused, not waited on.
+  absl::StatusOr<std::string> text = read_file(path, static_cast<int64_t>(kMaxConfigBytes));
+  if (!text.ok()) return text.status();
+  return parse_with_label(*text, path);
 }
 
 }  // namespace frost

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/fs.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -513,13 +514,14 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::parse(std::string_vi
 }
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": tokenizer.json not found or unreadable"));
+  // read_file: a FIFO or device in the model directory is refused at once instead of blocking the load.
+  absl::StatusOr<std::string> text = read_file(path);
+  if (!text.ok()) {
+    if (absl::IsNotFound(text.status()))
+      return absl::NotFoundError(absl::StrCat(path, ": tokenizer.json not found or unreadable"));
+    return text.status();
   }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return parse(buf.str(), path);
+  return parse(*text, path);
 }
 
 }  // namespace frost

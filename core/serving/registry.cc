@@ -31,22 +31,23 @@ ServedKind* Registry::find(const std::string& kind) const {
 
 absl::StatusOr<jobs::ArtifactInfo> Registry::activate(const std::string& name,
                                                       const std::shared_ptr<const LoadedModel>& model) {
-  if (!store_) return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
+  if (!store()) return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
   if (!model) return absl::UnavailableError("model is loading: not ready yet");
-  if (store_->read_only()) {
+  if (absl::Status w = store()->check_writable("activate"); !w.ok() && !absl::IsFailedPrecondition(w)) return w;
+  if (store()->read_only()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "this frostd follows the artifact store ", store_->root(),
+        "this frostd follows the artifact store ", store()->root(),
         " read-only (artifacts.follow_state_dir): activate on the frostd that owns it, and this one follows"));
   }
   FROST_RETURN_IF_ERROR(jobs::parse_artifact_name(name).status());
-  FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, store_->get(name));
+  FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, store()->get(name));
   ServedKind* k = find(a.kind);
   if (!k) return absl::FailedPreconditionError(absl::StrCat("artifact '", a.name, "': kind '", a.kind, "' is not served"));
   absl::MutexLock l(&activate_mu_);
   absl::Status persist_status;
   // A damaged file is refused before the kind reads anything.
-  absl::Status st = store_->verify(a);
-  if (st.ok()) st = k->activate(a, model, [&] { return persist_status = store_->set_active(a.kind, a.name); });
+  absl::Status st = store()->verify(a);
+  if (st.ok()) st = k->activate(a, model, [&] { return persist_status = store()->set_active(a.kind, a.name); });
   if (!st.ok()) {
     if (!persist_status.ok()) return persist_status;  // the store failed, not the artifact
     absl::MutexLock c(&counts_mu_);
@@ -63,10 +64,10 @@ absl::StatusOr<jobs::ArtifactInfo> Registry::activate(const std::string& name,
 
 std::set<std::string> Registry::restore(const std::shared_ptr<const LoadedModel>& model) {
   std::set<std::string> restored;
-  if (!store_) return restored;
-  if (store_->read_only()) return follow(model);  // a follower serves what the owner's markers say
+  if (!store()) return restored;
+  if (store()->read_only()) return follow(model);  // a follower serves what the owner's markers say
   for (const auto& [kind, k] : kinds_) {
-    absl::StatusOr<std::optional<std::string>> active = store_->active(kind);
+    absl::StatusOr<std::optional<std::string>> active = store()->active(kind);
     if (!active.ok()) {
       FROST_LOG_ERROR("frostd: %s", active.status().ToString().c_str());
       continue;
@@ -85,16 +86,16 @@ std::set<std::string> Registry::restore(const std::shared_ptr<const LoadedModel>
 
 std::set<std::string> Registry::follow(const std::shared_ptr<const LoadedModel>& model) {
   std::set<std::string> swapped;
-  if (!store_ || !model) return swapped;
+  if (!store() || !model) return swapped;
   absl::MutexLock l(&activate_mu_);
   for (const auto& [kind, k] : kinds_) {
     // Logs `msg` once per distinct message for this kind (the follower polls every few seconds).
     auto log_once = [&, kind = kind](const std::string& msg) {
       if (follow_error_[kind] == msg) return;
       follow_error_[kind] = msg;
-      FROST_LOG_ERROR("frostd: following %s: %s", store_->root().c_str(), msg.c_str());
+      FROST_LOG_ERROR("frostd: following %s: %s", store()->root().c_str(), msg.c_str());
     };
-    absl::StatusOr<std::optional<std::string>> marker = store_->active(kind);
+    absl::StatusOr<std::optional<std::string>> marker = store()->active(kind);
     if (!marker.ok()) {
       log_once(marker.status().ToString());
       continue;
@@ -102,10 +103,10 @@ std::set<std::string> Registry::follow(const std::shared_ptr<const LoadedModel>&
     if (!marker->has_value() || **marker == k->active_name()) continue;
     const std::string& name = **marker;
     if (follow_refused_[kind] == name) continue;
-    absl::StatusOr<jobs::ArtifactInfo> a = store_->get(name);
+    absl::StatusOr<jobs::ArtifactInfo> a = store()->get(name);
     absl::Status st = a.status();
     if (a.ok()) st = a->kind != kind ? absl::FailedPreconditionError("the marker names another kind")
-                                     : store_->verify(*a);
+                                     : store()->verify(*a);
     if (a.ok() && st.ok()) st = k->activate(*a, model, [] { return absl::OkStatus(); });
     if (!st.ok()) {
       log_once(absl::StrCat("the active ", kind, " artifact ", name, " cannot be served (the served one stays): ",
@@ -122,7 +123,7 @@ std::set<std::string> Registry::follow(const std::shared_ptr<const LoadedModel>&
       absl::MutexLock c(&counts_mu_);
       ++swaps_;
     }
-    FROST_LOG_INFO("frostd: following %s: activated %s (%s)", store_->root().c_str(), name.c_str(),
+    FROST_LOG_INFO("frostd: following %s: activated %s (%s)", store()->root().c_str(), name.c_str(),
                    k->describe().c_str());
     swapped.insert(kind);
   }

@@ -10,6 +10,7 @@
 // One activation at a time. restore() re-activates the persisted ones at start.
 //
 // The kinds are one file each (core/serving/*_kind.cc, the ServedKind interface in served_kind.h).
+#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -73,12 +74,15 @@ class Registry {
   int64_t swaps() const;          // successful activations
   int64_t swap_failures() const;  // artifacts refused at activation (FAILED_PRECONDITION)
   TensorStore& tensors() const { return *tensors_; }
-  jobs::ArtifactStore* store() const { return store_; }
+  jobs::ArtifactStore* store() const { return store_.load(std::memory_order_acquire); }
+  // Replaces the store (a read-only one by the read-write one once jobs.state_dir opens again). The old one
+  // must outlive every reader that loaded it: its owner keeps it.
+  void set_store(jobs::ArtifactStore* store) { store_.store(store, std::memory_order_release); }
 
  private:
   ServedKind* find(const std::string& kind) const;
 
-  jobs::ArtifactStore* store_;
+  std::atomic<jobs::ArtifactStore*> store_;
   TensorStore* tensors_;
   std::map<std::string, std::unique_ptr<ServedKind>> kinds_;
   absl::Mutex activate_mu_;  // one activation at a time

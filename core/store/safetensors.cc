@@ -165,7 +165,7 @@ SafetensorsFile::~SafetensorsFile() {
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path,
                                                                        const SafetensorsLimits& limits) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);  // a FIFO: no wait
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
@@ -384,7 +384,7 @@ absl::Status check_not_pickle(const std::string& path) {
   for (const char* r : kRefused) {
     if (ext == r) return absl::InvalidArgumentError(absl::StrCat("unsupported format: use safetensors (", path, ")"));
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);  // a FIFO: no wait
   if (fd < 0) return absl::OkStatus();  // nothing to sniff; opening it for real reports the error
   uint8_t head[9] = {};
   size_t n = 0;

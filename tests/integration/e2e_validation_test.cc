@@ -1,15 +1,29 @@
 // End-to-end tests of frostd's request validation (harness: tests/testing/e2e_harness.h): every bad
 // request is INVALID_ARGUMENT naming the field, before any model work, and requests exactly at the limits
-// are accepted.
+// are accepted. A hostile client: bytes that are no request message get INVALID_ARGUMENT naming the type on
+// every method of every service (found through reflection, so a new method cannot be left out), every
+// repeated request field has a cap named in its refusal, and grpc.health.v1.Health's Check and Watch agree.
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "frost/v1/admin.grpc.pb.h"
+#include "frost/v1/prediction.grpc.pb.h"
+#include "frost/v1/training.grpc.pb.h"
+#include "inference/open_inference.grpc.pb.h"
+#include "integration/proto/reflection_v1alpha.grpc.pb.h"
 #include "tests/testing/e2e_harness.h"
 
 namespace frost::e2e {
@@ -224,6 +238,492 @@ TEST_F(GrpcE2eValidation, InvalidUtf8IsInvalidArgumentNamingTheField) {
   EXPECT_EQ(delta(after, "frost_requests_total", {{"rpc", "Tokenize"}, {"code", "INVALID_ARGUMENT"}}), 1);
   EXPECT_EQ(delta(after, "frost_requests_rejected_total", {{"reason", "invalid_argument"}}), 3);
   EXPECT_EQ(after.Count("frost_generations_total") - before.Count("frost_generations_total"), 1);
+  EXPECT_TRUE(f->Alive());
+}
+
+// ------------------------------------------------------------------------------------------- hostile client
+
+namespace refl = grpc::reflection::v1alpha;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+constexpr char kAdminToken[] = "hostile-client-test-admin-token";
+constexpr size_t kMaxHealthServiceBytesForTest = 256;  // server/health.h, kMaxHealthServiceBytes
+
+// Bytes no request message parses from: a varint that never ends, and a length-delimited field 1 that claims
+// more bytes than follow.
+const std::vector<std::string>& GarbageRequests() {
+  static const std::vector<std::string> garbage = {std::string(6, '\xff'), std::string("\x0a\x05" "ab", 4)};
+  return garbage;
+}
+
+std::chrono::system_clock::time_point DeadlineIn(int seconds) {
+  return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
+}
+
+// A client context with the admin token (accepted by every method) and a deadline.
+void Prepare(grpc::ClientContext* ctx, int seconds = 30) {
+  ctx->set_deadline(DeadlineIn(seconds));
+  ctx->AddMetadata("authorization", std::string("Bearer ") + kAdminToken);
+}
+
+// One call of `method` ("/pkg.Service/Method") with `bytes` as its request, whatever the method's kind: the
+// status and how many response messages came.
+struct RawOutcome {
+  grpc::Status status;
+  int messages = 0;
+};
+RawOutcome RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                   const std::string& bytes) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  RawOutcome out;
+  void* tag = nullptr;
+  bool ok = false;
+  auto next = [&] { return cq.Next(&tag, &ok); };
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(&ctx, method, &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  next();
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  next();
+  for (;;) {
+    grpc::ByteBuffer response;
+    call->Read(&response, reinterpret_cast<void*>(3));
+    if (!next() || !ok) break;
+    if (++out.messages >= 16) {  // a stream that goes on (it should not): stop it
+      ctx.TryCancel();
+      break;
+    }
+  }
+  call->Finish(&out.status, reinterpret_cast<void*>(4));
+  next();
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return out;
+}
+
+// The server's services, as reflection lists them.
+std::vector<std::string> ListServices(Frostd& f) {
+  auto stub = refl::ServerReflection::NewStub(f.channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(30));
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  refl::ServerReflectionRequest req;
+  req.set_list_services("");
+  stream->Write(req);
+  stream->WritesDone();
+  refl::ServerReflectionResponse resp;
+  std::vector<std::string> names;
+  if (stream->Read(&resp))
+    for (const refl::ServiceResponse& svc : resp.list_services_response().service()) names.push_back(svc.name());
+  EXPECT_TRUE(stream->Finish().ok());
+  return names;
+}
+
+class GrpcE2eMalformed : public E2eTest {
+ protected:
+  static void TearDownTestSuite() { shared_.Stop(); }
+  static FrostdOptions Options() {
+    static const testing::TempDir dir("frost_malformed");
+    const std::string token_file = dir.file("admin_token");
+    testing::write_text_file(token_file, std::string(kAdminToken) + "\n");
+    FrostdOptions o;
+    o.model = "builtin:tiny";
+    o.yaml = std::string(kBaseYaml) +
+             "engine:\n"
+             "  max_context: 64\n"
+             "limits:\n"
+             "  max_prompt_tokens: 24\n"
+             "  max_stop_token_ids: 4\n"
+             "  max_predict_texts: 3\n"
+             "jobs:\n"
+             "  max_inline_rows: 5\n"
+             "auth:\n"
+             "  admin_token_file: " +
+             token_file + "\n";
+    return o;
+  }
+  static SharedFrostd shared_;
+};
+SharedFrostd GrpcE2eMalformed::shared_;
+
+// Every method of every service the server lists answers bytes that are no request message with
+// INVALID_ARGUMENT and a message naming the request type, and streams nothing.
+TEST_F(GrpcE2eMalformed, EveryMethodRefusesGarbageWithInvalidArgumentNamingTheType) {
+  FROST_USE_SHARED(f, shared_, Options());
+  // Link every generated file whose services frostd serves (the descriptors register on load).
+  for (const google::protobuf::Descriptor* d :
+       {v1::GenerateRequest::descriptor(), v1::PredictRequest::descriptor(), v1::SubmitJobRequest::descriptor(),
+        v1::ServerInfoRequest::descriptor(), inference::ModelInferRequest::descriptor(),
+        HealthCheckRequest::descriptor()})
+    ASSERT_NE(d, nullptr);
+  const std::vector<std::string> services = ListServices(*f);
+  for (const char* want : {"frost.v1.Generation", "frost.v1.Prediction", "frost.v1.Training", "frost.v1.Admin",
+                           "inference.GRPCInferenceService", "grpc.health.v1.Health"})
+    EXPECT_NE(std::find(services.begin(), services.end(), want), services.end()) << want << " not served";
+
+  int methods = 0;
+  for (const std::string& name : services) {
+    if (name.rfind("grpc.reflection.", 0) == 0) continue;  // gRPC's own, outside frost's contract
+    const google::protobuf::ServiceDescriptor* svc =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    ASSERT_NE(svc, nullptr) << name << ": served but its descriptor is not linked into this test";
+    for (int i = 0; i < svc->method_count(); ++i) {
+      const google::protobuf::MethodDescriptor* m = svc->method(i);
+      const std::string path = "/" + svc->full_name() + "/" + m->name();
+      ++methods;
+      for (const std::string& bytes : GarbageRequests()) {
+        const RawOutcome o = RawCall(f->channel(), path, bytes);
+        EXPECT_EQ(o.status.error_code(), StatusCode::INVALID_ARGUMENT)
+            << path << ": " << o.status.error_code() << " \"" << o.status.error_message() << "\"";
+        EXPECT_NE(o.status.error_message().find(m->input_type()->full_name()), std::string::npos)
+            << path << ": \"" << o.status.error_message() << "\" does not name " << m->input_type()->full_name();
+        EXPECT_EQ(o.messages, 0) << path;
+      }
+    }
+  }
+  EXPECT_GE(methods, 21);
+  // Refusals of frost's methods are counted like any invalid request; the server is unharmed.
+  const Scrape s = f->Metrics();
+  for (const char* rpc : {"GetModelInfo", "ModelInfer", "ServerLive", "SubmitJob", "Predict"})
+    EXPECT_GE(s.Count("frost_requests_total", {{"rpc", rpc}, {"code", "INVALID_ARGUMENT"}}), 2) << rpc;
+  EXPECT_TRUE(CompletedWithLength(RunGenerate(f->stub(), LongRequest(2)), 2));
+  EXPECT_TRUE(f->Alive());
+}
+
+// The first message of a Watch of `service` (nullopt when none came), then the stream is cancelled; the
+// call's status in *st.
+std::optional<int> FirstWatchStatus(Frostd& f, const std::string& service, grpc::Status* st) {
+  auto stub = grpc::health::v1::Health::NewStub(f.channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(30));
+  HealthCheckRequest req;
+  req.set_service(service);
+  auto reader = stub->Watch(&ctx, req);
+  HealthCheckResponse resp;
+  std::optional<int> first;
+  if (reader->Read(&resp)) {
+    first = resp.status();
+    ctx.TryCancel();
+  }
+  *st = reader->Finish();
+  return first;
+}
+
+TEST_F(GrpcE2eMalformed, HealthCheckAndWatchAgree) {
+  FROST_USE_SHARED(f, shared_, Options());
+  const std::string check = "/grpc.health.v1.Health/Check", watch = "/grpc.health.v1.Health/Watch";
+  // Garbage: the same refusal from both.
+  for (const std::string& bytes : GarbageRequests()) {
+    const RawOutcome c = RawCall(f->channel(), check, bytes), w = RawCall(f->channel(), watch, bytes);
+    EXPECT_EQ(c.status.error_code(), StatusCode::INVALID_ARGUMENT) << c.status.error_message();
+    EXPECT_EQ(w.status.error_code(), StatusCode::INVALID_ARGUMENT) << w.status.error_message();
+    EXPECT_EQ(c.status.error_message(), w.status.error_message());
+    EXPECT_NE(c.status.error_message().find("grpc.health.v1.HealthCheckRequest"), std::string::npos)
+        << c.status.error_message();
+  }
+  // A service name over the cap: refused by both, naming the field; at the cap: an unknown service.
+  const std::string over(kMaxHealthServiceBytesForTest + 1, 's'), at(kMaxHealthServiceBytesForTest, 's');
+  HealthStatus hs{};
+  grpc::Status st = f->Check(over, &hs);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("service: 257 bytes"), std::string::npos) << st.error_message();
+  grpc::Status wst;
+  EXPECT_FALSE(FirstWatchStatus(*f, over, &wst).has_value());
+  EXPECT_EQ(wst.error_code(), StatusCode::INVALID_ARGUMENT) << wst.error_message();
+  EXPECT_EQ(wst.error_message(), st.error_message());
+  st = f->Check(at, &hs);
+  EXPECT_EQ(st.error_code(), StatusCode::NOT_FOUND) << st.error_message();
+  // Unknown service: NOT_FOUND on Check, SERVICE_UNKNOWN on Watch (as gRPC's own health service answers).
+  st = f->Check("no.such.Service", &hs);
+  EXPECT_EQ(st.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_FALSE(st.error_message().empty());
+  EXPECT_EQ(FirstWatchStatus(*f, "no.such.Service", &wst), HealthCheckResponse::SERVICE_UNKNOWN);
+  EXPECT_EQ(FirstWatchStatus(*f, at, &wst), HealthCheckResponse::SERVICE_UNKNOWN);
+  // Known services: the same status from both.
+  for (const std::string service : {kLiveness, kReadiness, "frost.v1.Training"}) {
+    st = f->Check(service, &hs);
+    ASSERT_TRUE(st.ok()) << "\"" << service << "\": " << st.error_message();
+    EXPECT_EQ(hs, HealthCheckResponse::SERVING) << service;
+    EXPECT_EQ(FirstWatchStatus(*f, service, &wst), HealthCheckResponse::SERVING) << service;
+  }
+}
+
+// Many watchers hold no gRPC thread, see readiness go NOT_SERVING when the drain starts and end with OK at
+// shutdown (liveness watchers: their last NOT_SERVING); frostd exits cleanly.
+TEST_F(GrpcE2eMalformed, HealthWatchStreamsTheDrainToManyWatchers) {
+  constexpr int kReadinessWatchers = 96, kLivenessWatchers = 32;
+  Frostd* f = Own(std::make_unique<Frostd>());
+  ASSERT_TRUE(f->Start(FrostdOptions()));
+  struct Watcher {
+    std::string service;
+    std::vector<int> seen;
+    grpc::Status status;
+    std::atomic<bool> first{false};
+  };
+  std::vector<std::unique_ptr<Watcher>> ws;
+  for (int i = 0; i < kReadinessWatchers + kLivenessWatchers; ++i) {
+    ws.push_back(std::make_unique<Watcher>());
+    ws.back()->service = i < kReadinessWatchers ? kReadiness : kLiveness;
+  }
+  auto stub = grpc::health::v1::Health::NewStub(f->channel());
+  std::vector<std::thread> threads;
+  for (auto& w : ws) {
+    threads.emplace_back([&stub, w = w.get()] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(120));
+      HealthCheckRequest req;
+      req.set_service(w->service);
+      auto reader = stub->Watch(&ctx, req);
+      HealthCheckResponse resp;
+      while (reader->Read(&resp)) {
+        w->seen.push_back(resp.status());
+        w->first = true;
+      }
+      w->status = reader->Finish();
+      w->first = true;
+    });
+  }
+  struct JoinAll {
+    std::vector<std::thread>& ts;
+    ~JoinAll() {
+      for (std::thread& t : ts)
+        if (t.joinable()) t.join();
+    }
+  } join_all{threads};
+  ASSERT_TRUE(PollUntil(60, [&] {
+    return std::all_of(ws.begin(), ws.end(), [](const auto& w) { return w->first.load(); });
+  }));
+  // All watchers open: Check and Generate still answer at once (no gRPC thread is held by a watcher).
+  HealthStatus hs{};
+  const auto t0 = Clock::now();
+  const grpc::Status st = f->Check(kReadiness, &hs);
+  EXPECT_TRUE(st.ok() && hs == HealthCheckResponse::SERVING) << st.error_message();
+  EXPECT_LT(SecondsSince(t0), 2.0);
+  EXPECT_TRUE(CompletedWithLength(RunGenerate(f->stub(), LongRequest(2)), 2));
+
+  f->Terminate();
+  for (std::thread& t : threads) t.join();
+  for (const auto& w : ws) {
+    const std::vector<int> want = {HealthCheckResponse::SERVING, HealthCheckResponse::NOT_SERVING};
+    EXPECT_EQ(w->seen, want) << "\"" << w->service << "\"";
+    EXPECT_TRUE(w->status.ok()) << "\"" << w->service << "\": " << w->status.error_code() << " "
+                                << w->status.error_message();
+  }
+  f->Disconnect();
+  ASSERT_TRUE(f->WaitCleanExit(60));
+}
+
+// What a cap refusal says: "<field>: ... is more than ..." or "<field>: at most ...".
+bool RefusedByCap(const grpc::Status& st) {
+  const std::string& m = st.error_message();
+  return st.error_code() == StatusCode::INVALID_ARGUMENT &&
+         (m.find("is more than") != std::string::npos || m.find("at most") != std::string::npos);
+}
+
+::testing::AssertionResult RefusedNaming(const grpc::Status& st, const std::vector<std::string>& parts) {
+  if (st.error_code() != StatusCode::INVALID_ARGUMENT)
+    return ::testing::AssertionFailure() << "code " << st.error_code() << " \"" << st.error_message() << "\"";
+  for (const std::string& p : parts)
+    if (st.error_message().find(p) == std::string::npos)
+      return ::testing::AssertionFailure() << "\"" << st.error_message() << "\" lacks \"" << p << "\"";
+  return ::testing::AssertionSuccess();
+}
+
+// Each repeated field a client controls has a cap: one past it is INVALID_ARGUMENT naming the field, the
+// count and the cap; exactly at it the cap lets the request through (it may fail later for other reasons:
+// no prototype artifact is active here).
+TEST_F(GrpcE2eMalformed, EveryRepeatedFieldHasACapNamedInItsRefusal) {
+  FROST_USE_SHARED(f, shared_, Options());
+  auto predict = v1::Prediction::NewStub(f->channel());
+  auto training = v1::Training::NewStub(f->channel());
+  auto oip = inference::GRPCInferenceService::NewStub(f->channel());
+
+  // Generation: sampling.stop_token_ids (limits.max_stop_token_ids = 4), token_ids.ids (max_prompt_tokens).
+  auto with_stop_ids = [](int n) {
+    v1::GenerateRequest r = LongRequest(2);
+    for (int i = 0; i < n; ++i) r.mutable_sampling()->add_stop_token_ids(500 - i);
+    return r;
+  };
+  EXPECT_TRUE(Refused(RunGenerate(f->stub(), with_stop_ids(5)), StatusCode::INVALID_ARGUMENT,
+                      {"sampling.stop_token_ids", "at most 4", "got 5"}));
+  const StreamOutcome at_stop = RunGenerate(f->stub(), with_stop_ids(4));
+  EXPECT_TRUE(at_stop.status.ok() && at_stop.has_final) << Describe(at_stop);
+  auto with_ids = [](int n) {
+    v1::GenerateRequest r = LongRequest(2);
+    for (int i = 0; i < n; ++i) r.mutable_token_ids()->add_ids(10 + i);
+    return r;
+  };
+  EXPECT_TRUE(Refused(RunGenerate(f->stub(), with_ids(25)), StatusCode::INVALID_ARGUMENT,
+                      {"token_ids.ids", "25 ids", "limits.max_prompt_tokens=24"}));
+  EXPECT_TRUE(CompletedWithLength(RunGenerate(f->stub(), with_ids(24)), 2));
+
+  // Prediction.texts (limits.max_predict_texts = 3).
+  auto texts = [&](int n) {
+    v1::PredictRequest r;
+    for (int i = 0; i < n; ++i) r.add_texts("text " + std::to_string(i));
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::PredictResponse resp;
+    return predict->Predict(&ctx, r, &resp);
+  };
+  EXPECT_TRUE(RefusedNaming(texts(4), {"texts", "4 texts", "limits.max_predict_texts=3"}));
+  EXPECT_FALSE(RefusedByCap(texts(3))) << texts(3).error_message();
+
+  // Training: each spec's config map (64), prototype inline rows (jobs.max_inline_rows = 5), ListJobs.states (6).
+  auto submit = [&](const std::function<void(v1::SubmitJobRequest&)>& fill) {
+    v1::SubmitJobRequest r;
+    fill(r);
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::Job job;
+    grpc::Status st = training->SubmitJob(&ctx, r, &job);
+    if (st.ok()) {  // accepted: do not let it run
+      grpc::ClientContext cctx;
+      Prepare(&cctx);
+      v1::CancelJobRequest c;
+      c.set_id(job.id());
+      training->CancelJob(&cctx, c, &job);
+    }
+    return st;
+  };
+  auto config = [](google::protobuf::Map<std::string, std::string>* m, int n) {
+    for (int i = 0; i < n; ++i) (*m)["no_such_key_" + std::to_string(i)] = "1";
+  };
+  for (int n : {65, 64}) {
+    const grpc::Status p = submit([&](v1::SubmitJobRequest& r) {
+      r.mutable_prototype()->set_train_path("none.jsonl");
+      config(r.mutable_prototype()->mutable_config(), n);
+    });
+    const grpc::Status k = submit([&](v1::SubmitJobRequest& r) {
+      r.mutable_kv_repair()->set_calib_path("none.jsonl");
+      config(r.mutable_kv_repair()->mutable_config(), n);
+    });
+    const grpc::Status s = submit([&](v1::SubmitJobRequest& r) {
+      r.mutable_kvsplice()->set_calib_path("none.jsonl");
+      config(r.mutable_kvsplice()->mutable_config(), n);
+    });
+    if (n == 65) {
+      EXPECT_TRUE(RefusedNaming(p, {"prototype.config", "65 entries", "cap of 64"}));
+      EXPECT_TRUE(RefusedNaming(k, {"kv_repair.config", "65 entries", "cap of 64"}));
+      EXPECT_TRUE(RefusedNaming(s, {"kvsplice.config", "65 entries", "cap of 64"}));
+    } else {
+      EXPECT_FALSE(RefusedByCap(p)) << p.error_message();
+      EXPECT_FALSE(RefusedByCap(k)) << k.error_message();
+      EXPECT_FALSE(RefusedByCap(s)) << s.error_message();
+    }
+  }
+  for (int n : {6, 5}) {
+    const grpc::Status st = submit([&](v1::SubmitJobRequest& r) {
+      for (int i = 0; i < n; ++i) {
+        v1::TrainingRow* row = r.mutable_prototype()->mutable_inline_rows()->add_rows();
+        row->set_text("row " + std::to_string(i));
+        row->set_label(i);
+      }
+      r.mutable_prototype()->set_label_min(-1);
+      r.mutable_prototype()->set_label_max(-2);  // refused later: no job is queued
+    });
+    if (n == 6) {
+      EXPECT_TRUE(RefusedNaming(st, {"prototype.inline_rows.rows", "6 rows", "jobs.max_inline_rows=5"}));
+    } else {
+      EXPECT_FALSE(RefusedByCap(st)) << st.error_message();
+    }
+  }
+  auto list = [&](int n) {
+    v1::ListJobsRequest r;
+    for (int i = 0; i < n; ++i) r.add_states(static_cast<v1::JobState>(1 + i % 6));
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::ListJobsResponse resp;
+    return training->ListJobs(&ctx, r, &resp);
+  };
+  EXPECT_TRUE(RefusedNaming(list(7), {"states", "7 entries", "cap of 6"}));
+  EXPECT_TRUE(list(6).ok()) << list(6).error_message();
+
+  // KServe ModelInfer: parameters, inputs, outputs, raw_input_contents, inputs[i].shape / .parameters /
+  // .contents, outputs[i].parameters.
+  auto infer = [&](const std::function<void(inference::ModelInferRequest&)>& mutate) {
+    inference::ModelInferRequest r;
+    r.set_model_name("prototype");
+    auto* in = r.add_inputs();
+    in->set_name("text");
+    in->set_datatype("BYTES");
+    in->add_shape(1);
+    in->mutable_contents()->add_bytes_contents("hello");
+    mutate(r);
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    inference::ModelInferResponse resp;
+    return oip->ModelInfer(&ctx, r, &resp);
+  };
+  auto params = [](google::protobuf::Map<std::string, inference::InferParameter>* m, int n) {
+    for (int i = 0; i < n; ++i) (*m)["p" + std::to_string(i)].set_bool_param(true);
+  };
+  auto texts_input = [](inference::ModelInferRequest& r, int n) {
+    auto* in = r.mutable_inputs(0);
+    in->set_shape(0, n);
+    in->mutable_contents()->clear_bytes_contents();
+    for (int i = 0; i < n; ++i) in->mutable_contents()->add_bytes_contents("t" + std::to_string(i));
+  };
+  auto raw_input = [](inference::ModelInferRequest& r, int n) {
+    auto* in = r.mutable_inputs(0);
+    in->set_shape(0, n);
+    in->mutable_contents()->clear_bytes_contents();
+    std::string raw;
+    for (int i = 0; i < n; ++i) raw += std::string("\x02\x00\x00\x00", 4) + "t" + std::to_string(i);
+    r.add_raw_input_contents(raw);
+  };
+  struct InferCap {
+    std::function<void(inference::ModelInferRequest&, int)> fill;
+    int cap;
+    std::vector<std::string> parts;
+  };
+  const std::vector<InferCap> caps = {
+      {[&](auto& r, int n) { params(r.mutable_parameters(), n); }, 16, {"parameters", "17 entries", "cap of 16"}},
+      {[](auto& r, int n) {
+         for (int i = 1; i < n; ++i) r.add_inputs()->set_name("x" + std::to_string(i));
+       },
+       8,
+       {"inputs", "9 tensors", "cap of 8"}},
+      {[](auto& r, int n) {
+         static const char* names[] = {"value", "value_unrefined", "knn_value", "out_of_distribution",
+                                       "population_consistency", "agreement_consistency", "prototype_ids",
+                                       "prototype_texts", "prototype_labels", "prototype_weights"};
+         for (int i = 0; i < n; ++i) r.add_outputs()->set_name(names[i % 10]);
+       },
+       10,
+       {"outputs", "11 tensors", "cap of 10"}},
+      {[&](auto& r, int n) {
+         raw_input(r, 1);
+         for (int i = 1; i < n; ++i) r.add_raw_input_contents(std::string("\x02\x00\x00\x00zz", 6));
+       },
+       1,
+       {"raw_input_contents", "2 entries", "cap of 1"}},
+      {[](auto& r, int n) {
+         for (int i = 1; i < n; ++i) r.mutable_inputs(0)->add_shape(1);
+       },
+       8,
+       {"inputs[0].shape", "9 dimensions", "cap of 8"}},
+      {[&](auto& r, int n) { params(r.mutable_inputs(0)->mutable_parameters(), n); },
+       16,
+       {"inputs[0].parameters", "17 entries", "cap of 16"}},
+      {[&](auto& r, int n) { params(r.add_outputs()->mutable_parameters(), n); },
+       16,
+       {"outputs[0].parameters", "17 entries", "cap of 16"}},
+      {[&](auto& r, int n) { texts_input(r, n); }, 3, {"inputs[0].contents", "4 elements", "max_predict_texts=3"}},
+      {[&](auto& r, int n) { raw_input(r, n); }, 3, {"raw_input_contents[0]", "max_predict_texts=3"}},
+  };
+  for (size_t i = 0; i < caps.size(); ++i) {
+    const InferCap& c = caps[i];
+    EXPECT_TRUE(RefusedNaming(infer([&](auto& r) { c.fill(r, c.cap + 1); }), c.parts)) << "case " << i;
+    const grpc::Status at = infer([&](auto& r) { c.fill(r, c.cap); });
+    EXPECT_FALSE(RefusedByCap(at)) << "case " << i << ": " << at.error_message();
+  }
   EXPECT_TRUE(f->Alive());
 }
 

@@ -168,10 +168,20 @@ Frostd::~Frostd() {
 ::testing::AssertionResult Frostd::Spawn(const FrostdOptions& o) {
   const std::string config = dir_.file("frostd.yaml"), ports = dir_.file("ports");
   log_path_ = dir_.file("frostd.log");
-  testing::write_text_file(config, o.yaml.empty() ? std::string(kBaseYaml) : o.yaml);
-  std::vector<std::string> args = {
-      FROST_FROSTD_PATH, "--config", config,    "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-      "--port-file",     ports,      "--model", o.model,    "--state-dir", dir_.file("state")};
+  if (o.config_path.empty()) testing::write_text_file(config, o.yaml.empty() ? std::string(kBaseYaml) : o.yaml);
+  std::vector<std::string> args = {FROST_FROSTD_PATH,
+                                   "--config",
+                                   o.config_path.empty() ? config : o.config_path,
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--metrics-listen",
+                                   "127.0.0.1:0",
+                                   "--port-file",
+                                   ports,
+                                   "--model",
+                                   o.model,
+                                   "--state-dir",
+                                   o.state_dir.empty() ? dir_.file("state") : o.state_dir};
   if (o.load_delay_s > 0) {
     args.push_back("--load-delay-s");
     args.push_back(std::to_string(o.load_delay_s));
@@ -204,6 +214,7 @@ Frostd::~Frostd() {
     pid_ = -1;
     return ::testing::AssertionFailure() << "posix_spawn(" << argv[0] << "): " << std::strerror(rc);
   }
+  if (!o.wait_for_ports) return ::testing::AssertionSuccess();
 
   const bool got_ports = PollUntil(60, [&] {
     if (!Alive()) return true;

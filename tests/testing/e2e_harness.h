@@ -98,6 +98,12 @@ struct FrostdOptions {
   // YAML config (configs/default.yaml documents the keys); listen addresses come from flags.
   std::string yaml;
   double load_delay_s = 0;
+  // Given: passed as --config as it is (yaml is then unused), e.g. a directory or a FIFO.
+  std::string config_path;
+  // Given: --state-dir (default: a fresh directory of the test).
+  std::string state_dir;
+  // false: Spawn returns once the process exists, without waiting for its port file (no channel then).
+  bool wait_for_ports = true;
 };
 
 // One frostd child process, with a gRPC channel and stubs to it; killed (SIGKILL) by the destructor if it
@@ -142,6 +148,8 @@ class Frostd {
 
   // Prints (the tail of) frostd's stdout/stderr to stderr.
   void PrintLog() const;
+  // frostd's stdout/stderr so far.
+  std::string LogText() const { return ReadFileOrEmpty(log_path_); }
 
   // Generation.Tokenize of `text` (add_bos unset), bounded by a 30 s deadline.
   grpc::Status Tokenize(const std::string& text, v1::TokenizeResponse* resp);

@@ -118,6 +118,27 @@ TEST(GenerationRequestTest, EdgeChecksNameTheFieldAndValue) {
     check(r, "sampling.stop: at most 2 strings, got 3");
   }
   {
+    LimitsSection capped = limits;
+    capped.max_stop_token_ids = 3;
+    capped.max_prompt_tokens = 4;
+    v1::GenerateRequest r = text_request("a");
+    for (int i = 0; i < 3; ++i) r.mutable_sampling()->add_stop_token_ids(i);
+    EXPECT_TRUE(to_generation_request(r, capped).ok());  // at the cap
+    r.mutable_sampling()->add_stop_token_ids(3);
+    EXPECT_INVALID(to_generation_request(r, capped).status(),
+                   "sampling.stop_token_ids: at most 3 ids (limits.max_stop_token_ids), got 4");
+    v1::GenerateRequest ids;
+    for (int i = 0; i < 4; ++i) ids.mutable_token_ids()->add_ids(i);
+    EXPECT_TRUE(to_generation_request(ids, capped).ok());  // at the cap
+    ids.mutable_token_ids()->add_ids(4);
+    EXPECT_INVALID(to_generation_request(ids, capped).status(),
+                   "token_ids.ids: 5 ids is more than limits.max_prompt_tokens=4");
+    v1::GenerateRequest huge;
+    huge.mutable_token_ids()->mutable_ids()->Resize(kMaxPromptTokenIds + 1, 0);
+    EXPECT_INVALID(to_generation_request(huge, LimitsSection{}).status(),
+                   "token_ids.ids: 1048577 ids is more than the cap of 1048576");
+  }
+  {
     v1::GenerateRequest r = text_request("a");
     r.mutable_kv()->set_codec("int3");
     check(r, "kv.codec: unknown value \"int3\"");

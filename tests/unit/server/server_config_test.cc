@@ -50,6 +50,7 @@ TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.limits.max_new_tokens, 4096);
   EXPECT_EQ(c.limits.max_stop_strings, 16);
   EXPECT_EQ(c.limits.max_stop_bytes, 256);
+  EXPECT_EQ(c.limits.max_stop_token_ids, 64);
   EXPECT_EQ(c.limits.max_logprobs, 20);
   EXPECT_EQ(c.log.level, LogLevel::kInfo);
   EXPECT_TRUE(validate_server_config(c).ok());
@@ -114,6 +115,7 @@ limits:
   max_new_tokens: 64
   max_stop_strings: 0
   max_stop_bytes: 8
+  max_stop_token_ids: 3
   max_logprobs: 0
 log:
   level: debug
@@ -142,6 +144,7 @@ log:
   EXPECT_EQ(c.limits.max_new_tokens, 64);
   EXPECT_EQ(c.limits.max_stop_strings, 0);
   EXPECT_EQ(c.limits.max_stop_bytes, 8);
+  EXPECT_EQ(c.limits.max_stop_token_ids, 3);
   EXPECT_EQ(c.limits.max_logprobs, 0);
   EXPECT_EQ(c.log.level, LogLevel::kDebug);
 }
@@ -309,6 +312,8 @@ TEST(ServerConfigTest, RejectsOutOfRangeValues) {
                  "limits.max_stop_strings: must be in [0, 2147483647], got -1");
   EXPECT_INVALID(parse_status("limits:\n  max_stop_bytes: 0\n"),
                  "limits.max_stop_bytes: must be in [1, 2147483647], got 0");
+  EXPECT_INVALID(parse_status("limits:\n  max_stop_token_ids: 100001\n"),
+                 "limits.max_stop_token_ids: must be in [0, 100000], got 100001");
   EXPECT_INVALID(parse_status("limits:\n  max_logprobs: -1\n"),
                  "limits.max_logprobs: must be in [0, 2147483647], got -1");
 }
