@@ -18,7 +18,9 @@ Suites (all by default, or those named on the command line):
                 run, or INTERRUPTED naming max_attempts.
   disk_full     jobs.state_dir on a tmpfs of a few MiB filled up: jobs fail with a reason naming the
                 full disk, serving (Generate, Predict, health) continues, the journal and the active artifact
-                stay intact (and load again after a restart). Needs root (mount); skipped otherwise.
+                stay intact (and load again after a restart); a restart on the full volume serves Predict,
+                reports jobs unavailable and takes them back once there is space. Needs root (mount);
+                skipped otherwise.
   corrupt       truncated and bit-flipped artifact files and job journals: refused at start or at
                 activation with a message naming the file, never served, never replaced.
 
@@ -985,6 +987,39 @@ def suite_disk_full(suite, tmp):
         code = s.stop()
         s = None
         suite.check(code == 0, f"restarted frostd exited {code} after SIGTERM")
+
+        # A restart on the full volume: frostd starts, serves Predict of what is active, reports jobs
+        # unavailable (Training UNAVAILABLE naming jobs.state_dir, frost.v1.Training NOT_SERVING) and takes
+        # them back once there is space, without another restart.
+        hog = DiskHog(os.path.join(mnt, "hog"))
+        hog.full.wait(10)
+        try:
+            s = lib.Frostd(tmp, "diskfull-start", state, data_root, jobs={"state_retry_s": 1}).start()
+            suite.check(predict_bytes(s) == p0, "Predict on a full state volume answers differently")
+            training_ready = s.health.Check(health_pb2.HealthCheckRequest(service="frost.v1.Training"), timeout=5)
+            suite.check(training_ready.status == health_pb2.HealthCheckResponse.NOT_SERVING,
+                        f"frost.v1.Training is {training_ready.status} on a full state volume")
+            try:
+                s.list_jobs()
+                suite.check(False, "ListJobs answered on a full state volume")
+            except grpc.RpcError as e:
+                suite.check(e.code() == Code.UNAVAILABLE and "jobs.state_dir" in e.details(),
+                            f"ListJobs on a full state volume: {e.code().name}: {e.details()}")
+        finally:
+            hog.release()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            r = s.health.Check(health_pb2.HealthCheckRequest(service="frost.v1.Training"), timeout=5)
+            if r.status == health_pb2.HealthCheckResponse.SERVING:
+                break
+            time.sleep(0.2)
+        suite.check(r.status == health_pb2.HealthCheckResponse.SERVING,
+                    "frost.v1.Training not SERVING 30 s after the state volume had space again")
+        suite.check([(jb.id, jb.state, jb.reason, jb.artifact) for jb in s.list_jobs()] == listed,
+                    "ListJobs after the state volume came back differs from before")
+        code = s.stop()
+        s = None
+        suite.check(code == 0, f"frostd started on a full volume exited {code} after SIGTERM")
     finally:
         if s is not None:
             s.stop()
