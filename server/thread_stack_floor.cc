@@ -2,12 +2,13 @@
 //
 // Why: glibc carves a thread's static TLS block out of its stack. LibTorch's dependency closure brings more
 // than 64 KiB of static TLS, so a thread created with a small explicit stack size fails in pthread_create
-// with EINVAL. civetweb (under prometheus-cpp's Exposer) requests such a stack for its workers, and /metrics
-// then fails to start with "null context when constructing CivetServer". Reproduce:
-// LD_PRELOAD=libtorch_cpu.so with any program that creates a thread with a 64 KiB stack.
+// with EINVAL. civetweb (under prometheus-cpp's Exposer, which served /metrics until /metrics became
+// server/metrics_https.h) requested such a stack for its workers, and /metrics then failed to start with
+// "null context when constructing CivetServer". Kept as a guard for any library that asks for a small stack.
+// Reproduce: LD_PRELOAD=libtorch_cpu.so with any program that creates a thread with a 64 KiB stack.
 //
-// The executable defines pthread_attr_setstacksize, so the dynamic linker binds civetweb's (and every other
-// library's) calls here first; we raise the request to kMinStack and forward to glibc. Larger requests and
+// The executable defines pthread_attr_setstacksize, so the dynamic linker binds every library's calls here
+// first; we raise the request to kMinStack and forward to glibc. Larger requests and
 // threads without an explicit size are untouched.
 #include <dlfcn.h>
 #include <pthread.h>
