@@ -202,7 +202,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::start(const 
       SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
       SSL_CTX_set_client_hello_cb(
           &ctx,
-          [](SSL* ssl, int* alert, void* arg) -> int {
+          [](SSL* conn, int* alert, void* arg) -> int {
             auto* srv = static_cast<OpenAiHttpServer*>(arg);
             absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> staged = srv->tls_context();
             if (!staged.ok()) {
@@ -210,11 +210,11 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::start(const 
               return SSL_CLIENT_HELLO_ERROR;
             }
             SSL_CTX* c = (*staged)->ctx;
-            SSL_set_SSL_CTX(ssl, c);
-            SSL_set_verify(ssl, SSL_CTX_get_verify_mode(c), nullptr);
-            SSL_set1_verify_cert_store(ssl, SSL_CTX_get_cert_store(c));
+            SSL_set_SSL_CTX(conn, c);
+            SSL_set_verify(conn, SSL_CTX_get_verify_mode(c), nullptr);
+            SSL_set1_verify_cert_store(conn, SSL_CTX_get_cert_store(c));
             if (STACK_OF(X509_NAME)* names = SSL_CTX_get_client_CA_list(c)) {
-              SSL_set_client_CA_list(ssl, SSL_dup_CA_list(names));
+              SSL_set_client_CA_list(conn, SSL_dup_CA_list(names));
             }
             // Keep the context alive as long as the connection: SSL_set_SSL_CTX took a reference.
             return SSL_CLIENT_HELLO_SUCCESS;

@@ -27,6 +27,17 @@ bool is_storage_error(const absl::Status& st) {
   return absl::IsResourceExhausted(st) || absl::IsPermissionDenied(st) || absl::IsUnavailable(st);
 }
 
+// The writable half of the state directory: its lock (taken when *lock is empty) and the artifact store opened
+// read-write into *store.
+absl::Status open_writable_state(const std::string& dir, std::unique_ptr<jobs::StateDirLock>* lock,
+                                 std::unique_ptr<jobs::ArtifactStore>* store) {
+  if (!*lock) {
+    FROST_ASSIGN_OR_RETURN(*lock, jobs::StateDirLock::acquire(dir));
+  }
+  FROST_ASSIGN_OR_RETURN(*store, jobs::ArtifactStore::open(dir + "/artifacts"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const ServerConfig& cfg, Metrics* metrics,
@@ -35,17 +46,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const ServerConfig& cfg
   std::unique_ptr<jobs::ArtifactStore> store;
   absl::Status unavailable;
   if (cfg.jobs.enabled) {
-    absl::Status st;
-    absl::StatusOr<std::unique_ptr<jobs::StateDirLock>> l = jobs::StateDirLock::acquire(cfg.jobs.state_dir);
-    if (l.ok()) {
-      lock = *std::move(l);
-      absl::StatusOr<std::unique_ptr<jobs::ArtifactStore>> rw =
-          jobs::ArtifactStore::open(cfg.jobs.state_dir + "/artifacts");
-      if (rw.ok()) store = *std::move(rw);
-      st = rw.status();
-    } else {
-      st = l.status();
-    }
+    const absl::Status st = open_writable_state(cfg.jobs.state_dir, &lock, &store);
     if (!st.ok() && !is_storage_error(st)) return st;
     if (!st.ok()) {
       // Serve what is active from the store as it is on disk; jobs come back once the directory opens.
@@ -123,12 +124,9 @@ absl::Status Runtime::start(std::shared_ptr<const LoadedModel> model) {
 }
 
 absl::Status Runtime::open_jobs(const std::shared_ptr<const LoadedModel>& model) {
-  if (!lock_) {
-    FROST_ASSIGN_OR_RETURN(lock_, jobs::StateDirLock::acquire(cfg_.jobs.state_dir));
-  }
   if (store_ == nullptr || store_->read_only()) {
-    FROST_ASSIGN_OR_RETURN(std::unique_ptr<jobs::ArtifactStore> rw,
-                           jobs::ArtifactStore::open(cfg_.jobs.state_dir + "/artifacts"));
+    std::unique_ptr<jobs::ArtifactStore> rw;
+    FROST_RETURN_IF_ERROR(open_writable_state(cfg_.jobs.state_dir, &lock_, &rw));
     registry_.set_store(rw.get());
     if (store_) retired_stores_.push_back(std::move(store_));
     store_ = std::move(rw);
@@ -183,44 +181,46 @@ void Runtime::set_jobs_unavailable(const absl::Status& why) {
   if (!why.ok()) FROST_LOG_ERROR("frostd: %s; serving continues", std::string(jobs_unavailable_.message()).c_str());
 }
 
-void Runtime::start_state_retry() {
-  const absl::Duration every = absl::Seconds(cfg_.jobs.state_retry_s);
-  state_retry_ = std::thread([this, every] {
-    pthread_setname_np(pthread_self(), "frost-stateretry");
-    std::string last_error;
+std::thread Runtime::start_periodic(const char* name, absl::Duration every, std::function<bool()> tick) {
+  return std::thread([this, name, every, tick = std::move(tick)] {
+    pthread_setname_np(pthread_self(), name);
     absl::MutexLock l(&follow_mu_);
     while (!follow_stop_) {
       follow_cv_.WaitWithTimeout(&follow_mu_, every);
       if (follow_stop_) break;
-      follow_mu_.Unlock();  // opening the journal must not hold up shutdown's signal
-      absl::Status st = open_jobs(model());
-      if (st.ok()) {
-        set_jobs_unavailable(absl::OkStatus());
-        FROST_LOG_INFO("frostd: jobs.state_dir \"%s\" opened: training jobs are available again",
-                       cfg_.jobs.state_dir.c_str());
-        if (jobs_listener_) jobs_listener_(true);
-      } else if (std::string(st.message()) != last_error) {
-        last_error = std::string(st.message());  // logged once per distinct error, not every retry
-        FROST_LOG_WARN("frostd: jobs.state_dir still unavailable: %s", last_error.c_str());
-      }
+      follow_mu_.Unlock();  // loading an artifact or opening the journal must not hold up shutdown's signal
+      const bool done = tick();
       follow_mu_.Lock();
-      if (st.ok()) break;
+      if (done) break;
     }
   });
 }
 
+void Runtime::start_state_retry() {
+  state_retry_ = start_periodic("frost-stateretry", absl::Seconds(cfg_.jobs.state_retry_s),
+                                [this, last_error = std::string()]() mutable {
+                                  absl::Status st = open_jobs(model());
+                                  if (st.ok()) {
+                                    set_jobs_unavailable(absl::OkStatus());
+                                    FROST_LOG_INFO("frostd: jobs.state_dir \"%s\" opened: training jobs are "
+                                                   "available again",
+                                                   cfg_.jobs.state_dir.c_str());
+                                    if (jobs_listener_) jobs_listener_(true);
+                                    return true;
+                                  }
+                                  if (std::string(st.message()) != last_error) {
+                                    last_error = std::string(st.message());  // once per distinct error
+                                    FROST_LOG_WARN("frostd: jobs.state_dir still unavailable: %s",
+                                                   last_error.c_str());
+                                  }
+                                  return false;
+                                });
+}
+
 void Runtime::start_follower() {
-  const absl::Duration every = absl::Milliseconds(cfg_.artifacts.follow_interval_ms);
-  follower_ = std::thread([this, every] {
-    pthread_setname_np(pthread_self(), "frost-follow");
-    absl::MutexLock l(&follow_mu_);
-    while (!follow_stop_) {
-      follow_cv_.WaitWithTimeout(&follow_mu_, every);
-      if (follow_stop_) break;
-      follow_mu_.Unlock();  // loading an artifact must not hold up shutdown's signal
-      registry_.follow(model());
-      follow_mu_.Lock();
-    }
+  follower_ = start_periodic("frost-follow", absl::Milliseconds(cfg_.artifacts.follow_interval_ms), [this] {
+    registry_.follow(model());
+    return false;
   });
 }
 
@@ -228,7 +228,7 @@ void Runtime::shutdown() {
   {
     absl::MutexLock l(&follow_mu_);
     follow_stop_ = true;
-    follow_cv_.Signal();
+    follow_cv_.SignalAll();
   }
   if (follower_.joinable()) follower_.join();
   if (state_retry_.joinable()) state_retry_.join();

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/jobs/artifact_store.h"
 #include "core/jobs/scheduler.h"
 #include "core/jobs/state_dir.h"
@@ -80,6 +81,9 @@ class Runtime {
   void set_jobs_unavailable(const absl::Status& why);
   // Retries open_jobs every jobs.state_retry_s until it succeeds or shutdown.
   void start_state_retry();
+  // A thread named `name` that calls `tick` every `every` (outside follow_mu_) until it returns true or
+  // shutdown() stops it: the follower and the state-directory retry.
+  std::thread start_periodic(const char* name, absl::Duration every, std::function<bool()> tick);
 
   ServerConfig cfg_;
   Metrics* metrics_;

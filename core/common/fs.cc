@@ -105,7 +105,7 @@ const char* file_kind_name(unsigned mode) {
   return "something else";
 }
 
-absl::StatusOr<int> open_regular_file(const std::string& path) {
+absl::StatusOr<int> open_regular_file(const std::string& path, int64_t* size) {
   // O_NONBLOCK: opening a FIFO for reading blocks until a writer appears; non-blocking, it returns at once
   // and fstat below refuses it. O_NOCTTY: a terminal never becomes ours.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -122,6 +122,7 @@ absl::StatusOr<int> open_regular_file(const std::string& path) {
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  if (size != nullptr) *size = static_cast<int64_t>(st.st_size);
   return fd;
 }
 
@@ -140,21 +141,16 @@ absl::Status check_path(const std::string& field, const std::string& path, PathK
 }
 
 absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes, const char* limit_name) {
-  absl::StatusOr<int> opened = open_regular_file(path);
+  int64_t size = 0;
+  absl::StatusOr<int> opened = open_regular_file(path, &size);
   if (!opened.ok()) return opened.status();
   const int fd = *opened;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return errno_status("cannot stat", path, err);
-  }
-  if (st.st_size > max_bytes) {
+  if (size > max_bytes) {
     ::close(fd);
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", st.st_size, " bytes is larger than ", limit_name, "=", max_bytes));
+        absl::StrCat(path, ": ", size, " bytes is larger than ", limit_name, "=", max_bytes));
   }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  std::string out(static_cast<size_t>(size), '\0');
   size_t got = 0;
   while (got < out.size()) {
     ssize_t r = ::read(fd, out.data() + got, out.size() - got);

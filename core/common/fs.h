@@ -19,9 +19,10 @@ absl::Status write_file_atomic(const std::string& path, const std::string& data)
 // (opening a FIFO for reading would otherwise wait for a writer forever).
 absl::StatusOr<std::string> read_file(const std::string& path, int64_t max_bytes = int64_t{1} << 32,
                                       const char* limit_name = "the limit");
-// open(2) O_RDONLY of a regular file, the same way (non-blocking open, fstat, then blocking again): the fd,
-// or NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT ("<path>: is a FIFO, not a regular file").
-absl::StatusOr<int> open_regular_file(const std::string& path);
+// open(2) O_RDONLY of a regular file, the same way (non-blocking open, fstat, then blocking again): the fd
+// (and, with `size`, the file's size from that fstat), or NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT
+// ("<path>: is a FIFO, not a regular file").
+absl::StatusOr<int> open_regular_file(const std::string& path, int64_t* size = nullptr);
 
 // What a configured path must be. check_path: OK when `path` is of that kind (following symlinks);
 // otherwise "<field>: \"<path>\" is a directory, not a regular file" (INVALID_ARGUMENT) or
