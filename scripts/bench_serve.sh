@@ -12,11 +12,12 @@
 #      prefill), against the 1-stream ITL and the 32-stream ITL without them;
 #   4. a workload sharing a 512-token system prompt, prefix caching on vs off (frostd restarted): TTFT p50;
 #   5. 64 streams of ~100 tokens: peak KV bytes in use ÷ the bytes their positions need (paging overhead);
-#   6. with BASELINE_FROSTD=path (a previous build's frostd), the 1-stream tok/s of both builds, alternated
-#      REPEATS times in this run.
+#   6. with BASELINE_FROSTD=path (a previous build's frostd), the 1-stream and 32-stream tok/s of both builds,
+#      alternated REPEATS times in this run (a fresh frostd per run). BASELINE_ONLY=1 runs only this section and
+#      writes bench/results/serve_vs_baseline.json (the "no benchmark regresses" check of a refactoring).
 # Usage: scripts/bench_serve.sh [BUILD_DIR]   (make bench-serve builds frostd, frost-loadgen, frost-bench)
 # Knobs (environment): MODEL, THREADS (model.threads), MAX_TOKENS, ROUNDS (measured requests per stream),
-# REPEATS, BASELINE_FROSTD, SETTLE_S, QUICK=1 (fewer requests: a smoke run, e.g. in CI), OUT (the JSON path).
+# REPEATS, BASELINE_FROSTD, BASELINE_ONLY, SETTLE_S, QUICK=1 (fewer requests: a smoke run, e.g. in CI), OUT (the JSON path).
 #
 # SETTLE_S (default 10): seconds to wait after each frost-bench process (the bare step, the in-process engine)
 # and each frostd exits, before the next measurement. On the 2-core VMs this runs on, the seconds after a process that held a
@@ -135,6 +136,7 @@ engine_inproc() {  # engine_inproc C FILE: the batching engine in-process (no gR
 : > "$tmp/bare.jsonl"
 : > "$tmp/engine.jsonl"
 : > "$tmp/engine1.jsonl"
+if [[ ${BASELINE_ONLY:-0} != 1 ]]; then
 start_frostd "$frostd"
 # 1. concurrency sweep
 for c in 1 4 16 32 64; do streams "$c"; done
@@ -170,16 +172,48 @@ stop_frostd
 start_frostd "$frostd" "  prefix_caching: false"
 run prefix_off --concurrency 8 --requests $((8 * ROUNDS * 2)) --warmup 8 --max-tokens 16 --prompt-ids 16 --shared-prefix 512
 stop_frostd
-# 6. this build against a baseline build at 1 stream, alternated
+fi
+# 6. this build against a baseline build at 1 and 32 streams, alternated (which goes first alternates too)
 if [[ -n $BASELINE_FROSTD ]]; then
   for ((r = 0; r < REPEATS; ++r)); do
-    start_frostd "$BASELINE_FROSTD"
-    SUFFIX=_baseline$r streams 1
-    stop_frostd
-    start_frostd "$frostd"
-    SUFFIX=_this$r streams 1
-    stop_frostd
+    for which in $( ((r % 2 == 0)) && echo "baseline this" || echo "this baseline"); do
+      if [[ $which == baseline ]]; then start_frostd "$BASELINE_FROSTD"; else start_frostd "$frostd"; fi
+      SUFFIX=_$which$r streams 1
+      SUFFIX=_$which$r streams 32
+      stop_frostd
+    done
   done
+fi
+if [[ ${BASELINE_ONLY:-0} == 1 ]]; then
+  [[ -n $BASELINE_FROSTD ]] || { echo "bench_serve: BASELINE_ONLY=1 needs BASELINE_FROSTD" >&2; exit 1; }
+  out=${OUT:-bench/results/serve_vs_baseline.json}
+  mkdir -p "$(dirname "$out")"
+  python3 - "$tmp/runs.jsonl" "$out" "$MODEL" "$THREADS" "$BASELINE_FROSTD" <<'PY'
+import json, statistics, sys
+runs_path, out_path, model, threads, baseline = sys.argv[1:6]
+runs = [json.loads(l) for l in open(runs_path) if l.strip()]
+tps = lambda r: r["output_tokens_per_s"]
+targets = {}
+for c in (1, 32):
+    this = [tps(r) for r in runs if r["name"].startswith(f"streams_{c}_this")]
+    base = [tps(r) for r in runs if r["name"].startswith(f"streams_{c}_baseline")]
+    targets[f"streams{c}_over_baseline_build"] = {"value": statistics.median(this) / statistics.median(base),
+                                                  "target": 0.95, "this_tok_s": this, "baseline_tok_s": base}
+doc = {"bench": "serve_vs_baseline", "model": model, "frostd": {"model.threads": int(threads)}, "baseline": baseline,
+       "machine": runs[0]["machine"], "targets": targets, "runs": runs}
+with open(out_path, "w") as f:
+    json.dump(doc, f, indent=1)
+    f.write("\n")
+for c in (1, 32):
+    t = targets[f"streams{c}_over_baseline_build"]
+    print(f"- {c} stream(s), this build ÷ baseline ({baseline}), alternated: **{t['value']:.2f}×** (this "
+          f"{statistics.median(t['this_tok_s']):.0f}, baseline {statistics.median(t['baseline_tok_s']):.0f} tok/s; "
+          f"this {[round(x) for x in t['this_tok_s']]}, baseline {[round(x) for x in t['baseline_tok_s']]})")
+m = runs[0]["machine"]
+print(f"\n{model}, model.threads={threads}; machine: {m['cpu']} ({m['cores']} cores)")
+PY
+  echo "wrote $out"
+  exit 0
 fi
 
 mkdir -p "$(dirname "$out")"
@@ -243,11 +277,12 @@ targets = {
     "kv_bytes_in_use_over_needed_64x100": {"value": kv["kv_bytes_ratio_at_peak"], "target_max": 1.2},
 }
 if baseline:
-    this = [tps(runs[k]) for k in sorted(runs) if k.startswith("streams_1_this")]
-    base = [tps(runs[k]) for k in sorted(runs) if k.startswith("streams_1_baseline")]
-    targets["streams1_over_baseline_build"] = {"value": statistics.median(this) / statistics.median(base),
-                                               "target": 0.95, "this_tok_s": this, "baseline_tok_s": base,
-                                               "baseline": baseline}
+    for c in (1, 32):
+        this = [tps(runs[k]) for k in sorted(runs) if k.startswith(f"streams_{c}_this")]
+        base = [tps(runs[k]) for k in sorted(runs) if k.startswith(f"streams_{c}_baseline")]
+        targets[f"streams{c}_over_baseline_build"] = {"value": statistics.median(this) / statistics.median(base),
+                                                      "target": 0.95, "this_tok_s": this, "baseline_tok_s": base,
+                                                      "baseline": baseline}
 doc = {"bench": "serve", "model": model, "frostd": {"model.threads": int(threads), "engine.max_running": 64},
        "machine": one["machine"], "bare_step": bare, "engine_inprocess": engine, "engine_inprocess_1": engine1,
        "targets": targets,
@@ -292,9 +327,10 @@ print(f"- 512-token shared system prompt, TTFT p50: prefix caching on {ms(pon['t
 print(f"- 64 streams of ~100 tokens: peak KV in use {kv['kv_bytes_in_use_peak'] / 2**20:.1f} MiB for "
       f"{kv['kv_bytes_needed_at_peak'] / 2**20:.1f} MiB of positions: **{kv['kv_bytes_ratio_at_peak']:.3f}×**")
 if baseline:
-    t = targets["streams1_over_baseline_build"]
-    print(f"- 1 stream, this build ÷ baseline ({baseline}), alternated: **{t['value']:.2f}×** "
-          f"(this {statistics.median(t['this_tok_s']):.0f}, baseline {statistics.median(t['baseline_tok_s']):.0f} tok/s)")
+    for c in (1, 32):
+        t = targets[f"streams{c}_over_baseline_build"]
+        print(f"- {c} stream(s), this build ÷ baseline ({baseline}), alternated: **{t['value']:.2f}×** "
+              f"(this {statistics.median(t['this_tok_s']):.0f}, baseline {statistics.median(t['baseline_tok_s']):.0f} tok/s)")
 m = one["machine"]
 print(f"\n{model}, model.threads={threads}, max_running=64; machine: {m['cpu']} ({m['cores']} cores, "
       f"OPENBLAS_CORETYPE={m['openblas_coretype'] or 'unset'})")
