@@ -4,9 +4,9 @@
 // committed transaction before the call returns.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,11 +42,11 @@ struct JobRecord {
   std::string reason;
   int32_t priority = 0;
   std::string idempotency_key;  // "" = none
-  JobSpec spec;                 // the normalised spec (stored as JSON)
+  JobSpec spec;  // the normalised spec (stored as JSON)
   double created_unix = 0, started_unix = 0, finished_unix = 0;
   int32_t attempts = 0;
   std::optional<JobProgress> progress;  // the last progress reported (stored as JSON)
-  std::string artifact;                 // "" or "prototype/3"
+  std::string artifact;       // "" or "prototype/3"
   std::string report_json;
   std::string checkpoint_path;  // "" or a path
   int64_t seq = 0;              // SQLite rowid: submit order, assigned by insert()
@@ -77,8 +77,8 @@ class Journal {
   const std::string& path() const { return path_; }
 
   // Inserts `job` in one committed transaction; id, seq and created_unix are assigned here, kind is
-  // job_kind_name(job.spec) and state is forced to QUEUED. When job.idempotency_key is non-empty and a job
-  // with that key exists, returns that job with inserted=false and inserts nothing (race-free across threads
+  // job_kind_name(job.spec) and state is forced to QUEUED. When job.idempotency_key is non-empty and a job with that key
+  // exists, returns that job with inserted=false and inserts nothing (race-free across threads
   // and processes).
   struct Inserted {
     JobRecord job;
