@@ -2,12 +2,8 @@
 //  (a) incremental decode_step() == full forward() == chunked / one-token forward();
 //  (b) all of them == a naive transcription of the seeds' formulas written here (double precision,
 //      explicit loops over positions, no code shared with core/model);
-//  (c) RA and SBA at decode agree with forward() on every KV codec;
-//  (d) config validation names the field and the value;
-// plus the checkpoint loader on variant weights and the parameter counts of the low-rank MLP context.
-#include "core/model/kv_dims.h"
-#include "core/model/variants.h"
-
+//  (c) RA and SBA at decode agree with forward() on every KV codec, and the KV stages they keep or refuse.
+// Config validation and parameter counts: variants_config_test.cc; the loader: variants_loader_test.cc.
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
@@ -23,11 +19,14 @@
 #include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 #include "core/model/builtin_models.h"
+#include "core/model/kv_dims.h"
 #include "core/model/model_config.h"
 #include "core/model/model_loader.h"
 #include "core/model/transformer.h"
+#include "core/model/variants.h"
 #include "tests/testing/st_writer.h"
 #include "tests/testing/test_util.h"
+#include "tests/unit/model/variants_testing.h"
 
 namespace frost {
 namespace {
@@ -37,8 +36,7 @@ using ::frost::testing::NamedTensors;
 using ::frost::testing::TempDir;
 using ::frost::testing::write_model_dir;
 using ojson = nlohmann::ordered_json;
-
-constexpr uint64_t kSeed = 0xC0FFEE;
+using namespace variants_testing;  // NOLINT(build/namespaces)
 
 // ---------------------------------------------------------------------------------------------
 // The naive reference: the seeds' formulas, transcribed directly (double precision).
@@ -175,63 +173,6 @@ struct VCase {
   bool mha;          // LLaMA: n_head_kv = n_head (RA/SBA need it)
   VariantConfig v;
 };
-
-ModelConfig make_config(const std::string& base, bool mha, const VariantConfig& v) {
-  ModelConfig c = *builtin_config(base);
-  if (mha) c.n_head_kv = c.n_head;
-  c.variants = v;
-  const absl::Status st = validate_model_config(c);
-  EXPECT_TRUE(st.ok()) << st;
-  return c;
-}
-
-std::unique_ptr<Transformer> make_model(const ModelConfig& c, at::ScalarType wd = at::kFloat) {
-  return std::make_unique<Transformer>(c, random_weights(c, kSeed, wd));
-}
-
-std::vector<int64_t> tokens(int64_t n, int64_t vocab) {
-  std::vector<int64_t> t;
-  for (int64_t i = 0; i < n; ++i) t.push_back((i * 53 + 7) % vocab);
-  return t;
-}
-
-VariantConfig ra(std::vector<int64_t> l) {
-  VariantConfig v;
-  v.ra_layers = std::move(l);
-  return v;
-}
-VariantConfig sba(std::vector<int64_t> l, double alpha) {
-  VariantConfig v;
-  v.sba_layers = std::move(l);
-  v.sba_alpha = alpha;
-  return v;
-}
-VariantConfig router(std::vector<int64_t> l, int64_t ra_heads, int64_t hidden,
-                     std::vector<int64_t> ra_l = {}) {
-  VariantConfig v;
-  v.router_layers = std::move(l);
-  v.router_ra_heads = ra_heads;
-  v.router_hidden = hidden;
-  v.ra_layers = std::move(ra_l);
-  return v;
-}
-VariantConfig mlp_ctx(int64_t rank, bool conductor) {
-  VariantConfig v;
-  v.mlp_ctx_layers = {0, 1};
-  v.mlp_ctx_rank = rank;
-  v.mlp_ctx_conductor = conductor;
-  return v;
-}
-VariantConfig all_of_them() {
-  VariantConfig v = mlp_ctx(4, true);
-  v.ra_layers = {0};
-  v.sba_layers = {1};
-  v.sba_alpha = 0.5;
-  v.router_layers = {0, 1};
-  v.router_ra_heads = 2;
-  v.router_hidden = 16;
-  return v;
-}
 
 std::vector<VCase> cases() {
   return {
@@ -520,350 +461,6 @@ TEST(VariantStagesTest, RaKeepsCorruptionAndRepairSbaRefusesThem) {
   // the reverse store is counted in the cache's bytes
   EXPECT_EQ(SequenceKv(tfs->kv_spec(T, KvCodecKind::kF32)).bytes_per_token(),
             3 * SequenceKv(bare).bytes_per_token() / 2);
-}
-
-// ---------------------------------------------------------------------------------------------
-// (d) config validation.
-
-ojson gpt2_json() {
-  return ojson{{"architectures", {"GPT2LMHeadModel"}},
-               {"model_type", "gpt2"},
-               {"vocab_size", 512},
-               {"n_embd", 64},
-               {"n_layer", 2},
-               {"n_head", 4},
-               {"n_positions", 512},
-               {"tie_word_embeddings", false}};
-}
-ojson llama_json(int64_t kv_heads) {
-  return ojson{{"architectures", {"LlamaForCausalLM"}},
-               {"vocab_size", 512},
-               {"hidden_size", 64},
-               {"intermediate_size", 172},
-               {"num_hidden_layers", 2},
-               {"num_attention_heads", 4},
-               {"num_key_value_heads", kv_heads},
-               {"max_position_embeddings", 512}};
-}
-
-absl::Status parse_with(ojson base, const ojson& variants) {
-  base["frost_variants"] = variants;
-  return parse_model_config(base.dump()).status();
-}
-
-TEST(VariantConfigTest, ParsesEveryFieldAndKeepsPlainConfigsPlain) {
-  auto plain = parse_model_config(gpt2_json().dump());
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_FALSE(plain->variants.any());
-  ojson j = gpt2_json();
-  j["frost_variants"] = nullptr;
-  ASSERT_TRUE(parse_model_config(j.dump()).ok());
-  j["frost_variants"] = ojson::parse(R"({"ra_layers": [0], "sba": {"layers": [1], "alpha": 0.25},
-      "router": {"layers": [0, 1], "ra_heads": 1, "hidden": 8}, "mlp_ctx": {"rank": 16, "conductor": true}})");
-  auto c = parse_model_config(j.dump());
-  ASSERT_TRUE(c.ok()) << c.status();
-  const VariantConfig& v = c->variants;
-  EXPECT_EQ(v.ra_layers, (std::vector<int64_t>{0}));
-  EXPECT_EQ(v.sba_layers, (std::vector<int64_t>{1}));
-  EXPECT_DOUBLE_EQ(v.sba_alpha, 0.25);
-  EXPECT_EQ(v.router_layers, (std::vector<int64_t>{0, 1}));
-  EXPECT_EQ(v.router_ra_heads, 1);
-  EXPECT_EQ(v.router_hidden, 8);
-  EXPECT_EQ(v.mlp_ctx_layers, (std::vector<int64_t>{0, 1}));  // absent "layers" = all
-  EXPECT_EQ(v.mlp_ctx_rank, 16);
-  EXPECT_TRUE(v.mlp_ctx_conductor);
-  // router.hidden defaults to 16; RA with GQA-free LLaMA is fine
-  auto r = parse_model_config([] {
-    ojson l = llama_json(4);
-    l["frost_variants"] = {{"router", {{"layers", {1}}, {"ra_heads", 3}}}, {"ra_layers", {0, 1}}};
-    return l.dump();
-  }());
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->variants.router_hidden, 16);
-}
-
-TEST(VariantConfigTest, RejectsBadFieldsNamingFieldAndValue) {
-  const ojson g = gpt2_json();
-  EXPECT_INVALID(parse_with(g, 3), "frost_variants must be an object, got 3");
-  EXPECT_INVALID(parse_with(g, {{"ra_layer", {0}}}), "frost_variants.ra_layer is unknown");
-  EXPECT_INVALID(parse_with(g, {{"ra_layers", 0}}),
-                 "frost_variants.ra_layers must be a list of layer indices, got 0");
-  EXPECT_INVALID(parse_with(g, {{"ra_layers", {"0"}}}),
-                 "frost_variants.ra_layers must be a list of layer indices");
-  EXPECT_INVALID(parse_with(g, {{"ra_layers", {2}}}), "frost_variants.ra_layers has layer 2, outside [0, 2)");
-  EXPECT_INVALID(parse_with(g, {{"ra_layers", {-1}}}), "frost_variants.ra_layers has layer -1");
-  EXPECT_INVALID(parse_with(g, {{"ra_layers", {1, 1}}}), "frost_variants.ra_layers lists layer 1 twice");
-  EXPECT_INVALID(parse_with(llama_json(2), {{"ra_layers", {0}}}),
-                 "frost_variants.ra_layers needs num_key_value_heads (2) == num_attention_heads (4)");
-  EXPECT_INVALID(parse_with(llama_json(2), {{"sba", {{"layers", {1}}, {"alpha", 0.5}}}}),
-                 "frost_variants.sba.layers needs num_key_value_heads (2)");
-  EXPECT_INVALID(parse_with(g, {{"sba", {{"layers", {1}}, {"alpha", 1.5}}}}),
-                 "frost_variants.sba.alpha must be in [0, 1], got 1.5");
-  EXPECT_INVALID(parse_with(g, {{"sba", {{"layers", {1}}, {"alpha", "half"}}}}),
-                 "frost_variants.sba.alpha must be a number, got \"half\"");
-  EXPECT_INVALID(parse_with(g, {{"sba", {{"layers", {1}}}}}), "frost_variants.sba.alpha is missing");
-  EXPECT_INVALID(parse_with(g, {{"sba", {{"layers", {1}}, {"alpha", 0.5}, {"beta", 1}}}}),
-                 "frost_variants.sba.beta is unknown");
-  EXPECT_INVALID(parse_with(g, {{"ra_layers", {1}}, {"sba", {{"layers", {1}}, {"alpha", 0.5}}}}),
-                 "frost_variants.sba.layers has layer 1, which ra_layers also lists");
-  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {0}}}}}), "frost_variants.router.ra_heads is missing");
-  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {0}}, {"ra_heads", 0}}}}),
-                 "frost_variants.router.ra_heads must be in [1, n_head = 4), got 0");
-  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {0}}, {"ra_heads", 4}}}}),
-                 "frost_variants.router.ra_heads must be in [1, n_head = 4), got 4");
-  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {0}}, {"ra_heads", 1}, {"hidden", 0}}}}),
-                 "frost_variants.router.hidden must be in [1, 4096], got 0");
-  EXPECT_INVALID(parse_with(g, {{"router", {{"layers", {5}}, {"ra_heads", 1}}}}),
-                 "frost_variants.router.layers has layer 5");
-  EXPECT_INVALID(parse_with(g, {{"mlp_ctx", {{"rank", 0}}}}),
-                 "frost_variants.mlp_ctx.rank must be in [1, 1048576], got 0");
-  EXPECT_INVALID(parse_with(g, {{"mlp_ctx", {{"rank", 8.5}}}}),
-                 "frost_variants.mlp_ctx.rank must be an integer, got 8.5");
-  EXPECT_INVALID(parse_with(g, {{"mlp_ctx", {{"rank", 8}, {"conductor", 1}}}}),
-                 "frost_variants.mlp_ctx.conductor must be true or false, got 1");
-  EXPECT_INVALID(parse_with(g, {{"mlp_ctx", {{"rank", 8}, {"layers", {0, 3}}}}}),
-                 "frost_variants.mlp_ctx.layers has layer 3");
-  EXPECT_INVALID(parse_with(llama_json(4), {{"mlp_ctx", {{"rank", 8}}}}),
-                 "frost_variants.mlp_ctx is GPT-2 only");
-  // the config.json label is part of the message
-  EXPECT_INVALID(parse_with(g, {{"ra_layers", {7}}}), "config.json: frost_variants.ra_layers");
-  // builtin configs go through the same validation
-  ModelConfig c = *builtin_config("builtin:tiny");
-  c.variants = ra({0});
-  EXPECT_INVALID(validate_model_config(c), "frost_variants.ra_layers needs num_key_value_heads (2)");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Parameter counts (../shared/seeds/lowrank-mlp-context.md).
-
-TEST(VariantParamsTest, ReproducesTheSeedTable) {
-  using variants::seed_ctx_accounting;
-  const auto a = seed_ctx_accounting(768, 12, 4, 128);
-  EXPECT_EQ(a.ctx_down, 98'304);  // "768 × 128 = 98K"
-  EXPECT_EQ(a.ctx_up, 393'216);   // "128 × 3072 = 393K"
-  EXPECT_EQ(a.ctx_per_layer, 491'520);
-  EXPECT_EQ(a.ctx_total, 5'898'240);  // "+5.9M"
-  EXPECT_NEAR(a.ctx_total / 1e6, 5.9, 0.05);
-  EXPECT_EQ(a.attn_per_layer, 2'359'296);      // "4*E² = 2.36M"
-  EXPECT_EQ(a.mlp_per_layer, 4'718'592);       // "4.72M"
-  EXPECT_EQ(a.baseline_per_layer, 7'077'888);  // "7.08M"
-  EXPECT_EQ(a.baseline_total, 84'934'656);     // "85M"
-  EXPECT_NEAR(a.baseline_total / 1e6, 85, 0.1);
-  EXPECT_EQ(a.lowrank_per_layer, 7'569'408);  // "7.57M/layer"
-  EXPECT_NEAR(a.lowrank_per_layer / 1e6, 7.57, 0.005);
-  // "90.9M": exactly 90,832,896 = 90.83M by the seed's own accounting (the docs note the rounding)
-  EXPECT_EQ(a.lowrank_total, 90'832'896);
-  EXPECT_NEAR(a.lowrank_total / 1e6, 90.9, 0.1);
-  EXPECT_EQ(a.fullrank_ctx_per_layer, 2'359'296);  // naive ctx_proj "2.36M"
-  EXPECT_EQ(a.fullrank_total, 113'246'208);        // "113.3M" (113.25M)
-  EXPECT_NEAR(a.fullrank_total / 1e6, 113.3, 0.1);
-  EXPECT_NEAR((a.fullrank_total - a.lowrank_total) / 1e6, 22.4, 0.05);                      // "saved 22.4M"
-  EXPECT_NEAR(static_cast<double>(a.fullrank_ctx_per_layer) / a.ctx_per_layer, 4.8, 0.01);  // "5×"
-  EXPECT_EQ(seed_ctx_accounting(768, 12, 4, 64).ctx_per_layer, 245'760);                    // "245K"
-  EXPECT_EQ(seed_ctx_accounting(768, 12, 4, 256).ctx_per_layer, 983'040);                   // seed: "982K"
-  // seed: "R=3072 back to 2.36M" — not for the factorised form: 768·3072 + 3072·3072
-  EXPECT_EQ(seed_ctx_accounting(768, 12, 4, 3072).ctx_per_layer, 11'796'480);
-
-  // variant_params on a GPT-2 124M-shaped config
-  ModelConfig c = *builtin_config("builtin:tiny-gpt2");
-  c.dim = 768;
-  c.n_head = c.n_head_kv = 12;
-  c.head_dim = 64;
-  c.n_layer = 12;
-  c.ffn_dim = 3072;
-  c.variants.mlp_ctx_rank = 128;
-  for (int64_t l = 0; l < 12; ++l) c.variants.mlp_ctx_layers.push_back(l);
-  ASSERT_TRUE(validate_model_config(c).ok());
-  EXPECT_EQ(variants::variant_params(c).mlp_ctx, 5'898'240);
-  EXPECT_EQ(variants::variant_params(c).mlp_ctx_scalars, 12);
-}
-
-TEST(VariantParamsTest, AgreesWithTransformerNParams) {
-  struct P {
-    std::string base;
-    bool mha;
-    VariantConfig v;
-  };
-  for (const P& p :
-       {P{"builtin:tiny-gpt2", false, all_of_them()}, P{"builtin:tiny-gpt2", false, mlp_ctx(8, false)},
-        P{"builtin:tiny", false, router({0, 1}, 1, 16)}, P{"builtin:tiny", true, ra({0})}}) {
-    const ModelConfig cfg = make_config(p.base, p.mha, p.v);
-    ModelConfig plain = cfg;
-    plain.variants = VariantConfig();
-    const int64_t added = make_model(cfg)->n_params() - make_model(plain)->n_params();
-    EXPECT_EQ(added, variants::variant_params(cfg).total()) << p.base;
-    if (!p.v.mlp_ctx_layers.empty()) {
-      EXPECT_EQ(variants::variant_params(cfg).mlp_ctx,
-                2 * variants::mlp_ctx_params_per_layer(cfg.dim, cfg.ffn_dim, p.v.mlp_ctx_rank));
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Loader: a tiny safetensors checkpoint with the variant weights, HF names.
-
-// GPT-2 names (Conv1D [in, out] for the base matrices; the variant tensors are nn.Linear [out, in]).
-// A router layer's tensors under `prefix` (the architecture's attention module), as documented in
-// docs/architecture_variants.md.
-template <typename Add>
-void add_router(const Add& add, const std::string& prefix, const VariantLayerWeights& v) {
-  if (!v.router()) return;
-  add(prefix + "router.fc1.weight", v.router_w1);
-  add(prefix + "router.fc1.bias", v.router_b1);
-  add(prefix + "router.fc2.weight", v.router_w2);
-  add(prefix + "router.fc2.bias", v.router_b2);
-  add(prefix + "proj_full.weight", v.proj_full);
-  add(prefix + "proj_full.bias", v.proj_full_b);
-  add(prefix + "proj_ra.weight", v.proj_ra);
-  add(prefix + "proj_ra.bias", v.proj_ra_b);
-}
-
-NamedTensors gpt2_tensors(const ModelConfig& c, const ModelWeights& w) {
-  NamedTensors ts;
-  auto add = [&](const std::string& n, const at::Tensor& t) { ts.emplace_back(n, t.contiguous()); };
-  add("wte.weight", w.tok_embed);
-  add("wpe.weight", w.pos_embed);
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    const LayerWeights& l = w.layers[static_cast<size_t>(i)];
-    const std::string p = "h." + std::to_string(i) + ".";
-    add(p + "ln_1.weight", l.attn_norm_w);
-    add(p + "ln_1.bias", l.attn_norm_b);
-    add(p + "attn.c_attn.weight", l.wqkv.t());
-    add(p + "attn.c_attn.bias", l.bqkv);
-    if (l.wo.defined()) {
-      add(p + "attn.c_proj.weight", l.wo.t());
-      add(p + "attn.c_proj.bias", l.bo);
-    }
-    add(p + "ln_2.weight", l.mlp_norm_w);
-    add(p + "ln_2.bias", l.mlp_norm_b);
-    add(p + "mlp.c_fc.weight", l.w_in.t());
-    add(p + "mlp.c_fc.bias", l.b_in);
-    add(p + "mlp.c_proj.weight", l.w_out.t());
-    add(p + "mlp.c_proj.bias", l.b_out);
-    const VariantLayerWeights& v = l.var;
-    add_router(add, p + "attn.", v);
-    if (v.ctx_down.defined()) {
-      add(p + "mlp.ctx_down.weight", v.ctx_down);
-      add(p + "mlp.ctx_up.weight", v.ctx_up);
-      add(p + "mlp.ctx_alpha", i == 0 ? v.ctx_alpha : v.ctx_alpha.reshape({1}));  // [] and [1] both load
-      if (v.route_gate.defined()) add(p + "mlp.route_gate", v.route_gate);
-    }
-  }
-  add("ln_f.weight", w.final_norm_w);
-  add("ln_f.bias", w.final_norm_b);
-  add("lm_head.weight", w.lm_head);
-  return ts;
-}
-
-NamedTensors llama_tensors(const ModelConfig& c, const ModelWeights& w) {
-  NamedTensors ts;
-  const int64_t Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim;
-  auto add = [&](const std::string& n, const at::Tensor& t) { ts.emplace_back(n, t.contiguous()); };
-  add("model.embed_tokens.weight", w.tok_embed);
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    const LayerWeights& l = w.layers[static_cast<size_t>(i)];
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    add(p + "input_layernorm.weight", l.attn_norm_w);
-    add(p + "self_attn.q_proj.weight", l.wqkv.narrow(0, 0, Q));
-    add(p + "self_attn.k_proj.weight", l.wqkv.narrow(0, Q, KV));
-    add(p + "self_attn.v_proj.weight", l.wqkv.narrow(0, Q + KV, KV));
-    if (l.wo.defined()) add(p + "self_attn.o_proj.weight", l.wo);
-    add(p + "post_attention_layernorm.weight", l.mlp_norm_w);
-    add(p + "mlp.gate_proj.weight", l.w_in.narrow(0, 0, F));
-    add(p + "mlp.up_proj.weight", l.w_in.narrow(0, F, F));
-    add(p + "mlp.down_proj.weight", l.w_out);
-    add_router(add, p + "self_attn.", l.var);
-  }
-  add("model.norm.weight", w.final_norm_w);
-  add("lm_head.weight", w.lm_head);
-  return ts;
-}
-
-ojson gpt2_variant_json() {
-  ojson j = gpt2_json();
-  j["frost_variants"] = ojson::parse(R"({"ra_layers": [0], "sba": {"layers": [1], "alpha": 0.5},
-      "router": {"layers": [0, 1], "ra_heads": 2, "hidden": 16}, "mlp_ctx": {"rank": 4, "conductor": true}})");
-  return j;
-}
-
-at::Tensor logits_of(const Transformer& tf, const std::vector<int64_t>& toks) {
-  SequenceKv kv(tf.kv_spec(static_cast<int64_t>(toks.size()), KvCodecKind::kF32));
-  return tf.forward(at::tensor(toks, at::kLong), kv);
-}
-
-TEST(VariantLoaderTest, LoadsGpt2AndLlamaCheckpointsWithVariantWeights) {
-  c10::InferenceMode im;
-  {  // GPT-2, every variant
-    auto cfg = parse_model_config(gpt2_variant_json().dump());
-    ASSERT_TRUE(cfg.ok()) << cfg.status();
-    const auto tf = make_model(*cfg);
-    TempDir dir("frost_variants");
-    write_model_dir(dir.path(), gpt2_variant_json().dump(), gpt2_tensors(*cfg, tf->weights()));
-    auto m = load_model(dir.path());
-    ASSERT_TRUE(m.ok()) << m.status();
-    EXPECT_EQ((*m)->config.variants.router_layers, (std::vector<int64_t>{0, 1}));
-    EXPECT_EQ((*m)->model->n_params(), tf->n_params());
-    const std::vector<int64_t> toks = tokens(9, cfg->n_vocab);
-    EXPECT_LE(max_abs_diff(logits_of(*(*m)->model, toks), logits_of(*tf, toks)), 1e-6);
-  }
-  {  // LLaMA (MHA), RA + router
-    ojson j = llama_json(4);
-    j["tie_word_embeddings"] = false;
-    j["frost_variants"] = {{"ra_layers", {1}}, {"router", {{"layers", {0}}, {"ra_heads", 1}, {"hidden", 8}}}};
-    auto cfg = parse_model_config(j.dump());
-    ASSERT_TRUE(cfg.ok()) << cfg.status();
-    const auto tf = make_model(*cfg);
-    TempDir dir("frost_variants");
-    write_model_dir(dir.path(), j.dump(), llama_tensors(*cfg, tf->weights()));
-    auto m = load_model(dir.path());
-    ASSERT_TRUE(m.ok()) << m.status();
-    const std::vector<int64_t> toks = tokens(9, cfg->n_vocab);
-    EXPECT_LE(max_abs_diff(logits_of(*(*m)->model, toks), logits_of(*tf, toks)), 1e-6);
-  }
-}
-
-TEST(VariantLoaderTest, MissingExtraAndBadVariantTensorsAreNamed) {
-  c10::InferenceMode im;
-  auto cfg = parse_model_config(gpt2_variant_json().dump());
-  ASSERT_TRUE(cfg.ok()) << cfg.status();
-  const auto tf = make_model(*cfg);
-  const NamedTensors good = gpt2_tensors(*cfg, tf->weights());
-  auto load_with = [&](const std::function<void(NamedTensors&)>& edit, const ojson& j = gpt2_variant_json()) {
-    NamedTensors ts = good;
-    edit(ts);
-    TempDir dir("frost_variants");
-    write_model_dir(dir.path(), j.dump(), ts);
-    return load_model(dir.path()).status();
-  };
-  auto drop = [](const std::string& name) {
-    return [name](NamedTensors& ts) {
-      ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const auto& p) { return p.first == name; }),
-               ts.end());
-    };
-  };
-  auto set = [](const std::string& name, at::Tensor t) {
-    return [name, t](NamedTensors& ts) {
-      for (auto& p : ts)
-        if (p.first == name) p.second = t;
-    };
-  };
-  EXPECT_TRUE(load_with([](NamedTensors&) {}).ok());
-  EXPECT_INVALID(load_with(drop("h.0.attn.proj_ra.weight")), "missing tensor 'h.0.attn.proj_ra.weight'");
-  EXPECT_INVALID(load_with(drop("h.1.attn.router.fc2.bias")), "missing tensor 'h.1.attn.router.fc2.bias'");
-  EXPECT_INVALID(load_with(drop("h.1.mlp.route_gate")), "missing tensor 'h.1.mlp.route_gate'");
-  EXPECT_INVALID(load_with([](NamedTensors& ts) {
-                   ts.emplace_back("h.0.attn.c_proj.weight", at::zeros({64, 64}));
-                 }),
-                 "unexpected tensor 'h.0.attn.c_proj.weight'");
-  EXPECT_INVALID(load_with(set("h.0.attn.proj_full.weight", at::zeros({64, 48}))),
-                 "tensor 'h.0.attn.proj_full.weight' has shape [64, 48], expected [64, 32]");
-  EXPECT_INVALID(load_with(set("h.1.mlp.ctx_alpha", at::full({}, 1.5f))),
-                 "tensor 'h.1.mlp.ctx_alpha' must be in [0, 1], got 1.5");
-  EXPECT_INVALID(load_with(set("h.0.mlp.route_gate", at::full({2}, 0.2f))),
-                 "tensor 'h.0.mlp.route_gate' has shape [2], expected []");
-  // variant tensors without the config key are unexpected, and the plain model still wants c_proj
-  ojson plain = gpt2_json();
-  EXPECT_INVALID(load_with([](NamedTensors&) {}, plain), "missing tensor 'h.0.attn.c_proj.weight'");
 }
 
 }  // namespace
