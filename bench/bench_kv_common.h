@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/flags/flags.h"
+#include "core/flags/flags.h"
 #include "core/model/model_loader.h"
 #include "core/train/train_util.h"
 

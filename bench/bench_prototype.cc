@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "client/flags/flags.h"
+#include "core/flags/flags.h"
 #include "core/common/device.h"
 #include "core/model/model_loader.h"
 #include "core/prototype/evaluate.h"

@@ -70,7 +70,7 @@
 #include "bench/bench_prototype.h"
 #include "bench/bench_weights.h"
 #include "bench/bench_util.h"
-#include "client/flags/flags.h"
+#include "core/flags/flags.h"
 #include "core/common/device.h"
 #include "absl/strings/str_cat.h"
 #include "core/exec/make_executor.h"

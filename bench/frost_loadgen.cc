@@ -57,7 +57,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/bench_util.h"
-#include "client/flags/flags.h"
+#include "core/flags/flags.h"
 #include "frost/v1/generation.grpc.pb.h"
 
 namespace {

@@ -2,7 +2,7 @@
 // frostctl's command-line parsing is the shared parser (client/flags/flags.h): each command lists the flags
 // it accepts in a small table; values are parsed strictly and every error names the flag. These names bring
 // it into frost::ctl, where the commands use it unqualified.
-#include "client/flags/flags.h"
+#include "core/flags/flags.h"
 
 namespace frost::ctl {
 
