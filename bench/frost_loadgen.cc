@@ -27,8 +27,9 @@
 // ("server_metrics": peak KV bytes in use and, at that moment, the bytes the held positions need).
 //
 // --http HOST:PORT: the warm-up and measured requests go through frostd's OpenAI API instead (streamed
-// POST /v1/completions, the same prompts, max_tokens, ignore_eos, temperature and seeds; --addr still names the
-// gRPC port for readiness and the model's vocabulary), so the two protocols are compared on the same load.
+// POST /v1/completions, the same prompts, max_tokens, ignore_eos, temperature and seeds; --addr still names
+// the gRPC port for readiness and the model's vocabulary), so the two protocols are compared on the same
+// load.
 //
 // --seed S: request i (warm-up included) is sent with seed S + i, so streams differ but a run
 // repeats exactly. --wait-ready S: first retry a one-token Generate until it succeeds (UNAVAILABLE
@@ -407,12 +408,12 @@ std::vector<RequestResult> run_phase(const Options& o, int first_index, int coun
   return results;
 }
 
-// The same requests through the OpenAI API (--http): POST /v1/completions with stream: true, one thread and one
-// keep-alive connection per lane (cpp-httplib's client; its blocking reads cost a wake-up per event, which the
-// gRPC lanes above avoid: the comparison is, if anything, unfair to HTTP). Tokens are counted from the final
-// usage chunk (stream_options.include_usage); each SSE event with text is one token-carrying chunk.
-std::vector<RequestResult> run_phase_http(const Options& o, int first_index, int count, const std::string& model,
-                                          double* wall_s) {
+// The same requests through the OpenAI API (--http): POST /v1/completions with stream: true, one thread and
+// one keep-alive connection per lane (cpp-httplib's client; its blocking reads cost a wake-up per event,
+// which the gRPC lanes above avoid: the comparison is, if anything, unfair to HTTP). Tokens are counted from
+// the final usage chunk (stream_options.include_usage); each SSE event with text is one token-carrying chunk.
+std::vector<RequestResult> run_phase_http(const Options& o, int first_index, int count,
+                                          const std::string& model, double* wall_s) {
   std::vector<RequestResult> results(static_cast<size_t>(count));
   const size_t colon = o.http_addr.rfind(':');
   const std::string host = o.http_addr.substr(0, colon);
@@ -429,8 +430,11 @@ std::vector<RequestResult> run_phase_http(const Options& o, int first_index, int
       cli.set_read_timeout(static_cast<time_t>(o.timeout_s), 0);
       for (int i = next++; i < count; i = next++) {
         const frost::v1::GenerateRequest g = make_request(o, "loadgen-", first_index + i, o.max_tokens);
-        ordered_json body = {{"model", model}, {"max_tokens", o.max_tokens}, {"ignore_eos", true},
-                             {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+        ordered_json body = {{"model", model},
+                             {"max_tokens", o.max_tokens},
+                             {"ignore_eos", true},
+                             {"stream", true},
+                             {"stream_options", {{"include_usage", true}}}};
         if (g.has_token_ids()) {
           body["prompt"] = std::vector<int32_t>(g.token_ids().ids().begin(), g.token_ids().ids().end());
         } else {
@@ -492,7 +496,8 @@ std::vector<RequestResult> run_phase_http(const Options& o, int first_index, int
           r.error = "HTTP " + std::to_string(res->status);
         } else if (!done || usage_tokens != o.max_tokens || finish != "length") {
           r.error = "expected " + std::to_string(o.max_tokens) + " tokens, finish length and [DONE]; got " +
-                    std::to_string(usage_tokens) + " tokens, finish '" + finish + "'" + (done ? "" : ", no [DONE]");
+                    std::to_string(usage_tokens) + " tokens, finish '" + finish + "'" +
+                    (done ? "" : ", no [DONE]");
         } else {
           r.valid = true;
         }
@@ -668,7 +673,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto phase = [&](int first, int count, double* wall) {
-    return o.http_addr.empty() ? run_phase(o, first, count, stubs, wall) : run_phase_http(o, first, count, model, wall);
+    return o.http_addr.empty() ? run_phase(o, first, count, stubs, wall)
+                               : run_phase_http(o, first, count, model, wall);
   };
   std::vector<RequestResult> warm;
   if (o.warmup > 0) warm = phase(0, o.warmup, &warmup_wall_s);
