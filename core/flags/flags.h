@@ -14,7 +14,8 @@
 // every flag linked into the binary (gRPC's and Abseil's own among them: --helpfull noise) rather than the
 // command's; it has no "--" positional handling per command nor "stop at the command name"; and its error
 // text and exit code differ from what our scripts and tests check (frostctl exits 1 on a usage error, the
-// others 2). A small table parser gives the UX we document in a few hundred lines (README "Command-line flags").
+// others 2). A small table parser gives the UX we document in a few hundred lines (README "Command-line
+// flags").
 #include <cstdint>
 #include <functional>
 #include <string>
