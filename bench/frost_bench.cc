@@ -125,8 +125,12 @@ frost::cli::Command speed_command(const std::string& mode, SpeedFlags* f) {
   c.name = mode.empty() ? "frost-bench" : "frost-bench " + mode;
   c.synopsis = mode.empty() ? "MODE [flags]" : "[flags]";
   c.description =
-      "Speed benchmarks printing one JSON object. The six speed modes share these flags (each "
-      "ignores those it does not use); defaults are the mode's.";
+      mode.empty()
+          ? "Speed benchmarks printing one JSON object. The six speed modes share the flags below (each "
+            "ignores those it does not use); the defaults shown are decode's, `frost-bench MODE --help` "
+            "shows a mode's."
+          : "A speed benchmark printing one JSON object. The six speed modes share these flags (each "
+            "ignores those it does not use); the defaults shown are this mode's.";
   c.flag_groups = {
       {mode.empty() ? "flags of decode, prefill, bare-step, engine, parallel, huge-pages" : "flags",
        {string_flag("--model", [f](const std::string& v) { f->model_path = v; })
