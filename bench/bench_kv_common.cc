@@ -6,34 +6,47 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "bench/bench_cli.h"
 #include "bench/bench_util.h"
 #include "core/common/status_macros.h"
 #include "core/train/repair_train.h"
 
 namespace frost::bench {
 
-KvBenchFlags parse_kv_bench_flags(int argc, char** argv, BenchUsage usage, BenchHelp help,
-                                  const std::vector<cli::Flag>& own) {
+KvBenchFlags parse_kv_bench_flags(int argc, char** argv, const std::string& mode, const std::string& synopsis,
+                                  const std::string& description, std::vector<cli::Flag> own) {
   KvBenchFlags f;
-  std::vector<cli::Flag> flags = {
-      cli::switch_flag("--json", [] {}),  // JSON is the only output format
-      cli::switch_flag("--progress", [&f] { f.progress = true; }),
-      cli::string_flag("--model", [&f](const std::string& v) { f.model_path = v; }),
-      cli::string_flag("--data", [&f](const std::string& v) { f.data_dir = v; }),
-      cli::string_flag("--artifact", [&f](const std::string& v) { f.artifact = v; }),
-      cli::string_flag("--set", [&f](const std::string& v) { f.sets.push_back(v); }),
-      cli::int32_flag("--threads", [&f](int32_t v) { f.threads = v; }),
-      cli::int64_flag("--calib-windows", 1, [&f](int64_t v) { f.calib_windows = v; }),
-      cli::int64_flag("--eval-windows", 1, [&f](int64_t v) { f.eval_windows = v; }),
-      cli::int64_flag("--decode-tokens", 1, [&f](int64_t v) { f.decode_tokens = v; }),
-      cli::switch_flag("--help", help),
-      cli::switch_flag("-h", help),
+  std::vector<cli::Flag> flags = std::move(own);
+  std::vector<cli::Flag> shared = {
+      cli::string_flag("--model", [&f](const std::string& v) { f.model_path = v; })
+          .doc("DIR", "the model: a Hugging Face directory or builtin:NAME (required)"),
+      cli::string_flag("--data", [&f](const std::string& v) { f.data_dir = v; })
+          .doc(
+              "DIR|self",
+              "DIR/train.jsonl and DIR/test.jsonl ({\"text\": ...} per line), or self: text sampled from the "
+              "model (required)"),
+      cli::string_flag("--artifact", [&f](const std::string& v) { f.artifact = v; })
+          .doc("PATH", "also write what was trained there"),
+      cli::string_flag("--set", [&f](const std::string& v) { f.sets.push_back(v); })
+          .doc("KEY=VALUE", "config override (repeatable)"),
+      cli::int32_flag("--threads", [&f](int32_t v) { f.threads = v; })
+          .doc("N", "intra-op threads (0: the default)"),
+      cli::int64_flag("--calib-windows", 1, [&f](int64_t v) { f.calib_windows = v; })
+          .doc("N", absl::StrCat("calibration windows (default ", f.calib_windows, ")")),
+      cli::int64_flag("--eval-windows", 1, [&f](int64_t v) { f.eval_windows = v; })
+          .doc("N", absl::StrCat("held-out windows (default ", f.eval_windows, ")")),
+      cli::int64_flag("--decode-tokens", 1, [&f](int64_t v) { f.decode_tokens = v; })
+          .doc("N", absl::StrCat("tokens of the decode-speed runs (default ", f.decode_tokens, ")")),
+      cli::switch_flag("--progress", [&f] { f.progress = true; }).doc("training progress on stderr"),
+      json_flag(),
   };
-  flags.insert(flags.end(), own.begin(), own.end());
-  absl::StatusOr<std::vector<std::string>> positional =
-      cli::parse_flags(std::vector<std::string>(argv + 2, argv + argc), flags);
-  if (!positional.ok()) usage(std::string(positional.status().message()));
-  if (!positional->empty()) usage("unexpected argument '" + positional->front() + "'");
+  flags.insert(flags.end(), shared.begin(), shared.end());
+  cli::Command command;
+  command.name = "frost-bench " + mode;
+  command.synopsis = synopsis;
+  command.description = description;
+  command.flag_groups = {{"flags", std::move(flags)}};
+  parse_mode_flags(std::move(command), argc, argv);
   if (f.model_path.empty()) usage("--model is required");
   if (f.data_dir.empty()) usage("--data is required");
   return f;
@@ -44,13 +57,13 @@ int fail(const absl::Status& s) {
   return 1;
 }
 
-int64_t flag_int(const std::string& flag, const std::string& value, BenchUsage usage) {
+int64_t flag_int(const std::string& flag, const std::string& value) {
   absl::StatusOr<int64_t> v = cli::parse_int64(flag, value);
   if (!v.ok()) usage(std::string(v.status().message()));
   return *v;
 }
 
-void apply_bench_sets(const std::vector<std::string>& sets, BenchUsage usage,
+void apply_bench_sets(const std::vector<std::string>& sets,
                       const std::function<absl::Status(const std::string&, const std::string&)>& set) {
   for (const std::string& kv : sets) {
     const size_t eq = kv.find('=');

@@ -8,16 +8,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/flags/flags.h"
+#include "core/flags/flags.h"
 #include "core/model/model_loader.h"
 #include "core/train/train_util.h"
 
 namespace frost::bench {
-
-// Prints the bench's usage with the message and exits (2); never returns.
-using BenchUsage = void (*)(const std::string& msg);
-// Prints the bench's usage on stdout and exits (0): -h / --help.
-using BenchHelp = void (*)();
 
 struct KvBenchFlags {
   std::string model_path, data_dir, artifact;
@@ -26,17 +21,18 @@ struct KvBenchFlags {
   int64_t calib_windows = 64, eval_windows = 32, decode_tokens = 256;
   bool progress = false;
 };
-// Parses argv[2..] (client/flags/flags.h): --model, --data, --artifact, --set, --threads, --calib-windows,
-// --eval-windows, --decode-tokens (counts >= 1), --progress, --json (JSON is the only output format),
-// -h / --help (calls help) and the bench's `own` flags. --model and --data are required; errors go to usage.
-KvBenchFlags parse_kv_bench_flags(int argc, char** argv, BenchUsage usage, BenchHelp help,
-                                  const std::vector<cli::Flag>& own);
+// Parses argv[2..] with the table of `mode` (bench_cli.h): the bench's `own` flags, then --model, --data,
+// --artifact, --set, --threads, --calib-windows, --eval-windows, --decode-tokens (counts >= 1), --progress,
+// --json (JSON is the only output format); -h / --help prints it. --model and --data are required; errors
+// go to usage() (bench_cli.h).
+KvBenchFlags parse_kv_bench_flags(int argc, char** argv, const std::string& mode, const std::string& synopsis,
+                                  const std::string& description, std::vector<cli::Flag> own);
 // Prints "error: <status>" and returns the bench's exit code for it (1).
 int fail(const absl::Status& s);
 // A flag's integer value, parsed strictly (usage naming the flag and the value when it is not one).
-int64_t flag_int(const std::string& flag, const std::string& value, BenchUsage usage);
+int64_t flag_int(const std::string& flag, const std::string& value);
 // Each "key=value" through `set` (a config's set_*_field); usage with its message on the first error.
-void apply_bench_sets(const std::vector<std::string>& sets, BenchUsage usage,
+void apply_bench_sets(const std::vector<std::string>& sets,
                       const std::function<absl::Status(const std::string&, const std::string&)>& set);
 
 // DIR/train.jsonl and DIR/test.jsonl ({"text": ...} per line), or "self": both sampled from the model

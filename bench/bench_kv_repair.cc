@@ -16,14 +16,15 @@
 #include "bench/bench_kv_repair.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
-#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_split.h"
+#include "bench/bench_cli.h"
 #include "bench/bench_kv_common.h"
 #include "bench/bench_util.h"
 #include "core/common/device.h"
@@ -33,23 +34,6 @@
 namespace frost::bench {
 
 namespace {
-
-constexpr char kUsage[] =
-    "usage: frost-bench kv-repair --model DIR --codec C[,C...] [--corruption SPEC] "
-    "--data DIR|self [--set key=value ...] [--calib-windows N] [--eval-windows N] [--decode-tokens N] "
-    "[--threads N] [--artifact PATH] [--progress] [--json]\n";
-
-// A usage error: the message and the usage on stderr, exit 2.
-[[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
-  std::exit(2);
-}
-
-// -h / --help: the usage on stdout, exit 0.
-[[noreturn]] void help() {
-  std::fputs(kUsage, stdout);
-  std::exit(0);
-}
 
 // tokens/s of the reference path: forward() one token at a time with the seed's materialised repair.
 double reference_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const RepairSet> repair,
@@ -84,15 +68,20 @@ double reference_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<co
 int run_kv_repair_bench(int argc, char** argv) {
   std::string codecs_arg, corruption_arg;
   const KvBenchFlags f = parse_kv_bench_flags(
-      argc, argv, usage, help,
-      {cli::string_flag("--codec", [&](const std::string& v) { codecs_arg = v; }),
-       cli::string_flag("--corruption", [&](const std::string& v) { corruption_arg = v; })});
+      argc, argv, "kv-repair", "--model DIR --codec C[,C...] --data DIR|self [flags]",
+      "Trains and evaluates KV repair operators for each codec (and corruption): quality with and without "
+      "the "
+      "operator, decode speed of the fast and reference paths.",
+      {cli::string_flag("--codec", [&](const std::string& v) { codecs_arg = v; })
+           .doc("C[,C...]", "the KV codecs to train an operator for, e.g. int4,int8 (required)"),
+       cli::string_flag("--corruption", [&](const std::string& v) {
+         corruption_arg = v;
+       }).doc("SPEC", "a corruption applied to the cache, e.g. gaussian:0.1 (default: none)")});
   if (codecs_arg.empty()) usage("--codec is required");
 
   KvRepairConfig cfg;
-  apply_bench_sets(f.sets, usage, [&](const std::string& k, const std::string& v) {
-    return set_kv_repair_field(cfg, k, v);
-  });
+  apply_bench_sets(
+      f.sets, [&](const std::string& k, const std::string& v) { return set_kv_repair_field(cfg, k, v); });
   if (!corruption_arg.empty()) {
     auto c = parse_corruption(corruption_arg);
     if (!c.ok()) usage(std::string(c.status().message()));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "bench/bench_cli.h"
 #include "bench/bench_kv_common.h"
 #include "bench/bench_util.h"
 #include "core/common/device.h"
@@ -33,44 +34,27 @@
 
 namespace frost::bench {
 
-namespace {
-
-constexpr char kUsage[] =
-    "usage: frost-bench kvsplice --model DIR [--rank R[,R...]] --data DIR|self "
-    "[--set key=value ...] [--calib-windows N] [--eval-windows N] [--fisher-windows N] "
-    "[--decode-tokens N] [--threads N] [--artifact PATH] [--progress] [--json]\n";
-
-// A usage error: the message and the usage on stderr, exit 2.
-[[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
-  std::exit(2);
-}
-
-// -h / --help: the usage on stdout, exit 0.
-[[noreturn]] void help() {
-  std::fputs(kUsage, stdout);
-  std::exit(0);
-}
-
-}  // namespace
-
 int run_kvsplice_bench(int argc, char** argv) {
   std::string ranks_arg;
   int64_t fisher_windows = 16;
-  const KvBenchFlags f =
-      parse_kv_bench_flags(argc, argv, usage, help,
-                           {cli::string_flag("--rank", [&](const std::string& v) { ranks_arg = v; }),
-                            cli::int64_flag("--fisher-windows", 1, [&](int64_t v) { fisher_windows = v; })});
+  const KvBenchFlags f = parse_kv_bench_flags(
+      argc, argv, "kvsplice", "--model DIR --data DIR|self [flags]",
+      "KVSplice compression report (quality and speed per rank) and the Fisher analysis.",
+      {cli::string_flag("--rank", [&](const std::string& v) { ranks_arg = v; })
+           .doc("R[,R...]", "latent ranks to report, each R or RK:RV (default: the config's)"),
+       cli::int64_flag("--fisher-windows", 1, [&](int64_t v) {
+         fisher_windows = v;
+       }).doc("N", "windows of the Fisher analysis (default 16)")});
   KvSpliceConfig cfg;
-  apply_bench_sets(f.sets, usage,
+  apply_bench_sets(f.sets,
                    [&](const std::string& k, const std::string& v) { return set_kvsplice_field(cfg, k, v); });
   std::vector<KvSpliceRanks> ranks;
   if (!ranks_arg.empty())
     for (absl::string_view r : absl::StrSplit(ranks_arg, ',')) {
       std::vector<std::string> kv = absl::StrSplit(r, ':');
       if (kv.size() > 2) usage("--rank takes R or RK:RV, got '" + std::string(r) + "'");
-      const int64_t rk = flag_int("--rank", kv[0], usage);
-      ranks.push_back({rk, kv.size() == 2 ? flag_int("--rank", kv[1], usage) : rk});
+      const int64_t rk = flag_int("--rank", kv[0]);
+      ranks.push_back({rk, kv.size() == 2 ? flag_int("--rank", kv[1]) : rk});
     }
   if (auto st = apply_device_config({f.threads}); !st.ok()) usage(std::string(st.message()));
   auto model = load_model(f.model_path);

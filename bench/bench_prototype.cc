@@ -15,54 +15,41 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_util.h"
-#include "client/flags/flags.h"
 #include "core/common/device.h"
 #include "core/model/model_loader.h"
 #include "core/prototype/evaluate.h"
 
 namespace frost::bench {
 
-namespace {
-
-constexpr char kUsage[] =
-    "usage: frost-bench prototype --model DIR --data DATASET_DIR [--set key=value ...] "
-    "[--threads N] [--artifact DIR] [--progress] [--json]\n";
-
-// A usage error: the message and the usage on stderr, exit 2.
-[[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
-  std::exit(2);
-}
-
-// -h / --help: the usage on stdout, exit 0.
-[[noreturn]] void help() {
-  std::fputs(kUsage, stdout);
-  std::exit(0);
-}
-
-}  // namespace
-
 int run_prototype_bench(int argc, char** argv) {
   std::string model_path, data_dir, artifact_dir;
   std::vector<std::string> sets;
   int threads = 0;
   bool progress = false;
-  const std::vector<cli::Flag> flags = {
-      cli::switch_flag("--json", [] {}),  // JSON is the only output format
-      cli::switch_flag("--progress", [&] { progress = true; }),
-      cli::string_flag("--model", [&](const std::string& v) { model_path = v; }),
-      cli::string_flag("--data", [&](const std::string& v) { data_dir = v; }),
-      cli::string_flag("--artifact", [&](const std::string& v) { artifact_dir = v; }),
-      cli::string_flag("--set", [&](const std::string& v) { sets.push_back(v); }),
-      cli::int32_flag("--threads", [&](int32_t v) { threads = v; }),
-      cli::switch_flag("--help", help),
-      cli::switch_flag("-h", help),
-  };
-  absl::StatusOr<std::vector<std::string>> positional =
-      cli::parse_flags(std::vector<std::string>(argv + 2, argv + argc), flags);
-  if (!positional.ok()) usage(std::string(positional.status().message()));
-  if (!positional->empty()) usage("unexpected argument '" + positional->front() + "'");
+  cli::Command command;
+  command.name = "frost-bench prototype";
+  command.synopsis = "--model DIR --data DATASET_DIR [flags]";
+  command.description =
+      "Trains and evaluates the prototype regression head beside its baselines (ridge, kNN, train mean) on "
+      "the "
+      "same features.";
+  command.flag_groups = {
+      {"flags",
+       {cli::string_flag("--model", [&](const std::string& v) { model_path = v; })
+            .doc("DIR", "the backbone: a Hugging Face directory or builtin:NAME (required)"),
+        cli::string_flag("--data", [&](const std::string& v) { data_dir = v; })
+            .doc("DATASET_DIR", "train.jsonl, test.jsonl and meta.json (required)"),
+        cli::string_flag("--artifact", [&](const std::string& v) { artifact_dir = v; })
+            .doc("DIR", "also write the trained head there"),
+        cli::string_flag("--set", [&](const std::string& v) { sets.push_back(v); })
+            .doc("KEY=VALUE", "prototype config override (repeatable)"),
+        cli::int32_flag("--threads", [&](int32_t v) { threads = v; })
+            .doc("N", "intra-op threads (0: the default)"),
+        cli::switch_flag("--progress", [&] { progress = true; }).doc("training progress on stderr"),
+        json_flag()}}};
+  parse_mode_flags(std::move(command), argc, argv);
   if (model_path.empty()) usage("--model is required");
   if (data_dir.empty()) usage("--data is required");
   proto::EvalOptions opts;
@@ -108,15 +95,17 @@ int run_prototype_bench(int argc, char** argv) {
     for (const char* k : {"prototype", "prototype_unrefined", "ridge_mean_pooled", "knn_mean_pooled",
                           "knn_keycache", "train_mean"}) {
       if (!m.contains(k)) continue;
-      std::fprintf(stderr, "%-22s %8.4f %9.4f %8.4f\n", k, m[k]["mae"].get<double>(), m[k]["spearman"].get<double>(),
-                   m[k].value("pred_std", 0.0));
+      std::fprintf(stderr, "%-22s %8.4f %9.4f %8.4f\n", k, m[k]["mae"].get<double>(),
+                   m[k]["spearman"].get<double>(), m[k].value("pred_std", 0.0));
     }
     const auto& r = (*res)["rlcs"];
-    std::fprintf(stderr, "resTR fallback rate %.3f (in distribution %.3f); refined MAE %.4f, unrefined %.4f\n",
-                 r["restr_fallback_rate"].get<double>(), r["restr_fallback_rate_in_distribution"].get<double>(),
-                 r["refined_mae"].get<double>(), r["unrefined_mae"].get<double>());
+    std::fprintf(
+        stderr, "resTR fallback rate %.3f (in distribution %.3f); refined MAE %.4f, unrefined %.4f\n",
+        r["restr_fallback_rate"].get<double>(), r["restr_fallback_rate_in_distribution"].get<double>(),
+        r["refined_mae"].get<double>(), r["unrefined_mae"].get<double>());
     std::fprintf(stderr, "verdict: %s\n", (*res)["verdict"]["text"].get<std::string>().c_str());
-    if (res->contains("warnings")) std::fprintf(stderr, "warning: %s\n", (*res)["warnings"][0].get<std::string>().c_str());
+    if (res->contains("warnings"))
+      std::fprintf(stderr, "warning: %s\n", (*res)["warnings"][0].get<std::string>().c_str());
   }
   nlohmann::ordered_json out;
   out["bench"] = "prototype";

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_kv_common.h"
 #include "bench/bench_util.h"
 #include "core/common/device.h"
@@ -32,19 +33,6 @@
 
 namespace frost::bench {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: frost-bench weights --model DIR|builtin:NAME --data DIR|self [--eval-windows 64] [--window 128]\n"
-    "                           [--decode-tokens 256] [--threads N] [--json]\n";
-
-[[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr, "frost-bench weights: %s\n%s", msg.c_str(), kUsage);
-  std::exit(2);
-}
-[[noreturn]] void help() {
-  std::fputs(kUsage, stdout);
-  std::exit(0);
-}
 
 struct Variant {
   std::string name;
@@ -58,8 +46,12 @@ struct Variant {
 
 int run_weights_bench(int argc, char** argv) {
   int64_t window = 128;
-  const KvBenchFlags f =
-      parse_kv_bench_flags(argc, argv, usage, help, {cli::int64_flag("--window", 2, [&](int64_t v) { window = v; })});
+  const KvBenchFlags f = parse_kv_bench_flags(
+      argc, argv, "weights", "--model DIR|builtin:NAME --data DIR|self [flags]",
+      "Quality (NLL, KL against fp32) and decode speed of each weight format on one model.",
+      {cli::int64_flag("--window", 2, [&](int64_t v) {
+         window = v;
+       }).doc("N", "tokens per evaluation window (default 128)")});
   if (auto st = apply_device_config({f.threads}); !st.ok()) usage(std::string(st.message()));
   c10::InferenceMode im;
   std::vector<Variant> vs;
@@ -121,7 +113,8 @@ int run_weights_bench(int argc, char** argv) {
     if (v.name == "fp32") tps32 = tps;
     nlohmann::ordered_json r;
     r["format"] = v.name;
-    if (v.opts.dtype == WeightDtype::kInt8 || v.opts.dtype == WeightDtype::kW8A8) r["int8_group"] = v.opts.int8_group;
+    if (v.opts.dtype == WeightDtype::kInt8 || v.opts.dtype == WeightDtype::kW8A8)
+      r["int8_group"] = v.opts.int8_group;
     r["evaluated_on"] = v.opts.dtype == WeightDtype::kW8A8 ? "fast path" : "reference path";
     r["ppl"] = ppl;
     r["ppl_vs_fp32"] = ppl / ppl32 - 1.0;

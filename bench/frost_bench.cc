@@ -1,29 +1,12 @@
 // frost-bench: speed benchmarks printing one JSON object.
 //
-//   frost-bench decode  --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4|w8a8]
-//                       [--kv fp32|fp16|bf16|int8|int4] [--prompt-tokens 16] [--new-tokens 256]
-//                       [--repeat 5] [--path fast|reference] [--via generator|engine] [--json]
-//   frost-bench prototype --model DIR --data DATASET_DIR [--set key=value ...] [--threads N] [--json]
-//                       (train + evaluate the prototype regression head: bench/bench_prototype.cc)
-//   frost-bench kv-repair --model DIR --codec int4[,...] [--corruption SPEC] --data DIR|self
-//                       [--set key=value ...]
-//                       (train + evaluate KV repair operators: bench/bench_kv_repair.cc)
-//   frost-bench kvsplice --model DIR [--rank R[,...]] --data DIR|self [--set key=value ...]
-//                       (KVSplice compression report + Fisher analysis: bench/bench_kvsplice.cc)
-//   frost-bench prefill --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4|w8a8] [--prompt-tokens 128]
-//                       [--repeat 5] [--path fast|reference] [--json]
-//   frost-bench bare-step --model builtin:15m|DIR [--threads N] [--dtype fp32|bf16|int8|int4|w8a8] [--batch 32]
-//                       [--repeat 50] [--json]
-//   frost-bench engine  --model builtin:15m|DIR [--threads N] [--streams 32] [--prompt-tokens 17]
-//                       [--new-tokens 128] [--temperature 0.8] [--repeat 3] [--max-running N]
-//                       [--device cpu|cuda:N|reference] [--dtype ...: fp16 only on a device] [--json]
-//   frost-bench parallel [--threads N] [--repeat 2000] [--json]
-//   frost-bench huge-pages --model builtin:15m|DIR [--threads N] [--dtype ...] [--repeat 30] [--json]
+//   frost-bench MODE [flags]: `frost-bench --help` lists the modes, `frost-bench MODE --help` a mode's flags.
+//   prototype, kv-repair, kvsplice and weights live in bench/bench_*.cc, each with its own flag table.
 //
-// Flags are parsed by the shared parser (client/flags/flags.h): "--flag VALUE" or "--flag=VALUE"; numbers are
-// parsed strictly and a bad or out-of-range value is a usage error (exit 2) naming the flag and the value.
-// Every mode accepts every flag of the four modes above. -h / --help prints the usage (each sub-bench its
-// own).
+// Flags are parsed by the mode's flag table (core/flags/flags.h, bench/bench_cli.h), which also prints the
+// help: "--flag VALUE" or "--flag=VALUE"; numbers are parsed strictly and a bad or out-of-range value is a
+// usage error (exit 2) naming the flag and the value. The six speed modes below share one table (each
+// ignores the flags it does not use; the defaults depend on the mode).
 //
 // decode: batch-1 greedy generation through the Generator (sampler included) after a
 // prompt of --prompt-tokens; tokens/s = decode steps / decode seconds, plus per-token
@@ -63,17 +46,18 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "bench/bench_cli.h"
 #include "bench/bench_kv_repair.h"
 #include "bench/bench_kvsplice.h"
 #include "bench/bench_prototype.h"
-#include "bench/bench_weights.h"
 #include "bench/bench_util.h"
-#include "client/flags/flags.h"
+#include "bench/bench_weights.h"
 #include "core/common/device.h"
-#include "absl/strings/str_cat.h"
 #include "core/exec/make_executor.h"
+#include "core/flags/flags.h"
 #include "core/generate/engine.h"
 #include "core/generate/generator.h"
 #include "core/model/model_loader.h"
@@ -89,31 +73,108 @@ using Clock = std::chrono::steady_clock;
 using frost::bench::median;
 using frost::bench::percentile;
 
+using frost::bench::usage;
 using frost::cli::double_flag;
 using frost::cli::int32_flag;
 using frost::cli::int64_flag;
 using frost::cli::string_flag;
-using frost::cli::switch_flag;
 using frost::cli::uint64_flag;
 
-constexpr char kUsage[] =
-    "usage: frost-bench decode|prefill|bare-step|engine|parallel|huge-pages|prototype|kv-repair|kvsplice|weights "
-    "--model builtin:15m|DIR [--threads N] "
-    "[--dtype fp32|bf16|fp16|int8|int4|w8a8 (fp16: engine on a device)] [--kernels auto|avx512|avx2|scalar] "
-    "[--kv fp32|fp16|bf16|int8|int4] "
-    "[--prompt-tokens N] [--new-tokens N] "
-    "[--repeat N] [--path fast|reference] [--json]\n";
+// The modes `frost-bench --help` lists.
+const std::vector<frost::cli::CommandEntry> kModes = {
+    {"decode", "batch-1 generation after a short prompt: tokens/s and per-token latency"},
+    {"prefill", "one forward pass over --prompt-tokens tokens"},
+    {"bare-step", "a bare LibTorch fp32 step at --batch rows: the serving benchmark's reference"},
+    {"engine", "--streams concurrent requests through the in-process Engine"},
+    {"parallel", "what starting a parallel region costs (loads no model)"},
+    {"huge-pages", "the step's packed GEMMs from huge pages against 4 KiB pages"},
+    {"prototype", "train + evaluate the prototype regression head (frost-bench prototype --help)"},
+    {"kv-repair", "train + evaluate KV repair operators (frost-bench kv-repair --help)"},
+    {"kvsplice", "KVSplice compression report + Fisher analysis (frost-bench kvsplice --help)"},
+    {"weights", "quality and speed of each weight format (frost-bench weights --help)"},
+};
 
-// A usage error: the message and the usage on stderr, exit 2.
-[[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
-  std::exit(2);
-}
+// The speed modes' flags (decode, prefill, bare-step, engine, parallel, huge-pages), with the mode's
+// defaults.
+struct SpeedFlags {
+  explicit SpeedFlags(const std::string& mode)
+      : repeat(mode == "bare-step"    ? 50
+               : mode == "engine"     ? 3
+               : mode == "parallel"   ? 2000
+               : mode == "huge-pages" ? 30
+                                      : 5),
+        n_prompt(mode == "decode"   ? 16
+                 : mode == "engine" ? 17
+                                    : 128),
+        n_new(mode == "engine" ? 128 : 256),
+        temperature(mode == "engine" ? 0.8 : 0) {}
+  int64_t int8_group = frost::kInt8Group;
+  std::string model_path = "builtin:15m", dtype = "fp32", kv_name = "fp32", path = "fast", via = "generator";
+  std::string kernels_name = "auto", device_name = "cpu";
+  int threads = 0;
+  int repeat;
+  int64_t n_prompt, n_new;
+  int64_t batch = 32, streams = 32, max_running_flag = 0;
+  double temperature;
+  uint64_t seed = 1;
+};
 
-// -h / --help: the usage on stdout, exit 0.
-[[noreturn]] void help() {
-  std::fputs(kUsage, stdout);
-  std::exit(0);
+// `mode` empty: the top-level help (the modes, and the speed modes' flags with the decode defaults).
+frost::cli::Command speed_command(const std::string& mode, SpeedFlags* f) {
+  frost::cli::Command c;
+  c.name = mode.empty() ? "frost-bench" : "frost-bench " + mode;
+  c.synopsis = mode.empty() ? "MODE [flags]" : "[flags]";
+  c.description =
+      mode.empty()
+          ? "Speed benchmarks printing one JSON object. The six speed modes share the flags below (each "
+            "ignores those it does not use); the defaults shown are decode's, `frost-bench MODE --help` "
+            "shows a mode's."
+          : "A speed benchmark printing one JSON object. The six speed modes share these flags (each "
+            "ignores those it does not use); the defaults shown are this mode's.";
+  c.flag_groups = {
+      {mode.empty() ? "flags of decode, prefill, bare-step, engine, parallel, huge-pages" : "flags",
+       {string_flag("--model", [f](const std::string& v) { f->model_path = v; })
+            .doc("PATH", "builtin:15m (default) or a Hugging Face directory"),
+        int32_flag("--threads", 0, [f](int32_t v) { f->threads = v; })
+            .doc("N", "intra-op threads (0: the default)"),
+        string_flag("--dtype", [f](const std::string& v) { f->dtype = v; })
+            .doc("DTYPE", "weight format: " + frost::weight_dtype_choices() +
+                              " (default fp32; fp16 only for engine on a --device)"),
+        int64_flag("--int8-group", 0, [f](int64_t v) { f->int8_group = v; })
+            .doc("N", absl::StrCat("int8 weights: columns per scale group (default ", frost::kInt8Group,
+                                   "; 0: one scale per row)")),
+        string_flag("--kv", [f](const std::string& v) { f->kv_name = v; })
+            .doc("CODEC", "KV cache storage: fp32|fp16|bf16|int8|int4 (default fp32)"),
+        string_flag("--kernels", [f](const std::string& v) { f->kernels_name = v; })
+            .doc("ISA", "auto|avx512|avx2|scalar: the CPU kernels to run (default auto)"),
+        string_flag("--device", [f](const std::string& v) { f->device_name = v; })
+            .doc("DEVICE", "engine: cpu (default), cuda:N or reference"),
+        int32_flag("--repeat", 1, [f](int32_t v) { f->repeat = v; })
+            .doc("N", absl::StrCat("runs to take the median of (default ", f->repeat, ")")),
+        string_flag("--path", [f](const std::string& v) { f->path = v; })
+            .doc("fast|reference", "decode, prefill: the batched kernels (default) or Transformer::forward"),
+        string_flag("--via", [f](const std::string& v) { f->via = v; })
+            .doc("generator|engine",
+                 "decode: call the Generator on this thread (default) or go through the Engine"),
+        int64_flag("--batch", 1, [f](int64_t v) { f->batch = v; })
+            .doc("N", "bare-step: rows per step (default 32); huge-pages: a third row count"),
+        double_flag("--temperature", 0, [f](double v) { f->temperature = v; })
+            .doc("T", absl::StrCat("sampling temperature (default ", f->temperature, "; 0 = greedy)")),
+        uint64_flag("--seed", [f](uint64_t v) { f->seed = v; }).doc("S", "sampling seed (default 1)"),
+        int64_flag("--streams", [f](int64_t v) { f->streams = v; })
+            .doc("N", "engine: concurrent requests (default 32)"),
+        int64_flag("--max-running", [f](int64_t v) { f->max_running_flag = v; })
+            .doc("N", "engine: sequences running at once, >= --streams (default: --streams)"),
+        int64_flag("--prompt-tokens", 1, [f](int64_t v) { f->n_prompt = v; })
+            .doc("N", absl::StrCat("prompt length (default ", f->n_prompt, ")")),
+        int64_flag("--new-tokens", 1, [f](int64_t v) { f->n_new = v; })
+            .doc("N", absl::StrCat("tokens to generate (default ", f->n_new, ")")),
+        frost::bench::json_flag()}}};
+  if (mode.empty()) {
+    c.commands_title = "modes";
+    c.commands = kModes;
+  }
+  return c;
 }
 
 // Records the arrival time of each token event (engine thread) and the result.
@@ -219,58 +280,39 @@ int main(int argc, char** argv) {
   // As frostd (server/main.cc): Abseil's debug-build lock-order detection off, so the in-process engine is
   // measured as it serves.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (argc < 2) usage("missing mode");
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    SpeedFlags scratch("decode");
+    frost::cli::Command top = speed_command("", &scratch);
+    if (argc >= 2) {
+      frost::cli::print_help(top);
+      return 0;
+    }
+    frost::cli::exit_usage_error(top, "missing mode", 2);
+  }
   const std::string mode = argv[1];
-  if (mode == "--help" || mode == "-h") help();
   if (mode == "prototype") return frost::bench::run_prototype_bench(argc, argv);
   if (mode == "kv-repair") return frost::bench::run_kv_repair_bench(argc, argv);
   if (mode == "weights") return frost::bench::run_weights_bench(argc, argv);
   if (mode == "kvsplice") return frost::bench::run_kvsplice_bench(argc, argv);
   if (mode != "decode" && mode != "prefill" && mode != "bare-step" && mode != "engine" &&
-      mode != "parallel" && mode != "huge-pages")
-    usage("unknown mode '" + mode + "'");
-  // Every mode accepts every flag (and ignores those it does not use); the defaults depend on the mode.
-  int64_t int8_group = frost::kInt8Group;
-  std::string model_path = "builtin:15m", dtype = "fp32", kv_name = "fp32", path = "fast", via = "generator";
-  std::string kernels_name = "auto", device_name = "cpu";
-  int threads = 0, repeat = mode == "bare-step"    ? 50
-                            : mode == "engine"     ? 3
-                            : mode == "parallel"   ? 2000
-                            : mode == "huge-pages" ? 30
-                                                   : 5;
-  int64_t n_prompt = mode == "decode" ? 16 : mode == "engine" ? 17 : 128;
-  int64_t n_new = mode == "engine" ? 128 : 256;
-  int64_t batch = 32, streams = 32, max_running_flag = 0;
-  double temperature = mode == "engine" ? 0.8 : 0;
-  uint64_t seed = 1;
-  const std::vector<frost::cli::Flag> flags = {
-      string_flag("--model", [&](const std::string& v) { model_path = v; }),
-      int32_flag("--threads", 0, [&](int32_t v) { threads = v; }),
-      string_flag("--dtype", [&](const std::string& v) { dtype = v; }),
-      int64_flag("--int8-group", 0, [&](int64_t v) { int8_group = v; }),
-      string_flag("--kv", [&](const std::string& v) { kv_name = v; }),
-      string_flag("--kernels", [&](const std::string& v) { kernels_name = v; }),
-      string_flag("--device", [&](const std::string& v) { device_name = v; }),
-      int32_flag("--repeat", 1, [&](int32_t v) { repeat = v; }),
-      string_flag("--path", [&](const std::string& v) { path = v; }),
-      string_flag("--via", [&](const std::string& v) { via = v; }),
-      int64_flag("--batch", 1, [&](int64_t v) { batch = v; }),
-      double_flag("--temperature", 0, [&](double v) { temperature = v; }),
-      uint64_flag("--seed", [&](uint64_t v) { seed = v; }),
-      int64_flag("--streams", [&](int64_t v) { streams = v; }),
-      int64_flag("--max-running", [&](int64_t v) { max_running_flag = v; }),
-      int64_flag("--prompt-tokens", 1, [&](int64_t v) { n_prompt = v; }),
-      int64_flag("--new-tokens", 1, [&](int64_t v) { n_new = v; }),
-      switch_flag("--json", [] {}),  // JSON is the only output format
-      switch_flag("--help", help),
-      switch_flag("-h", help),
-  };
-  absl::StatusOr<std::vector<std::string>> positional =
-      frost::cli::parse_flags(std::vector<std::string>(argv + 2, argv + argc), flags);
-  if (!positional.ok()) usage(std::string(positional.status().message()));
-  if (!positional->empty()) usage("bad argument '" + positional->front() + "'");
+      mode != "parallel" && mode != "huge-pages") {
+    SpeedFlags scratch("decode");
+    frost::cli::exit_usage_error(speed_command("", &scratch), "unknown mode '" + mode + "'", 2);
+  }
+  // Every speed mode accepts every flag (and ignores those it does not use); the defaults depend on the mode.
+  SpeedFlags sf(mode);
+  frost::bench::parse_mode_flags(speed_command(mode, &sf), argc, argv);
+  const int64_t int8_group = sf.int8_group;
+  const std::string &model_path = sf.model_path, &dtype = sf.dtype, &kv_name = sf.kv_name, &path = sf.path,
+                    &via = sf.via, &kernels_name = sf.kernels_name, &device_name = sf.device_name;
+  const int threads = sf.threads, repeat = sf.repeat;
+  const int64_t n_prompt = sf.n_prompt, n_new = sf.n_new, batch = sf.batch, streams = sf.streams,
+                max_running_flag = sf.max_running_flag;
+  const double temperature = sf.temperature;
+  const uint64_t seed = sf.seed;
   frost::WeightDtype wdtype;
-  if (!frost::parse_weight_dtype(dtype, &wdtype)) usage("--dtype must be " + frost::weight_dtype_choices() + ", got " + dtype);
+  if (!frost::parse_weight_dtype(dtype, &wdtype))
+    usage("--dtype must be " + frost::weight_dtype_choices() + ", got " + dtype);
   if (via != "generator" && via != "engine") usage("--via must be generator or engine");
   frost::kernels::Isa isa;
   if (!frost::kernels::parse_isa(kernels_name, &isa) || !frost::kernels::set_isa(isa))

@@ -1,11 +1,9 @@
 // frostd: the frost gRPC server.
 //
-//   frostd [--config FILE] [--listen HOST:PORT] [--model PATH|builtin:NAME] [--device cpu|cuda:N|reference]
-//          [--metrics-listen HOST:PORT] [--http-listen HOST:PORT] [--port-file FILE] [--log-level LEVEL]
-//          [--state-dir DIR]
-//
+// `frostd --help` lists the flags (frostd_command below: one table parses them and prints the help).
 // Flags override the config file (configs/default.yaml documents every field); without
-// --config the built-in defaults apply (models/stories260K on 0.0.0.0:50051). The gRPC and metrics ports are bound
+// --config the built-in defaults apply (models/stories260K on 0.0.0.0:50051). The gRPC and metrics ports are
+// bound
 //  before the model loads (liveness answers at once, readiness once the model is warm) and logged;
 //  --port-file also writes them, as "grpc=PORT\nmetrics=PORT\n" (and "http=PORT\n" with the OpenAI API on),
 //  with an atomic rename, for scripts and tests
@@ -24,8 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,46 +33,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "client/flags/flags.h"
 #include "core/common/clock.h"
 #include "core/common/log.h"
+#include "core/flags/flags.h"
 #include "server/frost_server.h"
 #include "server/proto_codec.h"
 #include "server/server_config.h"
 
 namespace {
-
-constexpr char kUsage[] =
-    "usage: frostd [--config FILE] [--listen HOST:PORT] [--model "
-    "PATH|builtin:NAME] [--device DEVICE]\n"
-    "              [--metrics-listen HOST:PORT] [--http-listen HOST:PORT] [--port-file FILE]\n"
-    "              [--log-level debug|info|warn|error]\n"
-    "              [--load-delay-s SECONDS]\n"
-    "\n"
-    "  --config FILE             YAML config (configs/default.yaml documents "
-    "every field)\n"
-    "  --listen HOST:PORT        gRPC address, overrides server.listen (port "
-    "0: pick a free port)\n"
-    "  --model PATH              Hugging Face directory or "
-    "builtin:tiny|builtin:tiny-gpt2|builtin:15m,\n"
-    "                            overrides model.path\n"
-    "  --device DEVICE           where the steps run: cpu, cuda, cuda:N or reference (the host\n"
-    "                            reference device), overrides model.device\n"
-    "  --metrics-listen HOST:PORT  Prometheus /metrics address, overrides "
-    "server.metrics_listen\n"
-    "  --http-listen HOST:PORT   the OpenAI-compatible HTTP API's address, overrides server.http.listen\n"
-    "                            (port 0: pick a free port; \"\": off)\n"
-    "  --port-file FILE          write the bound ports (grpc=PORT, metrics=PORT, http=PORT) once\n"
-    "                            listening\n"
-    "  --log-level LEVEL         overrides log.level\n"
-    "  --state-dir DIR           overrides jobs.state_dir (journal, checkpoints, artifacts)\n"
-    "  --load-delay-s SECONDS    wait this long before loading the model (for "
-    "testing readiness probes)\n";
-
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "frostd: %s\n\n%s", msg.c_str(), kUsage);
-  std::exit(2);
-}
 
 [[noreturn]] void fail(const std::string& msg) {
   FROST_LOG_ERROR("frostd: %s", msg.c_str());
@@ -87,35 +53,67 @@ struct Flags {
   double load_delay_s = 0;
 };
 
+// frostd's flags: the one table that parses them and prints --help (core/flags/flags.h).
+frost::cli::Command frostd_command(Flags* f) {
+  using frost::cli::string_flag;
+  auto set = [](std::string* dst) { return [dst](const std::string& v) { *dst = v; }; };
+  frost::cli::Command c;
+  c.name = "frostd";
+  c.synopsis = "[flags]";
+  c.description =
+      "The frost gRPC server. Flags override the config file; without --config the built-in defaults apply "
+      "(models/stories260K on 0.0.0.0:50051). SIGTERM / SIGINT drain and exit 0; SIGHUP re-reads "
+      "server.tls's certificate files.";
+  c.flag_groups = {
+      {"flags",
+       {string_flag("--config", set(&f->config))
+            .doc("FILE", "YAML config (configs/default.yaml documents every field)"),
+        string_flag("--listen", set(&f->listen))
+            .doc("HOST:PORT", "gRPC address, overrides server.listen (port 0: pick a free port)"),
+        string_flag("--model", set(&f->model))
+            .doc(
+                "PATH",
+                "Hugging Face directory or builtin:tiny|builtin:tiny-gpt2|builtin:15m, overrides model.path"),
+        string_flag("--device", set(&f->device))
+            .doc("DEVICE",
+                 "where the steps run: cpu, cuda, cuda:N or reference (the host reference device), overrides "
+                 "model.device"),
+        string_flag("--metrics-listen", set(&f->metrics_listen))
+            .doc("HOST:PORT", "Prometheus /metrics address, overrides server.metrics_listen"),
+        string_flag("--http-listen", [f](const std::string& v) { f->http_listen = v; })
+            .doc(
+                "HOST:PORT",
+                "the OpenAI-compatible HTTP API's address, overrides server.http.listen (port 0: pick a free "
+                "port; \"\": off)"),
+        string_flag("--port-file", set(&f->port_file))
+            .doc("FILE", "write the bound ports (grpc=PORT, metrics=PORT, http=PORT) once listening"),
+        string_flag("--log-level", set(&f->log_level))
+            .doc("LEVEL", "debug|info|warn|error, overrides log.level"),
+        string_flag("--state-dir", set(&f->state_dir))
+            .doc("DIR", "overrides jobs.state_dir (journal, checkpoints, artifacts)"),
+        frost::cli::value_flag("--load-delay-s", [f](const std::string& v) -> absl::Status {
+          double d = 0;
+          if (!absl::SimpleAtod(v, &d) || !(d >= 0 && d <= 3600))
+            return frost::cli::bad_value("--load-delay-s", "seconds in [0, 3600]", v);
+          f->load_delay_s = d;
+          return absl::OkStatus();
+        }).doc("SECONDS", "wait this long before loading the model (for testing readiness probes)")}}};
+  c.footer = "Exit 0 after a drain, 1 when the config, the listeners or the model fail, 2 for usage errors.";
+  return c;
+}
+
+// A usage error found after parsing (a bad --log-level): the message and the help on stderr, exit 2.
+[[noreturn]] void usage_error(const std::string& msg) {
+  Flags scratch;
+  frost::cli::exit_usage_error(frostd_command(&scratch), msg, 2);
+}
+
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  if (frost::cli::wants_help(args)) {
-    std::fputs(kUsage, stdout);
-    std::exit(0);
-  }
-  auto set = [](std::string* dst) { return [dst](const std::string& v) { *dst = v; }; };
-  const std::vector<frost::cli::Flag> table = {
-      frost::cli::string_flag("--config", set(&f.config)),
-      frost::cli::string_flag("--listen", set(&f.listen)),
-      frost::cli::string_flag("--model", set(&f.model)),
-      frost::cli::string_flag("--device", set(&f.device)),
-      frost::cli::string_flag("--metrics-listen", set(&f.metrics_listen)),
-      frost::cli::string_flag("--port-file", set(&f.port_file)),
-      frost::cli::string_flag("--http-listen", [&f](const std::string& v) { f.http_listen = v; }),
-      frost::cli::string_flag("--state-dir", set(&f.state_dir)),
-      frost::cli::string_flag("--log-level", set(&f.log_level)),
-      {"--load-delay-s", true, [&f](const std::string& v) -> absl::Status {
-         double d = 0;
-         if (!absl::SimpleAtod(v, &d) || !(d >= 0 && d <= 3600))
-           return frost::cli::bad_value("--load-delay-s", "seconds in [0, 3600]", v);
-         f.load_delay_s = d;
-         return absl::OkStatus();
-       }},
-  };
-  absl::StatusOr<std::vector<std::string>> positional = frost::cli::parse_flags(args, table);
-  if (!positional.ok()) usage_error(std::string(positional.status().message()));
-  if (!positional->empty()) usage_error(absl::StrCat("unexpected argument \"", positional->front(), "\""));
+  const frost::cli::Command command = frostd_command(&f);
+  const std::vector<std::string> positional =
+      frost::cli::parse_or_exit(command, std::vector<std::string>(argv + 1, argv + argc), 2);
+  if (!positional.empty()) usage_error(absl::StrCat("unexpected argument \"", positional.front(), "\""));
   return f;
 }
 
@@ -171,8 +169,8 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   frost::server::route_protobuf_logs();
 
-  // The signal thread, running before anything that could block (a config file on a hung mount, a listener, the
-  // model load), so that a stop signal is never left pending in a process that does not answer it.
+  // The signal thread, running before anything that could block (a config file on a hung mount, a listener,
+  // the model load), so that a stop signal is never left pending in a process that does not answer it.
   enum Phase : int { kStarting, kLoading, kServing };
   std::atomic<int> phase{kStarting};
   std::atomic<frost::server::FrostServer*> srv{nullptr};
@@ -200,7 +198,8 @@ int main(int argc, char** argv) {
       if (sig == SIGHUP) {
         frost::server::FrostServer* s = srv.load();
         if (s == nullptr) {
-          FROST_LOG_INFO("frostd: SIGHUP during start-up ignored (the certificate files are read as it starts)");
+          FROST_LOG_INFO(
+              "frostd: SIGHUP during start-up ignored (the certificate files are read as it starts)");
           continue;
         }
         FROST_LOG_INFO("frostd: SIGHUP received, re-reading the TLS certificate files");
@@ -210,7 +209,8 @@ int main(int argc, char** argv) {
       const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
       if (ph == kStarting) exit_now(absl::StrCat(name, " during start-up").c_str());
       if (ph == kLoading) {
-        if (stop.HasBeenNotified()) exit_now(absl::StrCat("a second ", name, " during the model load").c_str());
+        if (stop.HasBeenNotified())
+          exit_now(absl::StrCat("a second ", name, " during the model load").c_str());
         FROST_LOG_INFO("frostd: %s received while the model loads: stopping once it returns", name);
         const double grace = drain_timeout_s.load();
         load_stop_deadline_ns.store(frost::RealClock::get().now_ns() + static_cast<int64_t>(grace * 1e9));
@@ -251,8 +251,8 @@ int main(int argc, char** argv) {
   drain_timeout_s.store(cfg.server.drain_timeout_s);
   srv.store(server->get());
   phase.store(kLoading);
-  if (!flags.port_file.empty() &&
-      !write_port_file(flags.port_file, (*server)->grpc_port(), (*server)->metrics_port(), (*server)->http_port())) {
+  if (!flags.port_file.empty() && !write_port_file(flags.port_file, (*server)->grpc_port(),
+                                                   (*server)->metrics_port(), (*server)->http_port())) {
     fail(absl::StrCat("--port-file: cannot write \"", flags.port_file, "\""));
   }
 

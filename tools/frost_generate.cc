@@ -1,23 +1,18 @@
 // frost-generate: local generation demo on the engine (no server). Streams the completion to
 // stdout as it is produced and prints timings to stderr.
 //
-//   frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N]
-//                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]
-//                  [--dtype fp32|bf16|int8|int4|w8a8] [--kv fp32|fp16|bf16|int8|int4] [--stop STR]...
-//                  (--dtype fp16, a device weight format, is refused: this runs on the CPU)
-//
-// Flags are parsed by the shared parser (client/flags/flags.h): "--flag VALUE" or "--flag=VALUE"; values are
-// checked strictly and a bad one is a usage error (exit 2) naming the flag and the value. -h / --help prints
-// the usage.
+// `frost-generate --help` lists the flags. They are parsed by the flag table below (core/flags/flags.h),
+// which also prints the help: "--flag VALUE" or "--flag=VALUE"; values are checked strictly and a bad one is
+// a usage error (exit 2) naming the flag and the value.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "client/flags/flags.h"
 #include "core/common/device.h"
 #include "core/common/log.h"
+#include "core/flags/flags.h"
 #include "core/generate/generator.h"
 #include "core/model/model_loader.h"
 
@@ -26,7 +21,6 @@ namespace {
 using frost::cli::float_flag;
 using frost::cli::int32_flag;
 using frost::cli::string_flag;
-using frost::cli::switch_flag;
 using frost::cli::uint64_flag;
 
 frost::CancelToken* g_cancel = nullptr;
@@ -34,22 +28,9 @@ void on_signal(int) {
   if (g_cancel) g_cancel->cancel();
 }
 
-constexpr char kUsage[] =
-    "usage: frost-generate [--model builtin:tiny|DIR] [--prompt TEXT] [--max-new-tokens N] "
-    "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--dtype fp32|bf16|int8|int4|w8a8] "
-    "[--kv fp32|fp16|bf16|int8|int4] [--stop STR]...\n";
-
-// A usage error: the message and the usage on stderr, exit 2.
-[[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr, "error: %s\n%s", msg.c_str(), kUsage);
-  std::exit(2);
-}
-
-// -h / --help: the usage on stdout, exit 0.
-[[noreturn]] void help() {
-  std::fputs(kUsage, stdout);
-  std::exit(0);
-}
+// The flag table, for usage errors found after parsing: the message and the help on stderr, exit 2.
+const frost::cli::Command* g_command = nullptr;
+[[noreturn]] void usage(const std::string& msg) { frost::cli::exit_usage_error(*g_command, msg, 2); }
 
 }  // namespace
 
@@ -58,25 +39,42 @@ int main(int argc, char** argv) {
   frost::SamplingParams params;
   params.max_new_tokens = 64;
   int threads = 0;
-  const std::vector<frost::cli::Flag> flags = {
-      string_flag("--model", [&](const std::string& v) { model_path = v; }),
-      string_flag("--prompt", [&](const std::string& v) { prompt = v; }),
-      int32_flag("--max-new-tokens", [&](int32_t v) { params.max_new_tokens = v; }),
-      float_flag("--temperature", [&](float v) { params.temperature = v; }),
-      int32_flag("--top-k", [&](int32_t v) { params.top_k = v; }),
-      float_flag("--top-p", [&](float v) { params.top_p = v; }),
-      uint64_flag("--seed", [&](uint64_t v) { params.seed = v; }),
-      int32_flag("--threads", [&](int32_t v) { threads = v; }),
-      string_flag("--dtype", [&](const std::string& v) { dtype = v; }),
-      string_flag("--kv", [&](const std::string& v) { kv = v; }),
-      string_flag("--stop", [&](const std::string& v) { params.stop.push_back(v); }),
-      switch_flag("--help", help),
-      switch_flag("-h", help),
-  };
-  absl::StatusOr<std::vector<std::string>> positional =
-      frost::cli::parse_flags(std::vector<std::string>(argv + 1, argv + argc), flags);
-  if (!positional.ok()) usage(std::string(positional.status().message()));
-  if (!positional->empty()) usage("unexpected argument '" + positional->front() + "'");
+  frost::cli::Command command;
+  command.name = "frost-generate";
+  command.synopsis = "[flags]";
+  command.description =
+      "Local generation on the engine (no server): streams the completion to stdout as it is produced and "
+      "prints timings to stderr. Ctrl-C stops the generation.";
+  command.flag_groups = {
+      {"flags",
+       {string_flag("--model", [&](const std::string& v) { model_path = v; })
+            .doc("PATH",
+                 "builtin:tiny|builtin:tiny-gpt2|builtin:15m or a Hugging Face directory (default "
+                 "builtin:tiny)"),
+        string_flag("--prompt", [&](const std::string& v) { prompt = v; })
+            .doc("TEXT", "the prompt (default \"Once upon a time\")"),
+        int32_flag("--max-new-tokens", [&](int32_t v) { params.max_new_tokens = v; })
+            .doc("N", "tokens to generate at most (default 64)"),
+        float_flag("--temperature", [&](float v) { params.temperature = v; }).doc("T", "0 = greedy"),
+        int32_flag("--top-k", [&](int32_t v) { params.top_k = v; })
+            .doc("K", "sample among the K likeliest tokens"),
+        float_flag("--top-p", [&](float v) { params.top_p = v; })
+            .doc("P", "nucleus sampling: the smallest set of mass P"),
+        uint64_flag("--seed", [&](uint64_t v) { params.seed = v; }).doc("S", "same seed, same tokens"),
+        int32_flag("--threads", [&](int32_t v) { threads = v; })
+            .doc("N", "intra-op threads (0: the default)"),
+        string_flag("--dtype", [&](const std::string& v) { dtype = v; })
+            .doc("DTYPE", "weight format: " + frost::weight_dtype_choices(false) +
+                              " (default fp32; fp16 is a device format, refused on the CPU)"),
+        string_flag("--kv", [&](const std::string& v) { kv = v; })
+            .doc("CODEC", "KV cache storage: fp32|fp16|bf16|int8|int4 (default fp32)"),
+        string_flag("--stop", [&](const std::string& v) {
+          params.stop.push_back(v);
+        }).doc("STR", "stop string (repeatable)")}}};
+  const std::vector<std::string> positional =
+      frost::cli::parse_or_exit(command, std::vector<std::string>(argv + 1, argv + argc), 2);
+  g_command = &command;
+  if (!positional.empty()) usage("unexpected argument '" + positional.front() + "'");
   if (auto st = frost::apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
   auto codec = frost::parse_kv_codec(kv);
   if (!codec.ok()) usage(std::string(codec.status().message()));

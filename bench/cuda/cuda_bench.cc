@@ -1,8 +1,7 @@
 // frost-cuda-bench: the CUDA decoder's speed on random-weight LLaMA shapes (core/exec/cuda_decoder.h).
 //
-//   frost-cuda-bench [--shape 15m|1b]... [--weights bf16|fp16|fp32] [--kv fp32|fp16|bf16|int8|int4]
-//                    [--batches 1,4,16,64,256] [--context 128] [--steps 32] [--prefill 512] [--repeats 5]
-//                    [--graphs 1|0] [--out FILE]
+//   `frost-cuda-bench --help` lists the flags (cuda_bench_command below: one table parses them and prints
+//   the help, core/flags/flags.h). A usage error exits 2, a failure 1.
 //
 // Per shape: batch-1 decode tokens/s against the bandwidth limit (weight bytes over the measured
 // device-to-device copy rate), batched decode at each batch size (sequences prefilled to --context, then
@@ -22,8 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "bench/bench_util.h"
 #include "core/exec/cuda_decoder.h"
+#include "core/flags/flags.h"
 #include "core/model/builtin_models.h"
 #include "kernels/cuda/check.h"
 
@@ -58,12 +59,6 @@ int64_t n_params(const ModelConfig& c) {
   const int64_t C = c.dim, F = c.ffn_dim;
   const int64_t per_layer = (c.q_dim() + 2 * c.kv_dim()) * C + C * c.q_dim() + 2 * F * C + C * F + 2 * C;
   return c.n_vocab * C * (c.tie_embeddings ? 1 : 2) + per_layer * c.n_layer + C;
-}
-
-KvFormat kv_format(const std::string& n) {
-  for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kBF16, KvFormat::kInt8, KvFormat::kInt4})
-    if (n == frost::cuda::kv_format_name(f)) return f;
-  throw std::invalid_argument("--kv: unknown '" + n + "' (fp32, fp16, bf16, int8, int4)");
 }
 
 double now_s() {
@@ -155,7 +150,8 @@ ordered_json run_shape(const std::string& name, const Args& a, double bw) {
   layout.n_head_kv = static_cast<int>(spec.n_head_kv);
   layout.head_dim = static_cast<int>(spec.head_dim);
   layout.block_tokens = kBlockTokens;
-  m->allocate(layout, n_blocks, max_rows, max_seqs, static_cast<int>((spec.max_pos + kBlockTokens - 1) / kBlockTokens));
+  m->allocate(layout, n_blocks, max_rows, max_seqs,
+              static_cast<int>((spec.max_pos + kBlockTokens - 1) / kBlockTokens));
   const double wbytes = static_cast<double>(m->weight_bytes());
   const double limit = bw * 1e9 / wbytes;
   std::fprintf(stderr, "[%s] %.1f M params, weights %.1f MB, KV pool %.1f MB, batch-1 limit %.0f tok/s\n",
@@ -255,65 +251,92 @@ ordered_json run_shape(const std::string& name, const Args& a, double bw) {
   return js;
 }
 
-// A positive integer flag value, the whole text; else an error naming the flag and the value.
-int positive_int(const std::string& flag, const std::string& text) {
-  size_t used = 0;
-  int v = 0;
-  try {
-    v = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || v <= 0)
-    throw std::invalid_argument(flag + ": '" + text + "' is not a positive integer");
-  return v;
-}
-
-std::vector<int> parse_batches(const std::string& s) {
+// "1,4,16": a list of positive integers, else an error naming --batches and the value.
+absl::Status parse_batches(const std::string& s, std::vector<int>* out) {
   std::vector<int> v;
   std::stringstream ss(s);
   std::string t;
-  while (std::getline(ss, t, ',')) v.push_back(positive_int("--batches", t));
-  if (v.empty()) throw std::invalid_argument("--batches: empty list");
-  return v;
+  while (std::getline(ss, t, ',')) {
+    absl::StatusOr<int32_t> n = frost::cli::parse_int32("--batches", t);
+    if (!n.ok() || *n <= 0) return frost::cli::bad_value("--batches", "a list of positive integers", s);
+    v.push_back(*n);
+  }
+  if (v.empty()) return frost::cli::bad_value("--batches", "a list of positive integers", s);
+  *out = std::move(v);
+  return absl::OkStatus();
+}
+
+frost::cli::Command cuda_bench_command(Args* a) {
+  using frost::cli::int32_flag;
+  using frost::cli::value_flag;
+  frost::cli::Command c;
+  c.name = "frost-cuda-bench";
+  c.synopsis = "[flags]";
+  c.description =
+      "The CUDA decoder's speed on random-weight LLaMA shapes: per shape, batch-1 decode tokens/s against "
+      "the "
+      "bandwidth limit, batched decode at each batch size, prefill tokens/s. JSON on stdout (and --out), a "
+      "table "
+      "on stderr. Needs a GPU.";
+  c.flag_groups = {
+      {"flags",
+       {value_flag("--shape",
+                   [a](const std::string& v) {
+                     if (v != "15m" && v != "1b") return frost::cli::bad_value("--shape", "15m or 1b", v);
+                     a->shapes.push_back(v);
+                     return absl::OkStatus();
+                   })
+            .doc("15m|1b", "a shape to run (repeatable; default both)"),
+        value_flag("--weights",
+                   [a](const std::string& v) {
+                     if (!frost::parse_weight_dtype(v, &a->weights) ||
+                         !frost::weight_dtype_on_device(a->weights))
+                       return frost::cli::bad_value("--weights", frost::weight_dtype_choices(true), v);
+                     return absl::OkStatus();
+                   })
+            .doc("DTYPE", "weight format: " + frost::weight_dtype_choices(true) + " (default bf16)"),
+        value_flag("--kv",
+                   [a](const std::string& v) {
+                     for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kBF16, KvFormat::kInt8,
+                                        KvFormat::kInt4}) {
+                       if (v == frost::cuda::kv_format_name(f)) {
+                         a->kv = f;
+                         return absl::OkStatus();
+                       }
+                     }
+                     return frost::cli::bad_value("--kv", "fp32, fp16, bf16, int8 or int4", v);
+                   })
+            .doc("FORMAT", "KV cache format: fp32|fp16|bf16|int8|int4 (default bf16)"),
+        value_flag("--batches", [a](const std::string& v) { return parse_batches(v, &a->batches); })
+            .doc("B,B,...", "batch sizes of the batched decode (default 1,4,16,64,256)"),
+        int32_flag("--context", 1, [a](int32_t v) { a->context = v; })
+            .doc("N", "tokens each sequence is prefilled to before the decode steps (default 128)"),
+        int32_flag("--steps", 1, [a](int32_t v) { a->steps = v; })
+            .doc("N", "greedy decode steps timed (default 32)"),
+        int32_flag("--prefill", 1, [a](int32_t v) { a->prefill = v; })
+            .doc("N", "tokens of the prefill prompt (default 512)"),
+        int32_flag("--repeats", 1, [a](int32_t v) { a->repeats = v; })
+            .doc("N", "runs to take the median of (default 5)"),
+        frost::cli::string_flag("--graphs", [a](const std::string& v) { a->graphs = v != "0"; })
+            .doc("1|0", "capture each step in a CUDA graph (default 1)"),
+        frost::cli::string_flag("--out", [a](const std::string& v) {
+          a->out = v;
+        }).doc("FILE", "also write the JSON there")}}};
+  return c;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  Args a;
+  const std::vector<std::string> positional =
+      frost::cli::parse_or_exit(cuda_bench_command(&a), std::vector<std::string>(argv + 1, argv + argc), 2);
+  if (!positional.empty()) {
+    Args scratch;
+    frost::cli::exit_usage_error(cuda_bench_command(&scratch),
+                                 "unexpected argument '" + positional.front() + "'", 2);
+  }
   try {
-    Args a;
-    for (int i = 1; i < argc; ++i) {
-      const std::string k = argv[i];
-      auto val = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::invalid_argument(k + ": needs a value");
-        return argv[++i];
-      };
-      if (k == "--shape")
-        a.shapes.push_back(val());
-      else if (k == "--weights") {
-        const std::string v = val();
-        if (!frost::parse_weight_dtype(v, &a.weights) || !frost::weight_dtype_on_device(a.weights))
-          throw std::invalid_argument("--weights: '" + v + "' (" + frost::weight_dtype_choices(true) + ")");
-      } else if (k == "--kv")
-        a.kv = kv_format(val());
-      else if (k == "--batches")
-        a.batches = parse_batches(val());
-      else if (k == "--context")
-        a.context = positive_int(k, val());
-      else if (k == "--steps")
-        a.steps = positive_int(k, val());
-      else if (k == "--prefill")
-        a.prefill = positive_int(k, val());
-      else if (k == "--repeats")
-        a.repeats = positive_int(k, val());
-      else if (k == "--graphs")
-        a.graphs = val() != "0";
-      else if (k == "--out")
-        a.out = val();
-      else
-        throw std::invalid_argument("unknown flag " + k);
-    }
     if (a.shapes.empty()) a.shapes = {"15m", "1b"};
     cudaDeviceProp prop{};
     FROST_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -21,20 +21,6 @@
 
 namespace frost::ctl {
 
-const char kArtifactsUsage[] =
-    "usage: frostctl artifacts SUBCOMMAND [flags]\n"
-    "  list [--kind K] [--json]    the artifact registry as a table (NAME ACTIVE BYTES DEVICE_BYTES\n"
-    "                              JOB BACKBONE CREATED); --json: one JSON line per artifact\n"
-    "  activate NAME [--json]      load, verify and activate NAME (e.g. prototype/3); requests in\n"
-    "                              flight finish on the previous version\n"
-    "  delete NAME                 delete NAME (the active artifact is refused)\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 10; activate: 120)  --token-file PATH\n";
-
-const char kServerInfoUsage[] =
-    "usage: frostctl server-info [flags]\n"
-    "  --json                    print the ServerInfo message as a JSON line\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 10)  --token-file PATH\n";
-
 namespace {
 
 // Deadline of ActivateArtifact: it loads and verifies the artifact before it answers.
@@ -42,17 +28,34 @@ constexpr double kActivateTimeoutS = 120;
 
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
+// `artifacts` before its subcommand: the common flags and the list of subcommands.
+cli::Command artifacts_command(CommonOptions* common) {
+  cli::Command c =
+      make_command("artifacts", "[common flags] SUBCOMMAND [flags] ARGS",
+                   "The artifact registry (the Admin service).", {}, common, "10; activate: 120");
+  c.commands = {{"list", "the registry as a table"},
+                {"activate NAME", "load, verify and activate NAME (e.g. prototype/3)"},
+                {"delete NAME", "delete NAME (the active artifact is refused)"}};
+  c.footer = "`frostctl artifacts SUBCOMMAND --help` lists a subcommand's flags.";
+  return c;
+}
+
 int run_list(const std::vector<std::string>& args, CommonOptions common) {
   frost::v1::ListArtifactsRequest request;
   bool json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  flags.push_back(string_flag("--kind", [&request](const std::string& v) { request.set_kind(v); }));
-  flags.push_back(switch_flag("--json", [&json] { json = true; }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kArtifactsUsage);
+  const cli::Command command =
+      make_command("artifacts list", "[flags]",
+                   "The artifact registry as a table (NAME ACTIVE BYTES DEVICE_BYTES JOB BACKBONE CREATED).",
+                   {string_flag("--kind", [&request](const std::string& v) { request.set_kind(v); })
+                        .doc("KIND", "only artifacts of this kind (prototype, kv_repair, kvsplice)"),
+                    switch_flag("--json", [&json] { json = true; }).doc("one JSON line per artifact")},
+                   &common, "10");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (!positional->empty()) {
     return report_usage_error(
-        absl::StrCat("artifacts list: unexpected argument \"", positional->front(), "\""), kArtifactsUsage);
+        absl::StrCat("artifacts list: unexpected argument \"", positional->front(), "\""), command);
   }
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
@@ -82,14 +85,25 @@ int run_list(const std::vector<std::string>& args, CommonOptions common) {
 int run_activate_or_delete(const std::vector<std::string>& args, CommonOptions common, bool activate) {
   const char* subcommand = activate ? "activate" : "delete";
   bool json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  if (activate) flags.push_back(switch_flag("--json", [&json] { json = true; }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kArtifactsUsage);
+  std::vector<Flag> own;
+  if (activate)
+    own.push_back(switch_flag("--json", [&json] { json = true; }).doc("print the Artifact as a JSON line"));
+  const cli::Command command =
+      activate
+          ? make_command("artifacts activate", "[flags] NAME",
+                         "Loads, verifies and activates the artifact NAME (e.g. prototype/3); requests in "
+                         "flight finish on the previous version.",
+                         std::move(own), &common, "120")
+          : make_command("artifacts delete", "[flags] NAME",
+                         "Deletes the artifact NAME (the active artifact is refused).", std::move(own),
+                         &common, "10");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (positional->size() != 1 || positional->front().empty()) {
     return report_usage_error(absl::StrCat("artifacts ", subcommand,
                                            ": expected one artifact NAME argument, got ", positional->size()),
-                              kArtifactsUsage);
+                              command);
   }
   const std::string& name = positional->front();
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
@@ -124,33 +138,29 @@ int run_activate_or_delete(const std::vector<std::string>& args, CommonOptions c
 
 int run_artifacts(const std::vector<std::string>& args, CommonOptions common) {
   int exit_code = kExitOk;
-  const std::optional<Subcommand> sub =
-      parse_subcommand(args, "artifacts", kArtifactsUsage, &common, &exit_code);
+  const cli::Command group = artifacts_command(&common);
+  const std::optional<Subcommand> sub = parse_subcommand(args, group, &exit_code);
   if (!sub) return exit_code;
-  if (wants_help(sub->args)) {
-    std::fputs(kArtifactsUsage, stdout);
-    return kExitOk;
-  }
   if (sub->name == "list") return run_list(sub->args, common);
   if (sub->name == "activate") return run_activate_or_delete(sub->args, common, /*activate=*/true);
   if (sub->name == "delete") return run_activate_or_delete(sub->args, common, /*activate=*/false);
-  return report_usage_error(absl::StrCat("artifacts: unknown subcommand \"", sub->name, "\""),
-                            kArtifactsUsage);
+  return report_usage_error(absl::StrCat("artifacts: unknown subcommand \"", sub->name, "\""), group);
 }
 
 int run_server_info(const std::vector<std::string>& args, CommonOptions common) {
-  if (wants_help(args)) {
-    std::fputs(kServerInfoUsage, stdout);
-    return kExitOk;
-  }
   bool json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  flags.push_back(switch_flag("--json", [&json] { json = true; }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kServerInfoUsage);
+  const cli::Command command = make_command(
+      "server-info", "[flags]",
+      "Prints the server's version, model, device, store bytes, active artifacts and job counts "
+      "(Admin.GetServerInfo).",
+      {switch_flag("--json", [&json] { json = true; }).doc("print the ServerInfo message as a JSON line")},
+      &common, "10");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (!positional->empty()) {
     return report_usage_error(absl::StrCat("server-info: unexpected argument \"", positional->front(), "\""),
-                              kServerInfoUsage);
+                              command);
   }
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 

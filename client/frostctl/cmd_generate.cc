@@ -20,33 +20,6 @@
 
 namespace frost::ctl {
 
-const char kGenerateUsage[] =
-    "usage: frostctl generate [flags] --prompt TEXT   (or PROMPT as the last "
-    "argument; \"-\" reads stdin)\n"
-    "  --prompt TEXT             the prompt\n"
-    "  --max-tokens N            tokens to generate at most (alias: "
-    "--max-new-tokens)\n"
-    "  --temperature T           0 = greedy\n"
-    "  --top-k K  --top-p P  --min-p P\n"
-    "  --repetition-penalty R  --presence-penalty X  --frequency-penalty X\n"
-    "  --seed S                  same seed, same tokens\n"
-    "  --stop STR                stop string (repeatable)\n"
-    "  --stop-token-id ID        stop token id (repeatable)\n"
-    "  --ignore-eos              keep generating after EOS\n"
-    "  --logprobs N              per-token logprobs with N alternatives to "
-    "stderr (0: sampled only)\n"
-    "  --kv-codec fp32|fp16|bf16|int8|int4|kvsplice\n"
-    "                                   KV cache storage for this request (kvsplice: the server's\n"
-    "                                   active KVSplice, a learned low-rank latent)\n"
-    "  --kv-repair auto|on|off          KV repair for this request (default auto: when the active\n"
-    "                                   operator matches the codec)\n"
-    "  --no-bos                  do not prepend BOS to the prompt\n"
-    "  --request-id ID           id shown in the server's logs\n"
-    "  --json                    print each response message as a JSON line "
-    "instead\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default: no deadline)  --token-file PATH\n"
-    "Unset sampling flags mean the server's defaults.\n";
-
 namespace {
 
 // Parsed command line: the request, filled with only the fields the user gave, and how to print the stream.
@@ -57,50 +30,70 @@ struct GenerateOptions {
   std::optional<std::string> prompt;  // --prompt
 };
 
-std::vector<Flag> generate_flags(GenerateOptions* o, CommonOptions* common) {
+cli::Command generate_command(GenerateOptions* o, CommonOptions* common) {
   frost::v1::GenerateRequest* req = &o->request;
   frost::v1::SamplingParams* sp = req->mutable_sampling();
-  std::vector<Flag> flags = common_flags(common);
   std::vector<Flag> own = {
-      string_flag("--prompt", [o](const std::string& v) { o->prompt = v; }),
-      int32_flag("--max-tokens", [sp](int32_t v) { sp->set_max_new_tokens(v); }),
-      int32_flag("--max-new-tokens", [sp](int32_t v) { sp->set_max_new_tokens(v); }),
-      float_flag("--temperature", [sp](float v) { sp->set_temperature(v); }),
-      int32_flag("--top-k", [sp](int32_t v) { sp->set_top_k(v); }),
-      float_flag("--top-p", [sp](float v) { sp->set_top_p(v); }),
-      float_flag("--min-p", [sp](float v) { sp->set_min_p(v); }),
-      float_flag("--repetition-penalty", [sp](float v) { sp->set_repetition_penalty(v); }),
-      float_flag("--presence-penalty", [sp](float v) { sp->set_presence_penalty(v); }),
-      float_flag("--frequency-penalty", [sp](float v) { sp->set_frequency_penalty(v); }),
-      uint64_flag("--seed", [sp](uint64_t v) { sp->set_seed(v); }),
-      string_flag("--stop", [sp](const std::string& v) { sp->add_stop(v); }),
-      int32_flag("--stop-token-id", [sp](int32_t v) { sp->add_stop_token_ids(v); }),
-      switch_flag("--ignore-eos", [sp] { sp->set_ignore_eos(true); }),
+      string_flag("--prompt", [o](const std::string& v) { o->prompt = v; }).doc("TEXT", "the prompt"),
+      int32_flag("--max-tokens", [sp](int32_t v) { sp->set_max_new_tokens(v); })
+          .doc("N", "tokens to generate at most"),
+      int32_flag("--max-new-tokens", [sp](int32_t v) { sp->set_max_new_tokens(v); })
+          .doc("N", "alias of --max-tokens"),
+      float_flag("--temperature", [sp](float v) { sp->set_temperature(v); }).doc("T", "0 = greedy"),
+      int32_flag("--top-k", [sp](int32_t v) { sp->set_top_k(v); })
+          .doc("K", "sample among the K likeliest tokens"),
+      float_flag("--top-p", [sp](float v) { sp->set_top_p(v); })
+          .doc("P", "nucleus sampling: the smallest set of probability mass P"),
+      float_flag("--min-p", [sp](float v) { sp->set_min_p(v); })
+          .doc("P", "drop tokens less likely than P times the likeliest"),
+      float_flag("--repetition-penalty", [sp](float v) { sp->set_repetition_penalty(v); })
+          .doc("R", "divide the logits of tokens already seen by R (1 = off)"),
+      float_flag("--presence-penalty", [sp](float v) { sp->set_presence_penalty(v); })
+          .doc("X", "subtract X from the logits of tokens already generated"),
+      float_flag("--frequency-penalty", [sp](float v) { sp->set_frequency_penalty(v); })
+          .doc("X", "subtract X per earlier occurrence of a generated token"),
+      uint64_flag("--seed", [sp](uint64_t v) { sp->set_seed(v); }).doc("S", "same seed, same tokens"),
+      string_flag("--stop", [sp](const std::string& v) { sp->add_stop(v); })
+          .doc("STR", "stop string (repeatable)"),
+      int32_flag("--stop-token-id", [sp](int32_t v) { sp->add_stop_token_ids(v); })
+          .doc("ID", "stop token id (repeatable)"),
+      switch_flag("--ignore-eos", [sp] { sp->set_ignore_eos(true); }).doc("keep generating after EOS"),
       int32_flag("--logprobs",
                  [sp, o](int32_t v) {
                    sp->set_logprobs(v);
                    o->print_logprobs = true;
-                 }),
-      string_flag("--kv-codec", [req](const std::string& v) { req->mutable_kv()->set_codec(v); }),
-      Flag{"--kv-repair", true,
-           [req](const std::string& v) {
-             if (v == "auto")
-               req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_AUTO);
-             else if (v == "on")
-               req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_ON);
-             else if (v == "off")
-               req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_OFF);
-             else
-               return absl::InvalidArgumentError(
-                   absl::StrCat("--kv-repair: \"", v, "\" (expected auto|on|off)"));
-             return absl::OkStatus();
-           }},
-      switch_flag("--no-bos", [req] { req->set_add_bos(false); }),
-      string_flag("--request-id", [req](const std::string& v) { req->set_request_id(v); }),
-      switch_flag("--json", [o] { o->json = true; }),
+                 })
+          .doc("N", "per-token logprobs with N alternatives to stderr (0: the sampled token only)"),
+      string_flag("--kv-codec", [req](const std::string& v) { req->mutable_kv()->set_codec(v); })
+          .doc("CODEC",
+               "KV cache storage for this request: fp32|fp16|bf16|int8|int4|kvsplice (kvsplice: the server's "
+               "active KVSplice, a learned low-rank latent)"),
+      value_flag("--kv-repair",
+                 [req](const std::string& v) {
+                   if (v == "auto")
+                     req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_AUTO);
+                   else if (v == "on")
+                     req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_ON);
+                   else if (v == "off")
+                     req->mutable_kv()->set_repair(frost::v1::KV_REPAIR_MODE_OFF);
+                   else
+                     return absl::InvalidArgumentError(
+                         absl::StrCat("--kv-repair: \"", v, "\" (expected auto|on|off)"));
+                   return absl::OkStatus();
+                 })
+          .doc("auto|on|off",
+               "KV repair for this request (default auto: when the active operator matches the codec)"),
+      switch_flag("--no-bos", [req] { req->set_add_bos(false); }).doc("do not prepend BOS to the prompt"),
+      string_flag("--request-id", [req](const std::string& v) { req->set_request_id(v); })
+          .doc("ID", "id shown in the server's logs"),
+      switch_flag("--json", [o] { o->json = true; })
+          .doc("print each response message as a JSON line instead"),
   };
-  flags.insert(flags.end(), own.begin(), own.end());
-  return flags;
+  return make_command(
+      "generate", "[flags] --prompt TEXT\n[flags] PROMPT",
+      "Streams a completion to stdout (Generation.Generate); logprobs and the summary line go to "
+      "stderr. A PROMPT of \"-\" reads stdin. Unset sampling flags mean the server's defaults.",
+      std::move(own), common, "none");
 }
 
 // One stderr line per token: the sampled id and logprob, then the alternatives.
@@ -142,23 +135,21 @@ void print_summary(const frost::v1::Final& final) {
 }  // namespace
 
 int run_generate(const std::vector<std::string>& args, CommonOptions common) {
-  if (wants_help(args)) {
-    std::fputs(kGenerateUsage, stdout);
-    return kExitOk;
-  }
   GenerateOptions o;
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, generate_flags(&o, &common));
-  if (!positional.ok()) return report_usage_error(positional.status(), kGenerateUsage);
+  const cli::Command command = generate_command(&o, &common);
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (o.prompt.has_value() && !positional->empty()) {
     return report_usage_error(
         "generate: give the prompt either with --prompt "
         "or as an argument, not both",
-        kGenerateUsage);
+        command);
   }
   if (!o.prompt.has_value() && positional->size() != 1) {
     return report_usage_error(absl::StrCat("generate: expected --prompt TEXT or one PROMPT argument, got ",
                                            positional->size(), " arguments"),
-                              kGenerateUsage);
+                              command);
   }
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
   const std::string prompt = o.prompt.has_value() ? *o.prompt : positional->front();

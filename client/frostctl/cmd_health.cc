@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,30 +17,22 @@
 
 namespace frost::ctl {
 
-const char kHealthUsage[] =
-    "usage: frostctl health [flags]\n"
-    "  --service NAME            e.g. frost.v1.Generation (default \"\": the "
-    "whole server)\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 10)  --token-file PATH\n"
-    "Exit 0 when SERVING, 3 for any other status, 2 when the check fails (e.g. "
-    "NOT_FOUND\n"
-    "for a service the server does not know, UNAVAILABLE when nothing "
-    "listens).\n";
-
 int run_health(const std::vector<std::string>& args, CommonOptions common) {
   using grpc::health::v1::HealthCheckResponse;
-  if (wants_help(args)) {
-    std::fputs(kHealthUsage, stdout);
-    return kExitOk;
-  }
   grpc::health::v1::HealthCheckRequest request;
-  std::vector<Flag> flags = common_flags(&common);
-  flags.push_back(string_flag("--service", [&request](const std::string& v) { request.set_service(v); }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kHealthUsage);
+  const cli::Command command = make_command(
+      "health", "[flags]", "Asks grpc.health.v1.Health/Check and prints the serving status.",
+      {string_flag("--service", [&request](const std::string& v) { request.set_service(v); })
+           .doc("NAME", "e.g. frost.v1.Generation (default \"\": the whole server)")},
+      &common, "10",
+      "Exit 0 when SERVING, 3 for any other status, 2 when the check fails (e.g. NOT_FOUND for a service the "
+      "server does not know, UNAVAILABLE when nothing listens).");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (!positional->empty()) {
     return report_usage_error(absl::StrCat("health: unexpected argument \"", positional->front(), "\""),
-                              kHealthUsage);
+                              command);
   }
 
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,24 +15,18 @@
 
 namespace frost::ctl {
 
-const char kInfoUsage[] =
-    "usage: frostctl info [flags]\n"
-    "  --json                    print the ModelInfo message as a JSON line\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 10)  --token-file PATH\n";
-
 int run_info(const std::vector<std::string>& args, CommonOptions common) {
-  if (wants_help(args)) {
-    std::fputs(kInfoUsage, stdout);
-    return kExitOk;
-  }
   bool json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  flags.push_back(switch_flag("--json", [&json] { json = true; }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kInfoUsage);
+  const cli::Command command = make_command(
+      "info", "[flags]", "Prints the served model's description (Generation.GetModelInfo), one field a line.",
+      {switch_flag("--json", [&json] { json = true; }).doc("print the ModelInfo message as a JSON line")},
+      &common, "10");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (!positional->empty()) {
     return report_usage_error(absl::StrCat("info: unexpected argument \"", positional->front(), "\""),
-                              kInfoUsage);
+                              command);
   }
 
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
@@ -56,7 +51,8 @@ int run_info(const std::vector<std::string>& args, CommonOptions common) {
               static_cast<double>(info.weight_bytes()) / (1 << 20));
   std::printf("device: %s (%s)\n", info.device().c_str(), info.device_name().c_str());
   if (info.device_bytes() > 0)
-    std::printf("device_bytes: %lld (%.1f MiB: weights and KV pool)\n", static_cast<long long>(info.device_bytes()),
+    std::printf("device_bytes: %lld (%.1f MiB: weights and KV pool)\n",
+                static_cast<long long>(info.device_bytes()),
                 static_cast<double>(info.device_bytes()) / (1 << 20));
   std::printf("kernels: %s\n", info.kernels().c_str());
   std::printf("kv_codec: %s\n", info.kv_codec().c_str());

@@ -25,22 +25,6 @@
 
 namespace frost::ctl {
 
-const char kJobsUsage[] =
-    "usage: frostctl jobs SUBCOMMAND [flags]\n"
-    "  list [--state S]... [--kind K] [--page-size N] [--page-token T] [--all] [--json]\n"
-    "                        jobs, newest first, as a table (ID KIND STATE STAGE EPOCH STEP LOSS\n"
-    "                        ARTIFACT CREATED); S: queued, running, succeeded, failed, cancelled,\n"
-    "                        interrupted (any case; repeatable or comma-separated); --all follows\n"
-    "                        every page; --json prints one JSON line per job\n"
-    "  get ID [--json]       the job, one \"key: value\" line per field\n"
-    "  cancel ID [--json]    cancel the job; prints the state it is in afterwards (a running job\n"
-    "                        stops at its next step)\n"
-    "  watch ID [--json]     follow the job until it ends: a live progress line on a terminal, one\n"
-    "                        line per event otherwise (--json: one JobEvent JSON line per event)\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 10; watch: none)  --token-file PATH\n"
-    "`watch` exits 0 when the job SUCCEEDED, 4 when it ended FAILED, CANCELLED or INTERRUPTED\n"
-    "(the reason on stderr), 2 when the call fails.\n";
-
 namespace {
 
 using frost::v1::Job;
@@ -112,43 +96,77 @@ std::vector<std::string> job_row(const Job& job) {
 }
 
 // Parses the one ID argument of get / cancel / watch; a usage error otherwise.
-std::optional<std::string> one_id(const char* subcommand, const std::vector<std::string>& positional,
+std::optional<std::string> one_id(const cli::Command& command, const std::vector<std::string>& positional,
                                   int* exit_code) {
   if (positional.size() == 1 && !positional.front().empty()) return positional.front();
-  *exit_code = report_usage_error(
-      absl::StrCat("jobs ", subcommand, ": expected one job ID argument, got ", positional.size()),
-      kJobsUsage);
+  *exit_code = report_usage_error(absl::StrCat(command.name.substr(sizeof("frostctl")),
+                                               ": expected one job ID argument, got ", positional.size()),
+                                  command);
   return std::nullopt;
+}
+
+// `jobs` before its subcommand: the common flags and the list of subcommands.
+cli::Command jobs_command(CommonOptions* common) {
+  cli::Command c = make_command("jobs", "[common flags] SUBCOMMAND [flags] ARGS",
+                                "Lists, shows, cancels or follows training jobs (the Training service).", {},
+                                common, "10; watch: none");
+  c.commands = {{"list", "jobs, newest first, as a table"},
+                {"get ID", "the job, one \"key: value\" line per field"},
+                {"cancel ID", "cancel the job; prints the state it is in afterwards"},
+                {"watch ID", "follow the job until it ends"}};
+  c.footer =
+      "`frostctl jobs SUBCOMMAND --help` lists a subcommand's flags. `watch` exits 0 when the job SUCCEEDED, "
+      "4 "
+      "when it ended FAILED, CANCELLED or INTERRUPTED (the reason on stderr), 2 when the call fails.";
+  return c;
+}
+
+Flag json_flag(bool* json, const char* what) {
+  return switch_flag("--json", [json] { *json = true; }).doc(what);
 }
 
 int run_list(const std::vector<std::string>& args, CommonOptions common) {
   frost::v1::ListJobsRequest request;
   bool all = false;
   bool json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  flags.push_back(Flag{"--state", true, [&request](const std::string& v) {
-                         for (absl::string_view name : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
-                           absl::StatusOr<frost::v1::JobState> state =
-                               parse_job_state(std::string(absl::StripAsciiWhitespace(name)));
-                           if (!state.ok()) {
-                             return absl::InvalidArgumentError(
-                                 absl::StrCat("--state: ", state.status().message()));
-                           }
-                           request.add_states(*state);
-                         }
-                         return absl::OkStatus();
-                       }});
-  flags.push_back(string_flag("--kind", [&request](const std::string& v) { request.set_kind(v); }));
-  flags.push_back(int32_flag("--page-size", [&request](int32_t v) { request.set_page_size(v); }));
-  flags.push_back(
-      string_flag("--page-token", [&request](const std::string& v) { request.set_page_token(v); }));
-  flags.push_back(switch_flag("--all", [&all] { all = true; }));
-  flags.push_back(switch_flag("--json", [&json] { json = true; }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kJobsUsage);
+  std::vector<Flag> flags;
+  flags.push_back(value_flag("--state",
+                             [&request](const std::string& v) {
+                               for (absl::string_view name : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
+                                 absl::StatusOr<frost::v1::JobState> state =
+                                     parse_job_state(std::string(absl::StripAsciiWhitespace(name)));
+                                 if (!state.ok()) {
+                                   return absl::InvalidArgumentError(
+                                       absl::StrCat("--state: ", state.status().message()));
+                                 }
+                                 request.add_states(*state);
+                               }
+                               return absl::OkStatus();
+                             })
+                      .doc("S",
+                           "only jobs in state S: queued, running, succeeded, failed, cancelled, interrupted "
+                           "(any case; repeatable or comma-separated)"));
+  flags.push_back(string_flag("--kind", [&request](const std::string& v) {
+                    request.set_kind(v);
+                  }).doc("K", "only jobs of kind K (prototype, kv_repair, kvsplice)"));
+  flags.push_back(int32_flag("--page-size", [&request](int32_t v) {
+                    request.set_page_size(v);
+                  }).doc("N", "jobs per page (server default)"));
+  flags.push_back(string_flag("--page-token", [&request](const std::string& v) {
+                    request.set_page_token(v);
+                  }).doc("T", "the page to start at (printed when there are more)"));
+  flags.push_back(switch_flag("--all", [&all] { all = true; }).doc("follow every page"));
+  flags.push_back(json_flag(&json, "print one JSON line per job"));
+  const cli::Command command =
+      make_command("jobs list", "[flags]",
+                   "Jobs, newest first, as a table (ID KIND STATE STAGE EPOCH STEP LOSS ARTIFACT CREATED).",
+                   std::move(flags), &common, "10");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (!positional->empty()) {
     return report_usage_error(absl::StrCat("jobs list: unexpected argument \"", positional->front(), "\""),
-                              kJobsUsage);
+                              command);
   }
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
@@ -219,14 +237,19 @@ void print_job(const Job& job) {
 
 // get and cancel: one unary call answered by a Job.
 int run_get_or_cancel(const std::vector<std::string>& args, CommonOptions common, bool cancel) {
-  const char* subcommand = cancel ? "cancel" : "get";
   bool json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  flags.push_back(switch_flag("--json", [&json] { json = true; }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kJobsUsage);
-  int exit_code = kExitUsage;
-  const std::optional<std::string> id = one_id(subcommand, *positional, &exit_code);
+  const cli::Command command =
+      cancel ? make_command(
+                   "jobs cancel", "[flags] ID",
+                   "Cancels the job and prints the state it is in afterwards (a running job stops at its "
+                   "next step).",
+                   {json_flag(&json, "print the Job as a JSON line")}, &common, "10")
+             : make_command("jobs get", "[flags] ID", "Prints the job, one \"key: value\" line per field.",
+                            {json_flag(&json, "print the Job as a JSON line")}, &common, "10");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
+  const std::optional<std::string> id = one_id(command, *positional, &exit_code);
   if (!id) return exit_code;
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
@@ -262,12 +285,17 @@ int run_get_or_cancel(const std::vector<std::string>& args, CommonOptions common
 
 int run_watch(const std::vector<std::string>& args, CommonOptions common) {
   bool json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  flags.push_back(switch_flag("--json", [&json] { json = true; }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kJobsUsage);
-  int exit_code = kExitUsage;
-  const std::optional<std::string> id = one_id("watch", *positional, &exit_code);
+  const cli::Command command = make_command(
+      "jobs watch", "[flags] ID",
+      "Follows the job until it ends: a live progress line on a terminal, one line per event otherwise.",
+      {json_flag(&json, "one JobEvent JSON line per event")}, &common, "none",
+      "Exit 0 when the job SUCCEEDED, 4 when it ended FAILED, CANCELLED or INTERRUPTED (the reason on "
+      "stderr), "
+      "2 when the call fails.");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
+  const std::optional<std::string> id = one_id(command, *positional, &exit_code);
   if (!id) return exit_code;
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
   return watch_job(make_channel(common), *id, common, json);
@@ -323,17 +351,14 @@ int watch_job(const std::shared_ptr<grpc::Channel>& channel, const std::string& 
 
 int run_jobs(const std::vector<std::string>& args, CommonOptions common) {
   int exit_code = kExitOk;
-  const std::optional<Subcommand> sub = parse_subcommand(args, "jobs", kJobsUsage, &common, &exit_code);
+  const cli::Command group = jobs_command(&common);
+  const std::optional<Subcommand> sub = parse_subcommand(args, group, &exit_code);
   if (!sub) return exit_code;
-  if (wants_help(sub->args)) {
-    std::fputs(kJobsUsage, stdout);
-    return kExitOk;
-  }
   if (sub->name == "list") return run_list(sub->args, common);
   if (sub->name == "get") return run_get_or_cancel(sub->args, common, /*cancel=*/false);
   if (sub->name == "cancel") return run_get_or_cancel(sub->args, common, /*cancel=*/true);
   if (sub->name == "watch") return run_watch(sub->args, common);
-  return report_usage_error(absl::StrCat("jobs: unknown subcommand \"", sub->name, "\""), kJobsUsage);
+  return report_usage_error(absl::StrCat("jobs: unknown subcommand \"", sub->name, "\""), group);
 }
 
 }  // namespace frost::ctl

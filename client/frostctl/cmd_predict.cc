@@ -19,14 +19,6 @@
 
 namespace frost::ctl {
 
-const char kPredictUsage[] =
-    "usage: frostctl predict [flags] TEXT...     (a TEXT of \"-\" reads stdin as one text)\n"
-    "  --file PATH               one text per line (blank lines skipped; \"-\" reads stdin), instead\n"
-    "                            of TEXT arguments\n"
-    "  --top-k N                 prototypes shown per text (server default 3)\n"
-    "  --json                    print the PredictResponse as a JSON line\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 60)  --token-file PATH\n";
-
 namespace {
 
 // Deadline of Predict: a request may hold many texts.
@@ -61,28 +53,31 @@ void print_result(const std::string& text, const frost::v1::PredictionResult& r,
 }  // namespace
 
 int run_predict(const std::vector<std::string>& args, CommonOptions common) {
-  if (wants_help(args)) {
-    std::fputs(kPredictUsage, stdout);
-    return kExitOk;
-  }
   frost::v1::PredictRequest request;
   std::optional<std::string> file;
   bool json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  flags.push_back(string_flag("--file", [&file](const std::string& v) { file = v; }));
-  flags.push_back(int32_flag("--top-k", [&request](int32_t v) { request.set_top_k(v); }));
-  flags.push_back(switch_flag("--json", [&json] { json = true; }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kPredictUsage);
+  const cli::Command command = make_command(
+      "predict", "[flags] TEXT...\n[flags] --file PATH",
+      "Predicts a value per text (Prediction.Predict), with the prototypes that explain it. A TEXT of \"-\" "
+      "reads stdin as one text.",
+      {string_flag("--file", [&file](const std::string& v) { file = v; })
+           .doc("PATH",
+                "one text per line (blank lines skipped; \"-\" reads stdin), instead of TEXT arguments"),
+       int32_flag("--top-k", [&request](int32_t v) { request.set_top_k(v); })
+           .doc("N", "prototypes shown per text (server default 3)"),
+       switch_flag("--json", [&json] { json = true; }).doc("print the PredictResponse as a JSON line")},
+      &common, "60");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (file && !positional->empty()) {
     return report_usage_error("predict: give the texts either with --file or as arguments, not both",
-                              kPredictUsage);
+                              command);
   }
-  if (!file && positional->empty()) return report_usage_error("predict: no TEXT given", kPredictUsage);
+  if (!file && positional->empty()) return report_usage_error("predict: no TEXT given", command);
   int stdin_uses = file == "-" ? 1 : 0;
   for (const std::string& arg : *positional) stdin_uses += arg == "-" ? 1 : 0;
-  if (stdin_uses > 1)
-    return report_usage_error("predict: stdin (\"-\") can be read only once", kPredictUsage);
+  if (stdin_uses > 1) return report_usage_error("predict: stdin (\"-\") can be read only once", command);
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
 
   std::vector<std::string> texts;

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,27 +16,20 @@
 
 namespace frost::ctl {
 
-const char kTokenizeUsage[] =
-    "usage: frostctl tokenize [flags] TEXT      (TEXT \"-\" reads stdin)\n"
-    "  --no-bos                  do not prepend BOS\n"
-    "  --json                    print the response as a JSON line\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 10)  --token-file PATH\n";
-
 int run_tokenize(const std::vector<std::string>& args, CommonOptions common) {
-  if (wants_help(args)) {
-    std::fputs(kTokenizeUsage, stdout);
-    return kExitOk;
-  }
   frost::v1::TokenizeRequest request;
   bool json = false;
-  std::vector<Flag> flags = common_flags(&common);
-  flags.push_back(switch_flag("--no-bos", [&request] { request.set_add_bos(false); }));
-  flags.push_back(switch_flag("--json", [&json] { json = true; }));
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kTokenizeUsage);
+  const cli::Command command = make_command(
+      "tokenize", "[flags] TEXT", "Prints the token ids of TEXT on one line (TEXT \"-\" reads stdin).",
+      {switch_flag("--no-bos", [&request] { request.set_add_bos(false); }).doc("do not prepend BOS"),
+       switch_flag("--json", [&json] { json = true; }).doc("print the response as a JSON line")},
+      &common, "10");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (positional->size() != 1) {
     return report_usage_error(absl::StrCat("tokenize: expected one TEXT argument, got ", positional->size()),
-                              kTokenizeUsage);
+                              command);
   }
   request.set_text(positional->front() == "-" ? read_stdin() : positional->front());
 

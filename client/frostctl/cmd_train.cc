@@ -20,51 +20,6 @@
 
 namespace frost::ctl {
 
-const char kTrainUsage[] =
-    "usage: frostctl train submit prototype (--data PATH | --inline-jsonl FILE) [flags]\n"
-    "  --data PATH               training JSONL on the server, under its jobs.data_root\n"
-    "  --inline-jsonl FILE       local JSONL file sent with the request, one\n"
-    "                            {\"text\": ..., \"label\": ..., \"id\": ...} object per line (id optional)\n"
-    "  --test PATH               held-out JSONL on the server (default: --holdout of the training rows)\n"
-    "  --holdout F               held-out fraction in [0, 0.5]; 0 = no evaluation (server default 0.1)\n"
-    "  --label-min A --label-max B\n"
-    "                            label bounds, both or neither (default: meta.json beside --data)\n"
-    "  --set KEY=VALUE           prototype config override (repeatable)\n"
-    "  --priority N              in [-100, 100]; higher runs first (default 0)\n"
-    "  --idempotency-key K       a retried submit with the same key returns the first job\n"
-    "  --activate                activate the artifact when the job succeeds\n"
-    "  --watch                   then follow the job like `frostctl jobs watch` (exit 4 unless it\n"
-    "                            succeeds)\n"
-    "  --json                    print the Job as a JSON line instead of its id (with --watch, then\n"
-    "                            one JobEvent JSON line per event)\n"
-    "  --addr HOST:PORT  --timeout SECONDS (default 60; --watch: none)  --token-file PATH\n"
-    "\n"
-    "       frostctl train submit kv-repair [--data PATH] [flags]\n"
-    "  --data PATH               calibration text on the server: JSONL, one {\"text\": ...} per line\n"
-    "                            (alias --calib; optional with --set self_sample_windows=N)\n"
-    "  --test PATH               held-out JSONL on the server (default: text sampled from the model)\n"
-    "  --calib-windows N --eval-windows N\n"
-    "                            windows of `window` tokens to train / evaluate on (default 64 / 16)\n"
-    "  --set KEY=VALUE           kv_repair config (repeatable): codec, corruption, layers, option, rank,\n"
-    "                            apply_to, steps, batch, lr, window, ... (see frost-bench kv-repair)\n"
-    "  --priority --idempotency-key --activate --watch --json, and the connection flags, as above\n"
-    "\n"
-    "       frostctl train submit kvsplice [--calib PATH] [flags]\n"
-    "  --calib PATH              calibration text on the server: JSONL, one {\"text\": ...} per line\n"
-    "                            (alias --data; optional with --set self_sample_windows=N)\n"
-    "  --test PATH               held-out JSONL on the server (default: text sampled from the model)\n"
-    "  --calib-windows N --eval-windows N --fisher-windows N\n"
-    "                            windows to calibrate / evaluate / run the Fisher analysis on\n"
-    "                            (default 64 / 16 / 16)\n"
-    "  --set KEY=VALUE           kvsplice config (repeatable): rank (unset = the Fisher-suggested rank),\n"
-    "                            k_rank, v_rank (K or V latent size; unset = rank), latent (fp16 |\n"
-    "                            int8), pca_metric (attention | euclidean),\n"
-    "                            window, steps, batch, lr, pca_windows, self_sample_windows,\n"
-    "                            fisher_threshold, fim_rank, seed\n"
-    "  --activate                then Generate serves kv.codec kvsplice with it (frostctl generate\n"
-    "                            --kv-codec kvsplice)\n"
-    "  --priority --idempotency-key --watch --json, and the connection flags, as above\n";
-
 namespace {
 
 // Deadline of the submit call: it may carry an inline data set.
@@ -81,33 +36,72 @@ struct SubmitOptions {
   bool json = false;
 };
 
-std::vector<Flag> submit_flags(SubmitOptions* o, CommonOptions* common) {
-  frost::v1::PrototypeJobSpec* spec = o->request.mutable_prototype();
-  std::vector<Flag> flags = common_flags(common);
-  std::vector<Flag> own = {
-      string_flag("--data", [o](const std::string& v) { o->data = v; }),
-      string_flag("--inline-jsonl", [o](const std::string& v) { o->inline_jsonl = v; }),
-      string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); }),
-      double_flag("--holdout", [spec](double v) { spec->set_holdout_fraction(v); }),
-      double_flag("--label-min", [o](double v) { o->label_min = v; }),
-      double_flag("--label-max", [o](double v) { o->label_max = v; }),
-      Flag{"--set", true,
-           [spec](const std::string& v) {
-             absl::StatusOr<std::pair<std::string, std::string>> kv = parse_key_value(v);
-             if (!kv.ok()) return absl::InvalidArgumentError(absl::StrCat("--set: ", kv.status().message()));
-             if (!spec->mutable_config()->insert({kv->first, kv->second}).second) {
-               return absl::InvalidArgumentError(absl::StrCat("--set: key \"", kv->first, "\" given twice"));
-             }
-             return absl::OkStatus();
-           }},
-      int32_flag("--priority", [o](int32_t v) { o->request.set_priority(v); }),
-      string_flag("--idempotency-key", [o](const std::string& v) { o->request.set_idempotency_key(v); }),
-      switch_flag("--activate", [spec] { spec->set_activate(true); }),
-      switch_flag("--watch", [o] { o->watch = true; }),
-      switch_flag("--json", [o] { o->json = true; }),
+// The flags of every submit: priority, idempotency key, --watch, --json.
+std::vector<Flag> submit_common_flags(frost::v1::SubmitJobRequest* request, bool* watch, bool* json) {
+  return {
+      int32_flag("--priority", [request](int32_t v) { request->set_priority(v); })
+          .doc("N", "in [-100, 100]; higher runs first (default 0)"),
+      string_flag("--idempotency-key", [request](const std::string& v) { request->set_idempotency_key(v); })
+          .doc("K", "a retried submit with the same key returns the first job"),
+      switch_flag("--watch", [watch] { *watch = true; })
+          .doc("then follow the job like `frostctl jobs watch` (exit 4 unless it succeeds)"),
+      switch_flag("--json", [json] { *json = true; })
+          .doc(
+              "print the Job as a JSON line instead of its id (with --watch, then one JobEvent JSON line per "
+              "event)"),
   };
-  flags.insert(flags.end(), own.begin(), own.end());
-  return flags;
+}
+
+// `train` before its subcommand: the common flags and the job kinds.
+cli::Command train_command(CommonOptions* common) {
+  cli::Command c = make_command("train", "[common flags] submit KIND [flags]",
+                                "Submits a training job (Training.SubmitJob) and prints its id.", {}, common,
+                                "60; --watch: none");
+  c.commands = {{"submit prototype", "a prototype head on labelled text (--data PATH | --inline-jsonl FILE)"},
+                {"submit kv-repair", "a KV repair operator for a codec/corruption, on calibration text"},
+                {"submit kvsplice", "a KVSplice low-rank latent KV cache, on calibration text"}};
+  c.footer = "`frostctl train submit KIND --help` lists a kind's flags.";
+  return c;
+}
+
+cli::Command prototype_command(SubmitOptions* o, CommonOptions* common) {
+  frost::v1::PrototypeJobSpec* spec = o->request.mutable_prototype();
+  std::vector<Flag> own = {
+      string_flag("--data", [o](const std::string& v) { o->data = v; })
+          .doc("PATH", "training JSONL on the server, under its jobs.data_root"),
+      string_flag("--inline-jsonl", [o](const std::string& v) { o->inline_jsonl = v; })
+          .doc("FILE",
+               "local JSONL file sent with the request, one {\"text\": ..., \"label\": ..., \"id\": ...} "
+               "object "
+               "per line (id optional)"),
+      string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); })
+          .doc("PATH", "held-out JSONL on the server (default: --holdout of the training rows)"),
+      double_flag("--holdout", [spec](double v) { spec->set_holdout_fraction(v); })
+          .doc("F", "held-out fraction in [0, 0.5]; 0 = no evaluation (server default 0.1)"),
+      double_flag("--label-min", [o](double v) { o->label_min = v; })
+          .doc("A", "lower label bound, with --label-max (default: meta.json beside --data)"),
+      double_flag("--label-max", [o](double v) { o->label_max = v; }).doc("B", "upper label bound"),
+      value_flag("--set",
+                 [spec](const std::string& v) {
+                   absl::StatusOr<std::pair<std::string, std::string>> kv = parse_key_value(v);
+                   if (!kv.ok())
+                     return absl::InvalidArgumentError(absl::StrCat("--set: ", kv.status().message()));
+                   if (!spec->mutable_config()->insert({kv->first, kv->second}).second) {
+                     return absl::InvalidArgumentError(
+                         absl::StrCat("--set: key \"", kv->first, "\" given twice"));
+                   }
+                   return absl::OkStatus();
+                 })
+          .doc("KEY=VALUE", "prototype config override (repeatable)"),
+      switch_flag("--activate", [spec] { spec->set_activate(true); })
+          .doc("activate the artifact when the job succeeds"),
+  };
+  std::vector<Flag> submit = submit_common_flags(&o->request, &o->watch, &o->json);
+  own.insert(own.end(), submit.begin(), submit.end());
+  return make_command("train submit prototype", "(--data PATH | --inline-jsonl FILE) [flags]",
+                      "Submits a prototype training job and prints its id. (kv-repair and kvsplice jobs: "
+                      "`frostctl train submit kv-repair --help`, `... kvsplice --help`.)",
+                      std::move(own), common, "60; --watch: none");
 }
 
 absl::Status set_config(google::protobuf::Map<std::string, std::string>* m, const std::string& v) {
@@ -138,50 +132,82 @@ int submit_and_watch(const frost::v1::SubmitJobRequest& request, bool json, bool
   return watch_job(channel, job.id(), common, json);
 }
 
+// What --help says of each KV job kind.
+struct KvKindHelp {
+  const char* description;
+  const char* set_help;
+  const char* activate_help;
+};
+
 // `train submit kv-repair | kvsplice`: the flags both KV job specs share (calibration and held-out text,
 // window counts, --set config, --activate) plus the submit flags, and `extra` for the kind's own; then
 // submits (and watches).
 template <typename Spec>
-int run_submit_kv(const char* kind, frost::v1::SubmitJobRequest& request, Spec* spec,
+int run_submit_kv(const char* kind, const KvKindHelp& help, frost::v1::SubmitJobRequest& request, Spec* spec,
                   const std::vector<std::string>& args, CommonOptions common,
                   const std::vector<Flag>& extra) {
   bool watch = false, json = false;
-  std::vector<Flag> flags = common_flags(&common);
   std::vector<Flag> own = {
-      string_flag("--calib", [spec](const std::string& v) { spec->set_calib_path(v); }),
-      string_flag("--data", [spec](const std::string& v) { spec->set_calib_path(v); }),
-      string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); }),
-      int32_flag("--calib-windows", [spec](int32_t v) { spec->set_calib_windows(v); }),
-      int32_flag("--eval-windows", [spec](int32_t v) { spec->set_eval_windows(v); }),
-      Flag{"--set", true, [spec](const std::string& v) { return set_config(spec->mutable_config(), v); }},
-      int32_flag("--priority", [&request](int32_t v) { request.set_priority(v); }),
-      string_flag("--idempotency-key", [&request](const std::string& v) { request.set_idempotency_key(v); }),
-      switch_flag("--activate", [spec] { spec->set_activate(true); }),
-      switch_flag("--watch", [&watch] { watch = true; }),
-      switch_flag("--json", [&json] { json = true; }),
+      string_flag("--calib", [spec](const std::string& v) { spec->set_calib_path(v); })
+          .doc("PATH",
+               "calibration text on the server: JSONL, one {\"text\": ...} per line (alias --data; optional "
+               "with "
+               "--set self_sample_windows=N)"),
+      string_flag("--data", [spec](const std::string& v) { spec->set_calib_path(v); })
+          .doc("PATH", "alias of --calib"),
+      string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); })
+          .doc("PATH", "held-out JSONL on the server (default: text sampled from the model)"),
+      int32_flag("--calib-windows", [spec](int32_t v) { spec->set_calib_windows(v); })
+          .doc("N", "windows of `window` tokens to train / calibrate on (default 64)"),
+      int32_flag("--eval-windows", [spec](int32_t v) { spec->set_eval_windows(v); })
+          .doc("N", "windows to evaluate on (default 16)"),
+      value_flag("--set", [spec](const std::string& v) { return set_config(spec->mutable_config(), v); })
+          .doc("KEY=VALUE", help.set_help),
+      switch_flag("--activate", [spec] { spec->set_activate(true); }).doc(help.activate_help),
   };
-  flags.insert(flags.end(), own.begin(), own.end());
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, flags);
-  if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
+  own.insert(own.end(), extra.begin(), extra.end());
+  std::vector<Flag> submit = submit_common_flags(&request, &watch, &json);
+  own.insert(own.end(), submit.begin(), submit.end());
+  const cli::Command command = make_command(absl::StrCat("train submit ", kind), "[flags]", help.description,
+                                            std::move(own), &common, "60; --watch: none");
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (!positional->empty()) {
     return report_usage_error(
-        absl::StrCat("train submit ", kind, ": unexpected argument \"", positional->front(), "\""),
-        kTrainUsage);
+        absl::StrCat("train submit ", kind, ": unexpected argument \"", positional->front(), "\""), command);
   }
   return submit_and_watch(request, json, watch, common);
 }
 
 int run_submit_kv_repair(const std::vector<std::string>& args, CommonOptions common) {
   frost::v1::SubmitJobRequest request;
-  return run_submit_kv("kv-repair", request, request.mutable_kv_repair(), args, common, {});
+  const KvKindHelp help = {
+      "Submits a KV repair job: trains a repair operator for a KV codec / corruption on calibration text, "
+      "and "
+      "prints the job id.",
+      "kv_repair config (repeatable): codec, corruption, layers, option, rank, apply_to, steps, batch, lr, "
+      "window, ... (see frost-bench kv-repair)",
+      "activate the operator when the job succeeds"};
+  return run_submit_kv("kv-repair", help, request, request.mutable_kv_repair(), args, common, {});
 }
 
 int run_submit_kvsplice(const std::vector<std::string>& args, CommonOptions common) {
   frost::v1::SubmitJobRequest request;
   frost::v1::KvSpliceJobSpec* spec = request.mutable_kvsplice();
-  return run_submit_kv("kvsplice", request, spec, args, common,
-                       {int32_flag("--fisher-windows", [spec](int32_t v) { spec->set_fisher_windows(v); })});
+  const KvKindHelp help = {
+      "Submits a KVSplice job: calibrates a learned low-rank latent KV cache on calibration text, and prints "
+      "the "
+      "job id.",
+      "kvsplice config (repeatable): rank (unset = the Fisher-suggested rank), k_rank, v_rank (K or V latent "
+      "size; unset = rank), latent (fp16 | int8), pca_metric (attention | euclidean), window, steps, batch, "
+      "lr, "
+      "pca_windows, self_sample_windows, fisher_threshold, fim_rank, seed",
+      "then Generate serves kv.codec kvsplice with it (frostctl generate --kv-codec kvsplice)"};
+  return run_submit_kv("kvsplice", help, request, spec, args, common,
+                       {int32_flag("--fisher-windows", [spec](int32_t v) {
+                          spec->set_fisher_windows(v);
+                        }).doc("N", "windows to run the Fisher analysis on (default 16)")});
 }
 
 int run_submit(const std::vector<std::string>& args, CommonOptions common) {
@@ -190,27 +216,29 @@ int run_submit(const std::vector<std::string>& args, CommonOptions common) {
   if (!args.empty() && args.front() == "kvsplice")
     return run_submit_kvsplice(std::vector<std::string>(args.begin() + 1, args.end()), common);
   SubmitOptions o;
-  absl::StatusOr<std::vector<std::string>> positional = parse_flags(args, submit_flags(&o, &common));
-  if (!positional.ok()) return report_usage_error(positional.status(), kTrainUsage);
+  const cli::Command command = prototype_command(&o, &common);
+  int exit_code = kExitOk;
+  const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
+  if (!positional) return exit_code;
   if (positional->empty()) {
     return report_usage_error("train submit: expected the job kind (prototype | kv-repair | kvsplice)",
-                              kTrainUsage);
+                              train_command(&common));
   }
   if (positional->front() != "prototype") {
     return report_usage_error(absl::StrCat("train submit: unknown job kind \"", positional->front(),
                                            "\" (expected prototype | kv-repair | kvsplice)"),
-                              kTrainUsage);
+                              train_command(&common));
   }
   if (positional->size() > 1) {
     return report_usage_error(absl::StrCat("train submit: unexpected argument \"", (*positional)[1], "\""),
-                              kTrainUsage);
+                              command);
   }
   if (o.data.has_value() == o.inline_jsonl.has_value()) {
     return report_usage_error(
-        "train submit: give the training data with exactly one of --data and --inline-jsonl", kTrainUsage);
+        "train submit: give the training data with exactly one of --data and --inline-jsonl", command);
   }
   if (o.label_min.has_value() != o.label_max.has_value()) {
-    return report_usage_error("train submit: give --label-min and --label-max together", kTrainUsage);
+    return report_usage_error("train submit: give --label-min and --label-max together", command);
   }
   frost::v1::PrototypeJobSpec* spec = o.request.mutable_prototype();
   std::optional<LabelRange> range;
@@ -245,15 +273,12 @@ int run_submit(const std::vector<std::string>& args, CommonOptions common) {
 
 int run_train(const std::vector<std::string>& args, CommonOptions common) {
   int exit_code = kExitOk;
-  const std::optional<Subcommand> sub = parse_subcommand(args, "train", kTrainUsage, &common, &exit_code);
+  const cli::Command group = train_command(&common);
+  const std::optional<Subcommand> sub = parse_subcommand(args, group, &exit_code);
   if (!sub) return exit_code;
-  if (wants_help(sub->args)) {
-    std::fputs(kTrainUsage, stdout);
-    return kExitOk;
-  }
   if (sub->name == "submit") return run_submit(sub->args, common);
   return report_usage_error(absl::StrCat("train: unknown subcommand \"", sub->name, "\" (expected submit)"),
-                            kTrainUsage);
+                            group);
 }
 
 }  // namespace frost::ctl

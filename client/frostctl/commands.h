@@ -1,8 +1,9 @@
 #pragma once
 // frostctl's commands. Each takes the arguments after its name and the common options given before it (the
-// command's own flags may set them again), and returns the process exit code (common.h). Each prints its
-// usage for -h / --help. Commands calling services that need the admin token (train, jobs, artifacts,
-// server-info) send it like every other call: from --token-file or $FROST_TOKEN (common.h).
+// command's own flags may set them again), and returns the process exit code (common.h). Each prints the
+// help generated from its flag table (make_command) for -h / --help. Commands calling services that need the
+// admin token (train, jobs, artifacts, server-info) send it like every other call: from --token-file or
+// $FROST_TOKEN (common.h).
 #include <grpcpp/channel.h>
 
 #include <memory>
@@ -40,16 +41,5 @@ int run_predict(const std::vector<std::string>& args, CommonOptions common);
 // the call failed or the stream ended before the job did. common.token must be resolved.
 int watch_job(const std::shared_ptr<grpc::Channel>& channel, const std::string& id,
               const CommonOptions& common, bool json);
-
-// Usage text of each command, ending in a newline.
-extern const char kGenerateUsage[];
-extern const char kTokenizeUsage[];
-extern const char kInfoUsage[];
-extern const char kHealthUsage[];
-extern const char kTrainUsage[];
-extern const char kJobsUsage[];
-extern const char kArtifactsUsage[];
-extern const char kServerInfoUsage[];
-extern const char kPredictUsage[];
 
 }  // namespace frost::ctl

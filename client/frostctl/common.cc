@@ -22,24 +22,62 @@
 
 namespace frost::ctl {
 
-std::vector<Flag> common_flags(CommonOptions* options) {
+std::vector<Flag> common_flags(CommonOptions* options, const std::string& timeout_default) {
   return {
-      string_flag("--addr", [options](const std::string& v) { options->addr = v; }),
-      Flag{"--timeout", true,
-           [options](const std::string& v) {
-             absl::StatusOr<double> t = parse_double("--timeout", v);
-             if (!t.ok()) return t.status();
-             if (*t <= 0) return absl::InvalidArgumentError(absl::StrCat("--timeout: must be > 0, got ", v));
-             options->timeout_s = *t;
-             return absl::OkStatus();
-           }},
-      string_flag("--token-file", [options](const std::string& v) { options->token_file = v; }),
-      switch_flag("--tls", [options] { options->tls = true; }),
-      string_flag("--ca", [options](const std::string& v) { options->ca_file = v; }),
-      string_flag("--cert", [options](const std::string& v) { options->cert_file = v; }),
-      string_flag("--key", [options](const std::string& v) { options->key_file = v; }),
-      string_flag("--server-name", [options](const std::string& v) { options->server_name = v; }),
+      string_flag("--addr", [options](const std::string& v) { options->addr = v; })
+          .doc("HOST:PORT", "frostd's gRPC address (default localhost:50051)"),
+      value_flag("--timeout",
+                 [options](const std::string& v) {
+                   absl::StatusOr<double> t = parse_double("--timeout", v);
+                   if (!t.ok()) return t.status();
+                   if (*t <= 0)
+                     return absl::InvalidArgumentError(absl::StrCat("--timeout: must be > 0, got ", v));
+                   options->timeout_s = *t;
+                   return absl::OkStatus();
+                 })
+          .doc("SECONDS", absl::StrCat("call deadline (default: ", timeout_default, ")")),
+      string_flag("--token-file", [options](const std::string& v) { options->token_file = v; })
+          .doc("PATH",
+               absl::StrCat("bearer token sent as \"authorization: Bearer <token>\" (default: $",
+                            kTokenEnvVar, "; train, jobs, artifacts and server-info need an admin token)")),
+      switch_flag("--tls", [options] { options->tls = true; })
+          .doc("connect over TLS (implied by --ca, --cert and --server-name)"),
+      string_flag("--ca", [options](const std::string& v) { options->ca_file = v; })
+          .doc("FILE", "PEM roots that verify the server (default: the system's)"),
+      string_flag("--cert", [options](const std::string& v) { options->cert_file = v; })
+          .doc("FILE", "this client's certificate, for servers that require one (mTLS; with --key)"),
+      string_flag("--key", [options](const std::string& v) { options->key_file = v; })
+          .doc("FILE", "the private key of --cert"),
+      string_flag("--server-name", [options](const std::string& v) { options->server_name = v; })
+          .doc("NAME", "name to check in the server's certificate (default: the --addr host)"),
   };
+}
+
+cli::Command make_command(const std::string& name, const std::string& synopsis,
+                          const std::string& description, std::vector<Flag> own, CommonOptions* common,
+                          const std::string& timeout_default, const std::string& footer) {
+  cli::Command c;
+  c.name = absl::StrCat("frostctl ", name);
+  c.synopsis = synopsis;
+  c.description = description;
+  c.flag_groups = {{"flags", std::move(own)}, {"common flags", common_flags(common, timeout_default)}};
+  c.footer = footer;
+  return c;
+}
+
+std::optional<std::vector<std::string>> parse_args(const cli::Command& command,
+                                                   const std::vector<std::string>& args, int* exit_code) {
+  absl::StatusOr<cli::ParsedArgs> parsed = cli::parse_command(command, args);
+  if (!parsed.ok()) {
+    *exit_code = report_usage_error(parsed.status(), command);
+    return std::nullopt;
+  }
+  if (parsed->help) {
+    cli::print_help(command);
+    *exit_code = kExitOk;
+    return std::nullopt;
+  }
+  return std::move(parsed->positional);
 }
 
 namespace {
@@ -95,27 +133,25 @@ absl::Status resolve_credentials(CommonOptions* options) {
   return absl::OkStatus();
 }
 
-std::optional<Subcommand> parse_subcommand(const std::vector<std::string>& args, const char* group,
-                                           const char* usage, CommonOptions* common, int* exit_code) {
-  bool help = false;
-  std::vector<Flag> flags = common_flags(common);
-  flags.push_back(switch_flag("--help", [&help] { help = true; }));
-  flags.push_back(switch_flag("-h", [&help] { help = true; }));
-  absl::StatusOr<std::vector<std::string>> rest = parse_flags(args, flags, /*stop_at_positional=*/true);
-  if (!rest.ok()) {
-    *exit_code = report_usage_error(rest.status(), usage);
+std::optional<Subcommand> parse_subcommand(const std::vector<std::string>& args, const cli::Command& group,
+                                           int* exit_code) {
+  absl::StatusOr<cli::ParsedArgs> parsed = cli::parse_command(group, args, /*stop_at_positional=*/true);
+  if (!parsed.ok()) {
+    *exit_code = report_usage_error(parsed.status(), group);
     return std::nullopt;
   }
-  if (help) {
-    std::fputs(usage, stdout);
+  if (parsed->help) {
+    cli::print_help(group);
     *exit_code = kExitOk;
     return std::nullopt;
   }
-  if (rest->empty()) {
-    *exit_code = report_usage_error(absl::StrCat(group, ": no subcommand given"), usage);
+  const std::vector<std::string>& rest = parsed->positional;
+  if (rest.empty()) {
+    *exit_code = report_usage_error(
+        absl::StrCat(group.name.substr(sizeof("frostctl")), ": no subcommand given"), group);
     return std::nullopt;
   }
-  return Subcommand{rest->front(), std::vector<std::string>(rest->begin() + 1, rest->end())};
+  return Subcommand{rest.front(), std::vector<std::string>(rest.begin() + 1, rest.end())};
 }
 
 std::shared_ptr<grpc::Channel> make_channel(const CommonOptions& options) {
@@ -158,13 +194,14 @@ int report_rpc_error(const grpc::Status& status) {
   return kExitRpcError;
 }
 
-int report_usage_error(const std::string& message, const char* usage) {
-  std::fprintf(stderr, "frostctl: %s\n%s", message.c_str(), usage);
+int report_usage_error(const std::string& message, const cli::Command& command) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "frostctl: %s\n\n%s", message.c_str(), cli::format_help(command).c_str());
   return kExitUsage;
 }
 
-int report_usage_error(const absl::Status& status, const char* usage) {
-  return report_usage_error(std::string(status.message()), usage);
+int report_usage_error(const absl::Status& status, const cli::Command& command) {
+  return report_usage_error(std::string(status.message()), command);
 }
 
 int report_input_error(const absl::Status& status) {

@@ -42,9 +42,9 @@ struct CommonOptions {
   // The bearer token sent as "authorization: Bearer <token>" with every call; set by resolve_token from
   // token_file, else from $FROST_TOKEN. Never printed.
   std::optional<std::string> token;
-  // --tls: connect over TLS; --ca: PEM roots that verify the server (default: the system's); --cert/--key: this
-  // client's certificate and key (mTLS); --server-name: the name checked in the server's certificate (default:
-  // the host of --addr). The PEM contents are read by resolve_credentials.
+  // --tls: connect over TLS; --ca: PEM roots that verify the server (default: the system's); --cert/--key:
+  // this client's certificate and key (mTLS); --server-name: the name checked in the server's certificate
+  // (default: the host of --addr). The PEM contents are read by resolve_credentials.
   bool tls = false;
   std::optional<std::string> ca_file, cert_file, key_file, server_name;
   std::string ca_pem, cert_pem, key_pem;
@@ -53,15 +53,30 @@ struct CommonOptions {
 // Environment variable holding the bearer token when --token-file is not given.
 inline constexpr char kTokenEnvVar[] = "FROST_TOKEN";
 
-// The flags every command accepts: --addr HOST:PORT, --timeout SECONDS (> 0), --token-file PATH, --tls, --ca FILE,
-// --cert FILE, --key FILE, --server-name NAME.
-std::vector<Flag> common_flags(CommonOptions* options);
+// The flags every command accepts: --addr HOST:PORT, --timeout SECONDS (> 0), --token-file PATH, --tls, --ca
+// FILE,
+// --cert FILE, --key FILE, --server-name NAME. `timeout_default` is what --help says the command's deadline
+// is without --timeout ("10", "none", ...).
+std::vector<Flag> common_flags(CommonOptions* options, const std::string& timeout_default = "10");
 
-// Reads the --ca / --cert / --key files (INVALID_ARGUMENT naming the flag and file when one cannot be read, or
-// --cert without --key; any of them implies --tls), then sets options->token, once the command's flags are parsed: the content of options->token_file when given
-// (trailing whitespace and newline trimmed), else $FROST_TOKEN (trimmed the same way; unset or empty = no
-// token). INVALID_ARGUMENT when the file cannot be read, or the token is empty or not visible ASCII; the
-// message names the file or the variable, never the token.
+// A command's flag table (core/flags/flags.h): its own flags under "flags", then the common flags under
+// "common flags"; `name` is what follows "frostctl" ("jobs list"). --help and usage errors print it.
+cli::Command make_command(const std::string& name, const std::string& synopsis,
+                          const std::string& description, std::vector<Flag> own, CommonOptions* common,
+                          const std::string& timeout_default, const std::string& footer = "");
+
+// Parses a command's arguments with its table. nullopt when the command should not run, with *exit_code
+// set: kExitOk after printing the help for -h / --help, or a usage error reported (kExitUsage).
+std::optional<std::vector<std::string>> parse_args(const cli::Command& command,
+                                                   const std::vector<std::string>& args, int* exit_code);
+
+// Reads the --ca / --cert / --key files (INVALID_ARGUMENT naming the flag and file when one cannot be read,
+// or
+// --cert without --key; any of them implies --tls), then sets options->token, once the command's flags are
+// parsed: the content of options->token_file when given (trailing whitespace and newline trimmed), else
+// $FROST_TOKEN (trimmed the same way; unset or empty = no token). INVALID_ARGUMENT when the file cannot be
+// read, or the token is empty or not visible ASCII; the message names the file or the variable, never the
+// token.
 absl::Status resolve_credentials(CommonOptions* options);
 
 // A command group's subcommand (`jobs list ...`) and the arguments after its name.
@@ -71,11 +86,11 @@ struct Subcommand {
 };
 
 // Parses the common flags and -h / --help that precede a command group's subcommand name (`frostctl jobs
-// --addr X list`). nullopt when there is nothing to dispatch, with *exit_code set: the group's `usage`
-// printed to stdout for --help (or no subcommand after it), or a usage error reported (a bad flag, or no
-// subcommand: "<group>: no subcommand given").
-std::optional<Subcommand> parse_subcommand(const std::vector<std::string>& args, const char* group,
-                                           const char* usage, CommonOptions* common, int* exit_code);
+// --addr X list`) with `group` (a table of the common flags listing the subcommands). nullopt when there is
+// nothing to dispatch, with *exit_code set: the group's help printed to stdout for --help, or a usage error
+// reported (a bad flag, or no subcommand: "<group>: no subcommand given").
+std::optional<Subcommand> parse_subcommand(const std::vector<std::string>& args, const cli::Command& group,
+                                           int* exit_code);
 
 // An insecure channel to options.addr (frostd serves plaintext gRPC).
 std::shared_ptr<grpc::Channel> make_channel(const CommonOptions& options);
@@ -96,9 +111,9 @@ std::string status_code_name(grpc::StatusCode code);
 // Prints `frostctl: <CODE_NAME>: <message>` to stderr; returns kExitRpcError.
 int report_rpc_error(const grpc::Status& status);
 
-// Prints `frostctl: <message>` and then `usage` to stderr; returns kExitUsage.
-int report_usage_error(const absl::Status& status, const char* usage);
-int report_usage_error(const std::string& message, const char* usage);
+// Prints `frostctl: <message>` and then the command's help to stderr; returns kExitUsage.
+int report_usage_error(const absl::Status& status, const cli::Command& command);
+int report_usage_error(const std::string& message, const cli::Command& command);
 
 // Prints `frostctl: <message>` to stderr (no usage text: for an input file that cannot be read or parsed);
 // returns kExitUsage.

@@ -1,6 +1,6 @@
-// frost_fuzz_make_seeds <tests/fuzz dir> <shared dir>: (re)writes the text seed corpora
-// corpus/<target>/seed-* of the repository. frost_fuzz_make_seeds --tensors <dir>: writes the tensor-file
-// seeds (safetensors, repair_file, kvsplice_file: <dir>/corpus/<target>/seed-*) and
+// frost_fuzz_make_seeds <tests/fuzz dir> <shared dir> (`--help`: the flag table in main): (re)writes the text
+// seed corpora corpus/<target>/seed-* of the repository. frost_fuzz_make_seeds --tensors <dir>: writes the
+// tensor-file seeds (safetensors, repair_file, kvsplice_file: <dir>/corpus/<target>/seed-*) and
 // <dir>/data/prototype.safetensors, which artifact_manifest_fuzz places beside its manifests. Tensor files
 // are not kept in the repository (only the embedded default model is): the fuzz build runs --tensors into its
 // build directory before any target (tests/fuzz/CMakeLists.txt). Seeds are small real inputs: files of
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/common/fs.h"
+#include "core/flags/flags.h"
 #include "core/jobs/artifact_store.h"
 #include "core/jobs/job_spec.h"
 #include "core/jobs/text_job_spec.h"
@@ -422,16 +423,38 @@ void server_seeds() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) die("usage: frost_fuzz_make_seeds <tests/fuzz dir> <shared dir> | --tensors <dir>");
-  g_out = argv[2];
-  if (std::string(argv[1]) == "--tensors") {
+  std::string tensors_dir;
+  frost::cli::Command command;
+  command.name = "frost_fuzz_make_seeds";
+  command.synopsis = "FUZZ_DIR SHARED_DIR\n--tensors DIR";
+  command.description =
+      "FUZZ_DIR SHARED_DIR (e.g. tests/fuzz ../shared): (re)writes the text seed corpora "
+      "corpus/<target>/seed-* "
+      "of the repository from SHARED_DIR's models and data. --tensors DIR: writes the tensor-file seeds "
+      "(DIR/corpus/<target>/seed-*) and DIR/data/prototype.safetensors, which are not kept in the repository "
+      "(docs/fuzzing.md).";
+  command.flag_groups = {
+      {"flags", {frost::cli::string_flag("--tensors", [&](const std::string& v) {
+                   tensors_dir = v;
+                 }).doc("DIR", "write the tensor-file seeds there instead of the text seeds")}}};
+  const std::vector<std::string> positional =
+      frost::cli::parse_or_exit(command, std::vector<std::string>(argv + 1, argv + argc), 2);
+  if (!tensors_dir.empty()) {
+    if (!positional.empty())
+      frost::cli::exit_usage_error(command,
+                                   "--tensors takes no other argument, got '" + positional.front() + "'", 2);
+    g_out = tensors_dir;
     safetensors_seeds();
     kv_file_seeds();
     prototype_tensors();
     return 0;
   }
-  g_out = argv[1];
-  g_shared = argv[2];
+  if (positional.size() != 2) {
+    frost::cli::exit_usage_error(
+        command, "expected FUZZ_DIR SHARED_DIR, got " + std::to_string(positional.size()) + " arguments", 2);
+  }
+  g_out = positional[0];
+  g_shared = positional[1];
   model_config_seeds();
   tokenizer_seeds();
   jsonl_seeds();

@@ -1,15 +1,17 @@
-// The shared flag parser (client/flags/flags.h): the table parser, --help detection and the strict value
-// parsers, with the error messages the programs print.
-#include "client/flags/flags.h"
+// The programs' flag tables (core/flags/flags.h): the table parser, --help detection, the strict value
+// parsers with the error messages the programs print, and the help generated from a Command.
+#include "core/flags/flags.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace frost::cli {
 namespace {
@@ -115,10 +117,9 @@ TEST(ParseFlags, StopsAtTheFirstErrorAfterApplyingEarlierFlags) {
 }
 
 TEST(ParseFlags, ApplyErrorsPassThrough) {
-  std::vector<Flag> flags = {Flag{"--mode", true, [](const std::string& v) {
-                                    return v == "a" || v == "b" ? absl::OkStatus()
-                                                                : bad_value("--mode", "a or b", v);
-                                  }}};
+  std::vector<Flag> flags = {value_flag("--mode", [](const std::string& v) {
+    return v == "a" || v == "b" ? absl::OkStatus() : bad_value("--mode", "a or b", v);
+  })};
   EXPECT_TRUE(parse_flags({"--mode", "a"}, flags).ok());
   EXPECT_EQ(parse_flags({"--mode", "c"}, flags).status().message(), "--mode: expected a or b, got \"c\"");
 }
@@ -208,6 +209,131 @@ TEST(BadValue, Format) {
   absl::Status s = bad_value("--repeat", "an integer >= 1", "0");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "--repeat: expected an integer >= 1, got \"0\"");
+}
+
+Command simple(const std::string& name, const std::string& synopsis, std::vector<Flag> flags) {
+  Command c;
+  c.name = name;
+  c.synopsis = synopsis;
+  if (!flags.empty()) c.flag_groups = {{"flags", std::move(flags)}};
+  return c;
+}
+
+// A command as the programs write one: two groups, a subcommand list, a footer.
+struct Demo {
+  int32_t n = 0;
+  bool quiet = false;
+  std::string addr;
+  Command command() {
+    Command c;
+    c.name = "demo run";
+    c.synopsis = "[flags] FILE...\n--list";
+    c.description = "Runs the demo on each FILE.";
+    c.flag_groups = {
+        {"flags",
+         {int32_flag("--n", [this](int32_t v) { n = v; }).doc("N", "how many times (default 1)"),
+          switch_flag("--quiet", [this] { quiet = true; }).doc("print nothing"),
+          string_flag("--a-rather-long-flag-name", [](const std::string&) {})
+              .doc("HOST:PORT", "a long name: its help starts on the next line")}},
+        {"common flags",
+         {string_flag("--addr", [this](const std::string& v) { addr = v; }).doc("HOST:PORT", "where")}}};
+    c.commands_title = "modes";
+    c.commands = {{"fast", "the quick one"}};
+    c.footer = "Exit 0 on success.";
+    return c;
+  }
+};
+
+TEST(FormatHelp, EveryFlagWithItsValueAndHelpInItsGroup) {
+  Demo d;
+  const std::string help = format_help(d.command());
+  EXPECT_EQ(help,
+            "usage: demo run [flags] FILE...\n"
+            "       demo run --list\n"
+            "\n"
+            "Runs the demo on each FILE.\n"
+            "\n"
+            "flags:\n"
+            "  --n N                       how many times (default 1)\n"
+            "  --quiet                     print nothing\n"
+            "  --a-rather-long-flag-name HOST:PORT\n"
+            "                              a long name: its help starts on the next line\n"
+            "  -h, --help                  print this help and exit\n"
+            "\n"
+            "common flags:\n"
+            "  --addr HOST:PORT            where\n"
+            "\n"
+            "modes:\n"
+            "  fast                        the quick one\n"
+            "\n"
+            "Exit 0 on success.\n");
+}
+
+TEST(FormatHelp, WrapsLongHelpAndKeepsLineBreaks) {
+  std::string words;
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&words, "word", i, " ");
+  Command c = simple("p", "", {switch_flag("--x", [] {}).doc(words + "\nsecond line")});
+  const std::string help = format_help(c);
+  size_t longest = 0;
+  for (absl::string_view line : absl::StrSplit(help, '\n')) longest = std::max(longest, line.size());
+  EXPECT_LE(longest, 110u) << help;
+  EXPECT_NE(help.find("word39"), std::string::npos);
+  EXPECT_NE(help.find("\n                              second line\n"), std::string::npos) << help;
+  EXPECT_EQ(help.substr(0, 9), "usage: p\n");
+}
+
+TEST(FormatHelp, NoFlagsStillListsHelp) {
+  Command c = simple("p", "ARG", {});
+  EXPECT_EQ(format_help(c),
+            "usage: p ARG\n\nflags:\n  -h, --help                  print this help and exit\n");
+}
+
+TEST(ParseCommand, ParsesEveryGroupAndFindsHelp) {
+  Demo d;
+  absl::StatusOr<ParsedArgs> r = parse_command(d.command(), {"--n", "3", "x", "--addr=h:1", "--quiet"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->help);
+  EXPECT_EQ(r->positional, (Args{"x"}));
+  EXPECT_EQ(d.n, 3);
+  EXPECT_EQ(d.addr, "h:1");
+  EXPECT_TRUE(d.quiet);
+
+  r = parse_command(d.command(), {"x", "-h"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->help);
+  // Help works beside a bad argument, but not as a value or after "--".
+  r = parse_command(d.command(), {"--bogus", "--help"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->help);
+  r = parse_command(d.command(), {"--addr", "--help"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->help);
+  EXPECT_EQ(d.addr, "--help");
+  r = parse_command(d.command(), {"--", "--help"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->help);
+  EXPECT_EQ(r->positional, (Args{"--help"}));
+  EXPECT_EQ(parse_command(d.command(), {"--bogus"}).status().message(), "unknown flag --bogus");
+}
+
+TEST(ParseCommandDeathTest, MalformedTablesAbortNamingTheFlag) {
+  auto run = [](std::vector<Flag> flags) { (void)parse_command(simple("p", "", std::move(flags)), {}); };
+  EXPECT_DEATH(run({string_flag("--x", [](const std::string&) {})}), "--x has no help text");
+  EXPECT_DEATH(run({string_flag("--x", [](const std::string&) {}).doc("", "t")}),
+               "--x takes a value but names none");
+  EXPECT_DEATH(run({switch_flag("--x", [] {}).doc("V", "t")}), "--x is a switch but names a value");
+  EXPECT_DEATH(run({switch_flag("--x", [] {}).doc("t"), switch_flag("--x", [] {}).doc("t")}),
+               "--x is listed twice");
+  EXPECT_DEATH(run({switch_flag("--help", [] {}).doc("t")}), "--help is listed twice");
+}
+
+TEST(ExitUsageError, MessageThenHelpOnStderr) {
+  Demo d;
+  EXPECT_EXIT(exit_usage_error(d.command(), "unknown flag --bogus", 2), testing::ExitedWithCode(2),
+              "demo: unknown flag --bogus\n\nusage: demo run");
+  EXPECT_EXIT((void)parse_or_exit(d.command(), {"--n", "x"}, 1), testing::ExitedWithCode(1),
+              "demo: --n: expected a 32-bit integer, got \"x\"");
+  EXPECT_EXIT((void)parse_or_exit(d.command(), {"--help"}, 1), testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
