@@ -232,10 +232,7 @@ absl::Status FrostServer::load_model() {
   ec.gen.kv_codec = cfg_.engine.kv_codec;
   ec.gen.max_context = cfg_.engine.max_context;
   ec.gen.max_prompt_tokens = cfg_.limits.max_prompt_tokens;
-  ec.gen.limits.max_new_tokens = cfg_.limits.max_new_tokens;
-  ec.gen.limits.max_stop_strings = cfg_.limits.max_stop_strings;
-  ec.gen.limits.max_stop_bytes = cfg_.limits.max_stop_bytes;
-  ec.gen.limits.max_logprobs = cfg_.limits.max_logprobs;
+  ec.gen.limits = cfg_.limits;  // the limits section is a SamplingLimits (server_config.h)
   ec.max_running = cfg_.engine.max_running;
   ec.max_waiting = cfg_.engine.max_waiting;
   ec.max_batch_tokens = cfg_.engine.max_batch_tokens;

@@ -132,14 +132,8 @@ absl::Status Runtime::open_jobs(const std::shared_ptr<const LoadedModel>& model)
     store_ = std::move(rw);
   }
 
-  jobs::SchedulerOptions so;
-  so.state_dir = cfg_.jobs.state_dir;
-  so.max_queued = cfg_.jobs.max_queued;
-  so.concurrency = cfg_.jobs.concurrency;
-  so.threads = cfg_.jobs.threads;
-  so.nice = cfg_.jobs.nice;
-  so.checkpoint_every = cfg_.jobs.checkpoint_every;
-  so.max_attempts = cfg_.jobs.max_attempts;
+  // The jobs section is the scheduler's options (server_config.h): no copy to keep in step.
+  const jobs::SchedulerOptions& so = cfg_.jobs;
   jobs::PrototypeJobOptions po;
   po.data_root = cfg_.jobs.data_root;
   po.model = model;

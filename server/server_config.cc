@@ -11,13 +11,14 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -73,7 +74,11 @@ std::string describe(const YAML::Node& node) {
 // `max_running: "4"` is rejected as a string rather than silently converted.
 bool is_plain_scalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
 
-Field int_field(const char* key, int32_t* out, int64_t lo, int64_t hi) {
+// An integer member of any width (int32_t in most sections, int64_t where the core struct a section is
+// declares one, e.g. jobs.checkpoint_every); [lo, hi] must fit the member.
+template <typename T>
+Field int_field(const char* key, T* out, int64_t lo, int64_t hi) {
+  static_assert(std::is_integral_v<T>, "int_field: not an integer member");
   Field f;
   f.key = key;
   f.parse = [out, lo, hi](const YAML::Node& value, const std::string& path) {
@@ -84,7 +89,7 @@ Field int_field(const char* key, int32_t* out, int64_t lo, int64_t hi) {
     if (v < lo || v > hi) {
       return field_error(path, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
     }
-    *out = static_cast<int32_t>(v);
+    *out = static_cast<T>(v);
     return absl::OkStatus();
   };
   f.format = [out] { return absl::StrCat(*out); };

@@ -1,7 +1,9 @@
 #pragma once
 // ServerConfig: frostd's configuration as plain structs with defaults, parsed from one YAML
 // file (configs/default.yaml documents every field). YAML stays in server/ (CONVENTIONS.md
-// 9.2.11); core takes its own config structs, which frostd fills from these.
+// 9.2.11). Where a section maps onto one core options struct it *is* that struct (limits: SamplingLimits,
+// jobs: jobs::SchedulerOptions), so the YAML table in server_config.cc writes each value once, into the
+// member the core reads, and frostd passes the section on instead of copying it field by field.
 //
 // Every error is INVALID_ARGUMENT (NOT_FOUND for a missing file) and names the full field
 // path and the offending value, e.g.
@@ -15,6 +17,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/common/log.h"
+#include "core/generate/sampling_params.h"
+#include "core/jobs/scheduler.h"
 #include "core/kv/kv_spec.h"
 #include "core/model/model_config.h"
 
@@ -136,15 +140,13 @@ struct EngineSection {
   std::string kv_splice;
 };
 
-// `limits:` — per-request caps checked before any model work.
-struct LimitsSection {
+// `limits:` — per-request caps checked before any model work. The section is the engine's SamplingLimits
+// (max_new_tokens, max_stop_strings, max_stop_bytes, max_logprobs: the YAML table writes into those members,
+// and frostd hands the section to the engine as it is) plus the caps only the server checks.
+struct LimitsSection : SamplingLimits {
   int32_t max_prompt_bytes = 65536;  // text prompt size, bytes
   int32_t max_prompt_tokens = 0;     // prompt length after tokenization; 0 = the context
-  int32_t max_new_tokens = 4096;     // cap on a request's max_new_tokens
-  int32_t max_stop_strings = 16;     // stop strings per request
-  int32_t max_stop_bytes = 256;      // bytes per stop string
   int32_t max_stop_token_ids = 64;   // stop token ids per request
-  int32_t max_logprobs = 20;         // cap on a request's logprobs (alternatives per token)
   int32_t max_predict_texts = 64;    // texts per Predict request
 };
 
@@ -154,20 +156,23 @@ struct PredictionSection {
   int32_t max_queued = 64;  // Predict requests waiting for a worker; beyond it RESOURCE_EXHAUSTED
 };
 
-// `jobs:` — training jobs, the journal and the artifact store.
-struct JobsSection {
+// `jobs:` — training jobs, the journal and the artifact store. The section is the scheduler's options
+// (state_dir, max_queued, concurrency, threads, nice, checkpoint_every, max_attempts: the YAML table writes
+// into those members and frostd hands the section to jobs::Scheduler::create as it is) plus what the server
+// and the job kinds read:
+//   state_dir         journal (jobs.db), checkpoints and artifacts; locked by one frostd at a time
+//   max_queued        QUEUED jobs; beyond it SubmitJob is RESOURCE_EXHAUSTED
+//   concurrency       jobs running at once
+//   threads           intra-op threads of a running job
+//   nice              niceness added to job threads (lower CPU priority than serving)
+//   checkpoint_every  optimiser steps between checkpoints
+//   max_attempts      starts after which a job killed with the server is INTERRUPTED
+struct JobsSection : jobs::SchedulerOptions {
+  JobsSection() { state_dir = "frost-state"; }  // the YAML default; the scheduler's own has none
   // Run the scheduler and serve Training/Admin (they still need an admin token).
   bool enabled = true;
-  // Journal (jobs.db), checkpoints and artifacts; locked by one frostd at a time.
-  std::string state_dir = "frost-state";
   // Training data paths (train_path, test_path) must resolve inside this directory.
   std::string data_root = ".";
-  int32_t max_queued = 64;        // QUEUED jobs; beyond it SubmitJob is RESOURCE_EXHAUSTED
-  int32_t concurrency = 1;        // jobs running at once
-  int32_t threads = 1;            // intra-op threads of a running job
-  int32_t nice = 10;              // niceness added to job threads (lower CPU priority than serving)
-  int32_t checkpoint_every = 50;  // optimiser steps between checkpoints
-  int32_t max_attempts = 3;       // starts after which a job killed with the server is INTERRUPTED
   // With state_dir unusable at start (a full, read-only or unwritable volume) frostd serves without jobs and
   // tries the directory again every state_retry_s seconds; jobs come back without a restart.
   int32_t state_retry_s = 10;

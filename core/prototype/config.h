@@ -96,13 +96,19 @@ struct PrototypeConfig {
   int64_t ffn_dim() const { return ffn_mult * d_h; }
 };
 
+// The fields live in one table (config.cc, core/common/config_fields.h) that drives set_field, the
+// known keys, the per-field ranges and to_json.
+
 // Range and consistency checks; INVALID_ARGUMENT naming the field and value.
 absl::Status validate(const PrototypeConfig& cfg);
 
 // `key=value` override of any field (frost-bench --set, job specs). INVALID_ARGUMENT for an
-// unknown key or a value that does not parse; ranges are checked by validate().
+// unknown key (listing the known ones), a value that does not parse or is out of the field's range;
+// cross-field rules (T >= K, d_h % H) are checked by validate(), which set_fields ends with.
 absl::Status set_field(PrototypeConfig& cfg, const std::string& key, const std::string& value);
 absl::Status set_fields(PrototypeConfig& cfg, const std::vector<std::string>& key_values);
+// Every key set_field knows, in table order.
+std::vector<std::string> config_keys();
 
 nlohmann::json to_json(const PrototypeConfig& cfg);
 // Every field must be known; missing fields keep their defaults. Result is validated.

@@ -1,14 +1,16 @@
 #include "core/train/kvsplice_train.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/config_fields.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 #include "core/model/kv_dims.h"
@@ -16,80 +18,71 @@
 namespace frost {
 namespace {
 
-constexpr ConfigFields kFields{"kvsplice"};
+// The one table of KvSpliceConfig's fields (core/common/config_fields.h): set_kvsplice_field, the known keys,
+// the per-field ranges and kvsplice_config_json all come from it (the dump in this order).
+std::vector<ConfigField<KvSpliceConfig>> fields() {
+  using C = KvSpliceConfig;
+  using R = ConfigRange;
+  return {
+      int_field<C>("rank", &C::rank, R::in(0, 1 << 16)),
+      int_field<C>("k_rank", &C::k_rank, R::in(0, 1 << 16)),
+      int_field<C>("v_rank", &C::v_rank, R::in(0, 1 << 16)),
+      enum_field<C>("latent", &C::latent,
+                    std::vector<std::pair<std::string, KvLatentDtype>>{
+                        {kv_latent_name(KvLatentDtype::kF16), KvLatentDtype::kF16},
+                        {kv_latent_name(KvLatentDtype::kI8), KvLatentDtype::kI8}}),
+      enum_field<C>("pca_metric", &C::pca_metric,
+                    std::vector<std::pair<std::string, KvPcaMetric>>{{"attention", KvPcaMetric::kAttention},
+                                                                     {"euclidean", KvPcaMetric::kEuclidean}}),
+      int_field<C>("window", &C::window, R::in(2, 1 << 16)),
+      int_field<C>("steps", &C::steps, R::in(0, 1'000'000)),
+      int_field<C>("batch", &C::batch, R::in(1, 1024)),
+      number_field<C>("lr", &C::lr, R::in(1e-7, 1.0)),
+      int_field<C>("pca_windows", &C::pca_windows, R::in(0, 1 << 20)),
+      int_field<C>("self_sample_windows", &C::self_sample_windows, R::in(0, 1 << 16)),
+      number_field<C>("fisher_threshold", &C::fisher_threshold, R::in(0.01, 1.0)),
+      int_field<C>("fim_rank", &C::fim_rank, R::in(0, 1 << 16)),
+      int_field<C>("seed", &C::seed),
+  };
+}
+
+const ConfigTable<KvSpliceConfig>& table() {
+  static const ConfigTable<KvSpliceConfig> t("kvsplice", fields());
+  return t;
+}
 
 }  // namespace
 
 absl::Status set_kvsplice_field(KvSpliceConfig& c, const std::string& key, const std::string& value) {
-  if (key == "rank") return kFields.integer(key, value, c.rank, 0, 1 << 16);
-  if (key == "k_rank") return kFields.integer(key, value, c.k_rank, 0, 1 << 16);
-  if (key == "v_rank") return kFields.integer(key, value, c.v_rank, 0, 1 << 16);
-  if (key == "pca_metric") {
-    if (value != "attention" && value != "euclidean")
-      return kFields.error(key, value, "must be attention or euclidean");
-    c.pca_metric = value == "attention" ? KvPcaMetric::kAttention : KvPcaMetric::kEuclidean;
-    return absl::OkStatus();
-  }
-  if (key == "latent") {
-    absl::StatusOr<KvLatentDtype> t = parse_kv_latent(value);
-    if (!t.ok()) return kFields.error(key, value, "must be fp16 or int8");
-    c.latent = *t;
-    return absl::OkStatus();
-  }
-  if (key == "window") return kFields.integer(key, value, c.window, 2, 1 << 16);
-  if (key == "steps") return kFields.integer(key, value, c.steps, 0, 1000000);
-  if (key == "batch") return kFields.integer(key, value, c.batch, 1, 1024);
-  if (key == "lr") return kFields.number(key, value, c.lr, 1e-7, 1.0);
-  if (key == "pca_windows") return kFields.integer(key, value, c.pca_windows, 0, 1 << 20);
-  if (key == "self_sample_windows") return kFields.integer(key, value, c.self_sample_windows, 0, 1 << 16);
-  if (key == "fisher_threshold") return kFields.number(key, value, c.fisher_threshold, 0.01, 1.0);
-  if (key == "fim_rank") return kFields.integer(key, value, c.fim_rank, 0, 1 << 16);
-  if (key == "seed") return kFields.integer(key, value, c.seed, 0, INT64_MAX);
-  return absl::InvalidArgumentError(
-      absl::StrCat("kvsplice config: unknown key \"", key,
-                   "\" (known: rank, k_rank, v_rank, latent, pca_metric, window, steps, batch, lr, "
-                   "pca_windows, self_sample_windows, "
-                   "fisher_threshold, fim_rank, seed)"));
+  return table().set(c, key, value);
 }
 
+std::vector<std::string> kvsplice_config_keys() { return table().keys(); }
+
 absl::Status validate_kvsplice_config(const KvSpliceConfig& c, const ModelConfig& m) {
+  FROST_RETURN_IF_ERROR(table().check(c));
   const int64_t d = m.n_head_kv * m.head_dim;
-  if (c.rank < 0 || c.rank > d)
-    return kFields.error(
+  if (c.rank > d)
+    return table().field_error(
         "rank", std::to_string(c.rank),
         absl::StrCat("must be in [1, ", d, "] (n_head_kv · head_dim), or 0 for the Fisher-suggested rank"));
   for (auto [key, r] : {std::pair<const char*, int64_t>{"k_rank", c.k_rank}, {"v_rank", c.v_rank}}) {
-    if (r < 0 || r > d)
-      return kFields.error(
+    if (r > d)
+      return table().field_error(
           key, std::to_string(r),
           absl::StrCat("must be in [1, ", d, "] (n_head_kv · head_dim), or 0 for rank's value"));
   }
-  if (c.window < 2 || c.window > m.max_pos)
-    return kFields.error("window", std::to_string(c.window), absl::StrCat("must be in [2, ", m.max_pos, "]"));
+  if (c.window > m.max_pos)
+    return table().field_error("window", std::to_string(c.window),
+                               absl::StrCat("must be in [2, ", m.max_pos, "]"));
   if (c.fim_rank > c.window)
-    return kFields.error("fim_rank", std::to_string(c.fim_rank),
-                         absl::StrCat("a temporal rank must be at most the window (", c.window, ")"));
+    return table().field_error(
+        "fim_rank", std::to_string(c.fim_rank),
+        absl::StrCat("must be at most the window (", c.window, ") as a temporal rank"));
   return absl::OkStatus();
 }
 
-std::string kvsplice_config_json(const KvSpliceConfig& c) {
-  nlohmann::ordered_json j = {
-      {"rank", c.rank},
-      {"k_rank", c.k_rank},
-      {"v_rank", c.v_rank},
-      {"latent", kv_latent_name(c.latent)},
-      {"pca_metric", c.pca_metric == KvPcaMetric::kAttention ? "attention" : "euclidean"},
-      {"window", c.window},
-      {"steps", c.steps},
-      {"batch", c.batch},
-      {"lr", c.lr},
-      {"pca_windows", c.pca_windows},
-      {"self_sample_windows", c.self_sample_windows},
-      {"fisher_threshold", c.fisher_threshold},
-      {"fim_rank", c.fim_rank},
-      {"seed", c.seed}};
-  return j.dump();
-}
+std::string kvsplice_config_json(const KvSpliceConfig& c) { return table().to_json(c).dump(); }
 
 absl::StatusOr<KvRows> collect_kv_rows(const Transformer& model, const std::vector<TokenWindow>& windows) {
   if (windows.empty()) return absl::InvalidArgumentError("kvsplice: no calibration windows");

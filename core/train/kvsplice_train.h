@@ -50,10 +50,12 @@ struct KvSpliceConfig {
   KvSpliceRanks ranks() const { return {k_rank > 0 ? k_rank : rank, v_rank > 0 ? v_rank : rank}; }
 };
 
-// key=value overrides: rank, k_rank, v_rank, latent, pca_metric, window, steps, batch, lr, pca_windows,
-// self_sample_windows, fisher_threshold, fim_rank, seed. INVALID_ARGUMENT naming the key and the value.
+// key=value overrides of every field (keys: kvsplice_config_keys()). One field table in kvsplice_train.cc
+// (core/common/config_fields.h) drives the parsing, the known keys, the ranges and kvsplice_config_json.
+// INVALID_ARGUMENT naming the key, the value and the range.
 absl::Status set_kvsplice_field(KvSpliceConfig& cfg, const std::string& key, const std::string& value);
-// Ranges and the model (rank <= n_head_kv · head_dim, window <= max_pos, ...).
+std::vector<std::string> kvsplice_config_keys();
+// Every field's range and the model (rank <= n_head_kv · head_dim, window <= max_pos, ...).
 absl::Status validate_kvsplice_config(const KvSpliceConfig& cfg, const ModelConfig& model);
 std::string kvsplice_config_json(const KvSpliceConfig& cfg);
 

@@ -1,119 +1,116 @@
 #include "core/train/repair_train.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/config_fields.h"
 #include "core/common/fs.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 #include "core/model/kv_dims.h"
-#include "core/train/train_util.h"
 #include "core/store/safetensors.h"
+#include "core/train/train_util.h"
 
 namespace frost {
 
 namespace {
 
-constexpr ConfigFields kFields{"kv_repair"};
+// The one table of KvRepairConfig's fields (core/common/config_fields.h): set_kv_repair_field, the known
+// keys, the per-field ranges and kv_repair_config_json all come from it (the dump in this order).
+std::vector<ConfigField<KvRepairConfig>> fields() {
+  using C = KvRepairConfig;
+  using R = ConfigRange;
+  return {
+      custom_field<C>(
+          "option",
+          [](C& c, const std::string& v) -> std::string {
+            absl::StatusOr<RepairOption> o = parse_repair_option(v);
+            if (!o.ok()) return "must be 'A', 'B' or 'C'";
+            c.repair.option = *o;
+            return "";
+          },
+          [](const C& c) -> std::string { return repair_option_name(c.repair.option); }),
+      int_field<C>(
+          "rank", [](auto& c) -> auto& { return c.repair.rank; }, R::in(1, 4096)),
+      custom_field<C>(
+          "apply_to",
+          [](C& c, const std::string& v) -> std::string {
+            return set_repair_apply_to(v, c.repair) ? "" : "must be 'K', 'V' or 'KV'";
+          },
+          [](const C& c) { return repair_apply_to_name(c.repair); }),
+      number_field<C>(
+          "alpha_max", [](auto& c) -> auto& { return c.repair.alpha_max; }, R::open(0, 1)),
+      number_field<C>(
+          "contraction_rho", [](auto& c) -> auto& { return c.repair.contraction_rho; }, R::in(0, 1e6)),
+      // checked against the model in validate_kv_repair_config
+      string_field<C>("layers", &C::layers, {}, /*non_empty=*/true),
+      custom_field<C>(
+          "codec",
+          [](C& c, const std::string& v) -> std::string {
+            absl::StatusOr<KvCodecKind> k = parse_kv_codec(v);
+            if (!k.ok()) return "must be 'fp32', 'fp16', 'bf16', 'int8' or 'int4'";
+            c.codec = *k;  // kvsplice parses; validate_kv_repair_config refuses it with the reason
+            return "";
+          },
+          [](const C& c) -> std::string { return kv_codec_name(c.codec); }),
+      custom_field<C>(
+          "corruption",
+          [](C& c, const std::string& v) -> std::string {
+            absl::StatusOr<CorruptionSpec> sp = parse_corruption(v);
+            if (!sp.ok()) return absl::StrCat("does not parse (", sp.status().message(), ")");
+            c.corruption = *sp;
+            return "";
+          },
+          [](const C& c) { return c.corruption.to_string(); }),
+      int_field<C>("window", &C::window, R::in(2, 1 << 16)),
+      int_field<C>("steps", &C::steps, R::in(0, 10'000'000)),
+      int_field<C>("batch", &C::batch, R::in(1, 4096)),
+      number_field<C>("lr", &C::lr, R::in_lo_open(0, 10)),
+      number_field<C>("contraction_weight", &C::contraction_weight, R::in(0, 1e6)),  // option A only
+      number_field<C>("attention_weight", &C::attention_weight, R::in(0, 1e6)),
+      int_field<C>("self_sample_windows", &C::self_sample_windows, R::in(0, 1'000'000)),
+      int_field<C>("seed", &C::seed),
+  };
+}
+
+const ConfigTable<KvRepairConfig>& table() {
+  static const ConfigTable<KvRepairConfig> t("kv_repair", fields());
+  return t;
+}
 
 }  // namespace
 
 absl::Status set_kv_repair_field(KvRepairConfig& c, const std::string& key, const std::string& value) {
-  if (key == "option") {
-    absl::StatusOr<RepairOption> o = parse_repair_option(value);
-    if (!o.ok()) return kFields.error(key, value, "expected A, B or C");
-    c.repair.option = *o;
-    return absl::OkStatus();
-  }
-  if (key == "rank") return kFields.integer(key, value, c.repair.rank, 1, 4096);
-  if (key == "apply_to") {
-    if (!set_repair_apply_to(value, c.repair)) return kFields.error(key, value, "expected K, V or KV");
-    return absl::OkStatus();
-  }
-  if (key == "alpha_max") {
-    FROST_RETURN_IF_ERROR(kFields.number(key, value, c.repair.alpha_max, 0, 1));
-    if (c.repair.alpha_max <= 0 || c.repair.alpha_max >= 1)
-      return kFields.error(key, value, "must be in (0, 1)");
-    return absl::OkStatus();
-  }
-  if (key == "contraction_rho") return kFields.number(key, value, c.repair.contraction_rho, 0, 1e6);
-  if (key == "layers") {
-    if (value.empty()) return kFields.error(key, value, "empty");
-    c.layers = value;  // checked against the model in validate_kv_repair_config
-    return absl::OkStatus();
-  }
-  if (key == "codec") {
-    absl::StatusOr<KvCodecKind> k = parse_kv_codec(value);
-    if (!k.ok()) return kFields.error(key, value, "expected fp32, fp16, bf16, int8 or int4");
-    c.codec = *k;
-    return absl::OkStatus();
-  }
-  if (key == "corruption") {
-    absl::StatusOr<CorruptionSpec> s = parse_corruption(value);
-    if (!s.ok()) return kFields.error(key, value, std::string(s.status().message()));
-    c.corruption = *s;
-    return absl::OkStatus();
-  }
-  if (key == "window") return kFields.integer(key, value, c.window, 2, 1 << 16);
-  if (key == "steps") return kFields.integer(key, value, c.steps, 0, 10'000'000);
-  if (key == "batch") return kFields.integer(key, value, c.batch, 1, 4096);
-  if (key == "lr") {
-    FROST_RETURN_IF_ERROR(kFields.number(key, value, c.lr, 0, 10));
-    if (c.lr <= 0) return kFields.error(key, value, "must be > 0");
-    return absl::OkStatus();
-  }
-  if (key == "contraction_weight") return kFields.number(key, value, c.contraction_weight, 0, 1e6);
-  if (key == "attention_weight") return kFields.number(key, value, c.attention_weight, 0, 1e6);
-  if (key == "self_sample_windows") return kFields.integer(key, value, c.self_sample_windows, 0, 1'000'000);
-  if (key == "seed") return kFields.integer(key, value, c.seed, 0, INT64_MAX);
-  return absl::InvalidArgumentError(
-      absl::StrCat("kv_repair config: unknown key \"", key,
-                   "\" (known: option, rank, apply_to, alpha_max, contraction_rho, layers, codec, "
-                   "corruption, window, steps, "
-                   "batch, lr, contraction_weight, attention_weight, self_sample_windows, seed)"));
+  return table().set(c, key, value);
 }
 
+std::vector<std::string> kv_repair_config_keys() { return table().keys(); }
+
 absl::Status validate_kv_repair_config(const KvRepairConfig& c, const ModelConfig& m) {
+  FROST_RETURN_IF_ERROR(table().check(c));
   if (c.codec == KvCodecKind::kKvSplice)
-    return kFields.error(
-        "codec", "kvsplice",
-        "KV repair does not train for the kvsplice codec (expected fp32, fp16, bf16, int8 or int4)");
+    return table().error(
+        "codec 'kvsplice' is refused: KV repair does not train for the kvsplice codec (expected fp32, fp16, "
+        "bf16, int8 or int4)");
   FROST_RETURN_IF_ERROR(parse_repair_layers(c.layers, m.n_layer).status());
   if (c.repair.rank > m.head_dim)
-    return kFields.error("rank", std::to_string(c.repair.rank),
-                     absl::StrCat("exceeds the model's head_dim ", m.head_dim));
+    return table().field_error("rank", std::to_string(c.repair.rank),
+                               absl::StrCat("exceeds the model's head_dim ", m.head_dim));
   if (c.window > m.max_pos)
-    return kFields.error("window", std::to_string(c.window),
-                     absl::StrCat("exceeds the model's max_pos ", m.max_pos));
+    return table().field_error("window", std::to_string(c.window),
+                               absl::StrCat("exceeds the model's max_pos ", m.max_pos));
   return absl::OkStatus();
 }
 
-std::string kv_repair_config_json(const KvRepairConfig& c) {
-  nlohmann::ordered_json j = {{"option", repair_option_name(c.repair.option)},
-                              {"rank", c.repair.rank},
-                              {"apply_to", repair_apply_to_name(c.repair)},
-                              {"alpha_max", c.repair.alpha_max},
-                              {"contraction_rho", c.repair.contraction_rho},
-                              {"layers", c.layers},
-                              {"codec", kv_codec_name(c.codec)},
-                              {"corruption", c.corruption.to_string()},
-                              {"window", c.window},
-                              {"steps", c.steps},
-                              {"batch", c.batch},
-                              {"lr", c.lr},
-                              {"contraction_weight", c.contraction_weight},
-                              {"attention_weight", c.attention_weight},
-                              {"self_sample_windows", c.self_sample_windows},
-                              {"seed", c.seed}};
-  return j.dump();
-}
+std::string kv_repair_config_json(const KvRepairConfig& c) { return table().to_json(c).dump(); }
 
 absl::StatusOr<std::vector<TokenWindow>> make_text_windows(const Tokenizer& tok,
                                                            const std::vector<std::string>& texts,
@@ -304,20 +301,6 @@ absl::StatusOr<KvEval> evaluate_kv(const Transformer& model, const std::vector<T
 }
 
 // ---------------------------------------------------------------- train_util.h
-
-absl::Status ConfigFields::error(const std::string& key, const std::string& value,
-                                  const std::string& why) const {
-  return absl::InvalidArgumentError(absl::StrCat(what, " config ", key, " = \"", value, "\": ", why));
-}
-
-absl::Status ConfigFields::number(const std::string& key, const std::string& value, double& out, double lo,
-                                  double hi) const {
-  double x = 0;
-  if (!absl::SimpleAtod(value, &x) || !std::isfinite(x)) return error(key, value, "not a finite number");
-  if (x < lo || x > hi) return error(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
-  out = x;
-  return absl::OkStatus();
-}
 
 KvAdam::KvAdam(std::vector<at::Tensor> ps, double lr_) : params(std::move(ps)), lr(lr_) {
   for (const at::Tensor& p : params) {

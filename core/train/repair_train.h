@@ -53,11 +53,12 @@ struct KvRepairConfig {
   uint64_t seed = 0;
 };
 
-// key=value overrides: option, rank, apply_to, alpha_max, contraction_rho, layers, codec, corruption,
-// window, steps, batch, lr, contraction_weight, attention_weight, self_sample_windows, seed.
-// INVALID_ARGUMENT naming the key and the value.
+// key=value overrides of every field (keys: kv_repair_config_keys()). One field table in repair_train.cc
+// (core/common/config_fields.h) drives the parsing, the known keys, the ranges and kv_repair_config_json.
+// INVALID_ARGUMENT naming the key, the value and the range.
 absl::Status set_kv_repair_field(KvRepairConfig& cfg, const std::string& key, const std::string& value);
-// Checks ranges and the model (rank <= head_dim, layers < n_layer, window <= max_pos, ...).
+std::vector<std::string> kv_repair_config_keys();
+// Checks every field's range and the model (rank <= head_dim, layers < n_layer, window <= max_pos, ...).
 absl::Status validate_kv_repair_config(const KvRepairConfig& cfg, const ModelConfig& model);
 std::string kv_repair_config_json(const KvRepairConfig& cfg);
 

@@ -21,26 +21,6 @@ namespace frost {
 
 using TokenWindow = std::vector<int32_t>;
 
-// Config key=value parsing of one KV training config ("kv_repair", "kvsplice"): errors are
-// INVALID_ARGUMENT "<what> config <key> = "<value>": <why>".
-struct ConfigFields {
-  const char* what;
-  absl::Status error(const std::string& key, const std::string& value, const std::string& why) const;
-  // An integer in [lo, hi] into out (any integer type).
-  template <typename T>
-  absl::Status integer(const std::string& key, const std::string& value, T& out, int64_t lo,
-                       int64_t hi) const {
-    int64_t x = 0;
-    if (!absl::SimpleAtoi(value, &x)) return error(key, value, "not an integer");
-    if (x < lo || x > hi) return error(key, value, absl::StrCat("out of range [", lo, ", ", hi, "]"));
-    out = static_cast<T>(x);
-    return absl::OkStatus();
-  }
-  // A finite number in [lo, hi] into out.
-  absl::Status number(const std::string& key, const std::string& value, double& out, double lo,
-                      double hi) const;
-};
-
 // Adam (β 0.9/0.999, ε 1e-8, no weight decay, constant lr).
 struct KvAdam {
   std::vector<at::Tensor> params, m, v;

@@ -1,15 +1,16 @@
 // The repair stage inside the model (KvStages): the folded raw-pointer form against the factorised and
 // materialised forms, forward() against decode_step() with repair and with persistent corruption, the
 // repair file round trip and its refusals, and kv_repair training (KL goes down, resume is exact).
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <ATen/core/grad_mode.h>
+#include <nlohmann/json.hpp>
 
-#include "core/model/kv_dims.h"
 #include "core/kv/repair_set.h"
-#include "core/train/repair_train.h"
+#include "core/model/kv_dims.h"
 #include "core/model/model_loader.h"
+#include "core/train/repair_train.h"
 
 namespace frost {
 namespace {
@@ -218,13 +219,24 @@ TEST(RepairConfigTest, FieldsAndLayersAreValidatedWithTheirNames) {
   EXPECT_TRUE(set_kv_repair_field(c, "option", "B").ok());
   EXPECT_EQ(c.repair.option, RepairOption::kB);
   absl::Status s = set_kv_repair_field(c, "rank", "zero");
-  EXPECT_NE(s.message().find("rank = \"zero\""), std::string::npos) << s;
+  EXPECT_NE(s.message().find("kv_repair config: rank must be an integer, got 'zero'"), std::string::npos)
+      << s;
   s = set_kv_repair_field(c, "alpha_max", "1");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   s = set_kv_repair_field(c, "corruption", "bogus:1");
   EXPECT_NE(s.message().find("corruption"), std::string::npos) << s;
   s = set_kv_repair_field(c, "nope", "1");
-  EXPECT_NE(s.message().find("unknown key \"nope\""), std::string::npos) << s;
+  EXPECT_NE(s.message().find("unknown key 'nope' (known: option, rank, apply_to,"), std::string::npos) << s;
+  s = set_kv_repair_field(c, "lr", "0");
+  EXPECT_NE(s.message().find("lr must be in (0, 10], got 0"), std::string::npos) << s;
+  // every key of the table sets from its own dump
+  const nlohmann::json j = nlohmann::json::parse(kv_repair_config_json(c));
+  ASSERT_EQ(j.size(), kv_repair_config_keys().size());
+  for (const std::string& key : kv_repair_config_keys()) {
+    const std::string text = j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
+    EXPECT_TRUE(set_kv_repair_field(c, key, text).ok()) << key << "=" << text;
+  }
+  EXPECT_EQ(nlohmann::json::parse(kv_repair_config_json(c)), j);
   EXPECT_EQ(*parse_repair_layers("mid", 6), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(*parse_repair_layers("mid", 5), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(*parse_repair_layers("1-2,4", 5), (std::vector<int64_t>{1, 2, 4}));

@@ -73,7 +73,12 @@ TEST(PrototypeConfig, SetFieldsValidatesAndNamesTheField) {
   EXPECT_EQ(c.T, 64);
   EXPECT_EQ(c.lr, 0.003);
   EXPECT_EQ(c.seed, 7u);
-  EXPECT_INVALID(set_fields(c, {"bogus=1"}), "unknown field 'bogus'");
+  EXPECT_INVALID(set_fields(c, {"bogus=1"}),
+                 "prototype config: unknown key 'bogus' (known: max_tokens, d_h,");
+  EXPECT_INVALID(set_fields(c, {"K=1"}), "prototype config: K must be in [2, 65536], got 1");
+  EXPECT_INVALID(set_fields(c, {"lr=0"}), "prototype config: lr must be > 0, got 0");
+  EXPECT_INVALID(set_fields(c, {"ood_quantile=1"}), "ood_quantile must be in [0, 1), got 1");
+  EXPECT_INVALID(set_fields(c, {"seed=-1"}), "seed must be an unsigned integer, got '-1'");
   EXPECT_INVALID(set_fields(c, {"K=abc"}), "K must be an integer, got 'abc'");
   EXPECT_INVALID(set_fields(c, {"lr=nan"}), "lr must be a finite number");
   EXPECT_INVALID(set_fields(c, {"K"}), "'K' is not key=value");
@@ -100,7 +105,28 @@ TEST(PrototypeConfig, JsonRoundTrip) {
   EXPECT_EQ(to_json(*back), to_json(c));
   nlohmann::json j = to_json(c);
   j["nope"] = 1;
-  EXPECT_INVALID(config_from_json(j).status(), "unknown field 'nope'");
+  EXPECT_INVALID(config_from_json(j).status(), "unknown key 'nope'");
+}
+
+// The one field table: every key it lists is in the dump, sets from its own dumped value, and a struct built
+// in code is range-checked by validate() with the same words set_field uses.
+TEST(PrototypeConfig, OneTableDrivesKeysDumpAndRanges) {
+  PrototypeConfig c;
+  const nlohmann::json j = to_json(c);
+  ASSERT_EQ(j.size(), config_keys().size());
+  for (const std::string& key : config_keys()) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    const nlohmann::json& v = j[key];
+    const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+    EXPECT_TRUE(set_field(c, key, text).ok()) << key << "=" << text;
+  }
+  EXPECT_EQ(to_json(c), j);
+  PrototypeConfig d;
+  d.restr_alpha_max = 1.5;
+  EXPECT_INVALID(validate(d), "prototype config: restr_alpha_max must be in [0, 1], got 1.5");
+  PrototypeConfig e;
+  e.H = 0;
+  EXPECT_INVALID(validate(e), "prototype config: H must be in [1, 256], got 0");
 }
 
 TEST(PrototypeConfig, TauAnnealsLinearlyPerEpoch) {

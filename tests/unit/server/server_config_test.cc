@@ -184,6 +184,30 @@ TEST(ServerConfigTest, ModelDeviceAndWhatADeviceRefuses) {
   }
 }
 
+// The limits and jobs sections are the core's option structs: what the YAML sets is what the engine's
+// SamplingLimits and the jobs scheduler's options read, with no copy in between to fall out of step.
+TEST(ServerConfigTest, SectionsAreTheCoreOptionStructs) {
+  const ServerConfig c = parse_ok(
+      "limits: {max_new_tokens: 77, max_stop_strings: 3, max_stop_bytes: 9, max_logprobs: 4}\n"
+      "jobs: {state_dir: /tmp/s, max_queued: 5, concurrency: 2, threads: 3, nice: 4, checkpoint_every: 6, "
+      "max_attempts: 7}\n");
+  const SamplingLimits& sl = c.limits;
+  EXPECT_EQ(sl.max_new_tokens, 77);
+  EXPECT_EQ(sl.max_stop_strings, 3);
+  EXPECT_EQ(sl.max_stop_bytes, 9);
+  EXPECT_EQ(sl.max_logprobs, 4);
+  const jobs::SchedulerOptions& so = c.jobs;
+  EXPECT_EQ(so.state_dir, "/tmp/s");
+  EXPECT_EQ(so.max_queued, 5);
+  EXPECT_EQ(so.concurrency, 2);
+  EXPECT_EQ(so.threads, 3);
+  EXPECT_EQ(so.nice, 4);
+  EXPECT_EQ(so.checkpoint_every, 6);
+  EXPECT_EQ(so.max_attempts, 7);
+  // the defaults stay the YAML's, not the core structs' own
+  EXPECT_EQ(ServerConfig().jobs.state_dir, "frost-state");
+}
+
 TEST(ServerConfigTest, PartialSectionKeepsOtherDefaults) {
   const ServerConfig c = parse_ok("engine:\n  kv_codec: fp16\nlog: {level: warn}\n");
   EXPECT_EQ(c.engine.kv_codec, KvCodecKind::kF16);
