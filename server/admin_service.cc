@@ -5,11 +5,17 @@
 #include "server/service_util.h"
 
 namespace frost::server {
+namespace {
+constexpr int kAdminThreads = 2, kAdminMaxQueued = 64;
+constexpr char kService[] = "frost.v1.Admin";
+}  // namespace
+
+AdminService::AdminService(Runtime* rt) : rt_(rt), exec_("frost-admin", kAdminThreads, kAdminMaxQueued) {}
 
 grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContext* ctx,
                                                       const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return unary<v1::ServerInfoRequest, v1::ServerInfo>(
-      rt_, ctx, in, out, "Admin", "GetServerInfo",
+  return serve_unary<v1::ServerInfoRequest, v1::ServerInfo>(
+      unary_server(rt_, kService, &exec_), ctx, in, out, {"GetServerInfo", Mode::kInline},
       [&](const v1::ServerInfoRequest&) -> absl::StatusOr<v1::ServerInfo> {
         v1::ServerInfo info;
         info.set_version(FROST_VERSION);
@@ -30,43 +36,44 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
 
 grpc::ServerUnaryReactor* AdminService::ListArtifacts(grpc::CallbackServerContext* ctx,
                                                       const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return unary<v1::ListArtifactsRequest, v1::ListArtifactsResponse>(
-      rt_, ctx, in, out, "Admin", "ListArtifacts",
-      [&](const v1::ListArtifactsRequest& req) -> absl::StatusOr<v1::ListArtifactsResponse> {
-        if (!rt_->store())
+  return serve_unary<v1::ListArtifactsRequest, v1::ListArtifactsResponse>(
+      unary_server(rt_, kService, &exec_), ctx, in, out, {"ListArtifacts", Mode::kExecutor},
+      [rt = rt_](const v1::ListArtifactsRequest& req) -> absl::StatusOr<v1::ListArtifactsResponse> {
+        if (!rt->store())
           return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
-        FROST_ASSIGN_OR_RETURN(std::vector<jobs::ArtifactInfo> all, rt_->store()->list(req.kind()));
+        FROST_ASSIGN_OR_RETURN(std::vector<jobs::ArtifactInfo> all, rt->store()->list(req.kind()));
         v1::ListArtifactsResponse resp;
         for (const jobs::ArtifactInfo& a : all)
-          *resp.add_artifacts() = to_proto(a, rt_->registry().is_active(a.name), rt_->tensors().bytes_of(a.name));
+          *resp.add_artifacts() =
+              to_proto(a, rt->registry().is_active(a.name), rt->tensors().bytes_of(a.name));
         return resp;
       });
 }
 
 grpc::ServerUnaryReactor* AdminService::ActivateArtifact(grpc::CallbackServerContext* ctx,
                                                          const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return unary<v1::ActivateArtifactRequest, v1::Artifact>(
-      rt_, ctx, in, out, "Admin", "ActivateArtifact",
-      [&](const v1::ActivateArtifactRequest& req) -> absl::StatusOr<v1::Artifact> {
+  return serve_unary<v1::ActivateArtifactRequest, v1::Artifact>(
+      unary_server(rt_, kService, &exec_), ctx, in, out, {"ActivateArtifact", Mode::kExecutor},
+      [rt = rt_](const v1::ActivateArtifactRequest& req) -> absl::StatusOr<v1::Artifact> {
         FROST_RETURN_IF_ERROR(jobs::parse_artifact_name(req.name()).status());
-        FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, rt_->activate(req.name()));
-        return to_proto(a, true, rt_->tensors().bytes_of(a.name));
+        FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, rt->activate(req.name()));
+        return to_proto(a, true, rt->tensors().bytes_of(a.name));
       });
 }
 
 grpc::ServerUnaryReactor* AdminService::DeleteArtifact(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return unary<v1::DeleteArtifactRequest, v1::DeleteArtifactResponse>(
-      rt_, ctx, in, out, "Admin", "DeleteArtifact",
-      [&](const v1::DeleteArtifactRequest& req) -> absl::StatusOr<v1::DeleteArtifactResponse> {
-        if (!rt_->store())
+  return serve_unary<v1::DeleteArtifactRequest, v1::DeleteArtifactResponse>(
+      unary_server(rt_, kService, &exec_), ctx, in, out, {"DeleteArtifact", Mode::kExecutor},
+      [rt = rt_](const v1::DeleteArtifactRequest& req) -> absl::StatusOr<v1::DeleteArtifactResponse> {
+        if (!rt->store())
           return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
         FROST_ASSIGN_OR_RETURN(auto kv, jobs::parse_artifact_name(req.name()));
-        FROST_ASSIGN_OR_RETURN(std::optional<std::string> active, rt_->store()->active(kv.first));
-        if ((active && *active == req.name()) || rt_->registry().is_active(req.name()))
+        FROST_ASSIGN_OR_RETURN(std::optional<std::string> active, rt->store()->active(kv.first));
+        if ((active && *active == req.name()) || rt->registry().is_active(req.name()))
           return absl::FailedPreconditionError(
               absl::StrCat("artifact '", req.name(), "' is active; activate another version first"));
-        FROST_RETURN_IF_ERROR(rt_->store()->remove(req.name()));
+        FROST_RETURN_IF_ERROR(rt->store()->remove(req.name()));
         return v1::DeleteArtifactResponse();
       });
 }

@@ -1,8 +1,21 @@
 #pragma once
 // frost.v1.Generation on the gRPC callback API.
 //
-// Generate: a ServerWriteReactor per call. The request is validated at the edge (to_generation_request), then
-// submitted to the Engine, whose worker thread pushes tokens into the reactor through a TokenSink. The
+// Generate: a ServerWriteReactor per call. The callback thread checks auth and the drain, decodes and
+// validates the request at the edge (server/generation_codec.h: to_generation_request) and queues it on the
+// service's intake executor; a worker there calls Engine::submit, which tokenizes the prompt and runs the
+// checks that need the tokens, and either the engine takes the request (its thread then pushes tokens into
+// the reactor through a TokenSink) or the call is refused from the worker.
+//
+// Why an intake executor rather than tokenizing on the engine thread at intake: tokenizing a long prompt
+// (limits.max_prompt_bytes) takes milliseconds, and on the engine thread it would delay the step of every
+// running sequence (the 32-stream inter-token latency); on a gRPC callback thread it would hold one of gRPC's
+// few callback threads, so Health and the start of other streams wait. On the intake workers it delays only
+// the request itself. Ordering: the queue is FIFO; with two workers a short prompt may overtake a long one
+// that arrived just before it, which no client can observe as a contract (concurrent streams have no order)
+// and keeps time to first token of short requests from waiting on a long tokenization. Refusals that need the
+// tokens (prompt + max_new_tokens over the context or the KV pool) keep their codes and messages: they come
+// from Engine::submit as before, only on another thread. Tokenize runs on the same executor. The
 // reactor never blocks: tokens that arrive while a write is in flight are coalesced into the next chunk, so a
 // slow reader costs memory proportional to its unread tokens (bounded by max_new_tokens), never engine time.
 //
@@ -12,7 +25,8 @@
 // cancellation.
 //
 // Readiness: until set_engine() every RPC is UNAVAILABLE ("model is loading"); after start_drain() new
-// Generate/Tokenize calls are UNAVAILABLE ("server is draining").
+// Generate/Tokenize calls are UNAVAILABLE ("server is draining"). GetModelInfo (in-memory) is answered on the
+// callback thread (server/unary.h).
 //
 // Every method is raw (request and responses as grpc::ByteBuffer, parsed and serialized in
 // server/proto_codec.h) so that a request protobuf refuses to parse — invalid UTF-8 in a string field, bytes
@@ -30,23 +44,13 @@
 #include "core/generate/engine.h"
 #include "frost/v1/generation.grpc.pb.h"
 #include "server/auth.h"
+#include "server/executor.h"
+#include "server/generation_codec.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
+#include "server/unary.h"
 
 namespace frost::server {
-
-// Longest request_id accepted, in bytes.
-inline constexpr size_t kMaxRequestIdBytes = 128;
-// Most token ids in a token_ids prompt, whatever the config (limits.max_prompt_tokens, when set, is lower;
-// the engine then refuses what does not fit the context).
-inline constexpr int kMaxPromptTokenIds = 1 << 20;
-
-// Edge validation and conversion of a GenerateRequest: the checks that need no model (prompt presence, byte
-// limit, UTF-8, request_id, logprobs sign, KV codec name), then the proto's optional fields over the engine
-// defaults. Sampling ranges, token limits and the context check run in Engine::submit (still before any model
-// work). INVALID_ARGUMENT names the proto field and the value.
-absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req,
-                                                        const LimitsSection& limits);
 
 // Every method raw: even GetModelInfo, whose request has no fields, can get bytes that are no message, and
 // those must be INVALID_ARGUMENT like everywhere else (not gRPC's empty UNIMPLEMENTED).
@@ -85,7 +89,10 @@ class GenerationService final : public GenerationServiceBase {
  private:
   class GenerateCall;
 
-  // OK with the engine, or UNAVAILABLE while loading / draining.
+  // Auth, the drain flag and the metrics of this service's calls (server/unary.h); Mode::kExecutor runs on
+  // the intake executor.
+  UnaryServer unary_server();
+  // OK with the engine, or UNAVAILABLE while loading.
   absl::StatusOr<std::shared_ptr<Engine>> serving_engine() const;
   // The stall sweeper: every live Generate stream is registered (weak) from its construction to its OnDone;
   // a thread cuts the ones whose pending write is older than server.write_stall_timeout_s.
@@ -105,6 +112,9 @@ class GenerationService final : public GenerationServiceBase {
   std::unordered_map<GenerateCall*, std::weak_ptr<GenerateCall>> calls_ ABSL_GUARDED_BY(calls_mu_);
   bool stop_sweeper_ ABSL_GUARDED_BY(calls_mu_) = false;
   std::thread sweeper_;
+  // Where Engine::submit (tokenization) and Tokenize run. Declared last: destroyed (queued calls answered,
+  // workers joined) before anything they use.
+  Executor intake_;
 };
 
 }  // namespace frost::server

@@ -11,6 +11,7 @@
 #include "server/auth.h"
 #include "server/proto_codec.h"
 #include "server/status_convert.h"
+#include "server/unary.h"
 
 namespace frost::server {
 namespace {
@@ -24,13 +25,18 @@ using HealthBase = grpc::health::v1::Health::WithRawCallbackMethod_Check<
 // How long shutdown() lets the watchers write their last status before the server cuts them.
 constexpr absl::Duration kWatchFlush = absl::Seconds(1);
 
+// The service name's length.
+absl::Status check_service_name(const HealthCheckRequest& req) {
+  if (req.service().size() > kMaxHealthServiceBytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "service: ", req.service().size(), " bytes is more than the cap of ", kMaxHealthServiceBytes));
+  return absl::OkStatus();
+}
+
 // Parses a request and checks its service name.
 absl::Status parse_health_request(const grpc::ByteBuffer* in, HealthCheckRequest* req) {
   if (absl::Status st = parse_request(*in, req); !st.ok()) return st;
-  if (req->service().size() > kMaxHealthServiceBytes)
-    return absl::InvalidArgumentError(absl::StrCat("service: ", req->service().size(),
-                                                   " bytes is more than the cap of ", kMaxHealthServiceBytes));
-  return absl::OkStatus();
+  return check_service_name(*req);
 }
 
 }  // namespace
@@ -38,7 +44,8 @@ absl::Status parse_health_request(const grpc::ByteBuffer* in, HealthCheckRequest
 // One Watch stream. Lock order: Health::mu_, then mu_.
 class Health::WatchCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  WatchCall(Health* health, const grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) : health_(health) {
+  WatchCall(Health* health, const grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in)
+      : health_(health) {
     HealthCheckRequest req;
     absl::Status st = check_metadata_size(*ctx, health_->max_metadata_bytes_);
     if (st.ok()) st = parse_health_request(in, &req);
@@ -135,28 +142,32 @@ class Health::Service final : public HealthBase {
  public:
   explicit Service(Health* health) : health_(health) {}
 
+  // In-memory state only: answered on the callback thread. No auth and no drain check (a draining server
+  // says so through the status), not counted in frost_requests_total.
   grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                   grpc::ByteBuffer* out) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    HealthCheckRequest req;
-    absl::Status st = check_metadata_size(*ctx, health_->max_metadata_bytes_);
-    if (st.ok()) st = parse_health_request(in, &req);
-    if (st.ok()) {
-      int status = HealthCheckResponse::SERVICE_UNKNOWN;
-      {
-        absl::MutexLock l(&health_->mu_);
-        status = health_->status_locked(req.service());
-      }
-      if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
-        st = absl::NotFoundError(absl::StrCat("service \"", req.service(), "\" is unknown to this server"));
-      } else {
-        HealthCheckResponse resp;
-        resp.set_status(static_cast<HealthCheckResponse::ServingStatus>(status));
-        st = serialize_response(resp, out);
-      }
-    }
-    reactor->Finish(to_grpc_status(st));
-    return reactor;
+    UnaryServer s;
+    s.service = "grpc.health.v1.Health";
+    s.max_metadata_bytes = health_->max_metadata_bytes_;
+    return serve_unary<HealthCheckRequest, HealthCheckResponse>(
+        s, ctx, in, out, {"Check", Mode::kInline, /*refuse_while_draining=*/false},
+        [](HealthCheckRequest&& req) -> absl::StatusOr<HealthCheckRequest> {
+          if (absl::Status st = check_service_name(req); !st.ok()) return st;
+          return std::move(req);
+        },
+        [this](const HealthCheckRequest& req) -> absl::StatusOr<HealthCheckResponse> {
+          int status = HealthCheckResponse::SERVICE_UNKNOWN;
+          {
+            absl::MutexLock l(&health_->mu_);
+            status = health_->status_locked(req.service());
+          }
+          if (status == HealthCheckResponse::SERVICE_UNKNOWN)
+            return absl::NotFoundError(
+                absl::StrCat("service \"", req.service(), "\" is unknown to this server"));
+          HealthCheckResponse resp;
+          resp.set_status(static_cast<HealthCheckResponse::ServingStatus>(status));
+          return resp;
+        });
   }
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext* ctx,

@@ -1,7 +1,5 @@
 #include "server/prediction_service.h"
 
-#include <c10/core/InferenceMode.h>
-
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -56,31 +54,13 @@ absl::StatusOr<v1::PredictResponse> predict(Runtime* rt, const PredictJob& job) 
 
 }  // namespace
 
-grpc::ServerUnaryReactor* PredictionService::Predict(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-                                                     grpc::ByteBuffer* out) {
-  const int64_t t0 = RealClock::get().now_ns();
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  Runtime* rt = rt_;
-  auto finish = [rt, reactor, t0](const absl::Status& st) {
-    grpc::Status gs = to_grpc_status(st);
-    rt->metrics()->record_request("Predict", gs.error_code(), seconds_since(t0));
-    reactor->Finish(gs);
-  };
-  absl::Status st = admit(rt, ctx, "Prediction", "Predict");
-  v1::PredictRequest req;
-  if (st.ok()) st = parse_request(*in, &req);
-  absl::StatusOr<PredictJob> job = st.ok() ? prepare(rt, req) : absl::StatusOr<PredictJob>(st);
-  if (!job.ok()) {
-    finish(job.status());
-    return reactor;
-  }
-  // `out` and the reactor stay valid until Finish; the task owns the job (and so the served version).
-  auto task = [rt, out, finish, j = std::make_shared<PredictJob>(*std::move(job))] {
-    absl::StatusOr<v1::PredictResponse> resp = predict(rt, *j);
-    finish(resp.ok() ? serialize_response(*resp, out) : resp.status());
-  };
-  if (absl::Status q = rt->predict_executor().submit(std::move(task)); !q.ok()) finish(q);
-  return reactor;
+grpc::ServerUnaryReactor* PredictionService::Predict(grpc::CallbackServerContext* ctx,
+                                                     const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  // The job owns the served version it was validated against until the response is written.
+  return serve_unary<v1::PredictRequest, v1::PredictResponse>(
+      unary_server(rt_, "frost.v1.Prediction", &rt_->predict_executor()), ctx, in, out,
+      {"Predict", Mode::kExecutor}, [rt = rt_](v1::PredictRequest&& req) { return prepare(rt, req); },
+      [rt = rt_](const PredictJob& job) { return predict(rt, job); });
 }
 
 }  // namespace frost::server

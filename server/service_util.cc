@@ -2,6 +2,16 @@
 
 namespace frost::server {
 
+UnaryServer unary_server(Runtime* rt, const char* service, Executor* executor) {
+  UnaryServer s;
+  s.service = service;
+  s.auth = rt->auth();
+  s.draining = [rt] { return rt->draining(); };
+  s.metrics = rt->metrics();
+  s.executor = executor;
+  return s;
+}
+
 absl::Status need_scheduler(Runtime* rt) {
   if (!rt->cfg().jobs.enabled)
     return absl::FailedPreconditionError("training jobs are disabled (jobs.enabled: false)");

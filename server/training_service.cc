@@ -10,6 +10,8 @@
 namespace frost::server {
 namespace {
 
+constexpr int kTrainingThreads = 2, kTrainingMaxQueued = 64;
+constexpr char kService[] = "frost.v1.Training";
 constexpr int32_t kDefaultPageSize = 50, kMaxPageSize = 1000;
 
 // The caps on a request's repeated fields that no config setting covers (inline rows: jobs.max_inline_rows).
@@ -27,9 +29,9 @@ absl::Status check_spec_caps(const v1::SubmitJobRequest& req, int64_t max_inline
   switch (req.spec_case()) {
     case v1::SubmitJobRequest::kPrototype:
       if (const int n = req.prototype().inline_rows().rows_size(); n > max_inline_rows)
-        return absl::InvalidArgumentError(absl::StrCat("prototype.inline_rows.rows: ", n,
-                                                       " rows is more than jobs.max_inline_rows=", max_inline_rows,
-                                                       "; use train_path"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("prototype.inline_rows.rows: ", n,
+                         " rows is more than jobs.max_inline_rows=", max_inline_rows, "; use train_path"));
       return check_config_size("prototype.config", req.prototype().config_size());
     case v1::SubmitJobRequest::kKvRepair:
       return check_config_size("kv_repair.config", req.kv_repair().config_size());
@@ -84,58 +86,77 @@ jobs::KvSpliceJobSpec from_proto(const v1::KvSpliceJobSpec& p) {
   return s;
 }
 
+TrainingService::TrainingService(Runtime* rt)
+    : rt_(rt), exec_("frost-training", kTrainingThreads, kTrainingMaxQueued) {}
+
 grpc::ServerUnaryReactor* TrainingService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                      const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return unary<v1::SubmitJobRequest, v1::Job>(
-      rt_, ctx, in, out, "Training", "SubmitJob",
-      [&](const v1::SubmitJobRequest& req) -> absl::StatusOr<v1::Job> {
-        FROST_RETURN_IF_ERROR(need_scheduler(rt_));
-        FROST_RETURN_IF_ERROR(check_spec_caps(req, rt_->cfg().jobs.max_inline_rows));
-        jobs::JobSpec spec;
-        switch (req.spec_case()) {
-          case v1::SubmitJobRequest::kPrototype:
-            // The journal keeps specs as JSON, which has no NaN/Inf (they would become null): refuse them
-            // here, numbered like the row validator's messages.
-            for (int i = 0; i < req.prototype().inline_rows().rows_size(); ++i) {
-              const double y = req.prototype().inline_rows().rows(i).label();
-              if (!std::isfinite(y))
-                return absl::InvalidArgumentError(
-                    absl::StrCat("inline_rows:", i + 1, ": \"label\" ", y, " is not a finite number"));
-            }
-            spec = from_proto(req.prototype());
-            break;
-          case v1::SubmitJobRequest::kKvRepair:
-            spec = from_proto(req.kv_repair());
-            break;
-          case v1::SubmitJobRequest::kKvsplice:
-            spec = from_proto(req.kvsplice());
-            break;
-          default:
+  // A validated SubmitJob: the typed spec and the queueing fields.
+  struct Submit {
+    jobs::JobSpec spec;
+    int32_t priority = 0;
+    std::string idempotency_key;
+  };
+  // On the callback thread: the caps and the typed spec (no file is opened yet).
+  auto validate = [rt = rt_](v1::SubmitJobRequest&& req) -> absl::StatusOr<Submit> {
+    FROST_RETURN_IF_ERROR(need_scheduler(rt));
+    FROST_RETURN_IF_ERROR(check_spec_caps(req, rt->cfg().jobs.max_inline_rows));
+    Submit sub;
+    switch (req.spec_case()) {
+      case v1::SubmitJobRequest::kPrototype:
+        // The journal keeps specs as JSON, which has no NaN/Inf (they would become null): refuse them
+        // here, numbered like the row validator's messages.
+        for (int i = 0; i < req.prototype().inline_rows().rows_size(); ++i) {
+          const double y = req.prototype().inline_rows().rows(i).label();
+          if (!std::isfinite(y))
             return absl::InvalidArgumentError(
-                "spec: no job spec given (set `prototype`, `kv_repair` or `kvsplice`)");
+                absl::StrCat("inline_rows:", i + 1, ": \"label\" ", y, " is not a finite number"));
         }
-        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j, rt_->scheduler()->submit(spec, req.priority(), req.idempotency_key()));
-        return to_proto(j);
-      });
+        sub.spec = from_proto(req.prototype());
+        break;
+      case v1::SubmitJobRequest::kKvRepair:
+        sub.spec = from_proto(req.kv_repair());
+        break;
+      case v1::SubmitJobRequest::kKvsplice:
+        sub.spec = from_proto(req.kvsplice());
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            "spec: no job spec given (set `prototype`, `kv_repair` or `kvsplice`)");
+    }
+    sub.priority = req.priority();
+    sub.idempotency_key = req.idempotency_key();
+    return sub;
+  };
+  // On the executor: JobKind::prepare reads (and tokenizes) the data files, then the journal commit.
+  auto submit = [rt = rt_](Submit& sub) -> absl::StatusOr<v1::Job> {
+    FROST_RETURN_IF_ERROR(need_scheduler(rt));  // again: the scheduler may have stopped while queued
+    FROST_ASSIGN_OR_RETURN(jobs::JobRecord j,
+                           rt->scheduler()->submit(sub.spec, sub.priority, sub.idempotency_key));
+    return to_proto(j);
+  };
+  return serve_unary<v1::SubmitJobRequest, v1::Job>(unary_server(rt_, kService, &exec_), ctx, in, out,
+                                                    {"SubmitJob", Mode::kExecutor}, validate, submit);
 }
 
 grpc::ServerUnaryReactor* TrainingService::GetJob(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return unary<v1::GetJobRequest, v1::Job>(
-      rt_, ctx, in, out, "Training", "GetJob", [&](const v1::GetJobRequest& req) -> absl::StatusOr<v1::Job> {
-        FROST_RETURN_IF_ERROR(need_scheduler(rt_));
+  return serve_unary<v1::GetJobRequest, v1::Job>(
+      unary_server(rt_, kService, &exec_), ctx, in, out, {"GetJob", Mode::kExecutor},
+      [rt = rt_](const v1::GetJobRequest& req) -> absl::StatusOr<v1::Job> {
+        FROST_RETURN_IF_ERROR(need_scheduler(rt));
         FROST_RETURN_IF_ERROR(check_id(req.id()));
-        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j, rt_->scheduler()->get(req.id()));
+        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j, rt->scheduler()->get(req.id()));
         return to_proto(j);
       });
 }
 
 grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return unary<v1::ListJobsRequest, v1::ListJobsResponse>(
-      rt_, ctx, in, out, "Training", "ListJobs",
-      [&](const v1::ListJobsRequest& req) -> absl::StatusOr<v1::ListJobsResponse> {
-        FROST_RETURN_IF_ERROR(need_scheduler(rt_));
+  return serve_unary<v1::ListJobsRequest, v1::ListJobsResponse>(
+      unary_server(rt_, kService, &exec_), ctx, in, out, {"ListJobs", Mode::kExecutor},
+      [rt = rt_](const v1::ListJobsRequest& req) -> absl::StatusOr<v1::ListJobsResponse> {
+        FROST_RETURN_IF_ERROR(need_scheduler(rt));
         jobs::ListQuery q;
         if (req.states_size() > kMaxListStates)
           return absl::InvalidArgumentError(absl::StrCat("states: ", req.states_size(),
@@ -157,7 +178,7 @@ grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext*
           return absl::InvalidArgumentError(absl::StrCat("page_token: \"", req.page_token().substr(0, 40),
                                                          "\" is not a token from ListJobs"));
         ++q.limit;  // one more row tells whether there is a next page
-        FROST_ASSIGN_OR_RETURN(std::vector<jobs::JobRecord> js, rt_->scheduler()->list(q));
+        FROST_ASSIGN_OR_RETURN(std::vector<jobs::JobRecord> js, rt->scheduler()->list(q));
         v1::ListJobsResponse resp;
         const bool more = static_cast<int32_t>(js.size()) == q.limit;
         if (more) js.pop_back();
@@ -169,12 +190,12 @@ grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* TrainingService::CancelJob(grpc::CallbackServerContext* ctx,
                                                      const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return unary<v1::CancelJobRequest, v1::Job>(
-      rt_, ctx, in, out, "Training", "CancelJob",
-      [&](const v1::CancelJobRequest& req) -> absl::StatusOr<v1::Job> {
-        FROST_RETURN_IF_ERROR(need_scheduler(rt_));
+  return serve_unary<v1::CancelJobRequest, v1::Job>(
+      unary_server(rt_, kService, &exec_), ctx, in, out, {"CancelJob", Mode::kExecutor},
+      [rt = rt_](const v1::CancelJobRequest& req) -> absl::StatusOr<v1::Job> {
+        FROST_RETURN_IF_ERROR(need_scheduler(rt));
         FROST_RETURN_IF_ERROR(check_id(req.id()));
-        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j, rt_->scheduler()->cancel(req.id()));
+        FROST_ASSIGN_OR_RETURN(jobs::JobRecord j, rt->scheduler()->cancel(req.id()));
         return to_proto(j);
       });
 }
@@ -183,8 +204,7 @@ class TrainingService::WatchCall final : public grpc::ServerWriteReactor<grpc::B
  public:
   WatchCall(Runtime* rt, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) : rt_(rt) {
     t0_ = RealClock::get().now_ns();
-    absl::Status st = rt->auth()->check("/frost.v1.Training/WatchJob", ctx);
-    if (st.ok() && rt->draining()) st = absl::UnavailableError("server is draining");
+    absl::Status st = admit(unary_server(rt, kService, nullptr), ctx, "WatchJob");
     v1::WatchJobRequest req;
     if (st.ok()) st = parse_request(*in, &req);
     if (st.ok()) st = need_scheduler(rt);

@@ -3,6 +3,10 @@
 // (core/jobs/scheduler.h). Every method is raw (ByteBuffer) like Generate, so invalid UTF-8 in a string is
 // INVALID_ARGUMENT naming the field (server/proto_codec.h), and needs the admin token.
 //
+// Threads (server/unary.h): every unary method reads or writes the journal and SubmitJob's JobKind::prepare
+// reads (and tokenizes) whole data files, so all four run on the service's own executor, never on a gRPC
+// callback thread; the callback thread only checks auth, the drain and the request caps.
+//
 // WatchJob is a write reactor fed by Scheduler::subscribe; progress events that arrive while a write is in
 // flight are coalesced (the latest snapshot wins; a terminal state is always delivered last).
 #include <grpcpp/grpcpp.h>
@@ -11,6 +15,7 @@
 
 #include "core/jobs/job_spec.h"
 #include "frost/v1/training.grpc.pb.h"
+#include "server/executor.h"
 #include "server/runtime.h"
 
 namespace frost::server {
@@ -22,7 +27,7 @@ using TrainingServiceBase =
 
 class TrainingService final : public TrainingServiceBase {
  public:
-  explicit TrainingService(Runtime* rt) : rt_(rt) {}
+  explicit TrainingService(Runtime* rt);
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
@@ -37,6 +42,9 @@ class TrainingService final : public TrainingServiceBase {
  private:
   class WatchCall;
   Runtime* rt_;
+  // Two workers: a SubmitJob reading a large file leaves one for GetJob / ListJobs / CancelJob. Declared
+  // last: destroyed (queued calls answered, workers joined) before anything they use.
+  Executor exec_;
 };
 
 // frost.v1.PrototypeJobSpec / KvRepairJobSpec / KvSpliceJobSpec → the kinds' typed specs

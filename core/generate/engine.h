@@ -167,7 +167,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Validates and tokenizes on the calling thread (INVALID_ARGUMENT / FAILED_PRECONDITION naming the
-  // field), then queues. RESOURCE_EXHAUSTED when running + waiting are at their caps; UNAVAILABLE once
+  // field), then queues. Tokenizing a long prompt takes milliseconds: call it from a worker (frostd: the
+  // Generation service's intake executor), never from a gRPC callback thread or the engine thread. RESOURCE_EXHAUSTED when running + waiting are at their caps; UNAVAILABLE once
   // stop_accepting() or shutdown() was called. When OK is returned, sink->on_finish() is called exactly
   // once. Cancel through `cancel` (any thread).
   absl::Status submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
