@@ -29,12 +29,12 @@ bool is_storage_error(const absl::Status& st) {
 
 // The writable half of the state directory: its lock (taken when *lock is empty) and the artifact store opened
 // read-write into *store.
-absl::Status open_writable_state(const std::string& dir, std::unique_ptr<jobs::StateDirLock>* lock,
-                                 std::unique_ptr<jobs::ArtifactStore>* store) {
+absl::Status open_writable_state(const std::string& dir, std::unique_ptr<serving::StateDirLock>* lock,
+                                 std::unique_ptr<serving::ArtifactStore>* store) {
   if (!*lock) {
-    FROST_ASSIGN_OR_RETURN(*lock, jobs::StateDirLock::acquire(dir));
+    FROST_ASSIGN_OR_RETURN(*lock, serving::StateDirLock::acquire(dir));
   }
-  FROST_ASSIGN_OR_RETURN(*store, jobs::ArtifactStore::open(dir + "/artifacts"));
+  FROST_ASSIGN_OR_RETURN(*store, serving::ArtifactStore::open(dir + "/artifacts"));
   return absl::OkStatus();
 }
 
@@ -42,8 +42,8 @@ absl::Status open_writable_state(const std::string& dir, std::unique_ptr<jobs::S
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const ServerConfig& cfg, Metrics* metrics,
                                                          const Authenticator* auth) {
-  std::unique_ptr<jobs::StateDirLock> lock;
-  std::unique_ptr<jobs::ArtifactStore> store;
+  std::unique_ptr<serving::StateDirLock> lock;
+  std::unique_ptr<serving::ArtifactStore> store;
   absl::Status unavailable;
   if (cfg.jobs.enabled) {
     const absl::Status st = open_writable_state(cfg.jobs.state_dir, &lock, &store);
@@ -51,14 +51,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const ServerConfig& cfg
     if (!st.ok()) {
       // Serve what is active from the store as it is on disk; jobs come back once the directory opens.
       unavailable = st;
-      FROST_ASSIGN_OR_RETURN(store, jobs::ArtifactStore::open_read_only(
+      FROST_ASSIGN_OR_RETURN(store, serving::ArtifactStore::open_read_only(
                                         cfg.jobs.state_dir + "/artifacts",
                                         absl::StrCat("jobs.state_dir is unavailable (", st.message(), ")")));
     }
   } else if (!cfg.artifacts.follow_state_dir.empty()) {
     // No lock: the owner holds it; this process only reads. A store that does not exist yet (the trainer
     // has not started) serves nothing until it does.
-    FROST_ASSIGN_OR_RETURN(store, jobs::ArtifactStore::open_read_only(cfg.artifacts.follow_state_dir + "/artifacts"));
+    FROST_ASSIGN_OR_RETURN(
+        store, serving::ArtifactStore::open_read_only(cfg.artifacts.follow_state_dir + "/artifacts"));
     FROST_LOG_INFO("frostd: following the artifact store %s read-only every %d ms", store->root().c_str(),
                    cfg.artifacts.follow_interval_ms);
   }
@@ -69,7 +70,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const ServerConfig& cfg
 }
 
 Runtime::Runtime(const ServerConfig& cfg, Metrics* metrics, const Authenticator* auth,
-                 std::unique_ptr<jobs::StateDirLock> lock, std::unique_ptr<jobs::ArtifactStore> store)
+                 std::unique_ptr<serving::StateDirLock> lock, std::unique_ptr<serving::ArtifactStore> store)
     : cfg_(cfg),
       metrics_(metrics),
       auth_(auth),
@@ -99,6 +100,7 @@ absl::Status Runtime::start(std::shared_ptr<const LoadedModel> model) {
     absl::MutexLock l(&mu_);
     model_ = model;
   }
+  registry_.set_model(model);
   const std::set<std::string> restored = registry_.restore(model);
   if (!restored.count("kv_repair") && !cfg_.engine.kv_repair.empty())
     FROST_RETURN_IF_ERROR(registry_.serve_file("kv_repair", "engine.kv_repair", cfg_.engine.kv_repair, model));
@@ -125,7 +127,7 @@ absl::Status Runtime::start(std::shared_ptr<const LoadedModel> model) {
 
 absl::Status Runtime::open_jobs(const std::shared_ptr<const LoadedModel>& model) {
   if (store_ == nullptr || store_->read_only()) {
-    std::unique_ptr<jobs::ArtifactStore> rw;
+    std::unique_ptr<serving::ArtifactStore> rw;
     FROST_RETURN_IF_ERROR(open_writable_state(cfg_.jobs.state_dir, &lock_, &rw));
     registry_.set_store(rw.get());
     if (store_) retired_stores_.push_back(std::move(store_));
@@ -158,8 +160,8 @@ absl::Status Runtime::open_jobs(const std::shared_ptr<const LoadedModel>& model)
   so_splice.model = model;
   so_splice.store = store_.get();
   kinds["kvsplice"] = std::make_shared<jobs::KvSpliceJobKind>(so_splice);
-  FROST_ASSIGN_OR_RETURN(std::unique_ptr<jobs::Scheduler> s, jobs::Scheduler::create(so, std::move(kinds)));
-  s->set_activator([this](const std::string& name) { return activate(name).status(); });
+  FROST_ASSIGN_OR_RETURN(std::unique_ptr<jobs::Scheduler> s,
+                         jobs::Scheduler::create(so, std::move(kinds), &registry_));
   s->start();
   scheduler_ = std::move(s);
   scheduler_ptr_.store(scheduler_.get(), std::memory_order_release);
@@ -236,7 +238,7 @@ void Runtime::shutdown() {
   predict_->shutdown();
 }
 
-absl::StatusOr<jobs::ArtifactInfo> Runtime::activate(const std::string& name) {
+absl::StatusOr<serving::ArtifactInfo> Runtime::activate(const std::string& name) {
   return registry_.activate(name, model());
 }
 

@@ -14,11 +14,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/jobs/artifact_store.h"
 #include "core/jobs/scheduler.h"
-#include "core/jobs/state_dir.h"
 #include "core/model/model_loader.h"
+#include "core/serving/artifact_store.h"
 #include "core/serving/registry.h"
+#include "core/serving/state_dir_lock.h"
 #include "core/serving/tensor_store.h"
 #include "server/auth.h"
 #include "server/executor.h"
@@ -44,12 +44,12 @@ class Runtime {
   void start_drain() { draining_.store(true); }
 
   // Registry::activate with the served model (the Admin RPC and jobs with activate=true).
-  absl::StatusOr<jobs::ArtifactInfo> activate(const std::string& name);
+  absl::StatusOr<serving::ArtifactInfo> activate(const std::string& name);
 
   const ServerConfig& cfg() const { return cfg_; }
   Metrics* metrics() const { return metrics_; }
   const Authenticator* auth() const { return auth_; }
-  jobs::ArtifactStore* store() const { return registry_.store(); }  // read-write once jobs.state_dir opens
+  serving::ArtifactStore* store() const { return registry_.store(); }  // read-write once jobs.state_dir opens
   serving::Registry& registry() { return registry_; }
   serving::TensorStore& tensors() { return tensors_; }
   // Where Predict runs its backbone forward (never on a gRPC thread).
@@ -71,7 +71,7 @@ class Runtime {
 
  private:
   Runtime(const ServerConfig& cfg, Metrics* metrics, const Authenticator* auth,
-          std::unique_ptr<jobs::StateDirLock> lock, std::unique_ptr<jobs::ArtifactStore> store);
+          std::unique_ptr<serving::StateDirLock> lock, std::unique_ptr<serving::ArtifactStore> store);
 
   // artifacts.follow_state_dir: a thread re-reads the owner's ACTIVE markers every follow_interval_ms.
   void start_follower();
@@ -88,14 +88,15 @@ class Runtime {
   ServerConfig cfg_;
   Metrics* metrics_;
   const Authenticator* auth_;
-  std::unique_ptr<jobs::StateDirLock> lock_;
-  std::unique_ptr<jobs::ArtifactStore> store_;
+  std::unique_ptr<serving::StateDirLock> lock_;
+  std::unique_ptr<serving::ArtifactStore> store_;
   serving::TensorStore tensors_;
   serving::Registry registry_;
   std::unique_ptr<Executor> predict_;
   std::unique_ptr<jobs::Scheduler> scheduler_;
   std::atomic<jobs::Scheduler*> scheduler_ptr_{nullptr};
-  std::vector<std::unique_ptr<jobs::ArtifactStore>> retired_stores_;  // replaced ones (readers may hold them)
+  std::vector<std::unique_ptr<serving::ArtifactStore>>
+      retired_stores_;  // replaced ones (readers may hold them)
   std::function<void(bool)> jobs_listener_;
   std::atomic<bool> draining_{false};
   std::thread follower_, state_retry_;

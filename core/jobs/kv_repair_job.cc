@@ -7,6 +7,7 @@
 #include "core/common/status_macros.h"
 #include "core/jobs/state_dir.h"
 #include "core/jobs/text_job_spec.h"
+#include "core/serving/kv_repair_kind.h"
 #include "core/train/repair_train.h"
 
 namespace frost::jobs {
@@ -14,9 +15,6 @@ namespace frost::jobs {
 namespace {
 
 using nlohmann::json;
-
-constexpr const char* kManifestFormat = "frost.kv_repair.v1";
-constexpr const char* kFile = "repair.safetensors";
 
 struct LoadedSpec {
   KvRepairConfig cfg;
@@ -84,20 +82,12 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
                  {"repaired", {{"ppl", repaired.ppl}, {"mean_kl", repaired.mean_kl}}},
                  {"kl_reduction", plain.mean_kl > 0 ? 1.0 - repaired.mean_kl / plain.mean_kl : 0.0}};
 
-  return publish_checked_artifact(*opts_.store, "kv_repair", job, m.name, report, kFile, kManifestFormat,
-                                  ls.text.activate, [&](const std::string& path) {
+  return publish_checked_artifact(*opts_.store, "kv_repair", job, m.name, report, serving::kKvRepairFile,
+                                  serving::kKvRepairFormat, ls.text.activate, [&](const std::string& path) {
                                     return set->save(path, {{"codec", kv_codec_name(ls.cfg.codec)},
                                                             {"corruption", ls.cfg.corruption.to_string()},
                                                             {"model", m.name}});
                                   });
-}
-
-absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> load_kv_repair_artifact(const std::string& dir,
-                                                                                  const RepairDims& dims,
-                                                                                  const std::string& name,
-                                                                                  const std::string& model) {
-  FROST_ASSIGN_OR_RETURN(std::string path, verify_checked_file(dir, kFile, kManifestFormat));
-  return load_served_repair(path, dims, name, model);
 }
 
 }  // namespace frost::jobs

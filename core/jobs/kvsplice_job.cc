@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/text_job_spec.h"
+#include "core/serving/kvsplice_kind.h"
 #include "core/train/kvsplice_train.h"
 
 namespace frost::jobs {
@@ -14,9 +15,6 @@ namespace frost::jobs {
 namespace {
 
 using nlohmann::json;
-
-constexpr const char* kManifestFormat = "frost.kvsplice.v1";
-constexpr const char* kFile = "kvsplice.safetensors";
 
 struct LoadedSpec {
   KvSpliceConfig cfg;
@@ -132,18 +130,10 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
     report["fim"] = f;
   }
 
-  return publish_checked_artifact(*opts_.store, "kvsplice", job, m.name, report, kFile, kManifestFormat,
-                                  ls.text.activate, [&](const std::string& path) {
+  return publish_checked_artifact(*opts_.store, "kvsplice", job, m.name, report, serving::kKvSpliceFile,
+                                  serving::kKvSpliceFormat, ls.text.activate, [&](const std::string& path) {
                                     return set->save(path, {{"model", m.name}});
                                   });
-}
-
-absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_kvsplice_artifact(const std::string& dir,
-                                                                                   const KvSpliceDims& dims,
-                                                                                   const std::string& name,
-                                                                                   const std::string& model) {
-  FROST_ASSIGN_OR_RETURN(std::string path, verify_checked_file(dir, kFile, kManifestFormat));
-  return load_served_kvsplice(path, dims, name, model);
 }
 
 }  // namespace frost::jobs

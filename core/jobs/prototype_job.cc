@@ -167,11 +167,12 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
   };
 
   std::string report;
-  ArtifactMeta meta;
+  serving::ArtifactMeta meta;
   meta.job_id = job.id;
   meta.backbone = opts_.model->name;
   FROST_ASSIGN_OR_RETURN(
-      ArtifactInfo info, opts_.store->publish("prototype", meta, [&](const std::string& dir) -> absl::Status {
+      serving::ArtifactInfo info,
+      opts_.store->publish("prototype", meta, [&](const std::string& dir) -> absl::Status {
         if (ls.test.size() > 0) {
           proto::DatasetDir d{ls.name, ls.bounds, ls.train, ls.test};
           proto::EvalOptions eo;
@@ -180,7 +181,8 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
           eo.hooks = hooks;
           FROST_ASSIGN_OR_RETURN(nlohmann::ordered_json r, proto::evaluate_prototype(*opts_.model, d, eo));
           r["job_id"] = job.id;
-          if (r.contains("artifact")) r["artifact"].erase("dir");  // the temporary directory it was written to
+          if (r.contains("artifact"))
+            r["artifact"].erase("dir");  // the temporary directory it was written to
           // A head that trails the linear probe beyond probe_margin still succeeds: the report's
           // "warnings" (from evaluate_prototype) says so, and so does the log.
           if (r.contains("warnings"))

@@ -6,6 +6,7 @@
 #include "core/common/fs.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/state_dir.h"
+#include "core/serving/checked_file.h"
 #include "core/train/repair_train.h"
 
 namespace frost::jobs {
@@ -101,15 +102,15 @@ KvRepairTrainOptions kv_train_options(const JobContext& ctx, const std::string& 
 }
 
 absl::StatusOr<JobResult> publish_checked_artifact(
-    ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
+    serving::ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
     const nlohmann::json& report, const std::string& file, const std::string& format, bool activate,
     const std::function<absl::Status(const std::string& path)>& save) {
-  ArtifactMeta meta;
+  serving::ArtifactMeta meta;
   meta.job_id = job.id;
   meta.backbone = backbone;
   meta.report_json = report.dump();
-  FROST_ASSIGN_OR_RETURN(ArtifactInfo info, store.publish(kind, meta, [&](const std::string& dir) {
-    return write_checked_file(dir, file, format, save);
+  FROST_ASSIGN_OR_RETURN(serving::ArtifactInfo info, store.publish(kind, meta, [&](const std::string& dir) {
+    return serving::write_checked_file(dir, file, format, save);
   }));
   JobResult r;
   r.artifact = info.name;

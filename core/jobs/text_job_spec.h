@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/jobs/artifact_store.h"
 #include "core/jobs/job_spec.h"
 #include "core/jobs/scheduler.h"
+#include "core/model/model_loader.h"
+#include "core/serving/artifact_store.h"
 #include "core/train/repair_train.h"
 #include "core/train/train_util.h"
-#include "core/model/model_loader.h"
 
 namespace frost::jobs {
 
@@ -80,24 +80,15 @@ absl::StatusOr<JobWindows> make_job_windows(const TextJobSpec& s, const LoadedMo
                                             int64_t calib, int64_t eval, int64_t self_sample_windows,
                                             uint64_t seed);
 
-// An artifact's checked file: `save` writes dir/file, then manifest.json {"format", "file", "sha256",
-// "bytes"} is written last (write_checked_file). verify_checked_file reads the manifest back, checks its
-// format and file name and the file's sha256 (DATA_LOSS naming the file otherwise) and returns the file's
-// path.
-absl::Status write_checked_file(const std::string& dir, const std::string& file, const std::string& format,
-                                const std::function<absl::Status(const std::string& path)>& save);
-absl::StatusOr<std::string> verify_checked_file(const std::string& dir, const std::string& file,
-                                                const std::string& format);
-
 // The KV trainers' options from a job's context: its cancel token and checkpoints, and progress reported
 // as JobProgress {stage, step, steps_total, loss, kl, examples_per_s, eta_s} (ETA from the time since this
 // call).
 KvRepairTrainOptions kv_train_options(const JobContext& ctx, const std::string& stage);
 
-// Publishes a KV job's artifact of `kind`: one checked file (write_checked_file) plus the report, and the
-// JobResult naming it (activate as the spec asked).
+// Publishes a KV job's artifact of `kind`: one checked file (serving::write_checked_file) plus the report,
+// and the JobResult naming it (activate as the spec asked).
 absl::StatusOr<JobResult> publish_checked_artifact(
-    ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
+    serving::ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
     const nlohmann::json& report, const std::string& file, const std::string& format, bool activate,
     const std::function<absl::Status(const std::string& path)>& save);
 

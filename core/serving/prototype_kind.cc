@@ -12,7 +12,7 @@ class PrototypeKind final : public SlotKind<ServedPrototype> {
   const char* serves() const override { return "Predict"; }
 
  protected:
-  absl::StatusOr<Loaded> load(const jobs::ArtifactInfo& a,
+  absl::StatusOr<Loaded> load(const ArtifactInfo& a,
                               const std::shared_ptr<const LoadedModel>& model) const override {
     absl::StatusOr<proto::PrototypeArtifact> art = proto::load_artifact(a.dir);
     if (!art.ok()) return art.status();
