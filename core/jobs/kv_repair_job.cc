@@ -25,10 +25,7 @@ struct LoadedSpec {
 absl::StatusOr<LoadedSpec> load_spec(const KvRepairJobSpec& spec, const KvRepairJobOptions& o,
                                      KvRepairJobSpec* norm) {
   LoadedSpec ls;
-  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec,
-                                                      {{"calib_windows", spec.calib_windows, 64},
-                                                       {"eval_windows", spec.eval_windows, 16}},
-                                                      o.data_root));
+  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec, o.data_root));
   for (const auto& [k, v] : ls.text.config) FROST_RETURN_IF_ERROR(set_kv_repair_field(ls.cfg, k, v));
   FROST_RETURN_IF_ERROR(validate_kv_repair_config(ls.cfg, o.model->config));
   FROST_RETURN_IF_ERROR(
@@ -55,9 +52,8 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
   FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(*spec, opts_, nullptr));
   const LoadedModel& m = *opts_.model;
   FROST_ASSIGN_OR_RETURN(
-      JobWindows jw,
-      make_job_windows(ls.text, m, ls.cfg.window, ls.text.count("calib_windows"),
-                       ls.text.count("eval_windows"), ls.cfg.self_sample_windows, ls.cfg.seed));
+      JobWindows jw, make_job_windows(ls.text, m, ls.cfg.window, ls.text.counts.calib_windows,
+                                      ls.text.counts.eval_windows, ls.cfg.self_sample_windows, ls.cfg.seed));
   const std::vector<TokenWindow>&calib = jw.calib, &eval = jw.eval;
 
   const KvRepairTrainOptions to = kv_train_options(ctx, "kv_repair");

@@ -24,11 +24,7 @@ struct LoadedSpec {
 absl::StatusOr<LoadedSpec> load_spec(const KvSpliceJobSpec& spec, const KvSpliceJobOptions& o,
                                      KvSpliceJobSpec* norm) {
   LoadedSpec ls;
-  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec,
-                                                      {{"calib_windows", spec.calib_windows, 64},
-                                                       {"eval_windows", spec.eval_windows, 16},
-                                                       {"fisher_windows", spec.fisher_windows, 16}},
-                                                      o.data_root));
+  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec, o.data_root));
   for (const auto& [k, v] : ls.text.config) FROST_RETURN_IF_ERROR(set_kvsplice_field(ls.cfg, k, v));
   FROST_RETURN_IF_ERROR(validate_kvsplice_config(ls.cfg, o.model->config));
   FROST_RETURN_IF_ERROR(
@@ -61,16 +57,15 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
   const LoadedModel& m = *opts_.model;
   const Transformer& model = *m.model;
   FROST_ASSIGN_OR_RETURN(
-      JobWindows jw,
-      make_job_windows(ls.text, m, ls.cfg.window, ls.text.count("calib_windows"),
-                       ls.text.count("eval_windows"), ls.cfg.self_sample_windows, ls.cfg.seed));
+      JobWindows jw, make_job_windows(ls.text, m, ls.cfg.window, ls.text.counts.calib_windows,
+                                      ls.text.counts.eval_windows, ls.cfg.self_sample_windows, ls.cfg.seed));
   auto stage = [&](const char* name) {
     if (ctx.progress) ctx.progress(JobProgress{name, 0, 0, 0, ls.cfg.steps});
   };
 
   // 1. Fisher analysis of the attention on calibration windows; its suggested rank is the default.
   stage("fisher");
-  const size_t n_fisher = std::min(jw.calib.size(), static_cast<size_t>(ls.text.count("fisher_windows")));
+  const size_t n_fisher = std::min(jw.calib.size(), static_cast<size_t>(ls.text.counts.fisher_windows));
   FROST_ASSIGN_OR_RETURN(
       FisherAccumulator acc,
       accumulate_fisher(model, std::vector<TokenWindow>(jw.calib.begin(), jw.calib.begin() + n_fisher)));

@@ -1,6 +1,7 @@
 #include "core/jobs/text_job_spec.h"
 
 #include <chrono>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/fs.h"
@@ -13,16 +14,13 @@ namespace frost::jobs {
 
 using nlohmann::json;
 
-int64_t TextJobSpec::count(const std::string& name) const {
-  for (const auto& [k, v] : counts)
-    if (k == name) return v;
-  return 0;
-}
-
 absl::StatusOr<TextJobSpec> parse_text_job_spec(const std::optional<std::string>& calib_path,
                                                 const std::optional<std::string>& test_path,
-                                                const std::vector<CountField>& counts, const ConfigEntries& config,
-                                                bool activate, const std::string& data_root) {
+                                                std::optional<int64_t> calib_windows,
+                                                std::optional<int64_t> eval_windows,
+                                                std::optional<int64_t> fisher_windows,
+                                                const ConfigEntries& config, bool activate,
+                                                const std::string& data_root) {
   TextJobSpec s;
   s.config = config;
   for (const auto& [given, key] : {std::pair{&calib_path, "calib_path"}, std::pair{&test_path, "test_path"}}) {
@@ -33,11 +31,14 @@ absl::StatusOr<TextJobSpec> parse_text_job_spec(const std::optional<std::string>
     (calib ? s.calib_texts : s.test_texts) = std::move(texts);
     (calib ? s.calib_path : s.test_path) = path;
   }
-  for (const CountField& c : counts) {
-    const int64_t v = c.given.value_or(c.def);
-    if (v < 1 || v > 100000)
-      return absl::InvalidArgumentError(absl::StrCat(c.name, ": expected an integer in [1, 100000], got ", v));
-    s.counts.emplace_back(c.name, v);
+  for (const auto& [given, count, name] :
+       {std::tuple{&calib_windows, &s.counts.calib_windows, "calib_windows"},
+        std::tuple{&eval_windows, &s.counts.eval_windows, "eval_windows"},
+        std::tuple{&fisher_windows, &s.counts.fisher_windows, "fisher_windows"}}) {
+    *count = given->value_or(*count);
+    if (*count < 1 || *count > 100000)
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": expected an integer in [1, 100000], got ", *count));
   }
   s.activate = activate;
   return s;

@@ -29,7 +29,7 @@ class KvRepairKind final : public SlotKind<RepairActive> {
 
 }  // namespace
 
-std::unique_ptr<ServedKind> make_kv_repair_kind() { return std::make_unique<KvRepairKind>(); }
+std::unique_ptr<SlotKind<RepairActive>> make_kv_repair_kind() { return std::make_unique<KvRepairKind>(); }
 
 absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> load_kv_repair_artifact(const std::string& dir,
                                                                                   const RepairDims& dims,

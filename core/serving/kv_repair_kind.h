@@ -18,7 +18,7 @@ inline constexpr char kKvRepairFormat[] = "frost.kv_repair.v1";
 
 // Artifacts load through load_kv_repair_artifact (manifest + checksum first); engine.kv_repair files
 // through load_served_repair. Either must match the served model (dimensions, and its "model" metadata).
-std::unique_ptr<ServedKind> make_kv_repair_kind();
+std::unique_ptr<SlotKind<RepairActive>> make_kv_repair_kind();
 
 // Verifies and loads a kv_repair artifact directory for serving (the errors name the file: INVALID_ARGUMENT
 // or DATA_LOSS; the registry makes them FAILED_PRECONDITION).

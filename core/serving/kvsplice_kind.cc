@@ -29,7 +29,7 @@ class KvSpliceKind final : public SlotKind<KvSpliceActive> {
 
 }  // namespace
 
-std::unique_ptr<ServedKind> make_kvsplice_kind() { return std::make_unique<KvSpliceKind>(); }
+std::unique_ptr<SlotKind<KvSpliceActive>> make_kvsplice_kind() { return std::make_unique<KvSpliceKind>(); }
 
 absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_kvsplice_artifact(const std::string& dir,
                                                                                    const KvSpliceDims& dims,

@@ -19,7 +19,7 @@ inline constexpr char kKvSpliceFormat[] = "frost.kvsplice.v1";
 
 // Artifacts load through load_kvsplice_artifact (manifest + checksum first); engine.kv_splice files
 // through load_served_kvsplice. Either must match the served model.
-std::unique_ptr<ServedKind> make_kvsplice_kind();
+std::unique_ptr<SlotKind<KvSpliceActive>> make_kvsplice_kind();
 
 // Verifies (manifest, sha256) and loads a kvsplice artifact directory for serving.
 absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_kvsplice_artifact(const std::string& dir,

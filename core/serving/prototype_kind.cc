@@ -38,7 +38,7 @@ class PrototypeKind final : public SlotKind<ServedPrototype> {
 
 }  // namespace
 
-std::unique_ptr<ServedKind> make_prototype_kind(TensorStore* tensors) {
+std::unique_ptr<SlotKind<ServedPrototype>> make_prototype_kind(TensorStore* tensors) {
   return std::make_unique<PrototypeKind>(tensors);
 }
 

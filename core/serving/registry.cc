@@ -3,19 +3,20 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/log.h"
 #include "core/common/status_macros.h"
-#include "core/serving/kv_repair_kind.h"
-#include "core/serving/kvsplice_kind.h"
-#include "core/serving/prototype_kind.h"
 
 namespace frost::serving {
 
 Registry::Registry(ArtifactStore* store, TensorStore* tensors) : store_(store), tensors_(tensors) {
-  // The kinds this build serves: one line each.
-  std::unique_ptr<ServedKind> served[] = {make_prototype_kind(tensors), make_kv_repair_kind(), make_kvsplice_kind()};
-  for (std::unique_ptr<ServedKind>& k : served) {
+  // The kinds this build serves: one line each, plus its typed accessor in registry.h.
+  auto add = [this](auto k) {
+    auto* typed = k.get();
     const std::string kind = k->kind();
     kinds_.emplace(kind, std::move(k));
-  }
+    return typed;
+  };
+  prototype_ = add(make_prototype_kind(tensors));
+  kv_repair_ = add(make_kv_repair_kind());
+  kvsplice_ = add(make_kvsplice_kind());
 }
 
 void Registry::set_model(std::shared_ptr<const LoadedModel> model) {

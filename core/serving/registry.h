@@ -20,8 +20,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/common/check.h"
 #include "core/serving/artifact_store.h"
+#include "core/serving/kv_repair_kind.h"
+#include "core/serving/kvsplice_kind.h"
+#include "core/serving/prototype_kind.h"
 #include "core/serving/served_kind.h"
 #include "core/serving/tensor_store.h"
 
@@ -36,15 +38,11 @@ class Registry {
 
   // Kinds served by this build ("kvsplice", "kv_repair", "prototype").
   std::vector<std::string> kinds() const;
-  // The slot of `kind` holding T (a programming error — a crash naming it — when the kind or T is wrong).
-  template <class T>
-  ActiveSlot<T>& slot(const std::string& kind) {
-    auto it = kinds_.find(kind);
-    FROST_CHECK(it != kinds_.end(), ("no served kind " + kind).c_str());
-    auto* k = dynamic_cast<SlotKind<T>*>(it->second.get());
-    FROST_CHECK(k != nullptr, ("served kind " + kind + " holds another type").c_str());
-    return k->slot();
-  }
+  // The slots Generate and Predict take their snapshot from: one typed accessor per kind, so a wrong kind or
+  // type does not compile (a request keeps the version it took from the slot).
+  PrototypeSlot& prototype() { return prototype_->slot(); }  // Predict
+  RepairSlot& kv_repair() { return kv_repair_->slot(); }     // EngineConfig::kv_repair
+  KvSpliceSlot& kvsplice() { return kvsplice_->slot(); }     // EngineConfig::kv_splice
 
   // The served model (set once it is loaded: activate(name) serves artifacts for it).
   void set_model(std::shared_ptr<const LoadedModel> model);
@@ -92,6 +90,10 @@ class Registry {
   std::atomic<ArtifactStore*> store_;
   TensorStore* tensors_;
   std::map<std::string, std::unique_ptr<ServedKind>> kinds_;
+  // The same kinds, typed (owned by kinds_).
+  SlotKind<ServedPrototype>* prototype_ = nullptr;
+  SlotKind<RepairActive>* kv_repair_ = nullptr;
+  SlotKind<KvSpliceActive>* kvsplice_ = nullptr;
   absl::Mutex activate_mu_;  // one activation at a time
   std::map<std::string, std::string> follow_refused_ ABSL_GUARDED_BY(activate_mu_);  // kind -> refused name
   std::map<std::string, std::string> follow_error_ ABSL_GUARDED_BY(activate_mu_);    // kind -> last logged error

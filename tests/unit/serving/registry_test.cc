@@ -63,10 +63,10 @@ TEST_F(RegistryTest, ActivatesPersistsAndKeepsTheSnapshotARequestTook) {
   EXPECT_NE(reg.describe("kv_repair").find("int4"), std::string::npos) << reg.describe("kv_repair");
 
   // A request took the slot's version; a swap does not change what it holds.
-  std::shared_ptr<const RepairActive> held = reg.slot<RepairActive>("kv_repair").get();
+  std::shared_ptr<const RepairActive> held = reg.kv_repair().get();
   ASSERT_TRUE(reg.activate(b, model_).ok());
   EXPECT_EQ(held->name, a);
-  EXPECT_EQ(reg.slot<RepairActive>("kv_repair").get()->name, b);
+  EXPECT_EQ(reg.kv_repair().get()->name, b);
   EXPECT_FALSE(reg.is_active(a));
   EXPECT_EQ(reg.swaps(), 2);
 }
@@ -173,7 +173,7 @@ TEST_F(RegistryTest, AFollowerServesWhatTheOwnersMarkerNamesAndWritesNothing) {
   EXPECT_EQ(follower.swap_failures(), 1) << "a refused version is not retried every poll";
 
   // The owner activates a good one: the follower swaps, and a held snapshot keeps its version.
-  std::shared_ptr<const RepairActive> held = follower.slot<RepairActive>("kv_repair").get();
+  std::shared_ptr<const RepairActive> held = follower.kv_repair().get();
   ASSERT_TRUE(owner.activate(b, model_).ok());
   EXPECT_EQ(follower.follow(model_), (std::set<std::string>{"kv_repair"}));
   EXPECT_EQ(follower.active_name("kv_repair"), b);
