@@ -41,9 +41,9 @@ grpc::ServerUnaryReactor* AdminService::ListArtifacts(grpc::CallbackServerContex
       [rt = rt_](const v1::ListArtifactsRequest& req) -> absl::StatusOr<v1::ListArtifactsResponse> {
         if (!rt->store())
           return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
-        FROST_ASSIGN_OR_RETURN(std::vector<jobs::ArtifactInfo> all, rt->store()->list(req.kind()));
+        FROST_ASSIGN_OR_RETURN(std::vector<serving::ArtifactInfo> all, rt->store()->list(req.kind()));
         v1::ListArtifactsResponse resp;
-        for (const jobs::ArtifactInfo& a : all)
+        for (const serving::ArtifactInfo& a : all)
           *resp.add_artifacts() =
               to_proto(a, rt->registry().is_active(a.name), rt->tensors().bytes_of(a.name));
         return resp;
@@ -55,8 +55,8 @@ grpc::ServerUnaryReactor* AdminService::ActivateArtifact(grpc::CallbackServerCon
   return serve_unary<v1::ActivateArtifactRequest, v1::Artifact>(
       unary_server(rt_, kService, &exec_), ctx, in, out, {"ActivateArtifact", Mode::kExecutor},
       [rt = rt_](const v1::ActivateArtifactRequest& req) -> absl::StatusOr<v1::Artifact> {
-        FROST_RETURN_IF_ERROR(jobs::parse_artifact_name(req.name()).status());
-        FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, rt->activate(req.name()));
+        FROST_RETURN_IF_ERROR(serving::parse_artifact_name(req.name()).status());
+        FROST_ASSIGN_OR_RETURN(serving::ArtifactInfo a, rt->activate(req.name()));
         return to_proto(a, true, rt->tensors().bytes_of(a.name));
       });
 }
@@ -68,7 +68,7 @@ grpc::ServerUnaryReactor* AdminService::DeleteArtifact(grpc::CallbackServerConte
       [rt = rt_](const v1::DeleteArtifactRequest& req) -> absl::StatusOr<v1::DeleteArtifactResponse> {
         if (!rt->store())
           return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
-        FROST_ASSIGN_OR_RETURN(auto kv, jobs::parse_artifact_name(req.name()));
+        FROST_ASSIGN_OR_RETURN(auto kv, serving::parse_artifact_name(req.name()));
         FROST_ASSIGN_OR_RETURN(std::optional<std::string> active, rt->store()->active(kv.first));
         if ((active && *active == req.name()) || rt->registry().is_active(req.name()))
           return absl::FailedPreconditionError(

@@ -241,8 +241,8 @@ absl::Status FrostServer::load_model() {
   ec.kv_cache_prefault = cfg_.engine.kv_cache_prefault;
   ec.prefix_caching = cfg_.engine.prefix_caching;
   // Generate takes its snapshot of the served KV repair operator and KVSplice from the registry's slots.
-  ec.kv_repair = &runtime_->registry().slot<RepairActive>("kv_repair");
-  ec.kv_splice = &runtime_->registry().slot<KvSpliceActive>("kvsplice");
+  ec.kv_repair = &runtime_->registry().kv_repair();
+  ec.kv_splice = &runtime_->registry().kvsplice();
   // A sticky device error: readiness NOT_SERVING (the load balancer stops sending), the engine refuses every
   // request with UNAVAILABLE, and frost_device_healthy drops to 0. Restarting the pod is the way back.
   Health* health = health_.get();

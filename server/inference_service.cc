@@ -295,9 +295,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerCo
             if (absl::Status st = check_model(req.name(), "name"); !st.ok()) return st;
             std::vector<std::string> versions;
             if (rt->store()) {
-              absl::StatusOr<std::vector<jobs::ArtifactInfo>> all = rt->store()->list(kModel);
+              absl::StatusOr<std::vector<serving::ArtifactInfo>> all = rt->store()->list(kModel);
               if (!all.ok()) return all.status();
-              for (const jobs::ArtifactInfo& a : *all) versions.push_back(std::to_string(a.version));
+              for (const serving::ArtifactInfo& a : *all) versions.push_back(std::to_string(a.version));
             } else if (const std::string v = active_version(rt); !v.empty()) {
               versions.push_back(v);
             }

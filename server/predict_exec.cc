@@ -31,7 +31,7 @@ absl::StatusOr<PredictJob> prepare_predict(Runtime* rt, std::vector<std::string>
                                                      lim.max_prompt_bytes));
   }
   PredictJob job;
-  job.served = rt->registry().slot<serving::ServedPrototype>("prototype").get();
+  job.served = rt->registry().prototype().get();
   if (!job.served)
     return absl::FailedPreconditionError(
         "no prototype artifact is active: train one (Training.SubmitJob) and activate it "

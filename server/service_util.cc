@@ -28,7 +28,7 @@ absl::Status check_id(const std::string& id, const char* field) {
   return absl::OkStatus();
 }
 
-v1::Artifact to_proto(const jobs::ArtifactInfo& a, bool active, int64_t device_bytes) {
+v1::Artifact to_proto(const serving::ArtifactInfo& a, bool active, int64_t device_bytes) {
   v1::Artifact p;
   p.set_name(a.name);
   p.set_kind(a.kind);

@@ -11,8 +11,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/clock.h"
-#include "core/jobs/artifact_store.h"
 #include "core/jobs/journal.h"
+#include "core/serving/artifact_store.h"
 #include "frost/v1/admin.pb.h"
 #include "frost/v1/training.pb.h"
 #include "server/proto_codec.h"
@@ -35,6 +35,6 @@ absl::Status check_id(const std::string& id, const char* field = "id");
 // events: the spec can hold megabytes of inline rows and is sent per progress step).
 v1::Job to_proto(const jobs::JobRecord& j, bool with_spec = true);
 // ArtifactInfo → frost.v1.Artifact.
-v1::Artifact to_proto(const jobs::ArtifactInfo& a, bool active, int64_t device_bytes);
+v1::Artifact to_proto(const serving::ArtifactInfo& a, bool active, int64_t device_bytes);
 
 }  // namespace frost::server

@@ -5,6 +5,8 @@ core/CMakeLists.txt is the one place that says which layer may use which: every
 `frost_core_layer(frost_<layer> SOURCES ... DEPS ...)` names the layers it links. This test reads that graph
 and fails when
   - the graph has a cycle;
+  - the graph inverts an order the layer map fixes (ORDER below: e.g. jobs sits above serving, so that jobs
+    call the registry and serving never sees a job);
   - a file under core/<layer>/ includes core/<other>/ that <layer> does not (transitively) link — an upward
     or sideways include, which static linking alone would not always catch (header-only uses link fine);
   - anything under core/ or kernels/ includes server/, client/ or the generated protos (core builds without
@@ -46,6 +48,9 @@ def closure(layers, name, seen=None, stack=()):
 # and linked by no layer (only programs parse command lines), so no layer may include it either.
 STANDALONE = {"flags": []}
 
+# (upper, lower): upper must link lower, and lower must not reach upper (../shared/CONVENTIONS.md 9.1a).
+ORDER = [("jobs", "serving"), ("serving", "prototype"), ("jobs", "train"), ("generate", "exec"), ("exec", "model"),
+         ("model", "kv"), ("kv", "store"), ("store", "common")]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -72,6 +77,12 @@ def main():
             allowed[name] = closure(layers, name) | {name}
         except ValueError as e:
             errors.append(f"core/CMakeLists.txt: {e}")
+    for upper, lower in ORDER:
+        if upper in allowed and lower in allowed:
+            if lower not in allowed[upper]:
+                errors.append(f"core/CMakeLists.txt: frost_{upper} must link frost_{lower} (the layer map puts it above)")
+            if upper in allowed[lower]:
+                errors.append(f"core/CMakeLists.txt: frost_{lower} links frost_{upper}, which the layer map puts above it")
     core_dirs = {d for d in os.listdir(os.path.join(src, "core")) if os.path.isdir(os.path.join(src, "core", d))}
     for d in sorted(core_dirs - set(layers)):
         errors.append(f"core/{d}/: a folder that is no frost_core_layer in core/CMakeLists.txt")

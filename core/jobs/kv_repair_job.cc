@@ -7,6 +7,7 @@
 #include "core/common/status_macros.h"
 #include "core/jobs/state_dir.h"
 #include "core/jobs/text_job_spec.h"
+#include "core/serving/kv_repair_kind.h"
 #include "core/train/repair_train.h"
 
 namespace frost::jobs {
@@ -14,9 +15,6 @@ namespace frost::jobs {
 namespace {
 
 using nlohmann::json;
-
-constexpr const char* kManifestFormat = "frost.kv_repair.v1";
-constexpr const char* kFile = "repair.safetensors";
 
 struct LoadedSpec {
   KvRepairConfig cfg;
@@ -27,10 +25,7 @@ struct LoadedSpec {
 absl::StatusOr<LoadedSpec> load_spec(const KvRepairJobSpec& spec, const KvRepairJobOptions& o,
                                      KvRepairJobSpec* norm) {
   LoadedSpec ls;
-  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec,
-                                                      {{"calib_windows", spec.calib_windows, 64},
-                                                       {"eval_windows", spec.eval_windows, 16}},
-                                                      o.data_root));
+  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec, o.data_root));
   for (const auto& [k, v] : ls.text.config) FROST_RETURN_IF_ERROR(set_kv_repair_field(ls.cfg, k, v));
   FROST_RETURN_IF_ERROR(validate_kv_repair_config(ls.cfg, o.model->config));
   FROST_RETURN_IF_ERROR(
@@ -57,9 +52,8 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
   FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(*spec, opts_, nullptr));
   const LoadedModel& m = *opts_.model;
   FROST_ASSIGN_OR_RETURN(
-      JobWindows jw,
-      make_job_windows(ls.text, m, ls.cfg.window, ls.text.count("calib_windows"),
-                       ls.text.count("eval_windows"), ls.cfg.self_sample_windows, ls.cfg.seed));
+      JobWindows jw, make_job_windows(ls.text, m, ls.cfg.window, ls.text.counts.calib_windows,
+                                      ls.text.counts.eval_windows, ls.cfg.self_sample_windows, ls.cfg.seed));
   const std::vector<TokenWindow>&calib = jw.calib, &eval = jw.eval;
 
   const KvRepairTrainOptions to = kv_train_options(ctx, "kv_repair");
@@ -84,20 +78,12 @@ absl::StatusOr<JobResult> KvRepairJobKind::run(const JobRecord& job, const JobCo
                  {"repaired", {{"ppl", repaired.ppl}, {"mean_kl", repaired.mean_kl}}},
                  {"kl_reduction", plain.mean_kl > 0 ? 1.0 - repaired.mean_kl / plain.mean_kl : 0.0}};
 
-  return publish_checked_artifact(*opts_.store, "kv_repair", job, m.name, report, kFile, kManifestFormat,
-                                  ls.text.activate, [&](const std::string& path) {
+  return publish_checked_artifact(*opts_.store, "kv_repair", job, m.name, report, serving::kKvRepairFile,
+                                  serving::kKvRepairFormat, ls.text.activate, [&](const std::string& path) {
                                     return set->save(path, {{"codec", kv_codec_name(ls.cfg.codec)},
                                                             {"corruption", ls.cfg.corruption.to_string()},
                                                             {"model", m.name}});
                                   });
-}
-
-absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> load_kv_repair_artifact(const std::string& dir,
-                                                                                  const RepairDims& dims,
-                                                                                  const std::string& name,
-                                                                                  const std::string& model) {
-  FROST_ASSIGN_OR_RETURN(std::string path, verify_checked_file(dir, kFile, kManifestFormat));
-  return load_served_repair(path, dims, name, model);
 }
 
 }  // namespace frost::jobs

@@ -13,23 +13,22 @@
 // prepare() resolves the paths under the data root, reads every line, applies and validates the config
 // against the served model, checks there is text for at least one window, and returns the normalised spec.
 //
-// Artifact files: repair.safetensors (RepairSet::save, metadata codec / corruption / model) and
-// manifest.json {"format": "frost.kv_repair.v1", "file": "repair.safetensors", "sha256", "bytes"}, written
-// last. load_kv_repair_artifact() verifies the manifest and checksum before reading the tensors.
+// Artifact files: the kv_repair kind's checked file (core/serving/kv_repair_kind.h), which
+// serving::load_kv_repair_artifact verifies (manifest and checksum) before reading the tensors.
 #include <memory>
 #include <string>
 
-#include "core/jobs/artifact_store.h"
 #include "core/jobs/scheduler.h"
 #include "core/kv/repair_set.h"
 #include "core/model/model_loader.h"
+#include "core/serving/artifact_store.h"
 
 namespace frost::jobs {
 
 struct KvRepairJobOptions {
   std::string data_root;
   std::shared_ptr<const LoadedModel> model;
-  ArtifactStore* store = nullptr;
+  serving::ArtifactStore* store = nullptr;
 };
 
 class KvRepairJobKind final : public JobKind {
@@ -41,12 +40,5 @@ class KvRepairJobKind final : public JobKind {
  private:
   KvRepairJobOptions opts_;
 };
-
-// Verifies and loads a kv_repair artifact directory for serving (FAILED_PRECONDITION-worthy errors are
-// returned as INVALID_ARGUMENT / DATA_LOSS naming the file; the caller maps them).
-absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> load_kv_repair_artifact(const std::string& dir,
-                                                                                  const RepairDims& dims,
-                                                                                  const std::string& name,
-                                                                                  const std::string& model);
 
 }  // namespace frost::jobs

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/text_job_spec.h"
+#include "core/serving/kvsplice_kind.h"
 #include "core/train/kvsplice_train.h"
 
 namespace frost::jobs {
@@ -14,9 +15,6 @@ namespace frost::jobs {
 namespace {
 
 using nlohmann::json;
-
-constexpr const char* kManifestFormat = "frost.kvsplice.v1";
-constexpr const char* kFile = "kvsplice.safetensors";
 
 struct LoadedSpec {
   KvSpliceConfig cfg;
@@ -26,11 +24,7 @@ struct LoadedSpec {
 absl::StatusOr<LoadedSpec> load_spec(const KvSpliceJobSpec& spec, const KvSpliceJobOptions& o,
                                      KvSpliceJobSpec* norm) {
   LoadedSpec ls;
-  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec,
-                                                      {{"calib_windows", spec.calib_windows, 64},
-                                                       {"eval_windows", spec.eval_windows, 16},
-                                                       {"fisher_windows", spec.fisher_windows, 16}},
-                                                      o.data_root));
+  FROST_ASSIGN_OR_RETURN(ls.text, parse_text_job_spec(spec, o.data_root));
   for (const auto& [k, v] : ls.text.config) FROST_RETURN_IF_ERROR(set_kvsplice_field(ls.cfg, k, v));
   FROST_RETURN_IF_ERROR(validate_kvsplice_config(ls.cfg, o.model->config));
   FROST_RETURN_IF_ERROR(
@@ -63,16 +57,15 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
   const LoadedModel& m = *opts_.model;
   const Transformer& model = *m.model;
   FROST_ASSIGN_OR_RETURN(
-      JobWindows jw,
-      make_job_windows(ls.text, m, ls.cfg.window, ls.text.count("calib_windows"),
-                       ls.text.count("eval_windows"), ls.cfg.self_sample_windows, ls.cfg.seed));
+      JobWindows jw, make_job_windows(ls.text, m, ls.cfg.window, ls.text.counts.calib_windows,
+                                      ls.text.counts.eval_windows, ls.cfg.self_sample_windows, ls.cfg.seed));
   auto stage = [&](const char* name) {
     if (ctx.progress) ctx.progress(JobProgress{name, 0, 0, 0, ls.cfg.steps});
   };
 
   // 1. Fisher analysis of the attention on calibration windows; its suggested rank is the default.
   stage("fisher");
-  const size_t n_fisher = std::min(jw.calib.size(), static_cast<size_t>(ls.text.count("fisher_windows")));
+  const size_t n_fisher = std::min(jw.calib.size(), static_cast<size_t>(ls.text.counts.fisher_windows));
   FROST_ASSIGN_OR_RETURN(
       FisherAccumulator acc,
       accumulate_fisher(model, std::vector<TokenWindow>(jw.calib.begin(), jw.calib.begin() + n_fisher)));
@@ -132,18 +125,10 @@ absl::StatusOr<JobResult> KvSpliceJobKind::run(const JobRecord& job, const JobCo
     report["fim"] = f;
   }
 
-  return publish_checked_artifact(*opts_.store, "kvsplice", job, m.name, report, kFile, kManifestFormat,
-                                  ls.text.activate, [&](const std::string& path) {
+  return publish_checked_artifact(*opts_.store, "kvsplice", job, m.name, report, serving::kKvSpliceFile,
+                                  serving::kKvSpliceFormat, ls.text.activate, [&](const std::string& path) {
                                     return set->save(path, {{"model", m.name}});
                                   });
-}
-
-absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_kvsplice_artifact(const std::string& dir,
-                                                                                   const KvSpliceDims& dims,
-                                                                                   const std::string& name,
-                                                                                   const std::string& model) {
-  FROST_ASSIGN_OR_RETURN(std::string path, verify_checked_file(dir, kFile, kManifestFormat));
-  return load_served_kvsplice(path, dims, name, model);
 }
 
 }  // namespace frost::jobs

@@ -18,22 +18,22 @@
 // kvsplice), compression vs fp16, and perplexity / mean KL to fp32 on the held-out windows for fp32,
 // fp16, the PCA initialisation, the fine-tuned splice, and FIMKVSplice (temporal) when fim_rank > 0.
 //
-// Artifact files: kvsplice.safetensors (KvSpliceSet::save, metadata model) and manifest.json
-// {"format": "frost.kvsplice.v1", "file": "kvsplice.safetensors", "sha256", "bytes"}, written last.
+// Artifact files: the kvsplice kind's checked file (core/serving/kvsplice_kind.h), which
+// serving::load_kvsplice_artifact verifies (manifest and checksum) before reading the tensors.
 #include <memory>
 #include <string>
 
-#include "core/jobs/artifact_store.h"
 #include "core/jobs/scheduler.h"
 #include "core/kv/kvsplice.h"
 #include "core/model/model_loader.h"
+#include "core/serving/artifact_store.h"
 
 namespace frost::jobs {
 
 struct KvSpliceJobOptions {
   std::string data_root;
   std::shared_ptr<const LoadedModel> model;
-  ArtifactStore* store = nullptr;
+  serving::ArtifactStore* store = nullptr;
 };
 
 class KvSpliceJobKind final : public JobKind {
@@ -45,11 +45,5 @@ class KvSpliceJobKind final : public JobKind {
  private:
   KvSpliceJobOptions opts_;
 };
-
-// Verifies (manifest, sha256) and loads a kvsplice artifact directory for serving.
-absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_kvsplice_artifact(const std::string& dir,
-                                                                                   const KvSpliceDims& dims,
-                                                                                   const std::string& name,
-                                                                                   const std::string& model);
 
 }  // namespace frost::jobs

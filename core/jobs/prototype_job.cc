@@ -18,8 +18,11 @@ namespace frost::jobs {
 
 namespace {
 
-// Inline rows as JSONL, so they pass the same row rules and errors name "inline_rows:<row>".
-absl::StatusOr<std::string> inline_jsonl(const std::vector<TrainingRow>& rows, const PrototypeJobOptions& o) {
+// Inline rows as rows: the same row rules as a file's (proto::check_regression_rows), errors naming
+// "inline_rows:<row>".
+absl::StatusOr<proto::RegressionData> inline_data(const std::vector<TrainingRow>& rows,
+                                                  const proto::LabelBounds& bounds,
+                                                  const PrototypeJobOptions& o) {
   if (static_cast<int64_t>(rows.size()) > o.max_inline_rows)
     return absl::InvalidArgumentError(
         absl::StrCat("inline_rows: ", rows.size(),
@@ -30,7 +33,10 @@ absl::StatusOr<std::string> inline_jsonl(const std::vector<TrainingRow>& rows, c
     return absl::InvalidArgumentError(absl::StrCat(
         "inline_rows: ", text_bytes, " bytes of text is more than jobs.max_inline_bytes=", o.max_inline_bytes,
         "; use train_path"));
-  return training_rows_jsonl(rows);
+  std::vector<proto::RegressionRow> typed;
+  typed.reserve(rows.size());
+  for (const TrainingRow& r : rows) typed.push_back({r.text, r.label, r.id});
+  return proto::check_regression_rows(typed, "inline_rows", bounds);
 }
 
 struct LoadedSpec {
@@ -80,8 +86,7 @@ absl::StatusOr<LoadedSpec> load_spec(const PrototypeJobSpec& spec, const Prototy
     FROST_ASSIGN_OR_RETURN(ls.train, proto::load_regression_jsonl(train_path, ls.bounds));
     ls.name = std::filesystem::path(train_path).parent_path().filename().string();
   } else {
-    FROST_ASSIGN_OR_RETURN(std::string content, inline_jsonl(*spec.inline_rows, o));
-    FROST_ASSIGN_OR_RETURN(ls.train, proto::parse_regression_jsonl(content, "inline_rows", ls.bounds));
+    FROST_ASSIGN_OR_RETURN(ls.train, inline_data(*spec.inline_rows, ls.bounds, o));
     norm.inline_rows = spec.inline_rows;
     ls.name = "inline";
   }
@@ -167,11 +172,12 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
   };
 
   std::string report;
-  ArtifactMeta meta;
+  serving::ArtifactMeta meta;
   meta.job_id = job.id;
   meta.backbone = opts_.model->name;
   FROST_ASSIGN_OR_RETURN(
-      ArtifactInfo info, opts_.store->publish("prototype", meta, [&](const std::string& dir) -> absl::Status {
+      serving::ArtifactInfo info,
+      opts_.store->publish("prototype", meta, [&](const std::string& dir) -> absl::Status {
         if (ls.test.size() > 0) {
           proto::DatasetDir d{ls.name, ls.bounds, ls.train, ls.test};
           proto::EvalOptions eo;
@@ -180,7 +186,8 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
           eo.hooks = hooks;
           FROST_ASSIGN_OR_RETURN(nlohmann::ordered_json r, proto::evaluate_prototype(*opts_.model, d, eo));
           r["job_id"] = job.id;
-          if (r.contains("artifact")) r["artifact"].erase("dir");  // the temporary directory it was written to
+          if (r.contains("artifact"))
+            r["artifact"].erase("dir");  // the temporary directory it was written to
           // A head that trails the linear probe beyond probe_margin still succeeds: the report's
           // "warnings" (from evaluate_prototype) says so, and so does the log.
           if (r.contains("warnings"))

@@ -36,17 +36,19 @@ bool runs_before(int32_t pa, int64_t sa, int32_t pb, int64_t sb) { return pa != 
 }  // namespace
 
 Scheduler::Scheduler(SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds,
-                     std::unique_ptr<Journal> journal)
-    : opts_(std::move(opts)), kinds_(std::move(kinds)), journal_(std::move(journal)) {}
+                     std::unique_ptr<Journal> journal, serving::Registry* registry)
+    : opts_(std::move(opts)), kinds_(std::move(kinds)), journal_(std::move(journal)), registry_(registry) {}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(
-    SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds) {
+    SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds,
+    serving::Registry* registry) {
   if (opts.concurrency < 1 || opts.threads < 1 || opts.max_queued < 1 || opts.max_attempts < 1)
     return absl::InvalidArgumentError(
         "scheduler: concurrency, threads, max_queued and max_attempts must be >= 1");
   FROST_RETURN_IF_ERROR(make_dirs(opts.state_dir + "/jobs"));
   FROST_ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal, Journal::open(opts.state_dir + "/jobs.db"));
-  std::unique_ptr<Scheduler> s(new Scheduler(std::move(opts), std::move(kinds), std::move(journal)));
+  std::unique_ptr<Scheduler> s(
+      new Scheduler(std::move(opts), std::move(kinds), std::move(journal), registry));
   FROST_RETURN_IF_ERROR(s->recover());
   return s;
 }
@@ -80,11 +82,6 @@ absl::Status Scheduler::recover() {
   std::lock_guard<std::mutex> l(mu_);
   for (const JobRecord& j : queued) queue_.push_back({j.priority, j.seq, j.id});
   return absl::OkStatus();
-}
-
-void Scheduler::set_activator(std::function<absl::Status(const std::string&)> f) {
-  std::lock_guard<std::mutex> l(mu_);
-  activator_ = std::move(f);
 }
 
 void Scheduler::start() {
@@ -330,12 +327,10 @@ bool Scheduler::run_one(JobRecord job) {
   absl::StatusOr<JobResult> r = kinds_.at(job.kind)->run(job, ctx);
 
   bool user_cancelled = false, stopping = false;
-  std::function<absl::Status(const std::string&)> activator;
   {
     std::lock_guard<std::mutex> l(mu_);
     user_cancelled = running_[job.id].user_cancelled;
     stopping = stopping_;
-    activator = activator_;
   }
   bool keep_checkpoint = false;
   if (r.ok()) {
@@ -343,8 +338,8 @@ bool Scheduler::run_one(JobRecord job) {
     job.artifact = r->artifact;
     job.report_json = r->report_json;
     job.reason.clear();
-    if (r->activate && activator) {
-      if (absl::Status s = activator(r->artifact); !s.ok())
+    if (r->activate && registry_) {
+      if (absl::Status s = registry_->activate(r->artifact).status(); !s.ok())
         job.reason = absl::StrCat("succeeded, but activation failed: ", s.message());
     }
   } else if (absl::IsCancelled(r.status()) && !user_cancelled && stopping) {

@@ -11,10 +11,12 @@
 //             job's CancelToken before every step and checkpoints every `checkpoint_every` steps and
 //             when it stops early.
 //   end       SUCCEEDED (artifact + report), FAILED (reason), CANCELLED; committed, then watchers
-//             hear it. The job's checkpoint directory is removed. When the journal cannot take a
-//             write (disk full), the start is retried with a backoff (the job stays QUEUED) and the
-//             outcome is retried until it is committed (get() and list() show it meanwhile); a
-//             shutdown first leaves the job RUNNING in the journal, like a crash.
+//             hear it. A job that asked for activation activates its artifact in the serving registry
+//             first (serving sits below jobs: the scheduler calls it directly); a refused activation is
+//             recorded in the job's reason and the job still SUCCEEDED. The job's checkpoint directory is
+//             removed. When the journal cannot take a write (disk full), the start is retried with a backoff
+//             (the job stays QUEUED) and the outcome is retried until it is committed (get() and list() show
+//             it meanwhile); a shutdown first leaves the job RUNNING in the journal, like a crash.
 //   shutdown  (SIGTERM) running jobs are asked to stop, write a checkpoint and go back to QUEUED
 //             ("server shut down"), so the next start resumes them.
 //   crash     (kill -9, power loss) the journal still says RUNNING. create() re-queues such jobs to
@@ -29,8 +31,8 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +42,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/common/cancel.h"
 #include "core/jobs/journal.h"
+#include "core/serving/registry.h"
 
 namespace frost::jobs {
 
@@ -83,14 +86,13 @@ struct SchedulerOptions {
 class Scheduler {
  public:
   // Opens the journal and recovers jobs a killed process left RUNNING (see above). Workers start
-  // with start().
+  // with start(). `registry` (nullable; must outlive the scheduler) activates the artifacts of jobs that
+  // asked for it, for the model it serves; without one such jobs only publish.
   static absl::StatusOr<std::unique_ptr<Scheduler>> create(
-      SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds);
+      SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds,
+      serving::Registry* registry = nullptr);
   ~Scheduler();  // shutdown()
 
-  // Called after a job SUCCEEDED with activate=true (before watchers hear of it); its error is
-  // recorded in the job's reason, the job still SUCCEEDED.
-  void set_activator(std::function<absl::Status(const std::string& artifact)> f);
   void start();
   // Asks running jobs to checkpoint and stop (they return to QUEUED), joins the workers.
   void shutdown();
@@ -118,7 +120,7 @@ class Scheduler {
 
  private:
   Scheduler(SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds,
-            std::unique_ptr<Journal> journal);
+            std::unique_ptr<Journal> journal, serving::Registry* registry);
   absl::Status recover();
   void worker_loop();
   // false when the job could not be started (its RUNNING state not journaled): it is back in the queue.
@@ -144,7 +146,7 @@ class Scheduler {
   SchedulerOptions opts_;
   std::map<std::string, std::shared_ptr<JobKind>> kinds_;
   std::unique_ptr<Journal> journal_;
-  std::function<absl::Status(const std::string&)> activator_;
+  serving::Registry* registry_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

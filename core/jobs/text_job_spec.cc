@@ -1,27 +1,26 @@
 #include "core/jobs/text_job_spec.h"
 
 #include <chrono>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/fs.h"
 #include "core/common/status_macros.h"
 #include "core/jobs/state_dir.h"
+#include "core/serving/checked_file.h"
 #include "core/train/repair_train.h"
 
 namespace frost::jobs {
 
 using nlohmann::json;
 
-int64_t TextJobSpec::count(const std::string& name) const {
-  for (const auto& [k, v] : counts)
-    if (k == name) return v;
-  return 0;
-}
-
 absl::StatusOr<TextJobSpec> parse_text_job_spec(const std::optional<std::string>& calib_path,
                                                 const std::optional<std::string>& test_path,
-                                                const std::vector<CountField>& counts, const ConfigEntries& config,
-                                                bool activate, const std::string& data_root) {
+                                                std::optional<int64_t> calib_windows,
+                                                std::optional<int64_t> eval_windows,
+                                                std::optional<int64_t> fisher_windows,
+                                                const ConfigEntries& config, bool activate,
+                                                const std::string& data_root) {
   TextJobSpec s;
   s.config = config;
   for (const auto& [given, key] : {std::pair{&calib_path, "calib_path"}, std::pair{&test_path, "test_path"}}) {
@@ -32,11 +31,14 @@ absl::StatusOr<TextJobSpec> parse_text_job_spec(const std::optional<std::string>
     (calib ? s.calib_texts : s.test_texts) = std::move(texts);
     (calib ? s.calib_path : s.test_path) = path;
   }
-  for (const CountField& c : counts) {
-    const int64_t v = c.given.value_or(c.def);
-    if (v < 1 || v > 100000)
-      return absl::InvalidArgumentError(absl::StrCat(c.name, ": expected an integer in [1, 100000], got ", v));
-    s.counts.emplace_back(c.name, v);
+  for (const auto& [given, count, name] :
+       {std::tuple{&calib_windows, &s.counts.calib_windows, "calib_windows"},
+        std::tuple{&eval_windows, &s.counts.eval_windows, "eval_windows"},
+        std::tuple{&fisher_windows, &s.counts.fisher_windows, "fisher_windows"}}) {
+    *count = given->value_or(*count);
+    if (*count < 1 || *count > 100000)
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": expected an integer in [1, 100000], got ", *count));
   }
   s.activate = activate;
   return s;
@@ -101,15 +103,15 @@ KvRepairTrainOptions kv_train_options(const JobContext& ctx, const std::string& 
 }
 
 absl::StatusOr<JobResult> publish_checked_artifact(
-    ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
+    serving::ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
     const nlohmann::json& report, const std::string& file, const std::string& format, bool activate,
     const std::function<absl::Status(const std::string& path)>& save) {
-  ArtifactMeta meta;
+  serving::ArtifactMeta meta;
   meta.job_id = job.id;
   meta.backbone = backbone;
   meta.report_json = report.dump();
-  FROST_ASSIGN_OR_RETURN(ArtifactInfo info, store.publish(kind, meta, [&](const std::string& dir) {
-    return write_checked_file(dir, file, format, save);
+  FROST_ASSIGN_OR_RETURN(serving::ArtifactInfo info, store.publish(kind, meta, [&](const std::string& dir) {
+    return serving::write_checked_file(dir, file, format, save);
   }));
   JobResult r;
   r.artifact = info.name;

@@ -12,41 +12,47 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/jobs/artifact_store.h"
 #include "core/jobs/job_spec.h"
 #include "core/jobs/scheduler.h"
+#include "core/model/model_loader.h"
+#include "core/serving/artifact_store.h"
 #include "core/train/repair_train.h"
 #include "core/train/train_util.h"
-#include "core/model/model_loader.h"
 
 namespace frost::jobs {
 
+// The window counts of a KV job, each an integer in [1, 100000]; the defaults are the kinds' (kv_repair has
+// no Fisher analysis: its fisher_windows stays the unused default).
+struct KvJobCounts {
+  int64_t calib_windows = 64;
+  int64_t eval_windows = 16;
+  int64_t fisher_windows = 16;
+};
+
 struct TextJobSpec {
   std::vector<std::string> calib_texts, test_texts;
-  std::string calib_path, test_path;                    // resolved ("" = not given)
-  std::vector<std::pair<std::string, int64_t>> counts;  // the count fields, defaults filled in
-  ConfigEntries config;                                 // "config" entries, in order
+  std::string calib_path, test_path;  // resolved ("" = not given)
+  KvJobCounts counts;                 // defaults filled in
+  ConfigEntries config;               // "config" entries, in order
   bool activate = false;
-  int64_t count(const std::string& name) const;
 };
 
-// One count field of a spec: its name, the value given (nullopt = use `def`), the default.
-struct CountField {
-  std::string name;
-  std::optional<int64_t> given;
-  int64_t def = 0;
-};
-
-// Resolves and reads the text files under `data_root` and checks the counts (integers in [1, 100000]).
+// Resolves and reads the text files under `data_root` and checks the counts given (nullopt = the default):
+// INVALID_ARGUMENT naming the field and value.
 absl::StatusOr<TextJobSpec> parse_text_job_spec(const std::optional<std::string>& calib_path,
                                                 const std::optional<std::string>& test_path,
-                                                const std::vector<CountField>& counts, const ConfigEntries& config,
-                                                bool activate, const std::string& data_root);
+                                                std::optional<int64_t> calib_windows,
+                                                std::optional<int64_t> eval_windows,
+                                                std::optional<int64_t> fisher_windows,
+                                                const ConfigEntries& config, bool activate,
+                                                const std::string& data_root);
 // The fields of a KvRepairJobSpec / KvSpliceJobSpec, as parse_text_job_spec takes them.
 template <class S>
-absl::StatusOr<TextJobSpec> parse_text_job_spec(const S& spec, std::vector<CountField> counts,
-                                                const std::string& data_root) {
-  return parse_text_job_spec(spec.calib_path, spec.test_path, counts, spec.config, spec.activate, data_root);
+absl::StatusOr<TextJobSpec> parse_text_job_spec(const S& spec, const std::string& data_root) {
+  std::optional<int64_t> fisher_windows;
+  if constexpr (std::is_same_v<S, KvSpliceJobSpec>) fisher_windows = spec.fisher_windows;
+  return parse_text_job_spec(spec.calib_path, spec.test_path, spec.calib_windows, spec.eval_windows,
+                             fisher_windows, spec.config, spec.activate, data_root);
 }
 
 // INVALID_ARGUMENT unless there is calibration text (or self-sampling) and each given text holds at least
@@ -61,9 +67,9 @@ absl::StatusOr<S> normalised_text_job_spec(const TextJobSpec& s, const std::stri
   S out;
   if (!s.calib_path.empty()) out.calib_path = s.calib_path;
   if (!s.test_path.empty()) out.test_path = s.test_path;
-  out.calib_windows = s.count("calib_windows");
-  out.eval_windows = s.count("eval_windows");
-  if constexpr (std::is_same_v<S, KvSpliceJobSpec>) out.fisher_windows = s.count("fisher_windows");
+  out.calib_windows = s.counts.calib_windows;
+  out.eval_windows = s.counts.eval_windows;
+  if constexpr (std::is_same_v<S, KvSpliceJobSpec>) out.fisher_windows = s.counts.fisher_windows;
   out.activate = s.activate;
   absl::StatusOr<ConfigEntries> cfg = config_entries_from_json(config_json);
   if (!cfg.ok()) return cfg.status();
@@ -80,24 +86,15 @@ absl::StatusOr<JobWindows> make_job_windows(const TextJobSpec& s, const LoadedMo
                                             int64_t calib, int64_t eval, int64_t self_sample_windows,
                                             uint64_t seed);
 
-// An artifact's checked file: `save` writes dir/file, then manifest.json {"format", "file", "sha256",
-// "bytes"} is written last (write_checked_file). verify_checked_file reads the manifest back, checks its
-// format and file name and the file's sha256 (DATA_LOSS naming the file otherwise) and returns the file's
-// path.
-absl::Status write_checked_file(const std::string& dir, const std::string& file, const std::string& format,
-                                const std::function<absl::Status(const std::string& path)>& save);
-absl::StatusOr<std::string> verify_checked_file(const std::string& dir, const std::string& file,
-                                                const std::string& format);
-
 // The KV trainers' options from a job's context: its cancel token and checkpoints, and progress reported
 // as JobProgress {stage, step, steps_total, loss, kl, examples_per_s, eta_s} (ETA from the time since this
 // call).
 KvRepairTrainOptions kv_train_options(const JobContext& ctx, const std::string& stage);
 
-// Publishes a KV job's artifact of `kind`: one checked file (write_checked_file) plus the report, and the
-// JobResult naming it (activate as the spec asked).
+// Publishes a KV job's artifact of `kind`: one checked file (serving::write_checked_file) plus the report,
+// and the JobResult naming it (activate as the spec asked).
 absl::StatusOr<JobResult> publish_checked_artifact(
-    ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
+    serving::ArtifactStore& store, const std::string& kind, const JobRecord& job, const std::string& backbone,
     const nlohmann::json& report, const std::string& file, const std::string& format, bool activate,
     const std::function<absl::Status(const std::string& path)>& save);
 

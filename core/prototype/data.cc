@@ -80,6 +80,54 @@ absl::Status validate_limits(const DataLimits& l, const std::string& source) {
   return absl::OkStatus();
 }
 
+// The "text" rule: appends why `text` cannot be a row's text to `reasons` (`quoted`: the value as the row
+// holds it).
+void check_text(const std::string& text, const std::string& quoted, const DataLimits& limits,
+                std::vector<std::string>* reasons) {
+  if (text.empty()) {
+    reasons->push_back("\"text\" is empty");
+  } else if (all_space(text)) {
+    reasons->push_back(absl::StrCat("\"text\" ", quoted, " is only whitespace"));
+  } else if (static_cast<int64_t>(text.size()) > limits.max_text_bytes) {
+    reasons->push_back(
+        absl::StrCat("\"text\" is ", text.size(), " bytes, over max_text_bytes=", limits.max_text_bytes));
+  } else if (size_t v = utf8_valid_prefix(text); v < text.size()) {
+    // Unreachable with nlohmann (it validates strings and \u escapes); typed rows can carry any bytes.
+    reasons->push_back(absl::StrCat("\"text\" is not valid UTF-8 (bad byte at offset ", v, ")"));
+  }
+}
+
+// The "label" rule for a number.
+void check_label(double label, const LabelBounds& bounds, std::vector<std::string>* reasons) {
+  if (!std::isfinite(label)) {
+    reasons->push_back(absl::StrCat("\"label\" ", fmt_num(label), " is not finite"));
+  } else if (label < bounds.a || label > bounds.b) {
+    reasons->push_back(absl::StrCat("\"label\" ", fmt_num(label), " is outside [", fmt_num(bounds.a), ", ",
+                                    fmt_num(bounds.b), "]"));
+  }
+}
+
+// The bad rows of one source: the first kMaxListedBadRows listed, then the total.
+class BadRows {
+ public:
+  explicit BadRows(const std::string& source) : source_(source) {}
+  void add(int64_t row, const std::vector<std::string>& reasons) {
+    if (++n_bad_ <= kMaxListedBadRows)
+      listed_.push_back(absl::StrCat(source_, ":", row, ": ", absl::StrJoin(reasons, "; ")));
+  }
+  absl::Status status() const {
+    if (n_bad_ == 0) return absl::OkStatus();
+    std::string msg = absl::StrJoin(listed_, "\n");
+    if (n_bad_ > kMaxListedBadRows) absl::StrAppend(&msg, "\n(", n_bad_, " bad rows in total)");
+    return absl::InvalidArgumentError(msg);
+  }
+
+ private:
+  const std::string& source_;
+  std::vector<std::string> listed_;
+  int64_t n_bad_ = 0;
+};
+
 // Validates one non-blank line. Returns the reasons it is bad (empty when the row is good, in which
 // case it is appended to `out`). At most one reason per field, so a row with a bad text and a bad
 // label reports both.
@@ -102,17 +150,7 @@ std::vector<std::string> parse_row(std::string_view line, const LabelBounds& bou
     reasons.push_back(absl::StrCat("\"text\" ", quote(*t), " is ", kind(*t), ", not a string"));
   } else {
     text = t->get<std::string>();
-    if (text.empty()) {
-      reasons.push_back("\"text\" is empty");
-    } else if (all_space(text)) {
-      reasons.push_back(absl::StrCat("\"text\" ", quote(*t), " is only whitespace"));
-    } else if (static_cast<int64_t>(text.size()) > limits.max_text_bytes) {
-      reasons.push_back(
-          absl::StrCat("\"text\" is ", text.size(), " bytes, over max_text_bytes=", limits.max_text_bytes));
-    } else if (size_t v = utf8_valid_prefix(text); v < text.size()) {
-      // Unreachable with nlohmann (it validates strings and \u escapes); kept as a guard.
-      reasons.push_back(absl::StrCat("\"text\" is not valid UTF-8 (bad byte at offset ", v, ")"));
-    }
+    check_text(text, quote(*t), limits, &reasons);
   }
 
   double label = 0;
@@ -123,12 +161,7 @@ std::vector<std::string> parse_row(std::string_view line, const LabelBounds& bou
     reasons.push_back(absl::StrCat("\"label\" ", quote(*l), " is ", kind(*l), ", not a number"));
   } else {
     label = l->get<double>();
-    if (!std::isfinite(label)) {
-      reasons.push_back(absl::StrCat("\"label\" ", fmt_num(label), " is not finite"));
-    } else if (label < bounds.a || label > bounds.b) {
-      reasons.push_back(absl::StrCat("\"label\" ", fmt_num(label), " is outside [", fmt_num(bounds.a), ", ",
-                                     fmt_num(bounds.b), "]"));
-    }
+    check_label(label, bounds, &reasons);
   }
   if (!reasons.empty()) return reasons;
 
@@ -199,8 +232,8 @@ absl::StatusOr<RegressionData> parse_regression_jsonl(std::string_view content, 
         source, ": ", content.size(), " bytes is larger than max_file_bytes=", limits.max_file_bytes));
   }
   RegressionData data;
-  std::vector<std::string> listed;  // the first kMaxListedBadRows bad rows, formatted
-  int64_t n_bad = 0, n_rows = 0, line_no = 0;
+  BadRows bad(source);
+  int64_t n_rows = 0, line_no = 0;
   size_t pos = 0;
   while (pos < content.size()) {
     size_t end = content.find('\n', pos);
@@ -215,16 +248,40 @@ absl::StatusOr<RegressionData> parse_regression_jsonl(std::string_view content, 
           absl::StrCat(source, ":", line_no, ": more than max_rows=", limits.max_rows, " rows"));
     }
     std::vector<std::string> reasons = parse_row(line, bounds, limits, &data);
-    if (reasons.empty()) continue;
-    if (++n_bad <= kMaxListedBadRows) {
-      listed.push_back(absl::StrCat(source, ":", line_no, ": ", absl::StrJoin(reasons, "; ")));
+    if (!reasons.empty()) bad.add(line_no, reasons);
+  }
+  FROST_RETURN_IF_ERROR(bad.status());
+  if (data.size() == 0) return absl::InvalidArgumentError(absl::StrCat(source, ": no rows"));
+  return data;
+}
+
+absl::StatusOr<RegressionData> check_regression_rows(const std::vector<RegressionRow>& rows,
+                                                     const std::string& source, const LabelBounds& bounds,
+                                                     const DataLimits& limits) {
+  FROST_RETURN_IF_ERROR(validate_limits(limits, source));
+  if (absl::Status s = validate_bounds(bounds); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
+  }
+  if (static_cast<int64_t>(rows.size()) > limits.max_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", limits.max_rows + 1, ": more than max_rows=", limits.max_rows, " rows"));
+  }
+  RegressionData data;
+  BadRows bad(source);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RegressionRow& r = rows[i];
+    std::vector<std::string> reasons;
+    check_text(r.text, quote(json(r.text)), limits, &reasons);
+    check_label(r.label, bounds, &reasons);
+    if (!reasons.empty()) {
+      bad.add(static_cast<int64_t>(i) + 1, reasons);
+      continue;
     }
+    data.texts.push_back(r.text);
+    data.labels.push_back(static_cast<float>(r.label));
+    data.ids.push_back(r.id);
   }
-  if (n_bad > 0) {
-    std::string msg = absl::StrJoin(listed, "\n");
-    if (n_bad > kMaxListedBadRows) absl::StrAppend(&msg, "\n(", n_bad, " bad rows in total)");
-    return absl::InvalidArgumentError(msg);
-  }
+  FROST_RETURN_IF_ERROR(bad.status());
   if (data.size() == 0) return absl::InvalidArgumentError(absl::StrCat(source, ": no rows"));
   return data;
 }

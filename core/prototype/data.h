@@ -56,6 +56,20 @@ absl::StatusOr<RegressionData> parse_regression_jsonl(std::string_view content, 
                                                       const LabelBounds& bounds,
                                                       const DataLimits& limits = {});
 
+// A row that arrives as a value (a training request's inline rows) rather than as JSONL text.
+struct RegressionRow {
+  std::string text;
+  double label = 0;
+  std::string id;  // "" = none
+};
+
+// The row rules of parse_regression_jsonl for rows that are already typed (only the "text" and "label" rules
+// can fail): row n (1-based) is bad as "<source>:<n>: <reason>", with the same reasons, the same listing of
+// the first 10, "<source>: no rows", and the max_rows / max_text_bytes limits.
+absl::StatusOr<RegressionData> check_regression_rows(const std::vector<RegressionRow>& rows,
+                                                     const std::string& source, const LabelBounds& bounds,
+                                                     const DataLimits& limits = {});
+
 // Reads `path` and parses it with source = path. NOT_FOUND when the file does not exist,
 // INVALID_ARGUMENT when it is not a regular file or is larger than limits.max_file_bytes.
 absl::StatusOr<RegressionData> load_regression_jsonl(const std::string& path, const LabelBounds& bounds,

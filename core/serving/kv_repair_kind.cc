@@ -1,8 +1,9 @@
 #include "core/serving/kv_repair_kind.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/jobs/kv_repair_job.h"
+#include "core/common/status_macros.h"
 #include "core/model/kv_dims.h"
+#include "core/serving/checked_file.h"
 
 namespace frost::serving {
 namespace {
@@ -13,9 +14,9 @@ class KvRepairKind final : public SlotKind<RepairActive> {
   const char* serves() const override { return "KV repair"; }
 
  protected:
-  absl::StatusOr<Loaded> load(const jobs::ArtifactInfo& a,
+  absl::StatusOr<Loaded> load(const ArtifactInfo& a,
                               const std::shared_ptr<const LoadedModel>& model) const override {
-    return jobs::load_kv_repair_artifact(a.dir, repair_dims(model->config), a.name, model->name);
+    return load_kv_repair_artifact(a.dir, repair_dims(model->config), a.name, model->name);
   }
   absl::StatusOr<Loaded> load_file(const std::string& path,
                                    const std::shared_ptr<const LoadedModel>& model) const override {
@@ -28,6 +29,14 @@ class KvRepairKind final : public SlotKind<RepairActive> {
 
 }  // namespace
 
-std::unique_ptr<ServedKind> make_kv_repair_kind() { return std::make_unique<KvRepairKind>(); }
+std::unique_ptr<SlotKind<RepairActive>> make_kv_repair_kind() { return std::make_unique<KvRepairKind>(); }
+
+absl::StatusOr<std::shared_ptr<const RepairSlot::Active>> load_kv_repair_artifact(const std::string& dir,
+                                                                                  const RepairDims& dims,
+                                                                                  const std::string& name,
+                                                                                  const std::string& model) {
+  FROST_ASSIGN_OR_RETURN(std::string path, verify_checked_file(dir, kKvRepairFile, kKvRepairFormat));
+  return load_served_repair(path, dims, name, model);
+}
 
 }  // namespace frost::serving

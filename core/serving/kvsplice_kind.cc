@@ -1,8 +1,9 @@
 #include "core/serving/kvsplice_kind.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/jobs/kvsplice_job.h"
+#include "core/common/status_macros.h"
 #include "core/model/kv_dims.h"
+#include "core/serving/checked_file.h"
 
 namespace frost::serving {
 namespace {
@@ -13,9 +14,9 @@ class KvSpliceKind final : public SlotKind<KvSpliceActive> {
   const char* serves() const override { return "kv.codec kvsplice"; }
 
  protected:
-  absl::StatusOr<Loaded> load(const jobs::ArtifactInfo& a,
+  absl::StatusOr<Loaded> load(const ArtifactInfo& a,
                               const std::shared_ptr<const LoadedModel>& model) const override {
-    return jobs::load_kvsplice_artifact(a.dir, kvsplice_dims(model->config), a.name, model->name);
+    return load_kvsplice_artifact(a.dir, kvsplice_dims(model->config), a.name, model->name);
   }
   absl::StatusOr<Loaded> load_file(const std::string& path,
                                    const std::shared_ptr<const LoadedModel>& model) const override {
@@ -28,6 +29,14 @@ class KvSpliceKind final : public SlotKind<KvSpliceActive> {
 
 }  // namespace
 
-std::unique_ptr<ServedKind> make_kvsplice_kind() { return std::make_unique<KvSpliceKind>(); }
+std::unique_ptr<SlotKind<KvSpliceActive>> make_kvsplice_kind() { return std::make_unique<KvSpliceKind>(); }
+
+absl::StatusOr<std::shared_ptr<const KvSpliceSlot::Active>> load_kvsplice_artifact(const std::string& dir,
+                                                                                   const KvSpliceDims& dims,
+                                                                                   const std::string& name,
+                                                                                   const std::string& model) {
+  FROST_ASSIGN_OR_RETURN(std::string path, verify_checked_file(dir, kKvSpliceFile, kKvSpliceFormat));
+  return load_served_kvsplice(path, dims, name, model);
+}
 
 }  // namespace frost::serving

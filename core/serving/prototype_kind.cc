@@ -12,7 +12,7 @@ class PrototypeKind final : public SlotKind<ServedPrototype> {
   const char* serves() const override { return "Predict"; }
 
  protected:
-  absl::StatusOr<Loaded> load(const jobs::ArtifactInfo& a,
+  absl::StatusOr<Loaded> load(const ArtifactInfo& a,
                               const std::shared_ptr<const LoadedModel>& model) const override {
     absl::StatusOr<proto::PrototypeArtifact> art = proto::load_artifact(a.dir);
     if (!art.ok()) return art.status();
@@ -38,7 +38,7 @@ class PrototypeKind final : public SlotKind<ServedPrototype> {
 
 }  // namespace
 
-std::unique_ptr<ServedKind> make_prototype_kind(TensorStore* tensors) {
+std::unique_ptr<SlotKind<ServedPrototype>> make_prototype_kind(TensorStore* tensors) {
   return std::make_unique<PrototypeKind>(tensors);
 }
 

@@ -21,6 +21,6 @@ struct ServedPrototype {
 using PrototypeSlot = ActiveSlot<ServedPrototype>;
 
 // Loads verify the artifact completely (manifest checksums, tensor set and shapes, backbone identity).
-std::unique_ptr<ServedKind> make_prototype_kind(TensorStore* tensors);
+std::unique_ptr<SlotKind<ServedPrototype>> make_prototype_kind(TensorStore* tensors);
 
 }  // namespace frost::serving

@@ -3,19 +3,30 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/log.h"
 #include "core/common/status_macros.h"
-#include "core/serving/kv_repair_kind.h"
-#include "core/serving/kvsplice_kind.h"
-#include "core/serving/prototype_kind.h"
 
 namespace frost::serving {
 
-Registry::Registry(jobs::ArtifactStore* store, TensorStore* tensors) : store_(store), tensors_(tensors) {
-  // The kinds this build serves: one line each.
-  std::unique_ptr<ServedKind> served[] = {make_prototype_kind(tensors), make_kv_repair_kind(), make_kvsplice_kind()};
-  for (std::unique_ptr<ServedKind>& k : served) {
+Registry::Registry(ArtifactStore* store, TensorStore* tensors) : store_(store), tensors_(tensors) {
+  // The kinds this build serves: one line each, plus its typed accessor in registry.h.
+  auto add = [this](auto k) {
+    auto* typed = k.get();
     const std::string kind = k->kind();
     kinds_.emplace(kind, std::move(k));
-  }
+    return typed;
+  };
+  prototype_ = add(make_prototype_kind(tensors));
+  kv_repair_ = add(make_kv_repair_kind());
+  kvsplice_ = add(make_kvsplice_kind());
+}
+
+void Registry::set_model(std::shared_ptr<const LoadedModel> model) {
+  absl::MutexLock l(&model_mu_);
+  model_ = std::move(model);
+}
+
+std::shared_ptr<const LoadedModel> Registry::model() const {
+  absl::MutexLock l(&model_mu_);
+  return model_;
 }
 
 std::vector<std::string> Registry::kinds() const {
@@ -29,8 +40,8 @@ ServedKind* Registry::find(const std::string& kind) const {
   return it == kinds_.end() ? nullptr : it->second.get();
 }
 
-absl::StatusOr<jobs::ArtifactInfo> Registry::activate(const std::string& name,
-                                                      const std::shared_ptr<const LoadedModel>& model) {
+absl::StatusOr<ArtifactInfo> Registry::activate(const std::string& name,
+                                                const std::shared_ptr<const LoadedModel>& model) {
   if (!store()) return absl::FailedPreconditionError("artifacts are disabled (jobs.enabled: false)");
   if (!model) return absl::UnavailableError("model is loading: not ready yet");
   if (absl::Status w = store()->check_writable("activate"); !w.ok() && !absl::IsFailedPrecondition(w)) return w;
@@ -39,8 +50,8 @@ absl::StatusOr<jobs::ArtifactInfo> Registry::activate(const std::string& name,
         "this frostd follows the artifact store ", store()->root(),
         " read-only (artifacts.follow_state_dir): activate on the frostd that owns it, and this one follows"));
   }
-  FROST_RETURN_IF_ERROR(jobs::parse_artifact_name(name).status());
-  FROST_ASSIGN_OR_RETURN(jobs::ArtifactInfo a, store()->get(name));
+  FROST_RETURN_IF_ERROR(parse_artifact_name(name).status());
+  FROST_ASSIGN_OR_RETURN(ArtifactInfo a, store()->get(name));
   ServedKind* k = find(a.kind);
   if (!k) return absl::FailedPreconditionError(absl::StrCat("artifact '", a.name, "': kind '", a.kind, "' is not served"));
   absl::MutexLock l(&activate_mu_);
@@ -103,7 +114,7 @@ std::set<std::string> Registry::follow(const std::shared_ptr<const LoadedModel>&
     if (!marker->has_value() || **marker == k->active_name()) continue;
     const std::string& name = **marker;
     if (follow_refused_[kind] == name) continue;
-    absl::StatusOr<jobs::ArtifactInfo> a = store()->get(name);
+    absl::StatusOr<ArtifactInfo> a = store()->get(name);
     absl::Status st = a.status();
     if (a.ok()) st = a->kind != kind ? absl::FailedPreconditionError("the marker names another kind")
                                      : store()->verify(*a);

@@ -2,7 +2,7 @@
 // Registry: the one owner of what frostd serves — the active prototype head (Predict), KV repair operator
 // and KVSplice (Generate) — beside the model they belong to. The server translates RPCs into its calls;
 // the engine and Predict take their snapshot from its slots (a request keeps the version it started with);
-// training jobs reach it through the scheduler's activator.
+// training jobs with activate=true call activate(name) from the scheduler (core/jobs sits above serving).
 //
 // Activation (activate()): find the artifact, verify and load it completely, persist it as the kind's
 // active artifact (<state_dir>/artifacts/<kind>/ACTIVE), then swap it in with one pointer store. A corrupt,
@@ -20,8 +20,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/common/check.h"
-#include "core/jobs/artifact_store.h"
+#include "core/serving/artifact_store.h"
+#include "core/serving/kv_repair_kind.h"
+#include "core/serving/kvsplice_kind.h"
+#include "core/serving/prototype_kind.h"
 #include "core/serving/served_kind.h"
 #include "core/serving/tensor_store.h"
 
@@ -32,23 +34,26 @@ class Registry {
   // `store`: the artifact store (nullptr when artifacts are disabled: activate() is FAILED_PRECONDITION, and
   // only files named by the config can be served). `tensors` accounts the loaded artifacts' bytes; both must
   // outlive the registry.
-  Registry(jobs::ArtifactStore* store, TensorStore* tensors);
+  Registry(ArtifactStore* store, TensorStore* tensors);
 
   // Kinds served by this build ("kvsplice", "kv_repair", "prototype").
   std::vector<std::string> kinds() const;
-  // The slot of `kind` holding T (a programming error — a crash naming it — when the kind or T is wrong).
-  template <class T>
-  ActiveSlot<T>& slot(const std::string& kind) {
-    auto it = kinds_.find(kind);
-    FROST_CHECK(it != kinds_.end(), ("no served kind " + kind).c_str());
-    auto* k = dynamic_cast<SlotKind<T>*>(it->second.get());
-    FROST_CHECK(k != nullptr, ("served kind " + kind + " holds another type").c_str());
-    return k->slot();
-  }
+  // The slots Generate and Predict take their snapshot from: one typed accessor per kind, so a wrong kind or
+  // type does not compile (a request keeps the version it took from the slot).
+  PrototypeSlot& prototype() { return prototype_->slot(); }  // Predict
+  RepairSlot& kv_repair() { return kv_repair_->slot(); }     // EngineConfig::kv_repair
+  KvSpliceSlot& kvsplice() { return kvsplice_->slot(); }     // EngineConfig::kv_splice
 
+  // The served model (set once it is loaded: activate(name) serves artifacts for it).
+  void set_model(std::shared_ptr<const LoadedModel> model);
+  std::shared_ptr<const LoadedModel> model() const;
+
+  // activate(name, model()): UNAVAILABLE while no model is set.
+  absl::StatusOr<ArtifactInfo> activate(const std::string& name) { return activate(name, model()); }
   // Activates artifact `name` ("<kind>/<version>") for `model`. INVALID_ARGUMENT for a malformed name,
   // NOT_FOUND for an unknown one, FAILED_PRECONDITION when it cannot be served (nothing changed then).
-  absl::StatusOr<jobs::ArtifactInfo> activate(const std::string& name, const std::shared_ptr<const LoadedModel>& model);
+  absl::StatusOr<ArtifactInfo> activate(const std::string& name,
+                                        const std::shared_ptr<const LoadedModel>& model);
   // At start: activates every kind's persisted active artifact. One that cannot be served is logged and
   // its kind serves nothing until an activation. Returns the kinds that now serve an artifact.
   std::set<std::string> restore(const std::shared_ptr<const LoadedModel>& model);
@@ -74,20 +79,26 @@ class Registry {
   int64_t swaps() const;          // successful activations
   int64_t swap_failures() const;  // artifacts refused at activation (FAILED_PRECONDITION)
   TensorStore& tensors() const { return *tensors_; }
-  jobs::ArtifactStore* store() const { return store_.load(std::memory_order_acquire); }
+  ArtifactStore* store() const { return store_.load(std::memory_order_acquire); }
   // Replaces the store (a read-only one by the read-write one once jobs.state_dir opens again). The old one
   // must outlive every reader that loaded it: its owner keeps it.
-  void set_store(jobs::ArtifactStore* store) { store_.store(store, std::memory_order_release); }
+  void set_store(ArtifactStore* store) { store_.store(store, std::memory_order_release); }
 
  private:
   ServedKind* find(const std::string& kind) const;
 
-  std::atomic<jobs::ArtifactStore*> store_;
+  std::atomic<ArtifactStore*> store_;
   TensorStore* tensors_;
   std::map<std::string, std::unique_ptr<ServedKind>> kinds_;
+  // The same kinds, typed (owned by kinds_).
+  SlotKind<ServedPrototype>* prototype_ = nullptr;
+  SlotKind<RepairActive>* kv_repair_ = nullptr;
+  SlotKind<KvSpliceActive>* kvsplice_ = nullptr;
   absl::Mutex activate_mu_;  // one activation at a time
   std::map<std::string, std::string> follow_refused_ ABSL_GUARDED_BY(activate_mu_);  // kind -> refused name
   std::map<std::string, std::string> follow_error_ ABSL_GUARDED_BY(activate_mu_);    // kind -> last logged error
+  mutable absl::Mutex model_mu_;
+  std::shared_ptr<const LoadedModel> model_ ABSL_GUARDED_BY(model_mu_);
   mutable absl::Mutex counts_mu_;
   int64_t swaps_ ABSL_GUARDED_BY(counts_mu_) = 0;
   int64_t swap_failures_ ABSL_GUARDED_BY(counts_mu_) = 0;

@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/common/active_slot.h"
-#include "core/jobs/artifact_store.h"
 #include "core/model/model_loader.h"
+#include "core/serving/artifact_store.h"
 
 namespace frost::serving {
 
@@ -28,7 +28,7 @@ class ServedKind {
   // the activation durably), then swaps the new version in: requests started before keep the version they
   // took. The error of a version that cannot serve names why (the registry turns it into FAILED_PRECONDITION);
   // when loading or persisting fails, the active version is unchanged.
-  virtual absl::Status activate(const jobs::ArtifactInfo& a, const std::shared_ptr<const LoadedModel>& model,
+  virtual absl::Status activate(const ArtifactInfo& a, const std::shared_ptr<const LoadedModel>& model,
                                 const std::function<absl::Status()>& persist) = 0;
   // Serves a file the config names (not an artifact; nothing persisted). UNIMPLEMENTED for kinds without one.
   virtual absl::Status serve_file(const std::string& path, const std::shared_ptr<const LoadedModel>& model) = 0;
@@ -49,7 +49,7 @@ class SlotKind : public ServedKind {
   const ActiveSlot<T>& slot() const { return slot_; }
 
   const std::string& kind() const override { return kind_; }
-  absl::Status activate(const jobs::ArtifactInfo& a, const std::shared_ptr<const LoadedModel>& model,
+  absl::Status activate(const ArtifactInfo& a, const std::shared_ptr<const LoadedModel>& model,
                         const std::function<absl::Status()>& persist) override {
     absl::StatusOr<Loaded> v = load(a, model);
     if (!v.ok()) return v.status();
@@ -74,7 +74,7 @@ class SlotKind : public ServedKind {
 
  protected:
   // Verify + load one artifact version for `model`.
-  virtual absl::StatusOr<Loaded> load(const jobs::ArtifactInfo& a,
+  virtual absl::StatusOr<Loaded> load(const ArtifactInfo& a,
                                       const std::shared_ptr<const LoadedModel>& model) const = 0;
   virtual absl::StatusOr<Loaded> load_file(const std::string& path,
                                            const std::shared_ptr<const LoadedModel>& model) const {

@@ -1,8 +1,8 @@
-// Fuzz target: the artifact manifests read back from the artifact store (core/jobs, core/prototype). The
+// Fuzz target: the artifact manifests read back from the artifact store (core/serving, core/prototype). The
 // input is used as each of
-//   - <root>/k/1/artifact.json, read by ArtifactStore::get() and list() (core/jobs/artifact_store.h);
+//   - <root>/k/1/artifact.json, read by ArtifactStore::get() and list() (core/serving/artifact_store.h);
 //   - <dir>/manifest.json of a KV artifact's checked file, read by verify_checked_file()
-//     (core/jobs/text_job_spec.h), beside a fixed repair.safetensors;
+//     (core/serving/checked_file.h), beside a fixed repair.safetensors;
 //   - <dir>/manifest.json of a prototype artifact, read by proto::load_artifact()
 //   (core/prototype/artifact.h),
 //     beside a fixed prototype.safetensors (generated/data/ of the fuzz build, written by
@@ -17,9 +17,9 @@
 #include <sstream>
 #include <string>
 
-#include "core/jobs/artifact_store.h"
-#include "core/jobs/text_job_spec.h"
 #include "core/prototype/artifact.h"
+#include "core/serving/artifact_store.h"
+#include "core/serving/checked_file.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
@@ -55,23 +55,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // artifact.json of a published artifact.
   d.write("store/k/1/artifact.json", text);
-  absl::StatusOr<std::unique_ptr<jobs::ArtifactStore>> store =
-      jobs::ArtifactStore::open_read_only(d.file("store"));
+  absl::StatusOr<std::unique_ptr<serving::ArtifactStore>> store =
+      serving::ArtifactStore::open_read_only(d.file("store"));
   FROST_FUZZ_CHECK(store.ok(), store.status().ToString());
-  absl::StatusOr<jobs::ArtifactInfo> info = (*store)->get("k/1");
+  absl::StatusOr<serving::ArtifactInfo> info = (*store)->get("k/1");
   if (info.ok()) {
     FROST_FUZZ_CHECK(info->name == "k/1" && info->kind == "k" && info->version == 1, "artifact identity");
   } else {
     FROST_FUZZ_CHECK(info.status().code() == absl::StatusCode::kDataLoss, info.status().ToString());
   }
-  absl::StatusOr<std::vector<jobs::ArtifactInfo>> listed = (*store)->list("k");
+  absl::StatusOr<std::vector<serving::ArtifactInfo>> listed = (*store)->list("k");
   FROST_FUZZ_CHECK(listed.ok(), listed.status().ToString());
   FROST_FUZZ_CHECK(listed->size() == (info.ok() ? 1u : 0u), "list() disagrees with get()");
 
   // manifest.json of a KV artifact's checked file.
   d.write("checked/manifest.json", text);
   absl::StatusOr<std::string> checked =
-      jobs::verify_checked_file(d.file("checked"), "repair.safetensors", "frost.kv_repair.v1");
+      serving::verify_checked_file(d.file("checked"), "repair.safetensors", "frost.kv_repair.v1");
   if (checked.ok()) {
     FROST_FUZZ_CHECK(*checked == d.file("checked/repair.safetensors"),
                      "verify_checked_file returned another path");

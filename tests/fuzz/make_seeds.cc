@@ -23,12 +23,12 @@
 
 #include "core/common/fs.h"
 #include "core/flags/flags.h"
-#include "core/jobs/artifact_store.h"
 #include "core/jobs/job_spec.h"
-#include "core/jobs/text_job_spec.h"
 #include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 #include "core/prototype/artifact.h"
+#include "core/serving/artifact_store.h"
+#include "core/serving/checked_file.h"
 #include "core/store/safetensors.h"
 #ifdef FROST_FUZZ_WITH_SERVER
 #include "frost/v1/generation.pb.h"
@@ -332,15 +332,16 @@ void artifact_seeds() {
   using namespace frost;
   const std::string tmp = tmp_dir();
   // artifact.json, as publish() writes it.
-  absl::StatusOr<std::unique_ptr<jobs::ArtifactStore>> store = jobs::ArtifactStore::open(tmp + "/store");
+  absl::StatusOr<std::unique_ptr<serving::ArtifactStore>> store =
+      serving::ArtifactStore::open(tmp + "/store");
   check(store.status(), "ArtifactStore::open");
-  jobs::ArtifactMeta meta{"job-000001", "stories260K", "{\"mae\": 0.25}"};
-  absl::StatusOr<jobs::ArtifactInfo> info = (*store)->publish(
+  serving::ArtifactMeta meta{"job-000001", "stories260K", "{\"mae\": 0.25}"};
+  absl::StatusOr<serving::ArtifactInfo> info = (*store)->publish(
       "kv_repair", meta, [](const std::string& dir) { return write_file_atomic(dir + "/x", "x"); });
   check(info.status(), "publish");
   put("artifact_manifest", "seed-artifact.json", read(info->dir + "/artifact.json"));
   // manifest.json of a checked file (the payload artifact_manifest_fuzz.cc places beside it).
-  check(jobs::write_checked_file(
+  check(serving::write_checked_file(
             tmp, "repair.safetensors", "frost.kv_repair.v1",
             [](const std::string& path) { return write_file_atomic(path, "frost fuzz checked payload\n"); }),
         "write_checked_file");

@@ -110,7 +110,7 @@ TEST(JobSpecTest, RefusesWhatDoesNotFitTheTypeNamingTheField) {
   expect_refused("nope", "{}", "unknown job kind");
 }
 
-TEST(JobSpecTest, InlineRowsBecomeJsonlTheRowValidatorReads) {
+TEST(JobSpecTest, InlineRowsWriteTheJsonlAFileOfThemHolds) {
   const std::string jsonl = training_rows_jsonl({{"one", 1.5, ""}, {"two \"2\"", 2, "x"}});
   EXPECT_EQ(jsonl, "{\"label\":1.5,\"text\":\"one\"}\n{\"id\":\"x\",\"label\":2.0,\"text\":\"two \\\"2\\\"\"}\n");
 }

@@ -9,6 +9,12 @@
 #include <filesystem>
 #include <thread>
 
+#include "core/kv/repair_set.h"
+#include "core/model/kv_dims.h"
+#include "core/model/model_loader.h"
+#include "core/serving/checked_file.h"
+#include "core/serving/kv_repair_kind.h"
+#include "core/serving/registry.h"
 #include "tests/testing/test_util.h"
 
 namespace frost::jobs {
@@ -213,6 +219,66 @@ TEST_F(SchedulerTest, CrashRecoveryRequeuesRunningJobsOrInterruptsThemAfterMaxAt
   JobRecord done = wait_terminal(*s, resumable);
   EXPECT_EQ(done.state, JobState::kSucceeded);
   EXPECT_EQ(done.attempts, 2);
+}
+
+// A kind that publishes a real kv_repair artifact (its "model" metadata is the script) and asks for its
+// activation.
+class PublishingKind final : public JobKind {
+ public:
+  PublishingKind(serving::ArtifactStore* store, std::shared_ptr<const LoadedModel> model)
+      : store_(store), model_(std::move(model)) {}
+  absl::StatusOr<JobSpec> prepare(const JobSpec& spec) override { return spec; }
+  absl::StatusOr<JobResult> run(const JobRecord& job, const JobContext&) override {
+    RepairConfig rc;
+    rc.rank = 2;
+    auto set = RepairSet::create(rc, {0}, repair_dims(model_->config), 1);
+    if (!set.ok()) return set.status();
+    serving::ArtifactMeta meta;
+    meta.job_id = job.id;
+    auto info = store_->publish("kv_repair", meta, [&](const std::string& dir) {
+      return serving::write_checked_file(
+          dir, serving::kKvRepairFile, serving::kKvRepairFormat, [&](const std::string& p) {
+            return (*set)->save(p, {{"codec", "int4"}, {"model", script_of(job.spec)}});
+          });
+    });
+    if (!info.ok()) return info.status();
+    return JobResult{info->name, "{}", /*activate=*/true};
+  }
+
+ private:
+  serving::ArtifactStore* store_;
+  std::shared_ptr<const LoadedModel> model_;
+};
+
+// serving sits below jobs: a job that asks for activation is activated by the registry itself (no callback
+// the server installs); a refused activation leaves the job SUCCEEDED with the reason, and the active one.
+TEST_F(SchedulerTest, AJobThatAsksForActivationIsServedByTheRegistry) {
+  auto m = load_model("builtin:tiny");
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::shared_ptr<const LoadedModel> model(std::move(*m));
+  auto store = serving::ArtifactStore::open(dir_ + "/artifacts");
+  ASSERT_TRUE(store.ok()) << store.status();
+  serving::TensorStore tensors;
+  serving::Registry registry(store->get(), &tensors);
+  registry.set_model(model);
+  SchedulerOptions o;
+  o.state_dir = dir_ + "/state";
+  auto s =
+      Scheduler::create(o, {{"prototype", std::make_shared<PublishingKind>(store->get(), model)}}, &registry);
+  ASSERT_TRUE(s.ok()) << s.status();
+  (*s)->start();
+
+  JobRecord good = wait_terminal(**s, (*s)->submit(script(model->name), 0, "")->id);
+  EXPECT_EQ(good.state, JobState::kSucceeded);
+  EXPECT_EQ(good.reason, "");
+  EXPECT_EQ(registry.active_name("kv_repair"), good.artifact);
+  EXPECT_EQ(**(*store)->active("kv_repair"), good.artifact) << "persisted as ACTIVE";
+
+  JobRecord other = wait_terminal(**s, (*s)->submit(script("some-other-model"), 0, "")->id);
+  EXPECT_EQ(other.state, JobState::kSucceeded);
+  EXPECT_NE(other.reason.find("activation failed"), std::string::npos) << other.reason;
+  EXPECT_NE(other.reason.find(other.artifact), std::string::npos) << other.reason;
+  EXPECT_EQ(registry.active_name("kv_repair"), good.artifact) << "the active one keeps serving";
 }
 
 }  // namespace

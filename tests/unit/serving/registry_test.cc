@@ -7,10 +7,10 @@
 
 #include <fstream>
 
-#include "core/jobs/artifact_store.h"
-#include "core/jobs/text_job_spec.h"
 #include "core/model/kv_dims.h"
 #include "core/model/model_loader.h"
+#include "core/serving/artifact_store.h"
+#include "core/serving/checked_file.h"
 #include "core/serving/tensor_store.h"
 #include "tests/testing/test_util.h"
 
@@ -23,7 +23,7 @@ class RegistryTest : public ::testing::Test {
     auto m = load_model("builtin:tiny");
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::shared_ptr<const LoadedModel>(std::move(*m));
-    auto st = jobs::ArtifactStore::open(tmp_.path() + "/artifacts");
+    auto st = ArtifactStore::open(tmp_.path() + "/artifacts");
     ASSERT_TRUE(st.ok()) << st.status();
     store_ = std::move(*st);
   }
@@ -34,10 +34,10 @@ class RegistryTest : public ::testing::Test {
     rc.rank = 2;
     auto set = RepairSet::create(rc, {0}, repair_dims(model_->config), seed);
     EXPECT_TRUE(set.ok()) << set.status();
-    jobs::ArtifactMeta meta;
+    ArtifactMeta meta;
     meta.backbone = model_name;
     auto info = store_->publish("kv_repair", meta, [&](const std::string& dir) {
-      return jobs::write_checked_file(dir, "repair.safetensors", "frost.kv_repair.v1", [&](const std::string& p) {
+      return write_checked_file(dir, "repair.safetensors", "frost.kv_repair.v1", [&](const std::string& p) {
         return (*set)->save(p, {{"codec", "int4"}, {"corruption", "none"}, {"model", model_name}});
       });
     });
@@ -47,7 +47,7 @@ class RegistryTest : public ::testing::Test {
 
   ::frost::testing::TempDir tmp_{"frost_registry"};
   std::shared_ptr<const LoadedModel> model_;
-  std::unique_ptr<jobs::ArtifactStore> store_;
+  std::unique_ptr<ArtifactStore> store_;
   TensorStore tensors_;
 };
 
@@ -63,10 +63,10 @@ TEST_F(RegistryTest, ActivatesPersistsAndKeepsTheSnapshotARequestTook) {
   EXPECT_NE(reg.describe("kv_repair").find("int4"), std::string::npos) << reg.describe("kv_repair");
 
   // A request took the slot's version; a swap does not change what it holds.
-  std::shared_ptr<const RepairActive> held = reg.slot<RepairActive>("kv_repair").get();
+  std::shared_ptr<const RepairActive> held = reg.kv_repair().get();
   ASSERT_TRUE(reg.activate(b, model_).ok());
   EXPECT_EQ(held->name, a);
-  EXPECT_EQ(reg.slot<RepairActive>("kv_repair").get()->name, b);
+  EXPECT_EQ(reg.kv_repair().get()->name, b);
   EXPECT_FALSE(reg.is_active(a));
   EXPECT_EQ(reg.swaps(), 2);
 }
@@ -86,7 +86,7 @@ TEST_F(RegistryTest, ABadArtifactIsRefusedAndTheActiveOneKeepsServing) {
     f.write("\xff\xff\xff\xff", 4);
   }
   for (const std::string& bad : {other_model, corrupt}) {
-    absl::StatusOr<jobs::ArtifactInfo> r = reg.activate(bad, model_);
+    absl::StatusOr<ArtifactInfo> r = reg.activate(bad, model_);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << bad;
     EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status();
     EXPECT_EQ(reg.active_name("kv_repair"), good);
@@ -142,7 +142,7 @@ TEST_F(RegistryTest, ServesAConfiguredFileWithoutPersistingIt) {
 // refuses activations of its own, keeps serving through a bad activation, and picks up the next good one.
 TEST_F(RegistryTest, AFollowerServesWhatTheOwnersMarkerNamesAndWritesNothing) {
   Registry owner(store_.get(), &tensors_);
-  auto ro = jobs::ArtifactStore::open_read_only(tmp_.path() + "/artifacts");
+  auto ro = ArtifactStore::open_read_only(tmp_.path() + "/artifacts");
   ASSERT_TRUE(ro.ok()) << ro.status();
   TensorStore follower_tensors;
   Registry follower(ro->get(), &follower_tensors);
@@ -173,7 +173,7 @@ TEST_F(RegistryTest, AFollowerServesWhatTheOwnersMarkerNamesAndWritesNothing) {
   EXPECT_EQ(follower.swap_failures(), 1) << "a refused version is not retried every poll";
 
   // The owner activates a good one: the follower swaps, and a held snapshot keeps its version.
-  std::shared_ptr<const RepairActive> held = follower.slot<RepairActive>("kv_repair").get();
+  std::shared_ptr<const RepairActive> held = follower.kv_repair().get();
   ASSERT_TRUE(owner.activate(b, model_).ok());
   EXPECT_EQ(follower.follow(model_), (std::set<std::string>{"kv_repair"}));
   EXPECT_EQ(follower.active_name("kv_repair"), b);
@@ -181,7 +181,7 @@ TEST_F(RegistryTest, AFollowerServesWhatTheOwnersMarkerNamesAndWritesNothing) {
   EXPECT_EQ(follower.swaps(), 2);
 
   // A store that does not exist (yet) serves nothing and is not an error.
-  auto missing = jobs::ArtifactStore::open_read_only(tmp_.path() + "/nope/artifacts");
+  auto missing = ArtifactStore::open_read_only(tmp_.path() + "/nope/artifacts");
   ASSERT_TRUE(missing.ok()) << missing.status();
   Registry early(missing->get(), &follower_tensors);
   EXPECT_TRUE(early.follow(model_).empty());

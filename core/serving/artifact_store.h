@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
-namespace frost::jobs {
+namespace frost::serving {
 
 struct ArtifactInfo {
   std::string name;  // "prototype/3"
@@ -38,8 +38,8 @@ struct ArtifactInfo {
   int64_t bytes = 0;   // on disk, all files
   std::string job_id;  // the job that produced it
   double created_unix = 0;
-  std::string backbone;     // model name it was trained on
-  std::string report_json;  // evaluation report ("" = none)
+  std::string backbone;        // model name it was trained on
+  std::string report_json;     // evaluation report ("" = none)
   bool has_checksums = false;  // published with checksums.json (verify() checks it)
 };
 
@@ -103,4 +103,4 @@ class ArtifactStore {
   mutable absl::Mutex mu_;  // serialises publish / remove / set_active (version allocation)
 };
 
-}  // namespace frost::jobs
+}  // namespace frost::serving

@@ -1,5 +1,5 @@
 // ArtifactStore: atomic publication, versions, activation pointer, name validation.
-#include "core/jobs/artifact_store.h"
+#include "core/serving/artifact_store.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "tests/testing/test_util.h"
 
-namespace frost::jobs {
+namespace frost::serving {
 namespace {
 
 namespace fs = std::filesystem;
@@ -152,7 +152,8 @@ TEST_F(ArtifactStoreTest, MistypedArtifactJsonFieldIsDataLoss) {
   ASSERT_TRUE(s.ok());
   auto a = (*s)->publish("prototype", {"job-1", "m", ""}, write_one);
   ASSERT_TRUE(a.ok()) << a.status();
-  std::ofstream(a->dir + "/artifact.json", std::ios::trunc) << R"({"job_id": "job-1", "backbone": {"name": "m"}})";
+  std::ofstream(a->dir + "/artifact.json", std::ios::trunc)
+      << R"({"job_id": "job-1", "backbone": {"name": "m"}})";
   const absl::Status st = (*s)->get("prototype/1").status();
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_MSG_HAS(st, "artifact.json: backbone must be a string, got object");
@@ -162,4 +163,4 @@ TEST_F(ArtifactStoreTest, MistypedArtifactJsonFieldIsDataLoss) {
 }
 
 }  // namespace
-}  // namespace frost::jobs
+}  // namespace frost::serving

@@ -1,4 +1,4 @@
-#include "core/jobs/artifact_store.h"
+#include "core/serving/artifact_store.h"
 
 #include <stdlib.h>
 
@@ -13,7 +13,7 @@
 #include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 
-namespace frost::jobs {
+namespace frost::serving {
 
 namespace fs = std::filesystem;
 
@@ -107,11 +107,11 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::open_read_only(con
 absl::Status ArtifactStore::check_writable(const char* what) const {
   if (!read_only_) return absl::OkStatus();
   if (!read_only_why_.empty())
-    return absl::UnavailableError(absl::StrCat("cannot ", what, ": the artifact store ", root_, " is read-only: ",
-                                               read_only_why_));
-  return absl::FailedPreconditionError(
-      absl::StrCat("cannot ", what, ": the artifact store ", root_,
-                   " is followed read-only (artifacts are published and activated on the frostd that owns it)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot ", what, ": the artifact store ", root_, " is read-only: ", read_only_why_));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot ", what, ": the artifact store ", root_,
+      " is followed read-only (artifacts are published and activated on the frostd that owns it)"));
 }
 
 absl::StatusOr<ArtifactInfo> ArtifactStore::publish(
@@ -189,7 +189,8 @@ absl::StatusOr<ArtifactInfo> ArtifactStore::read_info(const std::string& kind, i
 absl::Status ArtifactStore::verify(const ArtifactInfo& a) const {
   const std::string sums_path = absl::StrCat(a.dir, "/", kChecksumsFile);
   absl::StatusOr<std::string> text = read_file(sums_path, kMaxSmallFile);
-  if (absl::IsNotFound(text.status()) && !a.has_checksums) return absl::OkStatus();  // published before checksums
+  if (absl::IsNotFound(text.status()) && !a.has_checksums)
+    return absl::OkStatus();  // published before checksums
   if (!text.ok()) return absl::DataLossError(std::string(text.status().message()));
   nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   // Types are checked before values are read (json::value() would throw on a field of another type).
@@ -204,13 +205,15 @@ absl::Status ArtifactStore::verify(const ArtifactInfo& a) const {
     if (name.empty() || name.find('/') != std::string::npos || name == kChecksumsFile || !want.is_object() ||
         !want.contains("bytes") || !want["bytes"].is_number_unsigned() || !want.contains("sha256") ||
         !want["sha256"].is_string())
-      return absl::DataLossError(absl::StrCat(sums_path, ": a malformed entry \"", name, "\" (damaged file)"));
+      return absl::DataLossError(
+          absl::StrCat(sums_path, ": a malformed entry \"", name, "\" (damaged file)"));
     absl::StatusOr<std::string> bytes = read_file(path);
     if (absl::IsNotFound(bytes.status())) return bytes.status();  // (a follower may not see it yet)
     if (!bytes.ok()) return absl::DataLossError(std::string(bytes.status().message()));
     if (bytes->size() != want["bytes"].get<uint64_t>())
       return absl::DataLossError(absl::StrCat(path, ": ", bytes->size(), " bytes, ", kChecksumsFile, " says ",
-                                              want["bytes"].get<uint64_t>(), " (truncated or replaced file)"));
+                                              want["bytes"].get<uint64_t>(),
+                                              " (truncated or replaced file)"));
     if (sha256_hex(*bytes) != want["sha256"].get<std::string>())
       return absl::DataLossError(
           absl::StrCat(path, ": sha256 does not match ", kChecksumsFile, " (damaged or replaced file)"));
@@ -280,4 +283,4 @@ absl::Status ArtifactStore::set_active(const std::string& kind, const std::strin
   return write_file_atomic(absl::StrCat(root_, "/", kind, "/ACTIVE"), name);
 }
 
-}  // namespace frost::jobs
+}  // namespace frost::serving

@@ -1,5 +1,5 @@
-// write_checked_file / verify_checked_file (declared in core/jobs/text_job_spec.h): their own translation
-// unit, so that the manifest reader links without the KV trainers (tests/fuzz/artifact_manifest_fuzz.cc).
+#include "core/serving/checked_file.h"
+
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -7,9 +7,8 @@
 #include "core/common/fs.h"
 #include "core/common/sha256.h"
 #include "core/common/status_macros.h"
-#include "core/jobs/text_job_spec.h"
 
-namespace frost::jobs {
+namespace frost::serving {
 
 using nlohmann::json;
 
@@ -37,7 +36,8 @@ absl::StatusOr<std::string> verify_checked_file(const std::string& dir, const st
   const std::string* m_format = string_field("format");
   const std::string* m_file = string_field("file");
   const std::string* m_sha256 = string_field("sha256");
-  if (m_format == nullptr || *m_format != format || m_file == nullptr || *m_file != file || m_sha256 == nullptr)
+  if (m_format == nullptr || *m_format != format || m_file == nullptr || *m_file != file ||
+      m_sha256 == nullptr)
     return absl::DataLossError(absl::StrCat(dir, "/manifest.json: not a ", format, " manifest"));
   const std::string path = dir + "/" + file;
   FROST_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
@@ -46,4 +46,4 @@ absl::StatusOr<std::string> verify_checked_file(const std::string& dir, const st
   return path;
 }
 
-}  // namespace frost::jobs
+}  // namespace frost::serving
