@@ -74,13 +74,13 @@ void apply_bench_sets(const std::vector<std::string>& sets,
 }
 
 double greedy_decode_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const KvSpliceSet> splice,
-                         const KvStages& stages, int64_t n_new) {
+                         std::shared_ptr<const RepairSet> repair, int64_t n_new) {
   const int64_t n = std::min<int64_t>(16 + n_new, m.config().max_pos);
   std::vector<double> runs;
   DecodeScratch scratch = m.make_scratch(n);
   for (int rep = 0; rep < 4; ++rep) {
     SequenceKv kv(m.kv_spec(n, codec, splice));
-    kv.set_stages(stages);
+    kv.set_repair(repair);
     int32_t tok = 1;
     for (int64_t i = 0; i < 16; ++i) m.decode_step(static_cast<int32_t>(3 + i * 7 % 200), kv, scratch);
     const auto t0 = std::chrono::steady_clock::now();

@@ -45,8 +45,8 @@ absl::StatusOr<BenchWindows> load_bench_windows(const LoadedModel& m, const std:
                                                 uint64_t seed);
 
 // Tokens/s of greedy decode_step (the fast path) over n_new tokens after a 16-token prompt, with the
-// codec, KVSplice and stages given: the median of 3 runs after a warm-up.
+// codec, KVSplice and repair operator (null = off) given: the median of 3 runs after a warm-up.
 double greedy_decode_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<const KvSpliceSet> splice,
-                         const KvStages& stages, int64_t n_new);
+                         std::shared_ptr<const RepairSet> repair, int64_t n_new);
 
 }  // namespace frost::bench

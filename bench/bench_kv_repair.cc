@@ -43,17 +43,16 @@ double reference_tps(const Transformer& m, KvCodecKind codec, std::shared_ptr<co
   at::NoGradGuard ng;
   for (int rep = 0; rep < 3; ++rep) {
     SequenceKv kv(m.kv_spec(n, codec));
-    KvStages st;
-    st.repair = repair;
-    st.repair_path = KvStages::RepairPath::kMaterialised;
-    kv.set_stages(st);
+    kv.set_repair(repair);
+    KvStudy st;
+    st.repair_path = KvStudy::RepairPath::kMaterialised;
     std::vector<int64_t> prompt;
     for (int64_t i = 0; i < 16; ++i) prompt.push_back(3 + i * 7 % 200);
-    m.forward(at::tensor(prompt, at::kLong), kv, /*last_only=*/true);
+    m.forward(at::tensor(prompt, at::kLong), kv, st, /*last_only=*/true);
     int64_t tok = 1, steps = 0;
     const auto t0 = std::chrono::steady_clock::now();
     while (kv.n_tokens() < n) {
-      at::Tensor logits = m.forward(at::tensor({tok}, at::kLong), kv, /*last_only=*/true);
+      at::Tensor logits = m.forward(at::tensor({tok}, at::kLong), kv, st, /*last_only=*/true);
       tok = logits.argmax(-1).item<int64_t>();
       ++steps;
     }
@@ -193,10 +192,8 @@ int run_kv_repair_bench(int argc, char** argv) {
     t["kv_bytes_frac_of_fp32"] = bytes / fp32_bytes;
     if (cfg.corruption.kind == CorruptionKind::kNone ||
         cfg.corruption.mode == CorruptionMode::kPersistentAtWrite) {
-      KvStages with_repair;
-      with_repair.repair = set;
-      const double plain = greedy_decode_tps(m, c, nullptr, KvStages{}, f.decode_tokens);
-      const double rep = greedy_decode_tps(m, c, nullptr, with_repair, f.decode_tokens);
+      const double plain = greedy_decode_tps(m, c, nullptr, nullptr, f.decode_tokens);
+      const double rep = greedy_decode_tps(m, c, nullptr, set, f.decode_tokens);
       t["decode_tokens_per_s"] = plain;
       t["decode_tokens_per_s_repaired"] = rep;
       t["decode_overhead"] = 1.0 - rep / plain;

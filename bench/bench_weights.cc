@@ -109,7 +109,7 @@ int run_weights_bench(int argc, char** argv) {
   for (Variant& v : vs) {
     const Transformer& m = *v.model->model;
     const double ppl = std::exp(v.nll / static_cast<double>(v.n));
-    const double tps = greedy_decode_tps(m, KvCodecKind::kF32, nullptr, KvStages{}, f.decode_tokens);
+    const double tps = greedy_decode_tps(m, KvCodecKind::kF32, nullptr, nullptr, f.decode_tokens);
     if (v.name == "fp32") tps32 = tps;
     nlohmann::ordered_json r;
     r["format"] = v.name;

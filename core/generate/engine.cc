@@ -447,9 +447,7 @@ std::function<std::unique_ptr<SequenceKv>()> Engine::make_kv(EngineRequest* a) {
     std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
     if (r && r->codec == a->req->codec && a->req->repair_mode != GenerationRequest::KvRepair::kOff &&
         model_->config.variants.sba_layers.empty() && exec_->runs_kv_repair()) {
-      KvStages stages;
-      stages.repair = r->set;
-      kv->set_stages(std::move(stages));
+      kv->set_repair(r->set);
       a->kv_repair = r->name;
     }
     uint64_t salt = kv_salt_mix(model_salt_, kv_codec_name(a->req->codec));

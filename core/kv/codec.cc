@@ -8,7 +8,8 @@
 
 namespace frost {
 
-KvLayerFormat kv_layer_format(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvSpliceSet* splice) {
+KvLayerFormat kv_layer_format(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                              const KvSpliceSet* splice) {
   KvLayerFormat f;
   switch (kind) {
     case KvCodecKind::kF32:
@@ -20,8 +21,8 @@ KvLayerFormat kv_layer_format(KvCodecKind kind, int64_t n_head_kv, int64_t head_
     }
     case KvCodecKind::kInt8:
     case KvCodecKind::kInt4: {
-      TORCH_CHECK(kind != KvCodecKind::kInt4 || head_dim % 2 == 0, "int4 kv codec needs an even head_dim, got ",
-                  head_dim);
+      TORCH_CHECK(kind != KvCodecKind::kInt4 || head_dim % 2 == 0,
+                  "int4 kv codec needs an even head_dim, got ", head_dim);
       f.k = f.v = KvRegion{0, n_head_kv, kind == KvCodecKind::kInt8 ? head_dim : head_dim / 2};
       f.ks = f.vs = KvRegion{0, n_head_kv, 4};
       break;
@@ -60,7 +61,8 @@ at::Tensor kv_gather(const KvPages& p, const KvRegion& r, int64_t n, at::ScalarT
     return at::from_blob(p.base + static_cast<int64_t>(p.table[b]) * p.block_bytes + r.off,
                          {r.groups, p.block_tokens, elems}, at::TensorOptions().dtype(dtype));
   };
-  if (n <= p.block_tokens) return p.table.empty() ? at::empty({r.groups, 0, elems}, dtype) : view(0).narrow(1, 0, n);
+  if (n <= p.block_tokens)
+    return p.table.empty() ? at::empty({r.groups, 0, elems}, dtype) : view(0).narrow(1, 0, n);
   std::vector<at::Tensor> parts;
   for (int64_t t0 = 0, b = 0; t0 < n; t0 += p.block_tokens, ++b)
     parts.push_back(view(static_cast<size_t>(b)).narrow(1, 0, std::min(p.block_tokens, n - t0)));
@@ -69,62 +71,71 @@ at::Tensor kv_gather(const KvPages& p, const KvRegion& r, int64_t n, at::ScalarT
 
 namespace {
 
-// A codec with its own storage: one block of max_tokens positions.
+// A codec with its own storage: one block of max_tokens positions, read and written by a codec over pages.
+struct OwnBlock {
+  at::Tensor mem;
+  KvPages pages;
+  std::unique_ptr<KvCodec> inner;
+};
+
+std::unique_ptr<OwnBlock> own_block(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens,
+                                    std::shared_ptr<const KvSpliceSet> splice, int64_t layer) {
+  TORCH_CHECK(max_tokens > 0, "kv codec: capacity must be positive, got ", max_tokens);
+  auto o = std::make_unique<OwnBlock>();
+  const KvLayout lay =
+      kv_layout_for_tokens({kv_layer_format(kind, n_head_kv, head_dim, splice.get())}, {}, max_tokens);
+  // Uninitialised: only rows below the sequence length are ever read, and a cache must be cheap to make.
+  o->mem = at::empty({lay.block_bytes + 64}, at::kByte);
+  o->pages.base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(o->mem.data_ptr()) + 63) & ~uintptr_t{63});
+  o->pages.block_bytes = lay.block_bytes;
+  o->pages.block_tokens = max_tokens;
+  o->pages.table = {0};
+  o->inner = make_paged_codec(kind, n_head_kv, head_dim, &o->pages, lay.layers[0], std::move(splice), layer);
+  return o;
+}
+
 class StandaloneCodec final : public KvCodec {
  public:
-  StandaloneCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens,
-                  std::shared_ptr<const KvSpliceSet> splice, int64_t layer) {
-    TORCH_CHECK(max_tokens > 0, "kv codec: capacity must be positive, got ", max_tokens);
-    const KvLayout lay =
-        kv_layout_for_tokens({kv_layer_format(kind, n_head_kv, head_dim, splice.get())}, {}, max_tokens);
-    // Uninitialised: only rows below the sequence length are ever read, and a cache must be cheap to make.
-    mem_ = at::empty({lay.block_bytes + 64}, at::kByte);
-    pages_.base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem_.data_ptr()) + 63) & ~uintptr_t{63});
-    pages_.block_bytes = lay.block_bytes;
-    pages_.block_tokens = max_tokens;
-    pages_.table = {0};
-    inner_ = make_paged_codec(kind, n_head_kv, head_dim, &pages_, lay.layers[0], std::move(splice), layer);
+  explicit StandaloneCodec(std::unique_ptr<OwnBlock> o)
+      : KvCodec(o->inner->kind(), o->inner->storage_dtype(), o->inner->bytes_per_token(), &o->pages),
+        own_(std::move(o)) {}
+  void append(const at::Tensor& k, const at::Tensor& v, int64_t pos) override {
+    own_->inner->append(k, v, pos);
   }
-  void append(const at::Tensor& k, const at::Tensor& v, int64_t pos) override { inner_->append(k, v, pos); }
-  void append_token(const float* k, const float* v, int64_t pos) override { inner_->append_token(k, v, pos); }
-  at::Tensor keys(int64_t n) const override { return inner_->keys(n); }
-  at::Tensor values(int64_t n) const override { return inner_->values(n); }
+  void append_token(const float* k, const float* v, int64_t pos) override {
+    own_->inner->append_token(k, v, pos);
+  }
+  at::Tensor keys(int64_t n) const override { return own_->inner->keys(n); }
+  at::Tensor values(int64_t n) const override { return own_->inner->values(n); }
   void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
               float* out) const override {
-    inner_->attend(q, n_head, n, scale, h0, h1, out);
+    own_->inner->attend(q, n_head, n, scale, h0, h1, out);
   }
-  void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale, int64_t h0,
-                   int64_t h1, float* const* out) const override {
-    inner_->attend_rows(q, n, n_rows, n_head, scale, h0, h1, out);
+  void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale,
+                   int64_t h0, int64_t h1, float* const* out) const override {
+    own_->inner->attend_rows(q, n, n_rows, n_head, scale, h0, h1, out);
   }
-  const KvSpliceFast* splice_k() const override { return inner_->splice_k(); }
-  const KvSpliceFast* splice_v() const override { return inner_->splice_v(); }
-  const LearnedKvSplice* learned_k() const override { return inner_->learned_k(); }
-  const LearnedKvSplice* learned_v() const override { return inner_->learned_v(); }
-  KvCodecKind kind() const override { return inner_->kind(); }
-  at::ScalarType storage_dtype() const override { return inner_->storage_dtype(); }
-  int64_t bytes_per_token() const override { return inner_->bytes_per_token(); }
-  int64_t capacity() const override { return inner_->capacity(); }
 
  private:
-  at::Tensor mem_;
-  KvPages pages_;
-  std::unique_ptr<KvCodec> inner_;
+  std::unique_ptr<OwnBlock> own_;  // heap-held: pages_ points into it
 };
 
 }  // namespace
 
-std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens) {
-  TORCH_CHECK(kind != KvCodecKind::kKvSplice, "make_codec: kvsplice needs a KvSpliceSet (make_kvsplice_codec)");
-  return std::make_unique<StandaloneCodec>(kind, n_head_kv, head_dim, max_tokens, nullptr, 0);
+std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                                    int64_t max_tokens) {
+  TORCH_CHECK(kind != KvCodecKind::kKvSplice,
+              "make_codec: kvsplice needs a KvSpliceSet (make_kvsplice_codec)");
+  return std::make_unique<StandaloneCodec>(own_block(kind, n_head_kv, head_dim, max_tokens, nullptr, 0));
 }
 
 std::unique_ptr<KvCodec> make_kvsplice_codec(std::shared_ptr<const KvSpliceSet> set, int64_t layer,
                                              int64_t max_tokens) {
   TORCH_CHECK(set, "make_kvsplice_codec: no KvSpliceSet");
   const KvSpliceDims d = set->dims();
-  return std::make_unique<StandaloneCodec>(KvCodecKind::kKvSplice, d.n_head_kv, d.head_dim, max_tokens,
-                                           std::move(set), layer);
+  return std::make_unique<StandaloneCodec>(
+      own_block(KvCodecKind::kKvSplice, d.n_head_kv, d.head_dim, max_tokens, std::move(set), layer));
 }
 
 }  // namespace frost

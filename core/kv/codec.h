@@ -11,6 +11,12 @@
 //
 // Mutation: only append()/append_token() write, and only the rows they are given; positions must lie
 // inside the blocks the sequence holds (capacity()).
+//
+// The interface is what every codec must do: write rows, read them back, attend over them; the facts every
+// codec has (kind, storage dtype, bytes per token, the pages it reads) are plain data of the base. What is
+// particular to one codec stays behind it: KVSplice's latent bases are the KvSpliceSet of the sequence's
+// KvSpec (core/kv/kvsplice.h; `spec.splice->k(l)` is layer l's K splice), which the code that needs them
+// (KVSplice training through the reference forward) reads from there, not through the codec.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -20,9 +26,6 @@
 #include "core/kv/kv_spec.h"
 
 namespace frost {
-
-struct KvSpliceFast;
-struct LearnedKvSplice;
 
 class KvCodec {
  public:
@@ -48,26 +51,34 @@ class KvCodec {
   // The same for several query rows of this sequence at once (a prefill chunk): row r's query q[r] attends
   // positions [0, n[r]) into out[r]. Bit-identical to attend() row by row; the float and int8/int4 kernels
   // read each K / V row once per group of rows. Default: attend() per row.
-  virtual void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale,
-                           int64_t h0, int64_t h1, float* const* out) const {
+  virtual void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head,
+                           float scale, int64_t h0, int64_t h1, float* const* out) const {
     for (int64_t r = 0; r < n_rows; ++r) attend(q[r], n_head, n[r], scale, h0, h1, out[r]);
   }
 
-  // kvsplice: the layer's K and V splices (fast copies and the differentiable ones, for training).
-  virtual const KvSpliceFast* splice_k() const { return nullptr; }
-  virtual const KvSpliceFast* splice_v() const { return nullptr; }
-  virtual const LearnedKvSplice* learned_k() const { return nullptr; }
-  virtual const LearnedKvSplice* learned_v() const { return nullptr; }
-
-  virtual KvCodecKind kind() const = 0;
-  virtual at::ScalarType storage_dtype() const = 0;  // element type of the stored rows
-  virtual int64_t bytes_per_token() const = 0;      // K + V (+ scales), all heads, this layer
+  KvCodecKind kind() const { return kind_; }
+  at::ScalarType storage_dtype() const { return dtype_; }       // element type of the stored rows
+  int64_t bytes_per_token() const { return bytes_per_token_; }  // K + V (+ scales), all heads, this layer
   // Positions that can be written now: the blocks held × positions per block.
-  virtual int64_t capacity() const = 0;
+  int64_t capacity() const { return pages_->capacity(); }
+
+ protected:
+  // `pages` (the block table the codec reads and writes) must outlive the codec; it may be a member of the
+  // derived class not yet constructed (only the address is kept here).
+  KvCodec(KvCodecKind kind, at::ScalarType dtype, int64_t bytes_per_token, const KvPages* pages)
+      : pages_(pages), kind_(kind), dtype_(dtype), bytes_per_token_(bytes_per_token) {}
+
+  const KvPages* const pages_;
+
+ private:
+  const KvCodecKind kind_;
+  const at::ScalarType dtype_;
+  const int64_t bytes_per_token_;
 };
 
 // The regions one layer of `kind` needs per position (core/kv/kv_pages.h). kvsplice needs `splice`.
-KvLayerFormat kv_layer_format(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvSpliceSet* splice);
+KvLayerFormat kv_layer_format(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                              const KvSpliceSet* splice);
 
 // Codecs over a sequence's pages (SequenceKv): `pages` outlives the codec; `fmt` carries the offsets.
 std::unique_ptr<KvCodec> make_paged_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
@@ -75,7 +86,8 @@ std::unique_ptr<KvCodec> make_paged_codec(KvCodecKind kind, int64_t n_head_kv, i
                                           std::shared_ptr<const KvSpliceSet> splice, int64_t layer);
 
 // Standalone codecs with one private block of max_tokens positions.
-std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, int64_t max_tokens);
+std::unique_ptr<KvCodec> make_codec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim,
+                                    int64_t max_tokens);
 std::unique_ptr<KvCodec> make_kvsplice_codec(std::shared_ptr<const KvSpliceSet> set, int64_t layer,
                                              int64_t max_tokens);
 

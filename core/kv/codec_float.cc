@@ -14,10 +14,14 @@ namespace {
 
 at::ScalarType storage_type(KvCodecKind kind) {
   switch (kind) {
-    case KvCodecKind::kF32: return at::kFloat;
-    case KvCodecKind::kF16: return at::kHalf;
-    case KvCodecKind::kBF16: return at::kBFloat16;
-    default: break;
+    case KvCodecKind::kF32:
+      return at::kFloat;
+    case KvCodecKind::kF16:
+      return at::kHalf;
+    case KvCodecKind::kBF16:
+      return at::kBFloat16;
+    default:
+      break;
   }
   TORCH_CHECK(false, "FloatCodec: not a float kind");
 }
@@ -33,8 +37,11 @@ void store_row(T* dst, const float* src, int64_t n) {
 
 class FloatCodec final : public KvCodec {
  public:
-  FloatCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvPages* pages, const KvLayerFormat& fmt)
-      : kind_(kind), dtype_(storage_type(kind)), n_head_kv_(n_head_kv), head_dim_(head_dim), pages_(pages),
+  FloatCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvPages* pages,
+             const KvLayerFormat& fmt)
+      : KvCodec(kind, storage_type(kind), fmt.bytes_per_token(), pages),
+        n_head_kv_(n_head_kv),
+        head_dim_(head_dim),
         fmt_(fmt) {}
 
   void append(const at::Tensor& k, const at::Tensor& v, int64_t pos) override {
@@ -53,11 +60,18 @@ class FloatCodec final : public KvCodec {
 
   void append_token(const float* k, const float* v, int64_t pos) override {
     TORCH_CHECK(pos >= 0 && pos < capacity(), "kv append: position ", pos, " exceeds capacity ", capacity());
-    switch (kind_) {
-      case KvCodecKind::kF32: write_token<float>(k, v, pos); break;
-      case KvCodecKind::kF16: write_token<c10::Half>(k, v, pos); break;
-      case KvCodecKind::kBF16: write_token<c10::BFloat16>(k, v, pos); break;
-      default: TORCH_CHECK(false, "FloatCodec: not a float kind");
+    switch (kind()) {
+      case KvCodecKind::kF32:
+        write_token<float>(k, v, pos);
+        break;
+      case KvCodecKind::kF16:
+        write_token<c10::Half>(k, v, pos);
+        break;
+      case KvCodecKind::kBF16:
+        write_token<c10::BFloat16>(k, v, pos);
+        break;
+      default:
+        TORCH_CHECK(false, "FloatCodec: not a float kind");
     }
   }
 
@@ -67,22 +81,17 @@ class FloatCodec final : public KvCodec {
   void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
               float* out) const override {
     TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
-    kernels::attend_paged(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v), dtype_, n_head, n_head_kv_,
-                          head_dim_, n, scale, h0, h1, out);
+    kernels::attend_paged(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v), storage_dtype(),
+                          n_head, n_head_kv_, head_dim_, n, scale, h0, h1, out);
   }
 
-  void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale, int64_t h0,
-                   int64_t h1, float* const* out) const override {
+  void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale,
+                   int64_t h0, int64_t h1, float* const* out) const override {
     for (int64_t r = 0; r < n_rows; ++r)
       TORCH_CHECK(n[r] > 0 && n[r] <= capacity(), "kv attend: ", n[r], " positions, capacity ", capacity());
-    kernels::attend_paged_rows(q, n, n_rows, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v), dtype_, n_head,
-                               n_head_kv_, head_dim_, scale, h0, h1, out);
+    kernels::attend_paged_rows(q, n, n_rows, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v),
+                               storage_dtype(), n_head, n_head_kv_, head_dim_, scale, h0, h1, out);
   }
-
-  at::ScalarType storage_dtype() const override { return dtype_; }
-  KvCodecKind kind() const override { return kind_; }
-  int64_t bytes_per_token() const override { return fmt_.bytes_per_token(); }
-  int64_t capacity() const override { return pages_->capacity(); }
 
  private:
   template <typename T>
@@ -99,14 +108,11 @@ class FloatCodec final : public KvCodec {
   }
 
   at::Tensor decoded(const KvRegion& r, int64_t n) const {
-    at::Tensor rows = kv_gather(*pages_, r, n, dtype_);
-    return kind_ == KvCodecKind::kF32 ? rows : rows.to(at::kFloat);
+    at::Tensor rows = kv_gather(*pages_, r, n, storage_dtype());
+    return kind() == KvCodecKind::kF32 ? rows : rows.to(at::kFloat);
   }
 
-  KvCodecKind kind_;
-  at::ScalarType dtype_;
   int64_t n_head_kv_, head_dim_;
-  const KvPages* pages_;
   KvLayerFormat fmt_;
 };
 

@@ -1,15 +1,15 @@
-// kvsplice KV storage (core/kv/kvsplice.h): per token, the latents c_k [r_k], c_v [r_v] of the layer's K and V
-// rows, in regions [block_tokens, r_k] and [block_tokens, r_v] of each block (core/kv/kv_pages.h), written by
-// index: fp16, or int8 with one fp32 scale per row (regions [block_tokens] for K and for V) when the set's
+// kvsplice KV storage (core/kv/kvsplice.h): per token, the latents c_k [r_k], c_v [r_v] of the layer's K and
+// V rows, in regions [block_tokens, r_k] and [block_tokens, r_v] of each block (core/kv/kv_pages.h), written
+// by index: fp16, or int8 with one fp32 scale per row (regions [block_tokens] for K and for V) when the set's
 // latent dtype is int8. keys()/values() expand them back (the reference path); attend() works in the latent
 // space.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
-#include <ATen/core/grad_mode.h>
 
 #include "core/kv/codec.h"
 #include "core/kv/kvsplice.h"
@@ -23,9 +23,12 @@ class KvSpliceCodec final : public KvCodec {
  public:
   KvSpliceCodec(std::shared_ptr<const KvSpliceSet> set, int64_t layer, const KvPages* pages,
                 const KvLayerFormat& fmt)
-      : set_(std::move(set)), layer_(layer), pages_(pages), fmt_(fmt) {
-    TORCH_CHECK(set_ && layer >= 0 && layer < set_->dims().n_layers, "KvSpliceCodec: layer ", layer,
-                " out of range");
+      : KvCodec(KvCodecKind::kKvSplice,
+                checked(set, layer).latent() == KvLatentDtype::kI8 ? at::kChar : at::kHalf,
+                set->bytes_per_token_layer(), pages),
+        set_(std::move(set)),
+        layer_(layer),
+        fmt_(fmt) {
     int8_ = set_->latent() == KvLatentDtype::kI8;
     tmp_.resize(static_cast<size_t>(set_->dims().d() + std::max(set_->rank_k(), set_->rank_v())));
   }
@@ -62,21 +65,20 @@ class KvSpliceCodec final : public KvCodec {
               float* out) const override {
     TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
     const KvPagedRows none;
-    kvsplice_attend(set_->fast_k(layer_), set_->fast_v(layer_), q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v),
-                    int8_ ? KvPagedRows(*pages_, fmt_.ks) : none, int8_ ? KvPagedRows(*pages_, fmt_.vs) : none, int8_, n_head,
-                    set_->dims().n_head_kv, set_->dims().head_dim, n, scale, h0, h1, out);
+    kvsplice_attend(set_->fast_k(layer_), set_->fast_v(layer_), q, KvPagedRows(*pages_, fmt_.k),
+                    KvPagedRows(*pages_, fmt_.v), int8_ ? KvPagedRows(*pages_, fmt_.ks) : none,
+                    int8_ ? KvPagedRows(*pages_, fmt_.vs) : none, int8_, n_head, set_->dims().n_head_kv,
+                    set_->dims().head_dim, n, scale, h0, h1, out);
   }
 
-  at::ScalarType storage_dtype() const override { return int8_ ? at::kChar : at::kHalf; }
-  const KvSpliceFast* splice_k() const override { return &set_->fast_k(layer_); }
-  const KvSpliceFast* splice_v() const override { return &set_->fast_v(layer_); }
-  const LearnedKvSplice* learned_k() const override { return &set_->k(layer_); }
-  const LearnedKvSplice* learned_v() const override { return &set_->v(layer_); }
-  KvCodecKind kind() const override { return KvCodecKind::kKvSplice; }
-  int64_t bytes_per_token() const override { return set_->bytes_per_token_layer(); }
-  int64_t capacity() const override { return pages_->capacity(); }
-
  private:
+  // The set, checked before the base reads it.
+  static const KvSpliceSet& checked(const std::shared_ptr<const KvSpliceSet>& set, int64_t layer) {
+    TORCH_CHECK(set && layer >= 0 && layer < set->dims().n_layers, "KvSpliceCodec: layer ", layer,
+                " out of range");
+    return *set;
+  }
+
   // Latent rows c [T, r] into a region (and scales) at pos.
   void store(const at::Tensor& c, const KvRegion& rows, const KvRegion& scales, int64_t pos) {
     const at::Tensor cc = c.contiguous();
@@ -95,7 +97,8 @@ class KvSpliceCodec final : public KvCodec {
       uint8_t* blk = pages_->block_of(pos + i);
       const int64_t row = (pos + i) % pages_->block_tokens;
       int8_t* dst = reinterpret_cast<int8_t*>(blk + rows.off + row * rows.row_bytes);
-      for (int64_t k = 0; k < r; ++k) dst[k] = static_cast<int8_t>(std::clamp(std::nearbyint(src[k] / safe), -kQ, kQ));
+      for (int64_t k = 0; k < r; ++k)
+        dst[k] = static_cast<int8_t>(std::clamp(std::nearbyint(src[k] / safe), -kQ, kQ));
       reinterpret_cast<float*>(blk + scales.off)[row] = s;
     }
   }
@@ -112,12 +115,14 @@ class KvSpliceCodec final : public KvCodec {
     for (int64_t i = 0; i < r; ++i) mx = std::max(mx, std::fabs(c[i]));
     const float s = mx / kQ, inv = s > 0 ? 1.f / s : 1.f;
     int8_t* dst = reinterpret_cast<int8_t*>(blk + rows.off + row * rows.row_bytes);
-    for (int64_t i = 0; i < r; ++i) dst[i] = static_cast<int8_t>(std::clamp(std::nearbyint(c[i] * inv), -kQ, kQ));
+    for (int64_t i = 0; i < r; ++i)
+      dst[i] = static_cast<int8_t>(std::clamp(std::nearbyint(c[i] * inv), -kQ, kQ));
     reinterpret_cast<float*>(blk + scales.off)[row] = s;
   }
 
   // The reference path: every cached row expanded, [Hkv, n, D].
-  at::Tensor expand(const LearnedKvSplice& sp, const KvRegion& rows, const KvRegion& scales, int64_t n) const {
+  at::Tensor expand(const LearnedKvSplice& sp, const KvRegion& rows, const KvRegion& scales,
+                    int64_t n) const {
     at::NoGradGuard ng;
     const KvSpliceDims& dm = set_->dims();
     at::Tensor c = kv_gather(*pages_, rows, n, storage_dtype()).squeeze(0).to(at::kFloat);  // [n, r]
@@ -127,7 +132,6 @@ class KvSpliceCodec final : public KvCodec {
 
   std::shared_ptr<const KvSpliceSet> set_;
   int64_t layer_;
-  const KvPages* pages_;
   KvLayerFormat fmt_;
   bool int8_ = false;
   std::vector<float> tmp_;  // encode scratch (a codec belongs to one sequence: not shared)

@@ -22,12 +22,13 @@ namespace {
 
 class QuantCodec final : public KvCodec {
  public:
-  QuantCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvPages* pages, const KvLayerFormat& fmt)
-      : kind_(kind),
+  QuantCodec(KvCodecKind kind, int64_t n_head_kv, int64_t head_dim, const KvPages* pages,
+             const KvLayerFormat& fmt)
+      : KvCodec(kind, kind == KvCodecKind::kInt8 ? at::kChar : at::kByte,
+                2 * n_head_kv * ((kind == KvCodecKind::kInt4 ? head_dim / 2 : head_dim) + 4), pages),
         n_head_kv_(n_head_kv),
         head_dim_(head_dim),
         row_bytes_(kind == KvCodecKind::kInt4 ? head_dim / 2 : head_dim),
-        pages_(pages),
         fmt_(fmt) {
     TORCH_CHECK(kind == KvCodecKind::kInt8 || kind == KvCodecKind::kInt4, "QuantCodec: not a quantised kind");
     TORCH_CHECK(kind != KvCodecKind::kInt4 || head_dim % 2 == 0, "int4 kv codec needs an even head_dim, got ",
@@ -66,38 +67,34 @@ class QuantCodec final : public KvCodec {
   void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
               float* out) const override {
     TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
-    kernels::attend_paged_quant(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.ks), KvPagedRows(*pages_, fmt_.v),
-                                KvPagedRows(*pages_, fmt_.vs), kind_ == KvCodecKind::kInt4 ? 4 : 8, n_head,
-                                n_head_kv_, head_dim_, n, scale, h0, h1, out);
+    kernels::attend_paged_quant(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.ks),
+                                KvPagedRows(*pages_, fmt_.v), KvPagedRows(*pages_, fmt_.vs),
+                                kind() == KvCodecKind::kInt4 ? 4 : 8, n_head, n_head_kv_, head_dim_, n, scale,
+                                h0, h1, out);
   }
 
-  void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale, int64_t h0,
-                   int64_t h1, float* const* out) const override {
+  void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale,
+                   int64_t h0, int64_t h1, float* const* out) const override {
     for (int64_t r = 0; r < n_rows; ++r)
       TORCH_CHECK(n[r] > 0 && n[r] <= capacity(), "kv attend: ", n[r], " positions, capacity ", capacity());
-    kernels::attend_paged_quant_rows(q, n, n_rows, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.ks),
-                                     KvPagedRows(*pages_, fmt_.v), KvPagedRows(*pages_, fmt_.vs),
-                                     kind_ == KvCodecKind::kInt4 ? 4 : 8, n_head, n_head_kv_, head_dim_, scale, h0, h1,
-                                     out);
+    kernels::attend_paged_quant_rows(q, n, n_rows, KvPagedRows(*pages_, fmt_.k),
+                                     KvPagedRows(*pages_, fmt_.ks), KvPagedRows(*pages_, fmt_.v),
+                                     KvPagedRows(*pages_, fmt_.vs), kind() == KvCodecKind::kInt4 ? 4 : 8,
+                                     n_head, n_head_kv_, head_dim_, scale, h0, h1, out);
   }
-
-  at::ScalarType storage_dtype() const override { return kind_ == KvCodecKind::kInt8 ? at::kChar : at::kByte; }
-  KvCodecKind kind() const override { return kind_; }
-  int64_t bytes_per_token() const override { return 2 * n_head_kv_ * (row_bytes_ + 4); }
-  int64_t capacity() const override { return pages_->capacity(); }
 
  private:
   // Quantises one head row of D floats into dst; returns its scale (kernels/cpu/kv_quant_row.h: the one
   // definition, shared with the CUDA append kernel's twin).
   float encode_row(const float* x, uint8_t* dst) const {
-    return kernels::kv_quantize_row(x, head_dim_, kind_ == KvCodecKind::kInt4 ? 4 : 8, dst);
+    return kernels::kv_quantize_row(x, head_dim_, kind() == KvCodecKind::kInt4 ? 4 : 8, dst);
   }
 
   at::Tensor decoded(const KvRegion& rows, const KvRegion& scale_region, int64_t n) const {
-    at::Tensor store = kv_gather(*pages_, rows, n, storage_dtype());   // [Hkv, n, row_bytes]
+    at::Tensor store = kv_gather(*pages_, rows, n, storage_dtype());                  // [Hkv, n, row_bytes]
     at::Tensor scales = kv_gather(*pages_, scale_region, n, at::kFloat).squeeze(-1);  // [Hkv, n]
     at::Tensor q;
-    if (kind_ == KvCodecKind::kInt8) {
+    if (kind() == KvCodecKind::kInt8) {
       q = store.to(at::kFloat);
     } else {
       // sign-extend the nibbles: (b << 4) >> 4 for the low one, b >> 4 for the high one (as int8)
@@ -110,9 +107,7 @@ class QuantCodec final : public KvCodec {
     return q * scales.unsqueeze(-1);
   }
 
-  KvCodecKind kind_;
   int64_t n_head_kv_, head_dim_, row_bytes_;
-  const KvPages* pages_;
   KvLayerFormat fmt_;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // RepairSet: the repair operators R_phi of one model — one RepairLayer per protected layer (and the
 // shared part for option C) — plus their frozen fast-path copies and the file format of a
-// `kv_repair` artifact. Attached to a sequence through KvStages (core/kv/sequence_kv.h).
+// `kv_repair` artifact. Attached to a sequence with SequenceKv::set_repair (core/kv/sequence_kv.h).
 //
 // File (repair.safetensors): tensors "layers.<l>.<name>" (RepairLayer::named_parameters) and
 // "shared.<name>" (option C), F32; metadata:

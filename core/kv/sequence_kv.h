@@ -11,49 +11,11 @@
 #include "core/kv/block_storage.h"
 #include "core/kv/codec.h"
 #include "core/kv/kv_pages.h"
-#include "core/kv/corruption.h"
 #include "core/kv/kv_spec.h"
 
 namespace frost {
 
 class RepairSet;
-class FimKvSplice;
-
-// The optional stages of the KV pipeline between the codec and attention (DESIGN.md, "The KV
-// pipeline"; ../shared/seeds/kv-repair-operators.md §1): corrupt C(K, V), then repair R_phi.
-struct KvStages {
-  // kNone = off. kFreshPerStep corrupts what attention reads, every step (reference path only:
-  // Transformer::forward; decode_step refuses it). kPersistentAtWrite corrupts the rows being
-  // written, once, before the codec stores them (both paths).
-  CorruptionSpec corruption;
-  std::shared_ptr<const RepairSet> repair;  // null = off
-  // Which form forward() uses for repaired layers (core/kv/repair.h); decode_step always folds.
-  enum class RepairPath { kFolded, kFactorised, kMaterialised };
-  RepairPath repair_path = RepairPath::kFolded;
-  // FIMKVSplice (temporal; core/kv/fisher.h), evaluation only, reference path: every unrepaired layer's
-  // K and V (per query head, [H, S, D]) are replaced by their rank-r temporal reconstruction before
-  // attention. Needs a fresh sequence run as one forward() of exactly the basis' window.
-  std::shared_ptr<const FimKvSplice> temporal;
-};
-
-// What a training forward() collects from the protected layers (off by default).
-struct KvTaps {
-  bool contraction = false;  // sum RepairLayer::contraction_penalty over protected layers
-  at::Tensor contraction_sum;
-  bool attention = false;  // keep every layer's attention output [H, T, D] (before W_o)
-  std::vector<at::Tensor> attention_out;
-  bool probs = false;  // keep every unrepaired layer's attention probabilities [H, T, S] (Fisher analysis)
-  std::vector<at::Tensor> attention_probs;
-  bool queries = false;  // keep every layer's query rows [T, H, D] as they probe the cache (post-RoPE,
-                         // after the RA swap; KVSplice's attention-aware PCA)
-  std::vector<at::Tensor> query_rows;
-  void clear() {
-    query_rows.clear();
-    contraction_sum = at::Tensor();
-    attention_out.clear();
-    attention_probs.clear();
-  }
-};
 
 class SequenceKv {
  public:
@@ -115,9 +77,12 @@ class SequenceKv {
   void publish_full_blocks(const int32_t* tokens);
   int64_t n_adopted() const { return n_adopted_; }  // positions adopted from the cache at the last start
 
-  void set_stages(KvStages stages) { stages_ = std::move(stages); }
-  const KvStages& stages() const { return stages_; }
-  KvTaps& taps() { return taps_; }
+  // The repair operator R_phi of the KV pipeline (../shared/seeds/kv-repair-operators.md §1;
+  // core/kv/repair.h), the one optional stage a served sequence runs: every path applies it to its repaired
+  // layers (the fast paths in folded form). Null = off. Corruption, the repair form and the training taps are
+  // not a serving sequence's: they are a KvStudy (core/kv/kv_study.h) passed to the reference forward().
+  void set_repair(std::shared_ptr<const RepairSet> repair) { repair_ = std::move(repair); }
+  const std::shared_ptr<const RepairSet>& repair() const { return repair_; }
 
   int64_t bytes_per_token() const;  // all layers, payload
   // Memory held: the blocks (standalone: its one block), padding included.
@@ -130,7 +95,7 @@ class SequenceKv {
 
   KvSpec spec_;
   KvBlockBooks* books_ = nullptr;  // paged; null = standalone
-  at::Tensor own_;               // standalone storage
+  at::Tensor own_;                 // standalone storage
   KvLayout layout_;
   KvPages pages_;
   std::vector<std::unique_ptr<KvCodec>> layers_;
@@ -139,12 +104,12 @@ class SequenceKv {
   uint64_t salt_ = 0;
   std::vector<uint64_t> hashes_;  // chain hash of each full block from the start (published or adopted)
   int64_t n_adopted_ = 0;
-  KvStages stages_;
-  KvTaps taps_;
+  std::shared_ptr<const RepairSet> repair_;
 };
 
 // The KvLayerFormat of every layer (and reverse store) of `spec` (core/kv/codec.h kv_layer_format).
-void kv_spec_formats(const KvSpec& spec, std::vector<KvLayerFormat>* layers, std::vector<KvLayerFormat>* reverse);
+void kv_spec_formats(const KvSpec& spec, std::vector<KvLayerFormat>* layers,
+                     std::vector<KvLayerFormat>* reverse);
 // Bytes of a pool block that holds block_tokens positions of `spec` stored as fp32, the widest codec: a pool
 // made with it holds block_tokens positions per block at fp32 and more with any compact codec.
 int64_t kv_pool_block_bytes(const KvSpec& spec, int64_t block_tokens);

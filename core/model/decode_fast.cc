@@ -1,7 +1,7 @@
 // Transformer fast path: batch-1 single-token decode on raw pointers. Every buffer lives in
 // DecodeScratch; no LibTorch op runs per step. Matrix products use the packed GEMM of the batched step with
-// one row (kernels/cpu/gemm.h: same fma order, so decode_step and forward_batch agree bit for bit). Held equal to forward() by
-// tests/unit/model/transformer_test.cc and tests/integration/hf_reference_test.cc.
+// one row (kernels/cpu/gemm.h: same fma order, so decode_step and forward_batch agree bit for bit). Held
+// equal to forward() by tests/unit/model/transformer_test.cc and tests/integration/hf_reference_test.cc.
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 
@@ -66,14 +66,9 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
   TORCH_CHECK(token >= 0 && token < cfg_.n_vocab, "decode_step: token ", token, " out of range");
   TORCH_CHECK(pos < kv.capacity() && pos < cfg_.max_pos, "decode_step: position ", pos, " exceeds capacity");
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  const KvStages& st = kv.stages();
-  TORCH_CHECK(
-      st.corruption.kind == CorruptionKind::kNone || st.corruption.mode != CorruptionMode::kFreshPerStep,
-      "decode_step: fresh-per-step corruption (", st.corruption.to_string(),
-      ") runs on the reference path; use forward()");
-  const bool persistent = st.corruption.kind != CorruptionKind::kNone;
-  if (st.repair) {  // sized once per scratch (the rank is not known at make_scratch)
-    const int64_t r = st.repair->cfg().rank;
+  const RepairSet* repair = kv.repair().get();
+  if (repair) {  // sized once per scratch (the rank is not known at make_scratch)
+    const int64_t r = repair->cfg().rank;
     if (static_cast<int64_t>(s.repair_gv.size()) < H * r) s.repair_gv.resize(static_cast<size_t>(H * r));
     if (static_cast<int64_t>(s.repair_tmp.size()) < 8 * r) s.repair_tmp.resize(static_cast<size_t>(8 * r));
     if (static_cast<int64_t>(s.repair_q.size()) < H * D) s.repair_q.resize(static_cast<size_t>(H * D));
@@ -106,17 +101,11 @@ const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScrat
       rope_row(k, Hkv, D, cos_row, sin_row);
     }
     if (cfg_.variants.is_ra(l)) std::swap_ranges(q, q + H * D, k);  // RA: cache q rows, probe with k_i
-    // 3. KV pipeline: [corrupt at write] → append this token → attend over positions [0, pos],
-    //    repaired in folded form (core/kv/repair.h): q' before the kernel, the value correction after.
+    // 3. KV pipeline: append this token → attend over positions [0, pos], repaired in folded form
+    //    (core/kv/repair.h): q' before the kernel, the value correction after.
     KvCodec& cache = kv.layer(l);
-    if (persistent) {  // evaluation only: LibTorch ops on this token's rows
-      const at::Tensor kr = corrupt(at::from_blob(k, {Hkv, D}, at::kFloat), st.corruption, 2 * l, pos);
-      const at::Tensor vr = corrupt(at::from_blob(v, {Hkv, D}, at::kFloat), st.corruption, 2 * l + 1, pos);
-      std::memcpy(k, kr.data_ptr<float>(), static_cast<size_t>(Hkv * D) * sizeof(float));
-      std::memcpy(v, vr.data_ptr<float>(), static_cast<size_t>(Hkv * D) * sizeof(float));
-    }
     cache.append_token(k, v, pos);
-    const RepairLayer::Fast* rf = st.repair ? st.repair->fast(l) : nullptr;
+    const RepairLayer::Fast* rf = repair ? repair->fast(l) : nullptr;
     const float* qa = q;
     if (rf) {
       for (int64_t h = 0; h < H; ++h)

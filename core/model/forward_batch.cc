@@ -65,8 +65,8 @@ int64_t tensor_bytes(const at::Tensor& t) {
 int64_t small_weight_bytes(const ModelWeights& w) {
   int64_t n = tensor_bytes(w.final_norm_w) + tensor_bytes(w.final_norm_b);
   for (const LayerWeights& l : w.layers) {
-    for (const at::Tensor* t : {&l.attn_norm_w, &l.attn_norm_b, &l.bqkv, &l.bo, &l.mlp_norm_w, &l.mlp_norm_b, &l.b_in,
-                                &l.b_out})
+    for (const at::Tensor* t :
+         {&l.attn_norm_w, &l.attn_norm_b, &l.bqkv, &l.bo, &l.mlp_norm_w, &l.mlp_norm_b, &l.b_in, &l.b_out})
       n += tensor_bytes(*t);
     for (const at::Tensor* t : l.var.tensors()) n += tensor_bytes(*t);
   }
@@ -82,7 +82,8 @@ int64_t Transformer::served_weight_bytes_per_token() const {
 }
 
 int64_t Transformer::served_weight_bytes() const {
-  return packed_weight_bytes() + small_weight_bytes(w_) + tensor_bytes(w_.tok_embed) + tensor_bytes(w_.pos_embed);
+  return packed_weight_bytes() + small_weight_bytes(w_) + tensor_bytes(w_.tok_embed) +
+         tensor_bytes(w_.pos_embed);
 }
 
 const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchScratch& s) const {
@@ -97,15 +98,12 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
   for (const StepSeq& q : seqs) {
     TORCH_CHECK(q.kv && q.tokens && q.n_tokens > 0, "forward_batch: every sequence needs a cache and tokens");
     const int64_t pos = q.kv->n_tokens();
-    TORCH_CHECK(pos + q.n_tokens <= q.kv->capacity() && pos + q.n_tokens <= cfg_.max_pos, "forward_batch: ",
-                pos + q.n_tokens, " positions exceed capacity ", std::min(q.kv->capacity(), cfg_.max_pos));
+    TORCH_CHECK(pos + q.n_tokens <= q.kv->capacity() && pos + q.n_tokens <= cfg_.max_pos,
+                "forward_batch: ", pos + q.n_tokens, " positions exceed capacity ",
+                std::min(q.kv->capacity(), cfg_.max_pos));
     for (int64_t i = 0; i < q.n_tokens; ++i)
       TORCH_CHECK(q.tokens[i] >= 0 && q.tokens[i] < cfg_.n_vocab, "forward_batch: token ", q.tokens[i],
                   " out of range [0, ", cfg_.n_vocab, ")");
-    const KvStages& st = q.kv->stages();
-    TORCH_CHECK(st.corruption.kind == CorruptionKind::kNone || st.corruption.mode != CorruptionMode::kFreshPerStep,
-                "forward_batch: fresh-per-step corruption runs on the reference path; use forward()");
-    TORCH_CHECK(!st.temporal, "forward_batch: FIMKVSplice evaluation runs on the reference path");
     R += q.n_tokens;
     n_logits += q.logits ? 1 : 0;
   }
@@ -133,7 +131,7 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
   }
   bool any_repair = false;
   for (const StepSeq& q : seqs) {
-    if (const auto& rs = q.kv->stages().repair) {
+    if (const auto& rs = q.kv->repair()) {
       any_repair = true;
       const int64_t r = rs->cfg().rank;
       grow(s.repair_gv, R * H * r);
@@ -160,7 +158,9 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
     const PackedLayer& pw = packed_[static_cast<size_t>(l)];
     const bool ra = cfg_.variants.is_ra(l);
     // 2. norm → q|k|v for all rows (one read of wqkv) → RoPE at each row's position
-    for (int64_t r = 0; r < R; ++r) rows::norm_row(cfg_, row(s.x, r, C), rows::fptr(lw.attn_norm_w), rows::fptr(lw.attn_norm_b), row(s.xn, r, C));
+    for (int64_t r = 0; r < R; ++r)
+      rows::norm_row(cfg_, row(s.x, r, C), rows::fptr(lw.attn_norm_w), rows::fptr(lw.attn_norm_b),
+                     row(s.xn, r, C));
     kernels::gemm_packed(pw.wqkv, s.xn.data(), C, R, rows::fptr(lw.bqkv), s.qkv.data(), QKV);
     for (int64_t r = 0; r < R; ++r) {
       float* q = row(s.qkv, r, QKV);
@@ -174,25 +174,18 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
       }
       if (ra) std::swap_ranges(q, q + HD, k);  // RA: cache q rows, probe with k_i
     }
-    // 3. KV pipeline, per row in order: [corrupt at write] → append. Every row of the layer is stored before
-    //    any row attends; a row reads only positions <= its own, so the result is causal.
+    // 3. KV pipeline, per row in order: append. Every row of the layer is stored before any row attends; a
+    //    row reads only positions <= its own, so the result is causal.
     for (int64_t r = 0; r < R; ++r) {
       SequenceKv& kv = *seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv;
       float* k = row(s.qkv, r, QKV) + HD;
       float* v = k + Hkv * D;
       const int64_t pos = s.pos[static_cast<size_t>(r)];
-      const KvStages& st = kv.stages();
-      if (st.corruption.kind != CorruptionKind::kNone) {  // persistent (evaluation only): LibTorch ops
-        const at::Tensor kr = corrupt(at::from_blob(k, {Hkv, D}, at::kFloat), st.corruption, 2 * l, pos);
-        const at::Tensor vr = corrupt(at::from_blob(v, {Hkv, D}, at::kFloat), st.corruption, 2 * l + 1, pos);
-        std::memcpy(k, kr.data_ptr<float>(), static_cast<size_t>(Hkv * D) * sizeof(float));
-        std::memcpy(v, vr.data_ptr<float>(), static_cast<size_t>(Hkv * D) * sizeof(float));
-      }
       kv.layer(l).append_token(k, v, pos);
     }
     // Repair (folded, core/kv/repair.h): the query correction before the kernel.
     auto repair_of = [&](int64_t r) -> const RepairLayer::Fast* {
-      const auto& rs = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv->stages().repair;
+      const auto& rs = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv->repair();
       return rs ? rs->fast(l) : nullptr;
     };
     auto query_of = [&](int64_t r) -> const float* {
@@ -205,9 +198,9 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
             rf->query(row(s.qkv, r, QKV) + h * D, h, row(s.qa, r, HD) + h * D,
                       s.repair_gv.data() + (r * H + h) * rf->r, s.repair_tmp.data());
     }
-    // Attention: tasks of (a tile of up to 32 rows of one sequence, one head), claimed dynamically by the threads
-    // (rows differ in length, and a descheduled thread must not hold the others up). A tile reads its K / V
-    // rows once (KvCodec::attend_rows); each row's result is the same as alone.
+    // Attention: tasks of (a tile of up to 32 rows of one sequence, one head), claimed dynamically by the
+    // threads (rows differ in length, and a descheduled thread must not hold the others up). A tile reads its
+    // K / V rows once (KvCodec::attend_rows); each row's result is the same as alone.
     int64_t work = 0;
     for (int64_t r = 0; r < R; ++r) work += (s.pos[static_cast<size_t>(r)] + 1) * H * D;
     s.tiles.clear();
@@ -241,7 +234,8 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
       for (int64_t r = 0; r < R; ++r)
         if (const RepairLayer::Fast* rf = repair_of(r))
           for (int64_t h = 0; h < H; ++h)
-            rf->output(s.repair_gv.data() + (r * H + h) * rf->r, row(s.att, r, HD) + h * D, s.repair_tmp.data());
+            rf->output(s.repair_gv.data() + (r * H + h) * rf->r, row(s.att, r, HD) + h * D,
+                       s.repair_tmp.data());
     }
     if (cfg_.variants.is_sba(l)) {  // per row in order: the reverse store grows with the rows
       for (int64_t r = 0; r < R; ++r) {
@@ -262,7 +256,9 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
     const bool ctx = lw.var.ctx_active();  // MLP context: keep the attention output for the MLP
     if (ctx) std::memcpy(s.ctx_summary.data(), s.xn.data(), static_cast<size_t>(R * C) * sizeof(float));
     // 5. MLP + residual
-    for (int64_t r = 0; r < R; ++r) rows::norm_row(cfg_, row(s.x, r, C), rows::fptr(lw.mlp_norm_w), rows::fptr(lw.mlp_norm_b), row(s.xn, r, C));
+    for (int64_t r = 0; r < R; ++r)
+      rows::norm_row(cfg_, row(s.x, r, C), rows::fptr(lw.mlp_norm_w), rows::fptr(lw.mlp_norm_b),
+                     row(s.xn, r, C));
     kernels::gemm_packed(pw.w_in, s.xn.data(), C, R, rows::fptr(lw.b_in), s.h_in.data(), F_in);
     for (int64_t r = 0; r < R; ++r) {
       if (ctx) variants::mlp_ctx_step(cfg_, lw.var, row(s.ctx_summary, r, C), s.var, row(s.h_in, r, F_in));

@@ -100,6 +100,12 @@ at::Tensor Transformer::apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t po
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool last_only,
                                 at::Tensor* hidden_out) const {
+  KvStudy none;  // no corruption, folded repair, no taps
+  return forward(tokens, kv, none, last_only, hidden_out);
+}
+
+at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStudy& study, bool last_only,
+                                at::Tensor* hidden_out) const {
   TORCH_CHECK(tokens.dim() == 1 && tokens.size(0) > 0, "forward: tokens must be a non-empty 1-D tensor");
   const int64_t T = tokens.size(0), pos = kv.n_tokens(), S = pos + T;
   const int64_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, D = cfg_.head_dim, C = cfg_.dim;
@@ -109,11 +115,16 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
   TORCH_CHECK(ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < cfg_.n_vocab,
               "forward: token id out of range [0, ", cfg_.n_vocab, ")");
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const KvStages& st = kv.stages();
+  const CorruptionSpec& corruption = study.corruption;
   const bool persistent =
-      st.corruption.kind != CorruptionKind::kNone && st.corruption.mode == CorruptionMode::kPersistentAtWrite;
+      corruption.kind != CorruptionKind::kNone && corruption.mode == CorruptionMode::kPersistentAtWrite;
   const bool fresh =
-      st.corruption.kind != CorruptionKind::kNone && st.corruption.mode == CorruptionMode::kFreshPerStep;
+      corruption.kind != CorruptionKind::kNone && corruption.mode == CorruptionMode::kFreshPerStep;
+  const RepairSet* repair = kv.repair().get();
+  KvTaps& taps = study.taps;
+  // KVSplice training: the sequence's splice set (its codec's latent bases) when they are being learned.
+  const KvSpliceSet* learned_splice =
+      kv.spec().codec == KvCodecKind::kKvSplice && kv.spec().splice ? kv.spec().splice.get() : nullptr;
   // Straight-through: the value of `noisy`, the gradient of `x` (corruption and codec rounding are
   // not differentiable; training treats them as identity).
   auto ste = [](const at::Tensor& x, const at::Tensor& noisy) {
@@ -143,21 +154,22 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
       k = apply_rope(k, pos);
     }
     if (cfg_.variants.is_ra(l)) std::swap(q, k);  // RA: the cache stores q rows, k_i probes them
-    if (kv.taps().queries) kv.taps().query_rows.push_back(q.detach());
+    if (taps.queries) taps.query_rows.push_back(q.detach());
     // 4. KV pipeline: [corrupt at write] → codec append → read the whole cache back → [corrupt
     //    fresh] → [repair inside attention]                                  K, V: [Hkv, S, D]
     KvCodec& cache = kv.layer(l);
     const uint64_t stream_k = 2 * static_cast<uint64_t>(l), stream_v = stream_k + 1;
     if (persistent) {
-      k = ste(k, corrupt(k.detach(), st.corruption, stream_k, static_cast<uint64_t>(pos)));
-      v = ste(v, corrupt(v.detach(), st.corruption, stream_v, static_cast<uint64_t>(pos)));
+      k = ste(k, corrupt(k.detach(), corruption, stream_k, static_cast<uint64_t>(pos)));
+      v = ste(v, corrupt(v.detach(), corruption, stream_v, static_cast<uint64_t>(pos)));
     }
     cache.append(k.detach(), v.detach(), pos);
     at::Tensor K = cache.keys(S), V = cache.values(S);
-    if (const LearnedKvSplice* sk = cache.learned_k(); sk && sk->scale.requires_grad()) {
+    if (learned_splice && learned_splice->k(l).scale.requires_grad()) {
       // kvsplice training: the new rows take the value the cache returns (fp16 latents) and the gradient
       // of the fp32 splice reconstruction, so it reaches the splice's tensors and the rows.
-      const LearnedKvSplice* sv = cache.learned_v();
+      const LearnedKvSplice* sk = &learned_splice->k(l);
+      const LearnedKvSplice* sv = &learned_splice->v(l);
       at::Tensor kr = sk->reconstruct(k.reshape({T, Hkv * D})).view({T, Hkv, D}).transpose(0, 1);
       at::Tensor vr = sv->reconstruct(v.reshape({T, Hkv * D})).view({T, Hkv, D}).transpose(0, 1);
       K = at::cat({K.narrow(1, 0, pos), ste(kr, K.narrow(1, pos, T))}, 1);
@@ -168,51 +180,52 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool l
       V = at::cat({V.narrow(1, 0, pos), ste(v.transpose(0, 1), V.narrow(1, pos, T))}, 1);
     }
     if (fresh) {
-      K = ste(K, corrupt(K.detach(), st.corruption, stream_k, static_cast<uint64_t>(pos)));
-      V = ste(V, corrupt(V.detach(), st.corruption, stream_v, static_cast<uint64_t>(pos)));
+      K = ste(K, corrupt(K.detach(), corruption, stream_k, static_cast<uint64_t>(pos)));
+      V = ste(V, corrupt(V.detach(), corruption, stream_v, static_cast<uint64_t>(pos)));
     }
     at::Tensor att;  //                                                   att: [H, T, D]
-    if (const RepairLayer* rl = st.repair ? st.repair->layer(l) : nullptr) {
+    if (const RepairLayer* rl = repair ? repair->layer(l) : nullptr) {
       const at::Tensor qh = q.transpose(0, 1);  // [H, T, D]
-      switch (st.repair_path) {
-        case KvStages::RepairPath::kFolded:
+      switch (study.repair_path) {
+        case KvStudy::RepairPath::kFolded:
           att = rl->attend_folded(qh, K, V, pos, scale);
           break;
-        case KvStages::RepairPath::kMaterialised:
+        case KvStudy::RepairPath::kMaterialised:
           att = rl->attend_reference(qh, K, V, pos, scale);
           break;
-        case KvStages::RepairPath::kFactorised: {
+        case KvStudy::RepairPath::kFactorised: {
           auto [kw, vw] = rl->projections(K, V);
           att = rl->attend_fast(qh, K, V, kw, vw, pos, scale);
           break;
         }
       }
-      if (kv.taps().contraction) {
+      if (taps.contraction) {
         at::Tensor pen = rl->contraction_penalty(qh, K, V);
-        KvTaps& tp = kv.taps();
-        tp.contraction_sum = tp.contraction_sum.defined() ? tp.contraction_sum + pen : pen;
+        taps.contraction_sum = taps.contraction_sum.defined() ? taps.contraction_sum + pen : pen;
       }
     } else {
       if (H != Hkv) {  // GQA: query head h uses kv head h / (H / Hkv)
         K = K.repeat_interleave(H / Hkv, 0);
         V = V.repeat_interleave(H / Hkv, 0);
       }
-      if (st.temporal) {  // FIMKVSplice evaluation: each head's K, V through its temporal rank-r basis
-        TORCH_CHECK(pos == 0 && S == st.temporal->window(),
-                    "forward: FIMKVSplice needs one pass over a fresh ", st.temporal->window(),
-                    "-token window, got positions ", pos, "..", S - 1);
-        K = st.temporal->reconstruct(l, K);
-        V = st.temporal->reconstruct(l, V);
+      if (const FimKvSplice* tm = study.temporal.get()) {  // FIMKVSplice: each head's K, V through its
+                                                           // temporal rank-r basis
+        TORCH_CHECK(pos == 0 && S == tm->window(), "forward: FIMKVSplice needs one pass over a fresh ",
+                    tm->window(), "-token window, got positions ", pos, "..", S - 1);
+        K = tm->reconstruct(l, K);
+        V = tm->reconstruct(l, V);
       }
       // 5. scores, causal mask, softmax, weighted values
       at::Tensor scores = at::matmul(q.transpose(0, 1), K.transpose(1, 2)) * scale;  // [H, T, S]
       scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
       at::Tensor probs = at::softmax(scores, -1);
-      if (kv.taps().probs) kv.taps().attention_probs.push_back(probs);
+      if (taps.probs) taps.attention_probs.push_back(probs);
       att = at::matmul(probs, V);
     }
-    if (cfg_.variants.is_sba(l)) att = variants::sba_attend(cfg_, l, kv, att, q, k, v, pos, mask, scale);
-    if (kv.taps().attention) kv.taps().attention_out.push_back(att);
+    if (cfg_.variants.is_sba(l))
+      att = variants::sba_attend(cfg_, l, kv, corruption.kind != CorruptionKind::kNone, att, q, k, v, pos,
+                                 mask, scale);
+    if (taps.attention) taps.attention_out.push_back(att);
     at::Tensor o = att.transpose(0, 1).reshape({T, H * D});
     const at::Tensor a_out =
         lw.var.router() ? variants::router_out(lw.var, o, x, e_tok) : linear(o, lw.wo, lw.bo);

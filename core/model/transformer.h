@@ -11,11 +11,13 @@
 //  * decode_step(): the fast path for batch-1 single-token decode: fused matrix-vector
 //    kernels on raw pointers (core/model/cpu_kernels.h), attention reading the codec's raw
 //    storage, all buffers preallocated in DecodeScratch. No LibTorch op per step.
-// Both run the KV pipeline's optional stages set on the sequence (SequenceKv::set_stages): corruption
-// (persistent on both paths; fresh-per-step on forward() only) and the repair operators (forward():
-// folded, factorised or materialised form by KvStages::repair_path; decode_step(): folded, on raw
-// pointers). forward() is differentiable in the repair parameters: the codec and the corruption pass
-// gradients straight through (identity), which is how kv_repair training runs (core/train/repair_train.h).
+// Every path runs the sequence's serving stage, the repair operator (SequenceKv::set_repair): decode_step()
+// and forward_batch() in folded form on raw pointers, forward() in the form KvStudy::repair_path picks
+// (folded by default). What only studies the pipeline (corruption, the repair form, FIMKVSplice's temporal
+// reconstruction, the training taps) is a KvStudy (core/kv/kv_study.h) that only forward() takes: the fast
+// paths cannot be handed a stage they do not run. forward() is differentiable in the repair parameters and
+// the KVSplice bases: the codec and the corruption pass gradients straight through (identity), which is how
+// kv_repair and kvsplice training run (core/train).
 //
 // Weights are immutable after construction; const methods are safe to call concurrently on
 // different SequenceKv / DecodeScratch objects.
@@ -26,11 +28,12 @@
 #include <mutex>
 #include <vector>
 
+#include "core/kv/kv_study.h"
 #include "core/kv/sequence_kv.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/quant.h"
 #include "core/model/model_config.h"
 #include "core/model/variants.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant.h"
 
 namespace frost {
 
@@ -71,10 +74,10 @@ struct DecodeScratch {
 
 // One sequence's new tokens in a batched step (forward_batch).
 struct StepSeq {
-  SequenceKv* kv = nullptr;          // positions kv->n_tokens() .. + n_tokens − 1 are written (reserved)
-  const int32_t* tokens = nullptr;   // [n_tokens] ids < V
+  SequenceKv* kv = nullptr;         // positions kv->n_tokens() .. + n_tokens − 1 are written (reserved)
+  const int32_t* tokens = nullptr;  // [n_tokens] ids < V
   int64_t n_tokens = 0;
-  bool logits = false;               // compute the logits of its last new token
+  bool logits = false;  // compute the logits of its last new token
 };
 
 // Buffers of forward_batch, grown on demand and reused across steps (one per engine thread). R = rows of
@@ -116,6 +119,10 @@ class Transformer {
   // states [T, C]. Throws c10::Error on broken invariants (wrap with torch_call).
   at::Tensor forward(const at::Tensor& tokens, SequenceKv& kv, bool last_only = false,
                      at::Tensor* hidden_out = nullptr) const;
+  // The same under a study of the KV pipeline (training and evaluation): its corruption, repair form and
+  // FIMKVSplice run, and its taps are filled (appended to; clear() between runs).
+  at::Tensor forward(const at::Tensor& tokens, SequenceKv& kv, KvStudy& study, bool last_only = false,
+                     at::Tensor* hidden_out = nullptr) const;
 
   // Fast path: one token at position kv.n_tokens(); kv advances by 1. Returns logits [V]
   // in scratch.logits (valid until the next call with this scratch). Final-norm hidden
@@ -131,7 +138,7 @@ class Transformer {
   // n_tokens. Returns the logits [L, V] (in scratch.logits, valid until the next call) of the last token of
   // each sequence with logits = true, in order. A row's arithmetic does not depend on the rest of the batch:
   // its logits are bit-identical however the rows are batched, chunked or recomputed. Throws c10::Error on
-  // broken invariants (capacity, token range, a reference-only KV stage).
+  // broken invariants (capacity, token range).
   const float* forward_batch(const std::vector<StepSeq>& seqs, BatchScratch& scratch) const;
   // Bytes of the packed copies forward_batch reads (made on first use; 0 contribution before).
   int64_t packed_weight_bytes() const;

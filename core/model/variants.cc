@@ -27,9 +27,9 @@ const float* fptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>(
 // Reference math is fp32 activations × (upcast) weights, as Transformer::linear.
 at::Tensor up(const at::Tensor& w) { return w.scalar_type() == at::kFloat ? w : w.to(at::kFloat); }
 
-void check_sba_stages(const KvStages& st, int64_t l) {
+void check_sba_stages(const SequenceKv& kv, bool corrupted, int64_t l) {
   TORCH_CHECK(
-      !st.repair && st.corruption.kind == CorruptionKind::kNone, "SBA layer ", l,
+      !kv.repair() && !corrupted, "SBA layer ", l,
       ": the KV corruption and repair stages are not supported with symmetric bidirectional attention "
       "(they act on one K/V store per layer; SBA keeps two)");
 }
@@ -130,10 +130,10 @@ void check_layer_weights(const ModelConfig& cfg, int64_t l, const VariantLayerWe
 
 // ---- reference path ----
 
-at::Tensor sba_attend(const ModelConfig& cfg, int64_t l, SequenceKv& kv, const at::Tensor& att_fwd,
-                      const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos,
-                      const at::Tensor& mask, double scale) {
-  check_sba_stages(kv.stages(), l);
+at::Tensor sba_attend(const ModelConfig& cfg, int64_t l, SequenceKv& kv, bool corrupted,
+                      const at::Tensor& att_fwd, const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v, int64_t pos, const at::Tensor& mask, double scale) {
+  check_sba_stages(kv, corrupted, l);
   KvCodec& rev = reverse_store(kv, l);
   const int64_t S = pos + q.size(0);
   rev.append(q.detach(), v.detach(), pos);              // K slot ← q rows, V slot ← v rows
@@ -174,7 +174,7 @@ at::Tensor mlp_ctx_mix(const VariantLayerWeights& w, const at::Tensor& u, const 
 
 void sba_step(const ModelConfig& cfg, int64_t l, SequenceKv& kv, const float* q, const float* k,
               const float* v, int64_t pos, float scale, VariantScratch& s, float* att) {
-  check_sba_stages(kv.stages(), l);
+  check_sba_stages(kv, /*corrupted=*/false, l);  // the fast path has no corruption stage
   KvCodec& rev = reverse_store(kv, l);
   const int64_t H = cfg.n_head, D = cfg.head_dim;
   rev.append_token(q, v, pos);

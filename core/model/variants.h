@@ -14,8 +14,8 @@
 //    Costs: that layer's cache bytes double (v is stored twice); gains: every codec (float, int8,
 //    int4, a future kvsplice one) works with its own kernels, Q is stored with the same precision
 //    as K, and both halves read bit-identical V rows. (An fp32 Q-only store would need a p-weighted
-//    V sum per codec storage format.) SBA refuses the corruption and repair stages (a clear
-//    c10::Error): they are defined for one K/V store per layer.
+//    V sum per codec storage format.) SBA refuses the repair stage (SequenceKv::repair) and a
+//    KvStudy's corruption (a clear c10::Error): they are defined for one K/V store per layer.
 //  * Router: out = p_ra·(proj_ra(o_ra) + b_ra) + p_full·(proj_full(o_full) + b_full), with
 //    (p_ra, p_full) = softmax(fc2(gelu(fc1(f)))), f = [‖x − E‖, ‖x‖, ‖E‖, ⟨x, E⟩], x the layer's
 //    residual-stream input, E the token's embedding row (no position embedding). GELU is the exact
@@ -84,9 +84,10 @@ void check_layer_weights(const ModelConfig& cfg, int64_t l, const VariantLayerWe
 // SBA layer l: att_fwd [H, T, D] is the forward half already computed from the main store; q, k, v
 // [T, H, D] this step's rows (after RoPE). Appends (q, v) to the reverse store, returns
 // α·att_fwd + (1 − α)·softmax(k Qᵀ·scale + causal)·V  [H, T, D].
-at::Tensor sba_attend(const ModelConfig& cfg, int64_t l, SequenceKv& kv, const at::Tensor& att_fwd,
-                      const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos,
-                      const at::Tensor& mask, double scale);
+// `corrupted`: the forward() runs a KvStudy with corruption (refused here, as the repair stage is).
+at::Tensor sba_attend(const ModelConfig& cfg, int64_t l, SequenceKv& kv, bool corrupted,
+                      const at::Tensor& att_fwd, const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v, int64_t pos, const at::Tensor& mask, double scale);
 // Router features [T, 4] = [‖x − e‖, ‖x‖, ‖e‖, ⟨x, e⟩] and probabilities [T, 2] = (p_ra, p_full).
 at::Tensor router_features(const at::Tensor& x, const at::Tensor& e);
 at::Tensor router_probs(const VariantLayerWeights& w, const at::Tensor& x, const at::Tensor& e);

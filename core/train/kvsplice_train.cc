@@ -97,16 +97,18 @@ absl::StatusOr<KvRows> collect_kv_rows(const Transformer& model, const std::vect
     for (const TokenWindow& w : windows) {
       const auto T = static_cast<int64_t>(w.size());
       SequenceKv kv(model.kv_spec(T, KvCodecKind::kF32));
-      kv.taps().queries = true;
-      model.forward(at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong), kv, /*last_only=*/true);
-      TORCH_CHECK(static_cast<int64_t>(kv.taps().query_rows.size()) == L,
+      KvStudy study;
+      study.taps.queries = true;
+      model.forward(at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong), kv, study,
+                    /*last_only=*/true);
+      TORCH_CHECK(static_cast<int64_t>(study.taps.query_rows.size()) == L,
                   "collect_kv_rows: query tap missing");
       for (int64_t l = 0; l < L; ++l) {  // [Hkv, T, D] → [T, d]
         ks[static_cast<size_t>(l)].push_back(kv.layer(l).keys(T).transpose(0, 1).reshape({T, d}));
         vs[static_cast<size_t>(l)].push_back(kv.layer(l).values(T).transpose(0, 1).reshape({T, d}));
         // queries [T, H, D] → per group g: the T·group rows of its heads
         const at::Tensor q =
-            kv.taps().query_rows[static_cast<size_t>(l)].to(at::kDouble).view({T, Hkv, group, D});
+            study.taps.query_rows[static_cast<size_t>(l)].to(at::kDouble).view({T, Hkv, group, D});
         const at::Tensor g = at::einsum("tgha,tghb->gab", {q, q});
         at::Tensor& acc = qq[static_cast<size_t>(l)];
         acc = acc.defined() ? acc + g : g;
@@ -265,9 +267,9 @@ absl::StatusOr<std::shared_ptr<KvSpliceSet>> train_kvsplice(const Transformer& m
         at::Tensor logp;
         {
           at::NoGradGuard ng;
-          logp = window_logprobs(model, w, KvCodecKind::kF32, KvStages{});
+          logp = window_logprobs(model, w, KvCodecKind::kF32);
         }
-        at::Tensor logq = window_logprobs(model, w, KvCodecKind::kKvSplice, KvStages{}, nullptr, set);
+        at::Tensor logq = window_logprobs(model, w, KvCodecKind::kKvSplice, nullptr, nullptr, set);
         at::Tensor kl = mean_kl(logp, logq);
         (kl / static_cast<double>(batch)).backward();
         kl_sum += kl.item<double>();
@@ -295,11 +297,12 @@ absl::StatusOr<FisherAccumulator> accumulate_fisher(const Transformer& model,
   const ModelConfig& mc = model.config();
   FisherAccumulator acc(mc.n_layer, mc.n_head);
   for (const TokenWindow& w : windows) {
-    KvTaps taps;
-    taps.probs = true;
+    KvStudy study;
+    study.taps.probs = true;
+    const KvTaps& taps = study.taps;
     FROST_RETURN_IF_ERROR(torch_call([&] {
       at::NoGradGuard ng;
-      window_logprobs(model, w, KvCodecKind::kF32, KvStages{}, &taps);
+      window_logprobs(model, w, KvCodecKind::kF32, nullptr, &study);
     }));
     if (static_cast<int64_t>(taps.attention_probs.size()) != mc.n_layer)
       return absl::InternalError("fisher: the model did not report every layer's attention probabilities");

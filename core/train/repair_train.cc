@@ -187,10 +187,6 @@ absl::StatusOr<std::shared_ptr<RepairSet>> train_kv_repair(const Transformer& mo
     FROST_ASSIGN_OR_RETURN(
         step, load_train_checkpoint(opts.checkpoint_path, "kv_repair", set->named_parameters(), opt));
   }
-  KvStages clean_stages;
-  KvStages rep_stages;
-  rep_stages.corruption = cfg.corruption;
-  rep_stages.repair = set;
   const bool use_att = cfg.attention_weight > 0;
   const bool use_contr = cfg.repair.option == RepairOption::kA && cfg.contraction_weight > 0;
   const int64_t batch = std::min<int64_t>(cfg.batch, static_cast<int64_t>(windows.size()));
@@ -209,16 +205,19 @@ absl::StatusOr<std::shared_ptr<RepairSet>> train_kv_repair(const Transformer& mo
       opt.zero_grad();
       for (int64_t b = 0; b < batch; ++b) {
         const TokenWindow& w = windows[idx[static_cast<size_t>(b)]];
-        KvTaps clean_taps, rep_taps;
-        clean_taps.attention = use_att;
-        rep_taps.attention = use_att;
-        rep_taps.contraction = use_contr;
+        KvStudy clean, rep;  // the clean fp32 teacher; the corrupted, repaired student
+        clean.taps.attention = use_att;
+        rep.corruption = cfg.corruption;
+        rep.taps.attention = use_att;
+        rep.taps.contraction = use_contr;
+        const KvTaps& clean_taps = clean.taps;
+        const KvTaps& rep_taps = rep.taps;
         at::Tensor logp;
         {
           at::NoGradGuard ng;
-          logp = window_logprobs(model, w, KvCodecKind::kF32, clean_stages, use_att ? &clean_taps : nullptr);
+          logp = window_logprobs(model, w, KvCodecKind::kF32, nullptr, &clean);
         }
-        at::Tensor logq = window_logprobs(model, w, cfg.codec, rep_stages, &rep_taps);
+        at::Tensor logq = window_logprobs(model, w, cfg.codec, set, &rep);
         at::Tensor kl = mean_kl(logp, logq);
         at::Tensor loss = kl;
         if (use_att) {
@@ -257,16 +256,15 @@ absl::StatusOr<std::vector<KvEval>> evaluate_kv(const Transformer& model,
   if (windows.empty()) return absl::InvalidArgumentError("evaluate_kv: no windows");
   return torch_call([&] {
     at::NoGradGuard ng;
-    std::vector<KvStages> stages(cases.size());
+    std::vector<KvStudy> studies(cases.size());  // no taps: reused across windows
     for (size_t c = 0; c < cases.size(); ++c) {
-      stages[c].corruption = cases[c].corruption;
-      stages[c].repair = cases[c].repair;
-      stages[c].temporal = cases[c].temporal;
+      studies[c].corruption = cases[c].corruption;
+      studies[c].temporal = cases[c].temporal;
     }
     std::vector<double> nll(cases.size(), 0), kl(cases.size(), 0);
     int64_t n = 0;
     for (const TokenWindow& w : windows) {
-      at::Tensor logp = window_logprobs(model, w, KvCodecKind::kF32, KvStages{});
+      at::Tensor logp = window_logprobs(model, w, KvCodecKind::kF32);
       at::Tensor next = at::tensor(std::vector<int64_t>(w.begin() + 1, w.end()), at::kLong);
       const int64_t T = logp.size(0);
       for (size_t c = 0; c < cases.size(); ++c) {
@@ -274,7 +272,8 @@ absl::StatusOr<std::vector<KvEval>> evaluate_kv(const Transformer& model,
                            cases[c].corruption.kind == CorruptionKind::kNone && !cases[c].repair &&
                            !cases[c].temporal;
         at::Tensor logq =
-            clean ? logp : window_logprobs(model, w, cases[c].codec, stages[c], nullptr, cases[c].splice);
+            clean ? logp
+                  : window_logprobs(model, w, cases[c].codec, cases[c].repair, &studies[c], cases[c].splice);
         nll[c] -= logq.narrow(0, 0, T - 1).gather(1, next.unsqueeze(1)).sum().item<double>();
         kl[c] += (logp.exp() * (logp - logq)).sum().item<double>();
       }
@@ -328,18 +327,13 @@ void KvAdam::step() {
 }
 
 at::Tensor window_logprobs(const Transformer& model, const TokenWindow& w, KvCodecKind codec,
-                           const KvStages& stages, KvTaps* taps_out,
+                           std::shared_ptr<const RepairSet> repair, KvStudy* study,
                            std::shared_ptr<const KvSpliceSet> splice) {
   SequenceKv kv(model.kv_spec(static_cast<int64_t>(w.size()), codec, std::move(splice)));
-  kv.set_stages(stages);
-  if (taps_out) {
-    kv.taps().contraction = taps_out->contraction;
-    kv.taps().attention = taps_out->attention;
-    kv.taps().probs = taps_out->probs;
-  }
+  kv.set_repair(std::move(repair));
   at::Tensor ids = at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong);
-  at::Tensor logits = model.forward(ids, kv);
-  if (taps_out) *taps_out = kv.taps();
+  KvStudy none;
+  at::Tensor logits = model.forward(ids, kv, study ? *study : none);
   return at::log_softmax(logits, -1);
 }
 

@@ -32,9 +32,9 @@
 #include "core/kv/corruption.h"
 #include "core/kv/kv_spec.h"
 #include "core/kv/repair_set.h"
-#include "core/train/train_util.h"
 #include "core/model/tokenizer.h"
 #include "core/model/transformer.h"
+#include "core/train/train_util.h"
 
 namespace frost {
 
@@ -106,7 +106,7 @@ struct KvEvalCase {
   CorruptionSpec corruption;
   std::shared_ptr<const RepairSet> repair;
   std::shared_ptr<const KvSpliceSet> splice;    // the kvsplice codec's splices
-  std::shared_ptr<const FimKvSplice> temporal;  // FIMKVSplice temporal compression (KvStages::temporal)
+  std::shared_ptr<const FimKvSplice> temporal;  // FIMKVSplice temporal compression (KvStudy::temporal)
 };
 // Teacher-forced evaluation of each (codec, corruption, repair) case on the windows (reference path).
 // The clean fp32 pass runs once per window for all cases (and is reused for a clean case).

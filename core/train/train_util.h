@@ -31,10 +31,11 @@ struct KvAdam {
   void step();
 };
 
-// log-probabilities [T, V] of a fresh sequence over `w` stored with `codec` (`splice` for kvsplice) and
-// `stages`; when taps_out is given its flags select what to collect and it receives the taps.
+// log-probabilities [T, V] of a fresh sequence over `w` stored with `codec` (`splice` for kvsplice), with the
+// repair operator `repair` (null = off), run by the reference forward() under `study` (null = none; its taps'
+// flags select what to collect, and the taps receive it).
 at::Tensor window_logprobs(const Transformer& model, const TokenWindow& w, KvCodecKind codec,
-                           const KvStages& stages, KvTaps* taps_out = nullptr,
+                           std::shared_ptr<const RepairSet> repair = nullptr, KvStudy* study = nullptr,
                            std::shared_ptr<const KvSpliceSet> splice = nullptr);
 
 // Next-token logits [w.size(), V] of `model` over `w` (fp32 KV) as its weight format serves them: the

@@ -1,20 +1,20 @@
 // KVSplice (core/kv/kvsplice.h): the seed's LearnedKVSplice formula, the raw-pointer copies, latent-space
 // attention against the reference (expand every cached row, then attend), decode_step against forward()
 // with the kvsplice codec, the file round trip and its refusals, PCA initialisation and fine-tuning.
-#include "core/model/kv_dims.h"
 #include "core/kv/kvsplice.h"
 
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <map>
-#include <ATen/core/grad_mode.h>
 
 #include "core/common/fs.h"
-#include "core/train/kvsplice_train.h"
 #include "core/model/builtin_models.h"
+#include "core/model/kv_dims.h"
 #include "core/model/model_loader.h"
 #include "core/store/safetensors.h"
+#include "core/train/kvsplice_train.h"
 #include "tests/testing/test_util.h"
 
 namespace frost {
@@ -368,10 +368,11 @@ TEST_F(KvSpliceModelTest, FisherFromTheModelsAttentionAndFimTemporalCompression)
   // the accumulated F of layer 0 equals the mean of diag(p) − ppᵀ over the model's own probabilities
   at::Tensor want = at::zeros({model_->config.n_head, T, T}, at::kDouble);
   for (const TokenWindow& w : windows) {
-    KvTaps taps;
-    taps.probs = true;
+    KvStudy study;
+    study.taps.probs = true;
+    const KvTaps& taps = study.taps;
     at::NoGradGuard ng;
-    window_logprobs(tf(), w, KvCodecKind::kF32, KvStages{}, &taps);
+    window_logprobs(tf(), w, KvCodecKind::kF32, nullptr, &study);
     ASSERT_EQ(static_cast<int64_t>(taps.attention_probs.size()), model_->config.n_layer);
     at::Tensor p = taps.attention_probs[0].to(at::kDouble);  // [H, T, T]
     EXPECT_LT((p.sum(-1) - 1).abs().max().item<double>(), 1e-5);
@@ -394,11 +395,10 @@ TEST_F(KvSpliceModelTest, FisherFromTheModelsAttentionAndFimTemporalCompression)
   EXPECT_LT((*ev)[0].mean_kl, 1e-6);
   EXPECT_GT((*ev)[1].mean_kl, 1e-3);
   // a window of another length is refused, not silently mis-compressed
-  KvStages st;
+  KvStudy st;
   st.temporal = std::make_shared<FimKvSplice>(*small);
   SequenceKv kv(tf().kv_spec(T + 1, KvCodecKind::kF32));
-  kv.set_stages(st);
-  EXPECT_THROW(tf().forward(at::tensor(std::vector<int64_t>(T + 1, 3), at::kLong), kv), c10::Error);
+  EXPECT_THROW(tf().forward(at::tensor(std::vector<int64_t>(T + 1, 3), at::kLong), kv, st), c10::Error);
 }
 
 TEST(KvSpliceConfigTest, FieldsAreValidatedWithTheirNames) {

@@ -1,6 +1,7 @@
-// The repair stage inside the model (KvStages): the folded raw-pointer form against the factorised and
-// materialised forms, forward() against decode_step() with repair and with persistent corruption, the
-// repair file round trip and its refusals, and kv_repair training (KL goes down, resume is exact).
+// The repair stage inside the model (SequenceKv::set_repair): the folded raw-pointer form against the
+// factorised and materialised forms (KvStudy::repair_path), forward() against decode_step() with repair,
+// persistent and fresh corruption (KvStudy) on forward(), the repair file round trip and its refusals, and
+// kv_repair training (KL goes down, resume is exact).
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
@@ -112,37 +113,37 @@ class RepairModelTest : public ::testing::Test {
     for (int64_t i = 0; i < n; ++i) t.push_back((i * 37 + 11) % model_->config.n_vocab);
     return t;
   }
-  at::Tensor full_logits(KvCodecKind codec, const KvStages& st, int64_t n) const {
+  at::Tensor full_logits(KvCodecKind codec, std::shared_ptr<const RepairSet> repair, int64_t n,
+                         KvStudy study = {}) const {
     at::NoGradGuard ng;
     SequenceKv kv(tf().kv_spec(n, codec));
-    kv.set_stages(st);
-    return tf().forward(at::tensor(tokens(n), at::kLong), kv);
+    kv.set_repair(std::move(repair));
+    return tf().forward(at::tensor(tokens(n), at::kLong), kv, study);
   }
   std::unique_ptr<LoadedModel> model_;
 };
 
 TEST_F(RepairModelTest, ForwardFormsAgreeAndRepairChangesTheLogits) {
   for (RepairOption o : {RepairOption::kA, RepairOption::kB, RepairOption::kC}) {
-    KvStages st;
-    st.repair = strong_set(o);
-    st.repair_path = KvStages::RepairPath::kMaterialised;
-    at::Tensor ref = full_logits(KvCodecKind::kInt4, st, 12);
-    st.repair_path = KvStages::RepairPath::kFactorised;
-    EXPECT_LT((full_logits(KvCodecKind::kInt4, st, 12) - ref).abs().max().item<double>(), 1e-4);
-    st.repair_path = KvStages::RepairPath::kFolded;
-    EXPECT_LT((full_logits(KvCodecKind::kInt4, st, 12) - ref).abs().max().item<double>(), 1e-4);
-    EXPECT_GT((full_logits(KvCodecKind::kInt4, KvStages{}, 12) - ref).abs().max().item<double>(), 1e-2);
+    const std::shared_ptr<const RepairSet> rs = strong_set(o);
+    KvStudy st;
+    st.repair_path = KvStudy::RepairPath::kMaterialised;
+    at::Tensor ref = full_logits(KvCodecKind::kInt4, rs, 12, st);
+    st.repair_path = KvStudy::RepairPath::kFactorised;
+    EXPECT_LT((full_logits(KvCodecKind::kInt4, rs, 12, st) - ref).abs().max().item<double>(), 1e-4);
+    st.repair_path = KvStudy::RepairPath::kFolded;
+    EXPECT_LT((full_logits(KvCodecKind::kInt4, rs, 12, st) - ref).abs().max().item<double>(), 1e-4);
+    EXPECT_GT((full_logits(KvCodecKind::kInt4, nullptr, 12) - ref).abs().max().item<double>(), 1e-2);
   }
 }
 
 TEST_F(RepairModelTest, DecodeStepWithRepairEqualsForward) {
   for (KvCodecKind codec : {KvCodecKind::kF32, KvCodecKind::kInt8}) {
-    KvStages st;
-    st.repair = strong_set(RepairOption::kA, "mid");
+    const std::shared_ptr<const RepairSet> rs = strong_set(RepairOption::kA, "mid");
     const int64_t n = 14;
-    at::Tensor want = full_logits(codec, st, n);
+    at::Tensor want = full_logits(codec, rs, n);
     SequenceKv kv(tf().kv_spec(n, codec));
-    kv.set_stages(st);
+    kv.set_repair(rs);
     DecodeScratch s = tf().make_scratch(n);
     const std::vector<int64_t> toks = tokens(n);
     for (int64_t i = 0; i < n; ++i) {
@@ -154,33 +155,41 @@ TEST_F(RepairModelTest, DecodeStepWithRepairEqualsForward) {
   }
 }
 
-TEST_F(RepairModelTest, PersistentCorruptionIsTheSameOnBothPathsAndFreshIsRefusedByDecode) {
-  KvStages st;
-  st.corruption = *parse_corruption("gaussian:0.3,persistent,seed=4");
+// Corruption is a study of the pipeline (KvStudy), run by forward() only. Persistent corruption is stored:
+// the cache holds the corrupted rows, once, and later steps leave them as written; fresh corruption
+// leaves the cache clean and corrupts what attention reads. Layer 0's rows depend on the tokens alone, so a
+// clean run stores the same rows the corruption starts from.
+TEST_F(RepairModelTest, PersistentCorruptionIsStoredFreshIsNot) {
   const int64_t n = 8;
-  // forward one token at a time writes each row at its own step, as decode_step does
-  SequenceKv a(tf().kv_spec(n, KvCodecKind::kF32)), b(tf().kv_spec(n, KvCodecKind::kF32));
-  a.set_stages(st);
-  b.set_stages(st);
-  DecodeScratch s = tf().make_scratch(n);
   const std::vector<int64_t> toks = tokens(n);
   at::NoGradGuard ng;
-  for (int64_t i = 0; i < n; ++i) {
-    at::Tensor want = tf().forward(at::tensor({toks[static_cast<size_t>(i)]}, at::kLong), a)[0];
-    const float* lg = tf().decode_step(static_cast<int32_t>(toks[static_cast<size_t>(i)]), b, s);
-    at::Tensor got = at::from_blob(const_cast<float*>(lg), {model_->config.n_vocab}, at::kFloat);
-    EXPECT_LT((got - want).abs().max().item<double>(), 1e-4) << i;
+  auto run = [&](const char* spec, SequenceKv& kv) {
+    KvStudy st;
+    if (*spec) st.corruption = *parse_corruption(spec);
+    at::Tensor first;
+    for (int64_t i = 0; i < n; ++i) {
+      tf().forward(at::tensor({toks[static_cast<size_t>(i)]}, at::kLong), kv, st);
+      if (i == 0) first = kv.layer(0).keys(1).clone();
+    }
+    EXPECT_TRUE(at::equal(kv.layer(0).keys(1), first)) << spec << ": a stored row changed after its write";
+    return kv.layer(0).keys(n);
+  };
+  SequenceKv clean(tf().kv_spec(n, KvCodecKind::kF32)), persistent(tf().kv_spec(n, KvCodecKind::kF32)),
+      fresh(tf().kv_spec(n, KvCodecKind::kF32));
+  const at::Tensor k_clean = run("", clean);
+  EXPECT_GT((run("gaussian:0.3,persistent,seed=4", persistent) - k_clean).abs().max().item<double>(), 1e-3);
+  EXPECT_TRUE(at::equal(run("gaussian:0.3,seed=4", fresh), k_clean));
+  // and both corruptions are real
+  for (const char* spec : {"gaussian:0.3,persistent,seed=4", "gaussian:0.3,seed=4"}) {
+    KvStudy st;
+    st.corruption = *parse_corruption(spec);
+    EXPECT_GT((full_logits(KvCodecKind::kF32, nullptr, n, st) - full_logits(KvCodecKind::kF32, nullptr, n))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-3)
+        << spec;
   }
-  // and the corruption is real
-  EXPECT_GT((full_logits(KvCodecKind::kF32, st, n) - full_logits(KvCodecKind::kF32, {}, n))
-                .abs()
-                .max()
-                .item<double>(),
-            1e-3);
-  st.corruption = *parse_corruption("gaussian:0.3");
-  SequenceKv c(tf().kv_spec(n, KvCodecKind::kF32));
-  c.set_stages(st);
-  EXPECT_THROW(tf().decode_step(1, c, s), c10::Error);
 }
 
 TEST_F(RepairModelTest, FileRoundTripAndRefusals) {
@@ -191,10 +200,7 @@ TEST_F(RepairModelTest, FileRoundTripAndRefusals) {
   auto back = RepairSet::load(dir + "/r.safetensors", dims());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ((*back)->metadata().at("codec"), "int4");
-  KvStages a, b;
-  a.repair = set;
-  b.repair = *back;
-  EXPECT_EQ((full_logits(KvCodecKind::kInt4, a, 10) - full_logits(KvCodecKind::kInt4, b, 10))
+  EXPECT_EQ((full_logits(KvCodecKind::kInt4, set, 10) - full_logits(KvCodecKind::kInt4, *back, 10))
                 .abs()
                 .max()
                 .item<double>(),

@@ -2,7 +2,7 @@
 //  (a) incremental decode_step() == full forward() == chunked / one-token forward();
 //  (b) all of them == a naive transcription of the seeds' formulas written here (double precision,
 //      explicit loops over positions, no code shared with core/model);
-//  (c) RA and SBA at decode agree with forward() on every KV codec, and the KV stages they keep or refuse.
+//  (c) RA and SBA at decode agree with forward() on every KV codec.
 // Config validation and parameter counts: variants_config_test.cc; the loader: variants_loader_test.cc.
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -394,8 +394,9 @@ TEST(VariantCodecTest, RaOnKvSpliceAndSbaRefusesIt) {
   }
 }
 
-// RA goes through the KV pipeline unchanged: with persistent corruption and a repair operator on
-// an int4 cache, decode_step still equals forward(). SBA refuses those stages with a clear error.
+// RA goes through the KV pipeline unchanged: with a repair operator on an int4 cache, decode_step still
+// equals forward(), and persistent corruption (a KvStudy, forward() only) acts on the RA layers. SBA refuses
+// the repair stage and the corruption with a clear error.
 TEST(VariantStagesTest, RaKeepsCorruptionAndRepairSbaRefusesThem) {
   c10::InferenceMode im;
   const ModelConfig cfg = make_config("builtin:tiny", true, ra({0, 1}));
@@ -403,18 +404,15 @@ TEST(VariantStagesTest, RaKeepsCorruptionAndRepairSbaRefusesThem) {
   RepairConfig rc;
   auto set = RepairSet::create(rc, {0, 1}, repair_dims(cfg), 5);
   ASSERT_TRUE(set.ok()) << set.status();
-  KvStages st;
-  st.repair = *set;
+  KvStudy st;
   st.corruption.kind = CorruptionKind::kGaussian;
   st.corruption.mode = CorruptionMode::kPersistentAtWrite;
   st.corruption.amount = 0.05;
   const int64_t T = 12;
   const std::vector<int64_t> toks = tokens(T, cfg.n_vocab);
-  // persistent noise is drawn per write (seeded by its first position): forward() one token at a
-  // time writes each row at its own step, as decode_step does
   SequenceKv kv_ref(tf->kv_spec(T, KvCodecKind::kInt4)), kv_fast(tf->kv_spec(T, KvCodecKind::kInt4));
-  kv_ref.set_stages(st);
-  kv_fast.set_stages(st);
+  kv_ref.set_repair(*set);
+  kv_fast.set_repair(*set);
   DecodeScratch s = tf->make_scratch(T);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t tok = toks[static_cast<size_t>(t)];
@@ -425,17 +423,15 @@ TEST(VariantStagesTest, RaKeepsCorruptionAndRepairSbaRefusesThem) {
   }
   // the stages are really active on the RA layers
   SequenceKv kv_plain(tf->kv_spec(T, KvCodecKind::kInt4)), kv_staged(tf->kv_spec(T, KvCodecKind::kInt4));
-  kv_staged.set_stages(st);
+  kv_staged.set_repair(*set);
   EXPECT_GT(max_abs_diff(tf->forward(at::tensor(toks, at::kLong), kv_plain),
-                         tf->forward(at::tensor(toks, at::kLong), kv_staged)),
+                         tf->forward(at::tensor(toks, at::kLong), kv_staged, st)),
             1e-3);
 
   const ModelConfig cs = make_config("builtin:tiny", true, sba({1}, 0.5));
   const auto tfs = make_model(cs);
-  KvStages rep;
-  rep.repair = *set;
   SequenceKv kv(tfs->kv_spec(T, KvCodecKind::kF32));
-  kv.set_stages(rep);
+  kv.set_repair(*set);
   try {
     tfs->forward(at::tensor(toks, at::kLong), kv);
     ADD_FAILURE() << "SBA with repair did not throw";
@@ -444,9 +440,18 @@ TEST(VariantStagesTest, RaKeepsCorruptionAndRepairSbaRefusesThem) {
               std::string::npos)
         << e.what();
   }
+  SequenceKv kv_c(tfs->kv_spec(T, KvCodecKind::kF32));
+  try {
+    tfs->forward(at::tensor(toks, at::kLong), kv_c, st);
+    ADD_FAILURE() << "SBA with corruption did not throw";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not supported with symmetric bidirectional attention"),
+              std::string::npos)
+        << e.what();
+  }
   DecodeScratch s2 = tfs->make_scratch(T);
   SequenceKv kv2(tfs->kv_spec(T, KvCodecKind::kF32));
-  kv2.set_stages(rep);
+  kv2.set_repair(*set);
   EXPECT_THROW(tfs->decode_step(3, kv2, s2), c10::Error);
   // a SequenceKv made without the reverse store is refused by name
   KvSpec bare = tfs->kv_spec(T, KvCodecKind::kF32);
