@@ -233,13 +233,7 @@ absl::Status FrostServer::load_model() {
   ec.gen.max_context = cfg_.engine.max_context;
   ec.gen.max_prompt_tokens = cfg_.limits.max_prompt_tokens;
   ec.gen.limits = cfg_.limits;  // the limits section is a SamplingLimits (server_config.h)
-  ec.max_running = cfg_.engine.max_running;
-  ec.max_waiting = cfg_.engine.max_waiting;
-  ec.max_batch_tokens = cfg_.engine.max_batch_tokens;
-  ec.kv_block_tokens = cfg_.engine.kv_block_tokens;
-  ec.kv_cache_bytes = cfg_.engine.kv_cache_bytes;
-  ec.kv_cache_prefault = cfg_.engine.kv_cache_prefault;
-  ec.prefix_caching = cfg_.engine.prefix_caching;
+  static_cast<EngineOptions&>(ec) = cfg_.engine;  // the engine section is the engine's options (no copy)
   // Generate takes its snapshot of the served KV repair operator and KVSplice from the registry's slots.
   ec.kv_repair = &runtime_->registry().kv_repair();
   ec.kv_splice = &runtime_->registry().kvsplice();

@@ -210,7 +210,7 @@ v1::ModelInfo model_info(const Engine& e, const ServerConfig& cfg) {
   response.set_kv_block_tokens(static_cast<int32_t>(st.kv_block_tokens));
   response.set_kv_cache_bytes(st.kv_pool_bytes);
   response.set_max_running(cfg.engine.max_running);
-  response.set_max_batch_tokens(cfg.engine.max_batch_tokens);
+  response.set_max_batch_tokens(static_cast<int32_t>(cfg.engine.max_batch_tokens));
   response.set_prefix_caching(cfg.engine.prefix_caching);
   return response;
 }

@@ -53,24 +53,14 @@ absl::Status Runtime::open_jobs(serving::ArtifactStore& store) {
   serving::ArtifactStore* const store_ptr = &store;
   // The jobs section is the scheduler's options (server_config.h): no copy to keep in step.
   const jobs::SchedulerOptions& so = cfg_.jobs;
-  jobs::PrototypeJobOptions po;
-  po.data_root = cfg_.jobs.data_root;
-  po.model = model;
-  po.store = store_ptr;
+  const jobs::JobKindOptions base{cfg_.jobs.data_root, model, store_ptr};  // every kind's inputs, named once
+  jobs::PrototypeJobOptions po{base};
   po.max_inline_rows = cfg_.jobs.max_inline_rows;
   po.max_inline_bytes = cfg_.jobs.max_inline_bytes;
   std::map<std::string, std::shared_ptr<jobs::JobKind>> kinds;
   kinds["prototype"] = std::make_shared<jobs::PrototypeJobKind>(po);
-  jobs::KvRepairJobOptions ko;
-  ko.data_root = cfg_.jobs.data_root;
-  ko.model = model;
-  ko.store = store_ptr;
-  kinds["kv_repair"] = std::make_shared<jobs::KvRepairJobKind>(ko);
-  jobs::KvSpliceJobOptions so_splice;
-  so_splice.data_root = cfg_.jobs.data_root;
-  so_splice.model = model;
-  so_splice.store = store_ptr;
-  kinds["kvsplice"] = std::make_shared<jobs::KvSpliceJobKind>(so_splice);
+  kinds["kv_repair"] = std::make_shared<jobs::KvRepairJobKind>(jobs::KvRepairJobOptions{base});
+  kinds["kvsplice"] = std::make_shared<jobs::KvSpliceJobKind>(jobs::KvSpliceJobOptions{base});
   FROST_ASSIGN_OR_RETURN(std::unique_ptr<jobs::Scheduler> s,
                          jobs::Scheduler::create(so, std::move(kinds), &served_->registry()));
   s->start();

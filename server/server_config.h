@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/common/log.h"
+#include "core/generate/engine_options.h"
 #include "core/generate/sampling_params.h"
 #include "core/jobs/scheduler.h"
 #include "core/kv/kv_spec.h"
@@ -105,25 +106,12 @@ struct ModelSection {
 };
 
 // `engine:` — scheduling and KV cache (core/generate/engine.h).
-struct EngineSection {
-  // Sequences in one batched step (continuous batching).
-  int32_t max_running = 32;
-  // Admitted requests waiting for a running slot; beyond running + waiting a request is
-  // rejected at once with RESOURCE_EXHAUSTED.
-  int32_t max_waiting = 128;
-  // Tokens in one step: every running sequence's next token plus prompt chunks (chunked prefill);
-  // must be >= max_running.
-  int32_t max_batch_tokens = 128;
-  // KV block size: positions per block at fp32 (compact codecs fit proportionally more).
-  int32_t kv_block_tokens = 16;
-  // KV block pool size in bytes (YAML: an integer, optionally with KiB/MiB/GiB); 0 = derived from the
-  // model, max_running and physical memory (core/exec/cpu_executor.cc default_kv_pool_bytes).
-  int64_t kv_cache_bytes = 0;
-  // Commit the KV pool's memory at start (no page faults in decode steps; a memory limit too small for the
-  // pool fails at start); false = reserve address space only.
-  bool kv_cache_prefault = true;
-  // Reuse the KV blocks of shared prompt prefixes.
-  bool prefix_caching = true;
+// `engine:` — the section is the engine's EngineOptions (core/generate/engine_options.h: max_running,
+// max_waiting, max_batch_tokens (>= max_running), kv_block_tokens, kv_cache_bytes (YAML: an integer, optionally
+// with KiB/MiB/GiB; 0 = derived from the model, max_running and physical memory), kv_cache_prefault,
+// prefix_caching; the YAML table writes into those members, FrostServer hands them over whole), plus what the
+// server resolves itself:
+struct EngineSection : EngineOptions {
   // Tokens per sequence (prompt + completion); 0 = the model's maximum.
   int32_t max_context = 0;
   // Default KV storage codec. kvsplice needs an active KVSplice (a kvsplice artifact or kv_splice below):

@@ -53,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/common/cancel.h"
+#include "core/generate/engine_options.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
 #include "core/generate/scheduler.h"
@@ -72,24 +73,9 @@ class TokenSink {
   virtual void on_finish(absl::StatusOr<GenerationResult> result) = 0;
 };
 
-struct EngineConfig {
-  GeneratorConfig gen;        // default KV codec, context length, request limits (gen.fast_decode unused)
-  int32_t max_running = 32;   // sequences in one step
-  int32_t max_waiting = 128;  // bounded admission queue
-  // Tokens in one step, decode rows and prompt chunks together (>= max_running): a long prompt is prefilled
-  // in chunks of what decoding sequences leave, so it cannot stall their inter-token latency.
-  int64_t max_batch_tokens = 128;
-  // KV block size: positions per block at fp32 on host pages (compact codecs fit proportionally more in the same
-  // bytes); on a device, positions per block in its KV format.
-  int64_t kv_block_tokens = 16;
-  // KV pool size in bytes; 0 = the executor's default_kv_pool_bytes() for this model and max_running.
-  int64_t kv_cache_bytes = 0;
-  // Host pages: commit the pool's memory at start (HostKvStorage::create): no page faults inside decode steps,
-  // and a memory limit that cannot hold the pool fails at start. false: address space only, resident as blocks
-  // are written.
-  bool kv_cache_prefault = true;
-  // Reuse the KV blocks of prompts that share a prefix (chain-hashed full blocks, LRU eviction).
-  bool prefix_caching = true;
+// The sizing knobs (max_running … prefix_caching) are the EngineOptions base (engine_options.h).
+struct EngineConfig : EngineOptions {
+  GeneratorConfig gen;  // default KV codec, context length, request limits (gen.fast_decode unused)
   // Debug: check the block books after every step (FROST_CHECK: crash loudly on a leak or double free).
   bool audit_kv = false;
   // The active KV repair operator (owned by the caller, outlives the engine); null = never repair.

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "core/jobs/job_kind_options.h"
 #include "core/jobs/scheduler.h"
 #include "core/kv/repair_set.h"
 #include "core/model/model_loader.h"
@@ -25,11 +26,7 @@
 
 namespace frost::jobs {
 
-struct KvRepairJobOptions {
-  std::string data_root;
-  std::shared_ptr<const LoadedModel> model;
-  serving::ArtifactStore* store = nullptr;
-};
+struct KvRepairJobOptions : JobKindOptions {};
 
 class KvRepairJobKind final : public JobKind {
  public:

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "core/jobs/job_kind_options.h"
 #include "core/jobs/scheduler.h"
 #include "core/kv/kvsplice.h"
 #include "core/model/model_loader.h"
@@ -30,11 +31,7 @@
 
 namespace frost::jobs {
 
-struct KvSpliceJobOptions {
-  std::string data_root;
-  std::shared_ptr<const LoadedModel> model;
-  serving::ArtifactStore* store = nullptr;
-};
+struct KvSpliceJobOptions : JobKindOptions {};
 
 class KvSpliceJobKind final : public JobKind {
  public:

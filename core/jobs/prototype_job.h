@@ -19,16 +19,14 @@
 #include <memory>
 #include <string>
 
+#include "core/jobs/job_kind_options.h"
 #include "core/jobs/scheduler.h"
 #include "core/model/model_loader.h"
 #include "core/serving/artifact_store.h"
 
 namespace frost::jobs {
 
-struct PrototypeJobOptions {
-  std::string data_root;                     // train/test paths must resolve inside it
-  std::shared_ptr<const LoadedModel> model;  // the serving backbone
-  serving::ArtifactStore* store = nullptr;   // where the artifact is published
+struct PrototypeJobOptions : JobKindOptions {
   int64_t max_inline_rows = 20000;
   int64_t max_inline_bytes = 16 << 20;  // text bytes of all inline rows
 };

@@ -190,7 +190,17 @@ TEST(ServerConfigTest, SectionsAreTheCoreOptionStructs) {
   const ServerConfig c = parse_ok(
       "limits: {max_new_tokens: 77, max_stop_strings: 3, max_stop_bytes: 9, max_logprobs: 4}\n"
       "jobs: {state_dir: /tmp/s, max_queued: 5, concurrency: 2, threads: 3, nice: 4, checkpoint_every: 6, "
-      "max_attempts: 7}\n");
+      "max_attempts: 7}\n"
+      "engine: {max_running: 8, max_waiting: 9, max_batch_tokens: 64, kv_block_tokens: 32, kv_cache_bytes: 1MiB, "
+      "kv_cache_prefault: false, prefix_caching: false}\n");
+  const EngineOptions& eo = c.engine;
+  EXPECT_EQ(eo.max_running, 8);
+  EXPECT_EQ(eo.max_waiting, 9);
+  EXPECT_EQ(eo.max_batch_tokens, 64);
+  EXPECT_EQ(eo.kv_block_tokens, 32);
+  EXPECT_EQ(eo.kv_cache_bytes, 1 << 20);
+  EXPECT_FALSE(eo.kv_cache_prefault);
+  EXPECT_FALSE(eo.prefix_caching);
   const SamplingLimits& sl = c.limits;
   EXPECT_EQ(sl.max_new_tokens, 77);
   EXPECT_EQ(sl.max_stop_strings, 3);

@@ -1,0 +1,29 @@
+#pragma once
+// EngineOptions: the engine's sizing knobs, with no LibTorch in sight, so that frostd's configuration
+// (server/server_config.h: the `engine:` section is an EngineOptions, its YAML table writes straight into
+// these members) and EngineConfig (engine.h, which derives from it) name each value once — the server hands
+// the section over whole instead of copying it field by field.
+#include <cstdint>
+
+namespace frost {
+
+struct EngineOptions {
+  int32_t max_running = 32;   // sequences in one step
+  int32_t max_waiting = 128;  // bounded admission queue
+  // Tokens in one step, decode rows and prompt chunks together (>= max_running): a long prompt is prefilled
+  // in chunks of what decoding sequences leave, so it cannot stall their inter-token latency.
+  int64_t max_batch_tokens = 128;
+  // KV block size: positions per block at fp32 on host pages (compact codecs fit proportionally more in the
+  // same bytes); on a device, positions per block in its KV format.
+  int64_t kv_block_tokens = 16;
+  // KV pool size in bytes; 0 = the executor's default_kv_pool_bytes() for this model and max_running.
+  int64_t kv_cache_bytes = 0;
+  // Host pages: commit the pool's memory at start (HostKvStorage::create): no page faults inside decode
+  // steps, and a memory limit that cannot hold the pool fails at start. false: address space only, resident
+  // as blocks are written.
+  bool kv_cache_prefault = true;
+  // Reuse the KV blocks of prompts that share a prefix (chain-hashed full blocks, LRU eviction).
+  bool prefix_caching = true;
+};
+
+}  // namespace frost
