@@ -69,8 +69,7 @@ int run_kv_repair_bench(int argc, char** argv) {
   const KvBenchFlags f = parse_kv_bench_flags(
       argc, argv, "kv-repair", "--model DIR --codec C[,C...] --data DIR|self [flags]",
       "Trains and evaluates KV repair operators for each codec (and corruption): quality with and without "
-      "the "
-      "operator, decode speed of the fast and reference paths.",
+      "the operator, decode speed of the fast and reference paths.",
       {cli::string_flag("--codec", [&](const std::string& v) { codecs_arg = v; })
            .doc("C[,C...]", "the KV codecs to train an operator for, e.g. int4,int8 (required)"),
        cli::string_flag("--corruption", [&](const std::string& v) {

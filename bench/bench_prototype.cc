@@ -33,8 +33,7 @@ int run_prototype_bench(int argc, char** argv) {
   command.synopsis = "--model DIR --data DATASET_DIR [flags]";
   command.description =
       "Trains and evaluates the prototype regression head beside its baselines (ridge, kNN, train mean) on "
-      "the "
-      "same features.";
+      "the same features.";
   command.flag_groups = {
       {"flags",
        {cli::string_flag("--model", [&](const std::string& v) { model_path = v; })

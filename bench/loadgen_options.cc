@@ -21,11 +21,9 @@ Options parse_loadgen_flags(int argc, char** argv) {
   command.synopsis = "[flags]";
   command.description =
       "Serving load benchmark against a running frostd, printing one JSON object. N lanes (--concurrency), "
-      "each "
-      "with its own channel, run frost.v1.Generation/Generate calls back to back until M measured requests "
-      "(--requests) are done, after K warm-up requests (--warmup). Every request sets sampling.ignore_eos so "
-      "it "
-      "generates exactly T tokens (--max-tokens), and the stream is checked for that.";
+      "each with its own channel, run frost.v1.Generation/Generate calls back to back until M measured "
+      "requests (--requests) are done, after K warm-up requests (--warmup). Every request sets "
+      "sampling.ignore_eos so it generates exactly T tokens (--max-tokens); the stream is checked for that.";
   command.flag_groups = {
       {"flags",
        {frost::cli::string_flag("--addr", [&](const std::string& v) { o.addr = v; })
@@ -35,8 +33,7 @@ Options parse_loadgen_flags(int argc, char** argv) {
         frost::cli::int32_flag("--connections", 1, [&](int32_t v) { o.connections = v; })
             .doc("C",
                  "the lanes share C channels, lane i on channel i mod C (1..N, default N: each user on its "
-                 "own "
-                 "connection; 1: a proxy multiplexing every user onto one HTTP/2 connection)"),
+                 "own connection; 1: a proxy multiplexing every user onto one HTTP/2 connection)"),
         frost::cli::int32_flag("--requests", 1, [&](int32_t v) { o.requests = v; })
             .doc("M", "measured requests (default 64)"),
         frost::cli::int32_flag("--warmup", 0, [&](int32_t v) { o.warmup = v; })

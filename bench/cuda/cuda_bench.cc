@@ -274,10 +274,8 @@ frost::cli::Command cuda_bench_command(Args* a) {
   c.synopsis = "[flags]";
   c.description =
       "The CUDA decoder's speed on random-weight LLaMA shapes: per shape, batch-1 decode tokens/s against "
-      "the "
-      "bandwidth limit, batched decode at each batch size, prefill tokens/s. JSON on stdout (and --out), a "
-      "table "
-      "on stderr. Needs a GPU.";
+      "the bandwidth limit, batched decode at each batch size, prefill tokens/s. JSON on stdout (and --out), "
+      "a table on stderr. Needs a GPU.";
   c.flag_groups = {
       {"flags",
        {value_flag("--shape",

@@ -116,8 +116,7 @@ cli::Command jobs_command(CommonOptions* common) {
                 {"watch ID", "follow the job until it ends"}};
   c.footer =
       "`frostctl jobs SUBCOMMAND --help` lists a subcommand's flags. `watch` exits 0 when the job SUCCEEDED, "
-      "4 "
-      "when it ended FAILED, CANCELLED or INTERRUPTED (the reason on stderr), 2 when the call fails.";
+      "4 when it ended FAILED, CANCELLED or INTERRUPTED (the reason on stderr), 2 when the call fails.";
   return c;
 }
 
@@ -290,8 +289,7 @@ int run_watch(const std::vector<std::string>& args, CommonOptions common) {
       "Follows the job until it ends: a live progress line on a terminal, one line per event otherwise.",
       {json_flag(&json, "one JobEvent JSON line per event")}, &common, "none",
       "Exit 0 when the job SUCCEEDED, 4 when it ended FAILED, CANCELLED or INTERRUPTED (the reason on "
-      "stderr), "
-      "2 when the call fails.");
+      "stderr), 2 when the call fails.");
   int exit_code = kExitOk;
   const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
   if (!positional) return exit_code;

@@ -72,8 +72,7 @@ cli::Command prototype_command(SubmitOptions* o, CommonOptions* common) {
       string_flag("--inline-jsonl", [o](const std::string& v) { o->inline_jsonl = v; })
           .doc("FILE",
                "local JSONL file sent with the request, one {\"text\": ..., \"label\": ..., \"id\": ...} "
-               "object "
-               "per line (id optional)"),
+               "object per line (id optional)"),
       string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); })
           .doc("PATH", "held-out JSONL on the server (default: --holdout of the training rows)"),
       double_flag("--holdout", [spec](double v) { spec->set_holdout_fraction(v); })
@@ -151,8 +150,7 @@ int run_submit_kv(const char* kind, const KvKindHelp& help, frost::v1::SubmitJob
       string_flag("--calib", [spec](const std::string& v) { spec->set_calib_path(v); })
           .doc("PATH",
                "calibration text on the server: JSONL, one {\"text\": ...} per line (alias --data; optional "
-               "with "
-               "--set self_sample_windows=N)"),
+               "with --set self_sample_windows=N)"),
       string_flag("--data", [spec](const std::string& v) { spec->set_calib_path(v); })
           .doc("PATH", "alias of --calib"),
       string_flag("--test", [spec](const std::string& v) { spec->set_test_path(v); })
@@ -184,8 +182,7 @@ int run_submit_kv_repair(const std::vector<std::string>& args, CommonOptions com
   frost::v1::SubmitJobRequest request;
   const KvKindHelp help = {
       "Submits a KV repair job: trains a repair operator for a KV codec / corruption on calibration text, "
-      "and "
-      "prints the job id.",
+      "and prints the job id.",
       "kv_repair config (repeatable): codec, corruption, layers, option, rank, apply_to, steps, batch, lr, "
       "window, ... (see frost-bench kv-repair)",
       "activate the operator when the job succeeds"};
@@ -197,12 +194,10 @@ int run_submit_kvsplice(const std::vector<std::string>& args, CommonOptions comm
   frost::v1::KvSpliceJobSpec* spec = request.mutable_kvsplice();
   const KvKindHelp help = {
       "Submits a KVSplice job: calibrates a learned low-rank latent KV cache on calibration text, and prints "
-      "the "
-      "job id.",
+      "the job id.",
       "kvsplice config (repeatable): rank (unset = the Fisher-suggested rank), k_rank, v_rank (K or V latent "
       "size; unset = rank), latent (fp16 | int8), pca_metric (attention | euclidean), window, steps, batch, "
-      "lr, "
-      "pca_windows, self_sample_windows, fisher_threshold, fim_rank, seed",
+      "lr, pca_windows, self_sample_windows, fisher_threshold, fim_rank, seed",
       "then Generate serves kv.codec kvsplice with it (frostctl generate --kv-codec kvsplice)"};
   return run_submit_kv("kvsplice", help, request, spec, args, common,
                        {int32_flag("--fisher-windows", [spec](int32_t v) {

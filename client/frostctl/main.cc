@@ -40,8 +40,7 @@ frost::cli::Command frostctl_command(frost::ctl::CommonOptions* common) {
   c.footer =
       "`frostctl COMMAND --help` lists a command's flags. Exit codes: 0 ok, 1 usage error (or an unreadable "
       "input file), 2 RPC error, 3 health answered but not SERVING, 4 a watched job ended FAILED, CANCELLED "
-      "or "
-      "INTERRUPTED.";
+      "or INTERRUPTED.";
   return c;
 }
 
