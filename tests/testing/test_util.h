@@ -17,7 +17,7 @@ std::string shared_path(const std::string& rel);
 // Absolute path of a file in the source tree.
 std::string source_path(const std::string& rel);
 
-// A fresh empty directory under $TMPDIR, removed by the destructor.
+// A fresh empty directory under $TMPDIR, named by its realpath, removed with its contents by the destructor.
 class TempDir {
  public:
   explicit TempDir(const std::string& prefix = "frost_test");

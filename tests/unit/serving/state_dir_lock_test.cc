@@ -18,17 +18,7 @@ namespace {
 using ::frost::testing::read_text_file;
 using ::frost::testing::write_text_file;
 
-// A fresh temporary directory named by its realpath (resolve_data_path compares realpaths),
-// removed with its contents by the destructor.
-class ScratchDir {
- public:
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  ::frost::testing::TempDir dir_{"frost_state"};
-  std::string path_ = std::filesystem::canonical(dir_.path()).string();
-};
+using ScratchDir = ::frost::testing::TempDir;  // named by its realpath (resolve_data_path compares them)
 
 // ---- StateDirLock ----------------------------------------------------------------------------
 
