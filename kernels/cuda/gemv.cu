@@ -190,8 +190,8 @@ __global__ void __launch_bounds__(kGemvWarps* kWarp)
       float wv[kOuts][E];
 #pragma unroll
       for (int o = 0; o < kOuts; ++o) Vec16<T>::load(wr[o] + static_cast<int64_t>(c) * E, wv[o]);
-      if constexpr (kQ8) {  // float(q) · scale, the CPU's dequantized weight (group % 16 == 0: one group a
-                            // chunk)
+      // int8: float(q) · scale, the CPU's dequantized weight (group % 16 == 0: a chunk lies in one group)
+      if constexpr (kQ8) {
         const int g = c * E / group;
 #pragma unroll
         for (int o = 0; o < kOuts; ++o) {
