@@ -9,8 +9,9 @@
 #             device, the stories260K golden, the engine on cuda:0), gtest JSON
 #   serve     frostd with model.device cuda:0 serving stories260K: the golden's greedy tokens over gRPC for
 #             every reference prompt (frostctl --json), seeded sampling twice, ModelInfo and /metrics
-#   bench     frost-cuda-bench (1b and 15m shapes, bf16) beside torch.compile(mode="reduce-overhead") on the same
-#             1b shape (bench/cuda/torch_compile_bench.py), then served throughput at 64 streams over gRPC
+#   bench     frost-cuda-bench (1b and 15m shapes, bf16; the 1b shape again with int8 weights at batch 1 and 16)
+#             beside torch.compile(mode="reduce-overhead") on the same 1b shape
+#             (bench/cuda/torch_compile_bench.py), then served throughput at 64 streams over gRPC
 #             (frost-loadgen against frostd on cuda:0) against the same engine in-process (frost-bench engine)
 #   memcheck  compute-sanitizer on a filtered set of the GPU tests
 #   summary   $OUT/gpu_check.json: card, driver, commit, every phase's status and the figures
@@ -141,6 +142,12 @@ if want bench; then
     timeout 150 "$B/bench/cuda/frost-cuda-bench" --shape 1b --shape 15m --batches 1,16,64 --repeats 3 \
       --out "$OUT/cuda_bench.json" > /dev/null 2> "$OUT/cuda_bench.log"
     rc1=$?; tail -12 "$OUT/cuda_bench.log"
+    # int8 weights (weight-only, issue 38) on the same 1b shape at batch 1 and 16, beside the bf16 run above: does
+    # reading 1.125 bytes a weight instead of 2 pay? (~15 s)
+    stamp "bench: frost-cuda-bench int8 weights"
+    timeout 60 "$B/bench/cuda/frost-cuda-bench" --shape 1b --weights int8 --batches 1,16 --repeats 3 \
+      --out "$OUT/cuda_bench_int8.json" > /dev/null 2> "$OUT/cuda_bench_int8.log"
+    rc5=$?; tail -6 "$OUT/cuda_bench_int8.log"
     stamp "bench: torch.compile baseline"
     PYTHONUNBUFFERED=1 timeout 200 $PY bench/cuda/torch_compile_bench.py --shape 1b --batches 1,64 --repeats 3 \
       --out "$OUT/torch_compile.json" > "$OUT/torch_compile.log" 2>&1
@@ -159,7 +166,7 @@ if want bench; then
       --max-tokens 128 --prompt-ids 17 --temperature 0.8 --wait-ready 60 --json > "$OUT/served_64.json" 2> "$OUT/loadgen.log"
     rc4=$?
     kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
-    [ $((rc1 + rc2 + rc3 + rc4)) -eq 0 ] && record bench ok || record bench failed "rc $rc1/$rc2/$rc3/$rc4"
+    [ $((rc1 + rc2 + rc3 + rc4 + rc5)) -eq 0 ] && record bench ok || record bench failed "rc $rc1/$rc2/$rc3/$rc4/$rc5"
   fi
 fi
 

@@ -31,6 +31,19 @@ def main():
                 fig["1b_batch1_over_torch_compile"] = by_b.get(1, 0) / tb[1]
             if tb.get(64):
                 fig["1b_batch64_over_torch_compile"] = by_b.get(64, 0) / tb[64]
+    # int8 weights (weight-only) on the 1b shape beside bf16: tok/s, and the ratio at batch 1 and 16
+    i8 = load(os.path.join(out, "cuda_bench_int8.json"))
+    if i8 and "1b" in i8.get("shapes", {}):
+        one8 = i8["shapes"]["1b"]
+        by8 = {d["batch"]: d["tok_s"] for d in one8["decode"]}
+        bf = {d["batch"]: d["tok_s"] for d in cb["shapes"]["1b"]["decode"]} if cb and "1b" in cb.get("shapes", {}) else {}
+        for b in (1, 16):
+            fig[f"1b_int8_batch{b}_tok_s"] = by8.get(b)
+            if by8.get(b) and bf.get(b):
+                fig[f"1b_int8_over_bf16_batch{b}"] = by8[b] / bf[b]
+        if one8.get("limit_tok_s"):
+            fig["1b_int8_batch1_fraction_of_bandwidth_limit"] = by8.get(1, 0) / one8["limit_tok_s"]
+        fig["1b_int8_prefill_tok_s"] = one8.get("prefill", {}).get("tok_s")
     eng = load(os.path.join(out, "engine_inproc.json"))
     srv = load(os.path.join(out, "served_64.json"))
     if eng and srv:

@@ -95,7 +95,7 @@ struct ModelSection {
   std::string kernels = "auto";
   // Where the engine's steps run (core/exec/make_executor.h): "cpu", "cuda" / "cuda:N" (the CUDA decoder, a
   // FROST_CUDA build), or "reference" (the host reference device: the CUDA decoder's layout and functions on
-  // the CPU, slow; for tests). A device serves fp32, bf16 or fp16 weights and one KV format
+  // the CPU, slow; for tests). A device serves fp32, bf16, fp16 or int8 weights and one KV format
   // (engine.kv_codec).
   std::string device = "cpu";
   // The CUDA decoder replays captured steps (bounded buckets of shapes); false: direct launches.

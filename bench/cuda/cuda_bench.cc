@@ -3,7 +3,7 @@
 //   `frost-cuda-bench --help` lists the flags (cuda_bench_command below: one table parses them and prints
 //   the help, core/flags/flags.h). A usage error exits 2, a failure 1.
 //
-// Per shape: batch-1 decode tokens/s against the bandwidth limit (weight bytes over the measured
+// Per shape: batch-1 decode tokens/s against the bandwidth limit (streamed weight bytes over the measured
 // device-to-device copy rate), batched decode at each batch size (sequences prefilled to --context, then
 // --steps greedy steps, each a full step: metadata up, one forward, ids down), prefill tokens/s of one
 // --prefill-token prompt. Medians over --repeats. JSON on --out (and stdout), a table on stderr.
@@ -153,7 +153,12 @@ ordered_json run_shape(const std::string& name, const Args& a, double bw) {
   m->allocate(layout, n_blocks, max_rows, max_seqs,
               static_cast<int>((spec.max_pos + kBlockTokens - 1) / kBlockTokens));
   const double wbytes = static_cast<double>(m->weight_bytes());
-  const double limit = bw * 1e9 / wbytes;
+  // The bytes a decode step streams: all the weights, but an int8 model's fp32 embedding table, which a step
+  // only gathers rows from (its LM head is a separate int8 matrix; bf16 / fp16 / fp32 tied heads read the
+  // table).
+  const double streamed =
+      a.weights == WeightDtype::kInt8 ? wbytes - 4.0 * static_cast<double>(spec.n_vocab * spec.dim) : wbytes;
+  const double limit = bw * 1e9 / streamed;
   std::fprintf(stderr, "[%s] %.1f M params, weights %.1f MB, KV pool %.1f MB, batch-1 limit %.0f tok/s\n",
                name.c_str(), static_cast<double>(n_params(spec)) / 1e6, wbytes / 1e6,
                static_cast<double>(m->memory().kv_pool_bytes) / 1e6, limit);
@@ -166,7 +171,9 @@ ordered_json run_shape(const std::string& name, const Args& a, double bw) {
                        {"ffn_dim", spec.ffn_dim},
                        {"vocab", spec.n_vocab}}},
                      {"n_params", n_params(spec)},
+                     {"weights", frost::weight_dtype_name(a.weights)},
                      {"weight_bytes", wbytes},
+                     {"streamed_weight_bytes", streamed},
                      {"limit_tok_s", limit},
                      {"decode", ordered_json::array()}};
   for (int s = 0, next = 0; s <= max_batch; ++s) {  // slot max_batch: the prefill measurement's sequence
@@ -292,7 +299,9 @@ frost::cli::Command cuda_bench_command(Args* a) {
                        return frost::cli::bad_value("--weights", frost::weight_dtype_choices(true), v);
                      return absl::OkStatus();
                    })
-            .doc("DTYPE", "weight format: " + frost::weight_dtype_choices(true) + " (default bf16)"),
+            .doc("DTYPE",
+                 "weight format: " + frost::weight_dtype_choices(true) +
+                     " (default bf16; int8: weight-only, the CPU int8 model's format, groups of 32)"),
         value_flag("--kv",
                    [a](const std::string& v) {
                      for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kBF16, KvFormat::kInt8,

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<CudaDecoder>> CudaDecoder::create(const ModelConf
                                                                  const DeviceOptions& opts) {
   const std::string dev = absl::StrCat("cuda:", opts.device);
   if (absl::Status st = device_supports(cfg, w.dtype, dev); !st.ok()) return st;
+  if (absl::Status st = device_int8_weights_present(w, dev); !st.ok()) return st;
   std::unique_ptr<CudaDecoder> d(new CudaDecoder(cfg, opts, device_weight_dtype(w.dtype)));
   try {
     d->init_device();
@@ -128,7 +129,24 @@ const void* CudaDecoder::upload_w(const at::Tensor& t, const char* what) {
   return d;
 }
 
+CudaDecoder::Linear CudaDecoder::upload_q8(const kernels::QuantizedMatrix& q, const at::Tensor& bias,
+                                           const char* what) {
+  Linear L;
+  const at::Tensor qc = q.q.contiguous(), sc = q.scales.to(at::kFloat).contiguous();
+  void* d = alloc(qc.numel(), what);
+  FROST_CUDA_CHECK(cudaMemcpy(d, qc.data_ptr(), static_cast<size_t>(qc.numel()), cudaMemcpyHostToDevice));
+  weight_bytes_ += qc.numel();
+  L.w = d;
+  L.scales = upload_f32(sc, what);
+  L.group = static_cast<int>(q.group);
+  L.b = upload_f32(bias, what);
+  L.n_out = static_cast<int>(q.n_out);
+  L.n_in = static_cast<int>(q.n_in);
+  return L;
+}
+
 void CudaDecoder::upload(const ModelWeights& w) {
+  const bool int8 = wdt_ == cuda::DType::kInt8;
   auto lin = [&](const at::Tensor& wt, const at::Tensor& bt, const char* what) {
     Linear L;
     L.w = upload_w(wt, what);
@@ -137,7 +155,7 @@ void CudaDecoder::upload(const ModelWeights& w) {
     L.n_in = static_cast<int>(wt.size(1));
     return L;
   };
-  tok_embed_ = upload_w(w.tok_embed, "tok_embed");
+  tok_embed_ = int8 ? upload_f32(w.tok_embed, "tok_embed") : upload_w(w.tok_embed, "tok_embed");
   if (!llama_) pos_embed_ = upload_f32(w.pos_embed, "pos_embed");
   for (const LayerWeights& l : w.layers) {
     Layer L;
@@ -145,15 +163,17 @@ void CudaDecoder::upload(const ModelWeights& w) {
     L.attn_norm_b = upload_f32(l.attn_norm_b, "norm");
     L.mlp_norm_w = upload_f32(l.mlp_norm_w, "norm");
     L.mlp_norm_b = upload_f32(l.mlp_norm_b, "norm");
-    L.qkv = lin(l.wqkv, l.bqkv, "wqkv");
-    L.o = lin(l.wo, l.bo, "wo");
-    L.in = lin(l.w_in, l.b_in, "w_in");
-    L.out = lin(l.w_out, l.b_out, "w_out");
+    L.qkv = int8 ? upload_q8(l.wqkv_q, l.bqkv, "wqkv") : lin(l.wqkv, l.bqkv, "wqkv");
+    L.o = int8 ? upload_q8(l.wo_q, l.bo, "wo") : lin(l.wo, l.bo, "wo");
+    L.in = int8 ? upload_q8(l.w_in_q, l.b_in, "w_in") : lin(l.w_in, l.b_in, "w_in");
+    L.out = int8 ? upload_q8(l.w_out_q, l.b_out, "w_out") : lin(l.w_out, l.b_out, "w_out");
     layers_.push_back(L);
   }
   final_norm_w_ = upload_f32(w.final_norm_w, "final_norm_w");
   final_norm_b_ = upload_f32(w.final_norm_b, "final_norm_b");
-  if (w.lm_head.defined() && !w.lm_head.is_same(w.tok_embed)) {
+  if (int8) {  // the CPU int8 model's head: quantized, tied or not
+    lm_head_ = upload_q8(w.lm_head_q, at::Tensor(), "lm_head");
+  } else if (w.lm_head.defined() && !w.lm_head.is_same(w.tok_embed)) {
     lm_head_ = lin(w.lm_head, at::Tensor(), "lm_head");
   } else {
     lm_head_.w = tok_embed_;
@@ -180,10 +200,45 @@ std::unique_ptr<CudaDecoder> CudaDecoder::random(const ModelConfig& cfg, const D
     cuda::fill_uniform(p, dt, n, ++k, std * std::sqrt(3.f), mean, m->stream_);
     return p;
   };
+  // int8: each matrix drawn in fp32 into one scratch (the largest matrix's size), then quantized on the
+  // device as the CPU loader quantizes (groups of 32).
+  const bool int8 = wd == cuda::DType::kInt8;
+  float* draw = nullptr;
+  struct FreeDraw {
+    float** p;
+    ~FreeDraw() {
+      if (*p) cudaFree(*p);
+    }
+  } free_draw{&draw};
+  if (int8) {
+    const int64_t most = std::max({QKV * C, C * Q, FIN * C, C * F, V * C});
+    if (cudaMalloc(reinterpret_cast<void**>(&draw), 4 * static_cast<size_t>(most)) != cudaSuccess) {
+      cudaGetLastError();
+      throw DeviceError(absl::StrCat("out of device memory drawing int8 weights (", 4 * most, " bytes)"),
+                        false);
+    }
+  }
+  auto quantized = [&](int64_t n_out, int64_t n_in, float a, Linear* L) {
+    constexpr int kGroup = 32;
+    cuda::fill_uniform(draw, cuda::DType::kF32, n_out * n_in, ++k, a, 0.f, m->stream_);
+    auto* q = static_cast<int8_t*>(m->alloc(n_out * n_in, "weights"));
+    const int64_t n_scales = n_out * ((n_in + kGroup - 1) / kGroup);
+    auto* sc = static_cast<float*>(m->alloc(4 * n_scales, "weights"));
+    cuda::quantize_int8(draw, n_out, static_cast<int>(n_in), kGroup, q, sc, m->stream_);
+    L->w = q;
+    L->scales = sc;
+    L->group = kGroup;
+    m->weight_bytes_ += n_out * n_in + 4 * n_scales;
+  };
   auto lin = [&](int64_t n_out, int64_t n_in, bool bias) {
     Linear L;
-    L.w = fill(n_out * n_in, wd, 1.f / std::sqrt(static_cast<float>(n_in)), 0.f, "weights");
-    m->weight_bytes_ += n_out * n_in * wsz;
+    const float a = 1.f / std::sqrt(static_cast<float>(n_in));
+    if (int8) {
+      quantized(n_out, n_in, a * std::sqrt(3.f), &L);
+    } else {
+      L.w = fill(n_out * n_in, wd, a, 0.f, "weights");
+      m->weight_bytes_ += n_out * n_in * wsz;
+    }
     if (bias) {
       L.b = static_cast<const float*>(fill(n_out, cuda::DType::kF32, 0.02f, 0.f, "weights"));
       m->weight_bytes_ += 4 * n_out;
@@ -196,8 +251,8 @@ std::unique_ptr<CudaDecoder> CudaDecoder::random(const ModelConfig& cfg, const D
     m->weight_bytes_ += 4 * C;
     return static_cast<const float*>(fill(C, cuda::DType::kF32, std, mean, "weights"));
   };
-  m->tok_embed_ = fill(V * C, wd, 0.05f, 0.f, "weights");
-  m->weight_bytes_ += V * C * wsz;
+  m->tok_embed_ = fill(V * C, m->edt_, 0.05f, 0.f, "weights");
+  m->weight_bytes_ += V * C * cuda::dtype_bytes(m->edt_);
   if (gpt2) {
     m->pos_embed_ = static_cast<const float*>(fill(cfg.max_pos * C, cuda::DType::kF32, 0.1f, 0.f, "weights"));
     m->weight_bytes_ += 4 * cfg.max_pos * C;
@@ -219,7 +274,22 @@ std::unique_ptr<CudaDecoder> CudaDecoder::random(const ModelConfig& cfg, const D
   }
   m->final_norm_w_ = vec(0.1f, 1.f);
   if (gpt2) m->final_norm_b_ = vec(0.02f, 0.f);
-  if (cfg.tie_embeddings) {
+  if (int8) {  // the head quantized from the table (tied) or drawn (untied), as the CPU int8 model's
+    m->lm_head_.n_out = static_cast<int>(V);
+    m->lm_head_.n_in = static_cast<int>(C);
+    if (cfg.tie_embeddings) {
+      auto* q = static_cast<int8_t*>(m->alloc(V * C, "weights"));
+      auto* sc = static_cast<float*>(m->alloc(4 * V * ((C + 31) / 32), "weights"));
+      cuda::quantize_int8(static_cast<const float*>(m->tok_embed_), V, static_cast<int>(C), 32, q, sc,
+                          m->stream_);
+      m->lm_head_.w = q;
+      m->lm_head_.scales = sc;
+      m->lm_head_.group = 32;
+      m->weight_bytes_ += V * C + 4 * V * ((C + 31) / 32);
+    } else {
+      quantized(V, C, std::sqrt(3.f) / std::sqrt(static_cast<float>(C)), &m->lm_head_);
+    }
+  } else if (cfg.tie_embeddings) {
     m->lm_head_.w = m->tok_embed_;
     m->lm_head_.n_out = static_cast<int>(V);
     m->lm_head_.n_in = static_cast<int>(C);
@@ -283,6 +353,13 @@ void CudaDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_r
     probs_ = static_cast<float*>(alloc(4 * logits_cap_ * V, "sampling probabilities"));
     const int64_t widest = std::max<int64_t>({C, QKV, FIN, cfg_.q_dim(), cfg_.ffn_dim});
     xb_ = static_cast<uint16_t*>(alloc(2 * R * widest, "bf16 / fp16 activations"));
+    if (wdt_ == cuda::DType::kInt8 && (!opts_.gemv || R > kInt8GemvRows)) {
+      int64_t most = int64_t{lm_head_.n_out} * lm_head_.n_in;
+      for (const Layer& L : layers_)
+        for (const Linear* l : {&L.qkv, &L.o, &L.in, &L.out})
+          most = std::max(most, int64_t{l->n_out} * l->n_in);
+      wscratch_ = static_cast<float*>(alloc(4 * most, "int8 weights dequantized for the GEMM"));
+    }
     ids_ = static_cast<int32_t*>(alloc(4 * R, "sampled ids"));
     attn_part_ = static_cast<float*>(alloc(
         4 * cuda::attention_partials_floats(static_cast<int>(R), static_cast<int>(cfg_.n_head),
@@ -385,7 +462,17 @@ void CudaDecoder::linear(const Linear& L, const float* x, int rows, float* y, bo
                          const float* norm_w, float* scratch) {
   const float eps = static_cast<float>(cfg_.norm_eps);
   if (opts_.gemv && rows <= cuda::kGemvMaxRows) {
-    cuda::gemv(L.w, wdt_, x, rows, L.n_out, L.n_in, L.b, accumulate, y, stream_, in, norm_w, eps);
+    cuda::gemv(L.w, wdt_, x, rows, L.n_out, L.n_in, L.b, accumulate, y, stream_, in, norm_w, eps, L.scales,
+               L.group);
+    return;
+  }
+  const bool int8 = wdt_ == cuda::DType::kInt8;
+  if (int8 && opts_.gemv && rows <= kInt8GemvRows) {  // the GEMV in pieces (cuda_decoder.h says why)
+    const int64_t x_stride = in == cuda::GemvInput::kSwiGlu ? 2LL * L.n_in : L.n_in;
+    for (int r0 = 0; r0 < rows; r0 += cuda::kGemvMaxRows)
+      cuda::gemv(L.w, wdt_, x + r0 * x_stride, std::min(cuda::kGemvMaxRows, rows - r0), L.n_out, L.n_in, L.b,
+                 accumulate, y + static_cast<int64_t>(r0) * L.n_out, stream_, in, norm_w, eps, L.scales,
+                 L.group);
     return;
   }
   if (in == cuda::GemvInput::kRmsNorm) {
@@ -397,10 +484,18 @@ void CudaDecoder::linear(const Linear& L, const float* x, int rows, float* y, bo
   }
   // Row-major y[rows, n_out] = x[rows, n_in] · Wᵀ is, column-major, yᵀ = W · xᵀ with W read transposed.
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
-  if (wdt_ == cuda::DType::kF32) {
-    FROST_CUBLAS_CHECK(cublasGemmEx(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, L.n_out, rows, L.n_in, &alpha, L.w,
-                                    CUDA_R_32F, L.n_in, x, CUDA_R_32F, L.n_in, &beta, y, CUDA_R_32F, L.n_out,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (wdt_ == cuda::DType::kF32 || int8) {
+    const void* w = L.w;
+    if (int8) {  // the matrix dequantized (the GEMV's weights, bit for bit), then the fp32 GEMM
+      if (!wscratch_)
+        throw DeviceError("cuda decoder: int8 GEMM without its scratch (allocate() sized it)", false);
+      cuda::dequantize_int8(static_cast<const int8_t*>(L.w), L.scales, L.n_out, L.n_in, L.group, wscratch_,
+                            stream_);
+      w = wscratch_;
+    }
+    FROST_CUBLAS_CHECK(cublasGemmEx(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, L.n_out, rows, L.n_in, &alpha,
+                                    w, CUDA_R_32F, L.n_in, x, CUDA_R_32F, L.n_in, &beta, y, CUDA_R_32F,
+                                    L.n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {  // bf16 / fp16: W times x rounded to the same format, fp32 accumulation (the GEMV's function)
     const cudaDataType_t t = wdt_ == cuda::DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
     cuda::to_half(x, static_cast<int64_t>(rows) * L.n_in, wdt_, xb_, stream_);
@@ -416,7 +511,7 @@ void CudaDecoder::enqueue(int n, int nl, Out out) {
   const int C = static_cast<int>(s.dim), H = static_cast<int>(s.n_head), V = static_cast<int>(s.n_vocab);
   mark(nullptr);
   const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  cuda::embed(tok_embed_, wdt_, pos_embed_, rows_dev_, n, C, x_, stream_);
+  cuda::embed(tok_embed_, edt_, pos_embed_, rows_dev_, n, C, x_, stream_);
   mark("embed");
   // LLaMA: the RMSNorms and SwiGLU ride inside the linear layers that read them (fused into the GEMV at
   // batch ≤ kGemvMaxRows; their own kernels before cuBLAS above). GPT-2: LayerNorm and GELU kernels.

@@ -8,10 +8,22 @@
 // rows the host samples) cross the bus.
 //
 // Choices written down here:
-// - Activations, norms, biases, attention and sampling are fp32; weights fp32, bf16 or fp16 (bf16 / fp16: the
-//   matrices and the embedding table in that format; a product's activations are rounded to it, nearest even
-//   — fp16 overflows to ±inf from 65520 on, IEEE, not saturated —, fp32 accumulation, as cuBLAS computes bf16
-//   × bf16 / fp16 × fp16 → fp32 with CUBLAS_COMPUTE_32F; the GEMV computes the same function).
+// - Activations, norms, biases, attention and sampling are fp32; weights fp32, bf16, fp16 or int8 (bf16 /
+// fp16:
+//   the matrices and the embedding table in that format; a product's activations are rounded to it, nearest
+//   even — fp16 overflows to ±inf from 65520 on, IEEE, not saturated —, fp32 accumulation, as cuBLAS computes
+//   bf16 × bf16 / fp16 × fp16 → fp32 with CUBLAS_COMPUTE_32F; the GEMV computes the same function).
+// - int8 weights (weight-only; model.dtype int8): the CPU int8 model's matrices as it quantized them
+//   (LayerWeights::*_q, ModelWeights::lm_head_q: int8 and an fp32 scale per row and group of 32
+//   inputs), 1.125 bytes a weight; the embedding table fp32 as loaded (a lookup; the LM head is its own int8
+//   matrix, tied or not, as on the CPU). Every product is float(q) · scale (the CPU's dequantized weight, bit
+//   for bit) times the fp32 activation, not rounded, summed in fp32. Up to kInt8GemvRows rows: the int8 GEMV,
+//   in pieces of kGemvMaxRows rows (a row's result does not depend on the piece, and W is read once a piece:
+//   4 × 1.125 bytes a weight at 32 rows against bf16 cuBLAS's 2). Above (prefill): the layer's matrix
+//   dequantized into one reused fp32 scratch (the largest matrix's size) and the fp32 cuBLAS GEMM (no TF32) —
+//   the same function as the GEMV, summed in another order; the simplest correct path, not a fast one (fp32
+//   FMAs and a 4-byte copy of each matrix per step; an int8 tensor-core GEMM would need the activations
+//   quantized, which is w8a8, another format).
 // - Up to kGemvMaxRows rows a linear layer is the GEMV kernel (W read once with 16-byte loads; LLaMA's
 //   RMSNorm and SwiGLU fused into the GEMV that reads them); above, their own kernels and cuBLAS GEMM.
 // - CUDA graphs, bounded: a step's rows are padded up to a power of two (padding rows write a spare block no
@@ -40,13 +52,15 @@ class CudaDecoder final : public DeviceDecoder {
  public:
   static constexpr int kMaxGraphs = 96;
   static constexpr int kMaxGraphRows = 512;  // steps with more rows run with direct launches
+  static constexpr int kInt8GemvRows = 32;   // int8: the GEMV (in pieces) up to these rows, then the GEMM
 
   // Uploads the model's weights to GPU opts.device. FAILED_PRECONDITION naming what it cannot run
   // (device_supports) or what is missing (no CUDA device, out of device memory with the bytes asked for).
   static absl::StatusOr<std::unique_ptr<CudaDecoder>> create(const ModelConfig& cfg, const ModelWeights& w,
                                                              const DeviceOptions& opts);
   // Random weights made on the device (benchmarks of shapes with no checkpoint), the distribution of
-  // core/model/builtin_models.cc; `weights` fp32, bf16 or fp16. Throws DeviceError.
+  // core/model/builtin_models.cc; `weights` fp32, bf16, fp16 or int8 (int8: those weights quantized on the
+  // device as the CPU loader quantizes, cuda::quantize_int8, groups of 32). Throws DeviceError.
   static std::unique_ptr<CudaDecoder> random(const ModelConfig& cfg, const DeviceOptions& opts, WeightDtype weights,
                                              uint64_t seed);
   ~CudaDecoder() override;
@@ -75,19 +89,23 @@ class CudaDecoder final : public DeviceDecoder {
     const void* w = nullptr;
     const float* b = nullptr;
     int n_out = 0, n_in = 0;
+    const float* scales = nullptr;  // int8: [n_out, ceil(n_in / group)]
+    int group = 0;
   };
   struct Layer {
     const float *attn_norm_w = nullptr, *attn_norm_b = nullptr, *mlp_norm_w = nullptr, *mlp_norm_b = nullptr;
     Linear qkv, o, in, out;
   };
 
-  CudaDecoder(const ModelConfig& cfg, const DeviceOptions& opts, cuda::DType wdt) : cfg_(cfg), opts_(opts), wdt_(wdt) {}
+  CudaDecoder(const ModelConfig& cfg, const DeviceOptions& opts, cuda::DType wdt)
+      : cfg_(cfg), opts_(opts), wdt_(wdt), edt_(wdt == cuda::DType::kInt8 ? cuda::DType::kF32 : wdt) {}
   void init_device();
   void upload(const ModelWeights& w);
   void release();
   void* alloc(int64_t bytes, const char* what);
   const float* upload_f32(const at::Tensor& t, const char* what);
   const void* upload_w(const at::Tensor& t, const char* what);
+  Linear upload_q8(const kernels::QuantizedMatrix& q, const at::Tensor& bias, const char* what);
   void check(const DeviceStep& step, int max_logit_rows) const;
   // Copies the step's metadata up; returns the (rows, logit rows) the kernels run, padded when graphs are on.
   std::pair<int, int> stage(const DeviceStep& step, const std::vector<cuda::SampleParams>* sampling, bool pad,
@@ -105,6 +123,7 @@ class CudaDecoder final : public DeviceDecoder {
   ModelConfig cfg_;
   DeviceOptions opts_;
   cuda::DType wdt_;
+  cuda::DType edt_ = cuda::DType::kF32;  // the embedding table's (int8 models: fp32)
   bool llama_ = true;
   std::string card_;
   int n_sms_ = 1;
@@ -132,6 +151,7 @@ class CudaDecoder final : public DeviceDecoder {
   float *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gu_ = nullptr, *act_ = nullptr,
         *logits_ = nullptr, *probs_ = nullptr, *attn_part_ = nullptr;
   uint16_t* xb_ = nullptr;  // bf16 / fp16 activations for the 2-byte GEMM
+  float* wscratch_ = nullptr;  // int8: a matrix dequantized for the GEMM (steps above kInt8GemvRows rows)
   int32_t* ids_ = nullptr;
 
   // per-step metadata: a pinned host block and its device copy (same layout); the block tables after it

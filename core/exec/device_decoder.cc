@@ -5,9 +5,29 @@
 namespace frost {
 
 cuda::DType device_weight_dtype(WeightDtype dtype) {
-  return dtype == WeightDtype::kBF16  ? cuda::DType::kBF16
-         : dtype == WeightDtype::kF16 ? cuda::DType::kF16
-                                      : cuda::DType::kF32;
+  return dtype == WeightDtype::kBF16   ? cuda::DType::kBF16
+         : dtype == WeightDtype::kF16  ? cuda::DType::kF16
+         : dtype == WeightDtype::kInt8 ? cuda::DType::kInt8
+                                       : cuda::DType::kF32;
+}
+
+absl::Status device_int8_weights_present(const ModelWeights& w, const std::string& device) {
+  if (w.dtype != WeightDtype::kInt8) return absl::OkStatus();
+  auto check = [&](const kernels::QuantizedMatrix& q, const char* what, size_t layer) {
+    if (q.defined() && q.bits == 8 && q.group > 0) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("model.device ", device, ": model.dtype int8 but ",
+                                                      what, " of layer ", layer, " has no int8 form"));
+  };
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    for (auto [q, what] : {std::pair{&L.wqkv_q, "wqkv"}, std::pair{&L.wo_q, "wo"},
+                           std::pair{&L.w_in_q, "w_in"}, std::pair{&L.w_out_q, "w_out"}})
+      if (absl::Status st = check(*q, what, l); !st.ok()) return st;
+  }
+  if (!w.lm_head_q.defined() || w.lm_head_q.bits != 8)
+    return absl::FailedPreconditionError(
+        absl::StrCat("model.device ", device, ": model.dtype int8 but the LM head has no int8 form"));
+  return absl::OkStatus();
 }
 
 absl::Status device_supports(const ModelConfig& c, WeightDtype dtype, const std::string& device) {

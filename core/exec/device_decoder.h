@@ -25,11 +25,15 @@
 namespace frost {
 
 // What a device decoder runs, checked before anything is uploaded: FAILED_PRECONDITION naming what it does
-// not (architecture variants, int8 / int4 / w8a8 weights — fp32, bf16 and fp16 run —, another activation than
+// not (architecture variants, int4 / w8a8 weights — fp32, bf16, fp16 and int8 run —, another activation than
 // the family's, head_dim, query heads per kv head, context), "model.device <name>: ..." in front.
 absl::Status device_supports(const ModelConfig& cfg, WeightDtype dtype, const std::string& device);
-// How a device stores a model's matrices and embedding table: bf16 and fp16 as themselves, fp32 as fp32 (only
-// the formats device_supports accepts reach a device).
+// An int8 model (w.dtype kInt8) must carry the int8 form of every matrix it multiplies (LayerWeights::*_q,
+// ModelWeights::lm_head_q, 8 bits): FAILED_PRECONDITION naming the matrix otherwise; OK for other formats.
+absl::Status device_int8_weights_present(const ModelWeights& w, const std::string& device);
+// How a device stores a model's matrices and embedding table: bf16 and fp16 as themselves, fp32 as fp32, int8
+// as the CPU int8 model's int8 matrices and scales (its embedding table fp32, as loaded; only the formats
+// device_supports accepts reach a device).
 cuda::DType device_weight_dtype(WeightDtype dtype);
 
 // A decoder failure. sticky: the device is unusable from now on (a CUDA context that saw an illegal address or

@@ -26,12 +26,29 @@ absl::StatusOr<std::unique_ptr<ReferenceDecoder>> ReferenceDecoder::create(const
                                                                            const ModelWeights& w,
                                                                            const DeviceOptions& opts) {
   if (absl::Status st = device_supports(cfg, w.dtype, "reference"); !st.ok()) return st;
+  if (absl::Status st = device_int8_weights_present(w, "reference"); !st.ok()) return st;
   std::unique_ptr<ReferenceDecoder> d(new ReferenceDecoder(cfg, opts));
   d->wdt_ = device_weight_dtype(w.dtype);
   auto keep = [&d](const at::Tensor& t) {
     std::vector<float> v = host_f32(t);
     d->weight_bytes_ += static_cast<int64_t>(v.size()) * (t.defined() ? t.element_size() : 0);
     return v;
+  };
+  // int8: the quantized form the CPU int8 model multiplies (LayerWeights::*_q; the fp32 tensor beside it is
+  // its dequantized value, which the fp32 path would read instead).
+  const bool int8 = d->wdt_ == cuda::DType::kInt8;
+  auto matrix = [&](const at::Tensor& t, const kernels::QuantizedMatrix& qm) {
+    Matrix m;
+    if (!int8) {
+      m.f = keep(t);
+      return m;
+    }
+    const at::Tensor q = qm.q.contiguous(), s = qm.scales.contiguous();
+    m.q.assign(q.data_ptr<int8_t>(), q.data_ptr<int8_t>() + q.numel());
+    m.scales.assign(s.data_ptr<float>(), s.data_ptr<float>() + s.numel());
+    m.group = static_cast<int>(qm.group);
+    d->weight_bytes_ += static_cast<int64_t>(m.q.size()) + 4 * static_cast<int64_t>(m.scales.size());
+    return m;
   };
   // The device stores the matrices and the table (a tied head too) in its 2-byte format: rounded alike here
   // (the matrices again in ref::linear; a no-op for tensors loaded in that format).
@@ -42,25 +59,34 @@ absl::StatusOr<std::unique_ptr<ReferenceDecoder>> ReferenceDecoder::create(const
     Layer L;
     L.attn_norm_w = keep(l.attn_norm_w);
     L.attn_norm_b = keep(l.attn_norm_b);
-    L.wqkv = keep(l.wqkv);
+    L.wqkv = matrix(l.wqkv, l.wqkv_q);
     L.bqkv = keep(l.bqkv);
-    L.wo = keep(l.wo);
+    L.wo = matrix(l.wo, l.wo_q);
     L.bo = keep(l.bo);
     L.mlp_norm_w = keep(l.mlp_norm_w);
     L.mlp_norm_b = keep(l.mlp_norm_b);
-    L.w_in = keep(l.w_in);
+    L.w_in = matrix(l.w_in, l.w_in_q);
     L.b_in = keep(l.b_in);
-    L.w_out = keep(l.w_out);
+    L.w_out = matrix(l.w_out, l.w_out_q);
     L.b_out = keep(l.b_out);
     d->layers_.push_back(std::move(L));
   }
   d->final_norm_w_ = keep(w.final_norm_w);
   d->final_norm_b_ = keep(w.final_norm_b);
-  if (!w.lm_head.is_same(w.tok_embed)) d->lm_head_ = keep(w.lm_head);
+  if (int8 || !w.lm_head.is_same(w.tok_embed))
+    d->lm_head_ = matrix(w.lm_head, w.lm_head_q);  // int8: never tied
   if (cfg.arch == Arch::kLlama)
     cuda::ref::rope_tables(static_cast<int>(cfg.max_pos), static_cast<int>(cfg.head_dim), cfg.rope_theta,
                            &d->rope_cos_, &d->rope_sin_);
   return d;
+}
+
+void ReferenceDecoder::linear(const Matrix& m, const float* x, int rows, int n_out, int n_in, const float* b,
+                              bool accumulate, float* y) const {
+  if (wdt_ == cuda::DType::kInt8)
+    cuda::ref::linear_q8(m.q.data(), m.scales.data(), m.group, x, rows, n_out, n_in, b, accumulate, y);
+  else
+    cuda::ref::linear(m.f.data(), x, rows, n_out, n_in, b, accumulate, wdt_, y);
 }
 
 void ReferenceDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_rows, int max_seqs,
@@ -152,7 +178,7 @@ std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     // 1. norm → qkv
     norm(x.data(), L.attn_norm_w, L.attn_norm_b, n, h.data());
-    ref::linear(L.wqkv.data(), h.data(), n, QKV, C, bias(L.bqkv), false, wdt_, qkv.data());
+    linear(L.wqkv, h.data(), n, QKV, C, bias(L.bqkv), false, qkv.data());
     // 2. RoPE on q and k heads, then k and v rows into the pool through the format (every row of the step
     //    first: a row attends to this step's earlier rows of its sequence)
     for (int r = 0; r < n; ++r) {
@@ -198,15 +224,15 @@ std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
       }
     }
     // 4. o projection into the residual, then the MLP
-    ref::linear(L.wo.data(), att.data(), n, C, Q, bias(L.bo), true, wdt_, x.data());
+    linear(L.wo, att.data(), n, C, Q, bias(L.bo), true, x.data());
     norm(x.data(), L.mlp_norm_w, L.mlp_norm_b, n, h.data());
-    ref::linear(L.w_in.data(), h.data(), n, FIN, C, bias(L.b_in), false, wdt_, gu.data());
+    linear(L.w_in, h.data(), n, FIN, C, bias(L.b_in), false, gu.data());
     if (gpt2) {
       ref::gelu_new(gu.data(), static_cast<int64_t>(n) * F);
-      ref::linear(L.w_out.data(), gu.data(), n, C, F, bias(L.b_out), true, wdt_, x.data());
+      linear(L.w_out, gu.data(), n, C, F, bias(L.b_out), true, x.data());
     } else {
       ref::swiglu(gu.data(), n, F, act.data());
-      ref::linear(L.w_out.data(), act.data(), n, C, F, bias(L.b_out), true, wdt_, x.data());
+      linear(L.w_out, act.data(), n, C, F, bias(L.b_out), true, x.data());
     }
   }
   // 5. the logit rows: final norm, lm_head
@@ -217,8 +243,10 @@ std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
   norm(last.data(), final_norm_w_, final_norm_b_, nl, hn.data());
   if (hidden) return hn;
   std::vector<float> logits(static_cast<size_t>(nl) * V);
-  ref::linear(lm_head_.empty() ? tok_embed_.data() : lm_head_.data(), hn.data(), nl, V, C, nullptr, false,
-              wdt_, logits.data());
+  if (lm_head_.f.empty() && lm_head_.q.empty())  // tied
+    ref::linear(tok_embed_.data(), hn.data(), nl, V, C, nullptr, false, wdt_, logits.data());
+  else
+    linear(lm_head_, hn.data(), nl, V, C, nullptr, false, logits.data());
   return logits;
 }
 

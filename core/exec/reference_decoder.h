@@ -17,7 +17,8 @@ namespace frost {
 class ReferenceDecoder final : public DeviceDecoder {
  public:
   // Copies the weights (fp32; bf16 / fp16 models are computed as the device does: bf16 / fp16 weights times
-  // inputs rounded to the same format, nearest even, bit for bit the device's rounding). FAILED_PRECONDITION
+  // inputs rounded to the same format, nearest even, bit for bit the device's rounding; int8 models keep the
+  // CPU int8 model's int8 matrices and scales, ref::linear_q8, the embedding table fp32). FAILED_PRECONDITION
   // (device_supports) for a model a device decoder does not run.
   static absl::StatusOr<std::unique_ptr<ReferenceDecoder>> create(const ModelConfig& cfg, const ModelWeights& w,
                                                                   const DeviceOptions& opts);
@@ -42,14 +43,25 @@ class ReferenceDecoder final : public DeviceDecoder {
   std::vector<float> run(const DeviceStep& step, bool hidden = false);
   uint8_t* block_base(int seq, int pos, int layer, int* row);
 
-  struct Layer {
-    std::vector<float> attn_norm_w, attn_norm_b, wqkv, bqkv, wo, bo, mlp_norm_w, mlp_norm_b, w_in, b_in, w_out,
-        b_out;
+  // A matrix as the device stores it: fp32 values (fp32 / bf16 / fp16 models: ref::linear rounds them), or
+  // (int8) the quantized values and scales.
+  struct Matrix {
+    std::vector<float> f;
+    std::vector<int8_t> q;
+    std::vector<float> scales;
+    int group = 0;
   };
+  struct Layer {
+    std::vector<float> attn_norm_w, attn_norm_b, bqkv, bo, mlp_norm_w, mlp_norm_b, b_in, b_out;
+    Matrix wqkv, wo, w_in, w_out;
+  };
+  void linear(const Matrix& m, const float* x, int rows, int n_out, int n_in, const float* b, bool accumulate,
+              float* y) const;
   ModelConfig cfg_;
   DeviceOptions opts_;
   cuda::DType wdt_ = cuda::DType::kF32;  // how the device stores the matrices
-  std::vector<float> tok_embed_, pos_embed_, final_norm_w_, final_norm_b_, lm_head_;  // lm_head_ empty: tied
+  std::vector<float> tok_embed_, pos_embed_, final_norm_w_, final_norm_b_;
+  Matrix lm_head_;  // empty (fp32 / bf16 / fp16 models): tied to tok_embed_
   std::vector<Layer> layers_;
   std::vector<float> rope_cos_, rope_sin_;
   int64_t weight_bytes_ = 0;

@@ -410,7 +410,8 @@ std::string weight_dtype_choices(bool device) {
 bool weight_dtype_on_cpu(WeightDtype d) { return d != WeightDtype::kF16; }
 
 bool weight_dtype_on_device(WeightDtype d) {
-  return d == WeightDtype::kF32 || d == WeightDtype::kBF16 || d == WeightDtype::kF16;
+  return d == WeightDtype::kF32 || d == WeightDtype::kBF16 || d == WeightDtype::kF16 ||
+         d == WeightDtype::kInt8;
 }
 
 absl::Status check_weight_dtype_on_cpu(WeightDtype d, const std::string& field) {

@@ -25,10 +25,10 @@ inline constexpr WeightDtype kWeightDtypes[] = {WeightDtype::kF32,  WeightDtype:
                                                 WeightDtype::kInt8, WeightDtype::kInt4, WeightDtype::kW8A8};
 std::string weight_dtype_choices();  // "fp32, bf16, fp16, int8, int4 or w8a8", for usage errors
 // Where a format runs: the CPU path (CpuExecutor, Generator, the CLIs without a device) every format but
-// fp16; a device decoder (core/exec/device_decoder.h) fp32, bf16 and fp16.
+// fp16; a device decoder (core/exec/device_decoder.h) fp32, bf16, fp16 and int8.
 bool weight_dtype_on_cpu(WeightDtype d);
 bool weight_dtype_on_device(WeightDtype d);
-// The formats of one side, "fp32, bf16, int8, int4 or w8a8" (cpu) / "fp32, bf16 or fp16" (device), in
+// The formats of one side, "fp32, bf16, int8, int4 or w8a8" (cpu) / "fp32, bf16, fp16 or int8" (device), in
 // kWeightDtypes order.
 std::string weight_dtype_choices(bool device);
 // OK when the CPU path runs `d`; else INVALID_ARGUMENT "<field> fp16: fp16 is a device weight format

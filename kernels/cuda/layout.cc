@@ -23,6 +23,7 @@ const char* dtype_name(DType d) {
     case DType::kF32: return "fp32";
     case DType::kBF16: return "bf16";
     case DType::kF16: return "fp16";
+    case DType::kInt8: return "int8";
   }
   return "?";
 }

@@ -19,9 +19,13 @@ namespace frost::cuda {
 
 // Weight storage. bf16 / fp16: the matrices (and the embedding table) in 2 bytes, read as fp32; their
 // products take the activations rounded to the same format (ops.h gemv), accumulating in fp32.
-enum class DType { kF32, kBF16, kF16 };
-FROST_HD inline int dtype_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
-const char* dtype_name(DType d);                          // "fp32" | "bf16" | "fp16"
+// int8 (weight-only): the matrices as the CPU int8 model quantizes them (kernels/cpu/quant.h quantize_int8:
+// int8 [n_out, n_in] and an fp32 scale per output row and group of `group` inputs, [n_out, ceil(n_in /
+// group)]), read as float(q) · scale — the CPU's dequantize(), the same fp32 values — times fp32
+// activations (not rounded), accumulating in fp32; the embedding table stays fp32 (a lookup, as on the CPU).
+enum class DType { kF32, kBF16, kF16, kInt8 };
+FROST_HD inline int dtype_bytes(DType d) { return d == DType::kF32 ? 4 : d == DType::kInt8 ? 1 : 2; }
+const char* dtype_name(DType d);                          // "fp32" | "bf16" | "fp16" | "int8"
 enum class KvFormat { kF32, kF16, kBF16, kInt8, kInt4 };  // KV storage (frost's codec names)
 
 const char* kv_format_name(KvFormat f);  // "fp32" | "fp16" | "bf16" | "int8" | "int4"

@@ -423,11 +423,40 @@ __global__ void fill_uniform_kernel(void* dst, DType dt, int64_t n, uint64_t see
   }
 }
 
+// One block per output row (no 64-bit division per element).
+__global__ void dequantize_int8_kernel(const int8_t* q, const float* scales, int n_in, int group,
+                                       float* out) {
+  const int64_t o = blockIdx.x;
+  const int n_groups = (n_in + group - 1) / group;
+  for (int k = threadIdx.x; k < n_in; k += blockDim.x)
+    out[o * n_in + k] = static_cast<float>(q[o * n_in + k]) * scales[o * n_groups + k / group];
+}
+
+// One thread per (row, group), the CPU's quantize_int8 operation for operation.
+__global__ void quantize_int8_kernel(const float* w, int64_t n_out, int n_in, int group, int8_t* q,
+                                     float* scales) {
+  const int n_groups = (n_in + group - 1) / group;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_out * n_groups) return;
+  const int64_t o = i / n_groups;
+  const int k0 = static_cast<int>(i % n_groups) * group, k1 = min(n_in, k0 + group);
+  const float* row = w + o * n_in;
+  float amax = 0.f;
+  for (int k = k0; k < k1; ++k) amax = fmaxf(amax, fabsf(row[k]));
+  const float s = amax / 127.f;
+  scales[i] = s;
+  for (int k = k0; k < k1; ++k) {
+    const float v = s > 0.f ? roundf(row[k] / s) : 0.f;
+    q[o * n_in + k] = static_cast<int8_t>(fminf(fmaxf(v, -127.f), 127.f));
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------- launchers
 void embed(const void* table, DType dt, const float* pos_embed, const StepRows& rows, int n_rows, int dim,
            float* out, cudaStream_t stream) {
+  if (dt == DType::kInt8) throw std::invalid_argument("embed: an int8 model's table is fp32");
   if (n_rows <= 0) return;
   embed_kernel<<<n_rows, 256, 0, stream>>>(table, dt, pos_embed, rows, dim, out);
   FROST_CUDA_LAUNCHED();
@@ -547,9 +576,28 @@ void to_half(const float* src, int64_t n, DType dt, uint16_t* dst, cudaStream_t 
 }
 
 void fill_uniform(void* dst, DType dt, int64_t n, uint64_t seed, float a, float mean, cudaStream_t stream) {
+  if (dt == DType::kInt8) throw std::invalid_argument("fill_uniform: int8 is made by quantize_int8");
   if (n <= 0) return;
   fill_uniform_kernel<<<std::min<int64_t>(blocks_for(n, 256), 65535), 256, 0, stream>>>(dst, dt, n, seed, a,
                                                                                         mean);
+  FROST_CUDA_LAUNCHED();
+}
+
+void dequantize_int8(const int8_t* q, const float* scales, int64_t n_out, int n_in, int group, float* out,
+                     cudaStream_t stream) {
+  if (n_out <= 0 || n_in <= 0) return;
+  if (group <= 0) throw std::invalid_argument("dequantize_int8: group must be > 0");
+  if (n_out > 0x7fffffff) throw std::invalid_argument("dequantize_int8: too many rows");
+  dequantize_int8_kernel<<<static_cast<unsigned>(n_out), 256, 0, stream>>>(q, scales, n_in, group, out);
+  FROST_CUDA_LAUNCHED();
+}
+
+void quantize_int8(const float* w, int64_t n_out, int n_in, int group, int8_t* q, float* scales,
+                   cudaStream_t stream) {
+  if (n_out <= 0 || n_in <= 0) return;
+  if (group <= 0) throw std::invalid_argument("quantize_int8: group must be > 0");
+  const int64_t n = n_out * ((n_in + group - 1) / group);
+  quantize_int8_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(w, n_out, n_in, group, q, scales);
   FROST_CUDA_LAUNCHED();
 }
 

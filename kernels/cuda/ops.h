@@ -3,14 +3,15 @@
 // Each has a CPU twin in kernels/cuda/reference.h that tests/gpu/ holds it to on random inputs.
 //
 // Conventions:
-// - Activations are fp32, row-major [rows, n]. Weights are fp32, bf16 or fp16 (DType), row-major
-//   [n_out, n_in] (frost's fused layout: wqkv = [q; k; v], LLaMA w_in = [gate; up]).
+// - Activations are fp32, row-major [rows, n]. Weights are fp32, bf16, fp16 or int8 (DType), row-major
+//   [n_out, n_in] (frost's fused layout: wqkv = [q; k; v], LLaMA w_in = [gate; up]); int8 with fp32 scales
+//   [n_out, ceil(n_in / group)] (kernels/cpu/quant.h's format: the weight is float(q) · scale).
 // - 2-byte weights: a product takes the weight widened exactly to fp32 and the activation rounded to the
 //   weight's format (round to nearest even), and sums in fp32 — the GEMV kernel and the cuBLAS GEMM
-//   (CUDA_R_16BF / CUDA_R_16F inputs, CUBLAS_COMPUTE_32F) alike. fp16's range ends at 65504: an activation of magnitude
-//   65520 or more rounds to ±inf (IEEE, __float2half_rn; not saturated), and fp16 weights beyond the range
-//   are refused at load (core/model/model_loader.cc). Activations of that size do not occur in the models
-//   served (the residual stream itself stays fp32).
+//   (CUDA_R_16BF / CUDA_R_16F inputs, CUBLAS_COMPUTE_32F) alike. fp16's range ends at 65504: an activation of
+//   magnitude 65520 or more rounds to ±inf (IEEE, __float2half_rn; not saturated), and fp16 weights beyond
+//   the range are refused at load (core/model/model_loader.cc). Activations of that size do not occur in the
+//   models served (the residual stream itself stays fp32).
 // - A step is a ragged batch of rows; row r is (token, sequence slot, absolute position). Per-row
 //   metadata lives in device memory so that a captured CUDA graph replays with new values.
 // - Paged KV: a pool of blocks of `block_tokens` positions; sequence s's position p lives in block
@@ -35,7 +36,8 @@ struct StepRows {
   int max_blocks = 0;  // per sequence
 };
 
-// out[r] = embed[token[r]] (+ pos_embed[pos[r]] when pos_embed is non-null); the table fp32, bf16 or fp16.
+// out[r] = embed[token[r]] (+ pos_embed[pos[r]] when pos_embed is non-null); the table fp32, bf16 or fp16 (an
+// int8 model's table is fp32).
 void embed(const void* table, DType dt, const float* pos_embed, const StepRows& rows, int n_rows, int dim,
            float* out, cudaStream_t stream);
 
@@ -76,12 +78,24 @@ void gather_rows(const float* src, const int32_t* idx, int n_idx, int n, float* 
 // 16-byte loads, a block per 16, 8 or 4 outputs (1, 2–4, 5–8 rows). The batch-1 decode path; the GEMM path
 // (cuBLAS) is its twin for larger batches. x̃ is x, or x RMS-normalised with norm_w (the rmsnorm kernel fused
 // in), or SwiGLU of x = [gate | up] (x has 2·n_in columns; the swiglu kernel fused in). bf16 / fp16 weights
-// multiply x̃ rounded to bf16 / fp16 (as the GEMM does), accumulating in fp32.
+// multiply x̃ rounded to bf16 / fp16 (as the GEMM does), accumulating in fp32. int8 (weight-only): `scales`
+// and `group` as above; each weight float(q) · scale in fp32 times x̃ as it is (not rounded), fp32
+// accumulation; a block's two halves take half its outputs each (a 16-byte load is 16 weights). A row's
+// result does not depend on n_rows (the same sums in the same order), so a step of more rows may run in
+// pieces of kGemvMaxRows.
 constexpr int kGemvMaxRows = 8;
 enum class GemvInput { kPlain, kRmsNorm, kSwiGlu };
 void gemv(const void* w, DType dt, const float* x, int n_rows, int n_out, int n_in, const float* bias,
           bool accumulate, float* y, cudaStream_t stream, GemvInput in = GemvInput::kPlain,
-          const float* norm_w = nullptr, float eps = 0.f);
+          const float* norm_w = nullptr, float eps = 0.f, const float* scales = nullptr, int group = 0);
+// int8 matrices (kernels/cpu/quant.h's format, bit for bit its functions): dequantize_int8 writes out[o, k] =
+// float(q[o, k]) · scales[o, k / group] (the fp32 matrix of the cuBLAS GEMM above the GEMV's rows);
+// quantize_int8 is quantize_int8() on the device — per row and group s = max|w| / 127, q = round(w / s)
+// (ties away from zero) clamped to ±127, s = 0 → q = 0 — for random benchmark weights made on the device.
+void dequantize_int8(const int8_t* q, const float* scales, int64_t n_out, int n_in, int group, float* out,
+                     cudaStream_t stream);
+void quantize_int8(const float* w, int64_t n_out, int n_in, int group, int8_t* q, float* scales,
+                   cudaStream_t stream);
 // dst = src rounded to dt (bf16 or fp16; fp32 throws), nearest even (activations for the 2-byte GEMM).
 void to_half(const float* src, int64_t n, DType dt, uint16_t* dst, cudaStream_t stream);
 // Fills dst (fp32, or rounded to bf16 / fp16) with uniform values in [−a, a) (+ mean) from a counter hash of

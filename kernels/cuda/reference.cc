@@ -72,6 +72,7 @@ float dtype_round(DType d, float f) {
     case DType::kF32: return f;
     case DType::kBF16: return bf16_round(f);
     case DType::kF16: return f16_round(f);
+    case DType::kInt8: return f;
   }
   return f;
 }
@@ -220,6 +221,26 @@ void linear(const float* w, const float* x, int rows, int n_out, int n_in, const
       for (int i = 0; i < n_in; ++i)
         acc += static_cast<double>(dtype_round(dt, w[static_cast<int64_t>(o) * n_in + i])) *
                xr[static_cast<size_t>(i)];
+      if (b) acc += b[o];
+      float& dst = y[static_cast<int64_t>(r) * n_out + o];
+      dst = accumulate ? static_cast<float>(dst + acc) : static_cast<float>(acc);
+    }
+  }
+}
+
+void linear_q8(const int8_t* q, const float* scales, int group, const float* x, int rows, int n_out, int n_in,
+               const float* b, bool accumulate, float* y) {
+  const int n_groups = (n_in + group - 1) / group;
+  std::vector<float> wr(static_cast<size_t>(n_in));
+  for (int o = 0; o < n_out; ++o) {
+    // The row dequantized once (float(q) · s, one fp32 rounding: quant.h's dequantize()), used for every row.
+    for (int i = 0; i < n_in; ++i)
+      wr[static_cast<size_t>(i)] = static_cast<float>(q[static_cast<int64_t>(o) * n_in + i]) *
+                                   scales[static_cast<int64_t>(o) * n_groups + i / group];
+    for (int r = 0; r < rows; ++r) {
+      double acc = 0;
+      for (int i = 0; i < n_in; ++i)
+        acc += static_cast<double>(wr[static_cast<size_t>(i)]) * x[static_cast<int64_t>(r) * n_in + i];
       if (b) acc += b[o];
       float& dst = y[static_cast<int64_t>(r) * n_out + o];
       dst = accumulate ? static_cast<float>(dst + acc) : static_cast<float>(acc);

@@ -23,7 +23,8 @@ float bf16_round(float f);   // f rounded to bf16 and back
 uint16_t f16_bits(float f);
 float f16_value(uint16_t h);
 float f16_round(float f);  // f rounded to fp16 and back
-// f as a weight or activation of that storage format reads it: itself (fp32), bf16_round or f16_round.
+// f as a weight or activation of that storage format reads it: itself (fp32; int8, whose activations are not
+// rounded and whose weights are already their dequantized values), bf16_round or f16_round.
 float dtype_round(DType d, float f);
 
 void rmsnorm(const float* x, const float* w, int rows, int dim, float eps, float* out);
@@ -47,6 +48,11 @@ void gelu_new(float* x, int64_t n);
 // here).
 void linear(const float* w, const float* x, int rows, int n_out, int n_in, const float* b, bool accumulate,
             DType dt, float* y);
+// The int8 twin (DType::kInt8): y[r] (+)= W·x[r] (+ b) with W = q [n_out, n_in] int8 and scales [n_out,
+// ceil(n_in / group)] fp32, each weight float(q) · scale in fp32 (kernels/cpu/quant.h dequantize(), the CPU
+// int8 model's values bit for bit), x as it is (weight-only: activations not rounded), sums in double.
+void linear_q8(const int8_t* q, const float* scales, int group, const float* x, int rows, int n_out, int n_in,
+               const float* b, bool accumulate, float* y);
 int argmax(const float* logits, int vocab);
 // The device sampler's function (ops.h sample_rows), which is the host sampler's (core/generate/sampler.cc,
 // steps 4-9: greedy; top-k; p = exp_nonpositive((l − l_max) · (1/T)); top-p; min-p; the draw), with its sums

@@ -3,7 +3,9 @@
 // attention and elementwise ops within 2e-5 (fp32 sums against double ones); bf16 / fp16 GEMV within 2e-5 of
 // the twin that rounds the same inputs to bf16 / fp16 (2e-3 with a norm or SwiGLU fused in: its fp32 input
 // may round to the neighbouring 2-byte value); the fp16 / bf16 conversions (to_half, fill_uniform, embed) bit
-// for bit. Skipped, with the reason, where no CUDA device exists.
+// for bit; int8 GEMV (every row count, plain and fused, 16-byte loads and the scalar path) within 2e-5 of
+// ref::linear_q8 (the same fp32 weights float(q) · scale, unrounded activations); the device's int8 quantizer
+// and dequantizer bit for bit kernels/cpu/quant.h's. Skipped, with the reason, where no CUDA device exists.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,9 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 
+#include "kernels/cpu/quant.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reference.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -392,6 +396,91 @@ TEST(CudaOps, GemvWithItsNormOrActivationFusedMatchesTheSeparateTwins) {
               << "x" << sh.n_in << " rows " << rows;
         }
       }
+}
+
+// An int8 matrix (kernels/cpu/quant.h's quantize_int8 of w, `group` inputs a scale; 0 = the whole row) on the
+// device: its int8 values and scales.
+struct DeviceInt8 {
+  kernels::QuantizedMatrix qm;
+  DeviceArray<int8_t> q;
+  DeviceArray<float> scales;
+  static kernels::QuantizedMatrix quantize(const std::vector<float>& w, int n_out, int n_in, int64_t group) {
+    const at::Tensor t = at::from_blob(const_cast<float*>(w.data()), {n_out, n_in}, at::kFloat).clone();
+    return kernels::quantize_int8(t, group);
+  }
+  DeviceInt8(const std::vector<float>& w, int n_out, int n_in, int64_t group)
+      : qm(quantize(w, n_out, n_in, group)),
+        q(std::vector<int8_t>(qm.q.data_ptr<int8_t>(), qm.q.data_ptr<int8_t>() + qm.q.numel())),
+        scales(std::vector<float>(qm.scales.data_ptr<float>(),
+                                  qm.scales.data_ptr<float>() + qm.scales.numel())) {}
+  int group() const { return static_cast<int>(qm.group); }
+};
+
+TEST(CudaOps, Int8GemvMatchesItsTwinForEveryRowCountInputAndGroup) {
+  FROST_REQUIRE_GPU();
+  struct Shape {
+    int n_out, n_in;
+  };
+  // n_in 288, 2048, 8192, 64 with group 32 or 0 (one scale a row): 16-byte loads; n_in 172 or 13, or group 20
+  // (a chunk of 16 would straddle two groups): the scalar path.
+  for (Shape sh : {Shape{1000, 288}, Shape{2048, 8192}, Shape{4096, 2048}, Shape{172, 64}, Shape{10, 172},
+                   Shape{33, 13}})
+    for (int64_t group : {int64_t{32}, int64_t{0}, int64_t{20}}) {
+      const std::vector<float> w =
+          random_floats(static_cast<size_t>(sh.n_out) * sh.n_in, sh.n_out + sh.n_in, -0.1f, 0.1f);
+      const DeviceInt8 dw(w, sh.n_out, sh.n_in, group);
+      DeviceArray<float> bias(random_floats(static_cast<size_t>(sh.n_out), 3));
+      DeviceArray<float> nw(random_floats(static_cast<size_t>(sh.n_in), 9, 0.5f, 1.5f));
+      const bool big =
+          static_cast<int64_t>(sh.n_out) * sh.n_in > 1000000;  // its twin is slow: three row counts
+      for (int rows = 1; rows <= kGemvMaxRows; ++rows)
+        for (GemvInput in : {GemvInput::kPlain, GemvInput::kRmsNorm, GemvInput::kSwiGlu}) {
+          if (big && rows != 1 && rows != 3 && rows != kGemvMaxRows) continue;
+          const int cols = in == GemvInput::kSwiGlu ? 2 * sh.n_in : sh.n_in;
+          DeviceArray<float> x(random_floats(static_cast<size_t>(rows) * cols, 100 + rows, -2.f, 2.f));
+          DeviceArray<float> y(random_floats(static_cast<size_t>(rows) * sh.n_out, 200 + rows));
+          std::vector<float> ref = y.host, xt(static_cast<size_t>(rows) * sh.n_in);
+          const bool acc = rows % 2 == 0;
+          const float* b = rows % 3 == 0 ? bias.dev : nullptr;
+          gemv(dw.q.dev, DType::kInt8, x.dev, rows, sh.n_out, sh.n_in, b, acc, y.dev, nullptr, in, nw.dev,
+               1e-5f, dw.scales.dev, dw.group());
+          if (in == GemvInput::kRmsNorm)
+            ref::rmsnorm(x.host.data(), nw.host.data(), rows, sh.n_in, 1e-5f, xt.data());
+          else if (in == GemvInput::kSwiGlu)
+            ref::swiglu(x.host.data(), rows, sh.n_in, xt.data());
+          else
+            xt = x.host;
+          ref::linear_q8(dw.q.host.data(), dw.scales.host.data(), dw.group(), xt.data(), rows, sh.n_out,
+                         sh.n_in, b ? bias.host.data() : nullptr, acc, ref.data());
+          ASSERT_LT(rel_max_diff(y.download(), ref), 2e-5)
+              << "int8 " << sh.n_out << "x" << sh.n_in << " group " << group << " rows " << rows << " input "
+              << static_cast<int>(in);
+        }
+    }
+  DeviceArray<float> x(4), y(4);
+  EXPECT_THROW(gemv(x.dev, DType::kInt8, x.dev, 1, 2, 2, nullptr, false, y.dev, nullptr),
+               std::invalid_argument);
+}
+
+TEST(CudaOps, Int8QuantizeAndDequantizeAreTheCpusBitForBit) {
+  FROST_REQUIRE_GPU();
+  for (auto [n_out, n_in, group] :
+       {std::tuple{300, 288, 32}, std::tuple{17, 45, 32}, std::tuple{5, 64, 64}}) {
+    std::vector<float> w = random_floats(static_cast<size_t>(n_out) * n_in, n_in, -0.3f, 0.3f);
+    for (int k = 0; k < n_in; ++k) w[static_cast<size_t>(k)] = 0.f;  // an all-zero row: scale 0, q 0
+    const DeviceInt8 cpu(w, n_out, n_in, group);
+    DeviceArray<float> wd(w);
+    DeviceArray<int8_t> q(w.size());
+    DeviceArray<float> s(cpu.scales.host.size(), std::nanf(""));
+    quantize_int8(wd.dev, n_out, n_in, group, q.dev, s.dev, nullptr);
+    ASSERT_EQ(q.download(), cpu.q.host) << n_out << "x" << n_in;
+    ASSERT_EQ(s.download(), cpu.scales.host) << n_out << "x" << n_in;
+    DeviceArray<float> dq(w.size(), std::nanf(""));
+    dequantize_int8(q.dev, s.dev, n_out, n_in, group, dq.dev, nullptr);
+    const at::Tensor want = kernels::dequantize(cpu.qm).contiguous();
+    ASSERT_EQ(dq.download(),
+              std::vector<float>(want.data_ptr<float>(), want.data_ptr<float>() + want.numel()));
+  }
 }
 
 // The device sampler against its twin (ref::sample_row, the host sampler's function): greedy, temperature,

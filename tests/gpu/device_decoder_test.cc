@@ -1,11 +1,15 @@
 // The CUDA decoder (core/exec/cuda_decoder.h) against the host reference device, which implements the same
 // contract with the CPU twins of its kernels (core/exec/reference_decoder.h; CI holds that one to the CPU
 // transformer and the golden), and the engine serving on cuda:0:
-//  - random LLaMA-GQA and GPT-2 shapes, every KV format, fp32, bf16 and fp16 weights: the logits of a prefill
-//    (12 rows: the cuBLAS GEMM) and of decode steps (the GEMV) (max |Δ| / max(1, max |ref|): fp32 weights
-//    1e-4; bf16 5e-3, since the GEMM rounds its activations to bf16 and a last-bit difference upstream moves
-//    one of them by a bf16 unit, 2⁻⁸ relative; fp16 2e-3 on the same grounds, its unit 2⁻¹¹ relative, with
-//    room for a few);
+//  - random LLaMA-GQA and GPT-2 shapes, every KV format, fp32, bf16, fp16 and int8 weights: the logits of a
+//    prefill (12 rows: the cuBLAS GEMM; int8: the GEMV in pieces of 8) and of decode steps (the GEMV) (max
+//    |Δ| / max(1, max |ref|): fp32 and int8 weights 1e-4 — int8 multiplies the same fp32 weights float(q) ·
+//    scale by unrounded activations —; bf16 5e-3, since the GEMM rounds its activations to bf16 and a
+//    last-bit difference upstream moves one of them by a bf16 unit, 2⁻⁸ relative; fp16 2e-3 on the same
+//    grounds, its unit 2⁻¹¹ relative, with room for a few);
+//  - int8 on each of its paths (the GEMV, the GEMV in pieces up to 32 rows, dequantize + fp32 cuBLAS above,
+//    and cuBLAS alone with the GEMV off): 1e-4 of the reference device; stories260K int8: 1e-4 of the
+//    reference device and its greedy tokens; random int8 weights made on the device (the benchmark's) run;
 //  - a ragged step of several sequences equals each alone (1e-4);
 //  - bounded CUDA graph replays give the direct launches' tokens, with one graph per shape bucket;
 //  - sampling on the device: the twin's token (the host sampler's function) on the device's own logits;
@@ -95,7 +99,7 @@ std::vector<float> prefill_then_decode(DeviceDecoder& d, const std::vector<int32
 TEST(CudaDecoder, RandomLlamaAndGpt2MatchTheReferenceDeviceInEveryFormat) {
   REQUIRE_GPU();
   for (const ModelConfig& cfg : {testing::device_llama_gqa(), testing::device_gpt2()})
-    for (WeightDtype wd : {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kF16}) {
+    for (WeightDtype wd : {WeightDtype::kF32, WeightDtype::kBF16, WeightDtype::kF16, WeightDtype::kInt8}) {
       const auto model = testing::random_loaded_model(cfg, cfg.arch == Arch::kLlama ? 7 : 8, wd);
       std::mt19937 g(3);
       std::vector<int32_t> tokens(20);
@@ -108,7 +112,9 @@ TEST(CudaDecoder, RandomLlamaAndGpt2MatchTheReferenceDeviceInEveryFormat) {
         testing::allocate_for_test(*gpu, cfg, f, 16, 32, 4);
         testing::allocate_for_test(*ref, cfg, f, 16, 32, 4);
         const double d = testing::rel_max_diff(prefill_then_decode(*gpu, tokens), prefill_then_decode(*ref, tokens));
-        EXPECT_LT(d, wd == WeightDtype::kF32 ? 1e-4 : wd == WeightDtype::kBF16 ? 5e-3 : 2e-3);
+        EXPECT_LT(d, wd == WeightDtype::kF32 || wd == WeightDtype::kInt8 ? 1e-4
+                     : wd == WeightDtype::kBF16                          ? 5e-3
+                                                                         : 2e-3);
         std::printf("  gpu vs reference device: %-5s %s kv %-4s  max rel diff %.2e\n", arch_name(cfg.arch),
                     weight_dtype_name(wd), cuda::kv_format_name(f), d);
       }
@@ -339,6 +345,124 @@ TEST(CudaDecoder, Stories260KWithFp16WeightsGivesTheGoldensGreedyTokens) {
     EXPECT_EQ(ids, want) << c.at("prompt");
     std::printf("  stories260K fp16 '%s': gpu vs reference device max rel diff %.2e, greedy tokens %s\n",
                 c.at("prompt").get<std::string>().c_str(), worst, ids == want ? "equal" : "DIFFER");
+  }
+}
+
+// int8 weights on every path a step's rows take: 1..8 rows the GEMV, 9..32 the GEMV in pieces of 8, above
+// the matrix dequantized into the fp32 scratch and cuBLAS; with the GEMV off, cuBLAS at every size. Each
+// step's logits within 1e-4 of the reference device (the same function: fp32 weights float(q) · scale, fp32
+// x).
+TEST(CudaDecoder, Int8WeightsMatchTheReferenceDeviceOnEveryPath) {
+  REQUIRE_GPU();
+  for (const ModelConfig& cfg : {testing::device_llama_gqa(), testing::device_gpt2()})
+    for (bool gemv : {true, false}) {
+      SCOPED_TRACE(std::string(arch_name(cfg.arch)) + (gemv ? " gemv" : " cuBLAS only"));
+      const auto model = testing::random_loaded_model(cfg, 31, WeightDtype::kInt8);
+      DeviceOptions o;
+      o.gemv = gemv;
+      o.cuda_graphs = false;
+      auto made = CudaDecoder::create(cfg, model->model->weights(), o);
+      ASSERT_TRUE(made.ok()) << made.status();
+      auto gpu = std::move(made).value();
+      auto ref = twin(*model, cuda::KvFormat::kF32);
+      testing::allocate_for_test(*gpu, cfg, cuda::KvFormat::kF32, 16, 64, 4);
+      testing::allocate_for_test(*ref, cfg, cuda::KvFormat::kF32, 16, 64, 4);
+      // slot 0: a 40-row prefill (the GEMM), slot 1: 20 rows (pieces), slot 2: 5 rows; then 4 decode steps of
+      // 3
+      std::mt19937 g(5);
+      double worst = 0;
+      TestBlocks bg(16), br(16);
+      std::vector<DecoderSeq> sg(3), sr(3);
+      const int lens[3] = {40, 20, 5};
+      for (int i = 0; i < 3; ++i) {
+        sg[static_cast<size_t>(i)].slot = sr[static_cast<size_t>(i)].slot = i;
+        sg[static_cast<size_t>(i)].reserve(*gpu, bg, lens[i] + 4);
+        sr[static_cast<size_t>(i)].reserve(*ref, br, lens[i] + 4);
+        DeviceStep pre;
+        for (int k = 0; k < lens[i]; ++k) {
+          pre.token.push_back(static_cast<int32_t>(g() % static_cast<unsigned>(cfg.n_vocab)));
+          pre.seq.push_back(i);
+          pre.pos.push_back(k);
+          pre.logit_rows.push_back(k);
+        }
+        worst = std::max(worst, testing::rel_max_diff(gpu->forward_logits(pre), ref->forward_logits(pre)));
+      }
+      for (int k = 0; k < 4; ++k) {
+        DeviceStep st;
+        for (int i = 0; i < 3; ++i) {
+          st.token.push_back(static_cast<int32_t>(g() % static_cast<unsigned>(cfg.n_vocab)));
+          st.seq.push_back(i);
+          st.pos.push_back(lens[i] + k);
+          st.logit_rows.push_back(i);
+        }
+        worst = std::max(worst, testing::rel_max_diff(gpu->forward_logits(st), ref->forward_logits(st)));
+      }
+      EXPECT_LT(worst, 1e-4);
+      std::printf("  int8 gpu vs reference device: %-5s %s max rel diff %.2e\n", arch_name(cfg.arch),
+                  gemv ? "gemv" : "cuBLAS", worst);
+      EXPECT_LT(gpu->memory().weight_bytes, ref->memory().weight_bytes + 1);
+      EXPECT_GT(gpu->memory().weight_bytes, ref->memory().weight_bytes * 9 / 10);
+    }
+  // The benchmark's random int8 weights (quantized on the device): a step runs, its logits finite, the
+  // weights about 1.125 bytes a matrix weight.
+  const ModelConfig cfg = testing::device_llama_gqa();
+  DeviceOptions o;
+  auto r8 = CudaDecoder::random(cfg, o, WeightDtype::kInt8, 3);
+  auto r32 = CudaDecoder::random(cfg, o, WeightDtype::kF32, 3);
+  EXPECT_LT(r8->weight_bytes(), r32->weight_bytes() / 2);
+  testing::allocate_for_test(*r8, cfg, cuda::KvFormat::kF32, 8, 40, 2);
+  TestBlocks blocks(8);
+  DecoderSeq s;
+  s.reserve(*r8, blocks, 40);
+  DeviceStep pre;
+  for (int k = 0; k < 40; ++k) {
+    pre.token.push_back(k + 1);
+    pre.seq.push_back(0);
+    pre.pos.push_back(k);
+  }
+  pre.logit_rows = {39};
+  for (float v : r8->forward_logits(pre)) ASSERT_TRUE(std::isfinite(v));
+}
+
+// stories260K with int8 weights (the CPU int8 model's): within 1e-4 of the int8 reference device on every
+// golden prompt (prefill through the GEMV in pieces, decode through the GEMV, with CUDA graphs), the same
+// greedy tokens.
+TEST(CudaDecoder, Stories260KWithInt8WeightsMatchesTheReferenceDevice) {
+  REQUIRE_GPU();
+  const std::string refp = stories_reference();
+  if (refp.empty() || !std::ifstream(refp)) GTEST_SKIP() << "no golden (set FROST_STORIES_REFERENCE)";
+  LoadOptions i8;
+  i8.dtype = WeightDtype::kInt8;
+  auto loaded = load_model(testing::source_path("models/stories260K"), i8);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LoadedModel& mdl = **loaded;
+  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  const int V = static_cast<int>(mdl.config.n_vocab);
+  auto m = cuda_decoder(mdl, cuda::KvFormat::kF32, true);
+  ASSERT_TRUE(m);
+  auto r = twin(mdl, cuda::KvFormat::kF32);
+  testing::allocate_for_test(*m, mdl.config, cuda::KvFormat::kF32, 64, 64, 4);
+  testing::allocate_for_test(*r, mdl.config, cuda::KvFormat::kF32, 64, 64, 4);
+  TestBlocks bm(64), br(64);
+  int slot = 0;
+  for (const auto& c : golden.at("cases")) {
+    DecoderSeq s;
+    s.slot = slot++;
+    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
+    const int n = static_cast<int>(c.at("greedy_new_ids").size());
+    const auto got = testing::run_alone(*m, bm, s, n, V);
+    const auto ref = testing::run_alone(*r, br, s, n, V);
+    std::vector<int32_t> ids, ref_ids;
+    double worst = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      ids.push_back(testing::argmax_of(got[k].data(), V));
+      ref_ids.push_back(testing::argmax_of(ref[k].data(), V));
+      worst = std::max(worst, testing::rel_max_diff(got[k], ref[k]));
+    }
+    EXPECT_LT(worst, 1e-4) << c.at("prompt");
+    EXPECT_EQ(ids, ref_ids) << c.at("prompt");
+    std::printf("  stories260K int8 '%s': gpu vs reference device max rel diff %.2e, greedy tokens %s\n",
+                c.at("prompt").get<std::string>().c_str(), worst, ids == ref_ids ? "equal" : "DIFFER");
   }
 }
 

@@ -1,10 +1,14 @@
 // The host reference device (core/exec/reference_decoder.h), which CI runs in place of a GPU:
-//  - it computes the model: within 1e-4 (relative) of the CPU transformer's reference forward on LLaMA-GQA and
+//  - it computes the model: within 1e-4 (relative) of the CPU transformer's reference forward on LLaMA-GQA
+//  and
 //    GPT-2 shapes with every KV format it stores, and the stories260K golden's greedy tokens;
 //  - a ragged step of several sequences gives each one's logits bit for bit as when it runs alone (rows are
 //    independent on the device, paged through their own block tables);
 //  - its sampler is the host sampler: on the same logits and draw, the same token, for greedy, temperature,
 //    top-k, top-p, min-p and their mixes;
+//  - int8 weights (weight-only): the CPU int8 model's int8 matrices and scales, multiplied as its dequantized
+//    values (ref::linear_q8 = ref::linear over dequantize(), bit for bit) by fp32 activations: within 1e-4 of
+//    the CPU int8 transformer's forward on random shapes and on stories260K's golden prompts;
 //  - it refuses what a device decoder cannot run, naming it, and a step it cannot run, then keeps serving;
 //    an injected fault fails one step, a sticky one every step.
 #include "core/exec/reference_decoder.h"
@@ -17,8 +21,9 @@
 
 #include "core/exec/hidden_states.h"
 #include "core/generate/sampler.h"
-#include "core/prototype/features.h"
 #include "core/kv/sequence_kv.h"
+#include "core/prototype/features.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cuda/reference.h"
 #include "tests/testing/decoder_harness.h"
 #include "tests/testing/test_util.h"
@@ -219,8 +224,9 @@ TEST(ReferenceDecoderTest, RefusesWhatADeviceCannotRunNamingIt) {
     EXPECT_NE(std::string(st.message()).find(what), std::string::npos) << st;
     EXPECT_NE(std::string(st.message()).find("model.device cuda:0"), std::string::npos) << st;
   };
-  refused(device_supports(c, WeightDtype::kInt8, "cuda:0"),
-          "model.dtype int8 (a device serves fp32, bf16 or fp16");
+  EXPECT_TRUE(device_supports(c, WeightDtype::kInt8, "cuda:0").ok());
+  refused(device_supports(c, WeightDtype::kInt4, "cuda:0"),
+          "model.dtype int4 (a device serves fp32, bf16, fp16 or int8");
   refused(device_supports(c, WeightDtype::kW8A8, "cuda:0"), "model.dtype w8a8");
   ModelConfig g3 = c;
   g3.n_head = 6;
@@ -474,6 +480,116 @@ TEST(ReferenceTwinsTest, HalfConversionIsIeeeRoundToNearestEven) {
     const c10::Half want(f);
     ASSERT_EQ(cuda::ref::f16_bits(f), want.x) << f;
   }
+}
+
+}  // namespace
+}  // namespace frost
+
+namespace frost {
+namespace {
+
+// The int8 twin multiplies exactly the CPU int8 model's weights: ref::linear_q8 on (q, scales) equals
+// ref::linear on dequantize(q, scales) in fp32 bit for bit (the same float weights, the same double sums),
+// for groups that divide the row, a short last group, and one group per row (model.int8_group 0).
+TEST(ReferenceTwinsTest, Int8LinearIsTheFp32LinearOfTheDequantizedMatrix) {
+  for (int64_t group : {int64_t{32}, int64_t{16}, int64_t{0}})
+    for (auto [n_out, n_in] : {std::pair{7, 64}, std::pair{5, 45}, std::pair{3, 16}}) {
+      const at::Tensor w = at::randn({n_out, n_in}, at::TensorOptions().dtype(at::kFloat)) * 0.1;
+      const kernels::QuantizedMatrix qm = kernels::quantize_int8(w, group);
+      const at::Tensor dq = kernels::dequantize(qm).contiguous();
+      const int rows = 3;
+      const std::vector<float> x = [&] {
+        std::vector<float> v(static_cast<size_t>(rows) * n_in);
+        std::mt19937 g(static_cast<uint32_t>(n_in + group));
+        std::uniform_real_distribution<float> u(-2.f, 2.f);
+        for (float& e : v) e = u(g);
+        return v;
+      }();
+      std::vector<float> b(static_cast<size_t>(n_out), 0.25f), y8(static_cast<size_t>(rows) * n_out, 1.f),
+          yf = y8;
+      cuda::ref::linear_q8(qm.q.data_ptr<int8_t>(), qm.scales.data_ptr<float>(), static_cast<int>(qm.group),
+                           x.data(), rows, n_out, n_in, b.data(), true, y8.data());
+      cuda::ref::linear(dq.data_ptr<float>(), x.data(), rows, n_out, n_in, b.data(), true, cuda::DType::kF32,
+                        yf.data());
+      EXPECT_EQ(y8, yf) << "group " << group << " " << n_out << "x" << n_in;
+    }
+}
+
+// int8 weights on the reference device against the CPU int8 transformer's forward (which computes with the
+// dequantized matrices: the same function, float sums against double ones): 1e-4 with fp32 KV rows, as fp32
+// weights, on LLaMA-GQA and GPT-2 shapes (prefill 12 rows, then 8 decode steps); the weights are the int8
+// bytes and their scales (about a quarter of fp32's).
+TEST(ReferenceDecoderTest, Int8WeightsComputeTheCpuInt8TransformersLogits) {
+  for (const ModelConfig& cfg : {testing::device_llama_gqa(), testing::device_gpt2()}) {
+    SCOPED_TRACE(arch_name(cfg.arch));
+    const auto model =
+        testing::random_loaded_model(cfg, cfg.arch == Arch::kLlama ? 7 : 8, WeightDtype::kInt8);
+    ASSERT_EQ(model->model->weight_format(), WeightDtype::kInt8);
+    std::mt19937 g(3);
+    std::vector<int32_t> tokens(20);
+    for (auto& t : tokens) t = static_cast<int32_t>(g() % static_cast<unsigned>(cfg.n_vocab));
+    auto d = make_decoder(*model, cuda::KvFormat::kF32);
+    testing::allocate_for_test(*d, cfg, cuda::KvFormat::kF32, 16, 32, 4);
+    TestBlocks blocks(16);
+    DecoderSeq s;
+    s.reserve(*d, blocks, 20);
+    DeviceStep pre;
+    for (int i = 0; i < 12; ++i) {
+      pre.token.push_back(tokens[static_cast<size_t>(i)]);
+      pre.seq.push_back(0);
+      pre.pos.push_back(i);
+      pre.logit_rows.push_back(i);
+    }
+    std::vector<float> got = d->forward_logits(pre);
+    for (int i = 12; i < 20; ++i) {
+      const std::vector<float> l =
+          d->forward_logits(DeviceStep{{tokens[static_cast<size_t>(i)]}, {0}, {i}, {0}});
+      got.insert(got.end(), l.begin(), l.end());
+    }
+    const double diff = testing::rel_max_diff(got, cpu_forward(*model, KvCodecKind::kF32, tokens));
+    EXPECT_LT(diff, 1e-4);
+    const auto fp32 = testing::random_loaded_model(cfg, cfg.arch == Arch::kLlama ? 7 : 8);
+    const int64_t bytes8 = d->memory().weight_bytes,
+                  bytes32 = make_decoder(*fp32, cuda::KvFormat::kF32)->memory().weight_bytes;
+    EXPECT_LT(bytes8, bytes32 / 2);
+    std::printf(
+        "  reference device int8 vs CPU int8 transformer: %-5s max rel diff %.2e; weights %lld vs %lld bytes "
+        "(fp32)\n",
+        arch_name(cfg.arch), diff, static_cast<long long>(bytes8), static_cast<long long>(bytes32));
+  }
+}
+
+// stories260K with int8 weights: every golden prompt's prefill logits within 1e-4 of the CPU int8
+// transformer's forward (the model the CPU int8 path serves), and the greedy tokens of the CPU int8 model's
+// own logits.
+TEST(ReferenceDecoderTest, Stories260KWithInt8WeightsComputesTheCpuInt8Model) {
+  FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
+  LoadOptions i8;
+  i8.dtype = WeightDtype::kInt8;
+  auto loaded = load_model(testing::source_path("models/stories260K"), i8);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LoadedModel& m = **loaded;
+  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  auto d = make_decoder(m, cuda::KvFormat::kF32);
+  testing::allocate_for_test(*d, m.config, cuda::KvFormat::kF32, 64, 64, 4);
+  TestBlocks blocks(64);
+  const int V = static_cast<int>(m.config.n_vocab);
+  int slot = 0;
+  double worst = 0;
+  for (const auto& c : golden.at("cases")) {
+    DecoderSeq s;
+    s.slot = slot++;
+    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
+    const auto steps = testing::run_alone(*d, blocks, s, 1, V);
+    const std::vector<float> cpu = cpu_forward(m, KvCodecKind::kF32, s.tokens);
+    const std::vector<float> last(cpu.end() - V, cpu.end());
+    const double diff = testing::rel_max_diff(steps[0], last);
+    worst = std::max(worst, diff);
+    EXPECT_LT(diff, 1e-4) << c.at("prompt");
+    EXPECT_EQ(testing::argmax_of(steps[0].data(), V), testing::argmax_of(last.data(), V)) << c.at("prompt");
+  }
+  std::printf("  stories260K int8 (reference device vs CPU int8 forward): prefill logits max rel diff %.2e\n",
+              worst);
 }
 
 }  // namespace

@@ -443,7 +443,7 @@ TEST(ModelConfigTest, LoadFromDirectory) {
 TEST(WeightDtypeTest, OneListAndWhereEachFormatRuns) {
   EXPECT_EQ(weight_dtype_choices(), "fp32, bf16, fp16, int8, int4 or w8a8");
   EXPECT_EQ(weight_dtype_choices(false), "fp32, bf16, int8, int4 or w8a8");
-  EXPECT_EQ(weight_dtype_choices(true), "fp32, bf16 or fp16");
+  EXPECT_EQ(weight_dtype_choices(true), "fp32, bf16, fp16 or int8");
   for (WeightDtype d : kWeightDtypes) {
     WeightDtype back = WeightDtype::kW8A8;
     ASSERT_TRUE(parse_weight_dtype(weight_dtype_name(d), &back)) << weight_dtype_name(d);
@@ -455,7 +455,9 @@ TEST(WeightDtypeTest, OneListAndWhereEachFormatRuns) {
   EXPECT_EQ(f16, WeightDtype::kF16);
   EXPECT_FALSE(weight_dtype_on_cpu(WeightDtype::kF16));
   EXPECT_TRUE(weight_dtype_on_device(WeightDtype::kF16));
-  EXPECT_FALSE(weight_dtype_on_device(WeightDtype::kInt8));
+  EXPECT_TRUE(weight_dtype_on_device(WeightDtype::kInt8));
+  EXPECT_FALSE(weight_dtype_on_device(WeightDtype::kInt4));
+  EXPECT_FALSE(weight_dtype_on_device(WeightDtype::kW8A8));
   EXPECT_FALSE(parse_weight_dtype("float16", &f16));
   EXPECT_INVALID(
       check_weight_dtype_on_cpu(WeightDtype::kF16, "--dtype"),

@@ -162,8 +162,10 @@ TEST(ServerConfigTest, ModelDeviceAndWhatADeviceRefuses) {
   };
   refused("model:\n  device: gpu0\n", "model.device: unknown value \"gpu0\" (expected cpu, cuda, cuda:N or reference)");
   refused("model:\n  device: cuda:x\n", "model.device: unknown value \"cuda:x\"");
-  refused("model:\n  device: cuda:0\n  dtype: int8\n",
-          "model.dtype: int8 weights: a device serves fp32, bf16 or fp16");
+  refused("model:\n  device: cuda:0\n  dtype: int4\n",
+          "model.dtype: int4 weights: a device serves fp32, bf16, fp16 or int8");
+  refused("model:\n  device: reference\n  dtype: w8a8\n", "model.dtype: w8a8 weights: a device serves");
+  EXPECT_TRUE(validate_server_config(parse_ok("model:\n  device: cuda:0\n  dtype: int8\n")).ok());
   // fp16 is a device format: on the CPU it is refused naming the field, the value and where it runs.
   refused(
       "model:\n  dtype: fp16\n",
