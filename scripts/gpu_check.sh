@@ -3,8 +3,9 @@
 # under $OUT and a line to $OUT/phases.jsonl; a phase that fails is recorded and the next one still runs.
 #
 #   build     frostd, frostctl, the GPU tests and the benchmarks, against the machine's own PyTorch LibTorch
-#             (FROST_TORCH_ROOT: its CPU libraries; the CUDA decoder needs no CUDA LibTorch) and the Debian
-#             packages carried in .gpu/sysroot.tar.xz (scripts/gpu_prepare.sh); CUDA for sm_90
+#             (FROST_TORCH_ROOT: torch_cpu + c10, and torch_cuda + c10_cuda for the prototype head,
+#             FROST_TORCH_CUDA=AUTO; the CUDA decoder needs no CUDA LibTorch) and the Debian packages carried
+#             in .gpu/sysroot.tar.xz (scripts/gpu_prepare.sh); CUDA for sm_90
 #   tests     every `gpu` test (CUDA kernels against their twins, the CUDA decoder against the reference
 #             device, the stories260K golden, the engine on cuda:0), gtest JSON
 #   serve     frostd with model.device cuda:0 serving stories260K: the golden's greedy tokens over gRPC for

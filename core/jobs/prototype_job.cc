@@ -93,7 +93,8 @@ absl::StatusOr<LoadedSpec> load_spec(const PrototypeJobSpec& spec, const Prototy
 
   double holdout = 0.1;
   if (spec.test_path && !spec.test_path->empty()) {
-    FROST_ASSIGN_OR_RETURN(std::string test_path, resolve_data_path(o.data_root, *spec.test_path, "test_path"));
+    FROST_ASSIGN_OR_RETURN(std::string test_path,
+                           resolve_data_path(o.data_root, *spec.test_path, "test_path"));
     FROST_ASSIGN_OR_RETURN(ls.test, proto::load_regression_jsonl(test_path, ls.bounds));
     norm.test_path = test_path;
     holdout = 0;
@@ -191,14 +192,18 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
           // A head that trails the linear probe beyond probe_margin still succeeds: the report's
           // "warnings" (from evaluate_prototype) says so, and so does the log.
           if (r.contains("warnings"))
-            FROST_LOG_WARN("prototype job %s: %s", job.id.c_str(), r["warnings"][0].get<std::string>().c_str());
+            FROST_LOG_WARN("prototype job %s: %s", job.id.c_str(),
+                           r["warnings"][0].get<std::string>().c_str());
           report = r.dump();
         } else {
           FROST_ASSIGN_OR_RETURN(auto trainer,
                                  proto::PrototypeTrainer::create(*opts_.model, ls.train, ls.bounds, ls.cfg));
           FROST_ASSIGN_OR_RETURN(proto::PrototypeArtifact art, trainer->run(hooks));
           FROST_RETURN_IF_ERROR(proto::save_artifact(art, dir).status());
-          report = nlohmann::json{{"job_id", job.id}, {"n_train", ls.train.size()}, {"evaluation", "none (holdout 0)"}}
+          report = nlohmann::json{{"job_id", job.id},
+                                  {"n_train", ls.train.size()},
+                                  {"compute_device", trainer->device().name},
+                                  {"evaluation", "none (holdout 0)"}}
                        .dump();
         }
         meta.report_json = report;  // publish() reads meta after write() returns

@@ -26,7 +26,8 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-absl::StatusOr<RegressionMetrics> metrics_of(const std::vector<double>& pred, const std::vector<float>& truth) {
+absl::StatusOr<RegressionMetrics> metrics_of(const std::vector<double>& pred,
+                                             const std::vector<float>& truth) {
   std::vector<double> t(truth.begin(), truth.end());
   return regression_metrics(pred, t);
 }
@@ -66,7 +67,8 @@ ProbeVerdict probe_verdict(const RegressionMetrics& head, const RegressionMetric
                              head.mae, probe.mae, sp);
   }
   if (v.trails)
-    v.text += absl::StrFormat(", more than the margin %.4f: the linear probe serves this dataset better", margin);
+    v.text +=
+        absl::StrFormat(", more than the margin %.4f: the linear probe serves this dataset better", margin);
   return v;
 }
 
@@ -81,6 +83,7 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
 
   FROST_ASSIGN_OR_RETURN(auto trainer, PrototypeTrainer::create(model, data.train, data.bounds, opts.cfg));
   out["config"] = to_json(trainer->config());
+  out["compute_device"] = trainer->device().name;
   const double t_train = now_s();
   FROST_ASSIGN_OR_RETURN(PrototypeArtifact art, trainer->run(opts.hooks));
   out["train_seconds"] = now_s() - t_train;
@@ -101,13 +104,14 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
   if (temp_dir) std::filesystem::remove_all(dir);
   if (!loaded.ok()) return loaded.status();
   out["artifact"] = {{"bytes", art_bytes}, {"dir", temp_dir ? "" : dir}, {"n_tensors", art.tensors.size()}};
-  FROST_ASSIGN_OR_RETURN(auto predictor, Predictor::create(*std::move(loaded), model));
+  FROST_ASSIGN_OR_RETURN(auto predictor, Predictor::create(*std::move(loaded), model, trainer->device()));
 
   // Test features once (backbone), then the predictor and the baselines on them.
   FeatureCache::Options fo;
   fo.max_tokens = trainer->config().max_tokens;
   fo.budget_bytes = trainer->config().feature_cache_bytes;
   fo.spill_dir = trainer->config().spill_dir;
+  fo.device = trainer->device().device;  // the test features beside the training ones
   double t0 = now_s();
   FROST_ASSIGN_OR_RETURN(auto test_fc, FeatureCache::build(model, data.test.texts, fo, opts.hooks.cancel));
   const double t_test_features = now_s() - t0;
@@ -163,8 +167,8 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
     for (int64_t i = 0; i < trainer->features()->size(); ++i)
       a.push_back(trainer->features()->mean_pooled(i));
     for (int64_t i = 0; i < Nt; ++i) b.push_back(test_fc->mean_pooled(i));
-    Xtr = at::stack(a).to(at::kDouble);
-    Xte = at::stack(b).to(at::kDouble);
+    Xtr = at::stack(a).to(at::kCPU, at::kDouble);  // the baselines run on the CPU
+    Xte = at::stack(b).to(at::kCPU, at::kDouble);
   }));
   FROST_ASSIGN_OR_RETURN(RidgeModel ridge, fit_ridge_cv(Xtr, data.train.labels));
   FROST_ASSIGN_OR_RETURN(at::Tensor ridge_pred_t, ridge_predict(ridge, Xte));
@@ -173,9 +177,10 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
     ridge_pred[static_cast<size_t>(i)] =
         std::clamp(ridge_pred_t[i].item<double>(), data.bounds.a, data.bounds.b);  // as the TF-IDF baseline
 
-  FROST_ASSIGN_OR_RETURN(at::Tensor knn_pooled_t,
-                         knn_predict(Xtr, data.train.labels, Xte, static_cast<int>(std::min<int64_t>(
-                                                                    trainer->config().rlcs_k, data.train.size()))));
+  FROST_ASSIGN_OR_RETURN(
+      at::Tensor knn_pooled_t,
+      knn_predict(Xtr, data.train.labels, Xte,
+                  static_cast<int>(std::min<int64_t>(trainer->config().rlcs_k, data.train.size()))));
   std::vector<double> knn_pooled(knn_pooled_t.data_ptr<double>(), knn_pooled_t.data_ptr<double>() + Nt);
   FROST_ASSIGN_OR_RETURN(RegressionMetrics head_m, metrics_of(pred, data.test.labels));
   FROST_ASSIGN_OR_RETURN(RegressionMetrics probe_m, metrics_of(ridge_pred, data.test.labels));
@@ -200,7 +205,7 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
   // probe alone, and what Predict serves on top of the probe, chosen from them (mode, s, c).
   // The mode as the net serves it (without held-out rows nothing was chosen: s stays 1, the residual).
   const PrototypeNet& net = *trainer->net();
-  const char* mode = !net.has_probe()              ? "none"
+  const char* mode = !net.has_probe()            ? "none"
                      : net.probe_offset() != 0.0 ? "level"
                      : net.probe_scale() != 0.0  ? "residual"
                                                  : "probe";

@@ -1,12 +1,12 @@
 #include "core/prototype/features.h"
 
+#include <ATen/core/grad_mode.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -147,6 +147,7 @@ absl::StatusOr<std::unique_ptr<FeatureCache>> FeatureCache::build(const LoadedMo
                                                                   const ProgressFn& progress) {
   std::unique_ptr<FeatureCache> fc(new FeatureCache());
   fc->d_model_ = model.config.dim;
+  fc->device_ = opts.device;
   std::vector<std::vector<int32_t>> toks;
   toks.reserve(texts.size());
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -160,7 +161,8 @@ absl::StatusOr<std::unique_ptr<FeatureCache>> FeatureCache::build(const LoadedMo
   }
   const int64_t row_bytes = fc->d_model_ * 2;
   if (fc->bytes() <= opts.budget_bytes) {
-    fc->memory_ = at::empty({fc->total_rows_, fc->d_model_}, at::kHalf);
+    fc->memory_ =
+        at::empty({fc->total_rows_, fc->d_model_}, at::TensorOptions().dtype(at::kHalf).device(fc->device_));
   } else {
     std::string dir = opts.spill_dir;
     if (dir.empty()) {
@@ -179,7 +181,7 @@ absl::StatusOr<std::unique_ptr<FeatureCache>> FeatureCache::build(const LoadedMo
   for (size_t i = 0; i < toks.size(); ++i) {
     if (cancel && cancel->stop_requested()) return absl::CancelledError("feature cache: cancelled");
     FROST_ASSIGN_OR_RETURN(at::Tensor h, backbone_hidden(model, toks[i]));
-    at::Tensor h16 = h.to(at::kHalf).contiguous();
+    at::Tensor h16 = h.to(at::kHalf).contiguous();  // host memory (the device decoder copies its rows back)
     if (fc->fd_ < 0) {
       fc->memory_.narrow(0, fc->offsets_[i], fc->lengths_[i]).copy_(h16);
     } else {
@@ -224,7 +226,8 @@ FeatureBatch FeatureCache::batch(const std::vector<int64_t>& indices) const {
   int64_t smax = 1;
   for (int64_t i : indices) smax = std::max(smax, length(i));
   const int64_t B = static_cast<int64_t>(indices.size());
-  FeatureBatch fb{at::zeros({B, smax, d_model_}), at::zeros({B, smax}, at::kBool)};
+  const at::TensorOptions on = at::TensorOptions().device(device_);
+  FeatureBatch fb{at::zeros({B, smax, d_model_}, on), at::zeros({B, smax}, on.dtype(at::kBool))};
   for (int64_t b = 0; b < B; ++b) {
     const int64_t i = indices[static_cast<size_t>(b)], n = length(i);
     fb.h[b].narrow(0, 0, n).copy_(row(i));

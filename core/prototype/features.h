@@ -6,7 +6,9 @@
 // so H(x) is the same every epoch: FeatureCache computes it once per training run and keeps it
 // in fp16 (the design's feature cache), in memory while it fits `budget_bytes`, otherwise in a
 // spill file read back per batch. Rows are ragged (each text keeps its own length); batches are
-// right-padded with a validity mask that every attention downstream honours.
+// right-padded with a validity mask that every attention downstream honours. The in-memory rows and every
+// batch live on Options::device (the head's compute device, core/prototype/device.h); the spill file is host
+// storage, its rows copied to the device per batch.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -64,6 +66,7 @@ class FeatureCache {
     int64_t max_tokens = 256;
     int64_t budget_bytes = 4LL << 30;  // in-memory fp16 bytes; beyond → spill file
     std::string spill_dir;             // "" = $TMPDIR or /tmp
+    at::Device device = at::kCPU;      // where the in-memory rows and the batches live
   };
   // Called after every text: (done, total). May be empty.
   using ProgressFn = std::function<void(int64_t, int64_t)>;
@@ -84,22 +87,25 @@ class FeatureCache {
   int64_t bytes() const { return total_rows_ * d_model_ * 2; }
   bool spilled() const { return fd_ >= 0; }
   const std::string& spill_path() const { return spill_path_; }
+  at::Device device() const { return device_; }
 
-  // Rows `indices` as one padded batch. Thread-compatible (const, pread on spill).
+  // Rows `indices` as one padded batch on device(). Thread-compatible (const, pread on spill).
   FeatureBatch batch(const std::vector<int64_t>& indices) const;
   // Mean over the real tokens of example i: [d_model] double (the ridge baseline's feature; the
-  // head's probe pools in double too, so both see the same numbers to the last bits).
+  // head's probe pools in double too, so both see the same numbers to the last bits), on device() (a spilled
+  // row: on the CPU).
   at::Tensor mean_pooled(int64_t i) const;
 
  private:
   FeatureCache() = default;
-  at::Tensor row(int64_t i) const;  // [len_i, d_model] fp16
+  at::Tensor row(int64_t i) const;  // [len_i, d_model] fp16 (device_ in memory, the CPU when spilled)
 
   int64_t d_model_ = 0;
   int64_t total_rows_ = 0;
   std::vector<int64_t> lengths_, offsets_;  // offsets in rows
-  at::Tensor memory_;                       // [total_rows, d_model] fp16 when in memory
-  int fd_ = -1;                             // spill file (unlinked on destruction)
+  at::Tensor memory_;                       // [total_rows, d_model] fp16 on device_ when in memory
+  at::Device device_ = at::kCPU;
+  int fd_ = -1;  // spill file (unlinked on destruction)
   std::string spill_path_;
 };
 

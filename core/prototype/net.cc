@@ -1,10 +1,10 @@
 #include "core/prototype/net.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <limits>
-#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,7 +14,7 @@ namespace frost::proto {
 // ---------------------------------------------------------------------------------- ParamSet
 
 at::Tensor ParamSet::add(const std::string& name, at::Tensor t, bool trainable, at::ScalarType dtype) {
-  t = t.contiguous().to(dtype);
+  t = t.contiguous().to(device_, dtype);  // the same tensor when already there in that dtype
   if (trainable) t.set_requires_grad(true);
   items_.emplace_back(name, t);
   trainable_.push_back(trainable);
@@ -158,7 +158,7 @@ at::Tensor ResTR::operator()(const at::Tensor& z, const at::Tensor& alpha, const
   at::Tensor keep;
   if (out.sizes() != z.sizes()) {  // cannot happen with these modules; guarded as the seed demands
     st.fallback_shape = B;
-    keep = at::zeros({B}, at::kBool);
+    keep = at::zeros({B}, z.options().dtype(at::kBool));
   } else {
     at::NoGradGuard ng;
     at::Tensor finite = at::isfinite(out).flatten(1).all(1);
@@ -247,8 +247,8 @@ struct Builder {
 }  // namespace
 
 PrototypeNet::PrototypeNet(const PrototypeConfig& cfg, int64_t d_model, double a, double b, double mu,
-                           double sigma)
-    : cfg_(cfg), d_model_(d_model), a_(a), b_(b) {
+                           double sigma, at::Device device)
+    : cfg_(cfg), d_model_(d_model), a_(a), b_(b), ps_(device) {
   at::NoGradGuard ng;
   Builder bd{ps_, at::make_generator<at::CPUGeneratorImpl>(cfg.seed)};
   const int64_t d = cfg.d_h;
@@ -306,10 +306,10 @@ PrototypeNet::PrototypeNet(const PrototypeConfig& cfg, int64_t d_model, double a
 at::Tensor PrototypeNet::probe_logit(const at::Tensor& h, const at::Tensor& mask) const {
   const int64_t B = h.size(0);
   if (!has_probe()) return at::zeros({B}, h.options());
-  at::Tensor hd = h.detach().to(at::kDouble);                           // the probe is frozen
-  at::Tensor m = mask.to(at::kDouble).unsqueeze(-1);                    // [B, S, 1]
-  at::Tensor pooled = (hd * m).sum(1) / m.sum(1).clamp_min(1.0);        // [B, C]
-  at::Tensor y = at::matmul(pooled, probe_w_) + probe_b_;              // [B]
+  at::Tensor hd = h.detach().to(at::kDouble);                     // the probe is frozen
+  at::Tensor m = mask.to(at::kDouble).unsqueeze(-1);              // [B, S, 1]
+  at::Tensor pooled = (hd * m).sum(1) / m.sum(1).clamp_min(1.0);  // [B, C]
+  at::Tensor y = at::matmul(pooled, probe_w_) + probe_b_;         // [B]
   at::Tensor u = ((y - a_) / (b_ - a_)).clamp(1e-4, 1.0 - 1e-4);
   return at::log(u) - at::log1p(-u);
 }

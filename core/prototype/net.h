@@ -23,7 +23,9 @@
 // Initialisation (choice): Linear weights and biases U(-1/sqrt(in), 1/sqrt(in)) as torch.nn.Linear;
 // LayerNorm 1/0; latents, q_key and r_0 N(0, 0.02²) (every use passes through a LayerNorm or an
 // attention projection, so only their directions matter); slots N(0, 1) (normalised before use).
-// All draws come from one generator seeded by cfg.seed, so a config + seed gives the same net.
+// All draws come from one generator seeded by cfg.seed, so a config + seed gives the same net. The draws
+// are made on the CPU and the tensors then moved to the net's device (core/prototype/device.h): the same
+// initial values on every device.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -40,21 +42,26 @@ namespace frost::proto {
 // the tensor names in checkpoints and artifacts.
 class ParamSet {
  public:
-  // Stored as float unless `dtype` says otherwise (the linear probe keeps double: docs/prototype.md).
-  at::Tensor add(const std::string& name, at::Tensor t, bool trainable = true, at::ScalarType dtype = at::kFloat);
+  explicit ParamSet(at::Device device = at::kCPU) : device_(device) {}
+  at::Device device() const { return device_; }
+  // Stored as float unless `dtype` says otherwise (the linear probe keeps double: docs/prototype.md), on
+  // device() (moved there when `t` is elsewhere).
+  at::Tensor add(const std::string& name, at::Tensor t, bool trainable = true,
+                 at::ScalarType dtype = at::kFloat);
   const std::vector<std::pair<std::string, at::Tensor>>& items() const { return items_; }
   bool trainable(const std::string& name) const;
   at::Tensor get(const std::string& name) const;  // undefined when absent
   // Trainable tensors whose names start with one of `prefixes`.
   std::vector<std::pair<std::string, at::Tensor>> trainable_with_prefix(
       const std::vector<std::string>& prefixes) const;
-  // Copies values in place (shape- and name-checked): INVALID_ARGUMENT naming the tensor when
-  // a name is missing or a shape differs. The tensors keep their identity (optimizer state and
+  // Copies values in place (shape- and name-checked; from any device): INVALID_ARGUMENT naming the tensor
+  // when a name is missing or a shape differs. The tensors keep their identity (optimizer state and
   // module views stay valid).
   absl::Status load(const std::vector<std::pair<std::string, at::Tensor>>& values);
   int64_t numel() const;
 
  private:
+  at::Device device_;
   std::vector<std::pair<std::string, at::Tensor>> items_;
   std::vector<bool> trainable_;
 };
@@ -131,11 +138,14 @@ struct ResTR {
 
 class PrototypeNet {
  public:
-  // d_model: backbone width; [a, b]: label bounds; mu/sigma: training-label mean/std.
-  PrototypeNet(const PrototypeConfig& cfg, int64_t d_model, double a, double b, double mu, double sigma);
+  // d_model: backbone width; [a, b]: label bounds; mu/sigma: training-label mean/std; device: where the
+  // parameters live (the inputs of every method must be there too).
+  PrototypeNet(const PrototypeConfig& cfg, int64_t d_model, double a, double b, double mu, double sigma,
+               at::Device device = at::kCPU);
 
   const PrototypeConfig& cfg() const { return cfg_; }
   int64_t d_model() const { return d_model_; }
+  at::Device device() const { return ps_.device(); }
   double a() const { return a_; }
   double b() const { return b_; }
   ParamSet& params() { return ps_; }
@@ -191,7 +201,8 @@ class PrototypeNet {
   InferenceHead head_;
   ResTR restr_;
   at::Tensor slots_;
-  at::Tensor probe_w_, probe_b_, probe_scale_, probe_offset_;  // double buffers; undefined when cfg.probe == "none"
+  at::Tensor probe_w_, probe_b_, probe_scale_,
+      probe_offset_;  // double buffers; undefined when cfg.probe == "none"
 };
 
 // The flattened prototype memory Mem = [P_1; ...; P_K] with P_k = [M_k; l_k] (the seed's

@@ -1,7 +1,8 @@
 #include "core/prototype/predictor.h"
 
-#include <algorithm>
 #include <ATen/core/grad_mode.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
@@ -22,6 +23,11 @@ absl::StatusOr<at::Tensor> population_reference(const at::Tensor& keys, int64_t 
 
 absl::StatusOr<std::unique_ptr<Predictor>> Predictor::create(PrototypeArtifact art,
                                                              const LoadedModel& model) {
+  return create(std::move(art), model, compute_device(model));
+}
+
+absl::StatusOr<std::unique_ptr<Predictor>> Predictor::create(PrototypeArtifact art, const LoadedModel& model,
+                                                             ComputeDevice device) {
   BackboneId have = backbone_id(model);
   if (!have.same_backbone(art.backbone))
     return absl::FailedPreconditionError(absl::StrCat("prototype artifact was trained on backbone ",
@@ -32,25 +38,31 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::create(PrototypeArtifact a
         absl::StrCat("prototype artifact expects d_model ", art.d_model, ", model has ", model.config.dim));
   std::unique_ptr<Predictor> p(new Predictor());
   p->model_ = &model;
+  p->dev_ = std::move(device);
+  const at::Device dev = p->dev_.device;
   absl::Status load_status;
   FROST_RETURN_IF_ERROR(torch_call([&] {
     p->net_ = std::make_unique<PrototypeNet>(art.cfg, art.d_model, art.bounds.a, art.bounds.b, art.label_mu,
-                                             art.label_sigma);
+                                             art.label_sigma, dev);
     load_status = p->net_->params().load(art.tensors);
     if (!load_status.ok()) return;
     at::NoGradGuard ng;
     for (const auto& [name, t] : p->net_->params().items()) t.set_requires_grad(false);
     const PrototypeConfig& c = art.cfg;
-    at::Tensor mem = art.tensor("proto.memory").to(at::kFloat);  // [K, m, d]
-    p->mem_fixed_ = prototype_memory(mem, p->net_->label_embed(art.tensor("proto.labels"))).contiguous();
-    at::Tensor mean_labels = at::full({c.K}, art.label_mu, at::kFloat);
+    at::Tensor mem = art.tensor("proto.memory").to(dev, at::kFloat);  // [K, m, d]
+    p->mem_fixed_ =
+        prototype_memory(mem, p->net_->label_embed(art.tensor("proto.labels").to(dev))).contiguous();
+    at::Tensor mean_labels = at::full({c.K}, art.label_mu, at::TensorOptions().dtype(at::kFloat).device(dev));
     p->mem_hidden_ = prototype_memory(mem, p->net_->label_embed(mean_labels)).contiguous();
-    p->keys_ = art.tensor("cache.keys").to(at::kFloat).contiguous();
+    p->keys_ = art.tensor("cache.keys").to(dev, at::kFloat).contiguous();
+    if (!p->dev_.is_cpu())
+      p->keys_unit_ = (p->keys_ / p->keys_.norm(2, {1}, true).clamp_min(1e-12)).contiguous();
     std::vector<int64_t> proto_idx;
     for (const PrototypeEntry& e : art.prototypes) proto_idx.push_back(e.index);
-    p->proto_keys_ = p->keys_.index_select(0, at::tensor(proto_idx, at::kLong)).contiguous();  // [K, d]
-    p->labels_ = art.tensor("cache.labels").to(at::kFloat).contiguous();
-    p->population_ = art.tensor("rlcs.population").contiguous();
+    p->proto_keys_ =
+        p->keys_.index_select(0, at::tensor(proto_idx, at::kLong).to(dev)).contiguous();  // [K, d]
+    p->labels_ = art.tensor("cache.labels").to(dev, at::kFloat).contiguous();
+    p->population_ = art.tensor("rlcs.population").to(dev).contiguous();
   }));
   if (!load_status.ok())
     return absl::InvalidArgumentError(absl::StrCat("prototype artifact: ", load_status.message()));
@@ -102,13 +114,24 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
   const int kk = static_cast<int>(std::min<int64_t>(c.rlcs_k, keys_.size(0)));
   // The k nearest training keys of each query, outside torch_call (it returns a Status).
   at::Tensor q_tokens, q_key, z_probe;
+  KnnResult nn;
   FROST_RETURN_IF_ERROR(torch_call([&] {
     at::NoGradGuard ng;
-    q_tokens = net_->query_tokens(h, mask);
-    z_probe = net_->probe_logit(h, mask);
-    q_key = net_->normalize(net_->key(net_->memory_tokens(h, mask)));
+    const at::Tensor hd = h.to(dev_.device), md = mask.to(dev_.device);  // the same tensors on the CPU
+    q_tokens = net_->query_tokens(hd, md);
+    z_probe = net_->probe_logit(hd, md);
+    q_key = net_->normalize(net_->key(net_->memory_tokens(hd, md)));
+    if (!dev_.is_cpu()) {  // knn_topk's cosines (float, unit rows) on the device
+      const at::Tensor qf = q_key.to(at::kFloat);
+      const at::Tensor qn = qf / qf.norm(2, {1}, true).clamp_min(1e-12);
+      auto top = at::matmul(qn, keys_unit_.t()).topk(kk, 1, /*largest=*/true, /*sorted=*/true);
+      nn.values = std::get<0>(top);
+      nn.indices = std::get<1>(top);
+    }
   }));
-  FROST_ASSIGN_OR_RETURN(KnnResult nn, knn_topk(keys_, q_key, kk));
+  if (dev_.is_cpu()) {
+    FROST_ASSIGN_OR_RETURN(nn, knn_topk(keys_, q_key, kk));
+  }
   std::vector<Prediction> out(static_cast<size_t>(B));
   FROST_RETURN_IF_ERROR(torch_call([&] {
     at::NoGradGuard ng;
@@ -139,7 +162,18 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
     at::Tensor reliance = (y - net_->output(net_->head()(qr, mem_hidden_, nullptr, bias), z_probe)).abs();
     // attribution: mean over layers and heads → [B, K(m+1)] → per prototype block [B, K]
     at::Tensor att = at::stack(probs, 0).mean(0).mean(1).select(1, 0);
-    at::Tensor per_proto = att.view({B, c.K, c.m + 1}).sum(2).to(at::kDouble).contiguous();
+    at::Tensor per_proto = att.view({B, c.K, c.m + 1}).sum(2).to(at::kCPU, at::kDouble).contiguous();
+    // Back to the host once per batch (on the CPU these are the same tensors).
+    y = y.to(at::kCPU);
+    y0 = y0.to(at::kCPU);
+    knn = knn.to(at::kCPU);
+    pop = pop.to(at::kCPU);
+    agree = agree.to(at::kCPU);
+    alpha = alpha.to(at::kCPU);
+    beta = beta.to(at::kCPU);
+    ood = ood.to(at::kCPU);
+    fell_back = fell_back.to(at::kCPU);
+    reliance = reliance.to(at::kCPU);
     for (int64_t i = 0; i < B; ++i) {
       Prediction& pr = out[static_cast<size_t>(i)];
       pr.value = y[i].item<double>();

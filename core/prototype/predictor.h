@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "core/model/model_loader.h"
 #include "core/prototype/artifact.h"
+#include "core/prototype/device.h"
 #include "core/prototype/net.h"
 
 namespace frost::proto {
@@ -65,27 +66,32 @@ class Predictor {
  public:
   // FAILED_PRECONDITION when `model` is not the backbone the artifact was trained on (identity
   // and weight fingerprint); INVALID_ARGUMENT when the artifact's tensors do not fit its config.
-  // `model` must outlive the predictor.
+  // `model` must outlive the predictor. Computes on compute_device(model), or on `device`.
   static absl::StatusOr<std::unique_ptr<Predictor>> create(PrototypeArtifact art, const LoadedModel& model);
+  static absl::StatusOr<std::unique_ptr<Predictor>> create(PrototypeArtifact art, const LoadedModel& model,
+                                                           ComputeDevice device);
 
   // top_k in [0, K]. INVALID_ARGUMENT naming texts[i] for a text that does not tokenize.
   absl::StatusOr<std::vector<Prediction>> predict(const std::vector<std::string>& texts, int top_k) const;
-  // Same from precomputed backbone features (training-time evaluation).
+  // Same from precomputed backbone features (training-time evaluation), on any device.
   absl::StatusOr<std::vector<Prediction>> predict_features(const at::Tensor& h, const at::Tensor& mask,
                                                            int top_k) const;
 
   const PrototypeArtifact& artifact() const { return art_; }
   const PrototypeNet& net() const { return *net_; }
+  const ComputeDevice& device() const { return dev_; }
   RestrStats restr_stats() const;
 
  private:
   Predictor() = default;
   PrototypeArtifact art_;
   const LoadedModel* model_ = nullptr;
+  ComputeDevice dev_;
   std::unique_ptr<PrototypeNet> net_;
   at::Tensor mem_fixed_;   // [1, K(m+1), d]
   at::Tensor mem_hidden_;  // mem_fixed_ with every label token E(train mean): label_reliance
   at::Tensor keys_;        // [N, d] fp32
+  at::Tensor keys_unit_;   // keys_ L2-normalised as knn_topk does (the device path's k nearest)
   at::Tensor proto_keys_;  // [K, d] the prototypes' rows of keys_ (key_bias)
   at::Tensor labels_;      // [N] fp32
   at::Tensor population_;  // [N] sorted

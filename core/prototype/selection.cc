@@ -1,10 +1,10 @@
 #include "core/prototype/selection.h"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <limits>
-#include <ATen/core/grad_mode.h>
 
 namespace frost::proto {
 
@@ -15,7 +15,7 @@ at::Tensor normalize_rows(const at::Tensor& x, double eps) { return x / (x.norm(
 // Mean of the strict upper triangle of a [K, K] matrix: 2/(K(K-1)) Σ_{k<j}.
 at::Tensor upper_mean(const at::Tensor& m) {
   const int64_t K = m.size(0);
-  at::Tensor upper = at::ones({K, K}, at::kBool).triu(1);
+  at::Tensor upper = at::ones({K, K}, at::TensorOptions().dtype(at::kBool).device(m.device())).triu(1);
   return m.masked_select(upper).sum() * (2.0 / static_cast<double>(K * (K - 1)));
 }
 
@@ -39,13 +39,14 @@ Selection select_prototypes(const at::Tensor& slots, const at::Tensor& keys, int
   s.logits = all.gather(1, top_idx);  // [K, T], gradient to the slots
   at::Tensor g = gumbel_from_uniform(u, gumbel_eps);
 
-  // Pass 1: hard picks on plain floats.
-  at::Tensor score = (s.logits.detach() + g).contiguous();
-  at::Tensor cand = s.cand.contiguous();
+  // Pass 1: hard picks on plain floats, on the CPU (a copy of the K x T scores when the head computes on a
+  // device).
+  at::Tensor score = (s.logits.detach() + g).contiguous().to(at::kCPU);
+  at::Tensor cand = s.cand.contiguous().to(at::kCPU);
   const float* sc = score.data_ptr<float>();
   const int64_t* ci = cand.data_ptr<int64_t>();
-  s.taken = at::zeros({K, T}, at::kBool);
-  bool* tk = s.taken.data_ptr<bool>();
+  at::Tensor taken = at::zeros({K, T}, at::kBool);
+  bool* tk = taken.data_ptr<bool>();
   std::vector<int64_t> picked;
   picked.reserve(static_cast<size_t>(K));
   for (int64_t k = 0; k < K; ++k) {
@@ -70,12 +71,13 @@ Selection select_prototypes(const at::Tensor& slots, const at::Tensor& keys, int
     s.hard_t.push_back(best);
   }
   s.hard = picked;
+  s.taken = taken.to(slots.device());
 
   // Pass 2: soft distributions and straight-through weights for every slot at once.
   at::Tensor masked = s.logits.masked_fill(s.taken, -std::numeric_limits<float>::infinity());
   s.p = at::softmax((masked + g) / tau, 1);
-  at::Tensor onehot = at::zeros({K, T});
-  onehot.scatter_(1, at::tensor(s.hard_t, at::kLong).view({K, 1}), 1.0);
+  at::Tensor onehot = at::zeros({K, T}, at::TensorOptions().device(slots.device()));
+  onehot.scatter_(1, at::tensor(s.hard_t, at::kLong).to(slots.device()).view({K, 1}), 1.0);
   s.w = onehot - s.p.detach() + s.p;
   return s;
 }
@@ -161,7 +163,7 @@ std::vector<int64_t> kmeanspp_indices(const at::Tensor& keys, int64_t K, at::Gen
   const int64_t N = keys.size(0);
   TORCH_CHECK(K >= 1 && K <= N, "kmeanspp_indices: need 1 <= K <= N, got K=", K, " N=", N);
   at::NoGradGuard ng;
-  const at::Tensor k = keys.to(at::kDouble);
+  const at::Tensor k = keys.to(at::kCPU, at::kDouble);  // the draws use a CPU generator: seeding on the CPU
   std::vector<int64_t> out;
   at::Tensor chosen = at::zeros({N}, at::kBool);
   at::Tensor d2 = at::full({N}, 1.0, at::kDouble);  // before the first pick: uniform
@@ -181,7 +183,7 @@ std::vector<int64_t> finalize_prototypes(const at::Tensor& slots, const at::Tens
   at::NoGradGuard ng;
   const int64_t K = slots.size(0), N = keys.size(0);
   TORCH_CHECK(K <= N, "finalize_prototypes: K=", K, " > N=", N);
-  at::Tensor logits = at::matmul(normalize_rows(slots, norm_eps), keys.t()).contiguous();
+  at::Tensor logits = at::matmul(normalize_rows(slots, norm_eps), keys.t()).contiguous().to(at::kCPU);
   const float* lg = logits.data_ptr<float>();
   std::vector<char> taken(static_cast<size_t>(N), 0);
   std::vector<int64_t> out;

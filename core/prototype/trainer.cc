@@ -1,6 +1,7 @@
 #include "core/prototype/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +10,6 @@
 #include <fstream>
 #include <map>
 #include <random>
-#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,12 +18,12 @@
 #include "core/common/sha256.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
-#include "core/store/safetensors.h"
 #include "core/prototype/baselines.h"
 #include "core/prototype/metrics.h"
 #include "core/prototype/predictor.h"
 #include "core/prototype/residual_choice.h"
 #include "core/prototype/selection.h"
+#include "core/store/safetensors.h"
 
 namespace frost::proto {
 
@@ -153,8 +153,8 @@ StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
     uniq = std::get<0>(u);
     inv = std::get<1>(u);
   }
-  at::Tensor lt = weighted_rows(net.label_embed(uniq), inv.index_select(0, l.sel.cand.reshape({-1})).view_as(l.sel.cand),
-                                l.sel.w);
+  at::Tensor lt = weighted_rows(net.label_embed(uniq),
+                                inv.index_select(0, l.sel.cand.reshape({-1})).view_as(l.sel.cand), l.sel.w);
   at::Tensor mem = prototype_memory(mt, lt);
   // key_bias: the selected keys k~_k use the same straight-through weights as M~_k and l~_k
   at::Tensor bias = block_key_bias(q_keys, weighted_rows(keys, l.sel.cand, l.sel.w), c.m + 1, c.key_bias);
@@ -172,6 +172,14 @@ absl::StatusOr<std::unique_ptr<PrototypeTrainer>> PrototypeTrainer::create(const
                                                                            RegressionData train,
                                                                            LabelBounds bounds,
                                                                            PrototypeConfig cfg) {
+  return create(model, std::move(train), bounds, std::move(cfg), compute_device(model));
+}
+
+absl::StatusOr<std::unique_ptr<PrototypeTrainer>> PrototypeTrainer::create(const LoadedModel& model,
+                                                                           RegressionData train,
+                                                                           LabelBounds bounds,
+                                                                           PrototypeConfig cfg,
+                                                                           ComputeDevice device) {
   FROST_RETURN_IF_ERROR(validate(cfg));
   FROST_RETURN_IF_ERROR(validate_bounds(bounds));
   const int64_t N = train.size();
@@ -189,6 +197,7 @@ absl::StatusOr<std::unique_ptr<PrototypeTrainer>> PrototypeTrainer::create(const
   }
   std::unique_ptr<PrototypeTrainer> t(new PrototypeTrainer());
   t->model_ = &model;
+  t->dev_ = std::move(device);
   // Held-out rows (val_fraction): a pure function of (N, seed). Too few rows to spare → none.
   int64_t n_val = static_cast<int64_t>(std::llround(cfg.val_fraction * static_cast<double>(N)));
   if (n_val < 2 || N - n_val < std::max<int64_t>(cfg.K, 2)) n_val = 0;
@@ -215,9 +224,9 @@ absl::StatusOr<std::unique_ptr<PrototypeTrainer>> PrototypeTrainer::create(const
   t->sigma_ = std::sqrt(sq / static_cast<double>(N));
   t->data_ = std::move(train);
   FROST_RETURN_IF_ERROR(torch_call([&] {
-    t->labels_ = at::tensor(t->data_.labels, at::kFloat);
-    t->net_ =
-        std::make_unique<PrototypeNet>(t->cfg_, model.config.dim, bounds.a, bounds.b, t->mu_, t->sigma_);
+    t->labels_ = at::tensor(t->data_.labels, at::kFloat).to(t->dev_.device);
+    t->net_ = std::make_unique<PrototypeNet>(t->cfg_, model.config.dim, bounds.a, bounds.b, t->mu_, t->sigma_,
+                                             t->dev_.device);
   }));
   return t;
 }
@@ -228,6 +237,10 @@ int64_t PrototypeTrainer::steps_per_epoch() const {
 
 void PrototypeTrainer::emit(const TrainHooks& hooks, const TrainProgress& p) const {
   if (hooks.on_progress) hooks.on_progress(p);
+}
+
+at::Tensor PrototypeTrainer::index(const std::vector<int64_t>& idx) const {
+  return at::tensor(idx, at::kLong).to(dev_.device);  // the same tensor on the CPU
 }
 
 std::string PrototypeTrainer::run_fingerprint() const {
@@ -252,6 +265,7 @@ absl::Status PrototypeTrainer::build_features(const TrainHooks& hooks) {
   o.max_tokens = cfg_.max_tokens;
   o.budget_bytes = cfg_.feature_cache_bytes;
   o.spill_dir = cfg_.spill_dir;
+  o.device = dev_.device;
   const int64_t N = data_.size();
   int64_t last = 0;
   FROST_ASSIGN_OR_RETURN(
@@ -272,8 +286,9 @@ absl::Status PrototypeTrainer::build_cache() {
   return torch_call([&] {
     at::NoGradGuard ng;
     const int64_t N = data_.size(), d = cfg_.d_h;
-    mem16_ = at::empty({N, cfg_.m, d}, at::kHalf);
-    keys16_ = at::empty({N, d}, at::kHalf);
+    const at::TensorOptions half = at::TensorOptions().dtype(at::kHalf).device(dev_.device);
+    mem16_ = at::empty({N, cfg_.m, d}, half);
+    keys16_ = at::empty({N, d}, half);
     for (int64_t s = 0; s < N; s += cfg_.eval_batch) {
       std::vector<int64_t> idx;
       for (int64_t i = s; i < std::min(N, s + cfg_.eval_batch); ++i) idx.push_back(i);
@@ -288,7 +303,7 @@ absl::Status PrototypeTrainer::build_cache() {
     keys_ = keys16_.to(at::kFloat).contiguous();
     // Stage B selects among the rows it trains on: held-out rows are never prototypes.
     if (!val_idx_.empty()) {
-      at::Tensor fi = at::tensor(fit_idx_, at::kLong);
+      at::Tensor fi = index(fit_idx_);
       mem_flat_ = mem_flat_.index_select(0, fi).contiguous();
       keys_fit_ = keys_.index_select(0, fi).contiguous();
       labels_fit_ = labels_.index_select(0, fi).contiguous();
@@ -306,7 +321,7 @@ absl::Status PrototypeTrainer::fit_probe() {
   FROST_RETURN_IF_ERROR(torch_call([&] {
     std::vector<at::Tensor> rows;
     for (int64_t i = 0; i < N; ++i) rows.push_back(features_->mean_pooled(i));
-    X = at::stack(rows).to(at::kDouble);
+    X = at::stack(rows).to(at::kCPU, at::kDouble);  // the ridge fit runs on the CPU
   }));
   // The same fit as the ridge_mean_pooled baseline of the evaluation report (default lambdas,
   // folds and seed), so at s = 0 the head predicts exactly what the linear probe does.
@@ -332,7 +347,7 @@ absl::StatusOr<std::pair<std::vector<double>, std::vector<double>>> PrototypeTra
     at::NoGradGuard ng;
     at::Tensor mem_fixed, proto_keys;
     if (!stage_a) {
-      at::Tensor it = at::tensor(final_prototypes(), at::kLong);
+      at::Tensor it = index(final_prototypes());
       mem_fixed = prototype_memory(mem16_.index_select(0, it).to(at::kFloat),
                                    net_->label_embed(labels_.index_select(0, it)));
       proto_keys = keys_.index_select(0, it);
@@ -345,11 +360,11 @@ absl::StatusOr<std::pair<std::vector<double>, std::vector<double>>> PrototypeTra
       if (stage_a) {
         z = net_->head()(q, net_->memory_tokens(fb.h, fb.mask));
       } else {
-        at::Tensor qk = keys_.index_select(0, at::tensor(idx, at::kLong));
+        at::Tensor qk = keys_.index_select(0, index(idx));
         z = net_->head()(q, mem_fixed, nullptr, block_key_bias(qk, proto_keys, cfg_.m + 1, cfg_.key_bias));
       }
-      at::Tensor p = net_->probe_logit(fb.h, fb.mask).to(at::kDouble).contiguous();
-      z = z.to(at::kDouble).contiguous();
+      at::Tensor p = net_->probe_logit(fb.h, fb.mask).to(at::kCPU, at::kDouble).contiguous();
+      z = z.to(at::kCPU, at::kDouble).contiguous();
       zp.insert(zp.end(), p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
       zh.insert(zh.end(), z.data_ptr<double>(), z.data_ptr<double>() + z.numel());
     }
@@ -485,21 +500,26 @@ absl::Status PrototypeTrainer::run_stage(int stage, const TrainHooks& hooks, int
                                                  " step ", s));
       }
       std::vector<int64_t> idx;
-      for (int64_t j = s * B; j < std::min(N, (s + 1) * B); ++j) idx.push_back(fit_idx_[static_cast<size_t>(pp[j])]);
+      for (int64_t j = s * B; j < std::min(N, (s + 1) * B); ++j)
+        idx.push_back(fit_idx_[static_cast<size_t>(pp[j])]);
       TrainProgress pr;
       FROST_RETURN_IF_ERROR(torch_call([&] {
         at::Generator g = gen_for(cfg_.seed, stage, e, s);
         FeatureBatch fb = features_->batch(idx);
-        at::Tensor y = labels_.index_select(0, at::tensor(idx, at::kLong));
+        at::Tensor y = labels_.index_select(0, index(idx));
         opt_->zero_grad();
         StepLoss l;
         if (stage == kStageA) {
           l = stage_a_loss(*net_, fb.h, fb.mask, y);
         } else {
           const int64_t Bq = static_cast<int64_t>(idx.size());
+          // drawn on the CPU generator in this order, then moved: the same numbers on every device
           at::Tensor alpha = at::rand({Bq}, g), beta = at::rand({Bq}, g);
           at::Tensor u = at::rand({cfg_.K, cfg_.T}, g);
-          at::Tensor q_keys = keys_.index_select(0, at::tensor(idx, at::kLong));
+          alpha = alpha.to(dev_.device);
+          beta = beta.to(dev_.device);
+          u = u.to(dev_.device);
+          at::Tensor q_keys = keys_.index_select(0, index(idx));
           // label_flip_p: reflect this minibatch's targets and every prototype label through the
           // middle of [a, b] (drawn after u, so the other draws do not depend on the option)
           const bool flip = cfg_.label_flip_p > 0 && at::rand({1}, g).item<double>() < cfg_.label_flip_p;
@@ -566,6 +586,8 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
     }
   }
   report_["resumed"] = resumed;
+  report_["compute_device"] = dev_.name;
+  FROST_LOG_INFO("prototype: training on %s (%s)", dev_.name.c_str(), dev_.reason.c_str());
   auto stage_report = [&](const char* name, double t0) {
     report_["stages"][name] = {{"seconds", now_s() - t0}, {"peak_rss_bytes", peak_rss_bytes()}};
   };
@@ -607,7 +629,7 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
     FROST_RETURN_IF_ERROR(torch_call([&] {
       at::NoGradGuard ng;
       std::vector<int64_t> idx = kmeanspp_indices(keys_fit_, cfg_.K, gen_for(cfg_.seed, kStageB, -1, -2));
-      net_->slots().copy_(keys_fit_.index_select(0, at::tensor(idx, at::kLong)));
+      net_->slots().copy_(keys_fit_.index_select(0, index(idx)));
     }));
   }
   if (pos[0] == kStageB) {
@@ -639,13 +661,15 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
   FROST_ASSIGN_OR_RETURN(at::Tensor population, population_reference(keys_, cfg_.rlcs_k));
   FROST_RETURN_IF_ERROR(torch_call([&] {
     std::vector<int64_t> idx = final_prototypes();
-    at::Tensor it = at::tensor(idx, at::kLong);
-    for (const auto& [name, p] : net_->params().items()) art.tensors.emplace_back(name, p.detach().clone());
-    art.tensors.emplace_back("proto.memory", mem16_.index_select(0, it).contiguous());
-    art.tensors.emplace_back("proto.labels", labels_.index_select(0, it).contiguous());
-    art.tensors.emplace_back("cache.keys", keys16_.clone());
-    art.tensors.emplace_back("cache.labels", labels_.clone());
-    art.tensors.emplace_back("rlcs.population", population);
+    at::Tensor it = index(idx);
+    // The artifact is CPU tensors whatever the compute device: a clone on the CPU, a copy from a device.
+    auto host = [](const at::Tensor& x) { return x.is_cpu() ? x.clone() : x.to(at::kCPU); };
+    for (const auto& [name, p] : net_->params().items()) art.tensors.emplace_back(name, host(p.detach()));
+    art.tensors.emplace_back("proto.memory", mem16_.index_select(0, it).contiguous().to(at::kCPU));
+    art.tensors.emplace_back("proto.labels", labels_.index_select(0, it).contiguous().to(at::kCPU));
+    art.tensors.emplace_back("cache.keys", host(keys16_));
+    art.tensors.emplace_back("cache.labels", host(labels_));
+    art.tensors.emplace_back("rlcs.population", population.to(at::kCPU));
     for (size_t k = 0; k < idx.size(); ++k) {
       const size_t i = static_cast<size_t>(idx[k]);
       art.prototypes.push_back({static_cast<int64_t>(k), idx[k], data_.ids.size() > i ? data_.ids[i] : "",

@@ -21,6 +21,12 @@
 //    needs no RNG state beyond its position, and a resumed run draws exactly what an
 //    uninterrupted one would.
 //
+// Device (core/prototype/device.h): the feature cache's rows, MemCache / KeyCache / LabelCache, the net, the
+// AdamW moments and every batch live on the compute device (the served model's, unless create() is told
+// otherwise); the shuffles, Gumbel / α / β draws and k-means++ seeding draw on CPU generators and move their
+// numbers there, and the hard picks of the selector read a CPU copy of the K×T scores. Checkpoints and the
+// artifact are CPU tensors.
+//
 // Checkpoints (safetensors + JSON metadata, written atomically): every net tensor, the AdamW
 // moments and step count of the current stage, stage/epoch/step, and fingerprints of the data,
 // config and backbone; a checkpoint from another run is refused (FAILED_PRECONDITION). In Stage B
@@ -40,6 +46,7 @@
 #include "core/prototype/artifact.h"
 #include "core/prototype/config.h"
 #include "core/prototype/data.h"
+#include "core/prototype/device.h"
 #include "core/prototype/features.h"
 #include "core/prototype/net.h"
 #include "core/prototype/selection.h"
@@ -91,19 +98,25 @@ StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
 class PrototypeTrainer {
  public:
   // Checks the config against the data (K <= N, T clipped to N, labels inside the bounds).
-  // `model` must outlive the trainer.
+  // `model` must outlive the trainer. Computes on compute_device(model).
   static absl::StatusOr<std::unique_ptr<PrototypeTrainer>> create(const LoadedModel& model,
                                                                   RegressionData train, LabelBounds bounds,
                                                                   PrototypeConfig cfg);
+  // Computes on `device` (tests: the same run on the CPU and on a GPU).
+  static absl::StatusOr<std::unique_ptr<PrototypeTrainer>> create(const LoadedModel& model,
+                                                                  RegressionData train, LabelBounds bounds,
+                                                                  PrototypeConfig cfg, ComputeDevice device);
 
   // Runs (or resumes) the whole pipeline. CANCELLED when hooks.cancel fires (after writing a
   // checkpoint when a path is set); FAILED_PRECONDITION for a checkpoint of another run.
   absl::StatusOr<PrototypeArtifact> run(const TrainHooks& hooks);
 
   const PrototypeConfig& config() const { return cfg_; }  // T clipped to N
+  const ComputeDevice& device() const { return dev_; }
   const FeatureCache* features() const { return features_.get(); }
   const PrototypeNet* net() const { return net_.get(); }
-  const at::Tensor& key_cache() const { return keys_; }  // [N, d] fp32 (fp16 values)
+  const at::Tensor& key_cache() const { return keys_; }   // [N, d] fp32 (fp16 values), on device()
+  const at::Tensor& mem_cache() const { return mem16_; }  // [N, m, d] fp16, on device()
   const nlohmann::json& report() const { return report_; }
   int64_t steps_per_epoch() const;
   // Rows held out of Stage A/B (val_fraction) to choose the probe residual scale; never prototypes.
@@ -127,8 +140,10 @@ class PrototypeTrainer {
   absl::StatusOr<std::array<int64_t, 3>> load_checkpoint(const std::string& path);
   std::string run_fingerprint() const;
   void emit(const TrainHooks& hooks, const TrainProgress& p) const;
+  at::Tensor index(const std::vector<int64_t>& idx) const;  // int64 index tensor on the compute device
 
   const LoadedModel* model_ = nullptr;
+  ComputeDevice dev_;
   PrototypeConfig cfg_;
   RegressionData data_;
   LabelBounds bounds_;
@@ -136,11 +151,11 @@ class PrototypeTrainer {
   BackboneId backbone_;
   std::unique_ptr<FeatureCache> features_;
   std::unique_ptr<PrototypeNet> net_;
-  at::Tensor labels_;    // [N] fp32
-  at::Tensor mem16_;     // [N, m, d] fp16 MemCache
-  at::Tensor mem_flat_;  // [N_fit, m*d] fp32 values of the fit rows (Stage B table)
-  at::Tensor keys16_;    // [N, d] fp16 KeyCache
-  at::Tensor keys_;      // [N, d] fp32 values of keys16_
+  at::Tensor labels_;                       // [N] fp32
+  at::Tensor mem16_;                        // [N, m, d] fp16 MemCache
+  at::Tensor mem_flat_;                     // [N_fit, m*d] fp32 values of the fit rows (Stage B table)
+  at::Tensor keys16_;                       // [N, d] fp16 KeyCache
+  at::Tensor keys_;                         // [N, d] fp32 values of keys16_
   std::vector<int64_t> fit_idx_, val_idx_;  // rows Stage A/B train on; held-out rows (sorted)
   at::Tensor keys_fit_, labels_fit_;        // Stage B selection tables over fit_idx_ (mem_flat_ too)
 

@@ -23,13 +23,13 @@ class PrototypeKind final : public SlotKind<ServedPrototype> {
     s->name = a.name;
     s->model = model;
     s->predictor = *std::move(p);
-    s->lease = tensors_->account(a.name, bytes);
+    s->lease = tensors_->account(a.name, bytes, s->predictor->device().name);  // where the head computes
     return Loaded(std::move(s));
   }
   std::string describe(const ServedPrototype& s) const override {
     const proto::PrototypeArtifact& art = s.predictor->artifact();
     return absl::StrCat("prototype head: K=", art.cfg.K, " prototypes, values in [", art.bounds.a, ", ",
-                        art.bounds.b, "]");
+                        art.bounds.b, "], on ", s.predictor->device().name);
   }
 
  private:

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/log.h"
 #include "core/common/status_macros.h"
+#include "core/prototype/device.h"
 
 namespace frost::serving {
 
@@ -67,6 +68,11 @@ ServedModel::~ServedModel() { stop(); }
 absl::Status ServedModel::start(std::shared_ptr<const LoadedModel> model, WritableHook on_writable) {
   registry_.set_model(model);
   on_writable_ = std::move(on_writable);
+  if (model) {  // where Predict's head and the prototype jobs compute, and the store accounts their bytes
+    const proto::ComputeDevice dev = proto::compute_device(*model);
+    tensors_.set_device(dev.name);
+    FROST_LOG_INFO("prototype head computes on %s: %s", dev.name.c_str(), dev.reason.c_str());
+  }
   // Restore first: a persisted activation outranks the config's file for its kind.
   const std::set<std::string> restored = registry_.restore(model);
   if (!restored.count("kv_repair") && !opts_.kv_repair_file.empty())

@@ -4,13 +4,26 @@ namespace frost::serving {
 
 TensorStore::Lease::~Lease() { store_->release(*this); }
 
-std::shared_ptr<TensorStore::Lease> TensorStore::account(const std::string& name, int64_t bytes) {
+std::string TensorStore::device() const {
+  absl::MutexLock l(&mu_);
+  return device_;
+}
+
+void TensorStore::set_device(std::string device) {
+  absl::MutexLock l(&mu_);
+  device_ = std::move(device);
+}
+
+std::shared_ptr<TensorStore::Lease> TensorStore::account(const std::string& name, int64_t bytes,
+                                                         const std::string& device) {
+  std::string on;
   {
     absl::MutexLock l(&mu_);
-    by_device_[device_] += bytes;
+    on = device.empty() ? device_ : device;
+    by_device_[on] += bytes;
     by_name_[name] += bytes;
   }
-  return std::shared_ptr<Lease>(new Lease(this, name, device_, bytes));
+  return std::shared_ptr<Lease>(new Lease(this, name, std::move(on), bytes));
 }
 
 void TensorStore::release(const Lease& l) {

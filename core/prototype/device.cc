@@ -1,0 +1,53 @@
+#include "core/prototype/device.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace frost::proto {
+
+ComputeDevice cpu_compute_device() {
+  ComputeDevice d;
+  d.reason = "the CPU, asked for explicitly";
+  return d;
+}
+
+ComputeDevice resolve_compute_device(const std::string& served, bool cuda_available) {
+  ComputeDevice d;  // the CPU unless a cuda model meets a CUDA LibTorch
+  if (served.empty() || served == "cpu") {
+    d.reason = "model.device is cpu";
+    return d;
+  }
+  if (served == "reference") {
+    d.reason = "model.device is the host reference device (its features are in host memory)";
+    return d;
+  }
+  int index = 0;
+  const bool cuda = served == "cuda" || (absl::StartsWith(served, "cuda:") &&
+                                         absl::SimpleAtoi(served.substr(5), &index) && index >= 0);
+  if (!cuda) {
+    d.reason = absl::StrCat("model.device ", served, " is not a CUDA device");
+    return d;
+  }
+  if (!cuda_available) {
+    d.reason = absl::StrCat(
+        "model.device is ", served,
+        " but this LibTorch has no CUDA backend (CPU-only LibTorch, or FROST_TORCH_CUDA=OFF; the "
+        "CUDA decoder needs none, the prototype head does)");
+    return d;
+  }
+  d.device = at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index));
+  d.name = absl::StrCat("cuda:", index);
+  d.reason = absl::StrCat("model.device is ", served, " and LibTorch has CUDA");
+  return d;
+}
+
+std::string served_device(const LoadedModel& model) {
+  return model.hidden_source ? model.hidden_source->device() : std::string("cpu");
+}
+
+ComputeDevice compute_device(const LoadedModel& model) {
+  return resolve_compute_device(served_device(model), at::hasCUDA());
+}
+
+}  // namespace frost::proto
