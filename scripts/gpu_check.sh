@@ -73,23 +73,49 @@ if want build; then
   CUDA_ARGS="-DFROST_CUDA=ON -DCMAKE_CUDA_COMPILER=$NVCC -DCMAKE_CUDA_ARCHITECTURES=${GPU_CUDA_ARCH:-90}"
   [ -x "$NVCC" ] || CUDA_ARGS="-DFROST_CUDA=OFF"
   [ "$DRY" = 1 ] && TARGETS="frostd frostctl frost-bench frost-loadgen $([ -x "$NVCC" ] && echo frost_gpu_tests frost-cuda-bench)"
-  stamp "build: configure ($CUDA_ARGS, LibTorch ${TORCH_ROOT:-find_package})"
-  # shellcheck disable=SC2086
-  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release $CUDA_ARGS \
-    ${TORCH_ROOT:+-DFROST_TORCH_ROOT=$TORCH_ROOT -DFROST_TORCH_CXX11_ABI=$TORCH_ABI} \
-    -DCMAKE_PREFIX_PATH="$SYS/usr" -DPKG_CONFIG_EXECUTABLE="$SYS/usr/bin/pkg-config" \
-    -DProtobuf_PROTOC_EXECUTABLE="$SYS/usr/bin/protoc" \
-    -DCMAKE_CXX_FLAGS="-isystem $SYS/usr/include/x86_64-linux-gnu" -DCMAKE_C_FLAGS="-isystem $SYS/usr/include/x86_64-linux-gnu" \
-    > "$OUT/configure.log" 2>&1
-  if [ $? -ne 0 ]; then
+  configure() {  # configure [EXTRA CMAKE ARGS...]
+    stamp "build: configure ($CUDA_ARGS, LibTorch ${TORCH_ROOT:-find_package} $*)"
+    # shellcheck disable=SC2086
+    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release $CUDA_ARGS \
+      ${TORCH_ROOT:+-DFROST_TORCH_ROOT=$TORCH_ROOT -DFROST_TORCH_CXX11_ABI=$TORCH_ABI} \
+      -DCMAKE_PREFIX_PATH="$SYS/usr" -DPKG_CONFIG_EXECUTABLE="$SYS/usr/bin/pkg-config" \
+      -DProtobuf_PROTOC_EXECUTABLE="$SYS/usr/bin/protoc" \
+      -DCMAKE_CXX_FLAGS="-isystem $SYS/usr/include/x86_64-linux-gnu" -DCMAKE_C_FLAGS="-isystem $SYS/usr/include/x86_64-linux-gnu" \
+      "$@" >> "$OUT/configure.log" 2>&1
+  }
+  # The built programs start (every shared library resolves, LibTorch's CUDA registrations load): a program
+  # that cannot start would fail every later phase, so it is caught here, once.
+  loads() {
+    local p
+    for p in server/frostd tests/gpu/frost_gpu_tests; do
+      [ -x "$B/$p" ] || continue
+      if [ "$p" = server/frostd ]; then "$B/$p" --help > /dev/null 2>> "$OUT/load_check.log"
+      else "$B/$p" --gtest_list_tests > /dev/null 2>> "$OUT/load_check.log"; fi || return 1
+    done
+  }
+  : > "$OUT/configure.log"
+  if ! configure ${FROST_TORCH_CUDA:+-DFROST_TORCH_CUDA=$FROST_TORCH_CUDA}; then
     tail -40 "$OUT/configure.log"; record build failed "configure (configure.log)"
   else
+    grep -E "frost: LibTorch from" "$OUT/configure.log" | tail -1
     stamp "build: $TARGETS"
     # shellcheck disable=SC2086
-    if cmake --build "$B" -j "$(nproc)" --target $TARGETS > "$OUT/build.log" 2>&1; then
-      record build ok "$TARGETS"
+    if cmake --build "$B" -j "$(nproc)" --target $TARGETS > "$OUT/build.log" 2>&1 && loads; then
+      record build ok "$TARGETS ($(grep -oE 'torch_cpu[^,]*' "$OUT/configure.log" | tail -1))"
+    elif [ "${FROST_TORCH_CUDA:-AUTO}" != OFF ] && grep -q "torch_cuda" "$OUT/configure.log"; then
+      # LibTorch's CUDA libraries (the prototype head on the GPU) would not link or load beside our CUDA
+      # toolkit: relink without them (compile flags are unchanged, so this is a relink) and keep the other
+      # phases; the prototype head then computes on the CPU, and the detail says so.
+      grep -E "error|undefined|cannot open" "$OUT/build.log" "$OUT/load_check.log" 2>/dev/null | head -20
+      stamp "build: again with FROST_TORCH_CUDA=OFF (LibTorch CUDA did not link or load)"
+      # shellcheck disable=SC2086
+      if configure -DFROST_TORCH_CUDA=OFF && cmake --build "$B" -j "$(nproc)" --target $TARGETS > "$OUT/build_nocuda.log" 2>&1 && loads; then
+        record build degraded "$TARGETS without LibTorch CUDA: the prototype head on the CPU (build.log, load_check.log)"
+      else
+        grep -E "error|Error" "$OUT/build_nocuda.log" | head -40; record build failed "build_nocuda.log"
+      fi
     else
-      grep -E "error|Error" "$OUT/build.log" | head -40; record build failed "build.log"
+      grep -E "error|Error" "$OUT/build.log" "$OUT/load_check.log" 2>/dev/null | head -40; record build failed "build.log"
     fi
   fi
 fi
@@ -103,7 +129,7 @@ if want tests; then
     record tests failed "not built"
   else
     stamp "tests"
-    FROST_STORIES_REFERENCE="$PWD/.gpu/reference.json" timeout 300 "$B/tests/gpu/frost_gpu_tests" \
+    FROST_STORIES_REFERENCE="$PWD/.gpu/reference.json" FROST_PROTOTYPE_DATA="$PWD/.gpu/emobank_valence" timeout 300 "$B/tests/gpu/frost_gpu_tests" \
       --gtest_output="json:$OUT/gpu_tests.json" > "$OUT/gpu_tests.log" 2>&1
     rc=$?
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |^  (gpu vs|stories)|Failure|Expected|Which is|actual" "$OUT/gpu_tests.log" | head -60

@@ -64,6 +64,12 @@ if [ -n "$dangling" ]; then echo "gpu_prepare: dangling links in the sysroot:"; 
 tar -C "$OUT" -cJf "$OUT/sysroot.tar.xz" sysroot
 rm -rf "$OUT/sysroot" "$OUT/debs"
 cp "${FROST_SHARED:-../shared}/models/stories260K/reference.json" "$OUT/"
+# The prototype GPU test's rows (tests/gpu/prototype_device_test.cc reads the first 160 train and 48 test rows).
+E="${FROST_SHARED:-../shared}/data/emobank_valence"
+mkdir -p "$OUT/emobank_valence"
+head -n 200 "$E/train.jsonl" > "$OUT/emobank_valence/train.jsonl"
+head -n 60 "$E/test.jsonl" > "$OUT/emobank_valence/test.jsonl"
+cp "$E/meta.json" "$OUT/emobank_valence/"
 # The commit the device runs (its copy of the tree has no .git).
 echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!.gpu' 2>/dev/null || echo '-dirty')" > "$OUT/COMMIT"
 echo "sysroot.tar.xz $(stat -c %s "$OUT/sysroot.tar.xz")" >> "$OUT/MANIFEST"

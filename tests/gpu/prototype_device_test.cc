@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 
 #include "core/prototype/data.h"
@@ -54,8 +55,14 @@ TEST(PrototypeDeviceGpu, TrainsAndPredictsOnCuda0WithinToleranceOfTheCpu) {
     GTEST_SKIP()
         << "GPU test skipped: this LibTorch has no CUDA backend (CPU-only LibTorch or FROST_TORCH_CUDA=OFF): "
            "the prototype head computes on the CPU";
-  FROST_REQUIRE_SHARED(model_dir, "models/stories260K");
-  FROST_REQUIRE_SHARED(data_dir, "data/emobank_valence");
+  // ../shared does not travel to the GPU machine: the model is the repository's own stories260K, and the data
+  // the EmoBank valence rows scripts/gpu_prepare.sh copies into .gpu/ (FROST_PROTOTYPE_DATA), else ../shared.
+  const std::string model_dir = testing::source_path("models/stories260K");
+  const char* env_data = std::getenv("FROST_PROTOTYPE_DATA");
+  const std::string data_dir =
+      env_data != nullptr ? std::string(env_data) : testing::shared_path("data/emobank_valence");
+  if (data_dir.empty())
+    GTEST_SKIP() << "no EmoBank valence rows: set FROST_PROTOTYPE_DATA (.gpu/) or provide ../shared";
   auto model = load_model(model_dir);
   ASSERT_TRUE(model.ok()) << model.status();
   auto ds = load_dataset_dir(data_dir);

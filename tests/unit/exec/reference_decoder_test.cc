@@ -493,7 +493,10 @@ namespace {
 // for groups that divide the row, a short last group, and one group per row (model.int8_group 0).
 TEST(ReferenceTwinsTest, Int8LinearIsTheFp32LinearOfTheDequantizedMatrix) {
   for (int64_t group : {int64_t{32}, int64_t{16}, int64_t{0}})
-    for (auto [n_out, n_in] : {std::pair{7, 64}, std::pair{5, 45}, std::pair{3, 16}}) {
+    for (const auto& shape : {std::pair{7, 64}, std::pair{5, 45}, std::pair{3, 16}}) {
+      // Plain locals, not a structured binding: the lambda below captures n_in, which C++17 (clang) forbids
+      // for a binding.
+      const int n_out = shape.first, n_in = shape.second;
       const at::Tensor w = at::randn({n_out, n_in}, at::TensorOptions().dtype(at::kFloat)) * 0.1;
       const kernels::QuantizedMatrix qm = kernels::quantize_int8(w, group);
       const at::Tensor dq = kernels::dequantize(qm).contiguous();
