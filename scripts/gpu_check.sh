@@ -9,7 +9,9 @@
 #   tests     every `gpu` test (CUDA kernels against their twins, the CUDA decoder against the reference
 #             device, the stories260K golden, the engine on cuda:0), gtest JSON
 #   serve     frostd with model.device cuda:0 serving stories260K: the golden's greedy tokens over gRPC for
-#             every reference prompt (frostctl --json), seeded sampling twice, ModelInfo and /metrics
+#             every reference prompt (frostctl --json), seeded sampling twice, ModelInfo and /metrics; then a
+#             small prototype training job on the served model (features from the device decoder, the head on
+#             the GPU when LibTorch's CUDA is linked), activated, and Predict on it
 #   bench     frost-cuda-bench (1b and 15m shapes, bf16; the 1b shape again with int8 weights at batch 1 and 16)
 #             beside torch.compile(mode="reduce-overhead") on the same 1b shape
 #             (bench/cuda/torch_compile_bench.py), then served throughput at 64 streams over gRPC
@@ -145,18 +147,26 @@ if want serve; then
     record serve failed "not built"
   else
     stamp "serve"
-    rm -f "$OUT/ports"
-    "$B/server/frostd" --model models/stories260K --device "$DEVICE" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+    rm -f "$OUT/ports"; rm -rf /tmp/frost-gpu-state
+    # Where the prototype head must compute: the GPU when this build linked LibTorch's CUDA libraries (build
+    # phase; "degraded" relinked without them), else the CPU; GPU_CHECK_HEAD_DEVICE overrides.
+    HEAD_DEVICE=${GPU_CHECK_HEAD_DEVICE:-cpu}
+    if [ -z "${GPU_CHECK_HEAD_DEVICE:-}" ] && [ "$DEVICE" != reference ] &&
+       grep "frost: LibTorch from" "$OUT/configure.log" 2>/dev/null | tail -1 | grep -q torch_cuda; then
+      HEAD_DEVICE=$DEVICE; [ "$HEAD_DEVICE" = cuda ] && HEAD_DEVICE=cuda:0
+    fi
+    FROST_ADMIN_TOKEN=gpu-check "$B/server/frostd" --model models/stories260K --device "$DEVICE" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
       --port-file "$OUT/ports" --state-dir /tmp/frost-gpu-state > "$OUT/frostd.log" 2>&1 &
     pid=$!
     for _ in $(seq 300); do grep -q metrics "$OUT/ports" 2>/dev/null && break; sleep 0.1; done
     GP=$(sed -n 's/^grpc=//p' "$OUT/ports" 2>/dev/null); MP=$(sed -n 's/^metrics=//p' "$OUT/ports" 2>/dev/null)
-    $PY scripts/gpu_serve_check.py --frostctl "$B/client/frostctl" --addr "127.0.0.1:${GP:-0}" \
-      --metrics "127.0.0.1:${MP:-0}" --reference .gpu/reference.json --out "$OUT/serve.json" > "$OUT/serve.log" 2>&1
+    FROST_TOKEN=gpu-check $PY scripts/gpu_serve_check.py --frostctl "$B/client/frostctl" --addr "127.0.0.1:${GP:-0}" \
+      --metrics "127.0.0.1:${MP:-0}" --reference .gpu/reference.json --out "$OUT/serve.json" \
+      --prototype-data .gpu/emobank_valence --head-device "$HEAD_DEVICE" > "$OUT/serve.log" 2>&1
     rc=$?
     cat "$OUT/serve.log" | tail -20
     kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
-    [ $rc -eq 0 ] && record serve ok "golden over gRPC on $DEVICE" || record serve failed "rc $rc (serve.log, frostd.log)"
+    [ $rc -eq 0 ] && record serve ok "golden over gRPC on $DEVICE, prototype head on $HEAD_DEVICE" || record serve failed "rc $rc (serve.log, frostd.log)"
   fi
 fi
 

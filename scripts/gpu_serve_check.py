@@ -4,7 +4,11 @@ against the reference device here too, without a GPU):
   - every reference.json prompt, greedy: the golden's tokens, token for token;
   - a seeded top-p sample twice: the same tokens; and with logprobs (the host sampler draws that row): the same
     tokens again (the device sampler is the host sampler);
-  - ModelInfo names the device; /metrics has frost_device_healthy 1 and device-sampled rows.
+  - ModelInfo names the device; /metrics has frost_device_healthy 1 and device-sampled rows;
+  - with --prototype-data: a small prototype training job (its features from the device decoder, its head on
+    --head-device: the GPU with a CUDA LibTorch), activated, then Predict on it: the job's report names the
+    head's device, Predict answers bounded values with prototypes, and server-info accounts the head's bytes
+    under that device. frostd needs an admin token (FROST_ADMIN_TOKEN); frostctl reads $FROST_TOKEN.
 Writes --out (JSON) and exits 1 on any mismatch.
 """
 import argparse, json, subprocess, sys, urllib.request
@@ -23,6 +27,42 @@ def generate(frostctl, addr, prompt, n, extra=()):
     return ids
 
 
+def prototype_check(frostctl, addr, data, head_device):
+    """Trains, activates and queries a small prototype head on the served model; returns (ok, details)."""
+    small = ["max_tokens=32", "d_h=32", "H=4", "m=3", "m_q=2", "K=4", "T=8", "L=2", "epochs_a=2", "epochs_b=2",
+             "probe=none"]
+    cmd = [frostctl, "--addr", addr, "train", "submit", "prototype", "--inline-jsonl", f"{data}/train.jsonl",
+           "--label-min", "1", "--label-max", "5", "--activate", "--watch", "--json"]
+    for kv in small:
+        cmd += ["--set", kv]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = {"job_rc": p.returncode}
+    if p.returncode != 0:
+        out["error"] = p.stderr.strip()[-500:]
+        return False, out
+    job = json.loads(p.stdout.splitlines()[-1]).get("job", {})
+    report = json.loads(job.get("report_json", "{}"))
+    out.update(job_state=job.get("state"), artifact=job.get("artifact"),
+               compute_device=report.get("compute_device"), train_seconds=job.get("finished_unix", 0) -
+               job.get("started_unix", 0))
+    texts = [json.loads(l)["text"] for l in open(f"{data}/test.jsonl").read().splitlines()[:4]]
+    q = subprocess.run([frostctl, "--addr", addr, "predict", "--json", *texts], capture_output=True, text=True,
+                       timeout=120)
+    if q.returncode != 0:
+        out["predict_error"] = q.stderr.strip()[-500:]
+        return False, out
+    results = json.loads(q.stdout.splitlines()[-1]).get("results", [])
+    out["predictions"] = [r.get("value") for r in results]
+    bounded = len(results) == len(texts) and all(1.0 <= r.get("value", 0) <= 5.0 and r.get("prototypes")
+                                                  for r in results)
+    info = subprocess.run([frostctl, "--addr", addr, "server-info", "--json"], capture_output=True, text=True)
+    store = json.loads(info.stdout).get("store_bytes", {}) if info.returncode == 0 else {}
+    out["store_bytes"] = store
+    ok = (job.get("state") == "JOB_STATE_SUCCEEDED" and out["compute_device"] == head_device and bounded and
+          int(store.get(head_device, 0)) > 0)
+    return ok, out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--frostctl", required=True)
@@ -30,6 +70,8 @@ def main():
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--reference", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--prototype-data", help="a dataset dir (train.jsonl, test.jsonl): run the prototype check")
+    ap.add_argument("--head-device", default="cuda:0", help="where the prototype head must compute")
     a = ap.parse_args()
     ref = json.load(open(a.reference))
     res = {"cases": [], "ok": True}
@@ -66,6 +108,13 @@ def main():
     healthy = any(l.startswith("frost_device_healthy") and l.endswith(" 1") for l in res["metrics"])
     res["ok"] &= healthy
     print(f"device {res['model_info'].get('device')} ({res['model_info'].get('device_name')}), healthy {healthy}")
+    if a.prototype_data:
+        pok, res["prototype"] = prototype_check(a.frostctl, a.addr, a.prototype_data, a.head_device)
+        res["ok"] &= pok
+        pr = res["prototype"]
+        print(f"prototype job on the served model: {pr.get('job_state')}, head on {pr.get('compute_device')} "
+              f"(want {a.head_device}), predictions {pr.get('predictions')}, store {pr.get('store_bytes')}: "
+              f"{'ok' if pok else 'FAILED'}")
     json.dump(res, open(a.out, "w"), indent=1)
     return 0 if res["ok"] else 1
 

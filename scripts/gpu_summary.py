@@ -55,6 +55,11 @@ def main():
         fig["golden_over_grpc"] = all(c["equal"] for c in sv["cases"])
         fig["seeded_reproduces"] = sv.get("seeded_reproduces")
         fig["device_sample_equals_host_sample"] = sv.get("device_sample_equals_host_sample")
+        pr = sv.get("prototype")
+        if pr:
+            fig["prototype_job"] = pr.get("job_state")
+            fig["prototype_head_device"] = pr.get("compute_device")
+            fig["prototype_train_seconds"] = pr.get("train_seconds")
     with open(os.path.join(out, "gpu_check.json"), "w") as f:
         json.dump(s, f, indent=1)
     print("| phase | status | detail |\n|---|---|---|")
