@@ -42,6 +42,7 @@ if(NOT FROST_TORCH_CUDA STREQUAL "OFF")
   endforeach()
   if(_frost_torch_cuda_missing)
     if(FROST_TORCH_CUDA STREQUAL "ON")
+      list(JOIN _frost_torch_cuda_missing " or " _frost_torch_cuda_missing)
       message(FATAL_ERROR "FROST_TORCH_CUDA=ON but FROST_TORCH_ROOT=${FROST_TORCH_ROOT} has no "
                           "${_frost_torch_cuda_missing} in lib/ (a CPU-only PyTorch? use AUTO or OFF)")
     endif()
@@ -55,6 +56,15 @@ target_link_libraries(frost_torch INTERFACE ${FROST_TORCH_LIB_torch_cpu} ${FROST
 if(_frost_torch_cuda_libs)
   target_link_libraries(frost_torch INTERFACE "-Wl,--push-state,--no-as-needed" ${_frost_torch_cuda_libs}
                                             "-Wl,--pop-state")
+  # A wheel's libtorch_cuda finds its CUDA libraries (site-packages/nvidia/*/lib) through its own $ORIGIN
+  # RUNPATH at run time; the link step is told those folders too, so that resolving the libraries' own
+  # dependencies does not depend on how the linker expands $ORIGIN. (Where our CUDA toolkit has a library of the
+  # same soname, one copy is loaded for the process: the executable's own dependency, found first.)
+  file(GLOB _frost_nvidia_libdirs LIST_DIRECTORIES true "${FROST_TORCH_ROOT}/../nvidia/*/lib"
+       "${FROST_TORCH_ROOT}/../nvidia/*/*/lib")
+  foreach(d ${_frost_nvidia_libdirs})
+    target_link_options(frost_torch INTERFACE "LINKER:-rpath-link,${d}")
+  endforeach()
   set(_frost_torch_what "torch_cpu + c10 + torch_cuda + c10_cuda")
 else()
   set(_frost_torch_what "torch_cpu + c10, no CUDA")
