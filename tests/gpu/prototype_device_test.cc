@@ -25,26 +25,17 @@
 #include "core/prototype/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/testing/test_util.h"
+#include "tests/unit/prototype/prototype_testing.h"
 
 namespace frost::proto {
 namespace {
 
+// The unit tests' small config (builtin:tiny trains it in a moment), on longer texts and larger batches for
+// stories260K's EmoBank rows.
 PrototypeConfig small_cfg() {
-  PrototypeConfig c;
+  PrototypeConfig c = prototype_testing::small_cfg();
   c.max_tokens = 32;
-  c.d_h = 32;
-  c.H = 4;
-  c.m = 3;
-  c.m_q = 2;
-  c.K = 4;
-  c.T = 8;
-  c.L = 2;
-  c.ffn_mult = 2;
-  c.epochs_a = 2;
-  c.epochs_b = 2;
   c.batch_size = 16;
-  c.label_hidden = 8;
-  c.rlcs_k = 3;
   c.probe = "none";  // the head alone: the residual choice on held-out rows would hide it behind the probe
   return c;
 }
