@@ -24,7 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "core/common/fs.h"
 #include "core/common/status_macros.h"
-#include "core/exec/device_spec.h"
+#include "core/common/device_spec.h"
 
 namespace frost::server {
 namespace {

@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/exec/device_spec.h"
+#include "core/common/device_spec.h"
 #include "core/kv/block_storage.h"
 #include "core/kv/kv_spec.h"
 #include "core/model/transformer.h"

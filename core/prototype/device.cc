@@ -1,8 +1,7 @@
 #include "core/prototype/device.h"
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/device_spec.h"
 
 namespace frost::proto {
 
@@ -14,20 +13,22 @@ ComputeDevice cpu_compute_device() {
 
 ComputeDevice resolve_compute_device(const std::string& served, bool cuda_available) {
   ComputeDevice d;  // the CPU unless a cuda model meets a CUDA LibTorch
-  if (served.empty() || served == "cpu") {
-    d.reason = "model.device is cpu";
-    return d;
-  }
-  if (served == "reference") {
-    d.reason = "model.device is the host reference device (its features are in host memory)";
-    return d;
-  }
-  int index = 0;
-  const bool cuda = served == "cuda" || (absl::StartsWith(served, "cuda:") &&
-                                         absl::SimpleAtoi(served.substr(5), &index) && index >= 0);
-  if (!cuda) {
+  // model.device's own parser (the value was checked at config load; anything it refuses computes here on
+  // the CPU, with the reason).
+  const absl::StatusOr<DeviceSpec> spec = parse_device(served.empty() ? "cpu" : served);
+  if (!spec.ok()) {
     d.reason = absl::StrCat("model.device ", served, " is not a CUDA device");
     return d;
+  }
+  switch (spec->kind) {
+    case DeviceKind::kCpu:
+      d.reason = "model.device is cpu";
+      return d;
+    case DeviceKind::kReference:
+      d.reason = "model.device is the host reference device (its features are in host memory)";
+      return d;
+    case DeviceKind::kCuda:
+      break;
   }
   if (!cuda_available) {
     d.reason = absl::StrCat(
@@ -36,8 +37,8 @@ ComputeDevice resolve_compute_device(const std::string& served, bool cuda_availa
         "CUDA decoder needs none, the prototype head does)");
     return d;
   }
-  d.device = at::Device(at::kCUDA, static_cast<at::DeviceIndex>(index));
-  d.name = absl::StrCat("cuda:", index);
+  d.device = at::Device(at::kCUDA, static_cast<at::DeviceIndex>(spec->index));
+  d.name = spec->name();
   d.reason = absl::StrCat("model.device is ", served, " and LibTorch has CUDA");
   return d;
 }

@@ -1,4 +1,4 @@
-#include "core/exec/device_spec.h"
+#include "core/common/device_spec.h"
 
 #include <cstdlib>
 
