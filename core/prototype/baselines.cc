@@ -190,15 +190,18 @@ void select_topk(const float* sim, int64_t n, int64_t skip, int k, std::vector<i
 }
 
 at::Tensor l2_normalized_float(const at::Tensor& keys) {
-  const at::Tensor k = keys.to(at::kCPU, at::kFloat);
+  const at::Tensor k = keys.to(at::kFloat);  // on the keys' device
   // Same convention as torch.nn.functional.normalize (eps 1e-12): zero rows stay zero.
   return (k / k.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12)).contiguous();
 }
 
 KnnResult knn_topk_impl(const at::Tensor& train_keys, const at::Tensor& query_keys, int k,
                         bool exclude_self) {
+  // The similarities are computed on the training keys' device (the prototype head's: a GPU's KeyCache stays
+  // there), the selection on the CPU from a copy of each chunk's [rows, n] similarities, so the result and
+  // its tie-breaking are the same function on every device.
   const at::Tensor T = l2_normalized_float(train_keys);
-  const at::Tensor Qn = l2_normalized_float(query_keys);
+  const at::Tensor Qn = l2_normalized_float(query_keys).to(T.device());
   const int64_t n = T.size(0), q = Qn.size(0);
   KnnResult r{at::empty({q, k}, at::kFloat), at::empty({q, k}, at::kLong)};
   const int64_t chunk =
@@ -208,7 +211,7 @@ KnnResult knn_topk_impl(const at::Tensor& train_keys, const at::Tensor& query_ke
   int64_t* idxs = r.indices.data_ptr<int64_t>();
   for (int64_t c0 = 0; c0 < q; c0 += chunk) {
     const int64_t c1 = std::min(q, c0 + chunk);
-    const at::Tensor S = at::matmul(Qn.slice(0, c0, c1), Tt).contiguous();  // [c1 - c0, n]
+    const at::Tensor S = at::matmul(Qn.slice(0, c0, c1), Tt).contiguous().to(at::kCPU);  // [c1 - c0, n]
     const float* s = S.data_ptr<float>();
     // Rows are independent, so the parallel split does not change the result.
     at::parallel_for(c0, c1, 16, [&](int64_t r0, int64_t r1) {

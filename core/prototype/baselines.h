@@ -60,7 +60,8 @@ struct KnnResult {
 };
 
 // Keys ([N, d] and [Q, d], float or double, finite) are L2-normalised (a zero row stays zero, so its
-// similarity to everything is 0) and compared in float32. Ties are broken by the lower training
+// similarity to everything is 0) and compared in float32, on train_keys' device (the query keys are moved
+// there); the k best are chosen on the CPU, and the result is CPU tensors. Ties are broken by the lower training
 // index, so the result does not depend on the selection algorithm. Queries are processed in chunks
 // of at most 1024 rows and at most ~64 MB of [chunk, N] similarities.
 // exclude_self: the queries are the training rows themselves (Q must equal N); query row i never

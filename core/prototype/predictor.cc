@@ -55,8 +55,6 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::create(PrototypeArtifact a
     at::Tensor mean_labels = at::full({c.K}, art.label_mu, at::TensorOptions().dtype(at::kFloat).device(dev));
     p->mem_hidden_ = prototype_memory(mem, p->net_->label_embed(mean_labels)).contiguous();
     p->keys_ = art.tensor("cache.keys").to(dev, at::kFloat).contiguous();
-    if (!p->dev_.is_cpu())
-      p->keys_unit_ = (p->keys_ / p->keys_.norm(2, {1}, true).clamp_min(1e-12)).contiguous();
     std::vector<int64_t> proto_idx;
     for (const PrototypeEntry& e : art.prototypes) proto_idx.push_back(e.index);
     p->proto_keys_ =
@@ -114,36 +112,28 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
   const int kk = static_cast<int>(std::min<int64_t>(c.rlcs_k, keys_.size(0)));
   // The k nearest training keys of each query, outside torch_call (it returns a Status).
   at::Tensor q_tokens, q_key, z_probe;
-  KnnResult nn;
   FROST_RETURN_IF_ERROR(torch_call([&] {
     at::NoGradGuard ng;
     const at::Tensor hd = h.to(dev_.device), md = mask.to(dev_.device);  // the same tensors on the CPU
     q_tokens = net_->query_tokens(hd, md);
     z_probe = net_->probe_logit(hd, md);
     q_key = net_->normalize(net_->key(net_->memory_tokens(hd, md)));
-    if (!dev_.is_cpu()) {  // knn_topk's cosines (float, unit rows) on the device
-      const at::Tensor qf = q_key.to(at::kFloat);
-      const at::Tensor qn = qf / qf.norm(2, {1}, true).clamp_min(1e-12);
-      auto top = at::matmul(qn, keys_unit_.t()).topk(kk, 1, /*largest=*/true, /*sorted=*/true);
-      nn.values = std::get<0>(top);
-      nn.indices = std::get<1>(top);
-    }
   }));
-  if (dev_.is_cpu()) {
-    FROST_ASSIGN_OR_RETURN(nn, knn_topk(keys_, q_key, kk));
-  }
+  FROST_ASSIGN_OR_RETURN(KnnResult nn, knn_topk(keys_, q_key, kk));  // cosines on keys_' device
   std::vector<Prediction> out(static_cast<size_t>(B));
   FROST_RETURN_IF_ERROR(torch_call([&] {
     at::NoGradGuard ng;
     const double a = art_.bounds.a, b = art_.bounds.b;
     // RLCS scores
-    at::Tensor sim = nn.values.to(at::kFloat);  // [B, k]
-    at::Tensor pop_score = sim.mean(1);         // [B]
+    at::Tensor sim = nn.values.to(dev_.device, at::kFloat);  // [B, k]
+    at::Tensor pop_score = sim.mean(1);                      // [B]
     at::Tensor pop =
         at::searchsorted(population_, pop_score, /*out_int32=*/false, /*right=*/true).to(at::kDouble) /
         static_cast<double>(population_.size(0));
     at::Tensor w = sim.clamp_min(0) + 1e-6;
-    at::Tensor knn = (w * labels_.index_select(0, nn.indices.reshape({-1})).view({B, kk})).sum(1) / w.sum(1);
+    at::Tensor knn =
+        (w * labels_.index_select(0, nn.indices.to(dev_.device).reshape({-1})).view({B, kk})).sum(1) /
+        w.sum(1);
     at::Tensor bias = block_key_bias(q_key, proto_keys_, c.m + 1, c.key_bias);
     at::Tensor y0 = net_->output(net_->head()(q_tokens, mem_fixed_, nullptr, bias), z_probe);
     at::Tensor agree = (1.0 - (y0 - knn).abs() / (b - a)).clamp(0.0, 1.0);
@@ -164,16 +154,8 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
     at::Tensor att = at::stack(probs, 0).mean(0).mean(1).select(1, 0);
     at::Tensor per_proto = att.view({B, c.K, c.m + 1}).sum(2).to(at::kCPU, at::kDouble).contiguous();
     // Back to the host once per batch (on the CPU these are the same tensors).
-    y = y.to(at::kCPU);
-    y0 = y0.to(at::kCPU);
-    knn = knn.to(at::kCPU);
-    pop = pop.to(at::kCPU);
-    agree = agree.to(at::kCPU);
-    alpha = alpha.to(at::kCPU);
-    beta = beta.to(at::kCPU);
-    ood = ood.to(at::kCPU);
-    fell_back = fell_back.to(at::kCPU);
-    reliance = reliance.to(at::kCPU);
+    for (at::Tensor* t : {&y, &y0, &knn, &pop, &agree, &alpha, &beta, &ood, &fell_back, &reliance})
+      *t = t->to(at::kCPU);
     for (int64_t i = 0; i < B; ++i) {
       Prediction& pr = out[static_cast<size_t>(i)];
       pr.value = y[i].item<double>();

@@ -91,7 +91,6 @@ class Predictor {
   at::Tensor mem_fixed_;   // [1, K(m+1), d]
   at::Tensor mem_hidden_;  // mem_fixed_ with every label token E(train mean): label_reliance
   at::Tensor keys_;        // [N, d] fp32
-  at::Tensor keys_unit_;   // keys_ L2-normalised as knn_topk does (the device path's k nearest)
   at::Tensor proto_keys_;  // [K, d] the prototypes' rows of keys_ (key_bias)
   at::Tensor labels_;      // [N] fp32
   at::Tensor population_;  // [N] sorted
