@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -107,6 +108,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   class Sink final : public TokenSink {
    public:
     explicit Sink(GenerateCall* call) : call_(call) {}
+    void on_admitted() override { call_->admitted_.store(true, std::memory_order_release); }
     void on_token(const TokenEvent& ev) override { call_->on_token(ev); }
     void on_finish(absl::StatusOr<GenerationResult> result) override { call_->on_finish(std::move(result)); }
 
@@ -169,6 +171,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   // On an intake worker: hands the request to the engine, or refuses the call.
   void submit(Engine& engine, const GenerationRequest& greq) {
     // Everything the engine may call back into is initialised before submit().
+    constraint_kind_ = greq.constraint.kind;
     absl::Status st = engine.submit(greq, std::make_shared<Sink>(this), cancel_);
     if (st.ok()) return;
     RejectReason reason = RejectReason::kInvalidArgument;
@@ -221,7 +224,17 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     }
     std::optional<v1::GenerateResponse> final_msg;
     grpc::Status status;
-    if (!result.ok()) {
+    if (!result.ok() && !admitted_.load(std::memory_order_acquire)) {
+      // Refused after submit() returned (its constraint did not compile): a refusal, as if at submit.
+      absl::Status st = name_constraint_field(result.status(), constraint_kind_);
+      RejectReason reason = RejectReason::kInvalidArgument;
+      if (absl::IsResourceExhausted(st)) reason = RejectReason::kQueueFull;
+      if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
+      if (absl::IsFailedPrecondition(st)) reason = RejectReason::kFailedPrecondition;
+      svc_->metrics_->record_rejected(reason);
+      FROST_LOG_DEBUG("Generate %s refused: %s", request_id_.c_str(), st.ToString().c_str());
+      status = to_grpc_status(st);
+    } else if (!result.ok()) {
       FROST_LOG_ERROR("Generate %s failed: %s", request_id_.c_str(), result.status().ToString().c_str());
       status = to_grpc_status(result.status());
     } else {
@@ -308,6 +321,8 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   std::shared_ptr<CancelToken> cancel_;
   std::string request_id_;
   bool want_logprobs_ = false;
+  constrain::ConstraintSpec::Kind constraint_kind_ = constrain::ConstraintSpec::Kind::kNone;
+  std::atomic<bool> admitted_{false};  // the engine queued the request (TokenSink::on_admitted)
   // Engine thread only.
   int64_t n_tokens_ = 0;
   int64_t t_last_token_ns_ = 0;

@@ -56,6 +56,8 @@ struct Exchange {
   std::vector<std::shared_ptr<CancelToken>> cancels;  // set before any submit
   int64_t t0_ns = 0;
   bool first_token_seen ABSL_GUARDED_BY(mu) = false;
+  int admitted ABSL_GUARDED_BY(mu) = 0;             // choices the engine queued (TokenSink::on_admitted)
+  std::vector<char> refused ABSL_GUARDED_BY(mu);    // choices that ended before they were queued
 
   void cancel_all() {
     for (auto& c : cancels) c->cancel();
@@ -66,6 +68,12 @@ class ChoiceSink final : public TokenSink {
  public:
   ChoiceSink(std::shared_ptr<Exchange> ex, int index, bool keep_events, Metrics* metrics)
       : ex_(std::move(ex)), index_(index), keep_events_(keep_events), metrics_(metrics) {}
+  void on_admitted() override {
+    absl::MutexLock l(&ex_->mu);
+    admitted_ = true;
+    ++ex_->admitted;
+    ex_->cv.SignalAll();
+  }
   void on_token(const TokenEvent& ev) override {
     absl::MutexLock l(&ex_->mu);
     if (ev.id >= 0 && !ex_->first_token_seen) {
@@ -88,6 +96,7 @@ class ChoiceSink final : public TokenSink {
     } else if (ex_->error.ok()) {
       ex_->error = result.status();
     }
+    if (!admitted_) ex_->refused[index_] = 1;
     ++ex_->finished;
     ex_->cv.SignalAll();
   }
@@ -97,6 +106,7 @@ class ChoiceSink final : public TokenSink {
   int index_;
   bool keep_events_;
   Metrics* metrics_;
+  bool admitted_ = false;  // under ex_->mu
 };
 
 std::string sse(const json& j) {
@@ -498,6 +508,7 @@ void OpenAiHttpServer::handle_generate(int endpoint, const httplib::Request& req
     ex->choices.resize(static_cast<size_t>(p.n));
     ex->finish_sent.assign(static_cast<size_t>(p.n), 0);
     ex->started.assign(static_cast<size_t>(p.n), 0);
+    ex->refused.assign(static_cast<size_t>(p.n), 0);
   }
   for (int i = 0; i < p.n; ++i) ex->cancels.push_back(std::make_shared<CancelToken>());
   for (int i = 0; i < p.n; ++i) {
@@ -521,6 +532,31 @@ void OpenAiHttpServer::handle_generate(int endpoint, const httplib::Request& req
       }
       oa::ApiError e = oa::error_from_status(absl::Status(st.code(), msg), field);
       return fail(e);
+    }
+  }
+
+  // A constraint that was not in the compile cache compiles on the engine's compiler (never here); the status
+  // line depends on its outcome, so wait until every choice is queued or refused (bounded by
+  // engine.constraint_compile_timeout_ms: queued, then compiled).
+  {
+    absl::ReleasableMutexLock l(&ex->mu);
+    auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ex->mu) { return ex->admitted + ex->finished >= p.n; };
+    ex->mu.Await(absl::Condition(&settled));
+    for (int i = 0; i < p.n; ++i) {
+      if (!ex->refused[static_cast<size_t>(i)]) continue;
+      const absl::Status st = ex->error;
+      l.Release();
+      ex->cancel_all();
+      if (metrics) metrics->record_rejected(absl::IsResourceExhausted(st) ? RejectReason::kQueueFull
+                                            : absl::IsUnavailable(st)     ? RejectReason::kUnavailable
+                                                                          : RejectReason::kInvalidArgument);
+      std::string field = oa::body_field_for(ep, std::string(st.message()));
+      std::string msg(st.message());
+      if (absl::StartsWith(msg, "constraint: ")) {
+        field = p.constraint.field;
+        msg = absl::StrCat(field, ": ", msg.substr(std::string("constraint: ").size()));
+      }
+      return fail(oa::error_from_status(absl::Status(st.code(), msg), field));
     }
   }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/json.h"
 #include "core/common/utf8.h"
 #include "grpcpp/support/status.h"
 
@@ -360,11 +361,14 @@ int grpc_code_for_http(int http) {
 }
 
 std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits) {
+  // Bounded nesting before anything recursive (dump(), copies, the schema and template visitors) sees the
+  // document: kMaxRequestJsonDepth leaves room for a JSON Schema at its own limit inside response_format.
   json doc;
-  try {
-    doc = json::parse(body.begin(), body.end());
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number no double holds (1e400)
-    return bad("", absl::StrCat("the body is not valid JSON (", e.what(), ")"));
+  if (std::optional<std::string> err = parse_json_bounded(body, kMaxRequestJsonDepth, &doc)) {
+    if (absl::StartsWith(*err, "JSON nests deeper"))
+      return bad("", absl::StrCat("the request body nests deeper than ", kMaxRequestJsonDepth,
+                                  " levels of objects and arrays"));
+    return bad("", absl::StrCat("the body is not valid JSON (", *err, ")"));
   }
   if (!doc.is_object()) return bad("", absl::StrCat("the body must be a JSON object, got ", kind_name(doc)));
   const std::set<std::string>& known = known_fields(ep);
@@ -525,7 +529,8 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   if (schema_in_body) {
     // JSON Schema properties are generated in the schema's order, which `json` (a sorted map) lost: take the
     // schema's text again from an order-keeping parse of the body.
-    const nlohmann::ordered_json od = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+    nlohmann::ordered_json od;
+    (void)parse_json_bounded(body, kMaxRequestJsonDepth, &od);  // parsed above already: cannot fail here
     const nlohmann::ordered_json* node = &od;
     const std::vector<const char*> path = out.constraint.field == "guided_json"
                                               ? std::vector<const char*>{"guided_json"}

@@ -80,6 +80,9 @@ struct ParsedRequest {
 // (body_field_for()).
 inline constexpr int kMaxChoices = 16;
 inline constexpr int kMaxMessages = 1024;
+// Nesting of objects and arrays in a request body, refused while parsing (before anything recursive runs):
+// a JSON Schema may nest 256 levels of its own (core/constrain/json_schema.cc) inside response_format.
+inline constexpr int kMaxRequestJsonDepth = 300;
 std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits);
 
 // The body's name for an engine field named at the start of a submit error ("top_p must be ..." → "top_p",

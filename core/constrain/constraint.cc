@@ -32,13 +32,30 @@ std::shared_ptr<MaskCache> CompiledConstraint::mask_cache(const std::shared_ptr<
   return cache;
 }
 
+size_t CompiledConstraint::cached_mask_bytes() const {
+  absl::MutexLock lock(&mu_);
+  size_t b = 0;
+  for (const auto& [weak, cache] : caches_) b += cache->stats().bytes;
+  return b;
+}
+
 std::unique_ptr<Matcher> CompiledConstraint::matcher(std::shared_ptr<const TokenVocab> vocab) const {
   auto cache = mask_cache(vocab);
   return std::make_unique<Matcher>(grammar_, std::move(vocab), std::move(cache));
 }
 
+size_t CompiledConstraint::memory_bytes() const {
+  const Grammar& g = *grammar_;
+  size_t b = sizeof(Grammar) + g.flat.size() * sizeof(Grammar::Element) + g.byte_sets.size() * sizeof(ByteSet) +
+             g.rest_min.size() * sizeof(uint64_t);
+  for (const auto& alts : g.rule_alts) b += sizeof(alts) + alts.size() * sizeof(uint32_t);
+  for (const auto& n : g.rule_names) b += sizeof(n) + n.size();
+  return b;
+}
+
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compile_constraint(const ConstraintSpec& spec,
-                                                                             const CompileLimits& limits) {
+                                                                             const CompileLimits& limits,
+                                                                             const CompileControl&) {
   absl::StatusOr<std::shared_ptr<const Grammar>> grammar;
   switch (spec.kind) {
     case ConstraintSpec::Kind::kJsonSchema: grammar = compile_json_schema(spec.text, limits); break;

@@ -27,6 +27,7 @@
 // MaskCache per vocabulary (LRU, CompileLimits::mask_cache_entries masks), shared by all its matchers, so
 // a state seen before costs one hash lookup instead of a trie walk (token_mask.h has the costs).
 // Compiling is not cached here: a caller that sees the same spec often may keep the CompiledConstraint.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -35,6 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/constrain/grammar.h"
 #include "core/constrain/token_mask.h"
 
@@ -58,11 +60,15 @@ class CompiledConstraint {
   ConstraintSpec::Kind kind() const { return kind_; }
   const Grammar& grammar() const { return *grammar_; }
   std::shared_ptr<const Grammar> grammar_ptr() const { return grammar_; }
+  size_t memory_bytes() const;
 
   // A fresh matcher at the start of the output, sharing this constraint's mask cache for `vocab`.
   std::unique_ptr<Matcher> matcher(std::shared_ptr<const TokenVocab> vocab) const;
   // The mask cache for `vocab` (created on first use; dropped when the vocabulary is gone).
   std::shared_ptr<MaskCache> mask_cache(const std::shared_ptr<const TokenVocab>& vocab) const;
+  // Bytes the masks cached for this constraint hold now, over every vocabulary (grows as matchers run;
+  // bounded by CompileLimits::mask_cache_entries per vocabulary).
+  size_t cached_mask_bytes() const;
 
  private:
   const ConstraintSpec::Kind kind_;
@@ -74,7 +80,14 @@ class CompiledConstraint {
       ABSL_GUARDED_BY(mu_);
 };
 
+// How long a compile may run and who may stop it. Checked in every loop of parsing, lowering, build() and the probe.
+struct CompileControl {
+  absl::Time deadline = absl::InfiniteFuture();  // past it: DEADLINE_EXCEEDED "<kind>: compile stopped after its time budget"
+  const std::atomic<bool>* cancelled = nullptr;   // true: CANCELLED "<kind>: compile cancelled"
+};
+
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compile_constraint(const ConstraintSpec& spec,
-                                                                             const CompileLimits& limits = {});
+                                                                             const CompileLimits& limits = {},
+                                                                             const CompileControl& control = {});
 
 }  // namespace frost::constrain

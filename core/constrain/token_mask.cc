@@ -107,7 +107,9 @@ void MaskCache::insert(const std::string& key, std::shared_ptr<const TokenBitmas
   if (index_.contains(key)) return;  // another matcher computed the same state meanwhile
   lru_.emplace_front(key, std::move(mask));
   index_[key] = lru_.begin();
+  bytes_ += entry_bytes(lru_.front());
   while (lru_.size() > max_entries_) {
+    bytes_ -= entry_bytes(lru_.back());
     index_.erase(lru_.back().first);
     lru_.pop_back();
   }
@@ -115,7 +117,7 @@ void MaskCache::insert(const std::string& key, std::shared_ptr<const TokenBitmas
 
 MaskCache::Stats MaskCache::stats() const {
   absl::MutexLock lock(&mu_);
-  return {hits_, misses_, static_cast<int64_t>(lru_.size())};
+  return {hits_, misses_, static_cast<int64_t>(lru_.size()), bytes_};
 }
 
 // ---- Matcher ----

@@ -90,6 +90,7 @@ class MaskCache {
   void insert(const std::string& key, std::shared_ptr<const TokenBitmask> mask);
   struct Stats {
     int64_t hits = 0, misses = 0, entries = 0;
+    size_t bytes = 0;  // masks and keys held
   };
   Stats stats() const;
 
@@ -101,6 +102,10 @@ class MaskCache {
   absl::flat_hash_map<std::string, std::list<Entry>::iterator> index_ ABSL_GUARDED_BY(mu_);
   int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  static size_t entry_bytes(const Entry& e) {
+    return 2 * e.first.size() + 96 + (e.second ? e.second->words.size() * sizeof(uint32_t) : 0);
+  }
 };
 
 // Constrains one request. Not thread-safe (the engine thread owns it); mutated only by accept_token().

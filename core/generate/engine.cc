@@ -50,6 +50,7 @@ struct Engine::Pending {
   // vocabulary its matcher walks.
   std::shared_ptr<const constrain::CompiledConstraint> constraint;
   std::shared_ptr<const constrain::TokenVocab> vocab;
+  int32_t n_prompt_given = 0;  // for a result before admission
   std::shared_ptr<TokenSink> sink;
   std::shared_ptr<CancelToken> cancel;
   int64_t t_submit_ns = 0;
@@ -62,6 +63,7 @@ struct Engine::Delivery {
   std::optional<absl::StatusOr<GenerationResult>> result;
   std::string codec;  // result only: counters
   bool repaired = false, spliced = false;
+  bool unadmitted = false;  // result only: never reached the engine thread (a refused or cancelled compile)
 };
 
 // A request the engine thread holds: its sequence state, its scheduler entry (with its paged cache while it
@@ -121,7 +123,27 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
         absl::StrCat("engine.kv_block_tokens must be in [1, 4096], got ", cfg.kv_block_tokens));
   if (cfg.kv_cache_bytes < 0)
     return absl::InvalidArgumentError(absl::StrCat("engine.kv_cache_bytes must be >= 0, got ", cfg.kv_cache_bytes));
+  if (cfg.constraint_compile_threads < 1 || cfg.constraint_compile_threads > 64)
+    return absl::InvalidArgumentError(absl::StrCat("engine.constraint_compile_threads must be in [1, 64], got ",
+                                                   cfg.constraint_compile_threads));
+  if (cfg.constraint_compile_queue < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.constraint_compile_queue must be >= 0, got ", cfg.constraint_compile_queue));
+  if (cfg.constraint_compile_timeout_ms < 1)
+    return absl::InvalidArgumentError(absl::StrCat("engine.constraint_compile_timeout_ms must be >= 1, got ",
+                                                   cfg.constraint_compile_timeout_ms));
+  if (cfg.constraint_cache_bytes < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.constraint_cache_bytes must be >= 0, got ", cfg.constraint_cache_bytes));
   std::unique_ptr<Engine> e(new Engine(model, cfg));
+  {
+    ConstraintCompilerOptions co;
+    co.threads = cfg.constraint_compile_threads;
+    co.max_queued = cfg.constraint_compile_queue;
+    co.timeout_ms = cfg.constraint_compile_timeout_ms;
+    co.cache_bytes = cfg.constraint_cache_bytes;
+    e->compiler_ = std::make_unique<ConstraintCompiler>(co);
+  }
   e->exec_ = executor ? std::move(executor) : std::make_unique<CpuExecutor>(model);
   StepExecutor& ex = *e->exec_;
   // The engine's default codec must be one the executor stores (a device stores one format).
@@ -188,23 +210,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
 
 Engine::~Engine() { shutdown(); }
 
-// The compiled constraint for `spec`: compiled once per distinct spec and kept (up to kMaxCachedConstraints,
-// then the cache starts over), so a client that sends the same schema every time pays the compile once.
-absl::StatusOr<std::shared_ptr<const constrain::CompiledConstraint>> Engine::constraint_for(
-    const constrain::ConstraintSpec& spec) {
-  std::string key = absl::StrCat(static_cast<int>(spec.kind), ":", spec.text);
-  {
-    absl::MutexLock l(&constraint_mu_);
-    if (auto it = constraints_.find(key); it != constraints_.end()) return it->second;
-  }
-  absl::StatusOr<std::shared_ptr<const constrain::CompiledConstraint>> c = constrain::compile_constraint(spec);
-  if (!c.ok()) return c.status();
-  absl::MutexLock l(&constraint_mu_);
-  if (constraints_.size() >= kMaxCachedConstraints) constraints_.clear();
-  constraints_.emplace(std::move(key), *c);
-  return *c;
-}
-
 // The vocabulary as constrained decoding sees it: each token's bytes, special tokens, the model's EOS ids.
 // Built on the first constrained request (a trie over the vocabulary: milliseconds for 32k tokens).
 absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> Engine::constraint_vocab() {
@@ -246,13 +251,16 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->params = req.params;
   p->codec = req.kv_codec.value_or(cfg_.gen.kv_codec);
   p->repair_mode = req.kv_repair;
-  if (req.constraint.kind != constrain::ConstraintSpec::Kind::kNone) {
-    absl::StatusOr<std::shared_ptr<const constrain::CompiledConstraint>> c = constraint_for(req.constraint);
-    if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat("constraint: ", c.status().message()));
+  const bool constrained = req.constraint.kind != constrain::ConstraintSpec::Kind::kNone;
+  if (constrained) {
     absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> v = constraint_vocab();
     if (!v.ok()) return absl::Status(v.status().code(), absl::StrCat("constraint: ", v.status().message()));
-    p->constraint = *std::move(c);
     p->vocab = *std::move(v);
+    // A cached outcome is used (or refused) here and now; anything else compiles after admission, below.
+    if (std::optional<ConstraintCompiler::Result> hit = compiler_->lookup(req.constraint)) {
+      if (!hit->ok()) return absl::Status(hit->status().code(), absl::StrCat("constraint: ", hit->status().message()));
+      p->constraint = **std::move(hit);
+    }
   }
   // What the executor cannot run (a device stores one KV format and has no repair operators or KVSplice).
   FROST_RETURN_IF_ERROR(exec_->check_request(p->codec, req.kv_repair == GenerationRequest::KvRepair::kOn));
@@ -299,28 +307,95 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->sink = std::move(sink);
   p->cancel = std::move(cancel);
   p->t_submit_ns = RealClock::get().now_ns();
-  absl::MutexLock lock(&mu_);
-  if (!device_error_.ok())
-    return absl::UnavailableError(absl::StrCat("the engine's device failed: ", device_error_.message()));
-  if (!accepting_) return absl::UnavailableError("server is shutting down: not accepting new requests");
-  if (n_in_flight_ >= static_cast<int64_t>(cfg_.max_running) + cfg_.max_waiting) {
-    ++counters_.n_rejected_full;
-    return absl::ResourceExhaustedError(absl::StrCat("server busy: ", counters_.n_running, " running and ",
-                                                     n_in_flight_ - counters_.n_running,
-                                                     " waiting requests (limits ", cfg_.max_running, " + ",
-                                                     cfg_.max_waiting, ")"));
+  p->n_prompt_given = static_cast<int32_t>(p->prompt.size());
+  const bool compile = constrained && !p->constraint;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!device_error_.ok())
+      return absl::UnavailableError(absl::StrCat("the engine's device failed: ", device_error_.message()));
+    if (!accepting_) return absl::UnavailableError("server is shutting down: not accepting new requests");
+    if (n_in_flight_ >= static_cast<int64_t>(cfg_.max_running) + cfg_.max_waiting) {
+      ++counters_.n_rejected_full;
+      return absl::ResourceExhaustedError(absl::StrCat("server busy: ", counters_.n_running, " running and ",
+                                                       n_in_flight_ - counters_.n_running,
+                                                       " waiting requests (limits ", cfg_.max_running, " + ",
+                                                       cfg_.max_waiting, ")"));
+    }
+    ++counters_.n_accepted;
+    ++n_in_flight_;
+    if (!compile) {
+      p->sink->on_admitted();  // before the engine thread can see it (and stream its first token)
+      pending_.push_back(std::move(p));
+      return absl::OkStatus();
+    }
   }
-  ++counters_.n_accepted;
-  ++n_in_flight_;
-  pending_.push_back(std::move(p));
+  // The compile: on the compiler's threads, cancelled with the request; compiled() queues it or ends it.
+  std::shared_ptr<const CancelToken> cancel_token = p->cancel;
+  auto holder = std::make_shared<std::unique_ptr<Pending>>(std::move(p));
+  absl::Status st = compiler_->compile_async(req.constraint, cancel_token, [this, holder](ConstraintCompiler::Result r) {
+    compiled(std::move(*holder), std::move(r));
+  });
+  if (!st.ok()) {
+    absl::MutexLock lock(&mu_);
+    --counters_.n_accepted;
+    --n_in_flight_;
+    return absl::Status(st.code(), absl::StrCat("constraint: ", st.message()));
+  }
   return absl::OkStatus();
+}
+
+void Engine::compiled(std::unique_ptr<Pending> p, ConstraintCompiler::Result r) {
+  if (!r.ok()) {
+    // The request's own cancel or deadline ends it as one that never started; anything else is a refusal.
+    switch (p->cancel->state()) {
+      case CancelToken::State::kCancelled:
+      case CancelToken::State::kDeadlineExceeded: {
+        GenerationResult res;
+        res.finish_reason = p->cancel->state() == CancelToken::State::kCancelled ? FinishReason::kCancelled
+                                                                                 : FinishReason::kDeadline;
+        res.n_prompt = p->n_prompt_given;
+        res.prompt_ids = p->prompt;
+        return end_unadmitted(std::move(p), std::move(res));
+      }
+      case CancelToken::State::kRunning:
+        break;
+    }
+    std::string msg(r.status().message());
+    if (msg.rfind("constraint: ", 0) != 0) msg = absl::StrCat("constraint: ", msg);
+    return end_unadmitted(std::move(p), absl::Status(r.status().code(), msg));
+  }
+  p->constraint = *std::move(r);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stop_) {  // else the engine thread has taken its last intake: end the request here
+      p->sink->on_admitted();
+      pending_.push_back(std::move(p));
+      return;
+    }
+  }
+  GenerationResult res;
+  res.finish_reason = FinishReason::kCancelled;
+  res.n_prompt = p->n_prompt_given;
+  end_unadmitted(std::move(p), std::move(res));
+}
+
+void Engine::end_unadmitted(std::unique_ptr<Pending> p, absl::StatusOr<GenerationResult> r) {
+  Delivery d;
+  d.sink = p->sink;
+  d.result = std::move(r);
+  d.codec = kv_codec_name(p->codec);
+  d.unadmitted = true;
+  absl::MutexLock lock(&dmu_);
+  deliveries_.push_back(std::move(d));
 }
 
 EngineStats Engine::stats() const {
   const ExecutorStats es = exec_->stats();  // thread-safe, outside mu_
+  const ConstraintCompilerStats cs = compiler_->stats();
   absl::MutexLock lock(&mu_);
   EngineStats s = counters_;
   s.executor = es;
+  s.constraints = cs;
   if (std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr) {
     s.kv_repair_active = r->name;
     s.kv_repair_codec = kv_codec_name(r->codec);
@@ -356,6 +431,8 @@ void Engine::shutdown() {
     accepting_ = false;
     stop_ = true;
   }
+  // Compiles stop first: their requests end (CANCELLED) through the delivery thread, which is still running.
+  if (compiler_) compiler_->shutdown();
   stopping_.store(true);
   { absl::MutexLock lock(&dmu_); }  // re-evaluates the engine's wait for delivery
   if (worker_.joinable()) worker_.join();  // it hands its last deliveries over, then stops the deliverer
@@ -396,6 +473,7 @@ void Engine::deliver() {
       ++finished;
       absl::MutexLock lock(&mu_);
       --n_in_flight_;
+      if (d.unadmitted) continue;  // never ran: not a finished sequence
       ++counters_.n_finished;
       if (d.repaired) ++counters_.n_repaired;
       if (d.spliced) ++counters_.n_spliced;
@@ -599,7 +677,7 @@ void Engine::update(Loop& loop, const Scheduler::Step& step, const ExecResult& r
   for (size_t i = 0; i < to_sample.size(); ++i) {
     EngineRequest& a = *to_sample[i];
     if (a.t_first_ns == 0) a.t_first_ns = t_tok;
-    if (a.seq->accept(toks[i], loop.emit(a))) finish(loop, a, a.seq->take_result());
+    if (a.seq->accept(toks[i], loop.emit(a))) finish(loop, a, a.seq->take_outcome());
   }
   const int64_t t1 = RealClock::get().now_ns();
   absl::MutexLock lock(&mu_);

@@ -53,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/common/cancel.h"
+#include "core/generate/constraint_compiler.h"
 #include "core/generate/engine_options.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
@@ -68,8 +69,14 @@ namespace frost {
 class TokenSink {
  public:
   virtual ~TokenSink() = default;
+  // Once, before any token, when the request joins the scheduler's queue: at once for most requests (inside
+  // submit()), and after its constraint compiled for a request whose constraint was not cached. A request
+  // whose constraint is refused by the compiler gets on_finish(error) without on_admitted() — a transport
+  // reports that as a refusal of the request (INVALID_ARGUMENT naming the constraint field), not as a failure
+  // of a generation that started. May run on the caller's thread or a compiler thread; must not block.
+  virtual void on_admitted() {}
   virtual void on_token(const TokenEvent& ev) = 0;
-  // Exactly once per accepted request: the result (any finish reason) or an internal error.
+  // Exactly once per accepted request: the result (any finish reason) or an error.
   virtual void on_finish(absl::StatusOr<GenerationResult> result) = 0;
 };
 
@@ -127,6 +134,7 @@ struct EngineStats {
   double t_deliver_s = 0;  // delivery-thread seconds in TokenSink callbacks
   EngineHistogram batch_size;    // sequences per step
   EngineHistogram batch_tokens;  // tokens per step
+  ConstraintCompilerStats constraints;  // structured output: compiles, refusals, the compile cache
   uint64_t n_accepted = 0;
   uint64_t n_rejected_full = 0;  // RESOURCE_EXHAUSTED at submit
   uint64_t n_finished = 0;
@@ -154,9 +162,14 @@ class Engine {
 
   // Validates and tokenizes on the calling thread (INVALID_ARGUMENT / FAILED_PRECONDITION naming the
   // field), then queues. Tokenizing a long prompt takes milliseconds: call it from a worker (frostd: the
-  // Generation service's intake executor), never from a gRPC callback thread or the engine thread. RESOURCE_EXHAUSTED when running + waiting are at their caps; UNAVAILABLE once
-  // stop_accepting() or shutdown() was called. When OK is returned, sink->on_finish() is called exactly
-  // once. Cancel through `cancel` (any thread).
+  // Generation service's intake executor), never from a gRPC callback thread or the engine thread.
+  // RESOURCE_EXHAUSTED when running + waiting are at their caps; UNAVAILABLE once stop_accepting() or
+  // shutdown() was called. When OK is returned, sink->on_finish() is called exactly once. Cancel through
+  // `cancel` (any thread).
+  // A constraint is never compiled here: a cached one (or its cached refusal, returned as the error) is used
+  // at once, any other is compiled on the engine's ConstraintCompiler (constraint_compiler.h: bounded
+  // threads, a time budget, cancelled with the request) and the request joins the queue when it is ready —
+  // or ends with on_finish(error) ("constraint: ...") without on_admitted() when it is refused.
   absl::Status submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
                       std::shared_ptr<CancelToken> cancel);
 
@@ -194,17 +207,17 @@ class Engine {
   void publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running, int32_t n_waiting,
                      int64_t bytes_needed);
 
-  absl::StatusOr<std::shared_ptr<const constrain::CompiledConstraint>> constraint_for(
-      const constrain::ConstraintSpec& spec);
   absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> constraint_vocab();
+  // A compile of submit() came back (a compiler thread): queue the request, or end it.
+  void compiled(std::unique_ptr<Pending> p, ConstraintCompiler::Result r);
+  // Hands a request that never reached the engine thread its outcome (through the delivery thread).
+  void end_unadmitted(std::unique_ptr<Pending> p, absl::StatusOr<GenerationResult> r);
 
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
-  // Structured output (submit(), any thread): compiled constraints by spec, and the vocabulary's trie.
-  static constexpr size_t kMaxCachedConstraints = 256;
+  // Structured output (submit(), any thread): the compiler and its cache, and the vocabulary's trie.
+  std::unique_ptr<ConstraintCompiler> compiler_;
   absl::Mutex constraint_mu_;
-  std::unordered_map<std::string, std::shared_ptr<const constrain::CompiledConstraint>> constraints_
-      ABSL_GUARDED_BY(constraint_mu_);
   std::shared_ptr<const constrain::TokenVocab> vocab_ ABSL_GUARDED_BY(constraint_mu_);
   Generator validator_;  // prepare() only: validation + tokenization, thread-safe (const)
   std::unique_ptr<StepExecutor> exec_;  // engine thread only after create() (stats(), health(): any thread)

@@ -24,6 +24,14 @@ struct EngineOptions {
   bool kv_cache_prefault = true;
   // Reuse the KV blocks of prompts that share a prefix (chain-hashed full blocks, LRU eviction).
   bool prefix_caching = true;
+  // Structured output (core/generate/constraint_compiler.h): constraints compile on this many threads of
+  // their own, at most constraint_compile_queue wait (more: RESOURCE_EXHAUSTED), each within
+  // constraint_compile_timeout_ms of running and as long of waiting; compiled constraints (and refusals)
+  // are cached up to constraint_cache_bytes.
+  int32_t constraint_compile_threads = 1;
+  int32_t constraint_compile_queue = 64;
+  int64_t constraint_compile_timeout_ms = 1000;
+  int64_t constraint_cache_bytes = int64_t{64} << 20;
 };
 
 }  // namespace frost

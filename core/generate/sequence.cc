@@ -68,6 +68,17 @@ bool Sequence::check_cancel(const CancelToken& cancel, const TokenCallback& on_t
   return false;
 }
 
+// Why the constraint cannot be followed exactly from here (OK when it can).
+absl::Status Sequence::constraint_health() const {
+  if (matcher_->limit_hit()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "constraint: too ambiguous to follow exactly after ", res_.ids.size(),
+        " generated tokens: more parses alive than the recogniser tracks (max_stacks / max_stack_depth); "
+        "simplify the schema, pattern or grammar"));
+  }
+  return absl::OkStatus();
+}
+
 SampledToken Sequence::sample(const float* logits) {
   if (matcher_) return sampler_.sample(logits, matcher_->allowed().words.data());
   return sampler_.sample(logits);
@@ -91,6 +102,20 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
   } else {
     ++res_.n_decode_steps;  // a forward pass after the prefill produced this token
   }
+  if (matcher_ && !matcher_->allowed().test(tok.id)) {
+    // The sampler draws from the mask, so a token outside it means the mask was empty: nothing the model can
+    // write continues the constraint (its next bytes exist in no token), or every continuation was dropped.
+    absl::Status st = constraint_health();
+    if (st.ok()) {
+      st = absl::FailedPreconditionError(absl::StrCat(
+          "constraint: no token of the model's vocabulary can continue the output after ", res_.ids.size(),
+          " generated tokens (the constraint requires bytes that no token spells)"));
+    }
+    error_ = std::move(st);
+    res_.stop_reason = "constraint";
+    finish(FinishReason::kStop, on_token);
+    return true;
+  }
   if (stop_.is_stop_token(tok.id) || (matcher_ && std::find(model_.config.eos_ids.begin(), model_.config.eos_ids.end(), tok.id) != model_.config.eos_ids.end())) {
     // (a constrained sequence's EOS ends it even with ignore_eos: the mask allowed it only once complete)
     res_.stop_reason = absl::StrCat("token:", tok.id);
@@ -98,9 +123,13 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
     return true;
   }
   if (matcher_) {
-    // The mask allowed only tokens the constraint can take; a refusal here means the mask was empty (every
-    // continuation over the recogniser's limits): end the sequence rather than emit an invalid token.
-    if (!matcher_->accept_token(tok.id).ok()) {
+    // The mask allowed only tokens the constraint can take. A token it refuses, or a recogniser that had to
+    // drop a branch, means the constraint could not be followed exactly: the request ends with that error
+    // (never a silent "stop" with an output the constraint does not admit).
+    absl::Status st = matcher_->accept_token(tok.id);
+    if (st.ok()) st = constraint_health();
+    if (!st.ok()) {
+      error_ = std::move(st);
       res_.stop_reason = "constraint";
       finish(FinishReason::kStop, on_token);
       return true;

@@ -65,10 +65,17 @@ class Sequence {
   bool finished() const { return done_; }
   const GenerationResult& result() const { return res_; }
   GenerationResult take_result() { return std::move(res_); }
+  // The outcome: the result, or the error that ended the sequence (a constraint that could not be tracked
+  // exactly, or that no token of the vocabulary can continue: never a silent "stop").
+  absl::StatusOr<GenerationResult> take_outcome() {
+    if (!error_.ok()) return error_;
+    return std::move(res_);
+  }
 
  private:
   void emit(TokenEvent&& ev, const TokenCallback& on_token);
   void finish(FinishReason reason, const TokenCallback& on_token);
+  absl::Status constraint_health() const;
 
   const LoadedModel& model_;
   SamplingParams params_;
@@ -84,6 +91,7 @@ class Sequence {
   int64_t t_start_ns_ = 0;    // construction
   int64_t t_decode0_ns_ = 0;  // first token (end of the prefill)
   bool done_ = false;
+  absl::Status error_;  // set when the sequence ended in error (take_outcome())
 };
 
 }  // namespace frost

@@ -3,9 +3,12 @@
 //    outputs that parse and validate, and the unconstrained ones are exactly what they are alone;
 //  - a constrained request gives the same tokens batched as alone (seeded);
 //  - the masked sampler is the unmasked one restricted to the allowed tokens;
-//  - a constraint that does not compile is refused at submit, naming "constraint" and the position.
+//  - a constraint that does not compile is refused, naming "constraint" and the position: off the caller's thread
+//    the first time (on_finish with the error, never on_admitted), at submit from the compile cache after that;
+//  - a constraint nobody can follow exactly ends the request with an error, never a silent "stop".
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <regex>
 #include <string>
 #include <vector>
@@ -23,6 +26,7 @@ using json = nlohmann::json;
 
 class Sink : public TokenSink {
  public:
+  void on_admitted() override { admitted = true; }
   void on_token(const TokenEvent& ev) override {
     if (ev.id >= 0) ids.push_back(ev.id);
     text += ev.text;
@@ -32,6 +36,7 @@ class Sink : public TokenSink {
     done.Notify();
   }
   bool wait(double s = 120) { return done.WaitForNotificationWithTimeout(absl::Seconds(s)); }
+  std::atomic<bool> admitted{false};
   std::vector<int32_t> ids;
   std::string text;
   absl::StatusOr<GenerationResult> result = absl::UnknownError("not finished");
@@ -167,12 +172,60 @@ TEST_F(EngineConstraintTest, AConstraintThatDoesNotCompileIsRefusedAtSubmit) {
   };
   for (const Case& c : cases) {
     GenerationRequest r = req("x", 1, c.kind, c.text);
-    absl::Status st = engine->submit(r, std::make_shared<Sink>(), std::make_shared<CancelToken>());
+    // First: accepted, compiled on the compiler's thread, refused through on_finish without on_admitted.
+    auto sink = std::make_shared<Sink>();
+    ASSERT_TRUE(engine->submit(r, sink, std::make_shared<CancelToken>()).ok()) << c.text;
+    ASSERT_TRUE(sink->wait(30)) << c.text;
+    EXPECT_FALSE(sink->admitted) << c.text;
+    EXPECT_TRUE(sink->ids.empty()) << c.text;
+    absl::Status st = sink->result.status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.text << ": " << st;
+    EXPECT_EQ(st.message().substr(0, 12), "constraint: ") << st;
+    EXPECT_NE(st.message().find(c.says), absl::string_view::npos) << st;
+    // Again: the refusal is cached, so submit itself refuses it.
+    st = engine->submit(r, std::make_shared<Sink>(), std::make_shared<CancelToken>());
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.text << ": " << st;
     EXPECT_EQ(st.message().substr(0, 12), "constraint: ") << st;
     EXPECT_NE(st.message().find(c.says), absl::string_view::npos) << st;
   }
+  EXPECT_TRUE(engine->wait_idle(10));
   EXPECT_EQ(engine->stats().n_running + engine->stats().n_waiting, 0);
+  EXPECT_EQ(engine->stats().n_finished, 0u);  // refused requests are not finished sequences
+  EXPECT_EQ(engine->stats().constraints.refused, 5u);
+}
+
+TEST_F(EngineConstraintTest, ACompiledConstraintIsAdmittedAndCachedAcrossRequests) {
+  auto engine = make(2);
+  GenerationRequest r = req("Once", 3, constrain::ConstraintSpec::Kind::kRegex, "[a-z ]{1,20}\\.", 40);
+  auto first = run(*engine, {r});
+  ASSERT_TRUE(first[0]->result.ok()) << first[0]->result.status();
+  EXPECT_TRUE(first[0]->admitted);
+  auto second = std::make_shared<Sink>();
+  ASSERT_TRUE(engine->submit(r, second, std::make_shared<CancelToken>()).ok());
+  EXPECT_TRUE(second->admitted) << "a cached constraint is admitted inside submit()";
+  ASSERT_TRUE(second->wait());
+  EXPECT_EQ(second->ids, first[0]->ids);
+  const ConstraintCompilerStats cs = engine->stats().constraints;
+  EXPECT_EQ(cs.compiles, 1u);
+  EXPECT_GE(cs.cache_hits, 1u);
+  EXPECT_GT(cs.cache_bytes, 0);
+}
+
+TEST_F(EngineConstraintTest, AConstraintTheVocabularyCannotSpellEndsInAnErrorNotASilentStop) {
+  // stories260K's 512 tokens cannot spell U+4E16 ('\xe4\xb8\x96') except byte by byte, if at all: either the
+  // output is exactly the character, or the request ends with an error naming the constraint — never "stop"
+  // with an output the constraint does not admit.
+  auto engine = make(2);
+  GenerationRequest r = req("Once", 5, constrain::ConstraintSpec::Kind::kRegex, "\u4e16\u4e16", 16);
+  r.params.temperature = 0;
+  auto out = run(*engine, {r});
+  if (out[0]->result.ok()) {
+    EXPECT_EQ(out[0]->text, "\xe4\xb8\x96\xe4\xb8\x96");
+    EXPECT_EQ(out[0]->result->finish_reason, FinishReason::kStop);
+  } else {
+    EXPECT_NE(out[0]->result.status().message().find("constraint"), absl::string_view::npos)
+        << out[0]->result.status();
+  }
 }
 
 TEST(SamplerMask, TheMaskedSamplerIsTheSamplerOverTheAllowedTokens) {
