@@ -190,6 +190,31 @@ std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
       counter_value("frost_kv_splice_sequences_total",
                     "Finished Generate sequences that stored their KV with a KVSplice (codec kvsplice).",
                     static_cast<double>(s.n_spliced)),
+      labelled_family(
+          "frost_constraint_compiles_total",
+          "Structured-output constraint compiles by outcome: compiled, refused (syntax, limits, time budget "
+          "engine.constraint_compile_timeout_ms; timeout counts the budget's share), cancelled (nobody waited any "
+          "more, or shutdown), queue_full (refused at once), cache_hit (answered from the compile cache), shared "
+          "(joined a compile of the same constraint under way).",
+          prometheus::MetricType::Counter,
+          std::vector<Sample>{
+              {{{"outcome", "compiled"}}, static_cast<double>(s.constraints.compiles - s.constraints.refused)},
+              {{{"outcome", "refused"}}, static_cast<double>(s.constraints.refused)},
+              {{{"outcome", "timeout"}}, static_cast<double>(s.constraints.timeouts)},
+              {{{"outcome", "cancelled"}}, static_cast<double>(s.constraints.cancelled)},
+              {{{"outcome", "queue_full"}}, static_cast<double>(s.constraints.queue_full)},
+              {{{"outcome", "cache_hit"}}, static_cast<double>(s.constraints.cache_hits)},
+              {{{"outcome", "shared"}}, static_cast<double>(s.constraints.shared)}}),
+      counter_value("frost_constraint_compile_seconds_total", "Wall seconds spent in constraint compiles.",
+                    s.constraints.compile_seconds),
+      labelled_family("frost_constraint_compiles", "Constraint compiles running and waiting for a thread now.",
+                      prometheus::MetricType::Gauge,
+                      std::vector<Sample>{{{{"state", "running"}}, static_cast<double>(s.constraints.running)},
+                                          {{{"state", "queued"}}, static_cast<double>(s.constraints.queued)}}),
+      gauge_family("frost_constraint_cache_bytes",
+                   "Bytes the constraint compile cache holds (texts, grammars, their cached token masks), bounded "
+                   "by engine.constraint_cache_bytes.",
+                   static_cast<double>(s.constraints.cache_bytes)),
   };
 }
 
