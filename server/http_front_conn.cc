@@ -63,6 +63,7 @@ class HttpConnection {
   std::optional<http::Stream> stream_;
   std::string in_;  // bytes read, in_[pos_..] not consumed yet
   size_t pos_ = 0;
+  bool head_only_ = false;  // the request being answered is a HEAD: answers carry no body
 };
 
 void HttpFront::serve_connection(ConnList::iterator conn) {
@@ -112,6 +113,7 @@ void HttpConnection::run() {
     http::RequestHead head;
     size_t head_bytes = 0;
     if (read_head(first, &head, &head_bytes) != Read::kOk) return;
+    head_only_ = head.method == "HEAD";
     std::variant<http::BodyFraming, http::Refusal> framed = http::body_framing(head, lim_.max_body_bytes);
     if (auto* r = std::get_if<http::Refusal>(&framed)) return refuse(*r);
     const http::BodyFraming& framing = std::get<http::BodyFraming>(framed);
@@ -280,7 +282,7 @@ void HttpConnection::answer_error(int status, const std::string& message,
                                   {"Content-Length", absl::StrCat(b.body.size())},
                                   {"Connection", "close"}};
   fields.insert(fields.end(), extra.begin(), extra.end());
-  if (!put(http::response_head(status, fields) + b.body)) return;
+  if (!put(http::response_head(status, fields) + (head_only_ ? "" : b.body))) return;
   f_->answered_.fetch_add(1);
   linger();
 }

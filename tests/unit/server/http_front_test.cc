@@ -121,7 +121,14 @@ class Client {
     buf_.clear();
     return r;
   }
-  // Waits (up to `timeout_s`) for the server to close the connection; reads and drops what comes before.
+  // Everything that arrives until the server closes the connection (or `timeout_s` passes).
+  std::string read_all(double timeout_s) {
+    closed_within(timeout_s);
+    std::string out = std::move(buf_);
+    buf_.clear();
+    return out;
+  }
+  // Waits (up to `timeout_s`) for the server to close the connection, keeping what arrives before it.
   bool closed_within(double timeout_s) {
     const Clock::time_point deadline =
         Clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));
@@ -306,6 +313,12 @@ TEST_F(HttpFrontTest, AnswersRoutesKeepAliveAndStreams) {
   const Response m = ExpectRefused("DELETE /hello HTTP/1.1\r\n\r\n", 405);
   EXPECT_NE(m.body.find("DELETE"), std::string::npos) << m.body;
   EXPECT_EQ(m.headers.at("allow"), "GET");
+  // HEAD: the head of the answer only (its Content-Length says what a GET would get).
+  std::unique_ptr<Client> h = Connect();
+  ASSERT_TRUE(h->send("HEAD /nope HTTP/1.1\r\n\r\n"));
+  const std::string raw = h->read_all(1.0);
+  EXPECT_EQ(raw.rfind("HTTP/1.1 404", 0), 0u) << raw;
+  EXPECT_EQ(raw.substr(raw.find("\r\n\r\n") + 4), "") << raw;
   EXPECT_EQ(front_->refused(), 0);
 }
 
