@@ -4,7 +4,8 @@
 # own LibTorch (PyTorch 2.x) with nothing fetched:
 #   .gpu/sysroot.tar.xz   Debian bookworm's -dev and runtime packages of gRPC, Protobuf (protoc and the gRPC
 #                         plugin), Abseil, yaml-cpp, prometheus-cpp (+ civetweb, the curl headers its CMake
-#                         config asks for), RE2, SQLite, cpp-httplib (+ brotli), nlohmann-json, sentencepiece, OpenSSL headers, c-ares,
+#                         config asks for), RE2, SQLite, cpp-httplib (+ brotli: the HTTP client of frost-loadgen, which
+#                         the bench phase builds; frostd's HTTP server is its own), nlohmann-json, sentencepiece, OpenSSL headers, c-ares,
 #                         zlib headers, GoogleTest and pkg-config, unpacked under usr/ (relocatable: their CMake
 #                         configs and .pc files are prefix-relative; gpu_check.sh points CMAKE_PREFIX_PATH,
 #                         PKG_CONFIG_SYSROOT_DIR and LD_LIBRARY_PATH at it)
@@ -36,7 +37,7 @@ PKGS=(
   libc-ares-dev libc-ares2
   zlib1g-dev zlib1g
   libgtest-dev libgmock-dev googletest
-  libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1
+  libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1  # frost-loadgen --http's client only
   pkgconf pkgconf-bin libpkgconf3
 )
 (cd "$OUT/debs" && apt-get download "${PKGS[@]}" > /dev/null)

@@ -1,25 +1,15 @@
 #include "server/http_server.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <httplib.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <sys/socket.h>
-
 #include <chrono>
-#include <cstdlib>
+#include <ctime>
 #include <deque>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/common/fs.h"
 #include "core/common/clock.h"
+#include "core/common/fs.h"
 #include "core/common/log.h"
-#include "server/metrics_https.h"
 #include "server/openai_api.h"
 
 namespace frost::server {
@@ -109,13 +99,51 @@ class ChoiceSink final : public TokenSink {
   bool admitted_ = false;  // under ex_->mu
 };
 
-std::string sse(const json& j) {
-  return absl::StrCat("data: ", j.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
+// What the engine delivered since the last look: the events of each choice with news (coalesced), the choices
+// that finished, and whether every choice has.
+struct Batch {
+  std::vector<std::pair<int, std::vector<TokenEvent>>> events;
+  std::vector<char> first;  // per entry of `events`: the choice's first chunk
+  std::vector<std::pair<int, FinishReason>> ended;
+  bool all_done = false;
+  absl::Status error;
+};
+
+// Waits up to `wait` for news (streamed: any event; whole: every choice finished) and takes it.
+Batch next_batch(Exchange& ex, bool stream, int n, absl::Duration wait) {
+  Batch b;
+  absl::MutexLock l(&ex.mu);
+  auto has_news = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ex.mu) {
+    if (ex.finished == n) return true;
+    if (!stream) return false;
+    for (const auto& q : ex.pending)
+      if (!q.empty()) return true;
+    for (int i = 0; i < n; ++i)
+      if (ex.choices[i].result && !ex.finish_sent[i]) return true;
+    return false;
+  };
+  if (!has_news()) ex.cv.WaitWithTimeout(&ex.mu, wait);
+  b.all_done = ex.finished == n;
+  b.error = ex.error;
+  if (!stream) return b;
+  for (int i = 0; i < n; ++i) {
+    auto& q = ex.pending[i];
+    const bool fin = ex.choices[i].result.has_value() && !ex.finish_sent[i];
+    if (q.empty() && !fin) continue;
+    b.events.emplace_back(i, std::vector<TokenEvent>(q.begin(), q.end()));
+    b.first.push_back(!ex.started[i]);
+    ex.started[i] = 1;
+    q.clear();
+    if (fin) {
+      ex.finish_sent[i] = 1;
+      b.ended.emplace_back(i, ex.choices[i].result->finish_reason);
+    }
+  }
+  return b;
 }
 
-void send_error(httplib::Response& res, const oa::ApiError& e) {
-  res.status = e.http;
-  res.set_content(oa::error_body(e), "application/json");
+std::string sse(const json& j) {
+  return absl::StrCat("data: ", j.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
 }
 
 std::string read_file(const std::string& path, absl::Status* st) {
@@ -129,28 +157,28 @@ std::string read_file(const std::string& path, absl::Status* st) {
   return *std::move(text);
 }
 
-// Debian's cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library):
-// 32 clients connecting at once then lose SYNs and retry after a second. listen() on a listening socket only
-// updates its backlog, so find ours (a listening socket of this process on `port`) and raise it.
-void raise_listen_backlog(int port) {
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0') continue;
-    int listening = 0;
-    socklen_t len = sizeof(listening);
-    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
-    sockaddr_storage addr{};
-    socklen_t alen = sizeof(addr);
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
-    int p = 0;
-    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    if (p == port) listen(static_cast<int>(fd), SOMAXCONN);
+// Auth for an HTTP request: the inference rule, with the Authorization header as gRPC's metadata.
+absl::Status check_auth(const Authenticator* auth, const HttpRequest& req) {
+  if (!auth) return absl::OkStatus();
+  return auth->check("/frost.v1.Generation/Generate", req.header("Authorization"));
+}
+
+bool send_error(HttpResponse& res, const oa::ApiError& e) {
+  return res.send(e.http, "application/json", oa::error_body(e));
+}
+
+// The front's own refusals (400, 404, 405, 408, 413, 415, 417, 431, 500, 501, 505) as OpenAI error objects.
+HttpErrorBody api_error_body(int status, const std::string& message) {
+  oa::ApiError e;
+  e.http = status;
+  e.message = oa::utf8_for_json(message);
+  if (status == 404) {
+    e.type = "not_found_error";
+    e.message += " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models)";
+  } else if (status >= 500 && status != 501 && status != 505) {
+    e.type = "internal_error";
   }
-  closedir(d);
+  return HttpErrorBody{"application/json", oa::error_body(e)};
 }
 
 }  // namespace
@@ -195,107 +223,76 @@ std::vector<int32_t> encode_with_special_tokens(const Tokenizer& tok, const std:
   return out;
 }
 
-OpenAiHttpServer::OpenAiHttpServer(const ServerConfig& cfg, Metrics* metrics, const Authenticator* auth,
-                                   TlsReloader* tls)
-    : cfg_(cfg), metrics_(metrics), auth_(auth), tls_(tls) {}
+struct OpenAiHttpServer::Submitted {
+  oa::Endpoint ep = oa::Endpoint::kCompletions;
+  std::shared_ptr<Exchange> ex;
+  oa::ResponseMeta meta;
+  std::shared_ptr<Engine> engine;  // held until the response ends
+  int n = 1;
+  bool stream = false, include_usage = false, logprobs = false;
+  std::string constraint_field;  // the body field the constraint came from ("" = none)
+};
+
+namespace {
+
+// An engine error as OpenAI's error object: "constraint: …" messages name the body field the constraint came
+// from (guided_json, response_format.json_schema.schema, …), others the field the engine named.
+oa::ApiError api_error(oa::Endpoint ep, const absl::Status& st, const std::string& constraint_field) {
+  std::string field = oa::body_field_for(ep, std::string(st.message()));
+  std::string msg(st.message());
+  if (absl::StartsWith(msg, "constraint: ") && !constraint_field.empty()) {
+    field = constraint_field;
+    msg = absl::StrCat(field, ": ", msg.substr(std::string("constraint: ").size()));
+  }
+  return oa::error_from_status(absl::Status(st.code(), msg), field);
+}
+
+RejectReason reject_reason(const absl::Status& st) {
+  if (absl::IsResourceExhausted(st)) return RejectReason::kQueueFull;
+  if (absl::IsUnavailable(st)) return RejectReason::kUnavailable;
+  if (absl::IsFailedPrecondition(st)) return RejectReason::kFailedPrecondition;
+  return RejectReason::kInvalidArgument;
+}
+
+}  // namespace
 
 OpenAiHttpServer::~OpenAiHttpServer() { stop(); }
 
 absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::start(const ServerConfig& cfg, Metrics* metrics,
                                                                          const Authenticator* auth, TlsReloader* tls) {
-  std::unique_ptr<OpenAiHttpServer> s(new OpenAiHttpServer(cfg, metrics, auth, tls));
-  if (tls) {
-    // Every connection takes the identity staged now (server/tls.h rotation): the context cpp-httplib creates
-    // only carries the protocol floor; the client-hello callback switches each connection to the staged one.
-    OpenAiHttpServer* self = s.get();
-    auto ssl = std::make_unique<httplib::SSLServer>([self](SSL_CTX& ctx) {
-      SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
-      SSL_CTX_set_client_hello_cb(
-          &ctx,
-          [](SSL* conn, int* alert, void* arg) -> int {
-            auto* srv = static_cast<OpenAiHttpServer*>(arg);
-            absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> staged = srv->tls_context();
-            if (!staged.ok()) {
-              *alert = SSL_AD_INTERNAL_ERROR;
-              return SSL_CLIENT_HELLO_ERROR;
-            }
-            SSL_CTX* c = (*staged)->ctx;
-            SSL_set_SSL_CTX(conn, c);
-            SSL_set_verify(conn, SSL_CTX_get_verify_mode(c), nullptr);
-            SSL_set1_verify_cert_store(conn, SSL_CTX_get_cert_store(c));
-            if (STACK_OF(X509_NAME)* names = SSL_CTX_get_client_CA_list(c)) {
-              SSL_set_client_CA_list(conn, SSL_dup_CA_list(names));
-            }
-            // Keep the context alive as long as the connection: SSL_set_SSL_CTX took a reference.
-            return SSL_CLIENT_HELLO_SUCCESS;
-          },
-          self);
-      return true;
-    });
-    if (!ssl->is_valid()) return absl::InternalError("server.http.listen: cannot set up TLS");
-    s->http_ = std::move(ssl);
-  } else {
-    s->http_ = std::make_unique<httplib::Server>();
-  }
-  const int threads = cfg.server.http.max_connections;
-  s->http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  s->http_->set_payload_max_length(static_cast<size_t>(cfg.server.http.max_body_bytes));
-  s->http_->set_read_timeout(cfg.server.http.read_timeout_s, 0);
-  s->http_->set_write_timeout(cfg.server.http.read_timeout_s, 0);
-  s->http_->set_keep_alive_timeout(5);
-  // Every SSE event is a small write: without TCP_NODELAY, Nagle holds each one back until the client ACKs the
-  // previous (40 ms delayed ACKs: measured 86 ms to the first token instead of 6).
-  s->http_->set_tcp_nodelay(true);
-  s->routes();
-
-  const HostPort hp = split_host_port(cfg.server.http.listen);
-  const std::string host = hp.host.empty() ? "0.0.0.0" : hp.host;
-  int port = 0;
-  if (hp.port == "0") {
-    port = s->http_->bind_to_any_port(host);
-  } else {
-    port = s->http_->bind_to_port(host, std::stoi(hp.port)) ? std::stoi(hp.port) : -1;
-  }
-  if (port <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("server.http.listen: cannot listen on \"", cfg.server.http.listen, "\""));
-  }
-  s->port_ = port;
-  raise_listen_backlog(port);
-  httplib::Server* http = s->http_.get();
-  s->thread_ = std::thread([http] {
-    pthread_setname_np(pthread_self(), "frost-http");
-    http->listen_after_bind();
-  });
-  FROST_LOG_INFO("frostd: OpenAI API listening on %s (port %d)%s", cfg.server.http.listen.c_str(), port,
-                 tls ? ", HTTPS" : "");
+  std::unique_ptr<OpenAiHttpServer> s(new OpenAiHttpServer(cfg, metrics, auth));
+  const HttpSection& h = cfg.server.http;
+  HttpFront::Options o;
+  o.listen_field = "server.http.listen";
+  o.endpoint = "the OpenAI API";
+  o.thread_name = "frost-http";
+  HttpFrontLimits& lim = o.limits;
+  lim.max_connections = h.max_connections;
+  lim.max_connections_per_address = h.max_connections_per_address;
+  lim.max_head_bytes = static_cast<size_t>(h.max_header_bytes);
+  lim.max_request_line = std::min<size_t>(lim.max_head_bytes, 8192);
+  lim.max_headers = 100;
+  lim.max_body_bytes = static_cast<uint64_t>(h.max_body_bytes);
+  lim.head_timeout_s = h.head_timeout_s;
+  lim.body_timeout_s = h.read_timeout_s;
+  lim.write_timeout_s = h.read_timeout_s;
+  lim.idle_timeout_s = h.keep_alive_timeout_s;
+  o.routes = s->routes();
+  o.error_body = api_error_body;
+  o.on_refused = [metrics](const char* reason) {
+    if (metrics) metrics->record_http_refused(reason);
+  };
+  absl::StatusOr<std::unique_ptr<HttpFront>> front = HttpFront::start(h.listen, tls, std::move(o));
+  if (!front.ok()) return front.status();
+  s->front_ = *std::move(front);
+  FROST_LOG_INFO("frostd: OpenAI API listening on %s (port %d)%s", h.listen.c_str(), s->front_->port(),
+                 tls ? " over TLS" : "");
   return s;
 }
 
 void OpenAiHttpServer::stop() {
-  if (stopped_) return;
-  stopped_ = true;
   draining_.store(true);
-  if (http_) http_->stop();
-  if (thread_.joinable()) thread_.join();
-}
-
-// The SSL_CTX of the identity staged now, built once per staged generation (not per connection).
-absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> OpenAiHttpServer::tls_context() {
-  const uint64_t gen = tls_->generation();
-  {
-    absl::MutexLock l(&tls_mu_);
-    if (tls_ctx_ && tls_ctx_generation_ == gen) return tls_ctx_;
-  }
-  const TlsReloader::Staged id = tls_->staged();
-  absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> ctx = build_tls_server_ctx(id);
-  if (!ctx.ok()) return ctx.status();
-  absl::MutexLock l(&tls_mu_);
-  if (!tls_ctx_ || id.generation >= tls_ctx_generation_) {
-    tls_ctx_ = *ctx;
-    tls_ctx_generation_ = id.generation;
-  }
-  return tls_ctx_;
+  if (front_) front_->stop();
 }
 
 std::shared_ptr<const OpenAiHttpServer::Served> OpenAiHttpServer::served() const {
@@ -359,100 +356,83 @@ void OpenAiHttpServer::set_engine(std::shared_ptr<Engine> engine) {
   served_ = std::move(s);
 }
 
-void OpenAiHttpServer::routes() {
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(static_cast<int>(oa::Endpoint::kCompletions), req, res);
-  });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(static_cast<int>(oa::Endpoint::kChat), req, res);
-  });
-  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const std::shared_ptr<const Served> sv = served();
-    const bool ok = sv && sv->engine && !draining_.load();
-    res.status = ok ? 200 : 503;
-    res.set_content(ok ? "{\"status\":\"ok\"}" : "{\"status\":\"unavailable\"}", "application/json");
-  });
-  // Statuses cpp-httplib sets itself (404 no route, 405, 413 body too large, 400 malformed head) get
-  // OpenAI's error object too.
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    oa::ApiError e;
-    e.http = res.status;
-    switch (res.status) {
-      case 404:
-        e.type = "not_found_error";
-        e.message = absl::StrCat("no route ", req.method, " ", oa::utf8_for_json(req.path),
-                                 " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models)");
-        break;
-      case 413:
-        e.message = "the request body is over server.http.max_body_bytes";
-        break;
-      default:
-        e.message = absl::StrCat("HTTP ", res.status);
-    }
-    res.set_content(oa::error_body(e), "application/json");
-  });
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    oa::ApiError e;
-    e.http = 500;
-    e.type = "internal_error";
-    e.message = "internal error";
-    send_error(res, e);
-  });
+std::vector<HttpRoute> OpenAiHttpServer::routes() {
+  using oa::Endpoint;
+  return {
+      {"POST", "/v1/completions",
+       [this](const HttpRequest& req, HttpResponse& res) {
+         handle_generate(Endpoint::kCompletions, req, res);
+       }},
+      {"POST", "/v1/chat/completions",
+       [this](const HttpRequest& req, HttpResponse& res) { handle_generate(Endpoint::kChat, req, res); }},
+      {"GET", "/v1/models", [this](const HttpRequest& req, HttpResponse& res) { handle_models(req, res); }},
+      {"GET", "/health", [this](const HttpRequest& req, HttpResponse& res) { handle_health(req, res); }},
+  };
 }
 
-namespace {
-
-// Auth for an HTTP request: the inference rule, with the Authorization header as gRPC's metadata.
-absl::Status check_auth(const Authenticator* auth, const httplib::Request& req) {
-  if (!auth) return absl::OkStatus();
-  if (!req.has_header("Authorization"))
-    return auth->check("/frost.v1.Generation/Generate", static_cast<const std::string*>(nullptr));
-  const std::string value = req.get_header_value("Authorization");
-  return auth->check("/frost.v1.Generation/Generate", &value);
+void OpenAiHttpServer::handle_health(const HttpRequest&, HttpResponse& res) {
+  const std::shared_ptr<const Served> sv = served();
+  const bool ok = sv && sv->engine && !draining_.load();
+  res.send(ok ? 200 : 503, "application/json", ok ? "{\"status\":\"ok\"}" : "{\"status\":\"unavailable\"}");
 }
 
-}  // namespace
-
-void OpenAiHttpServer::handle_models(const httplib::Request& req, httplib::Response& res) {
+void OpenAiHttpServer::handle_models(const HttpRequest& req, HttpResponse& res) {
   const int64_t t0 = RealClock::get().now_ns();
   auto finish = [&](int http) {
     if (metrics_) metrics_->record_request("models", static_cast<grpc::StatusCode>(oa::grpc_code_for_http(http)),
                                            seconds_since(t0), "http");
   };
   if (absl::Status st = check_auth(auth_, req); !st.ok()) {
-    send_error(res, oa::error_from_status(st));
-    return finish(res.status);
+    const oa::ApiError e = oa::error_from_status(st);
+    send_error(res, e);
+    return finish(e.http);
   }
   std::shared_ptr<const Served> s = served();
   if (!s || !s->engine) {
-    send_error(res, oa::error_from_status(absl::UnavailableError("the model is loading")));
-    return finish(res.status);
+    const oa::ApiError e = oa::error_from_status(absl::UnavailableError("the model is loading"));
+    send_error(res, e);
+    return finish(e.http);
   }
-  res.set_content(oa::models_response(s->model_name, s->created).dump(), "application/json");
+  res.send(200, "application/json", oa::models_response(s->model_name, s->created).dump());
   finish(200);
 }
 
-void OpenAiHttpServer::handle_generate(int endpoint, const httplib::Request& req, httplib::Response& res) {
-  const oa::Endpoint ep = static_cast<oa::Endpoint>(endpoint);
+void OpenAiHttpServer::handle_generate(oa::Endpoint ep, const HttpRequest& req, HttpResponse& res) {
   const int64_t t0 = RealClock::get().now_ns();
-  Metrics* metrics = metrics_;
-  auto fail = [&](const oa::ApiError& e) {
-    send_error(res, e);
-    if (metrics) {
-      metrics->record_request(rpc_name(ep), static_cast<grpc::StatusCode>(oa::grpc_code_for_http(e.http)),
-                              seconds_since(t0), "http");
-    }
-  };
-  if (absl::Status st = check_auth(auth_, req); !st.ok()) return fail(oa::error_from_status(st));
+  std::variant<Submitted, oa::ApiError> sub = parse_and_submit(ep, req, t0);
+  if (auto* e = std::get_if<oa::ApiError>(&sub)) {
+    send_error(res, *e);
+    if (metrics_)
+      metrics_->record_request(rpc_name(ep), static_cast<grpc::StatusCode>(oa::grpc_code_for_http(e->http)),
+                               seconds_since(t0), "http");
+    return;
+  }
+  active_.fetch_add(1);
+  const Submitted& s = std::get<Submitted>(sub);
+  bool gone = false;
+  grpc::StatusCode code = grpc::StatusCode::CANCELLED;
+  if (std::optional<oa::ApiError> refused = await_admission(s, res, &gone)) {
+    // Refused after submit (its constraint did not compile): answered like a refusal at submit.
+    code = send_error(res, *refused) ? static_cast<grpc::StatusCode>(oa::grpc_code_for_http(refused->http))
+                                     : grpc::StatusCode::CANCELLED;
+  } else if (!gone) {
+    code = stream_response(s, res);
+  }
+  s.ex->cancel_all();  // no-op when every choice finished; a client that went stops its requests
+  if (metrics_) metrics_->record_request(rpc_name(ep), code, seconds_since(t0), "http");
+  active_.fetch_sub(1);
+}
+
+std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::parse_and_submit(
+    oa::Endpoint ep, const HttpRequest& req, int64_t t0) {
+  if (absl::Status st = check_auth(auth_, req); !st.ok()) return oa::error_from_status(st);
   std::shared_ptr<const Served> s = served();
   if (draining_.load(std::memory_order_acquire))
-    return fail(oa::error_from_status(absl::UnavailableError("server is draining")));
-  if (!s || !s->engine) return fail(oa::error_from_status(absl::UnavailableError("the model is loading")));
+    return oa::error_from_status(absl::UnavailableError("server is draining"));
+  if (!s || !s->engine) return oa::error_from_status(absl::UnavailableError("the model is loading"));
 
   std::variant<oa::ParsedRequest, oa::ApiError> parsed = oa::parse_request(ep, req.body, cfg_.limits);
-  if (auto* e = std::get_if<oa::ApiError>(&parsed)) return fail(*e);
+  if (auto* e = std::get_if<oa::ApiError>(&parsed)) return *e;
   oa::ParsedRequest& p = std::get<oa::ParsedRequest>(parsed);
   if (p.model != s->model_name && p.model != cfg_.model.path) {
     oa::ApiError e;
@@ -462,7 +442,7 @@ void OpenAiHttpServer::handle_generate(int endpoint, const httplib::Request& req
     e.param = "model";
     e.message = absl::StrCat("model: \"", oa::utf8_for_json(p.model), "\" is not served here (this server serves \"",
                              s->model_name, "\")");
-    return fail(e);
+    return e;
   }
 
   GenerationRequest gen;
@@ -475,25 +455,26 @@ void OpenAiHttpServer::handle_generate(int endpoint, const httplib::Request& req
       oa::ApiError e;
       e.param = "messages";
       e.message = absl::StrCat("chat is not available for this model: ", s->chat_unavailable);
-      return fail(e);
+      return e;
     }
     ChatTemplate::Context ctx;
     ctx.bos_token = s->bos;
     ctx.eos_token = s->eos;
     ctx.add_generation_prompt = true;
     absl::StatusOr<std::string> text = s->chat->render(p.messages, ctx);
-    if (!text.ok()) return fail(oa::error_from_status(text.status(), "messages"));
+    if (!text.ok()) return oa::error_from_status(text.status(), "messages");
     if (text->size() > static_cast<size_t>(cfg_.limits.max_prompt_bytes)) {
       oa::ApiError e;
       e.http = 413;
       e.param = "messages";
       e.message = absl::StrCat("messages: the rendered prompt is ", text->size(),
                                " bytes, over limits.max_prompt_bytes = ", cfg_.limits.max_prompt_bytes);
-      return fail(e);
+      return e;
     }
     gen.prompt_ids = encode_with_special_tokens(*s->engine->model().tokenizer, *text, s->specials);
     gen.add_bos = false;  // the template writes bos_token where the model wants it
-    if (gen.prompt_ids.empty()) return fail(oa::error_from_status(absl::InvalidArgumentError("messages: empty prompt")));
+    if (gen.prompt_ids.empty())
+      return oa::error_from_status(absl::InvalidArgumentError("messages: empty prompt"));
   }
   if (p.constraint.kind != oa::ConstraintRequest::Kind::kNone) {
     gen.constraint.kind = static_cast<constrain::ConstraintSpec::Kind>(static_cast<int>(p.constraint.kind));
@@ -514,162 +495,110 @@ void OpenAiHttpServer::handle_generate(int endpoint, const httplib::Request& req
   for (int i = 0; i < p.n; ++i) {
     GenerationRequest gi = gen;
     if (gi.params.seed && i > 0) gi.params.seed = *gi.params.seed + static_cast<uint64_t>(i);
-    absl::Status st = s->engine->submit(gi, std::make_shared<ChoiceSink>(ex, i, p.logprobs, metrics), ex->cancels[i]);
+    absl::Status st =
+        s->engine->submit(gi, std::make_shared<ChoiceSink>(ex, i, p.logprobs, metrics_), ex->cancels[i]);
     if (!st.ok()) {
       ex->cancel_all();  // the choices already submitted end within a step
-      if (metrics) {
-        RejectReason reason = RejectReason::kInvalidArgument;
-        if (absl::IsResourceExhausted(st)) reason = RejectReason::kQueueFull;
-        if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
-        if (absl::IsFailedPrecondition(st)) reason = RejectReason::kFailedPrecondition;
-        metrics->record_rejected(reason);
-      }
-      std::string field = oa::body_field_for(ep, std::string(st.message()));
-      std::string msg(st.message());
-      if (absl::StartsWith(msg, "constraint: ")) {
-        field = p.constraint.field;
-        msg = absl::StrCat(field, ": ", msg.substr(std::string("constraint: ").size()));
-      }
-      oa::ApiError e = oa::error_from_status(absl::Status(st.code(), msg), field);
-      return fail(e);
-    }
-  }
-
-  // A constraint that was not in the compile cache compiles on the engine's compiler (never here); the status
-  // line depends on its outcome, so wait until every choice is queued or refused (bounded by
-  // engine.constraint_compile_timeout_ms: queued, then compiled).
-  {
-    absl::ReleasableMutexLock l(&ex->mu);
-    auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ex->mu) { return ex->admitted + ex->finished >= p.n; };
-    ex->mu.Await(absl::Condition(&settled));
-    for (int i = 0; i < p.n; ++i) {
-      if (!ex->refused[static_cast<size_t>(i)]) continue;
-      const absl::Status st = ex->error;
-      l.Release();
-      ex->cancel_all();
-      if (metrics) metrics->record_rejected(absl::IsResourceExhausted(st) ? RejectReason::kQueueFull
-                                            : absl::IsUnavailable(st)     ? RejectReason::kUnavailable
-                                                                          : RejectReason::kInvalidArgument);
-      std::string field = oa::body_field_for(ep, std::string(st.message()));
-      std::string msg(st.message());
-      if (absl::StartsWith(msg, "constraint: ")) {
-        field = p.constraint.field;
-        msg = absl::StrCat(field, ": ", msg.substr(std::string("constraint: ").size()));
-      }
-      return fail(oa::error_from_status(absl::Status(st.code(), msg), field));
+      if (metrics_) metrics_->record_rejected(reject_reason(st));
+      return api_error(ep, st, p.constraint.field);
     }
   }
 
   const oa::ResponseMeta meta{absl::StrCat(ep == oa::Endpoint::kCompletions ? "cmpl-" : "chatcmpl-",
                                            static_cast<uint64_t>(t0), "-", next_id_.fetch_add(1)),
                               static_cast<int64_t>(std::time(nullptr)), s->model_name};
-  std::shared_ptr<Engine> engine = s->engine;  // held until the response ends
-  auto token_text = [engine](int32_t id) { return engine->model().tokenizer->token_bytes(id); };
-  const bool stream = p.stream, include_usage = p.include_usage, logprobs = p.logprobs;
-  const int n = p.n;
-  active_.fetch_add(1);
+  Submitted sub;
+  sub.ep = ep;
+  sub.ex = std::move(ex);
+  sub.meta = meta;
+  sub.engine = s->engine;
+  sub.n = p.n;
+  sub.stream = p.stream;
+  sub.include_usage = p.include_usage;
+  sub.logprobs = p.logprobs;
+  sub.constraint_field = p.constraint.field;
+  return sub;
+}
 
-  auto provider = [ex, meta, ep, stream, include_usage, logprobs, n, token_text](size_t, httplib::DataSink& sink) {
-    std::vector<std::pair<int, std::vector<TokenEvent>>> batch;
-    std::vector<std::pair<int, FinishReason>> ended;
-    bool all_done = false;
-    absl::Status error;
+std::optional<oa::ApiError> OpenAiHttpServer::await_admission(const Submitted& sub, HttpResponse& res, bool* gone) {
+  Exchange& ex = *sub.ex;
+  for (;;) {
     {
-      absl::MutexLock l(&ex->mu);
-      auto has_news = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ex->mu) {
-        if (ex->finished == n) return true;
-        if (!stream) return false;
-        for (const auto& q : ex->pending)
-          if (!q.empty()) return true;
-        for (int i = 0; i < n; ++i)
-          if (ex->choices[i].result && !ex->finish_sent[i]) return true;
-        return false;
-      };
-      if (!has_news()) ex->cv.WaitWithTimeout(&ex->mu, absl::Milliseconds(kPollMs));
-      all_done = ex->finished == n;
-      error = ex->error;
-      if (stream) {
-        for (int i = 0; i < n; ++i) {
-          auto& q = ex->pending[i];
-          const bool fin = ex->choices[i].result.has_value() && !ex->finish_sent[i];
-          if (q.empty() && !fin) continue;
-          batch.emplace_back(i, std::vector<TokenEvent>(q.begin(), q.end()));
-          q.clear();
-          if (fin) {
-            ex->finish_sent[i] = 1;
-            ended.emplace_back(i, ex->choices[i].result->finish_reason);
-          }
+      absl::MutexLock l(&ex.mu);
+      auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ex.mu) { return ex.admitted + ex.finished >= sub.n; };
+      if (!settled()) ex.cv.WaitWithTimeout(&ex.mu, absl::Milliseconds(kPollMs));
+      if (settled()) {
+        for (int i = 0; i < sub.n; ++i) {
+          if (!ex.refused[static_cast<size_t>(i)]) continue;
+          if (metrics_) metrics_->record_rejected(reject_reason(ex.error));
+          return api_error(sub.ep, ex.error, sub.constraint_field);
         }
+        return std::nullopt;
       }
     }
-    if (batch.empty() && !all_done) {
-      if (!sink.is_writable()) {
-        ex->cancel_all();
-        return false;
+    if (res.client_gone()) {  // the caller cancels: a compile stops within milliseconds (constraint_compiler.h)
+      *gone = true;
+      return std::nullopt;
+    }
+  }
+}
+
+grpc::StatusCode OpenAiHttpServer::stream_response(const Submitted& sub, HttpResponse& res) {
+  Exchange& ex = *sub.ex;
+  const std::shared_ptr<Engine>& engine = sub.engine;
+  const oa::TokenText token_text = [&engine](int32_t id) {
+    return engine->model().tokenizer->token_bytes(id);
+  };
+  if (sub.stream && !res.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}}))
+    return grpc::StatusCode::CANCELLED;
+  for (;;) {
+    const Batch b = next_batch(ex, sub.stream, sub.n, absl::Milliseconds(kPollMs));
+    if (b.events.empty() && !b.all_done) {
+      if (res.client_gone()) return grpc::StatusCode::CANCELLED;
+      continue;
+    }
+    if (!sub.stream) {  // every choice has finished: the whole response, or the error
+      if (!b.error.ok()) {
+        const oa::ApiError e = api_error(sub.ep, b.error, sub.constraint_field);
+        return send_error(res, e) ? static_cast<grpc::StatusCode>(oa::grpc_code_for_http(e.http))
+                                  : grpc::StatusCode::CANCELLED;
       }
-      return true;
+      std::string body;
+      {
+        absl::MutexLock l(&ex.mu);
+        body = oa::full_response(sub.ep, sub.meta, ex.choices, sub.logprobs, token_text)
+                   .dump(-1, ' ', false, json::error_handler_t::replace);
+      }
+      return res.send(200, "application/json", body) ? grpc::StatusCode::OK : grpc::StatusCode::CANCELLED;
     }
     std::string out;
-    if (stream) {
-      for (auto& [i, events] : batch) {
-        std::optional<FinishReason> fin;
-        for (const auto& [j, r] : ended)
-          if (j == i) fin = r;
-        bool first = false;
-        {
-          absl::MutexLock l(&ex->mu);
-          first = !ex->started[i];
-          ex->started[i] = 1;
-        }
-        // A finished choice with a last batch of events: the events first, then the finish on its own chunk
-        // (chat clients expect content and finish_reason apart).
-        if (fin && !events.empty()) {
-          out += sse(oa::stream_chunk(ep, meta, i, events, first, std::nullopt, logprobs, token_text));
-          out += sse(oa::stream_chunk(ep, meta, i, {}, false, fin, false, token_text));
-        } else {
-          out += sse(oa::stream_chunk(ep, meta, i, events, first, fin, logprobs, token_text));
-        }
-      }
-      if (all_done) {
-        if (!error.ok()) {
-          out += sse(json::parse(oa::error_body(oa::error_from_status(error))));
-        } else if (include_usage) {
-          absl::MutexLock l(&ex->mu);
-          out += sse(oa::usage_chunk(ep, meta, ex->choices));
-        }
-        out += "data: [DONE]\n\n";
-      }
-    } else {
-      // all_done
-      if (!error.ok()) {
-        out = oa::error_body(oa::error_from_status(error));
+    for (size_t k = 0; k < b.events.size(); ++k) {
+      const auto& [i, events] = b.events[k];
+      std::optional<FinishReason> fin;
+      for (const auto& [j, r] : b.ended)
+        if (j == i) fin = r;
+      // A finished choice with a last batch of events: the events first, then the finish on its own chunk
+      // (chat clients expect content and finish_reason apart).
+      if (fin && !events.empty()) {
+        out += sse(oa::stream_chunk(sub.ep, sub.meta, i, events, b.first[k], std::nullopt, sub.logprobs,
+                                    token_text));
+        out += sse(oa::stream_chunk(sub.ep, sub.meta, i, {}, false, fin, false, token_text));
       } else {
-        absl::MutexLock l(&ex->mu);
-        out = oa::full_response(ep, meta, ex->choices, logprobs, token_text)
-                  .dump(-1, ' ', false, json::error_handler_t::replace);
+        out += sse(oa::stream_chunk(sub.ep, sub.meta, i, events, b.first[k], fin, sub.logprobs, token_text));
       }
     }
-    if (!out.empty() && !sink.write(out.data(), out.size())) {
-      ex->cancel_all();
-      return false;
+    if (b.all_done) {
+      if (!b.error.ok()) {
+        out += sse(json::parse(oa::error_body(api_error(sub.ep, b.error, sub.constraint_field))));
+      } else if (sub.include_usage) {
+        absl::MutexLock l(&ex.mu);
+        out += sse(oa::usage_chunk(sub.ep, sub.meta, ex.choices));
+      }
+      out += "data: [DONE]\n\n";
     }
-    if (all_done) sink.done();
-    return true;
-  };
-  auto releaser = [this, ex, ep, t0, metrics](bool success) {
-    ex->cancel_all();  // no-op when every choice finished; a broken connection stops its requests
-    if (metrics) {
-      metrics->record_request(rpc_name(ep), success ? grpc::StatusCode::OK : grpc::StatusCode::CANCELLED,
-                              seconds_since(t0), "http");
-    }
-    active_.fetch_sub(1);
-  };
-  res.status = 200;
-  if (stream) {
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", provider, releaser);
-  } else {
-    res.set_chunked_content_provider("application/json", provider, releaser);
+    if (!res.write(out)) return grpc::StatusCode::CANCELLED;
+    if (b.all_done) return res.finish() ? grpc::StatusCode::OK : grpc::StatusCode::CANCELLED;
+    if (res.client_gone()) return grpc::StatusCode::CANCELLED;
   }
 }
 

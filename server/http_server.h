@@ -2,11 +2,11 @@
 // The OpenAI-compatible HTTP API (server.http.listen): POST /v1/completions, POST /v1/chat/completions,
 // GET /v1/models, GET /health. Bodies are mapped in server/openai_api.h; this is the transport.
 //
-// Library: cpp-httplib from Debian (libcpp-httplib0.11, built there with OpenSSL): a maintained HTTP/1.1
-// server with chunked responses, a bounded thread pool, body size and read-time limits, and TLS through an
-// SSL_CTX we configure ourselves (so the certificate rotation of server/tls.h reaches it). Not civetweb,
-// which prometheus-cpp already brings: Debian 12's civetweb crashes on its first TLS request
-// (server/metrics_https.h).
+// Transport: frostd's own HTTP/1.1 front (server/http_front.h), the server /metrics runs on too: every limit
+// of server.http (connections in all and per address, head size and deadline, body size — declared, chunked
+// or inflated — and deadline) is enforced before the bytes it bounds are read, and each refusal is answered
+// with OpenAI's error object (400 / 413 / 415 / 417 / 431 / 501 / 505) or the connection is cut (caps,
+// timeouts), counted in frost_http_refused_total{reason}. Keep-alive, pipelined requests answered in order.
 //
 // What it shares with gRPC: the bearer tokens (Authorization: Bearer, the inference rule of server/auth.h),
 // the TLS identity and its rotation (with server.tls the port speaks HTTPS only; a new certificate serves the
@@ -14,21 +14,20 @@
 // {protocol="http"}, frost_generations_total, time to first token), and drain (new requests 503; streams in
 // flight run until the engine's drain deadline, then end).
 //
-// Streaming: `stream: true` answers server-sent events, one `data: {chunk}` per batch of tokens (tokens that
-// arrive while a write is in flight are coalesced, like Generate), then `data: [DONE]`. Both streamed and
-// whole responses are written from a chunked content provider that waits for the engine's events and checks
-// the connection every kPollMs: a client that disconnects has its request cancelled, and the engine frees
-// its KV within one step.
+// Streaming: `stream: true` answers server-sent events (chunked), one `data: {chunk}` per batch of tokens
+// (tokens that arrive while a write is in flight are coalesced, like Generate), then `data: [DONE]`. A whole
+// response is written once every choice has finished. While it waits for the engine's events the handler
+// checks the connection every kPollMs (HttpResponse::client_gone()): a client that disconnects has its
+// request cancelled, and the engine frees its KV within one step.
 //
-// Threads: one accept thread and a pool of server.http.max_connections workers (cpp-httplib's); a worker
-// holds a connection while it waits for its tokens, never engine time (the engine's delivery thread only
-// queues events).
+// Threads: the front's accept thread and a thread per connection (at most server.http.max_connections); a
+// connection's thread holds it while it waits for its tokens, never engine time (the engine's delivery thread
+// only queues events).
 #include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
-#include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,16 +35,11 @@
 #include "core/generate/engine.h"
 #include "core/model/chat_template.h"
 #include "server/auth.h"
+#include "server/http_front.h"
 #include "server/metrics.h"
-#include "server/metrics_https.h"
+#include "server/openai_api.h"
 #include "server/server_config.h"
 #include "server/tls.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace frost::server {
 
@@ -61,7 +55,7 @@ class OpenAiHttpServer {
   OpenAiHttpServer(const OpenAiHttpServer&) = delete;
   OpenAiHttpServer& operator=(const OpenAiHttpServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return front_->port(); }
   // The engine to serve with, after the model is warm; loads the chat template (model.chat_template or the
   // model's own). A template that does not parse leaves chat refused (400 with the reason); completions serve.
   void set_engine(std::shared_ptr<Engine> engine);
@@ -75,30 +69,37 @@ class OpenAiHttpServer {
   std::string chat_unavailable_reason() const;
 
  private:
-  struct Served;  // the engine and what goes with it
-  OpenAiHttpServer(const ServerConfig& cfg, Metrics* metrics, const Authenticator* auth, TlsReloader* tls);
-  void routes();
-  void handle_generate(int endpoint, const httplib::Request& req, httplib::Response& res);
-  void handle_models(const httplib::Request& req, httplib::Response& res);
+  struct Served;     // the engine and what goes with it
+  struct Submitted;  // one submitted request: its engine exchange and how to answer it
+  OpenAiHttpServer(const ServerConfig& cfg, Metrics* metrics, const Authenticator* auth)
+      : cfg_(cfg), metrics_(metrics), auth_(auth) {}
+  std::vector<HttpRoute> routes();
+  void handle_models(const HttpRequest& req, HttpResponse& res);
+  void handle_health(const HttpRequest& req, HttpResponse& res);
+  void handle_generate(openai::Endpoint ep, const HttpRequest& req, HttpResponse& res);
+  // Parses, checks (auth, drain, model, template, limits) and submits one request: what to stream, or the
+  // error to answer. Every choice is submitted or none stays running.
+  std::variant<Submitted, openai::ApiError> parse_and_submit(openai::Endpoint ep, const HttpRequest& req,
+                                                             int64_t t0_ns);
+  // Answers a submitted request: SSE chunks as events arrive, or the whole body once every choice finished.
+  // Returns when the answer is written to its end (OK, or the engine's error code) or the client went
+  // (CANCELLED: the caller cancels the engine requests).
+  grpc::StatusCode stream_response(const Submitted& sub, HttpResponse& res);
+  // Waits until every choice is queued by the engine or refused (a constraint compiles on the engine's
+  // compiler, never on this thread; the status line depends on its outcome), polling the connection every
+  // kPollMs: the refusal to answer, or nullopt (admitted, or *gone when the client left first).
+  std::optional<openai::ApiError> await_admission(const Submitted& sub, HttpResponse& res, bool* gone);
   std::shared_ptr<const Served> served() const;
-  absl::StatusOr<std::shared_ptr<HttpsMetricsServer::Ctx>> tls_context();
 
   ServerConfig cfg_;
   Metrics* metrics_;
   const Authenticator* auth_;
-  TlsReloader* tls_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
-  int port_ = 0;
+  std::unique_ptr<HttpFront> front_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> active_{0};
   std::atomic<uint64_t> next_id_{0};
   mutable absl::Mutex mu_;
   std::shared_ptr<const Served> served_ ABSL_GUARDED_BY(mu_);
-  bool stopped_ = false;
-  absl::Mutex tls_mu_;
-  std::shared_ptr<HttpsMetricsServer::Ctx> tls_ctx_ ABSL_GUARDED_BY(tls_mu_);
-  uint64_t tls_ctx_generation_ ABSL_GUARDED_BY(tls_mu_) = 0;
 };
 
 // Encodes `text` with the tokenizer, mapping every occurrence of a special token's text ("<|im_start|>",

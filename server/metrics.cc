@@ -177,11 +177,24 @@ Metrics::Metrics()
                          .Name("frost_metrics_connections_refused_total")
                          .Help("Connections to /metrics closed without an answer, by reason: address_limit / "
                                "connection_limit (over the per-address / total cap), head_timeout (no complete "
-                               "request head, TLS handshake included, within the deadline), write_timeout, "
-                               "tls_handshake (server/metrics_https.h).")
+                               "request head, TLS handshake included, within the deadline), body_timeout, "
+                               "write_timeout, tls_handshake (server/metrics_https.h).")
                          .Register(*registry_);
   for (const char* r : {"address_limit", "connection_limit", "head_timeout", "write_timeout", "tls_handshake"})
     metrics_refused_->Add({{"reason", r}});  // export zeros so rate() works from the start
+  http_refused_ = &BuildCounter()
+                      .Name("frost_http_refused_total")
+                      .Help("Connections and requests the OpenAI API's HTTP front refused, by reason. Closed "
+                            "without an answer: address_limit / connection_limit (over server.http's caps), "
+                            "head_timeout, body_timeout, write_timeout, tls_handshake. Answered with an error: "
+                            "bad_request (400 / 505), uri_too_long (414), head_too_large (431), body_too_large "
+                            "(413), unsupported_encoding (415), expectation_failed (417), not_implemented (501) "
+                            "(server/http_front.h).")
+                      .Register(*registry_);
+  for (const char* r : {"address_limit", "connection_limit", "head_timeout", "body_timeout", "write_timeout",
+                        "tls_handshake", "bad_request", "uri_too_long", "head_too_large", "body_too_large",
+                        "unsupported_encoding", "expectation_failed", "not_implemented"})
+    http_refused_->Add({{"reason", r}});
   ready_ = &BuildGauge()
                 .Name("frost_ready")
                 .Help(
@@ -212,6 +225,8 @@ void Metrics::stop() {
 void Metrics::record_metrics_connection_refused(const char* reason) {
   metrics_refused_->Add({{"reason", reason}}).Increment();
 }
+
+void Metrics::record_http_refused(const char* reason) { http_refused_->Add({{"reason", reason}}).Increment(); }
 
 void Metrics::set_stats_source(std::function<EngineStats()> source) {
   engine_collector_->set_source(std::move(source));

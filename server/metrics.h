@@ -68,6 +68,9 @@ class Metrics {
   // One /metrics connection closed without an answer (MetricsHttpServer::Options::on_refused's reasons):
   // frost_metrics_connections_refused_total{reason}.
   void record_metrics_connection_refused(const char* reason);
+  // One connection or request the OpenAI API's HTTP front refused (server/http_front.h's reasons):
+  // frost_http_refused_total{reason}.
+  void record_http_refused(const char* reason);
 
   // Where engine gauges come from (nullptr: report zeros, e.g. while the model loads).
   void set_stats_source(std::function<EngineStats()> source);
@@ -109,6 +112,7 @@ class Metrics {
   prometheus::Counter* predictions_ood_ = nullptr;
   prometheus::Counter* write_stalls_ = nullptr;
   prometheus::Family<prometheus::Counter>* metrics_refused_ = nullptr;
+  prometheus::Family<prometheus::Counter>* http_refused_ = nullptr;
   std::unique_ptr<MetricsHttpServer> http_;  // the plaintext endpoint, once serve() bound it
 
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;

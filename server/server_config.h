@@ -38,16 +38,36 @@ struct TlsSection {
 };
 
 // `server.http:` — the OpenAI-compatible HTTP API (server/http_server.h): /v1/completions,
-// /v1/chat/completions, /v1/models. Same tokens, TLS (server.tls: HTTPS then), limits, metrics and drain as gRPC.
+// /v1/chat/completions, /v1/models. Same tokens, TLS (server.tls: HTTPS then), limits, metrics and drain as
+// gRPC. Served by frostd's own HTTP/1.1 front (server/http_front.h), which enforces these before it reads
+// what they bound; every refusal is answered with OpenAI's error object (or the connection cut, for the
+// timeouts and caps) and counted in frost_http_refused_total{reason}.
 struct HttpSection {
   // HOST:PORT to listen on (port 0 picks a free one); "" = off.
   std::string listen;
-  // Connections served at once (each streaming response holds one); more wait in the accept queue.
+  // Connections at once, all clients (each streaming response holds one). A new connection over it displaces
+  // the oldest one that is not being answered (reading its request, or idle between keep-alive requests) of
+  // the address holding the most; when every connection is being answered, the new one is closed at once.
   int32_t max_connections = 64;
-  // Largest request body; a bigger one gets 413 before it is read.
+  // Connections at once from one client IP address (IPv4-mapped IPv6 counts as IPv4), with the same
+  // displacement among that address's connections: a client whose neighbours trickle requests still gets in.
+  int32_t max_connections_per_address = 16;
+  // Largest request body: a declared Content-Length over it gets 413 before a byte is read (also instead of
+  // 100 Continue); a chunked body is refused as soon as it passes it; gzip / deflate bodies as soon as their
+  // inflated size passes it.
   int32_t max_body_bytes = 1 << 20;
-  // A request head or body that takes longer than this to arrive is dropped (slow clients).
+  // Largest request head (request line + header fields; chunked trailers count too): 431 beyond. The request
+  // line alone is limited to 8 KiB (414) and the fields to 100 (431).
+  int32_t max_header_bytes = 16384;
+  // The whole request head must arrive within this (from accept for a connection's first request, TLS
+  // handshake included; from its first byte for the next ones); a slower head is cut. Trickling bytes does
+  // not extend it.
+  int32_t head_timeout_s = 10;
+  // The whole request body must arrive within this (408 then), and each response write (a whole response, or
+  // one streamed event) must complete within it (the connection is cut then).
   int32_t read_timeout_s = 30;
+  // A keep-alive connection idle this long between requests is closed.
+  int32_t keep_alive_timeout_s = 5;
 };
 
 // `server:` — the gRPC and metrics endpoints.

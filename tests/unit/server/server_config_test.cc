@@ -354,6 +354,39 @@ TEST(ServerConfigTest, RejectsOutOfRangeValues) {
                  "limits.max_logprobs: must be in [0, 2147483647], got -1");
 }
 
+// server.http: the HTTP front's limits (server/http_front.h), each named with its range.
+TEST(ServerConfigTest, HttpLimits) {
+  const ServerConfig c = parse_ok(R"(
+server:
+  http:
+    listen: 127.0.0.1:0
+    max_connections: 8
+    max_connections_per_address: 2
+    max_body_bytes: 4096
+    max_header_bytes: 2048
+    head_timeout_s: 3
+    read_timeout_s: 7
+    keep_alive_timeout_s: 9
+)");
+  EXPECT_EQ(c.server.http.max_connections, 8);
+  EXPECT_EQ(c.server.http.max_connections_per_address, 2);
+  EXPECT_EQ(c.server.http.max_body_bytes, 4096);
+  EXPECT_EQ(c.server.http.max_header_bytes, 2048);
+  EXPECT_EQ(c.server.http.head_timeout_s, 3);
+  EXPECT_EQ(c.server.http.read_timeout_s, 7);
+  EXPECT_EQ(c.server.http.keep_alive_timeout_s, 9);
+  EXPECT_INVALID(parse_status("server:\n  http:\n    max_connections_per_address: 0\n"),
+                 "server.http.max_connections_per_address: must be in [1, 4096], got 0");
+  EXPECT_INVALID(parse_status("server:\n  http:\n    max_header_bytes: 512\n"),
+                 "server.http.max_header_bytes: must be in [1024, 1048576], got 512");
+  EXPECT_INVALID(parse_status("server:\n  http:\n    head_timeout_s: 0\n"),
+                 "server.http.head_timeout_s: must be in [1, 3600], got 0");
+  EXPECT_INVALID(parse_status("server:\n  http:\n    keep_alive_timeout_s: 3601\n"),
+                 "server.http.keep_alive_timeout_s: must be in [1, 3600], got 3601");
+  EXPECT_INVALID(parse_status("server:\n  http:\n    max_header_byte: 2048\n"),
+                 "unknown key 'server.http.max_header_byte'");
+}
+
 TEST(ServerConfigTest, RejectsUnknownEnumValues) {
   EXPECT_INVALID(parse_status("engine:\n  kv_codec: int3\n"),
                  "engine.kv_codec: unknown value \"int3\" (expected fp32|fp16|bf16|int8|int4|kvsplice)");
