@@ -142,10 +142,17 @@ bool HttpFront::admit(const std::string& address, const char** reason) {
     shutdown(victim->fd, SHUT_RDWR);
   };
   auto open = [](const Conn& c) { return !c.displaced && !c.busy; };
+  // Which of two open connections goes first: a lingering one, else the one idle (no byte read) for longest.
+  auto sooner = [](const Conn& a, const Conn& b) {
+    if (a.lingering != b.lingering) return a.lingering;
+    return a.progress_ns.load(std::memory_order_relaxed) < b.progress_ns.load(std::memory_order_relaxed);
+  };
   if (auto it = per_address_.find(address);
       it != per_address_.end() && it->second >= lim.max_connections_per_address) {
-    auto victim = std::find_if(conns_.begin(), conns_.end(),
-                               [&](const Conn& c) { return open(c) && c.address == address; });
+    auto victim = conns_.end();
+    for (auto c = conns_.begin(); c != conns_.end(); ++c) {
+      if (open(*c) && c->address == address && (victim == conns_.end() || sooner(*c, *victim))) victim = c;
+    }
     if (victim == conns_.end()) {
       *reason = "address_limit";
       return false;
@@ -155,13 +162,13 @@ bool HttpFront::admit(const std::string& address, const char** reason) {
   int total = 0;
   for (const auto& [a, n] : per_address_) total += n;
   if (total >= lim.max_connections) {
-    // The oldest connection not being answered, of the address that holds the most connections.
+    // Of the address that holds the most connections, the open one that goes first (sooner above).
     auto victim = conns_.end();
     int most = 0;
     for (auto c = conns_.begin(); c != conns_.end(); ++c) {
       if (!open(*c)) continue;
       const int n = per_address_[c->address];
-      if (n > most) {
+      if (n > most || (n == most && sooner(*c, *victim))) {
         most = n;
         victim = c;
       }
@@ -204,8 +211,12 @@ void HttpFront::accept_loop() {
       bool admitted = admit(address, &reason);
       if (admitted) {
         ++per_address_[address];
-        conns_.push_back(Conn{});
+        conns_.emplace_back();
         auto conn = std::prev(conns_.end());
+        conn->progress_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now().time_since_epoch())
+                                    .count(),
+                                std::memory_order_relaxed);
         conn->fd = fd;
         conn->address = address;
         try {
@@ -233,9 +244,10 @@ bool HttpFront::begin_answer(ConnList::iterator conn) {
   return true;
 }
 
-void HttpFront::end_answer(ConnList::iterator conn) {
+void HttpFront::end_answer(ConnList::iterator conn, bool lingering) {
   absl::MutexLock l(&mu_);
   conn->busy = false;
+  conn->lingering = lingering;
 }
 
 const HttpRoute* HttpFront::route(const std::string& method, const std::string& path,

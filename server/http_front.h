@@ -25,11 +25,12 @@
 //     the time left; the whole body within body_timeout_s; idle_timeout_s between keep-alive requests; each
 //     response write within write_timeout_s;
 //   - connections: at most max_connections in all and max_connections_per_address from one client address
-//     (IPv4-mapped IPv6 counts as IPv4). A new connection over a cap displaces the oldest connection that is
-//     not being answered (reading its head or body, idle between requests, or lingering after a refusal) —
-//     from the same address for the per-address cap, from the address holding the most connections for the
-//     global one — and is itself closed at once only when every competitor is being answered. So a client
-//     sharing an address with trickling ones still gets in, and the tricklers are what is cut.
+//     (IPv4-mapped IPv6 counts as IPv4). A new connection over a cap displaces one that is not being answered
+//     (reading its head or body, idle between requests, or lingering after a refusal): a lingering one first,
+//     else the one that has read no byte for longest — from the same address for the per-address cap, from
+//     the address holding the most connections for the global one — and is itself closed at once only when
+//     every competitor is being answered. So a client sharing an address with trickling ones still gets in,
+//     the tricklers are what is cut, and a request arriving right now is not what a burst displaces.
 // Keep-alive (HTTP/1.1 unless Connection: close; never on HTTP/1.0) with pipelined requests answered in order
 // (bytes read past one request stay buffered for the next). After any refusal the front answers with a
 // message saying what was wrong (Options::error_body: OpenAI's error object on the API port, text on
@@ -46,6 +47,7 @@
 // events); they poll HttpResponse::client_gone() while they wait. stop() cuts every connection (their
 // client_gone() turns true) and joins every thread.
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -191,6 +193,11 @@ class HttpFront {
     bool busy = false;       // being answered: cannot be displaced
     bool displaced = false;  // cut to make room for a newer connection (counted then)
     bool counted = false;    // its refusal was counted (at most one per connection)
+    bool lingering = false;  // answered with a refusal, draining before the close: the first to go
+    // Steady-clock ns of its last progress (accepted, or bytes read): of the connections not being answered,
+    // the one that has made no progress for longest is displaced first — a trickler before a client whose
+    // request is arriving now.
+    std::atomic<int64_t> progress_ns{0};
     std::thread thread;
   };
   using ConnList = std::list<Conn>;
@@ -203,8 +210,8 @@ class HttpFront {
   void serve_connection(ConnList::iterator conn);
   // Marks `conn` as being answered (it can no longer be displaced); false when it was displaced meanwhile.
   bool begin_answer(ConnList::iterator conn);
-  // Marks `conn` as displaceable again (idle between requests, or lingering).
-  void end_answer(ConnList::iterator conn);
+  // Marks `conn` as displaceable again (idle between requests, or lingering: then it is the first to go).
+  void end_answer(ConnList::iterator conn, bool lingering = false);
   // Counts a refusal of `conn` (once per connection; not when it was displaced: counted then).
   void refuse(ConnList::iterator conn, const char* reason);
   void count_refusal(const char* reason);

@@ -179,6 +179,12 @@ Io HttpConnection::fill(size_t cap, Clock::time_point deadline) {
   size_t n = 0;
   const Io io = stream_->read(in_.data() + had, cap, &n, deadline);
   in_.resize(had + n);
+  if (n > 0) {
+    conn_->progress_ns.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count(),
+        std::memory_order_relaxed);
+  }
   return io;
 }
 
@@ -293,7 +299,7 @@ void HttpConnection::refuse(const http::Refusal& r) {
 }
 
 void HttpConnection::linger() {
-  f_->end_answer(conn_);  // answered: displaceable while it drains
+  f_->end_answer(conn_, /*lingering=*/true);  // answered: displaceable (first) while it drains
   stream_->close_notify();
   shutdown(fd_, SHUT_WR);
   const Clock::time_point deadline = http::deadline_in(lim_.linger_s);

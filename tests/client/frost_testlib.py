@@ -95,6 +95,15 @@ def yaml_str(s):
     return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
 
 
+def yaml_value(v):
+    """A scalar, or a dict / list written as a JSON flow collection (valid YAML)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list, str)):
+        return json.dumps(v)
+    return str(v)
+
+
 def wait_for_port_file(proc, port_file, timeout_s, fail):
     """Waits for frostd's --port-file (written atomically: temp + rename) and returns its
     `name=PORT` lines as a dict; calls fail(why) (which raises) when frostd exits first, the file
@@ -158,7 +167,7 @@ class Frostd:
             "server:",
             '  listen: "127.0.0.1:0"',
             '  metrics_listen: "127.0.0.1:0"',
-            *(f"  {k}: {yaml_str(v) if isinstance(v, str) else v}" for k, v in server_extra.items()),
+            *(f"  {k}: {yaml_value(v)}" for k, v in server_extra.items()),
             "model:",
             f"  path: {yaml_str(model or model_path())}",
             "  threads: 1",
@@ -175,7 +184,7 @@ class Frostd:
         for section, entries in sections.items():
             lines.append(f"{section}:")
             for k, v in entries.items():
-                lines.append(f"  {k}: {yaml_str(v) if isinstance(v, str) else v}")
+                lines.append(f"  {k}: {yaml_value(v)}")
         with open(self.config_path, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.env = dict(os.environ)

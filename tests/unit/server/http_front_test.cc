@@ -567,16 +567,20 @@ TEST_F(HttpFrontTest, PipelinedRequestsAreAnsweredInOrder) {
 }
 
 // The per-address cap: with 4 tricklers of 127.0.0.1 at the cap, a new client from the same address still
-// gets its answer at once, and the oldest trickler is the one cut.
+// gets its answer at once, and the trickler idle for longest is the one cut.
 TEST_F(HttpFrontTest, PerAddressCapDisplacesTricklers) {
   Start();
   std::vector<std::unique_ptr<Client>> tricklers;
   for (int i = 0; i < 4; ++i) {
     tricklers.push_back(Connect());
     ASSERT_TRUE(tricklers.back()->send("GET /hello HTTP/1.1\r\nHo"));
+    // Apart in time, so that "idle for longest" (the displacement order) is their order.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(front_->open_connections(), 4);
+  ASSERT_TRUE(tricklers[0]->send("st"));  // the oldest makes progress: now [1] has been quiet for longest
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const Clock::time_point t0 = Clock::now();
   std::unique_ptr<Client> c = Connect();
   ASSERT_TRUE(c->send("GET /hello?me HTTP/1.1\r\n\r\n"));
@@ -584,8 +588,8 @@ TEST_F(HttpFrontTest, PerAddressCapDisplacesTricklers) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "hello me");
   EXPECT_LT(seconds_since(t0), 0.5);
-  EXPECT_TRUE(tricklers[0]->closed_within(0.5)) << "the oldest was not the one displaced";
-  for (int i = 1; i < 4; ++i) EXPECT_FALSE(tricklers[i]->readable(0)) << i;
+  EXPECT_TRUE(tricklers[1]->closed_within(0.5)) << "the one quiet for longest was not the one displaced";
+  for (int i : {0, 2, 3}) EXPECT_FALSE(tricklers[i]->readable(0)) << i;
   EXPECT_EQ(Refused("address_limit"), 1);
 }
 
