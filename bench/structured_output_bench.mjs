@@ -29,6 +29,8 @@
 //   --seed N              PRNG seed (default 1)
 //   --out PATH            (default bench/results/structured_output.json)
 //   --quick               a small run (40 schemas, 20 regexes, 10 grammars, fewer samples) for a smoke test
+//   --parts LIST          which parts to run (default validity,compile,throughput,grpc): e.g. --parts throughput
+//                         for the constrained-vs-free figure alone (A/B runs of two builds)
 // Needs the npm packages of scripts/install_openai_client.sh (ajv), which it runs (instant once cached).
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -46,7 +48,7 @@ const opt = {
   frostd: path.join(SRC, "build/server/frostd"), url: "", grpc: "", loadgen: path.join(SRC, "build/bench/frost-loadgen"),
   model: "builtin:15m", threads: 2, schemas: 200, regexes: 24, grammars: 12, "max-tokens": 192, concurrency: 8,
   "latency-pairs": 40, "tp-streams": 32, "tp-tokens": 128, "tp-rounds": 2, "overhead-tokens": 64, seed: 1,
-  out: path.join(SRC, "bench/results/structured_output.json"), quick: false,
+  out: path.join(SRC, "bench/results/structured_output.json"), quick: false, parts: "validity,compile,throughput,grpc",
 };
 for (let i = 0; i < argv.length; ++i) {
   const a = argv[i];
@@ -519,24 +521,33 @@ async function main() {
   const result = { bench: "structured_output", date: new Date().toISOString(), model: MODEL_,
                    machine: { cpu: (/model name\s*:\s*(.*)/.exec(safeRead("/proc/cpuinfo")) || [])[1] || os.cpus()[0]?.model, cores: os.cpus().length },
                    settings: { ...opt, frostd: opt.url ? null : opt.frostd } };
-  log("== validity");
-  result.validity = await validity();
-  const all = result.validity.by_kind.all;
-  log(`  ${all.total} requests: ${all.stop} stop, ${all.length} length, ${all.rejected} rejected; valid ${all.valid}/${all.stop} = ${all.validity_pct}%`);
-  for (const k of ["json_schema", "regex", "grammar"]) {
-    const b = result.validity.by_kind[k];
-    if (b) log(`    ${k}: ${b.total} total, ${b.stop} stop, ${b.length} length, ${b.rejected} rejected, ${b.valid} valid, ${b.invalid} invalid (${b.validity_pct}%)`);
+  const parts = new Set(opt.parts.split(","));
+  if (parts.has("validity")) {
+    log("== validity");
+    result.validity = await validity();
+    const all = result.validity.by_kind.all;
+    log(`  ${all.total} requests: ${all.stop} stop, ${all.length} length, ${all.rejected} rejected; valid ${all.valid}/${all.stop} = ${all.validity_pct}%`);
+    for (const k of ["json_schema", "regex", "grammar"]) {
+      const b = result.validity.by_kind[k];
+      if (b) log(`    ${k}: ${b.total} total, ${b.stop} stop, ${b.length} length, ${b.rejected} rejected, ${b.valid} valid, ${b.invalid} invalid (${b.validity_pct}%)`);
+    }
   }
-  log("== compile + first mask");
-  result.compile_latency = await compileLatency();
-  const cl = result.compile_latency;
-  log(`  ${cl.pairs} pairs: constrained - unconstrained p50 ${cl.compile_plus_first_mask_ms.p50} ms, p99 ${cl.compile_plus_first_mask_ms.p99} ms (unconstrained p50 ${cl.unconstrained_ms.p50} ms)`);
-  log("== throughput");
-  result.throughput = await throughput();
-  log(`  unconstrained ${result.throughput.unconstrained_tokens_per_s} tok/s, json_schema ${result.throughput.json_schema_tokens_per_s} tok/s, ratio ${result.throughput.ratio_constrained_over_free}`);
-  log("== HTTP vs gRPC");
-  result.http_vs_grpc = await httpVsGrpc(grpcAddr);
-  if (result.http_vs_grpc.skipped) log(`  left out: ${result.http_vs_grpc.skipped}`);
+  if (parts.has("compile")) {
+    log("== compile + first mask");
+    result.compile_latency = await compileLatency();
+    const cl = result.compile_latency;
+    log(`  ${cl.pairs} pairs: constrained - unconstrained p50 ${cl.compile_plus_first_mask_ms.p50} ms, p99 ${cl.compile_plus_first_mask_ms.p99} ms (unconstrained p50 ${cl.unconstrained_ms.p50} ms)`);
+  }
+  if (parts.has("throughput")) {
+    log("== throughput");
+    result.throughput = await throughput();
+    log(`  unconstrained ${result.throughput.unconstrained_tokens_per_s} tok/s, json_schema ${result.throughput.json_schema_tokens_per_s} tok/s, ratio ${result.throughput.ratio_constrained_over_free}`);
+  }
+  if (parts.has("grpc")) {
+    log("== HTTP vs gRPC");
+    result.http_vs_grpc = await httpVsGrpc(grpcAddr);
+    if (result.http_vs_grpc.skipped) log(`  left out: ${result.http_vs_grpc.skipped}`);
+  }
   result.wall_s = r3((performance.now() - t0) / 1000);
   fs.mkdirSync(path.dirname(opt.out), { recursive: true });
   fs.writeFileSync(opt.out, JSON.stringify(result, (k, v) => (k === "validate" ? undefined : v), 1) + "\n");

@@ -160,6 +160,8 @@ def proc_cpu_s(pid):
 
 
 def proc_rss(pid):
+    if not os.path.exists(f"/proc/{pid}/status"):
+        return 0
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
