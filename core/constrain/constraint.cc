@@ -38,13 +38,14 @@ std::unique_ptr<Matcher> CompiledConstraint::matcher(std::shared_ptr<const Token
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compile_constraint(const ConstraintSpec& spec,
-                                                                             const CompileLimits& limits) {
+                                                                             const CompileLimits& limits,
+                                                                             const CompileControl& control) {
   absl::StatusOr<std::shared_ptr<const Grammar>> grammar;
   switch (spec.kind) {
-    case ConstraintSpec::Kind::kJsonSchema: grammar = compile_json_schema(spec.text, limits); break;
-    case ConstraintSpec::Kind::kJsonObject: grammar = compile_json_object(limits); break;
-    case ConstraintSpec::Kind::kRegex: grammar = compile_regex(spec.text, limits); break;
-    case ConstraintSpec::Kind::kGrammar: grammar = parse_gbnf(spec.text, limits); break;
+    case ConstraintSpec::Kind::kJsonSchema: grammar = compile_json_schema(spec.text, limits, control); break;
+    case ConstraintSpec::Kind::kJsonObject: grammar = compile_json_object(limits, control); break;
+    case ConstraintSpec::Kind::kRegex: grammar = compile_regex(spec.text, limits, control); break;
+    case ConstraintSpec::Kind::kGrammar: grammar = parse_gbnf(spec.text, limits, control); break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("constraint kind '", kind_name(spec.kind), "' has nothing to compile"));

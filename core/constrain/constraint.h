@@ -58,6 +58,10 @@ class CompiledConstraint {
   ConstraintSpec::Kind kind() const { return kind_; }
   const Grammar& grammar() const { return *grammar_; }
   std::shared_ptr<const Grammar> grammar_ptr() const { return grammar_; }
+  // Bytes held by the compiled grammar (Grammar::memory_bytes: elements, byte sets, class DFAs, rule
+  // tables, names) plus this object — what a cache of compiled constraints should count. The mask caches
+  // are not included: they are bounded by mask_cache_entries per vocabulary.
+  size_t memory_bytes() const { return sizeof(*this) + grammar_->memory_bytes(); }
 
   // A fresh matcher at the start of the output, sharing this constraint's mask cache for `vocab`.
   std::unique_ptr<Matcher> matcher(std::shared_ptr<const TokenVocab> vocab) const;
@@ -74,7 +78,10 @@ class CompiledConstraint {
       ABSL_GUARDED_BY(mu_);
 };
 
+// Compiles `spec` under `limits`, stopping early as `control` asks (CompileControl, grammar.h: a deadline
+// and a cancellation flag, checked in every loop of parsing, lowering, build() and the probe).
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compile_constraint(const ConstraintSpec& spec,
-                                                                             const CompileLimits& limits = {});
+                                                                             const CompileLimits& limits = {},
+                                                                             const CompileControl& control = {});
 
 }  // namespace frost::constrain
