@@ -76,13 +76,19 @@ struct CompileControl {
   const std::atomic<bool>* cancelled = nullptr;
 };
 
-// Work counter against a CompileControl: tick() is an increment; every 1024th tick reads the clock and the
-// flag (about 20 ns each), so a loop doing at least one tick per microsecond of work stops within ~1 ms.
+// Work counter against a CompileControl: tick(n) adds n units of work (about a microsecond's worth or
+// less each); the first tick and every 1024 units read the clock and the flag (about 20 ns), so a loop
+// that ticks for its work stops within about a millisecond, and a compile cancelled before it starts stops
+// in its first loop.
 class CompileBudget {
  public:
   explicit CompileBudget(const CompileControl& control) : control_(control) {}
   // OK, or the stop (messages without the "<kind>: " prefix, which the frontend adds); sticky once stopped.
-  absl::Status tick() { return (++n_ticks_ & 1023) != 0 && stop_.ok() ? absl::OkStatus() : check(); }
+  absl::Status tick(uint64_t units = 1) {
+    const uint64_t before = n_ticks_;
+    n_ticks_ += units;
+    return before != 0 && (before >> 10) == (n_ticks_ >> 10) && stop_.ok() ? absl::OkStatus() : check();
+  }
   absl::Status check();
 
  private:

@@ -9,19 +9,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/constrain/regex.h"
+#include "core/constrain/schema_doc.h"
 
 namespace frost::constrain {
 namespace {
 
-// ordered_json keeps the schema's property order, which is the order members are generated in.
-using Json = nlohmann::ordered_json;
+using schema_doc::Json;
+using schema_doc::kMaxSchemaDepth;
+using schema_doc::SchemaView;
 
-constexpr int kMaxSchemaDepth = 128;      // nesting of inline subschemas and $ref chains
 constexpr int64_t kMaxEnumerated = 1000;  // integer ranges up to this many values are enforced exactly
 constexpr size_t kMaxInlineSeq = 16;      // a memoised subschema longer than this becomes one rule
 
@@ -34,12 +36,6 @@ const absl::flat_hash_set<absl::string_view>& refused_keywords() {
   return *set;
 }
 
-const absl::flat_hash_set<absl::string_view>& annotation_keywords() {
-  static const auto* set = new absl::flat_hash_set<absl::string_view>{
-      "title", "description", "examples", "default", "$schema", "$id", "$comment", "deprecated",
-      "readOnly", "writeOnly", "$defs", "definitions", "$anchor"};
-  return *set;
-}
 
 std::string pointer_token(absl::string_view key) {
   std::string out;
@@ -53,176 +49,18 @@ std::string pointer_token(absl::string_view key) {
 
 std::string child(const std::string& ptr, absl::string_view key) { return absl::StrCat(ptr, "/", pointer_token(key)); }
 
-// A schema object as the walk sees it: its own keywords and, for a branch of anyOf / oneOf / allOf, the
-// keywords of the enclosing schema it inherits (minus that branching keyword) — a lookup chain instead of
-// a merged copy, so nested branches cost no copying. The branch's own keywords win.
-class SchemaView {
- public:
-  explicit SchemaView(const Json& own, const SchemaView* base = nullptr, absl::string_view hidden = {})
-      : own_(&own), base_(base), hidden_(hidden) {}
-  const Json& own() const { return *own_; }
-  bool inherits() const { return base_ != nullptr; }
-
-  const Json* find(absl::string_view key) const {
-    for (const SchemaView* v = this; v != nullptr; v = v->base_) {
-      if (auto it = v->own_->find(key); it != v->own_->end()) return &*it;
-      if (key == v->hidden_) return nullptr;
-    }
-    return nullptr;
-  }
-  bool contains(absl::string_view key) const { return find(key) != nullptr; }
-  // True when a keyword other than `except` and the annotations is visible.
-  bool has_keywords_besides(absl::string_view except) const {
-    std::vector<absl::string_view> hidden;
-    for (const SchemaView* v = this; v != nullptr; v = v->base_) {
-      for (const auto& [key, value] : v->own_->items()) {
-        if (key == except || annotation_keywords().contains(key)) continue;
-        if (std::find(hidden.begin(), hidden.end(), key) != hidden.end()) continue;
-        return true;
-      }
-      hidden.push_back(v->hidden_);
-    }
-    return false;
-  }
-
- private:
-  const Json* own_;
-  const SchemaView* base_;
-  absl::string_view hidden_;
-};
-
-// Builds the schema document like nlohmann's DOM parser (a duplicate key keeps its first place and takes
-// the last value) with three differences: object members are appended directly — ordered_json's own
-// parser looks every key up linearly, quadratic in the members of an object (100k keys: 18 s); nesting
-// past 2 * kMaxSchemaDepth is refused; and the CompileControl is honoured per token.
-class SchemaSax {
- public:
-  SchemaSax(Json* root, CompileBudget* budget) : root_(root), budget_(budget) {}
-  const absl::Status& status() const { return status_; }
-
-  bool null() { return value(Json(nullptr)); }
-  bool boolean(bool v) { return value(Json(v)); }
-  bool number_integer(Json::number_integer_t v) { return value(Json(v)); }
-  bool number_unsigned(Json::number_unsigned_t v) { return value(Json(v)); }
-  bool number_float(Json::number_float_t v, const Json::string_t&) { return value(Json(v)); }
-  bool string(Json::string_t& v) { return value(Json(std::move(v))); }
-  bool binary(Json::binary_t& v) { return value(Json::binary(std::move(v))); }
-  bool start_object(std::size_t) { return open(Json::object()); }
-  bool start_array(std::size_t) { return open(Json::array()); }
-  bool end_object() { return close(); }
-  bool end_array() { return close(); }
-  bool key(Json::string_t& k) {
-    if (!tick()) return false;
-    Frame& f = frames_.back();
-    auto& members = static_cast<Members&>(f.node->get_ref<Json::object_t&>());
-    // Small objects are searched; past kIndexFrom members a hash index takes over.
-    constexpr size_t kIndexFrom = 16;
-    if (members.size() == kIndexFrom && f.index.empty()) {
-      for (size_t i = 0; i < members.size(); ++i) f.index.emplace(members[i].first, i);
-    }
-    if (members.size() >= kIndexFrom) {
-      auto [it, inserted] = f.index.emplace(k, members.size());
-      if (!inserted) {
-        f.slot = it->second;
-        return true;
-      }
-    } else {
-      for (size_t i = 0; i < members.size(); ++i) {
-        if (members[i].first == k) {
-          f.slot = i;
-          return true;
-        }
-      }
-    }
-    f.slot = members.size();
-    members.emplace_back(std::move(k), Json());
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
-    status_ = absl::InvalidArgumentError(absl::StrCat("json_schema: not valid JSON: ", e.what()));
-    return false;
-  }
-
- private:
-  using Members = std::vector<std::pair<const std::string, Json>>;  // ordered_map's storage
-  struct Frame {
-    Json* node;
-    size_t slot = 0;  // objects: the member the next value goes to
-    absl::flat_hash_map<std::string, size_t> index;
-  };
-  bool tick() {
-    if (absl::Status st = budget_->tick(); !st.ok()) {
-      status_ = absl::Status(st.code(), absl::StrCat("json_schema: ", st.message()));
-      return false;
-    }
-    return true;
-  }
-  // Places `v` where the innermost container expects it; returns where it went.
-  Json* place(Json&& v) {
-    if (frames_.empty()) {
-      *root_ = std::move(v);
-      return root_;
-    }
-    Frame& f = frames_.back();
-    if (f.node->is_array()) {
-      auto& items = f.node->get_ref<Json::array_t&>();
-      items.push_back(std::move(v));
-      return &items.back();
-    }
-    Json* slot = &static_cast<Members&>(f.node->get_ref<Json::object_t&>())[f.slot].second;
-    *slot = std::move(v);
-    return slot;
-  }
-  bool value(Json&& v) {
-    if (!tick()) return false;
-    place(std::move(v));
-    return true;
-  }
-  bool open(Json&& container) {
-    if (!tick()) return false;
-    if (frames_.size() >= 2 * kMaxSchemaDepth) {
-      status_ = absl::InvalidArgumentError(
-          absl::StrCat("json_schema: JSON nests deeper than ", 2 * kMaxSchemaDepth, " levels"));
-      return false;
-    }
-    Json* node = place(std::move(container));
-    frames_.push_back({node, 0, {}});
-    return true;
-  }
-  bool close() {
-    frames_.pop_back();
-    return tick();
-  }
-
-  Json* root_;
-  CompileBudget* budget_;
-  std::vector<Frame> frames_;
-  absl::Status status_;
-};
-
-absl::Status parse_schema(absl::string_view text, const CompileControl& control, Json* out) {
-  CompileBudget budget(control);
-  SchemaSax sax(out, &budget);
-  bool ok = false;
-  try {
-    ok = Json::sax_parse(text.begin(), text.end(), &sax);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("json_schema: not valid JSON: ", e.what()));
-  }
-  if (!sax.status().ok()) return sax.status();
-  if (!ok) return absl::InvalidArgumentError("json_schema: not valid JSON");
-  return absl::OkStatus();
-}
-
 class SchemaCompiler {
  public:
-  SchemaCompiler(const CompileLimits& limits, const CompileControl& control) : b_(limits, control) {}
+  // `kind` prefixes the builder's and build()'s messages ("json_schema", or "json_object" for any object).
+  SchemaCompiler(const CompileLimits& limits, const CompileControl& control, const char* kind)
+      : b_(limits, control), kind_(kind) {}
 
   absl::StatusOr<std::shared_ptr<const Grammar>> compile(const Json* doc) {
     doc_ = doc;
     const uint32_t root = b_.add_rule("root");
     if (doc == nullptr) {
       b_.add_alternative(root, {GrammarBuilder::ref(any_object())});
+      if (!b_.tick().ok()) return prefixed(b_.status());
     } else {
       auto seq = visit(*doc, "", 0);
       // Builder statuses (size limits, the CompileControl) carry no prefix; the walk's own errors do.
@@ -232,7 +70,7 @@ class SchemaCompiler {
     }
     auto g = b_.build(root);
     if (!g.ok()) {
-      std::string msg = absl::StrCat("json_schema: ", g.status().message());
+      std::string msg = absl::StrCat(kind_, ": ", g.status().message());
       if (!first_empty_.empty() && absl::StartsWith(g.status().message(), "unsatisfiable")) {
         absl::StrAppend(&msg, " (first empty construct: ", first_empty_, ")");
       }
@@ -242,8 +80,8 @@ class SchemaCompiler {
   }
 
  private:
-  static absl::Status prefixed(const absl::Status& st) {
-    return absl::Status(st.code(), absl::StrCat("json_schema: ", st.message()));
+  absl::Status prefixed(const absl::Status& st) const {
+    return absl::Status(st.code(), absl::StrCat(kind_, ": ", st.message()));
   }
   absl::Status err(absl::string_view what, const std::string& ptr) const {
     return absl::InvalidArgumentError(absl::StrCat("json_schema: ", what, " at ", ptr.empty() ? "/" : ptr));
@@ -361,21 +199,50 @@ class SchemaCompiler {
   }
 
   // ---- schema walk ----
-  absl::StatusOr<Seq> visit(const Json& s, const std::string& ptr, int depth);
-  absl::StatusOr<Seq> visit_view(const SchemaView& s, const std::string& ptr, int depth);
-  absl::StatusOr<Seq> visit_ref(const std::string& target, const std::string& ptr, int depth);
-  absl::StatusOr<Seq> visit_branches(const SchemaView& s, const std::string& key, const std::string& ptr, int depth);
-  std::optional<std::vector<std::string>> literal_branches(const SchemaView& s, const std::string& key,
-                                                           const Json& branches, bool has_siblings);
-  absl::StatusOr<Seq> visit_type(absl::string_view type, const SchemaView& s, const std::string& ptr,
-                                 const std::string& type_ptr, int depth);
-  absl::StatusOr<Seq> visit_string(const SchemaView& s, const std::string& ptr);
-  absl::StatusOr<Seq> visit_integer(const SchemaView& s, const std::string& ptr);
-  absl::StatusOr<Seq> visit_object(const SchemaView& s, const std::string& ptr, int depth);
-  absl::StatusOr<Seq> visit_array(const SchemaView& s, const std::string& ptr, int depth);
-  absl::StatusOr<std::optional<int64_t>> count(const SchemaView& s, absl::string_view key, const std::string& ptr);
+  // The walk recurses once per nesting level of the schema (at most kMaxSchemaDepth = 128). The functions
+  // on that path (visit, visit_view, visit_type(s), visit_object, visit_array, visit_branches, visit_ref)
+  // keep only what must survive the recursive call in their frames: the deciding and the assembling are
+  // out-of-line helpers, and per-node state lives on the heap. A level then costs well under 1 KiB of
+  // stack, so the deepest schema fits a 256 KiB thread stack (tests/unit/constrain/bounds_test.cc).
+  struct Route;
+  struct ObjectPlan;
+  struct ArrayPlan;
+  struct BranchPlan;
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit(const Json& s, const std::string& ptr, int depth);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_view(const SchemaView& s, const std::string& ptr, int depth);
+  ABSL_ATTRIBUTE_NOINLINE std::unique_ptr<Route> route(const SchemaView& s, const std::string& ptr, int depth);
+  ABSL_ATTRIBUTE_NOINLINE Seq remember(const Json* s, Seq seq);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_ref(const Route& r, int depth);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<const Json*> resolve_ref(const Route& r);  // nullptr: known already
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_branches(const SchemaView& s, const char* key,
+                                                             const std::string& ptr, int depth);
+  ABSL_ATTRIBUTE_NOINLINE std::unique_ptr<BranchPlan> plan_branches(const SchemaView& s, const char* key,
+                                                                    const std::string& ptr);
+  ABSL_ATTRIBUTE_NOINLINE std::optional<std::vector<std::string>> literal_branches(const SchemaView& s,
+                                                                                   const std::string& key,
+                                                                                   const Json& branches,
+                                                                                   bool has_siblings);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_enum(const Json& values, const std::string& ptr);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_types(const Json& types, const SchemaView& s,
+                                                          const std::string& ptr, int depth);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_type(absl::string_view type, const SchemaView& s,
+                                                         const std::string& ptr, const std::string& type_ptr,
+                                                         int depth);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_scalar(absl::string_view type, const SchemaView& s,
+                                                           const std::string& ptr, const std::string& type_ptr);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_string(const SchemaView& s, const std::string& ptr);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_integer(const SchemaView& s, const std::string& ptr);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_object(const SchemaView& s, const std::string& ptr, int depth);
+  ABSL_ATTRIBUTE_NOINLINE absl::Status plan_object(const SchemaView& s, const std::string& ptr, ObjectPlan& plan);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> finish_object(ObjectPlan& plan);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> visit_array(const SchemaView& s, const std::string& ptr, int depth);
+  ABSL_ATTRIBUTE_NOINLINE absl::Status plan_array(const SchemaView& s, const std::string& ptr, ArrayPlan& plan);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Seq> finish_array(const SchemaView& s, const std::string& ptr, ArrayPlan& plan);
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<std::optional<int64_t>> count(const SchemaView& s, absl::string_view key,
+                                                                      const std::string& ptr);
 
   GrammarBuilder b_;
+  const char* kind_;
   const Json* doc_ = nullptr;
   std::optional<uint32_t> ws_, char_, string_, number_body_, number_, value_, object_, array_;
   absl::flat_hash_map<std::string, uint32_t> ref_rules_;
@@ -392,89 +259,157 @@ bool has_refused_keyword(const Json& s) {
   return false;
 }
 
+// What visit_view does with a schema, decided without recursing.
+struct SchemaCompiler::Route {
+  enum class Kind { kDone, kRef, kBranches, kType, kTypes } kind = Kind::kDone;
+  absl::StatusOr<Seq> done;   // kDone: the result, or the error
+  const Json* arg = nullptr;  // kTypes: the type list
+  const char* key = nullptr;  // kBranches: anyOf / oneOf / allOf
+  absl::string_view type;     // kType: the type, given or inferred
+  std::string target, ptr;    // kRef: the target and the pointer of the $ref keyword; kType: the type's
+};
+
 absl::StatusOr<Seq> SchemaCompiler::visit(const Json& s, const std::string& ptr, int depth) {
   if (auto it = memo_.find(&s); it != memo_.end()) return it->second;
-  auto seq = visit_view(SchemaView(s), ptr, depth);
+  absl::StatusOr<Seq> seq = visit_view(SchemaView(s), ptr, depth);
   if (!seq.ok()) return seq;
-  if (seq->size() > kMaxInlineSeq) *seq = {ref(b_.group({std::move(*seq)}, "schema"))};
-  memo_.emplace(&s, *seq);
+  return remember(&s, *std::move(seq));
+}
+
+Seq SchemaCompiler::remember(const Json* s, Seq seq) {
+  if (seq.size() > kMaxInlineSeq) seq = {ref(b_.group({std::move(seq)}, "schema"))};
+  memo_.emplace(s, seq);
   return seq;
 }
 
 absl::StatusOr<Seq> SchemaCompiler::visit_view(const SchemaView& s, const std::string& ptr, int depth) {
-  if (depth > kMaxSchemaDepth) return err(absl::StrCat("schema nests deeper than ", kMaxSchemaDepth), ptr);
-  if (!b_.tick().ok()) return b_.status();
-  const Json& own = s.own();
-  if (own.is_boolean()) return own.get<bool>() ? Seq{ref(any_value())} : nothing("schema false", ptr);
-  if (!own.is_object()) return err("schema must be an object or a boolean", ptr);
-  // Inherited keywords were checked where they are written.
-  for (const auto& [key, value] : own.items()) {
-    if (refused_keywords().contains(key)) return err(absl::StrCat("unsupported keyword '", key, "'"), child(ptr, key));
-    if (key == "uniqueItems" && value == true) return err("unsupported keyword 'uniqueItems'", child(ptr, key));
+  const std::unique_ptr<Route> r = route(s, ptr, depth);
+  switch (r->kind) {
+    case Route::Kind::kDone: return std::move(r->done);
+    case Route::Kind::kRef: return visit_ref(*r, depth);
+    case Route::Kind::kBranches: return visit_branches(s, r->key, ptr, depth);
+    case Route::Kind::kType: return visit_type(r->type, s, ptr, r->ptr, depth);
+    case Route::Kind::kTypes: return visit_types(*r->arg, s, ptr, depth);
   }
-  if (const Json* r = s.find("$ref")) {
-    if (!r->is_string()) return err("$ref must be a string", child(ptr, "$ref"));
-    return visit_ref(r->get<std::string>(), child(ptr, "$ref"), depth);
-  }
-  if (s.contains("anyOf") && s.contains("oneOf")) return err("anyOf together with oneOf is unsupported", ptr);
-  for (const char* key : {"anyOf", "oneOf", "allOf"}) {
-    if (s.contains(key)) return visit_branches(s, key, ptr, depth);
-  }
-  if (const Json* c = s.find("const")) return lit(c->dump());
-  if (const Json* e = s.find("enum")) {
-    if (!e->is_array()) return err("enum must be an array", child(ptr, "enum"));
-    if (e->empty()) return nothing("enum []", child(ptr, "enum"));
-    // One trie over the values' compact texts: duplicates merge, and one parse survives each byte however
-    // many values there are.
-    std::vector<std::string> words;
-    words.reserve(e->size());
-    for (const Json& v : *e) {
-      if (!b_.tick().ok()) return b_.status();
-      words.push_back(v.dump());
-    }
-    return b_.literal_trie(std::move(words), "enum");
-  }
-  const Json* type = s.find("type");
-  if (type == nullptr) {
-    // No type: infer it from the keywords that only make sense for one type, else any value.
-    auto has = [&](std::initializer_list<const char*> keys) {
-      return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return s.contains(k); });
-    };
-    if (has({"properties", "required", "additionalProperties"})) return visit_type("object", s, ptr, ptr, depth);
-    if (has({"items", "prefixItems", "minItems", "maxItems"})) return visit_type("array", s, ptr, ptr, depth);
-    if (has({"minLength", "maxLength", "pattern", "format"})) return visit_type("string", s, ptr, ptr, depth);
-    return Seq{ref(any_value())};
-  }
-  const std::string type_ptr = child(ptr, "type");
-  if (type->is_string()) return visit_type(type->get<std::string>(), s, ptr, type_ptr, depth);
-  if (!type->is_array()) return err("type must be a string or an array of strings", type_ptr);
-  if (type->empty()) return nothing("type []", type_ptr);
-  std::vector<Seq> alts;
-  for (size_t i = 0; i < type->size(); ++i) {
-    if (!(*type)[i].is_string()) return err("type must be a string or an array of strings", type_ptr);
-    auto alt = visit_type((*type)[i].get<std::string>(), s, ptr, child(type_ptr, std::to_string(i)), depth);
-    if (!alt.ok()) return alt.status();
-    alts.push_back(std::move(*alt));
-  }
-  return Seq{ref(b_.group(std::move(alts), "types"))};
+  return absl::InternalError("json_schema: unreachable");
 }
 
-absl::StatusOr<Seq> SchemaCompiler::visit_ref(const std::string& target, const std::string& ptr, int depth) {
-  if (target.empty() || target[0] != '#') return err(absl::StrCat("unsupported remote $ref '", target, "'"), ptr);
-  if (auto it = ref_rules_.find(target); it != ref_rules_.end()) return Seq{ref(it->second)};
-  const Json* node = nullptr;
-  try {
-    node = &doc_->at(Json::json_pointer(target.substr(1)));
-  } catch (const Json::exception&) {
-    return err(absl::StrCat("$ref '", target, "' does not resolve"), ptr);
+std::unique_ptr<SchemaCompiler::Route> SchemaCompiler::route(const SchemaView& s, const std::string& ptr, int depth) {
+  auto r = std::make_unique<Route>();
+  auto done = [&](absl::StatusOr<Seq> result) {
+    r->kind = Route::Kind::kDone;
+    r->done = std::move(result);
+    return std::move(r);
+  };
+  if (depth > kMaxSchemaDepth) return done(err(absl::StrCat("schema nests deeper than ", kMaxSchemaDepth), ptr));
+  if (!b_.tick().ok()) return done(b_.status());
+  const Json& own = s.own();
+  if (own.is_boolean()) return done(own.get<bool>() ? Seq{ref(any_value())} : nothing("schema false", ptr));
+  if (!own.is_object()) return done(err("schema must be an object or a boolean", ptr));
+  // Inherited keywords were checked where they are written.
+  for (const auto& [key, value] : own.items()) {
+    if (refused_keywords().contains(key)) {
+      return done(err(absl::StrCat("unsupported keyword '", key, "'"), child(ptr, key)));
+    }
+    if (key == "uniqueItems" && value == true) return done(err("unsupported keyword 'uniqueItems'", child(ptr, key)));
   }
+  if (const Json* target = s.find("$ref")) {
+    if (!target->is_string()) return done(err("$ref must be a string", child(ptr, "$ref")));
+    r->kind = Route::Kind::kRef;
+    r->target = target->get<std::string>();
+    r->ptr = child(ptr, "$ref");
+    return r;
+  }
+  if (s.contains("anyOf") && s.contains("oneOf")) return done(err("anyOf together with oneOf is unsupported", ptr));
+  for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+    if (s.contains(key)) {
+      r->kind = Route::Kind::kBranches;
+      r->key = key;
+      return r;
+    }
+  }
+  if (const Json* c = s.find("const")) return done(lit(c->dump()));
+  if (const Json* e = s.find("enum")) return done(visit_enum(*e, ptr));
+  if (const Json* type = s.find("type")) {
+    if (type->is_string()) {
+      r->kind = Route::Kind::kType;
+      r->type = type->get_ref<const std::string&>();
+      r->ptr = child(ptr, "type");
+    } else {
+      r->kind = Route::Kind::kTypes;
+      r->arg = type;
+    }
+    return r;
+  }
+  // No type: infer it from the keywords that only make sense for one type, else any value.
+  auto has = [&](std::initializer_list<const char*> keys) {
+    return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return s.contains(k); });
+  };
+  r->kind = Route::Kind::kType;
+  r->ptr = ptr;
+  if (has({"properties", "required", "additionalProperties"})) {
+    r->type = "object";
+  } else if (has({"items", "prefixItems", "minItems", "maxItems"})) {
+    r->type = "array";
+  } else if (has({"minLength", "maxLength", "pattern", "format"})) {
+    r->type = "string";
+  } else {
+    return done(Seq{ref(any_value())});
+  }
+  return r;
+}
+
+absl::StatusOr<Seq> SchemaCompiler::visit_enum(const Json& values, const std::string& ptr) {
+  if (!values.is_array()) return err("enum must be an array", child(ptr, "enum"));
+  if (values.empty()) return nothing("enum []", child(ptr, "enum"));
+  // One trie over the values' compact texts: duplicates merge, and one parse survives each byte however
+  // many values there are.
+  std::vector<std::string> words;
+  words.reserve(values.size());
+  for (const Json& v : values) {
+    if (!b_.tick().ok()) return b_.status();
+    words.push_back(v.dump());
+  }
+  return b_.literal_trie(std::move(words), "enum");
+}
+
+absl::StatusOr<Seq> SchemaCompiler::visit_types(const Json& types, const SchemaView& s, const std::string& ptr,
+                                                int depth) {
+  const std::string type_ptr = child(ptr, "type");
+  if (!types.is_array()) return err("type must be a string or an array of strings", type_ptr);
+  if (types.empty()) return nothing("type []", type_ptr);
+  auto alts = std::make_unique<std::vector<Seq>>();
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (!types[i].is_string()) return err("type must be a string or an array of strings", type_ptr);
+    auto alt = visit_type(types[i].get<std::string>(), s, ptr, child(type_ptr, std::to_string(i)), depth);
+    if (!alt.ok()) return alt.status();
+    alts->push_back(*std::move(alt));
+  }
+  return Seq{ref(b_.group(std::move(*alts), "types"))};
+}
+
+absl::StatusOr<Seq> SchemaCompiler::visit_ref(const Route& r, int depth) {
+  absl::StatusOr<const Json*> node = resolve_ref(r);
+  if (!node.ok()) return node.status();
+  if (*node == nullptr) return Seq{ref(ref_rules_[r.target])};  // compiled (or being compiled) already
   // The rule exists before its body is compiled, so a recursive reference finds it.
-  const uint32_t rule = b_.add_rule(absl::StrCat("ref", target.substr(1)));
-  ref_rules_[target] = rule;
-  auto body = visit(*node, target.substr(1), depth + 1);
+  const uint32_t rule = b_.add_rule(absl::StrCat("ref", r.target.substr(1)));
+  ref_rules_[r.target] = rule;
+  auto body = visit(**node, r.target.substr(1), depth + 1);
   if (!body.ok()) return body.status();
-  b_.add_alternative(rule, std::move(*body));
+  b_.add_alternative(rule, *std::move(body));
   return Seq{ref(rule)};
+}
+
+absl::StatusOr<const Json*> SchemaCompiler::resolve_ref(const Route& r) {
+  const std::string& target = r.target;
+  if (target.empty() || target[0] != '#') return err(absl::StrCat("unsupported remote $ref '", target, "'"), r.ptr);
+  if (ref_rules_.contains(target)) return nullptr;
+  try {
+    return &doc_->at(Json::json_pointer(target.substr(1)));
+  } catch (const Json::exception&) {
+    return err(absl::StrCat("$ref '", target, "' does not resolve"), r.ptr);
+  }
 }
 
 // The values of every branch when all are literal — const or enum and nothing else that shapes the value
@@ -503,37 +438,66 @@ std::optional<std::vector<std::string>> SchemaCompiler::literal_branches(const S
   return words;
 }
 
-absl::StatusOr<Seq> SchemaCompiler::visit_branches(const SchemaView& s, const std::string& key, const std::string& ptr,
-                                                   int depth) {
-  const Json& branches = *s.find(key);
-  const std::string list_ptr = child(ptr, key);
-  if (!branches.is_array()) return err(absl::StrCat(key, " must be an array"), list_ptr);
-  if (key == "allOf" && branches.size() != 1) {
-    return err(absl::StrCat("allOf with ", branches.size(), " schemas is unsupported (only one)"), list_ptr);
-  }
-  if (branches.empty()) return nothing(absl::StrCat(key, " []"), list_ptr);
-  // Siblings of anyOf/oneOf/allOf apply to every branch: each branch is walked as a view over its own
-  // keywords and the siblings (the branch wins on conflicts) — nothing is copied.
-  const bool has_siblings = s.has_keywords_besides(key);
-  if (auto words = literal_branches(s, key, branches, has_siblings)) return b_.literal_trie(std::move(*words), key);
-  if (!b_.status().ok()) return b_.status();
+struct SchemaCompiler::BranchPlan {
+  std::optional<absl::StatusOr<Seq>> done;  // decided without walking the branches
+  const Json* branches = nullptr;
+  std::string list_ptr;
+  bool has_siblings = false;
   std::vector<Seq> alts;
-  for (size_t i = 0; i < branches.size(); ++i) {
-    const std::string branch_ptr = child(list_ptr, std::to_string(i));
-    const Json& branch = branches[i];
-    absl::StatusOr<Seq> alt = !has_siblings || !branch.is_object()
+};
+
+std::unique_ptr<SchemaCompiler::BranchPlan> SchemaCompiler::plan_branches(const SchemaView& s, const char* key,
+                                                                          const std::string& ptr) {
+  auto plan = std::make_unique<BranchPlan>();
+  const Json& branches = *s.find(key);
+  plan->branches = &branches;
+  plan->list_ptr = child(ptr, key);
+  if (!branches.is_array()) {
+    plan->done = err(absl::StrCat(key, " must be an array"), plan->list_ptr);
+  } else if (absl::string_view(key) == "allOf" && branches.size() != 1) {
+    plan->done = err(absl::StrCat("allOf with ", branches.size(), " schemas is unsupported (only one)"), plan->list_ptr);
+  } else if (branches.empty()) {
+    plan->done = nothing(absl::StrCat(key, " []"), plan->list_ptr);
+  } else {
+    // Siblings of anyOf/oneOf/allOf apply to every branch: each branch is walked as a view over its own
+    // keywords and the siblings (the branch wins on conflicts) — nothing is copied.
+    plan->has_siblings = s.has_keywords_besides(key);
+    if (auto words = literal_branches(s, key, branches, plan->has_siblings)) {
+      plan->done = b_.literal_trie(*std::move(words), key);
+    } else if (!b_.status().ok()) {
+      plan->done = b_.status();
+    }
+  }
+  return plan;
+}
+
+absl::StatusOr<Seq> SchemaCompiler::visit_branches(const SchemaView& s, const char* key, const std::string& ptr,
+                                                   int depth) {
+  const std::unique_ptr<BranchPlan> plan = plan_branches(s, key, ptr);
+  if (plan->done) return *std::move(plan->done);
+  for (size_t i = 0; i < plan->branches->size(); ++i) {
+    const Json& branch = (*plan->branches)[i];
+    const std::string branch_ptr = child(plan->list_ptr, std::to_string(i));
+    absl::StatusOr<Seq> alt = !plan->has_siblings || !branch.is_object()
                                   ? visit(branch, branch_ptr, depth + 1)
                                   : visit_view(SchemaView(branch, &s, key), branch_ptr, depth + 1);
     if (!alt.ok()) return alt.status();
-    alts.push_back(std::move(*alt));
+    plan->alts.push_back(*std::move(alt));
   }
-  if (alts.size() == 1) return alts[0];
-  return Seq{ref(b_.group(std::move(alts), key))};
+  if (plan->alts.size() == 1) return std::move(plan->alts[0]);
+  return Seq{ref(b_.group(std::move(plan->alts), key))};
 }
 
 // `ptr` is the schema's pointer, `type_ptr` the pointer of the type name (for the unknown-type error).
 absl::StatusOr<Seq> SchemaCompiler::visit_type(absl::string_view type, const SchemaView& s, const std::string& ptr,
                                                const std::string& type_ptr, int depth) {
+  if (type == "object") return visit_object(s, ptr, depth);
+  if (type == "array") return visit_array(s, ptr, depth);
+  return visit_scalar(type, s, ptr, type_ptr);
+}
+
+absl::StatusOr<Seq> SchemaCompiler::visit_scalar(absl::string_view type, const SchemaView& s, const std::string& ptr,
+                                                 const std::string& type_ptr) {
   if (type == "string") return visit_string(s, ptr);
   if (type == "integer") return visit_integer(s, ptr);
   if (type == "number") {
@@ -545,8 +509,6 @@ absl::StatusOr<Seq> SchemaCompiler::visit_type(absl::string_view type, const Sch
   }
   if (type == "boolean") return Seq{ref(b_.group({lit("true"), lit("false")}, "boolean"))};
   if (type == "null") return lit("null");
-  if (type == "object") return visit_object(s, ptr, depth);
-  if (type == "array") return visit_array(s, ptr, depth);
   return err(absl::StrCat("unknown type '", type, "'"), type_ptr);
 }
 
@@ -632,85 +594,143 @@ absl::StatusOr<Seq> SchemaCompiler::visit_integer(const SchemaView& s, const std
   return Seq{ref(b_.group({digits(true), cat(lit("-"), digits(false))}, "integer"))};
 }
 
-absl::StatusOr<Seq> SchemaCompiler::visit_object(const SchemaView& s, const std::string& ptr, int depth) {
-  struct Member {
-    Seq kv;  // "name" ":" ws value
-    bool required;
+struct SchemaCompiler::ObjectPlan {
+  struct Sub {
+    const Json* schema;
+    std::string ptr;
   };
-  std::vector<Member> members;
+  std::vector<Sub> subs;                 // the property schemas, then additionalProperties when a schema
+  std::vector<std::string> names;        // per property
   absl::flat_hash_set<std::string> required;
-  const Json* req = s.find("required");
-  if (req != nullptr) {
-    if (!req->is_array()) return err("required must be an array of strings", child(ptr, "required"));
-    for (const Json& r : *req) {
+  const Json* req = nullptr;
+  bool has_extra = false, extra_schema = false;
+  std::vector<Seq> values;               // per sub, in order
+};
+
+absl::StatusOr<Seq> SchemaCompiler::visit_object(const SchemaView& s, const std::string& ptr, int depth) {
+  auto plan = std::make_unique<ObjectPlan>();
+  if (absl::Status st = plan_object(s, ptr, *plan); !st.ok()) return st;
+  for (const ObjectPlan::Sub& sub : plan->subs) {
+    auto value = visit(*sub.schema, sub.ptr, depth + 1);
+    if (!value.ok()) return value.status();
+    plan->values.push_back(*std::move(value));
+  }
+  return finish_object(*plan);
+}
+
+absl::Status SchemaCompiler::plan_object(const SchemaView& s, const std::string& ptr, ObjectPlan& plan) {
+  plan.req = s.find("required");
+  if (plan.req != nullptr) {
+    if (!plan.req->is_array()) return err("required must be an array of strings", child(ptr, "required"));
+    for (const Json& r : *plan.req) {
       if (!r.is_string()) return err("required must be an array of strings", child(ptr, "required"));
-      required.insert(r.get<std::string>());
+      plan.required.insert(r.get<std::string>());
     }
   }
-  const Seq colon = {GrammarBuilder::byte(':'), ref(ws())};
-  absl::flat_hash_set<std::string> listed;
   const Json* props = s.find("properties");
   if (props != nullptr) {
     if (!props->is_object()) return err("properties must be an object", child(ptr, "properties"));
     const std::string props_ptr = child(ptr, "properties");
     for (const auto& [name, sub] : props->items()) {
-      auto value = visit(sub, child(props_ptr, name), depth + 1);
-      if (!value.ok()) return value.status();
-      members.push_back({cat(cat(lit(Json(name).dump()), colon), *value), required.contains(name)});
-      listed.insert(name);
+      plan.subs.push_back({&sub, child(props_ptr, name)});
+      plan.names.push_back(name);
     }
   }
-  if (req != nullptr) {
-    for (const Json& r : *req) {
+  // Extra members: additionalProperties absent means false when properties are listed, else true.
+  const Json* add = s.find("additionalProperties");
+  plan.has_extra = add == nullptr ? props == nullptr : (add->is_boolean() ? add->get<bool>() : true);
+  if (plan.has_extra && add != nullptr && add->is_object()) {
+    plan.extra_schema = true;
+    plan.subs.push_back({add, child(ptr, "additionalProperties")});
+  } else if (plan.has_extra && add != nullptr && !add->is_boolean()) {
+    return err("additionalProperties must be a boolean or a schema", child(ptr, "additionalProperties"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Seq> SchemaCompiler::finish_object(ObjectPlan& plan) {
+  struct Member {
+    Seq kv;  // "name" ":" ws value
+    bool required;
+  };
+  std::vector<Member> members;
+  const Seq colon = {GrammarBuilder::byte(':'), ref(ws())};
+  absl::flat_hash_set<std::string> listed;
+  for (size_t i = 0; i < plan.names.size(); ++i) {
+    members.push_back({cat(cat(lit(Json(plan.names[i]).dump()), colon), plan.values[i]), plan.required.contains(plan.names[i])});
+    listed.insert(plan.names[i]);
+  }
+  if (plan.req != nullptr) {
+    for (const Json& r : *plan.req) {
       const std::string name = r.get<std::string>();
       if (listed.insert(name).second) members.push_back({cat(cat(lit(Json(name).dump()), colon), {ref(any_value())}), true});
     }
   }
-  // Extra members: additionalProperties absent means false when properties are listed, else true.
   std::optional<Seq> extra;
-  const Json* add = s.find("additionalProperties");
-  if (add == nullptr ? props == nullptr : (add->is_boolean() ? add->get<bool>() : true)) {
-    Seq value = {ref(any_value())};
-    if (add != nullptr && add->is_object()) {
-      auto v = visit(*add, child(ptr, "additionalProperties"), depth + 1);
-      if (!v.ok()) return v.status();
-      value = std::move(*v);
-    } else if (add != nullptr && !add->is_boolean()) {
-      return err("additionalProperties must be a boolean or a schema", child(ptr, "additionalProperties"));
-    }
+  if (plan.has_extra) {
+    const Seq value = plan.extra_schema ? plan.values.back() : Seq{ref(any_value())};
     extra = cat(cat({ref(any_string())}, colon), value);
   }
-  // first[i]: members i.. when none was written yet; later[i]: members i.. after one was written (so each
-  // starts with a comma). Optional members may be skipped, in order.
+  // pick[i]: the next member written is member j >= i (optional ones may be skipped, in order; past the
+  // listed members come the extra ones); later[i]: after a member before i was written — end (when no
+  // required member is left) or a comma, whitespace and pick[i]. The comma and the whitespace come before
+  // the choice, so after them one parse per member that may come next is alive (N optional members: N
+  // parses, not 3N).
   const size_t n = members.size();
-  const Seq sep = {GrammarBuilder::byte(','), ref(ws())};
-  std::vector<uint32_t> first(n + 1), later(n + 1);
+  std::vector<uint32_t> pick(n + 1), later(n + 1);
+  std::vector<bool> may_end(n + 1, true);  // no required member in i..n-1
+  for (size_t i = n; i-- > 0;) may_end[i] = may_end[i + 1] && !members[i].required;
+  pick[n] = b_.add_rule("members-extra");
   later[n] = b_.add_rule("members-rest");
-  first[n] = b_.add_rule("members-rest");
+  b_.add_alternative(later[n], {});
   if (extra) {
+    const Seq sep = {GrammarBuilder::byte(','), ref(ws())};
     const uint32_t loop = b_.repeat_internal(cat(cat(sep, *extra), {ref(ws())}), 0, -1, "extra-members");
-    b_.add_alternative(later[n], {ref(loop)});
-    b_.add_alternative(first[n], cat(*extra, {ref(ws()), ref(later[n])}));
+    b_.add_alternative(pick[n], cat(*extra, {ref(ws()), ref(loop)}));
+    b_.add_alternative(later[n], {GrammarBuilder::byte(','), ref(ws()), ref(pick[n])});
   }
-  b_.add_alternative(first[n], {});
-  if (!extra) b_.add_alternative(later[n], {});
   for (size_t i = n; i-- > 0;) {
     if (!b_.tick().ok()) return b_.status();
-    later[i] = b_.add_rule("members");
-    first[i] = b_.add_rule("members");
-    const Seq written = cat(members[i].kv, {ref(ws()), ref(later[i + 1])});
-    b_.add_alternative(later[i], cat(sep, written));
-    b_.add_alternative(first[i], written);
-    if (!members[i].required) {
-      b_.add_alternative(later[i], {ref(later[i + 1])});
-      b_.add_alternative(first[i], {ref(first[i + 1])});
-    }
+    pick[i] = b_.add_rule("members");
+    b_.add_alternative(pick[i], cat(members[i].kv, {ref(ws()), ref(later[i + 1])}));
+    if (!members[i].required) b_.add_alternative(pick[i], {ref(pick[i + 1])});
+    later[i] = b_.add_rule("members-rest");
+    b_.add_alternative(later[i], {GrammarBuilder::byte(','), ref(ws()), ref(pick[i])});
+    if (may_end[i]) b_.add_alternative(later[i], {});
   }
-  return Seq{GrammarBuilder::byte('{'), ref(ws()), ref(first[0]), GrammarBuilder::byte('}')};
+  Seq object = {GrammarBuilder::byte('{'), ref(ws())};
+  if (may_end[0]) {
+    object.push_back(ref(b_.group({{ref(pick[0])}, {}}, "members-first")));
+  } else {
+    object.push_back(ref(pick[0]));
+  }
+  object.push_back(GrammarBuilder::byte('}'));
+  return object;
 }
 
+struct SchemaCompiler::ArrayPlan {
+  struct Sub {
+    const Json* schema;
+    std::string ptr;
+  };
+  std::vector<Sub> subs;  // the prefix items, then the rest schema when there is one
+  size_t n_prefix = 0;
+  bool rest_schema = false, rest_allowed = true;
+  std::vector<Seq> values;  // per sub, in order
+};
+
 absl::StatusOr<Seq> SchemaCompiler::visit_array(const SchemaView& s, const std::string& ptr, int depth) {
-  std::vector<Seq> prefix;
+  auto plan = std::make_unique<ArrayPlan>();
+  if (absl::Status st = plan_array(s, ptr, *plan); !st.ok()) return st;
+  for (const ArrayPlan::Sub& sub : plan->subs) {
+    auto item = visit(*sub.schema, sub.ptr, depth + 1);
+    if (!item.ok()) return item.status();
+    plan->values.push_back(*std::move(item));
+  }
+  return finish_array(s, ptr, *plan);
+}
+
+absl::Status SchemaCompiler::plan_array(const SchemaView& s, const std::string& ptr, ArrayPlan& plan) {
   const Json* prefix_list = nullptr;
   std::string prefix_ptr;
   const Json* rest = nullptr;  // schema of the items after the prefix; nullptr = any value
@@ -731,20 +751,23 @@ absl::StatusOr<Seq> SchemaCompiler::visit_array(const SchemaView& s, const std::
   if (prefix_list != nullptr) {
     if (!prefix_list->is_array()) return err("prefixItems must be an array", prefix_ptr);
     for (size_t i = 0; i < prefix_list->size(); ++i) {
-      auto item = visit((*prefix_list)[i], child(prefix_ptr, std::to_string(i)), depth + 1);
-      if (!item.ok()) return item.status();
-      prefix.push_back(std::move(*item));
+      plan.subs.push_back({&(*prefix_list)[i], child(prefix_ptr, std::to_string(i))});
     }
   }
-  Seq rest_item = {ref(any_value())};
-  bool rest_allowed = true;
+  plan.n_prefix = plan.subs.size();
   if (rest != nullptr && rest->is_boolean()) {
-    rest_allowed = rest->get<bool>();
+    plan.rest_allowed = rest->get<bool>();
   } else if (rest != nullptr) {
-    auto item = visit(*rest, rest_ptr, depth + 1);
-    if (!item.ok()) return item.status();
-    rest_item = std::move(*item);
+    plan.rest_schema = true;
+    plan.subs.push_back({rest, rest_ptr});
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Seq> SchemaCompiler::finish_array(const SchemaView& s, const std::string& ptr, ArrayPlan& plan) {
+  const std::vector<Seq> prefix(plan.values.begin(), plan.values.begin() + static_cast<ptrdiff_t>(plan.n_prefix));
+  const Seq rest_item = plan.rest_schema ? plan.values.back() : Seq{ref(any_value())};
+  const bool rest_allowed = plan.rest_allowed;
   auto min_items = count(s, "minItems", ptr);
   if (!min_items.ok()) return min_items.status();
   auto max_items = count(s, "maxItems", ptr);
@@ -792,9 +815,9 @@ absl::StatusOr<std::shared_ptr<const Grammar>> compile_json_schema(absl::string_
                                                    " bytes exceeds max_text_bytes ", limits.max_text_bytes));
   }
   Json doc;
-  if (absl::Status st = parse_schema(schema_text, control, &doc); !st.ok()) return st;
+  if (absl::Status st = schema_doc::parse_schema(schema_text, control, &doc); !st.ok()) return st;
   try {
-    return SchemaCompiler(limits, control).compile(&doc);
+    return SchemaCompiler(limits, control, "json_schema").compile(&doc);
   } catch (const Json::exception& e) {
     // Only reachable through a schema shape the walk did not anticipate; still the request's fault.
     return absl::InvalidArgumentError(absl::StrCat("json_schema: ", e.what()));
@@ -803,7 +826,7 @@ absl::StatusOr<std::shared_ptr<const Grammar>> compile_json_schema(absl::string_
 
 absl::StatusOr<std::shared_ptr<const Grammar>> compile_json_object(const CompileLimits& limits,
                                                                     const CompileControl& control) {
-  return SchemaCompiler(limits, control).compile(nullptr);
+  return SchemaCompiler(limits, control, "json_object").compile(nullptr);
 }
 
 }  // namespace frost::constrain

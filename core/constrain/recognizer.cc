@@ -419,9 +419,10 @@ absl::Status probe_grammar(const std::shared_ptr<const Grammar>& grammar, int32_
     if (id == Recognizer::kDeadState) return absl::OkStatus();  // every situation was explored
     expanded[id] = true;
     const ByteSet next = r.next_bytes_of(r.interned_state(id));
+    const uint64_t work = 1 + r.interned_state(id).size();  // a step costs about one unit per stack
     for (uint8_t b : g.class_representative) {
       if (!next.test(b)) continue;
-      if (absl::Status st = budget.tick(); !st.ok()) return st;
+      if (absl::Status st = budget.tick(work); !st.ok()) return st;
       if (++n_examined > max_states) return absl::OkStatus();
       const uint32_t to = r.step_interned(id, b);
       if (to == Recognizer::kDeadState) continue;
