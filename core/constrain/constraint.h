@@ -19,14 +19,31 @@
 // inside a multi-byte UTF-8 character or span structural boundaries (`",`, `":"`) are handled exactly.
 //
 // Refusals are INVALID_ARGUMENT: syntax errors with line/column (grammar), byte position (regex) or JSON
-// pointer (schema); left-recursive grammars naming the rule; "too large" naming the CompileLimits field and
-// the value; and unsatisfiable constraints (no finite output matches: enum [], anyOf [], minItems >
-// maxItems, a grammar whose root never terminates).
+// pointer (schema); nesting past max_nesting (grammar parentheses, regex groups) or 128 (schemas); left-
+// recursive grammars naming the rule; "too large" naming the CompileLimits field and the value; unsatisfiable
+// constraints (no finite output matches: enum [], anyOf [], minItems > maxItems, a grammar whose root never
+// terminates); and constraints too ambiguous to track exactly ("<kind>: too ambiguous to track exactly:
+// after the output prefix \"…\" more than 512 parses are alive (max_stacks)") — found by the compile-time
+// probe (grammar.h). A compile stopped by its CompileControl is DEADLINE_EXCEEDED "<kind>: compile stopped
+// after its time budget" or CANCELLED "<kind>: compile cancelled".
+//
+// Bounds (CompileLimits, grammar.h, with their defaults): text 1 MiB; 20,000 rules and 500,000 elements,
+// checked while building; repetition bounds 65,536 (counted, not unrolled); nesting 256 in the text; 512
+// parses alive at once and 4,096 deep; 20,000 probe states. No input recurses on the C++ stack: every
+// constraint compiles and runs on a 256 KiB thread stack. Compile time is linear in the text plus the probe
+// (milliseconds for ordinary schemas).
+//
+// Run time: a constraint the probe accepted can still meet a recogniser limit deeper than the probe looked
+// (or nesting past max_stack_depth). The matcher then never silently drops a parse: Matcher::health()
+// (token_mask.h) reports INVALID_ARGUMENT "constraint too ambiguous to track exactly after N output bytes:
+// …", or FAILED_PRECONDITION when no token of the vocabulary can continue an incomplete output, and the
+// engine ends the request with that status instead of a silent stop.
 //
 // Caching: masks depend only on (grammar, vocabulary, recogniser state). Each CompiledConstraint keeps one
 // MaskCache per vocabulary (LRU, CompileLimits::mask_cache_entries masks), shared by all its matchers, so
 // a state seen before costs one hash lookup instead of a trie walk (token_mask.h has the costs).
-// Compiling is not cached here: a caller that sees the same spec often may keep the CompiledConstraint.
+// Compiling is not cached here: a caller that sees the same spec often may keep the CompiledConstraint
+// (memory_bytes() says what it holds).
 #include <memory>
 #include <string>
 #include <utility>

@@ -25,17 +25,29 @@
 // build() refuses left recursion (a cycle of rule references reachable without consuming a byte, naming the
 // rule; a kRepeat references its body), prunes alternatives that can derive no finite string, and refuses
 // a grammar whose root derives none ("unsatisfiable"). After pruning, every live stack can still reach
-// acceptance, so dead() is exact. Then the probe (CompileLimits::max_probe_states): from the start state
-// it explores the byte-level state space — breadth-first, interleaved with the most ambiguous state first so
-// that ambiguity growing along one path is found as fast as ambiguity near the start — and refuses the
-// grammar when a state it reaches exceeds max_stacks or max_stack_depth (naming the output prefix that gets
-// there). The probe is bounded, so a grammar may still exceed a limit deeper than it looked: at run time the
-// recogniser then reports kOverLimit (never a silent truncation) and Matcher::health() says so.
+// acceptance, so dead() is exact. Then the probe (probe_grammar, CompileLimits::max_probe_states): from the
+// start state it steps the byte-level state space (one representative byte per byte class) and refuses the
+// grammar — "too ambiguous to track exactly: after the output prefix "…" more than 512 parses are alive
+// (max_stacks)" — when a state it reaches exceeds max_stacks or max_stack_depth; the start state over a
+// limit is the first case ("at the start of the output"). It explores breadth-first interleaved with the
+// most ambiguous state first (so ambiguity growing along one path is found in about as many steps as the
+// path is long), and only from states in a situation not met before (same number of stacks, same top four
+// positions of each, repeat counts reduced to where they stand against their bounds): grammars whose states
+// differ only in nesting depth or in how far a count has run cost a few hundred states. The probe is
+// bounded; what it does not reach — ambiguity that needs an exact deep nesting or a long exact count to
+// appear, and nesting deeper than max_stack_depth through recursion (a JSON array can always nest one more
+// level) — is met at run time, where the recogniser reports kOverLimit (never a silent truncation) and
+// Matcher::health() turns it into an error.
 //
 // Client-controlled recursion: none. Parsers iterate with explicit stacks and refuse nesting past
 // CompileLimits::max_nesting; expansion, compaction and the analyses here are iterative; the only recursion
 // left (UTF-8 range splitting) is bounded by the encoding (depth < 10). Every loop over client-sized data
 // ticks a CompileBudget, so a compile stops within about a millisecond of its deadline or cancellation.
+//
+// Costs: one byte step costs one memoised transition per live stack (a hash lookup once seen); kRepeat and
+// kClass positions add one word to a stack node and to the canonical key. Compiling is linear in the text
+// plus the probe: typically a few milliseconds (a few hundred situations); at most max_probe_states steps
+// of at most max_stacks stacks each (~0.1-1 s) for grammars built to defeat it.
 #include <array>
 #include <atomic>
 #include <bitset>
@@ -57,13 +69,15 @@ namespace frost::constrain {
 // names the limit and the value that exceeded it.
 struct CompileLimits {
   int64_t max_text_bytes = 1 << 20;  // size of the schema / regex / grammar text
-  int32_t max_rules = 20000;         // rules after lowering (groups, small repetitions, tries add rules)
+  int32_t max_rules = 20000;         // rules after lowering (groups, small repetitions, tries add rules);
+                                     // checked while building: "constraint too large: more than N rules (max_rules)"
   int64_t max_elements = 500000;     // elements over all alternatives after lowering (a class DFA state = 32)
-  int32_t max_repeat = 65536;        // largest bound in {m,n}, minItems/maxItems, minLength/maxLength
+  int32_t max_repeat = 65536;        // largest bound in {m,n}, minItems/maxItems, minLength/maxLength (counters:
+                                     // a large bound costs nothing more to compile or run)
   int32_t max_nesting = 256;         // parentheses (grammar) / groups (regex) nested in the text
   int32_t max_stacks = 512;          // parses alive at once (compile-time probe and run time)
   int32_t max_stack_depth = 4096;    // nesting depth of one parse (compile-time probe and run time)
-  int32_t max_probe_states = 20000;  // states the compile-time ambiguity probe visits; 0 = no probe
+  int32_t max_probe_states = 20000;  // successor states the compile-time ambiguity probe examines; 0 = no probe
   size_t mask_cache_entries = 1024;  // masks cached per (constraint, vocabulary); each n_tokens / 8 bytes
 };
 

@@ -19,6 +19,8 @@
 //     JSON value.
 //   properties are emitted in the schema's order; `required` ones must appear, the others may be omitted
 //     (each at its place in that order). A required name missing from `properties` is added, any value.
+//     Every optional member that may come next is one live parse, so an object with more optional
+//     members than max_stacks (512) between two required ones is refused as too ambiguous.
 //   additionalProperties: false by default when `properties` is given (the model writes only the listed
 //     members) and true when it is not (`{"type":"object"}` = any object). true or a schema: after the
 //     listed members come any number of extra members with any key (the grammar cannot exclude the listed
