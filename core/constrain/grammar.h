@@ -335,8 +335,8 @@ class Recognizer {
     uint32_t pos, parent, aux;
     bool operator==(const NodeKey& o) const { return pos == o.pos && parent == o.parent && aux == o.aux; }
     template <typename H>
-    friend H AbslHashValue(H h, const NodeKey& k) {
-      return H::combine(std::move(h), (uint64_t{k.pos} << 32) | k.parent, k.aux);
+    friend H AbslHashValue(H h, const NodeKey& k) {  // one 64-bit word: aux is 0 on most positions
+      return H::combine(std::move(h), ((uint64_t{k.pos} << 32) | k.parent) ^ (uint64_t{k.aux} * 0x9E3779B97F4A7C15ull));
     }
   };
   struct Transition {

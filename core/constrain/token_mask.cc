@@ -161,6 +161,7 @@ void Matcher::compute(StateMask* out) {
   // States are interned, so each step is one memo lookup once the (state, byte) pair was seen — inside a
   // string nearly every trie node maps to the same few states.
   Recognizer::Limit over = Recognizer::Limit::kNone;
+  bool any = Recognizer::is_accepting(state) && !vocab_->eos_ids().empty();
   for (size_t i = 0; i < trie.size();) {
     const auto& node = trie[i];
     const uint32_t next = (node.depth == 1 && !first.test(node.byte))
@@ -175,10 +176,11 @@ void Matcher::compute(StateMask* out) {
     }
     levels_[node.depth] = next;
     for (uint32_t t = node.tokens_begin; t < node.tokens_end; ++t) mask->set(tokens[t]);
+    any |= node.tokens_begin != node.tokens_end;
     ++i;
   }
   out->over_limit = over;
-  out->empty = std::all_of(mask->words.begin(), mask->words.end(), [](uint32_t w) { return w == 0; });
+  out->empty = !any;
 }
 
 absl::Status Matcher::too_ambiguous(Recognizer::Limit limit) const {
