@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -368,7 +369,10 @@ class Recognizer {
   absl::flat_hash_map<StackSet, uint32_t> set_index_;
   absl::flat_hash_map<uint64_t, uint32_t> set_memo_;  // (state id << 8 | byte) -> state id after the byte
   StackSet scratch_;
-  std::vector<uint32_t> work_, blocked_;  // expansion scratch
+  // Expansion scratch, inline: most expansions touch a few nodes, and a fresh recogniser (one per request,
+  // one per uncached mask in tests) should not pay heap allocations for them.
+  absl::InlinedVector<uint32_t, 64> work_;
+  absl::InlinedVector<uint32_t, 8> blocked_;
   StackSet state_;
   int64_t n_limit_hits_ = 0;
   Limit last_limit_ = Limit::kNone;
