@@ -302,6 +302,17 @@ TEST(ConstrainBoundsTest, WideJsonObjectsParseInLinearTime) {
   EXPECT_FALSE(full_match((*t.result)->grammar_ptr(), "{\"a\":null}"));
 }
 
+// `n` required string members: linear in every phase, ~8 ms per 1,000 members to compile.
+std::string huge_schema(int n) {
+  // Written directly: building it as an ordered_json would itself be quadratic (linear key search).
+  std::string props, required;
+  for (int i = 0; i < n; ++i) {
+    absl::StrAppend(&props, i ? "," : "", "\"p", i, "\":{\"type\":\"string\",\"maxLength\":100}");
+    absl::StrAppend(&required, i ? "," : "", "\"p", i, "\"");
+  }
+  return absl::StrCat("{\"type\":\"object\",\"properties\":{", props, "},\"required\":[", required, "]}");
+}
+
 // A grammar whose probe never runs out of new situations (each state has one more stack), so only the
 // CompileControl ends its compile.
 const char* const kEndless = "root ::= \"x\" root \"y\"? | \"\"";
@@ -329,6 +340,27 @@ TEST(ConstrainBoundsTest, CancelStopsACompileWithin100Ms) {
   EXPECT_EQ(t.result.status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(t.result.status().message(), "grammar: compile cancelled");
   EXPECT_LT(done - set_at, absl::Milliseconds(100));
+  // A huge input (3 MiB of schema, 60,000 members under raised limits: ~0.5 s to compile), cancelled in
+  // the middle of whatever phase it is in.
+  const std::string huge = huge_schema(60000);
+  CompileLimits raised;
+  raised.max_text_bytes = 8 << 20;
+  raised.max_rules = 1 << 24;
+  raised.max_elements = int64_t{1} << 32;
+  for (int delay_ms : {20, 60, 150}) {
+    cancelled = false;
+    std::thread later([&] {
+      absl::SleepFor(absl::Milliseconds(delay_ms));
+      set_at = absl::Now();
+      cancelled = true;
+    });
+    const Timed h = timed_compile(ConstraintSpec::Kind::kJsonSchema, huge, raised, control);
+    const absl::Time end = absl::Now();
+    later.join();
+    if (h.result.ok()) continue;  // a machine fast enough to finish first
+    EXPECT_EQ(h.result.status().message(), "json_schema: compile cancelled") << delay_ms;
+    EXPECT_LT(end - set_at, absl::Milliseconds(100)) << delay_ms;
+  }
   // Set before the start: every kind stops in its first loop.
   cancelled = true;
   for (auto kind : {ConstraintSpec::Kind::kRegex, ConstraintSpec::Kind::kJsonSchema, ConstraintSpec::Kind::kGrammar,
@@ -349,7 +381,19 @@ TEST(ConstrainBoundsTest, DeadlineStopsACompileWithin100Ms) {
   EXPECT_EQ(t.result.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(t.result.status().message(), "grammar: compile stopped after its time budget");
   EXPECT_LT(absl::Now() - control.deadline, absl::Milliseconds(100));
-  // A huge schema text whose parse alone outlasts a deadline already past.
+  // The huge input with a deadline inside its compile.
+  CompileLimits raised;
+  raised.max_text_bytes = 8 << 20;
+  raised.max_rules = 1 << 24;
+  raised.max_elements = int64_t{1} << 32;
+  const std::string huge = huge_schema(60000);
+  control.deadline = absl::Now() + absl::Milliseconds(80);
+  const Timed h = timed_compile(ConstraintSpec::Kind::kJsonSchema, huge, raised, control);
+  if (!h.result.ok()) {
+    EXPECT_EQ(h.result.status().message(), "json_schema: compile stopped after its time budget");
+    EXPECT_LT(absl::Now() - control.deadline, absl::Milliseconds(100));
+  }
+  // A schema text whose parse alone outlasts a deadline already past.
   control.deadline = absl::Now() - absl::Seconds(1);
   const Timed late = timed_compile(ConstraintSpec::Kind::kJsonSchema, optional_strings(20000, 3), {}, control);
   EXPECT_EQ(late.result.status().message(), "json_schema: compile stopped after its time budget");
