@@ -196,6 +196,19 @@ std::string optional_strings(int n, int max_length) {
   return nlohmann::ordered_json({{"type", "object"}, {"properties", props}}).dump();
 }
 
+// A toy vocabulary: single characters, pairs, and EOS.
+std::shared_ptr<const TokenVocab> toy_vocab(const std::string& chars, int32_t* eos) {
+  std::vector<std::string> toks;
+  for (char a : chars) toks.push_back(std::string(1, a));
+  for (char a : chars) for (char b : chars) toks.push_back(std::string{a, b});
+  toks.push_back("é");
+  *eos = static_cast<int32_t>(toks.size());
+  toks.push_back("</s>");
+  std::vector<bool> special(toks.size(), false);
+  special[*eos] = true;
+  return *TokenVocab::create(toks, special, {*eos});
+}
+
 TEST(ConstrainBoundsTest, LongMaxLengthsCompileInMillisecondsAndCountExactly) {
   const std::string schema = optional_strings(8, 4096);
   EXPECT_LT(schema.size(), 600u);
@@ -210,6 +223,31 @@ TEST(ConstrainBoundsTest, LongMaxLengthsCompileInMillisecondsAndCountExactly) {
   // Escapes and multi-byte characters count as one character each.
   EXPECT_TRUE(full_match(g, "{\"p3\":\"" + repeat_text("\\n", 2048) + repeat_text("€", 2048) + "\"}"));
   EXPECT_FALSE(full_match(g, "{\"p3\":\"" + repeat_text("\\n", 2049) + repeat_text("€", 2048) + "\"}"));
+  // Generating through a Matcher: the greediest walk (the longest run of x's the mask allows, the
+  // smallest next member) fills every string to exactly 4096 characters, and the document is then complete.
+  int32_t eos = 0;
+  const auto vocab = toy_vocab("x\"{},:p01234567", &eos);
+  auto m = (*t.result)->matcher(vocab);
+  const std::vector<std::string> preference = {"xx", "x", "\"", ",", ":", "p", "0", "1", "2", "3", "4", "5", "6", "7", "{", "}"};
+  std::string out;
+  for (int step = 0; step < 40000 && !m->must_end(); ++step) {
+    const TokenBitmask& mask = m->allowed();
+    ASSERT_TRUE(m->health().ok()) << m->health();
+    int32_t pick = -1;
+    for (const std::string& want : preference) {
+      for (int32_t id = 0; id < vocab->n_tokens() && pick < 0; ++id) {
+        if (mask.test(id) && vocab->bytes(id) == want) pick = id;
+      }
+      if (pick >= 0) break;
+    }
+    ASSERT_GE(pick, 0) << out.substr(out.size() > 80 ? out.size() - 80 : 0);
+    ASSERT_TRUE(m->accept_token(pick).ok());
+    out += vocab->bytes(pick);
+  }
+  ASSERT_TRUE(m->must_end());
+  const auto doc = nlohmann::json::parse(out);
+  ASSERT_EQ(doc.size(), 8u);
+  for (const auto& [key, value] : doc.items()) EXPECT_EQ(value.get<std::string>(), std::string(4096, 'x')) << key;
   // Longer still: the limit moved to max_repeat 65536, and costs no more to compile.
   const Timed longer = timed_compile(ConstraintSpec::Kind::kJsonSchema, optional_strings(64, 65536));
   ASSERT_TRUE(longer.result.ok()) << longer.result.status();
@@ -543,19 +581,6 @@ TEST(ConstrainBoundsTest, CountedRepeatStatesAreCanonicalAndCompact) {
   EXPECT_EQ(a.canonical_key(a.state()), key);
   ASSERT_TRUE(b.advance_bytes("b"));
   EXPECT_NE(a.canonical_key(a.state()), b.canonical_key(b.state()));
-}
-
-// A toy vocabulary: single characters, pairs, and EOS.
-std::shared_ptr<const TokenVocab> toy_vocab(const std::string& chars, int32_t* eos) {
-  std::vector<std::string> toks;
-  for (char a : chars) toks.push_back(std::string(1, a));
-  for (char a : chars) for (char b : chars) toks.push_back(std::string{a, b});
-  toks.push_back("é");
-  *eos = static_cast<int32_t>(toks.size());
-  toks.push_back("</s>");
-  std::vector<bool> special(toks.size(), false);
-  special[*eos] = true;
-  return *TokenVocab::create(toks, special, {*eos});
 }
 
 TEST(ConstrainBoundsTest, TokenMasksWithCountersEqualBruteForce) {
