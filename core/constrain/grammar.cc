@@ -95,6 +95,9 @@ uint64_t saturating_mul(uint64_t a, uint64_t b) {
 // acyclic: states are merged from the last byte of a character backwards). False when it would need more
 // than kMaxClassStates states.
 bool make_class(const std::vector<ByteRanges>& seqs, CharClass* out) {
+  // Each state looks at 256 bytes times its items: past this many sequences (thousands of scattered
+  // ranges) the alternatives lowering, linear in the sequences, is the cheaper one.
+  if (seqs.size() > kMaxClassStates) return false;
   using Item = std::pair<uint32_t, uint8_t>;  // (sequence, bytes matched)
   std::vector<std::vector<Item>> sets;
   absl::flat_hash_map<std::vector<Item>, uint32_t> ids;

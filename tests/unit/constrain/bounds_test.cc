@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/constrain/constraint.h"
@@ -515,6 +516,24 @@ TEST(ConstrainBoundsTest, AmbiguityPastMaxStacksIsRefusedAtCompile) {
     const Timed t = timed_compile(ConstraintSpec::Kind::kRegex, pattern);
     EXPECT_TRUE(t.result.ok()) << pattern << ": " << t.result.status();
     EXPECT_LT(t.took, kBound) << pattern;
+  }
+}
+
+TEST(ConstrainBoundsTest, HugeCharacterClassesCompileOrAreRefusedQuickly) {
+  // Scattered code points: one DFA up to 4,096 UTF-8 sequences, alternatives past that.
+  for (int n : {1000, 4000, 20000}) {
+    std::string cls = "[";
+    for (int i = 0; i < n; ++i) absl::StrAppend(&cls, absl::StrFormat("\\u%04x", 0x800 + 2 * i));
+    const std::string pattern = cls + "]+";
+    const Timed t = timed_compile(ConstraintSpec::Kind::kRegex, pattern);
+    EXPECT_LT(t.took, kBound) << n;
+    if (n <= 4000) {
+      ASSERT_TRUE(t.result.ok()) << n << ": " << t.result.status();
+      EXPECT_TRUE(full_match((*t.result)->grammar_ptr(), "\xE0\xA0\x80\xE0\xA0\x82"));   // U+0800 U+0802
+      EXPECT_FALSE(full_match((*t.result)->grammar_ptr(), "\xE0\xA0\x81"));  // U+0801
+    } else {
+      EXPECT_EQ(t.result.status().code(), absl::StatusCode::kInvalidArgument) << t.result.status();
+    }
   }
 }
 
