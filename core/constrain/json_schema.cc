@@ -113,20 +113,24 @@ class SchemaCompiler {
     b_.add_alternative(*ws_, {GrammarBuilder::byte('\n'), ref(indent)});
     return *ws_;
   }
+  // char ::= [^"\\\x00-\x1F] | "\\" escape, with the escapes behind one backslash (so a string position
+  // is two live parses, not four).
   uint32_t string_char() {
     if (char_) return *char_;
     char_ = b_.add_rule("char");
     b_.add_alternative(*char_, {b_.codepoints(complement_ranges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}))});
+    const uint32_t escape = b_.add_rule("char-escape");
+    b_.add_alternative(*char_, {GrammarBuilder::byte('\\'), ref(escape)});
     ByteSet esc;
     for (char c : absl::string_view("\"\\/bfnrt")) esc.set(static_cast<uint8_t>(c));
-    b_.add_alternative(*char_, {GrammarBuilder::byte('\\'), GrammarBuilder::bytes(esc)});
+    b_.add_alternative(escape, {GrammarBuilder::bytes(esc)});
     // \uXXXX except the surrogates D800-DFFF: strict parsers reject an unpaired one, and a pair would
     // need two escapes to agree. Characters past U+FFFF are written raw (UTF-8) instead.
     const Elem hex = b_.codepoints({{'0', '9'}, {'A', 'F'}, {'a', 'f'}});
-    const Elem u = GrammarBuilder::byte('u'), backslash = GrammarBuilder::byte('\\');
-    b_.add_alternative(*char_, {backslash, u, b_.codepoints({{'0', '9'}, {'A', 'C'}, {'E', 'F'}, {'a', 'c'}, {'e', 'f'}}),
-                                hex, hex, hex});
-    b_.add_alternative(*char_, {backslash, u, b_.codepoints({{'D', 'D'}, {'d', 'd'}}), b_.codepoints({{'0', '7'}}), hex, hex});
+    const uint32_t unicode = b_.add_rule("char-unicode");
+    b_.add_alternative(unicode, {b_.codepoints({{'0', '9'}, {'A', 'C'}, {'E', 'F'}, {'a', 'c'}, {'e', 'f'}}), hex, hex, hex});
+    b_.add_alternative(unicode, {b_.codepoints({{'D', 'D'}, {'d', 'd'}}), b_.codepoints({{'0', '7'}}), hex, hex});
+    b_.add_alternative(escape, {GrammarBuilder::byte('u'), ref(unicode)});
     return *char_;
   }
   uint32_t any_string() {

@@ -12,7 +12,17 @@ namespace frost::constrain {
 
 using Kind = Grammar::Element::Kind;
 
-Recognizer::Recognizer(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) { reset(); }
+Recognizer::Recognizer(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
+  // A request's first masks intern a few hundred nodes and transitions: start the tables there rather
+  // than rehash through 8, 16, 32, ... inside them.
+  constexpr size_t kInitial = 256;
+  nodes_.reserve(kInitial);
+  index_.reserve(kInitial);
+  memo_.reserve(kInitial);
+  memo_pool_.reserve(kInitial);
+  set_memo_.reserve(kInitial);
+  reset();
+}
 
 std::string Recognizer::describe_limit(Limit limit) const {
   if (limit == Limit::kDepth) {

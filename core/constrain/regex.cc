@@ -340,12 +340,16 @@ class RegexParser {
     const CodepointRanges plain = intersect(ranges, {{0x20, '"' - 1}, {'"' + 1, '\\' - 1}, {'\\' + 1, 0x10FFFF}});
     std::vector<Seq> alts;
     if (!plain.empty()) alts.push_back({b_.codepoints(plain)});
+    // The escape sequences as one trie: they all start with a backslash, so a class like `.` adds one
+    // live parse for its escapes, not one per escapable character (33 for `.`).
+    std::vector<std::string> escapes;
     for (char32_t cp : std::vector<char32_t>{'"', '\\'}) {
-      if (contains(ranges, cp)) alts.push_back(lower_char(cp));
+      if (contains(ranges, cp)) escapes.push_back(json_escape(cp));
     }
     for (char32_t cp = 0; cp < 0x20; ++cp) {
-      if (contains(ranges, cp)) alts.push_back(lower_char(cp));
+      if (contains(ranges, cp)) escapes.push_back(json_escape(cp));
     }
+    if (!escapes.empty()) alts.push_back(b_.literal_trie(std::move(escapes), "regex:json-escape"));
     Seq out;
     if (alts.empty()) {
       out = {GrammarBuilder::bytes(ByteSet())};
