@@ -44,24 +44,15 @@ std::unique_ptr<Matcher> CompiledConstraint::matcher(std::shared_ptr<const Token
   return std::make_unique<Matcher>(grammar_, std::move(vocab), std::move(cache));
 }
 
-size_t CompiledConstraint::memory_bytes() const {
-  const Grammar& g = *grammar_;
-  size_t b = sizeof(Grammar) + g.flat.size() * sizeof(Grammar::Element) + g.byte_sets.size() * sizeof(ByteSet) +
-             g.rest_min.size() * sizeof(uint64_t);
-  for (const auto& alts : g.rule_alts) b += sizeof(alts) + alts.size() * sizeof(uint32_t);
-  for (const auto& n : g.rule_names) b += sizeof(n) + n.size();
-  return b;
-}
-
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compile_constraint(const ConstraintSpec& spec,
                                                                              const CompileLimits& limits,
-                                                                             const CompileControl&) {
+                                                                             const CompileControl& control) {
   absl::StatusOr<std::shared_ptr<const Grammar>> grammar;
   switch (spec.kind) {
-    case ConstraintSpec::Kind::kJsonSchema: grammar = compile_json_schema(spec.text, limits); break;
-    case ConstraintSpec::Kind::kJsonObject: grammar = compile_json_object(limits); break;
-    case ConstraintSpec::Kind::kRegex: grammar = compile_regex(spec.text, limits); break;
-    case ConstraintSpec::Kind::kGrammar: grammar = parse_gbnf(spec.text, limits); break;
+    case ConstraintSpec::Kind::kJsonSchema: grammar = compile_json_schema(spec.text, limits, control); break;
+    case ConstraintSpec::Kind::kJsonObject: grammar = compile_json_object(limits, control); break;
+    case ConstraintSpec::Kind::kRegex: grammar = compile_regex(spec.text, limits, control); break;
+    case ConstraintSpec::Kind::kGrammar: grammar = parse_gbnf(spec.text, limits, control); break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("constraint kind '", kind_name(spec.kind), "' has nothing to compile"));

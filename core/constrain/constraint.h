@@ -19,15 +19,31 @@
 // inside a multi-byte UTF-8 character or span structural boundaries (`",`, `":"`) are handled exactly.
 //
 // Refusals are INVALID_ARGUMENT: syntax errors with line/column (grammar), byte position (regex) or JSON
-// pointer (schema); left-recursive grammars naming the rule; "too large" naming the CompileLimits field and
-// the value; and unsatisfiable constraints (no finite output matches: enum [], anyOf [], minItems >
-// maxItems, a grammar whose root never terminates).
+// pointer (schema); nesting past max_nesting (grammar parentheses, regex groups) or 128 (schemas); left-
+// recursive grammars naming the rule; "too large" naming the CompileLimits field and the value; unsatisfiable
+// constraints (no finite output matches: enum [], anyOf [], minItems > maxItems, a grammar whose root never
+// terminates); and constraints too ambiguous to track exactly ("<kind>: too ambiguous to track exactly:
+// after the output prefix \"…\" more than 512 parses are alive (max_stacks)") — found by the compile-time
+// probe (grammar.h). A compile stopped by its CompileControl is DEADLINE_EXCEEDED "<kind>: compile stopped
+// after its time budget" or CANCELLED "<kind>: compile cancelled".
+//
+// Bounds (CompileLimits, grammar.h, with their defaults): text 1 MiB; 20,000 rules and 500,000 elements,
+// checked while building; repetition bounds 65,536 (counted, not unrolled); nesting 256 in the text; 512
+// parses alive at once and 4,096 deep; 20,000 probe states. No input recurses on the C++ stack: every
+// constraint compiles and runs on a 256 KiB thread stack. Compile time is linear in the text plus the probe
+// (milliseconds for ordinary schemas).
+//
+// Run time: a constraint the probe accepted can still meet a recogniser limit deeper than the probe looked
+// (or nesting past max_stack_depth). The matcher then never silently drops a parse: Matcher::health()
+// (token_mask.h) reports INVALID_ARGUMENT "constraint too ambiguous to track exactly after N output bytes:
+// …", or FAILED_PRECONDITION when no token of the vocabulary can continue an incomplete output, and the
+// engine ends the request with that status instead of a silent stop.
 //
 // Caching: masks depend only on (grammar, vocabulary, recogniser state). Each CompiledConstraint keeps one
 // MaskCache per vocabulary (LRU, CompileLimits::mask_cache_entries masks), shared by all its matchers, so
 // a state seen before costs one hash lookup instead of a trie walk (token_mask.h has the costs).
-// Compiling is not cached here: a caller that sees the same spec often may keep the CompiledConstraint.
-#include <atomic>
+// Compiling is not cached here: a caller that sees the same spec often may keep the CompiledConstraint
+// (memory_bytes() says what it holds).
 #include <memory>
 #include <string>
 #include <utility>
@@ -60,7 +76,10 @@ class CompiledConstraint {
   ConstraintSpec::Kind kind() const { return kind_; }
   const Grammar& grammar() const { return *grammar_; }
   std::shared_ptr<const Grammar> grammar_ptr() const { return grammar_; }
-  size_t memory_bytes() const;
+  // Bytes held by the compiled grammar (Grammar::memory_bytes: elements, byte sets, class DFAs, rule
+  // tables, names) plus this object — what a cache of compiled constraints should count. The mask caches
+  // are not included: they are bounded by mask_cache_entries per vocabulary.
+  size_t memory_bytes() const { return sizeof(*this) + grammar_->memory_bytes(); }
 
   // A fresh matcher at the start of the output, sharing this constraint's mask cache for `vocab`.
   std::unique_ptr<Matcher> matcher(std::shared_ptr<const TokenVocab> vocab) const;
@@ -80,12 +99,8 @@ class CompiledConstraint {
       ABSL_GUARDED_BY(mu_);
 };
 
-// How long a compile may run and who may stop it. Checked in every loop of parsing, lowering, build() and the probe.
-struct CompileControl {
-  absl::Time deadline = absl::InfiniteFuture();  // past it: DEADLINE_EXCEEDED "<kind>: compile stopped after its time budget"
-  const std::atomic<bool>* cancelled = nullptr;   // true: CANCELLED "<kind>: compile cancelled"
-};
-
+// Compiles `spec` under `limits`, stopping early as `control` asks (CompileControl, grammar.h: a deadline
+// and a cancellation flag, checked in every loop of parsing, lowering, build() and the probe).
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compile_constraint(const ConstraintSpec& spec,
                                                                              const CompileLimits& limits = {},
                                                                              const CompileControl& control = {});

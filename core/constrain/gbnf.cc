@@ -23,9 +23,20 @@ int hex_value(char c) {
 
 class GbnfParser {
  public:
-  GbnfParser(absl::string_view text, const CompileLimits& limits) : text_(text), b_(limits) {}
+  GbnfParser(absl::string_view text, const CompileLimits& limits, const CompileControl& control)
+      : text_(text), b_(limits, control) {}
 
   absl::StatusOr<std::shared_ptr<const Grammar>> parse() {
+    auto g = parse_definitions();
+    // Builder statuses (size limits, the CompileControl) carry no prefix; the parser's own errors do.
+    if (!g.ok() && !b_.status().ok()) {
+      return absl::Status(b_.status().code(), absl::StrCat("grammar: ", b_.status().message()));
+    }
+    return g;
+  }
+
+ private:
+  absl::StatusOr<std::shared_ptr<const Grammar>> parse_definitions() {
     skip_space();
     while (pos_ < text_.size()) {
       const size_t name_pos = pos_;
@@ -40,7 +51,7 @@ class GbnfParser {
       if (!defined_.emplace(std::string(name), name_pos).second) {
         return error(absl::StrCat("rule '", name, "' defined twice"), name_pos);
       }
-      auto alts = parse_alternates(/*nested=*/false);
+      auto alts = parse_body();
       if (!alts.ok()) return alts.status();
       for (Seq& s : *alts) b_.add_alternative(rule, std::move(s));
       skip_space();
@@ -57,11 +68,10 @@ class GbnfParser {
     }
     if (!defined_.contains("root")) return absl::InvalidArgumentError("grammar: missing rule 'root'");
     auto g = b_.build(b_.rule_named("root"));
-    if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("grammar: ", g.status().message()));
+    if (!g.ok()) return absl::Status(g.status().code(), absl::StrCat("grammar: ", g.status().message()));
     return g;
   }
 
- private:
   absl::Status error(absl::string_view what, size_t at) const {
     int line = 1, col = 1;
     for (size_t i = 0; i < at && i < text_.size(); ++i) {
@@ -103,36 +113,60 @@ class GbnfParser {
     return text_.substr(p, 3) == "::=";
   }
 
-  absl::StatusOr<std::vector<Seq>> parse_alternates(bool nested) {
-    std::vector<Seq> alts;
+  // The alternatives of one definition, up to the next `name ::=` or the end. Iterative: one frame per open
+  // parenthesis (an explicit stack, so nesting costs heap, not C++ stack), refused past max_nesting.
+  absl::StatusOr<std::vector<Seq>> parse_body() {
+    struct Frame {
+      std::vector<Seq> alts;
+      Seq seq;
+      size_t open = 0;  // position of the '('
+    };
+    std::vector<Frame> frames(1);
     while (true) {
-      auto seq = parse_sequence(nested);
-      if (!seq.ok()) return seq.status();
-      alts.push_back(std::move(*seq));
+      if (!b_.tick().ok()) return b_.status();
       skip_space();
-      if (pos_ < text_.size() && text_[pos_] == '|') {
+      if (pos_ >= text_.size()) break;
+      const char c = text_[pos_];
+      if (c == '|') {
+        frames.back().alts.push_back(std::move(frames.back().seq));
+        frames.back().seq.clear();
         ++pos_;
         continue;
       }
-      return alts;
-    }
-  }
-
-  absl::StatusOr<Seq> parse_sequence(bool nested) {
-    Seq seq;
-    while (true) {
-      skip_space();
-      if (pos_ >= text_.size() || text_[pos_] == '|' || text_[pos_] == ')') return seq;
-      if (!nested && at_definition()) return seq;
+      if (c == ')') {
+        if (frames.size() == 1) break;  // the definition ends; the caller reports the stray ')'
+        Frame f = std::move(frames.back());
+        frames.pop_back();
+        f.alts.push_back(std::move(f.seq));
+        ++pos_;
+        const Seq group = {GrammarBuilder::ref(b_.group(std::move(f.alts), current_ + ":group"))};
+        auto rep = parse_postfix(group, f.open);
+        if (!rep.ok()) return rep.status();
+        frames.back().seq.insert(frames.back().seq.end(), rep->begin(), rep->end());
+        continue;
+      }
+      if (frames.size() == 1 && at_definition()) break;
+      if (c == '(') {
+        if (static_cast<int64_t>(frames.size()) > b_.limits().max_nesting) {
+          return error(absl::StrCat("parentheses nest deeper than ", b_.limits().max_nesting, " (max_nesting)"), pos_);
+        }
+        frames.emplace_back();
+        frames.back().open = pos_++;
+        continue;
+      }
       const size_t start = pos_;
       auto unit = parse_element();
       if (!unit.ok()) return unit.status();
       auto rep = parse_postfix(*unit, start);
       if (!rep.ok()) return rep.status();
-      seq.insert(seq.end(), rep->begin(), rep->end());
+      frames.back().seq.insert(frames.back().seq.end(), rep->begin(), rep->end());
     }
+    if (frames.size() > 1) return error("expected ')'", pos_);
+    frames[0].alts.push_back(std::move(frames[0].seq));
+    return std::move(frames[0].alts);
   }
 
+  // One element other than a parenthesised group.
   absl::StatusOr<Seq> parse_element() {
     const size_t start = pos_;
     const char c = text_[pos_];
@@ -154,15 +188,6 @@ class GbnfParser {
     if (c == '.') {
       ++pos_;
       return Seq{b_.codepoints({{0, 0x10FFFF}})};
-    }
-    if (c == '(') {
-      ++pos_;
-      auto alts = parse_alternates(/*nested=*/true);
-      if (!alts.ok()) return alts.status();
-      skip_space();
-      if (pos_ >= text_.size() || text_[pos_] != ')') return error("expected ')'", pos_);
-      ++pos_;
-      return Seq{GrammarBuilder::ref(b_.group(std::move(*alts), current_ + ":group"))};
     }
     const absl::string_view name = parse_name();
     if (name.empty()) {
@@ -280,9 +305,9 @@ class GbnfParser {
     } else {
       return unit;
     }
-    auto rule = b_.repeat(unit, min, max, current_ + ":repeat");
-    if (!rule.ok()) return error(rule.status().message(), start);
-    return Seq{GrammarBuilder::ref(*rule)};
+    auto rep = b_.repeat(unit, min, max, current_ + ":repeat");
+    if (!rep.ok()) return error(rep.status().message(), start);
+    return Seq{*rep};
   }
 
   absl::string_view text_;
@@ -295,12 +320,13 @@ class GbnfParser {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Grammar>> parse_gbnf(absl::string_view text, const CompileLimits& limits) {
+absl::StatusOr<std::shared_ptr<const Grammar>> parse_gbnf(absl::string_view text, const CompileLimits& limits,
+                                                          const CompileControl& control) {
   if (static_cast<int64_t>(text.size()) > limits.max_text_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("grammar: text of ", text.size(),
                                                    " bytes exceeds max_text_bytes ", limits.max_text_bytes));
   }
-  return GbnfParser(text, limits).parse();
+  return GbnfParser(text, limits, control).parse();
 }
 
 }  // namespace frost::constrain

@@ -13,7 +13,10 @@
 // Relaxations: a rule may span lines anywhere (a definition ends where the next `name ::=` begins, not at a
 // newline), and a rule defined twice is an error instead of the later one silently winning.
 // Errors are INVALID_ARGUMENT "grammar: <what> at line L, column C" (columns count bytes from 1);
-// an undefined rule names the rule and its first reference; no `root` says so.
+// an undefined rule names the rule and its first reference; no `root` says so. Parentheses nested deeper
+// than CompileLimits::max_nesting: "grammar: parentheses nest deeper than 256 (max_nesting) at line L,
+// column C" (open groups live on an explicit stack: no text can exhaust the thread's stack). x{m,n} with
+// n > 1 compiles to one counter element (grammar.h kRepeat), not n copies.
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -22,6 +25,7 @@
 
 namespace frost::constrain {
 
-absl::StatusOr<std::shared_ptr<const Grammar>> parse_gbnf(absl::string_view text, const CompileLimits& limits);
+absl::StatusOr<std::shared_ptr<const Grammar>> parse_gbnf(absl::string_view text, const CompileLimits& limits,
+                                                          const CompileControl& control = {});
 
 }  // namespace frost::constrain

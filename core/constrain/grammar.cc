@@ -5,6 +5,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -13,6 +14,13 @@ namespace {
 
 constexpr char32_t kMaxCodepoint = 0x10FFFF;
 constexpr uint64_t kUnsettled = uint64_t{1} << 62;
+// A class whose DFA would need more states than this is lowered to alternatives of byte sequences instead
+// (only classes of thousands of scattered ranges get there).
+constexpr size_t kMaxClassStates = 4096;
+// What one DFA state counts for against max_elements (it holds 256 transitions).
+constexpr int64_t kElementsPerClassState = 32;
+
+using ByteRanges = std::vector<std::pair<uint8_t, uint8_t>>;
 
 // Splits [lo, hi] into runs whose UTF-8 encodings have the same length and where every byte position is
 // a contiguous byte range (the construction of RE2's and Rust regex-syntax's UTF-8 compilers). Surrogates
@@ -77,27 +85,111 @@ ByteSet byte_range(uint8_t lo, uint8_t hi) {
   return s;
 }
 
-std::string describe_set(const ByteSet& s) {
-  if (s.count() == 1) {
+uint64_t saturating_mul(uint64_t a, uint64_t b) {
+  if (a == 0 || b == 0) return 0;
+  return a > (kUnsettled - 1) / b ? kUnsettled - 1 : a * b;
+}
+
+// The DFA of one UTF-8 character out of `seqs` (byte-range sequences that partition the class): subset
+// construction over (sequence, position) items, then states with equal futures merged (the DFA is
+// acyclic: states are merged from the last byte of a character backwards). False when it would need more
+// than kMaxClassStates states.
+bool make_class(const std::vector<ByteRanges>& seqs, CharClass* out) {
+  // Each state looks at 256 bytes times its items: past this many sequences (thousands of scattered
+  // ranges) the alternatives lowering, linear in the sequences, is the cheaper one.
+  if (seqs.size() > kMaxClassStates) return false;
+  using Item = std::pair<uint32_t, uint8_t>;  // (sequence, bytes matched)
+  std::vector<std::vector<Item>> sets;
+  absl::flat_hash_map<std::vector<Item>, uint32_t> ids;
+  std::vector<Item> start;
+  for (uint32_t i = 0; i < seqs.size(); ++i) start.push_back({i, 0});
+  ids.emplace(start, 0);
+  sets.push_back(std::move(start));
+  std::vector<uint32_t> next;   // [state * 256 + byte]; kDead / kDone as in CharClass, else a state
+  std::vector<uint8_t> rest;    // bytes left in the character (all items of a non-start state agree)
+  std::vector<Item> to;
+  for (size_t k = 0; k < sets.size(); ++k) {
+    if (sets.size() > kMaxClassStates) return false;
+    next.resize((k + 1) * 256, CharClass::kDead);
+    uint8_t r = 4;
+    for (const auto& [i, p] : sets[k]) r = std::min<uint8_t>(r, static_cast<uint8_t>(seqs[i].size() - p));
+    rest.push_back(r);
     for (int b = 0; b < 256; ++b) {
-      if (!s.test(b)) continue;
-      if (b >= 0x20 && b < 0x7F && b != '"' && b != '\\') return absl::StrCat("\"", std::string(1, char(b)), "\"");
-      return absl::StrFormat("[\\x%02X]", b);
+      to.clear();
+      bool done = false;
+      for (const auto& [i, p] : sets[k]) {
+        if (b < seqs[i][p].first || b > seqs[i][p].second) continue;
+        if (p + 1u == seqs[i].size()) {
+          done = true;  // UTF-8 is prefix-free: no other item continues on this byte
+        } else {
+          to.push_back({i, static_cast<uint8_t>(p + 1)});
+        }
+      }
+      if (done) {
+        next[k * 256 + b] = CharClass::kDone;
+      } else if (!to.empty()) {
+        std::sort(to.begin(), to.end());
+        auto [it, inserted] = ids.emplace(to, static_cast<uint32_t>(sets.size()));
+        if (inserted) sets.push_back(to);
+        next[k * 256 + b] = it->second;
+      }
     }
   }
-  std::string out = "[";
-  for (int b = 0; b < 256;) {
-    if (!s.test(b)) { ++b; continue; }
-    int e = b;
-    while (e + 1 < 256 && s.test(e + 1)) ++e;
-    out += absl::StrFormat("\\x%02X", b);
-    if (e > b) out += absl::StrFormat("-\\x%02X", e);
-    b = e + 1;
+  // Merge states with equal rows, fewest bytes left first (their rows only point at kDone / kDead or at
+  // states already merged).
+  const size_t n = sets.size();
+  std::vector<uint32_t> order(n);
+  for (uint32_t k = 0; k < n; ++k) order[k] = k;
+  std::stable_sort(order.begin() + 1, order.end(), [&](uint32_t a, uint32_t b) { return rest[a] < rest[b]; });
+  std::rotate(order.begin(), order.begin() + 1, order.end());  // the start state last
+  std::vector<uint32_t> canon(n, 0);
+  absl::flat_hash_map<std::vector<uint32_t>, uint32_t> rows;
+  std::vector<std::vector<uint32_t>> kept;  // canonical rows, in creation order
+  std::vector<uint8_t> kept_rest;
+  std::vector<uint32_t> row(256);
+  for (uint32_t k : order) {
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t t = next[k * 256 + b];
+      row[b] = t >= CharClass::kDone ? t : canon[t];
+    }
+    auto [it, inserted] = rows.emplace(row, static_cast<uint32_t>(kept.size()));
+    if (inserted) {
+      kept.push_back(row);
+      kept_rest.push_back(rest[k]);
+    }
+    canon[k] = it->second;
   }
-  return out + "]";
+  // Renumber: the start state becomes 0.
+  const uint32_t m = static_cast<uint32_t>(kept.size());
+  const uint32_t start_c = canon[0];
+  auto renum = [&](uint32_t c) { return c == start_c ? 0 : c < start_c ? c + 1 : c; };
+  out->next.assign(size_t{m} * 256, CharClass::kDead);
+  out->live.assign(m, ByteSet());
+  out->min_rest.assign(m, 1);
+  for (uint32_t c = 0; c < m; ++c) {
+    const uint32_t s = renum(c);
+    out->min_rest[s] = kept_rest[c];
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t t = kept[c][b];
+      const uint16_t v = t >= CharClass::kDone ? static_cast<uint16_t>(t) : static_cast<uint16_t>(renum(t));
+      out->next[size_t{s} * 256 + b] = v;
+      if (v != CharClass::kDead) out->live[s].set(b);
+    }
+  }
+  return true;
 }
 
 }  // namespace
+
+absl::Status CompileBudget::check() {
+  if (!stop_.ok()) return stop_;
+  if (control_.cancelled != nullptr && control_.cancelled->load(std::memory_order_relaxed)) {
+    stop_ = absl::CancelledError("compile cancelled");
+  } else if (control_.deadline != absl::InfiniteFuture() && absl::Now() >= control_.deadline) {
+    stop_ = absl::DeadlineExceededError("compile stopped after its time budget");
+  }
+  return stop_;
+}
 
 bool decode_utf8(absl::string_view s, size_t* pos, char32_t* cp) {
   const size_t i = *pos;
@@ -151,6 +243,36 @@ CodepointRanges complement_ranges(const CodepointRanges& ranges) {
   return out;
 }
 
+std::string describe_bytes(const ByteSet& s) {
+  auto printable = [](int b) { return b > 0x20 && b < 0x7F && b != '"' && b != '\\' && b != '[' && b != ']' && b != '-'; };
+  auto one = [&](int b) { return printable(b) ? std::string(1, static_cast<char>(b)) : absl::StrFormat("\\x%02X", b); };
+  if (s.count() == 1) {
+    for (int b = 0; b < 256; ++b) {
+      if (!s.test(b)) continue;
+      return printable(b) || b == '"' || b == '\\' ? absl::StrCat("\"", absl::CHexEscape(std::string(1, char(b))), "\"")
+                                                   : absl::StrCat("[", one(b), "]");
+    }
+  }
+  std::string out = "[";
+  for (int b = 0; b < 256;) {
+    if (!s.test(b)) {
+      ++b;
+      continue;
+    }
+    int e = b;
+    while (e + 1 < 256 && s.test(e + 1)) ++e;
+    out += one(b);
+    if (e > b) absl::StrAppend(&out, e > b + 1 ? "-" : "", one(e));
+    b = e + 1;
+  }
+  return out + "]";
+}
+
+std::string quote_prefix(absl::string_view bytes, size_t max_bytes) {
+  if (bytes.size() <= max_bytes) return absl::StrCat("\"", absl::CHexEscape(bytes), "\"");
+  return absl::StrCat("\"", absl::CHexEscape(bytes.substr(0, max_bytes)), "\"...");
+}
+
 std::string Grammar::to_string() const {
   std::string out;
   for (size_t r = 0; r < rule_names.size(); ++r) {
@@ -159,7 +281,19 @@ std::string Grammar::to_string() const {
       if (a > 0) out += " |";
       for (uint32_t p = rule_alts[r][a]; flat[p].kind != Element::Kind::kEnd; ++p) {
         out += " ";
-        out += flat[p].kind == Element::Kind::kRule ? rule_names[flat[p].value] : describe_set(byte_sets[flat[p].value]);
+        const uint32_t v = flat[p].value;
+        switch (flat[p].kind) {
+          case Element::Kind::kRule: out += rule_names[v]; break;
+          case Element::Kind::kBytes: out += describe_bytes(byte_sets[v]); break;
+          case Element::Kind::kClass: absl::StrAppend(&out, "<class", v, ">"); break;
+          case Element::Kind::kRepeat: {
+            const Repeat& rep = repeats[v];
+            absl::StrAppend(&out, rule_names[rep.rule], "{", rep.min, ",",
+                            rep.max == Elem::kUnbounded ? std::string() : absl::StrCat(rep.max), "}");
+            break;
+          }
+          case Element::Kind::kEnd: break;
+        }
       }
     }
     out += "\n";
@@ -167,21 +301,70 @@ std::string Grammar::to_string() const {
   return out;
 }
 
+size_t Grammar::memory_bytes() const {
+  size_t n = sizeof(Grammar);
+  for (const auto& name : rule_names) n += sizeof(std::string) + name.capacity();
+  for (const auto& alts : rule_alts) n += sizeof(alts) + alts.capacity() * sizeof(uint32_t);
+  n += flat.capacity() * sizeof(Element) + byte_sets.capacity() * sizeof(ByteSet) +
+       repeats.capacity() * sizeof(Repeat) + rest_min.capacity() * sizeof(uint64_t) + class_representative.capacity();
+  for (const auto& c : classes) {
+    n += sizeof(CharClass) + c.next.capacity() * sizeof(uint16_t) + c.live.capacity() * sizeof(ByteSet) +
+         c.min_rest.capacity();
+  }
+  return n;
+}
+
 // ---- GrammarBuilder ----
+
+void GrammarBuilder::count_rule() {
+  if (status_.ok() && static_cast<int64_t>(names_.size()) > limits_.max_rules) {
+    status_ = absl::InvalidArgumentError(
+        absl::StrCat("constraint too large: more than ", limits_.max_rules, " rules (max_rules)"));
+  }
+}
+
+void GrammarBuilder::count_elements(int64_t n) {
+  n_elements_ += n;
+  if (status_.ok() && n_elements_ > limits_.max_elements) {
+    status_ = absl::InvalidArgumentError(
+        absl::StrCat("constraint too large: more than ", limits_.max_elements, " elements (max_elements)"));
+  }
+}
+
+const absl::Status& GrammarBuilder::tick() {
+  if (status_.ok()) {
+    absl::Status st = budget_.tick();
+    if (!st.ok()) status_ = std::move(st);
+  }
+  return status_;
+}
 
 uint32_t GrammarBuilder::add_rule(absl::string_view name) {
   std::string unique(name);
-  for (int i = 1; by_name_.contains(unique); ++i) unique = absl::StrCat(name, "-", i);
+  if (by_name_.contains(unique)) {
+    // Numbered from where the last collision of this name stopped: O(1) amortised, not a probe of
+    // name-1, name-2, ... from the start each time.
+    uint32_t& n = next_suffix_[unique];
+    do {
+      unique = absl::StrCat(name, "-", ++n);
+    } while (by_name_.contains(unique));
+  }
   const uint32_t id = static_cast<uint32_t>(names_.size());
   names_.push_back(unique);
   alts_.emplace_back();
-  by_name_[unique] = id;
+  by_name_[std::move(unique)] = id;
+  count_rule();
   return id;
 }
 
 uint32_t GrammarBuilder::rule_named(absl::string_view name) {
   auto it = by_name_.find(name);
   return it != by_name_.end() ? it->second : add_rule(name);
+}
+
+void GrammarBuilder::add_alternative(uint32_t rule, Seq seq) {
+  count_elements(static_cast<int64_t>(seq.size()) + 1);
+  alts_[rule].push_back(std::move(seq));
 }
 
 Elem GrammarBuilder::byte(uint8_t b) {
@@ -216,12 +399,26 @@ Elem GrammarBuilder::codepoints(CodepointRanges ranges) {
   }
   std::string key;
   for (const auto& [lo, hi] : ranges) absl::StrAppend(&key, uint32_t(lo), "-", uint32_t(hi), ",");
-  if (auto it = class_rules_.find(key); it != class_rules_.end()) return ref(it->second);
-  const uint32_t rule = add_rule("[class]");
-  class_rules_[key] = rule;
-  // All one-byte characters share a single alternative, so ASCII-heavy classes stay one stack.
-  std::vector<std::vector<std::pair<uint8_t, uint8_t>>> seqs;
+  if (auto it = class_ids_.find(key); it != class_ids_.end()) {
+    Elem e;
+    e.kind = Elem::Kind::kClass;
+    e.rule = it->second;
+    return e;
+  }
+  std::vector<ByteRanges> seqs;
   for (const auto& [lo, hi] : ranges) utf8_sequences(lo, std::min(hi, kMaxCodepoint), seqs);
+  CharClass dfa;
+  if (make_class(seqs, &dfa)) {
+    Elem e;
+    e.kind = Elem::Kind::kClass;
+    e.rule = static_cast<uint32_t>(classes_.size());
+    count_elements(kElementsPerClassState * static_cast<int64_t>(dfa.n_states()));
+    classes_.push_back(std::move(dfa));
+    class_ids_[key] = e.rule;
+    return e;
+  }
+  // Too many states: a rule of byte-sequence alternatives (all one-byte characters in one alternative).
+  const uint32_t rule = add_rule("[class]");
   ByteSet ascii;
   for (const auto& s : seqs) {
     if (s.size() == 1) {
@@ -230,25 +427,33 @@ Elem GrammarBuilder::codepoints(CodepointRanges ranges) {
     }
     Seq alt;
     for (const auto& [lo, hi] : s) alt.push_back(bytes(byte_range(lo, hi)));
-    alts_[rule].push_back(std::move(alt));
+    add_alternative(rule, std::move(alt));
   }
-  if (ascii.any()) alts_[rule].push_back({bytes(ascii)});
+  if (ascii.any()) add_alternative(rule, {bytes(ascii)});
   return ref(rule);
 }
 
 uint32_t GrammarBuilder::group(std::vector<Seq> alts, absl::string_view hint) {
   const uint32_t rule = add_rule(hint);
-  alts_[rule] = std::move(alts);
+  for (Seq& s : alts) add_alternative(rule, std::move(s));
   return rule;
 }
 
-absl::StatusOr<uint32_t> GrammarBuilder::repeat(const Seq& body, int64_t min, int64_t max, absl::string_view hint) {
+absl::StatusOr<Elem> GrammarBuilder::repeat(const Seq& body, int64_t min, int64_t max, absl::string_view hint) {
   const int64_t bound = std::max(min, max);
   if (min < 0 || bound > limits_.max_repeat) {
     return absl::InvalidArgumentError(
         absl::StrCat("repetition bound ", bound, " exceeds max_repeat ", limits_.max_repeat));
   }
-  return repeat_internal(body, min, max, hint);
+  if (unrolled_repeats_ || (min <= 1 && max <= 1)) return ref(repeat_internal(body, min, max, hint));
+  if (max >= 0 && max < min) return bytes(ByteSet());  // matches nothing
+  Elem e;
+  e.kind = Elem::Kind::kRepeat;
+  e.rule = body.size() == 1 && body[0].kind == Elem::Kind::kRule ? body[0].rule
+                                                                  : group({body}, absl::StrCat(hint, "-item"));
+  e.min = static_cast<uint32_t>(min);
+  e.max = max < 0 ? Elem::kUnbounded : static_cast<uint32_t>(max);
+  return e;
 }
 
 uint32_t GrammarBuilder::repeat_internal(const Seq& body, int64_t min, int64_t max, absl::string_view hint) {
@@ -258,70 +463,176 @@ uint32_t GrammarBuilder::repeat_internal(const Seq& body, int64_t min, int64_t m
   Seq unit = body;
   if (body.size() > 1) unit = {ref(group({body}, absl::StrCat(hint, "-item")))};
   Seq alt;
-  for (int64_t i = 0; i < min; ++i) alt.insert(alt.end(), unit.begin(), unit.end());
+  for (int64_t i = 0; i < min && status_.ok(); ++i) alt.insert(alt.end(), unit.begin(), unit.end());
   if (max < 0) {
     // star ::= unit star | "" — the recursive reference is in tail position, so stacks do not grow.
     const uint32_t star = add_rule(absl::StrCat(hint, "-star"));
     Seq loop = unit;
     loop.push_back(ref(star));
-    alts_[star] = {std::move(loop), Seq{}};
+    add_alternative(star, std::move(loop));
+    add_alternative(star, Seq{});
     alt.push_back(ref(star));
   } else if (max > min) {
     // Nested optionals ( unit ( unit ( ... )? )? )?: unambiguous, one live stack per step.
     uint32_t inner = 0;
-    for (int64_t k = 1; k <= max - min; ++k) {
+    for (int64_t k = 1; k <= max - min && status_.ok(); ++k) {
       const uint32_t opt = add_rule(absl::StrCat(hint, "-opt"));
       Seq more = unit;
       if (k > 1) more.push_back(ref(inner));
-      alts_[opt] = {std::move(more), Seq{}};
+      add_alternative(opt, std::move(more));
+      add_alternative(opt, Seq{});
       inner = opt;
     }
     alt.push_back(ref(inner));
   }
-  alts_[rule].push_back(std::move(alt));
+  add_alternative(rule, std::move(alt));
   return rule;
 }
 
-absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::build(uint32_t root) const {
+Seq GrammarBuilder::literal_trie(std::vector<std::string> words, absl::string_view hint) {
+  std::sort(words.begin(), words.end());
+  words.erase(std::unique(words.begin(), words.end()), words.end());
+  if (words.empty()) return {bytes(ByteSet())};
+  // A trie node covers the sorted words [b, e) that share their first d bytes. Its sequence is the
+  // longest prefix they all share past d, then (when they differ) a rule with one alternative per next
+  // byte, plus an empty one when a word ends there. Built with an explicit stack: words may be long.
+  struct Frame {
+    size_t b, e, d, i;  // i: next word to group
+    Seq prefix;
+    std::vector<Seq> alts;
+  };
+  auto open = [&](size_t b, size_t e, size_t d) {
+    Frame f{b, e, d, b, {}, {}};
+    const std::string &first = words[b], &last = words[e - 1];
+    size_t l = d;
+    while (l < first.size() && l < last.size() && first[l] == last[l]) ++l;
+    append_literal(f.prefix, absl::string_view(first).substr(d, l - d));
+    f.d = l;
+    if (first.size() == l) {  // a word ends here (sorted: it is the first)
+      f.alts.emplace_back();
+      ++f.i;
+    }
+    return f;
+  };
+  std::vector<Frame> stack;
+  stack.push_back(open(0, words.size(), 0));
+  Seq result;
+  while (!stack.empty()) {
+    if (!tick().ok()) return {bytes(ByteSet())};
+    Frame& f = stack.back();
+    if (f.i < f.e) {
+      size_t j = f.i;
+      const char c = words[f.i][f.d];
+      while (j < f.e && words[j][f.d] == c) ++j;
+      const size_t b = f.i;
+      f.i = j;
+      const size_t d = f.d;
+      stack.push_back(open(b, j, d));  // invalidates f
+      continue;
+    }
+    Seq out = std::move(f.prefix);
+    if (f.alts.size() == 1) {
+      out.insert(out.end(), f.alts[0].begin(), f.alts[0].end());
+    } else if (f.alts.size() > 1) {
+      out.push_back(ref(group(std::move(f.alts), hint)));
+    }
+    stack.pop_back();
+    if (stack.empty()) {
+      result = std::move(out);
+    } else {
+      stack.back().alts.push_back(std::move(out));
+    }
+  }
+  return result;
+}
+
+namespace {
+
+// Byte classes (Grammar::byte_class): bytes whose membership in every byte set and whose transition in
+// every class DFA row agree. Each byte accumulates two independent 64-bit hashes of that signature.
+void compute_byte_classes(Grammar& g) {
+  std::array<uint64_t, 256> h1{}, h2{};
+  auto mix = [&](int b, uint64_t v) {
+    h1[b] = (h1[b] ^ v) * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+    h2[b] = ((h2[b] + v + 0x7F4A7C15ull) * 0xC2B2AE3D27D4EB4Full) ^ (h2[b] >> 29);
+  };
+  for (const ByteSet& s : g.byte_sets) {
+    for (int b = 0; b < 256; ++b) mix(b, s.test(b) ? 1 : 0);
+  }
+  for (const CharClass& c : g.classes) {
+    for (size_t k = 0; k < c.next.size(); ++k) mix(static_cast<int>(k & 255), c.next[k] + 2u);
+  }
+  // Representative: a lowercase letter if the class has one, else a digit, an uppercase letter, printable
+  // ASCII, then the smallest byte — so probe messages read like text.
+  auto score = [](int b) {
+    if (b >= 'a' && b <= 'z') return 0;
+    if (b >= '0' && b <= '9') return 1;
+    if (b >= 'A' && b <= 'Z') return 2;
+    if (b >= 0x20 && b < 0x7F) return 3;
+    return 4;
+  };
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint8_t> ids;
+  g.class_representative.clear();
+  for (int b = 0; b < 256; ++b) {
+    auto [it, inserted] = ids.emplace(std::make_pair(h1[b], h2[b]), static_cast<uint8_t>(ids.size()));
+    g.byte_class[b] = it->second;
+    if (inserted) {
+      g.class_representative.push_back(static_cast<uint8_t>(b));
+    } else if (score(b) < score(g.class_representative[it->second])) {
+      g.class_representative[it->second] = static_cast<uint8_t>(b);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::build(uint32_t root) {
+  if (!status_.ok()) return status_;
   const size_t n = names_.size();
-  int64_t n_elements = 0;
-  for (const auto& alts : alts_) {
-    for (const auto& a : alts) n_elements += static_cast<int64_t>(a.size()) + 1;
-  }
-  if (static_cast<int64_t>(n) > limits_.max_rules) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("constraint too large: ", n, " rules exceeds max_rules ", limits_.max_rules));
-  }
-  if (n_elements > limits_.max_elements) {
-    return absl::InvalidArgumentError(absl::StrCat("constraint too large: ", n_elements,
-                                                   " elements exceeds max_elements ", limits_.max_elements));
-  }
   // Shortest string of each rule (Knuth's generalisation of Dijkstra to grammars): an alternative counts
   // the rule references not yet settled and sums the lengths of those that are; when the count reaches
   // zero the alternative offers its rule a length, and the smallest offer settles the rule. A rule never
-  // settled derives no finite string (unproductive).
-  struct AltRef { uint32_t rule, alt; };
+  // settled derives no finite string (unproductive). A repeat with min > 0 waits for its body and adds
+  // min times its length; with min 0 it derives "" whatever its body.
+  struct AltRef {
+    uint32_t rule, alt, times;
+  };
   std::vector<std::vector<AltRef>> users(n);
-  std::vector<std::vector<int>> missing(n);
+  std::vector<std::vector<int32_t>> missing(n);
+  std::vector<std::vector<uint8_t>> impossible(n);  // an element that matches nothing (empty set or class)
   std::vector<std::vector<uint64_t>> partial(n);
   std::vector<uint64_t> min_len(n, kUnsettled);
   using Offer = std::pair<uint64_t, uint32_t>;
   std::priority_queue<Offer, std::vector<Offer>, std::greater<Offer>> offers;
   for (uint32_t r = 0; r < n; ++r) {
     missing[r].resize(alts_[r].size());
+    impossible[r].resize(alts_[r].size());
     partial[r].resize(alts_[r].size());
     for (uint32_t a = 0; a < alts_[r].size(); ++a) {
+      if (!tick().ok()) return status_;
       for (const Elem& e : alts_[r][a]) {
-        if (e.kind == Elem::Kind::kRule) {
-          users[e.rule].push_back({r, a});
-          ++missing[r][a];
-        } else if (e.bytes.none()) {
-          missing[r][a] += 1 << 30;  // never satisfiable
-        } else {
-          ++partial[r][a];
+        switch (e.kind) {
+          case Elem::Kind::kRule:
+            users[e.rule].push_back({r, a, 1});
+            ++missing[r][a];
+            break;
+          case Elem::Kind::kRepeat:
+            if (e.min > 0) {
+              users[e.rule].push_back({r, a, e.min});
+              ++missing[r][a];
+            }
+            break;
+          case Elem::Kind::kBytes:
+            if (e.bytes.none()) impossible[r][a] = 1;
+            ++partial[r][a];
+            break;
+          case Elem::Kind::kClass:
+            if (classes_[e.rule].live[0].none()) impossible[r][a] = 1;
+            partial[r][a] += classes_[e.rule].min_rest[0];
+            break;
         }
       }
-      if (missing[r][a] == 0) offers.push({partial[r][a], r});
+      if (missing[r][a] == 0 && !impossible[r][a]) offers.push({partial[r][a], r});
     }
   }
   while (!offers.empty()) {
@@ -330,49 +641,76 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::build(uint32_t ro
     if (min_len[r] != kUnsettled) continue;
     min_len[r] = len;
     for (const AltRef& u : users[r]) {
-      partial[u.rule][u.alt] = std::min<uint64_t>(partial[u.rule][u.alt] + len, kUnsettled - 1);
-      if (--missing[u.rule][u.alt] == 0 && min_len[u.rule] == kUnsettled) {
+      partial[u.rule][u.alt] = std::min<uint64_t>(partial[u.rule][u.alt] + saturating_mul(len, u.times), kUnsettled - 1);
+      if (--missing[u.rule][u.alt] == 0 && !impossible[u.rule][u.alt] && min_len[u.rule] == kUnsettled) {
         offers.push({partial[u.rule][u.alt], u.rule});
       }
     }
   }
-  std::vector<bool> productive(n);
-  for (uint32_t r = 0; r < n; ++r) productive[r] = min_len[r] != kUnsettled;
-  if (!productive[root]) {
+  if (min_len[root] == kUnsettled) {
     return absl::InvalidArgumentError(
         absl::StrCat("unsatisfiable: rule '", names_[root], "' matches no finite string"));
   }
   // Keep only alternatives whose elements are all productive: every stack can then finish.
   std::vector<std::vector<const Seq*>> kept(n);
+  std::vector<std::vector<uint8_t>> is_kept(n);
   for (uint32_t r = 0; r < n; ++r) {
+    is_kept[r].resize(alts_[r].size());
     for (uint32_t a = 0; a < alts_[r].size(); ++a) {
-      if (missing[r][a] <= 0) kept[r].push_back(&alts_[r][a]);
-    }
-  }
-  // Nullable rules (derive the empty string), by fixpoint over the kept alternatives.
-  std::vector<bool> nullable(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (uint32_t r = 0; r < n; ++r) {
-      if (nullable[r]) continue;
-      for (const Seq* s : kept[r]) {
-        bool all = true;
-        for (const Elem& e : *s) all = all && e.kind == Elem::Kind::kRule && nullable[e.rule];
-        if (all) {
-          nullable[r] = changed = true;
-          break;
-        }
+      if (missing[r][a] == 0 && !impossible[r][a]) {
+        kept[r].push_back(&alts_[r][a]);
+        is_kept[r][a] = 1;
       }
     }
   }
+  // Nullable rules (derive the empty string), by a worklist over the kept alternatives: an alternative
+  // waits for each rule it references (a repeat with min 0 is nullable outright); a byte or class element
+  // makes it non-nullable.
+  std::vector<bool> nullable(n, false);
+  std::vector<uint32_t> queue;
+  std::vector<std::vector<int32_t>> pending(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    pending[r].assign(alts_[r].size(), -1);  // -1: never nullable (or pruned)
+    for (uint32_t a = 0; a < alts_[r].size(); ++a) {
+      if (!is_kept[r][a]) continue;
+      int32_t wait = 0;
+      bool bytes = false;
+      for (const Elem& e : alts_[r][a]) {
+        if (e.kind == Elem::Kind::kBytes || e.kind == Elem::Kind::kClass) bytes = true;
+        if (e.kind == Elem::Kind::kRule || (e.kind == Elem::Kind::kRepeat && e.min > 0)) ++wait;
+      }
+      if (bytes) continue;
+      pending[r][a] = wait;
+      if (wait == 0 && !nullable[r]) {
+        nullable[r] = true;
+        queue.push_back(r);
+      }
+    }
+  }
+  while (!queue.empty()) {
+    const uint32_t u = queue.back();
+    queue.pop_back();
+    for (const AltRef& ref : users[u]) {
+      int32_t& p = pending[ref.rule][ref.alt];
+      if (p > 0 && --p == 0 && !nullable[ref.rule]) {
+        nullable[ref.rule] = true;
+        queue.push_back(ref.rule);
+      }
+    }
+  }
+  auto elem_nullable = [&](const Elem& e) {
+    return (e.kind == Elem::Kind::kRule && nullable[e.rule]) ||
+           (e.kind == Elem::Kind::kRepeat && (e.min == 0 || nullable[e.rule]));
+  };
   // Left recursion: a cycle of references reachable without consuming a byte would make expansion loop.
+  // A repeat references its body.
   std::vector<std::vector<uint32_t>> left(n);
   for (uint32_t r = 0; r < n; ++r) {
     for (const Seq* s : kept[r]) {
       for (const Elem& e : *s) {
-        if (e.kind != Elem::Kind::kRule) break;
+        if (e.kind != Elem::Kind::kRule && e.kind != Elem::Kind::kRepeat) break;
         left[r].push_back(e.rule);
-        if (!nullable[e.rule]) break;
+        if (!elem_nullable(e)) break;
       }
     }
   }
@@ -402,23 +740,40 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::build(uint32_t ro
   auto g = std::make_shared<Grammar>();
   g->rule_names = names_;
   g->rule_alts.resize(n);
+  g->classes = classes_;
   g->root = root;
   g->max_stacks = limits_.max_stacks;
   g->max_stack_depth = limits_.max_stack_depth;
   std::unordered_map<ByteSet, uint32_t> set_ids;
   for (uint32_t r = 0; r < n; ++r) {
+    if (!tick().ok()) return status_;
     for (const Seq* s : kept[r]) {
       g->rule_alts[r].push_back(static_cast<uint32_t>(g->flat.size()));
       for (const Elem& e : *s) {
         Grammar::Element el;
-        if (e.kind == Elem::Kind::kRule) {
-          el.kind = Grammar::Element::Kind::kRule;
-          el.value = e.rule;
-        } else {
-          el.kind = Grammar::Element::Kind::kBytes;
-          auto [it, inserted] = set_ids.emplace(e.bytes, static_cast<uint32_t>(g->byte_sets.size()));
-          if (inserted) g->byte_sets.push_back(e.bytes);
-          el.value = it->second;
+        switch (e.kind) {
+          case Elem::Kind::kRule:
+            el = {Grammar::Element::Kind::kRule, e.rule};
+            break;
+          case Elem::Kind::kClass:
+            el = {Grammar::Element::Kind::kClass, e.rule};
+            break;
+          case Elem::Kind::kRepeat: {
+            Grammar::Repeat rep;
+            rep.rule = e.rule;
+            rep.min = nullable[e.rule] ? 0 : e.min;  // empty iterations can pad any count
+            rep.max = e.max;
+            rep.body_min_bytes = min_len[e.rule] == kUnsettled ? 0 : min_len[e.rule];
+            el = {Grammar::Element::Kind::kRepeat, static_cast<uint32_t>(g->repeats.size())};
+            g->repeats.push_back(rep);
+            break;
+          }
+          case Elem::Kind::kBytes: {
+            auto [it, inserted] = set_ids.emplace(e.bytes, static_cast<uint32_t>(g->byte_sets.size()));
+            if (inserted) g->byte_sets.push_back(e.bytes);
+            el = {Grammar::Element::Kind::kBytes, it->second};
+            break;
+          }
         }
         g->flat.push_back(el);
       }
@@ -429,224 +784,30 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::build(uint32_t ro
   g->rest_min.assign(g->flat.size(), 0);
   for (size_t p = g->flat.size(); p-- > 0;) {
     const Grammar::Element& el = g->flat[p];
-    if (el.kind == Grammar::Element::Kind::kEnd) continue;
-    const uint64_t here = el.kind == Grammar::Element::Kind::kBytes ? 1 : min_len[el.value];
+    uint64_t here = 0;
+    switch (el.kind) {
+      case Grammar::Element::Kind::kEnd: continue;
+      case Grammar::Element::Kind::kBytes: here = 1; break;
+      case Grammar::Element::Kind::kRule: here = min_len[el.value]; break;
+      case Grammar::Element::Kind::kClass: here = g->classes[el.value].min_rest[0]; break;
+      case Grammar::Element::Kind::kRepeat: {
+        const Grammar::Repeat& rep = g->repeats[el.value];
+        here = saturating_mul(rep.min, rep.body_min_bytes);
+        break;
+      }
+    }
     g->rest_min[p] = std::min<uint64_t>(here + g->rest_min[p + 1], kUnsettled - 1);
   }
-  return std::shared_ptr<const Grammar>(std::move(g));
-}
-
-// ---- Recognizer ----
-
-Recognizer::Recognizer(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) { reset(); }
-
-// Everything interned or memoised over nodes_ (which the callers clear or move out themselves).
-void Recognizer::clear_interned() {
-  index_.clear();
-  sets_.clear();
-  set_index_.clear();
-  set_memo_.clear();
-  memo_.clear();
-  memo_pool_.clear();
-}
-
-void Recognizer::reset() {
-  nodes_.clear();
-  clear_interned();
-  n_limit_hits_ = 0;
-  state_.clear();
-  bool ok = true;
-  for (uint32_t a : grammar_->rule_alts[grammar_->root]) {
-    if (grammar_->flat[a].kind == Grammar::Element::Kind::kEnd) {
-      state_.push_back(kEmptyStack);
-    } else {
-      const uint32_t s = intern(a, kEmptyStack);
-      ok = ok && s != kEmptyStack && expand(s, &state_, 0);
+  compute_byte_classes(*g);
+  std::shared_ptr<const Grammar> out = std::move(g);
+  if (limits_.max_probe_states > 0) {
+    absl::Status st = probe_grammar(out, limits_.max_probe_states, budget_);
+    if (!st.ok()) {
+      if (st.code() != absl::StatusCode::kInvalidArgument) status_ = st;
+      return st;
     }
-  }
-  finish(&state_);
-  if (!ok || static_cast<int64_t>(state_.size()) > grammar_->max_stacks) {
-    ++n_limit_hits_;
-    state_.clear();
-  }
-}
-
-uint32_t Recognizer::intern(uint32_t pos, uint32_t parent) {
-  const uint64_t key = (uint64_t{pos} << 32) | parent;
-  auto [it, inserted] = index_.emplace(key, static_cast<uint32_t>(nodes_.size()));
-  if (!inserted) return it->second;
-  const uint32_t depth = parent == kEmptyStack ? 1 : nodes_[parent].depth + 1;
-  if (static_cast<int64_t>(depth) > grammar_->max_stack_depth) {
-    index_.erase(it);
-    return kEmptyStack;  // callers treat this as "over the limit"
-  }
-  nodes_.push_back({pos, parent, depth});
-  return it->second;
-}
-
-bool Recognizer::expand(uint32_t s, StackSet* out, int guard) {
-  // The guard bounds the work of one expansion: without left recursion it terminates, but a highly
-  // ambiguous grammar can still fan out exponentially.
-  if (guard > 4 * grammar_->max_stacks || static_cast<int64_t>(out->size()) > 4 * grammar_->max_stacks) {
-    return false;
-  }
-  if (s == kEmptyStack) {
-    out->push_back(s);
-    return true;
-  }
-  const Node node = nodes_[s];
-  const Grammar::Element el = grammar_->flat[node.pos];
-  if (el.kind == Grammar::Element::Kind::kBytes) {
-    out->push_back(s);
-    return true;
-  }
-  const bool tail = grammar_->flat[node.pos + 1].kind == Grammar::Element::Kind::kEnd;
-  const uint32_t base = tail ? node.parent : intern(node.pos + 1, node.parent);
-  if (!tail && base == kEmptyStack) return false;
-  bool ok = true;
-  for (uint32_t a : grammar_->rule_alts[el.value]) {
-    if (grammar_->flat[a].kind == Grammar::Element::Kind::kEnd) {
-      ok = expand(base, out, guard + 1) && ok;
-    } else {
-      const uint32_t t = intern(a, base);
-      ok = t != kEmptyStack && expand(t, out, guard + 1) && ok;
-    }
-    if (!ok) return false;
-  }
-  return true;
-}
-
-void Recognizer::finish(StackSet* out) const {
-  std::sort(out->begin(), out->end());
-  out->erase(std::unique(out->begin(), out->end()), out->end());
-}
-
-Recognizer::Step Recognizer::step(const StackSet& from, uint8_t byte, StackSet* out) {
-  out->clear();
-  bool over = false;
-  for (uint32_t s : from) {
-    if (s == kEmptyStack) continue;
-    const Transition t = transition(s, byte);
-    if (t.len == kOverLimit) {
-      over = true;
-      break;
-    }
-    out->insert(out->end(), memo_pool_.begin() + t.begin, memo_pool_.begin() + t.begin + t.len);
-  }
-  finish(out);
-  if (over || static_cast<int64_t>(out->size()) > grammar_->max_stacks) {
-    ++n_limit_hits_;
-    out->clear();
-    return Step::kOverLimit;
-  }
-  return out->empty() ? Step::kDead : Step::kOk;
-}
-
-Recognizer::Transition Recognizer::transition(uint32_t s, uint8_t byte) {
-  // Memoised per (stack, byte): the trie walk asks the same question for many tokens (every token that
-  // continues a string does it from the same stack), and a hit is one hash lookup instead of an expansion.
-  const uint64_t key = (uint64_t{s} << 8) | byte;
-  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-  Transition t{static_cast<uint32_t>(memo_pool_.size()), 0};
-  const Node node = nodes_[s];
-  if (grammar_->byte_sets[grammar_->flat[node.pos].value].test(byte)) {
-    scratch_.clear();
-    const bool tail = grammar_->flat[node.pos + 1].kind == Grammar::Element::Kind::kEnd;
-    const uint32_t next = tail ? node.parent : intern(node.pos + 1, node.parent);
-    if ((tail || next != kEmptyStack) && expand(next, &scratch_, 0)) {
-      finish(&scratch_);
-      memo_pool_.insert(memo_pool_.end(), scratch_.begin(), scratch_.end());
-      t.len = static_cast<uint32_t>(scratch_.size());
-    } else {
-      t.len = kOverLimit;
-    }
-  }
-  memo_.emplace(key, t);
-  return t;
-}
-
-uint32_t Recognizer::intern_state(const StackSet& s) {
-  auto [it, inserted] = set_index_.emplace(s, static_cast<uint32_t>(sets_.size()));
-  if (inserted) sets_.push_back(s);
-  return it->second;
-}
-
-uint32_t Recognizer::step_interned(uint32_t id, uint8_t byte) {
-  const uint64_t key = (uint64_t{id} << 8) | byte;
-  if (auto it = set_memo_.find(key); it != set_memo_.end()) return it->second;
-  StackSet next;
-  const Step st = step(sets_[id], byte, &next);
-  const uint32_t result = st == Step::kOk ? intern_state(next) : st == Step::kDead ? kDeadState : kOverLimitState;
-  set_memo_.emplace(key, result);
-  return result;
-}
-
-bool Recognizer::advance(uint8_t byte) {
-  StackSet next;
-  step(state_, byte, &next);
-  state_ = std::move(next);
-  return !state_.empty();
-}
-
-bool Recognizer::advance_bytes(absl::string_view bytes) {
-  for (char c : bytes) {
-    if (!advance(static_cast<uint8_t>(c))) return false;
-  }
-  return true;
-}
-
-ByteSet Recognizer::next_bytes() const {
-  ByteSet out;
-  for (uint32_t s : state_) {
-    if (s != kEmptyStack) out |= grammar_->byte_sets[grammar_->flat[nodes_[s].pos].value];
   }
   return out;
-}
-
-uint64_t Recognizer::min_bytes_to_accept(const StackSet& s) const {
-  uint64_t best = UINT64_MAX;
-  for (uint32_t id : s) {
-    uint64_t sum = 0;
-    for (uint32_t cur = id; cur != kEmptyStack; cur = nodes_[cur].parent) sum += grammar_->rest_min[nodes_[cur].pos];
-    best = std::min(best, sum);
-  }
-  return best;
-}
-
-std::string Recognizer::canonical_key(const StackSet& s) const {
-  std::vector<std::string> stacks;
-  stacks.reserve(s.size());
-  for (uint32_t id : s) {
-    std::string one;
-    for (uint32_t cur = id; cur != kEmptyStack; cur = nodes_[cur].parent) {
-      const uint32_t pos = nodes_[cur].pos;
-      one.append(reinterpret_cast<const char*>(&pos), sizeof(pos));
-    }
-    one.append(4, '\xff');
-    stacks.push_back(std::move(one));
-  }
-  std::sort(stacks.begin(), stacks.end());
-  std::string key;
-  for (const auto& one : stacks) key += one;
-  return key;
-}
-
-void Recognizer::compact() {
-  std::vector<Node> old = std::move(nodes_);
-  nodes_.clear();
-  clear_interned();
-  absl::flat_hash_map<uint32_t, uint32_t> remap;
-  // Re-interns a stack bottom-up; stacks are shallow next to the arena, so recursion depth is fine.
-  auto copy = [&](auto& self, uint32_t id) -> uint32_t {
-    if (id == kEmptyStack) return kEmptyStack;
-    if (auto it = remap.find(id); it != remap.end()) return it->second;
-    const uint32_t parent = self(self, old[id].parent);
-    const uint32_t fresh = intern(old[id].pos, parent);
-    remap[id] = fresh;
-    return fresh;
-  };
-  for (uint32_t& s : state_) s = copy(copy, s);
-  finish(&state_);
 }
 
 }  // namespace frost::constrain

@@ -19,6 +19,8 @@
 //     JSON value.
 //   properties are emitted in the schema's order; `required` ones must appear, the others may be omitted
 //     (each at its place in that order). A required name missing from `properties` is added, any value.
+//     Every optional member that may come next is one live parse, so an object with more optional
+//     members than max_stacks (512) between two required ones is refused as too ambiguous.
 //   additionalProperties: false by default when `properties` is given (the model writes only the listed
 //     members) and true when it is not (`{"type":"object"}` = any object). true or a schema: after the
 //     listed members come any number of extra members with any key (the grammar cannot exclude the listed
@@ -40,6 +42,24 @@
 //     patternProperties, propertyNames, dependentRequired, dependentSchemas, dependencies, minProperties,
 //     maxProperties, contains, minContains, maxContains, unevaluatedProperties, unevaluatedItems,
 //     multipleOf, uniqueItems: true, $dynamicRef, $recursiveRef, remote $ref.
+// Bounds (all refusals are INVALID_ARGUMENT unless noted):
+//   - the text: CompileLimits::max_text_bytes; JSON nested deeper than 256 levels ("json_schema: JSON nests
+//     deeper than 256 levels"), checked while parsing (the parser is iterative and appends object members
+//     without nlohmann's linear duplicate search, so neither depth nor width costs more than linear time);
+//   - subschemas nested (inline or through a chain of $ref) deeper than 128: "json_schema: schema nests
+//     deeper than 128 at /properties/a/…";
+//   - minLength/maxLength/minItems/maxItems above CompileLimits::max_repeat (65536): they compile to one
+//     counter element (grammar.h kRepeat), so `maxLength: 4096` costs one element, not 4096 rules;
+//   - rules / elements past max_rules / max_elements, refused while the walk builds them;
+//   - a grammar the compile-time probe finds too ambiguous to track (more than max_stacks parses alive, e.g.
+//     an anyOf of 600 non-literal branches): "json_schema: too ambiguous to track exactly: after the output
+//     prefix \"…\" more than 512 parses are alive (max_stacks)";
+//   - the CompileControl: DEADLINE_EXCEEDED / CANCELLED "json_schema: compile stopped after its time
+//     budget" / "json_schema: compile cancelled".
+// Cost: the walk is linear in the schema. Branches see their siblings through a lookup chain (no copies);
+// a subschema reached twice (type lists, branches inheriting the same properties) is compiled once;
+// enum / const values — and anyOf / oneOf whose branches are all enum / const — compile to one trie of
+// their compact JSON texts, so 600 values are one parse per byte, not 600.
 // Errors: INVALID_ARGUMENT "json_schema: <what> at <JSON pointer>", e.g.
 //   "json_schema: unknown type 'strng' at /properties/name/type"; a schema no document satisfies
 //   (enum [], anyOf [], minItems 3 with maxItems 1, ...) is refused as unsatisfiable, naming the first
@@ -54,9 +74,11 @@ namespace frost::constrain {
 
 // A grammar for the JSON documents that `schema_text` (a JSON Schema document) admits.
 absl::StatusOr<std::shared_ptr<const Grammar>> compile_json_schema(absl::string_view schema_text,
-                                                                    const CompileLimits& limits);
+                                                                    const CompileLimits& limits,
+                                                                    const CompileControl& control = {});
 
 // A grammar for any JSON object (the OpenAI-style `json_object` response format), same whitespace rule.
-absl::StatusOr<std::shared_ptr<const Grammar>> compile_json_object(const CompileLimits& limits);
+absl::StatusOr<std::shared_ptr<const Grammar>> compile_json_object(const CompileLimits& limits,
+                                                                    const CompileControl& control = {});
 
 }  // namespace frost::constrain

@@ -61,12 +61,57 @@ class RegexParser {
  public:
   RegexParser(GrammarBuilder& b, absl::string_view p, const RegexOptions& o) : b_(b), p_(p), opt_(o) {}
 
+  // Iterative: one frame per open group (an explicit stack, so nesting costs heap, not C++ stack), and
+  // nesting past limits.max_nesting is refused at the '(' that passes it.
   absl::StatusOr<uint32_t> parse() {
+    struct Frame {
+      std::vector<Seq> alts;
+      Seq seq;
+      size_t open = 0;  // position of the '('
+    };
+    std::vector<Frame> frames(1);
     if (!p_.empty() && p_[0] == '^') ++pos_;
-    auto alts = parse_alt();
-    if (!alts.ok()) return alts.status();
-    if (pos_ < p_.size()) return error(p_[pos_] == ')' ? "unmatched ')'" : "unexpected character", pos_);
-    return b_.group(std::move(*alts), "regex");
+    while (pos_ < p_.size()) {
+      if (!b_.tick().ok()) return b_.status();
+      const char c = p_[pos_];
+      if (c == '|') {
+        frames.back().alts.push_back(std::move(frames.back().seq));
+        frames.back().seq.clear();
+        ++pos_;
+        continue;
+      }
+      if (c == ')') {
+        if (frames.size() == 1) return error("unmatched ')'", pos_);
+        Frame f = std::move(frames.back());
+        frames.pop_back();
+        f.alts.push_back(std::move(f.seq));
+        ++pos_;
+        const Seq group = {GrammarBuilder::ref(b_.group(std::move(f.alts), "regex:group"))};
+        auto rep = parse_quantifier(group, f.open);
+        if (!rep.ok()) return rep.status();
+        frames.back().seq.insert(frames.back().seq.end(), rep->begin(), rep->end());
+        continue;
+      }
+      if (c == '(') {
+        const size_t open = pos_;
+        if (absl::Status st = parse_group_open(); !st.ok()) return st;
+        if (static_cast<int64_t>(frames.size()) > b_.limits().max_nesting) {
+          return error(absl::StrCat("groups nest deeper than ", b_.limits().max_nesting, " (max_nesting)"), open);
+        }
+        frames.emplace_back();
+        frames.back().open = open;
+        continue;
+      }
+      const size_t start = pos_;
+      auto atom = parse_atom();
+      if (!atom.ok()) return atom.status();
+      auto rep = parse_quantifier(*atom, start);
+      if (!rep.ok()) return rep.status();
+      frames.back().seq.insert(frames.back().seq.end(), rep->begin(), rep->end());
+    }
+    if (frames.size() > 1) return error("missing ')'", frames.back().open);
+    frames[0].alts.push_back(std::move(frames[0].seq));
+    return b_.group(std::move(frames[0].alts), "regex");
   }
 
  private:
@@ -78,35 +123,11 @@ class RegexParser {
   }
   bool at(char c) const { return pos_ < p_.size() && p_[pos_] == c; }
 
-  absl::StatusOr<std::vector<Seq>> parse_alt() {
-    std::vector<Seq> alts;
-    while (true) {
-      auto seq = parse_concat();
-      if (!seq.ok()) return seq.status();
-      alts.push_back(std::move(*seq));
-      if (!at('|')) return alts;
-      ++pos_;
-    }
-  }
-
-  absl::StatusOr<Seq> parse_concat() {
-    Seq seq;
-    while (pos_ < p_.size() && !at('|') && !at(')')) {
-      const size_t start = pos_;
-      auto atom = parse_atom();
-      if (!atom.ok()) return atom.status();
-      auto rep = parse_quantifier(*atom, start);
-      if (!rep.ok()) return rep.status();
-      seq.insert(seq.end(), rep->begin(), rep->end());
-    }
-    return seq;
-  }
-
+  // One atom other than a group.
   absl::StatusOr<Seq> parse_atom() {
     const size_t start = pos_;
     const char c = p_[pos_];
     switch (c) {
-      case '(': return parse_group();
       case '[': return parse_class();
       case '.':
         ++pos_;
@@ -138,29 +159,25 @@ class RegexParser {
     }
   }
 
-  absl::StatusOr<Seq> parse_group() {
+  // The opening of a group at pos_: '(' and its (?: / (?<name> / (?P<name> header.
+  absl::Status parse_group_open() {
     const size_t start = pos_++;
-    if (at('?')) {
-      const absl::string_view rest = p_.substr(pos_);
-      if (rest.substr(0, 2) == "?:") {
-        pos_ += 2;
-      } else if (rest.substr(0, 2) == "?=" || rest.substr(0, 2) == "?!") {
-        return unsupported("lookahead", start);
-      } else if (rest.substr(0, 3) == "?<=" || rest.substr(0, 3) == "?<!") {
-        return unsupported("lookbehind", start);
-      } else if (rest.substr(0, 2) == "?<" || rest.substr(0, 3) == "?P<") {
-        const size_t close = p_.find('>', pos_);
-        if (close == absl::string_view::npos) return error("unterminated group name", start);
-        pos_ = close + 1;
-      } else {
-        return unsupported("group syntax '(?'", start);
-      }
+    if (!at('?')) return absl::OkStatus();
+    const absl::string_view rest = p_.substr(pos_);
+    if (rest.substr(0, 2) == "?:") {
+      pos_ += 2;
+    } else if (rest.substr(0, 2) == "?=" || rest.substr(0, 2) == "?!") {
+      return unsupported("lookahead", start);
+    } else if (rest.substr(0, 3) == "?<=" || rest.substr(0, 3) == "?<!") {
+      return unsupported("lookbehind", start);
+    } else if (rest.substr(0, 2) == "?<" || rest.substr(0, 3) == "?P<") {
+      const size_t close = p_.find('>', pos_);
+      if (close == absl::string_view::npos) return error("unterminated group name", start);
+      pos_ = close + 1;
+    } else {
+      return unsupported("group syntax '(?'", start);
     }
-    auto alts = parse_alt();
-    if (!alts.ok()) return alts.status();
-    if (!at(')')) return error("missing ')'", start);
-    ++pos_;
-    return Seq{GrammarBuilder::ref(b_.group(std::move(*alts), "regex:group"))};
+    return absl::OkStatus();
   }
 
   absl::StatusOr<Seq> parse_class() {
@@ -299,9 +316,9 @@ class RegexParser {
       return unsupported("possessive quantifier", pos_);
     }
     if (at('*') || at('+') || at('?') || (at('{') && quantifier_ahead())) return error("nothing to repeat", pos_);
-    auto rule = b_.repeat(atom, min, max, "regex:repeat");
-    if (!rule.ok()) return error(rule.status().message(), start);
-    return Seq{GrammarBuilder::ref(*rule)};
+    auto rep = b_.repeat(atom, min, max, "regex:repeat");
+    if (!rep.ok()) return error(rep.status().message(), start);
+    return Seq{*rep};
   }
 
   Seq lower_char(char32_t cp) {
@@ -323,12 +340,16 @@ class RegexParser {
     const CodepointRanges plain = intersect(ranges, {{0x20, '"' - 1}, {'"' + 1, '\\' - 1}, {'\\' + 1, 0x10FFFF}});
     std::vector<Seq> alts;
     if (!plain.empty()) alts.push_back({b_.codepoints(plain)});
+    // The escape sequences as one trie: they all start with a backslash, so a class like `.` adds one
+    // live parse for its escapes, not one per escapable character (33 for `.`).
+    std::vector<std::string> escapes;
     for (char32_t cp : std::vector<char32_t>{'"', '\\'}) {
-      if (contains(ranges, cp)) alts.push_back(lower_char(cp));
+      if (contains(ranges, cp)) escapes.push_back(json_escape(cp));
     }
     for (char32_t cp = 0; cp < 0x20; ++cp) {
-      if (contains(ranges, cp)) alts.push_back(lower_char(cp));
+      if (contains(ranges, cp)) escapes.push_back(json_escape(cp));
     }
+    if (!escapes.empty()) alts.push_back(b_.literal_trie(std::move(escapes), "regex:json-escape"));
     Seq out;
     if (alts.empty()) {
       out = {GrammarBuilder::bytes(ByteSet())};
@@ -351,21 +372,27 @@ class RegexParser {
 }  // namespace
 
 absl::StatusOr<uint32_t> add_regex(GrammarBuilder& builder, absl::string_view pattern, const RegexOptions& options) {
-  return RegexParser(builder, pattern, options).parse();
+  auto rule = RegexParser(builder, pattern, options).parse();
+  if (!rule.ok()) return rule.status();
+  if (!builder.status().ok()) return builder.status();
+  return rule;
 }
 
-absl::StatusOr<std::shared_ptr<const Grammar>> compile_regex(absl::string_view pattern, const CompileLimits& limits) {
+absl::StatusOr<std::shared_ptr<const Grammar>> compile_regex(absl::string_view pattern, const CompileLimits& limits,
+                                                             const CompileControl& control) {
   if (static_cast<int64_t>(pattern.size()) > limits.max_text_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("regex: pattern of ", pattern.size(),
                                                    " bytes exceeds max_text_bytes ", limits.max_text_bytes));
   }
-  GrammarBuilder b(limits);
+  GrammarBuilder b(limits, control);
   const uint32_t root = b.add_rule("root");
   auto body = add_regex(b, pattern, RegexOptions{});
+  // Builder statuses (size limits, the CompileControl) carry no prefix; the parser's own errors do.
+  if (!b.status().ok()) return absl::Status(b.status().code(), absl::StrCat("regex: ", b.status().message()));
   if (!body.ok()) return body.status();
   b.add_alternative(root, {GrammarBuilder::ref(*body)});
   auto g = b.build(root);
-  if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("regex: ", g.status().message()));
+  if (!g.ok()) return absl::Status(g.status().code(), absl::StrCat("regex: ", g.status().message()));
   return g;
 }
 

@@ -89,7 +89,7 @@ bool TokenVocab::is_eos(int32_t id) const {
 
 // ---- MaskCache ----
 
-std::shared_ptr<const TokenBitmask> MaskCache::find(const std::string& key) {
+std::shared_ptr<const StateMask> MaskCache::find(const std::string& key) {
   absl::MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) {
@@ -101,7 +101,7 @@ std::shared_ptr<const TokenBitmask> MaskCache::find(const std::string& key) {
   return it->second->second;
 }
 
-void MaskCache::insert(const std::string& key, std::shared_ptr<const TokenBitmask> mask) {
+void MaskCache::insert(const std::string& key, std::shared_ptr<const StateMask> mask) {
   if (max_entries_ == 0) return;
   absl::MutexLock lock(&mu_);
   if (index_.contains(key)) return;  // another matcher computed the same state meanwhile
@@ -127,27 +127,29 @@ Matcher::Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const T
     : vocab_(std::move(vocab)), cache_(std::move(cache)), rec_(std::move(grammar)) {}
 
 const TokenBitmask& Matcher::allowed() {
-  if (mask_ != nullptr) return *mask_;
+  if (mask_ != nullptr) return mask_->bits;
   if (finished_) {
-    mask_ = std::make_shared<const TokenBitmask>(vocab_->n_tokens());
-    return *mask_;
+    mask_ = std::make_shared<const StateMask>(vocab_->n_tokens());
+    return mask_->bits;
   }
   std::string key;
   if (cache_ != nullptr) {
     key = rec_.canonical_key(rec_.state());
     mask_ = cache_->find(key);
-    if (mask_ != nullptr) return *mask_;
+    if (mask_ != nullptr) return mask_->bits;
   }
-  auto mask = std::make_shared<TokenBitmask>(vocab_->n_tokens());
+  auto mask = std::make_shared<StateMask>(vocab_->n_tokens());
   compute(mask.get());
   mask_ = mask;
-  // The stack limits depend only on the state, so a mask they truncated is as cacheable as any other.
+  // The stack limits depend only on the state, so a mask they truncated is as cacheable as any other —
+  // its over_limit mark travels with it.
   if (cache_ != nullptr) cache_->insert(key, mask_);
-  return *mask_;
+  return mask_->bits;
 }
 
-void Matcher::compute(TokenBitmask* mask) {
+void Matcher::compute(StateMask* out) {
   ++n_computed_;
+  TokenBitmask* mask = &out->bits;
   const Recognizer::StackSet& state = rec_.state();
   if (Recognizer::is_accepting(state)) {
     for (int32_t id : vocab_->eos_ids()) mask->set(id);
@@ -160,19 +162,44 @@ void Matcher::compute(TokenBitmask* mask) {
   // Preorder walk: node i's parent state is levels_[depth - 1], the last state reached at that depth.
   // States are interned, so each step is one memo lookup once the (state, byte) pair was seen — inside a
   // string nearly every trie node maps to the same few states.
+  Recognizer::Limit over = Recognizer::Limit::kNone;
+  bool any = Recognizer::is_accepting(state) && !vocab_->eos_ids().empty();
   for (size_t i = 0; i < trie.size();) {
     const auto& node = trie[i];
     const uint32_t next = (node.depth == 1 && !first.test(node.byte))
                               ? Recognizer::kDeadState
                               : rec_.step_interned(levels_[node.depth - 1], node.byte);
-    if (next == Recognizer::kDeadState || next == Recognizer::kOverLimitState) {
+    if (next >= Recognizer::kOverDepthState) {  // dead, or over a limit
+      if (next != Recognizer::kDeadState) {
+        over = next == Recognizer::kOverDepthState ? Recognizer::Limit::kDepth : Recognizer::Limit::kStacks;
+      }
       i = node.subtree_end;  // no token under a dead prefix can be allowed
       continue;
     }
     levels_[node.depth] = next;
     for (uint32_t t = node.tokens_begin; t < node.tokens_end; ++t) mask->set(tokens[t]);
+    any |= node.tokens_begin != node.tokens_end;
     ++i;
   }
+  out->over_limit = over;
+  out->empty = !any;
+}
+
+absl::Status Matcher::too_ambiguous(Recognizer::Limit limit) const {
+  return absl::InvalidArgumentError(absl::StrCat("constraint too ambiguous to track exactly after ", n_bytes_,
+                                                 " output bytes: ", rec_.describe_limit(limit)));
+}
+
+absl::Status Matcher::health() const {
+  if (accept_limit_ != Recognizer::Limit::kNone) return too_ambiguous(accept_limit_);
+  if (finished_ || mask_ == nullptr) return absl::OkStatus();
+  if (mask_->over_limit != Recognizer::Limit::kNone) return too_ambiguous(mask_->over_limit);
+  if (mask_->empty && !rec_.must_end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no token of the vocabulary can continue the output the constraint requires after ", n_bytes_,
+                     " bytes (next bytes allowed: ", describe_bytes(rec_.next_bytes()), ")"));
+  }
+  return absl::OkStatus();
 }
 
 TokenBitmask Matcher::allowed_brute_force() {
@@ -212,20 +239,26 @@ absl::Status Matcher::accept_token(int32_t id) {
     return absl::OkStatus();
   }
   const std::string& bytes = vocab_->bytes(id);
-  const bool known_bad = mask_ != nullptr && !mask_->test(id);
+  const bool known_bad = mask_ != nullptr && !mask_->bits.test(id);
   if (known_bad || vocab_->is_special(id) || bytes.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("token ", id, " ('", absl::CHexEscape(bytes),
                                                       "') is not allowed by the constraint here"));
   }
   Recognizer::StackSet cur = rec_.state(), next;
   for (char c : bytes) {
-    if (rec_.step(cur, static_cast<uint8_t>(c), &next) != Recognizer::Step::kOk) {
+    const Recognizer::Step st = rec_.step(cur, static_cast<uint8_t>(c), &next);
+    if (st == Recognizer::Step::kOverLimit) {
+      accept_limit_ = rec_.last_limit();
+      return too_ambiguous(accept_limit_);
+    }
+    if (st != Recognizer::Step::kOk) {
       return absl::FailedPreconditionError(absl::StrCat("token ", id, " ('", absl::CHexEscape(bytes),
                                                         "') is not allowed by the constraint here"));
     }
     std::swap(cur, next);
   }
   rec_.set_state(std::move(cur));
+  n_bytes_ += static_cast<int64_t>(bytes.size());
   mask_ = nullptr;
   if (rec_.arena_size() > kCompactArenaNodes) rec_.compact();
   return absl::OkStatus();

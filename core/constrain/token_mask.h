@@ -6,6 +6,10 @@
 //   vocabulary of tokens whose whole byte string the grammar can consume from here — and accept_token().
 // MaskCache: masks keyed by the canonical recogniser state, shared by all matchers of one (grammar, vocab).
 //
+// Limits: a trie-walk step that hits a recogniser limit (max_stacks / max_stack_depth) leaves the token
+// out of the mask and marks the mask (StateMask::over_limit, kept in the cache); Matcher::health() turns
+// that — and an empty mask before the output is complete — into an error the engine ends the request with.
+//
 // Cost: an uncached allowed() walks the trie depth-first, advancing the recogniser state by one byte per
 // trie edge and skipping every subtree whose prefix is already dead; states are interned and each (state,
 // byte) transition is memoised in the recogniser, so a walk costs about one hash lookup per live trie node
@@ -81,13 +85,25 @@ class TokenVocab {
   uint32_t max_depth_ = 0;
 };
 
+// A mask with what computing it found; cached as one piece, so a mask that a recogniser limit truncated is
+// still marked when another matcher gets it from the cache.
+struct StateMask {
+  TokenBitmask bits;
+  // kNone: exact. Otherwise the trie walk hit this limit on some token's bytes and left that token out —
+  // the mask may lack valid tokens (Matcher::health() reports it).
+  Recognizer::Limit over_limit = Recognizer::Limit::kNone;
+  bool empty = false;  // no token at all (EOS included) is allowed
+
+  explicit StateMask(int32_t n_tokens = 0) : bits(n_tokens) {}
+};
+
 // Masks by canonical recogniser state, for one (grammar, vocabulary) pair; least recently used entries
 // are evicted past `max_entries` (each costs n_tokens / 8 bytes). Thread-safe.
 class MaskCache {
  public:
   explicit MaskCache(size_t max_entries) : max_entries_(max_entries) {}
-  std::shared_ptr<const TokenBitmask> find(const std::string& key);
-  void insert(const std::string& key, std::shared_ptr<const TokenBitmask> mask);
+  std::shared_ptr<const StateMask> find(const std::string& key);
+  void insert(const std::string& key, std::shared_ptr<const StateMask> mask);
   struct Stats {
     int64_t hits = 0, misses = 0, entries = 0;
     size_t bytes = 0;  // masks and keys held
@@ -95,7 +111,7 @@ class MaskCache {
   Stats stats() const;
 
  private:
-  using Entry = std::pair<std::string, std::shared_ptr<const TokenBitmask>>;
+  using Entry = std::pair<std::string, std::shared_ptr<const StateMask>>;
   const size_t max_entries_;
   mutable absl::Mutex mu_;
   std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);  // most recent first
@@ -104,7 +120,7 @@ class MaskCache {
   int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   static size_t entry_bytes(const Entry& e) {
-    return 2 * e.first.size() + 96 + (e.second ? e.second->words.size() * sizeof(uint32_t) : 0);
+    return 2 * e.first.size() + 96 + (e.second ? e.second->bits.words.size() * sizeof(uint32_t) : 0);
   }
 };
 
@@ -116,13 +132,26 @@ class Matcher {
           std::shared_ptr<MaskCache> cache);
 
   // Tokens that may come next: non-special tokens whose full bytes the grammar can consume from here, plus
-  // the EOS ids when the output is complete. Valid until the next accept_token(). All zero once finished
-  // — and, rarely, when every continuation exceeds the stack limits (limit_hit()): the caller then ends
-  // the sequence with an error.
+  // the EOS ids when the output is complete. Valid until the next accept_token(). All zero once finished.
+  // A token whose bytes would take the recogniser past max_stacks / max_stack_depth is left out, and
+  // health() then says so: check it after every allowed().
   const TokenBitmask& allowed();
-  // Advances past token `id`. INVALID_ARGUMENT for an id out of range; FAILED_PRECONDITION when the token
-  // is not allowed (the state is then unchanged). Accepting an EOS id finishes the matcher.
+  // Advances past token `id`. INVALID_ARGUMENT for an id out of range, or when stepping through its bytes
+  // hits a recogniser limit (the same message as health(), which reports it from then on);
+  // FAILED_PRECONDITION when the token is not allowed. The state is unchanged on any error. Accepting an
+  // EOS id finishes the matcher.
   absl::Status accept_token(int32_t id);
+  // Whether the constraint can still be followed exactly, as of the latest allowed() and accept_token():
+  //   OK — yes (also before the first allowed(), and once finished);
+  //   INVALID_ARGUMENT "constraint too ambiguous to track exactly after N output bytes: more than 512
+  //     parses are alive (max_stacks)" (or "a parse nests deeper than 4096 (max_stack_depth)") — a token's
+  //     bytes hit a recogniser limit: the mask may lack valid tokens;
+  //   FAILED_PRECONDITION "no token of the vocabulary can continue the output the constraint requires after
+  //     N bytes (next bytes allowed: [0-9])" — allowed() is empty although the output is not complete.
+  // The engine ends the request with this status instead of a silent stop. Cheap (no recomputation).
+  absl::Status health() const;
+  // Bytes of output accepted so far.
+  int64_t n_output_bytes() const { return n_bytes_; }
   // The output so far is a complete match: EOS is allowed.
   bool accepting() const { return !finished_ && rec_.accepting(); }
   // Complete and no byte can follow: the caller should end the sequence now.
@@ -136,14 +165,17 @@ class Matcher {
   TokenBitmask allowed_brute_force();
 
  private:
-  void compute(TokenBitmask* mask);
+  void compute(StateMask* mask);
+  absl::Status too_ambiguous(Recognizer::Limit limit) const;
 
   std::shared_ptr<const TokenVocab> vocab_;
   std::shared_ptr<MaskCache> cache_;
   Recognizer rec_;
-  std::shared_ptr<const TokenBitmask> mask_;  // for the current state; null until allowed()
+  std::shared_ptr<const StateMask> mask_;  // for the current state; null until allowed()
   std::vector<uint32_t> levels_;  // trie-walk scratch: interned state per depth
   bool finished_ = false;
+  Recognizer::Limit accept_limit_ = Recognizer::Limit::kNone;  // an accept_token() step hit this limit
+  int64_t n_bytes_ = 0;
   int64_t n_computed_ = 0;
 };
 

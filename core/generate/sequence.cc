@@ -68,15 +68,12 @@ bool Sequence::check_cancel(const CancelToken& cancel, const TokenCallback& on_t
   return false;
 }
 
-// Why the constraint cannot be followed exactly from here (OK when it can).
+// Why the constraint cannot be followed exactly from here (OK when it can): Matcher::health(), prefixed so that
+// the transports name the request's constraint field.
 absl::Status Sequence::constraint_health() const {
-  if (matcher_->limit_hit()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "constraint: too ambiguous to follow exactly after ", res_.ids.size(),
-        " generated tokens: more parses alive than the recogniser tracks (max_stacks / max_stack_depth); "
-        "simplify the schema, pattern or grammar"));
-  }
-  return absl::OkStatus();
+  const absl::Status st = matcher_->health();
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat("constraint: ", st.message()));
 }
 
 SampledToken Sequence::sample(const float* logits) {
@@ -102,19 +99,21 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
   } else {
     ++res_.n_decode_steps;  // a forward pass after the prefill produced this token
   }
-  if (matcher_ && !matcher_->allowed().test(tok.id)) {
-    // The sampler draws from the mask, so a token outside it means the mask was empty: nothing the model can
-    // write continues the constraint (its next bytes exist in no token), or every continuation was dropped.
+  if (matcher_) {
+    // The sampler drew from the mask. A mask a recogniser limit truncated, or an empty one (the constraint
+    // needs bytes no token spells), means the constraint cannot be followed exactly: the request ends with
+    // that error, never with a silent "stop" or a token the mask refused.
     absl::Status st = constraint_health();
-    if (st.ok()) {
-      st = absl::FailedPreconditionError(absl::StrCat(
-          "constraint: no token of the model's vocabulary can continue the output after ", res_.ids.size(),
-          " generated tokens (the constraint requires bytes that no token spells)"));
+    if (st.ok() && !matcher_->allowed().test(tok.id)) {
+      st = absl::FailedPreconditionError(
+          absl::StrCat("constraint: token ", tok.id, " was drawn outside the constraint's mask"));
     }
-    error_ = std::move(st);
-    res_.stop_reason = "constraint";
-    finish(FinishReason::kStop, on_token);
-    return true;
+    if (!st.ok()) {
+      error_ = std::move(st);
+      res_.stop_reason = "constraint";
+      finish(FinishReason::kStop, on_token);
+      return true;
+    }
   }
   if (stop_.is_stop_token(tok.id) || (matcher_ && std::find(model_.config.eos_ids.begin(), model_.config.eos_ids.end(), tok.id) != model_.config.eos_ids.end())) {
     // (a constrained sequence's EOS ends it even with ignore_eos: the mask allowed it only once complete)
@@ -127,6 +126,7 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
     // drop a branch, means the constraint could not be followed exactly: the request ends with that error
     // (never a silent "stop" with an output the constraint does not admit).
     absl::Status st = matcher_->accept_token(tok.id);
+    if (!st.ok()) st = absl::Status(st.code(), absl::StrCat("constraint: ", st.message()));
     if (st.ok()) st = constraint_health();
     if (!st.ok()) {
       error_ = std::move(st);

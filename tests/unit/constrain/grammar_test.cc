@@ -135,11 +135,11 @@ TEST(GbnfTest, LimitsAreRefusedByName) {
   small = CompileLimits{};
   small.max_rules = 3;
   EXPECT_NE(error_of(parse_gbnf("root ::= a b c d\na ::= \"a\"\nb ::= \"b\"\nc ::= \"c\"\nd ::= \"d\"", small))
-                .find("exceeds max_rules 3"),
+                .find("constraint too large: more than 3 rules (max_rules)"),
             std::string::npos);
   small = CompileLimits{};
   small.max_elements = 10;
-  EXPECT_NE(error_of(parse_gbnf("root ::= \"abcdefghijkl\"", small)).find("exceeds max_elements 10"),
+  EXPECT_NE(error_of(parse_gbnf("root ::= \"abcdefghijkl\"", small)).find("more than 10 elements (max_elements)"),
             std::string::npos);
   small = CompileLimits{};
   small.max_text_bytes = 8;
@@ -150,6 +150,7 @@ TEST(RecognizerTest, AmbiguityPastMaxStacksKillsTheStateVisibly) {
   // After n x's the optional closers can close any number of levels: n + 1 live stacks.
   CompileLimits limits;
   limits.max_stacks = 64;
+  limits.max_probe_states = 0;  // the run-time behaviour (the probe would refuse this grammar)
   auto g = parse_gbnf("root ::= \"x\" root \"y\"? | \"\"", limits);
   ASSERT_TRUE(g.ok()) << g.status();
   Recognizer r(*g);
@@ -163,6 +164,7 @@ TEST(RecognizerTest, AmbiguityPastMaxStacksKillsTheStateVisibly) {
 TEST(RecognizerTest, NestingPastMaxStackDepthIsDropped) {
   CompileLimits limits;
   limits.max_stack_depth = 50;
+  limits.max_probe_states = 0;
   auto g = parse_gbnf("root ::= \"(\" root \")\" | \"a\"", limits);
   ASSERT_TRUE(g.ok()) << g.status();
   Recognizer r(*g);

@@ -199,7 +199,7 @@ TEST(TokenMaskTest, CachedMasksAreSharedAcrossMatchers) {
 
 TEST(TokenMaskTest, MaskCacheEvictsLeastRecentlyUsed) {
   MaskCache cache(2);
-  auto mask = std::make_shared<const TokenBitmask>(8);
+  auto mask = std::make_shared<const StateMask>(8);
   cache.insert("a", mask);
   cache.insert("b", mask);
   EXPECT_NE(cache.find("a"), nullptr);  // a is now the most recent
