@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace frost {
 
@@ -16,7 +17,12 @@ namespace frost {
 // the reason without any source prefix: "JSON nests deeper than N levels", "not valid JSON: <parser
 // message>", or "cannot parse: <what>" for any other failure (e.g. out of memory).
 std::optional<std::string> parse_json_bounded(std::string_view text, int max_depth, nlohmann::json* out);
-// The same into an ordered_json (keeps object member order: JSON Schema properties, chat tool arguments).
-std::optional<std::string> parse_json_bounded(std::string_view text, int max_depth, nlohmann::ordered_json* out);
+
+// In `text`, a valid JSON document (one parse_json_bounded accepted), the exact bytes of the value reached by
+// following the object keys of `path` from the root; nullopt when a step is not an object or lacks the key.
+// A duplicate key resolves to its last value, as nlohmann's parser does. One pass, iterative, no DOM: for
+// taking a member's text as the client wrote it (a JSON Schema's properties keep their order) without parsing
+// the document again into an ordered_json, whose object insert is linear in the members already there.
+std::optional<std::string_view> json_value_span(std::string_view text, const std::vector<std::string>& path);
 
 }  // namespace frost
