@@ -213,8 +213,10 @@ void HttpFront::accept_loop() {
         ++per_address_[address];
         conns_.emplace_back();
         auto conn = std::prev(conns_.end());
+        // A new connection counts as having made progress a little in the future: its thread may not have read
+        // the request that is already in its socket when a burst of newer connections arrives.
         conn->progress_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    std::chrono::steady_clock::now().time_since_epoch())
+                                    std::chrono::steady_clock::now().time_since_epoch() + Conn::kFreshGrace)
                                     .count(),
                                 std::memory_order_relaxed);
         conn->fd = fd;

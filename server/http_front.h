@@ -27,7 +27,8 @@
 //   - connections: at most max_connections in all and max_connections_per_address from one client address
 //     (IPv4-mapped IPv6 counts as IPv4). A new connection over a cap displaces one that is not being answered
 //     (reading its head or body, idle between requests, or lingering after a refusal): a lingering one first,
-//     else the one that has read no byte for longest — from the same address for the per-address cap, from
+//     else the one that has read no byte for longest (a new connection counts from 100 ms after its accept,
+//     so a burst cannot displace a request its thread has not read yet) — from the same address for the per-address cap, from
 //     the address holding the most connections for the global one — and is itself closed at once only when
 //     every competitor is being answered. So a client sharing an address with trickling ones still gets in,
 //     the tricklers are what is cut, and a request arriving right now is not what a burst displaces.
@@ -198,6 +199,7 @@ class HttpFront {
     // the one that has made no progress for longest is displaced first — a trickler before a client whose
     // request is arriving now.
     std::atomic<int64_t> progress_ns{0};
+    static constexpr std::chrono::milliseconds kFreshGrace{100};  // a new connection's head start
     std::thread thread;
   };
   using ConnList = std::list<Conn>;

@@ -1,6 +1,7 @@
 // One connection of HttpFront (server/http_front.h): the TLS handshake, then requests one after another —
 // head, framing, route, 100 Continue, body, handler, answer — until the client closes, a refusal, a deadline,
 // Connection: close, or stop().
+#include <malloc.h>
 #include <openssl/err.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -17,6 +18,8 @@ namespace frost::server {
 
 using http::Clock;
 using http::Io;
+
+constexpr size_t kTrimAfterBodyBytes = size_t{256} << 10;  // request bodies this large: malloc_trim after
 
 class HttpConnection {
  public:
@@ -138,7 +141,16 @@ void HttpConnection::run() {
     req.minor = head.minor;
     req.headers = std::move(head.headers);
     req.peer = conn_->address;
-    if (!dispatch(*route, req, framing.close || !lim_.keep_alive || f_->stopping())) return;
+    const bool big = req.body.size() >= kTrimAfterBodyBytes;
+    const bool more = dispatch(*route, req, framing.close || !lim_.keep_alive || f_->stopping());
+    if (big) {
+      // A large body (and what its handler built from it: a parsed document is ~10x the text) leaves freed
+      // pages in this thread's malloc arena; hand them back, so a storm of big requests does not raise the
+      // resident size for good.
+      std::string().swap(req.body);
+      malloc_trim(0);
+    }
+    if (!more) return;
     f_->end_answer(conn_);  // idle until the next request: displaceable again
   }
 }
@@ -179,11 +191,12 @@ Io HttpConnection::fill(size_t cap, Clock::time_point deadline) {
   size_t n = 0;
   const Io io = stream_->read(in_.data() + had, cap, &n, deadline);
   in_.resize(had + n);
-  if (n > 0) {
-    conn_->progress_ns.store(
+  if (n > 0) {  // progress: now, unless the connection's head start (HttpFront::Conn::kFreshGrace) runs later
+    const int64_t now =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-            .count(),
-        std::memory_order_relaxed);
+            .count();
+    if (now > conn_->progress_ns.load(std::memory_order_relaxed))
+      conn_->progress_ns.store(now, std::memory_order_relaxed);
   }
   return io;
 }

@@ -6,8 +6,9 @@ gRPC on 127.0.0.1 port 0) and asserts what a user of the server would notice:
   - the attacker gets a clear refusal (HTTP 4xx with an OpenAI error object whose message names the field or
     limit, or gRPC INVALID_ARGUMENT) — or, where frost now handles the input exactly, a valid answer — within
     CASE_BOUND_S (2 s);
-  - meanwhile another client's GET /v1/models (a fresh connection each time) and gRPC Health.Check stay under
-    PROBE_BOUND_S (250 ms), measured every PROBE_EVERY_S by a prober thread;
+  - meanwhile another client's GET /v1/models (a fresh connection each time, from 127.0.0.2 while the attacks
+    come from 127.0.0.1; slow_headers also checks a client sharing the attackers' address) and gRPC
+    Health.Check stay under PROBE_BOUND_S (250 ms), measured every PROBE_EVERY_S by a prober thread;
   - afterwards frostd is alive, none of its sockets is left in CLOSE-WAIT, no core is busy once the client has
     gone (CPU time over IDLE_WINDOW_S below IDLE_MAX_CPU), and after a storm its resident size is back within
     10% of what it was before (plus a fixed allowance for caches that are bounded by configuration).
@@ -39,6 +40,7 @@ from grpc_health.v1 import health_pb2  # noqa: E402
 CASE_BOUND_S = 2.0
 PROBE_BOUND_S = 0.25
 PROBE_EVERY_S = 0.05
+MIN_CASE_S = 0.4  # a faster case is repeated until it lasts this long (probes overlap it)
 IDLE_WINDOW_S = 1.0
 IDLE_MAX_CPU = 0.10  # cores
 RSS_SLACK = 0.10
@@ -66,8 +68,9 @@ class Conn:
         self.sock.close()
 
 
-def connect(port, timeout=5.0):
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+def connect(port, timeout=5.0, source=None):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                 source_address=(source, 0) if source else None)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return Conn(s)
 
@@ -125,10 +128,11 @@ def read_response(sock, timeout=5.0, want_body=True):
     return status, headers, body
 
 
-def request(port, method, path, body=b"", headers=None, timeout=10.0):
-    """A plain request on a fresh connection: (status, headers, body, seconds)."""
+def request(port, method, path, body=b"", headers=None, timeout=10.0, source=None):
+    """A plain request on a fresh connection (from `source`, an address of 127/8): (status, headers, body,
+    seconds)."""
     t0 = time.monotonic()
-    with connect(port, timeout) as s:
+    with connect(port, timeout, source) as s:
         h = {"Host": "127.0.0.1", "Connection": "close"}
         if body or method == "POST":
             h["Content-Length"] = str(len(body))
@@ -210,7 +214,8 @@ class Prober(threading.Thread):
                 continue
             t = time.monotonic()
             try:
-                st, _, _, dt = request(self.http_port, "GET", "/v1/models", timeout=3)
+                # Another client: another address (the attacks all come from 127.0.0.1).
+                st, _, _, dt = request(self.http_port, "GET", "/v1/models", timeout=3, source="127.0.0.2")
                 ok = st == 200 or f"HTTP {st}"
             except Exception as e:  # noqa: BLE001
                 dt, ok = time.monotonic() - t, f"{type(e).__name__}: {e}"
@@ -360,9 +365,11 @@ def _(ctx):
 
 
 def deep_anyof_schema(depth):
+    """anyOf with sibling keywords at every level (the siblings are merged into each branch): linear in size."""
     s = {"type": "string"}
     for i in range(depth):
-        s = {"description": "level %d" % i, "type": "object", "anyOf": [{"properties": {"x": s}}, {"properties": {"y": s}}]}
+        s = {"description": "level %d" % i, "type": "object", "required": ["x"],
+             "anyOf": [{"properties": {"x": s}}, {"properties": {"x": {"type": "integer"}}}]}
     return s
 
 
@@ -641,19 +648,45 @@ def _(ctx):
     return f"worst {worst:.2f} s"
 
 
+def slow_schema(tag):
+    """A legitimate schema whose compile takes a while (~0.2 s here: the ambiguity probe walks states with ~500
+    live parses — an array of objects with 505 optional members); distinct per `tag`, so no cache answers it."""
+    return {"type": "array", "items": {"type": "object",
+                                       "properties": {f"{tag}_{i}": {"type": "string"} for i in range(505)}}}
+
+
+def metric(port, name, labels=""):
+    _, _, b, _ = request(port, "GET", "/metrics")
+    for line in b.decode().splitlines():
+        if line.startswith(name + labels + " ") or (not labels and line.startswith(name + " ")):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 @case("disconnect_during_compile")
 def _(ctx):
-    # The slowest constraint we know, sent by a client that leaves at once: no core may stay busy.
-    schema = deep_anyof_schema(127)
-    body = json.dumps({"model": ctx.model, "prompt": "x", "max_tokens": 4,
-                       "guided_json": {"type": "object", "properties": {f"k{i}": schema for i in range(8)}}}).encode()
-    for _ in range(8):
+    # Eight clients send constraints that take a while to compile and leave at once: their compiles must stop
+    # (one running, seven queued behind the one compiler thread), so no core stays busy for the client that left.
+    cancelled0 = metric(ctx.metrics, "frost_constraint_compiles_total", '{outcome="cancelled"}')
+    socks = []
+    for k in range(8):
+        body = json.dumps({"model": ctx.model, "prompt": "x", "max_tokens": 4,
+                           "guided_json": slow_schema(f"d{time.monotonic_ns()}_{k}")}).encode()
         s = connect(ctx.http)
         s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        time.sleep(0.02)
+        socks.append(s)
+    time.sleep(0.05)
+    for s in socks:
         s.close()
-    return "left"
+    time.sleep(0.1)
+    c0 = proc_cpu_s(ctx.pid)
+    time.sleep(1.0)
+    busy = proc_cpu_s(ctx.pid) - c0
+    assert busy < 0.15, f"{busy:.2f} cores busy in the second after 8 clients left mid-compile"
+    cancelled = metric(ctx.metrics, "frost_constraint_compiles_total", '{outcome="cancelled"}') - cancelled0
+    assert cancelled >= 6, f"only {cancelled:.0f} of 8 compiles were cancelled"
+    return f"{cancelled:.0f} compiles cancelled, {busy:.2f} cores after"
 
 
 # ------------------------------------------------------------------------------------------------ the runner
@@ -699,6 +732,8 @@ def main():
         ctx = Ctx()
         ctx.http = ports["http"]
         ctx.ports = {ports["http"], ports["grpc"], ports["metrics"]}
+        ctx.metrics = ports["metrics"]
+        ctx.pid = fd.pid
         ctx.generation = fd.generation
         st, _, b, _ = request(ctx.http, "GET", "/v1/models")
         ctx.model = json.loads(b)["data"][0]["id"]
@@ -714,11 +749,19 @@ def main():
             line = ""
             try:
                 note = fn(ctx)
+                # Repeated until it spans a few probes, so that "another client stays fast" is measured during it.
+                reps = 1
+                while time.monotonic() - t0 < MIN_CASE_S and reps < 2000:
+                    fn(ctx)
+                    reps += 1
+                if reps > 1:
+                    note += f" (x{reps})"
                 t1 = time.monotonic()
                 probes = prober.window(t0, t1)
                 worst = max((p[2] for p in probes), default=0.0)
                 bad_probe = [p for p in probes if p[3] is not True]
                 assert not bad_probe, f"probes failed during the case: {bad_probe[:3]}"
+                assert len(probes) >= 4, f"only {len(probes)} probes during the case"
                 assert worst < PROBE_BOUND_S, f"a probe took {worst * 1000:.0f} ms (bound {PROBE_BOUND_S * 1000:.0f})"
                 busy = check_after(ctx, name, fd, prober)
                 rss_after = proc_rss(fd.pid)
@@ -756,40 +799,47 @@ def main():
 
 
 def sigterm_during_compile(work):
+    # SIGTERM while eight compiles are under way (one running, seven queued): frostd drains — each request ends
+    # (compiled and answered, or refused) — and exits 0 within server.drain_timeout_s.
     drain_s = 5
     fd = tl.Frostd(work, "drain", os.path.join(work, "state2"), work,
                    sections={"server": {"http": {"listen": "127.0.0.1:0"}, "drain_timeout_s": drain_s}})
     fd.start()
     ports = tl.wait_for_port_file(fd.proc, fd.port_file, 10, fd._fail)
     model = json.loads(request(ports["http"], "GET", "/v1/models")[2])["data"][0]["id"]
-    schema = deep_anyof_schema(127)
-    big = {"type": "object", "properties": {f"k{i}": schema for i in range(8)}}
-    out = {}
+    results = []
 
-    def client():
+    def client(k):
         try:
-            out["r"] = post_json(ports["http"], "/v1/completions",
-                                 {"model": model, "prompt": "x", "max_tokens": 4, "guided_json": big}, timeout=20)
+            st, _, b, _ = post_json(ports["http"], "/v1/completions",
+                                    {"model": model, "prompt": "x", "max_tokens": 4,
+                                     "guided_json": slow_schema(f"t{k}")}, timeout=20)
+            results.append(st)
         except Exception as e:  # noqa: BLE001
-            out["r"] = e
+            results.append(type(e).__name__)
 
-    t = threading.Thread(target=client)
-    t.start()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
     time.sleep(0.15)
+    compiling = metric(ports["metrics"], "frost_constraint_compiles", '{state="running"}') + \
+        metric(ports["metrics"], "frost_constraint_compiles", '{state="queued"}')
     t0 = time.monotonic()
     fd.proc.send_signal(signal.SIGTERM)
     try:
         code = fd.proc.wait(timeout=drain_s + 5)
     except Exception:  # noqa: BLE001
         fd.proc.kill()
-        raise AssertionError(f"frostd did not exit within {drain_s + 5} s of SIGTERM during a compile")
+        raise AssertionError(f"frostd did not exit within {drain_s + 5} s of SIGTERM during compiles")
     finally:
         fd.stop()
     dt = time.monotonic() - t0
-    t.join(5)
+    for t in threads:
+        t.join(5)
+    assert compiling >= 1, "no compile was under way when SIGTERM came (the schemas compiled too fast)"
     assert code == 0, f"exit status {code}"
     assert dt <= drain_s + 1, f"drained in {dt:.2f} s (drain_timeout_s {drain_s})"
-    return f"exited 0 in {dt:.2f} s"
+    return f"{compiling:.0f} compiles under way; exited 0 in {dt:.2f} s; clients got {sorted(map(str, results))}"
 
 
 if __name__ == "__main__":
