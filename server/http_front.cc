@@ -182,6 +182,30 @@ bool HttpFront::admit(const std::string& address, const char** reason) {
   return true;
 }
 
+// A connection over a cap while every competitor is being answered: a 503 saying which cap (plaintext; a TLS
+// client, which would first need a handshake, is only closed), written without waiting — the answer is small
+// and the socket new — then closed. What the client already sent is read first (without waiting), so that the
+// close is a FIN, not a reset that could discard the answer before the client reads it.
+void HttpFront::refuse_at_accept(int fd, const char* reason) {
+  if (tls_ == nullptr) {
+    char buf[16384];
+    for (int i = 0; i < 4 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; ++i) {
+    }
+    const Limits& lim = options_.limits;
+    const bool per_address = std::string_view(reason) == "address_limit";
+    const HttpErrorBody e = error_body(
+        503, per_address ? absl::StrCat("too many connections from this address: ", lim.max_connections_per_address,
+                                        " are being answered (server.http.max_connections_per_address); retry")
+                         : absl::StrCat("too many connections: ", lim.max_connections,
+                                        " are being answered (server.http.max_connections); retry"));
+    const std::string answer = absl::StrCat("HTTP/1.1 503 Service Unavailable\r\nContent-Type: ", e.content_type,
+                                            "\r\nContent-Length: ", e.body.size(),
+                                            "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n", e.body);
+    if (send(fd, answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) shutdown(fd, SHUT_WR);
+  }
+  close(fd);
+}
+
 void HttpFront::accept_loop() {
   pthread_setname_np(pthread_self(), options_.thread_name.substr(0, 15).c_str());
   for (;;) {
@@ -231,8 +255,8 @@ void HttpFront::accept_loop() {
         }
       }
       if (!admitted) {
-        count_refusal(reason);  // counted before the client can see the close
-        close(fd);              // every connection it competes with is being answered: it waits for none
+        count_refusal(reason);  // counted before the client can see the answer
+        refuse_at_accept(fd, reason);  // every connection it competes with is being answered: it waits for none
       }
     }
     for (std::thread& t : done) t.join();  // they have handed over their thread: they are returning

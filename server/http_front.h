@@ -69,8 +69,8 @@
 namespace frost::server {
 
 struct HttpFrontLimits {
-  int max_connections = 64;              // connections at once, all addresses
-  int max_connections_per_address = 16;  // connections at once from one client address
+  int max_connections = 256;             // connections at once, all addresses
+  int max_connections_per_address = 128;  // connections at once from one client address
   size_t max_request_line = 8192;        // bytes (414 beyond)
   size_t max_head_bytes = 16384;         // request line + header fields (431 beyond); trailers count too
   int max_headers = 100;                 // header fields (431 beyond)
@@ -210,6 +210,8 @@ class HttpFront {
   // one); false (with *reason) when it must be closed at once.
   bool admit(const std::string& address, const char** reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void serve_connection(ConnList::iterator conn);
+  // Answers a connection refused at a cap (503 naming it, plaintext only) and closes it.
+  void refuse_at_accept(int fd, const char* reason);
   // Marks `conn` as being answered (it can no longer be displaced); false when it was displaced meanwhile.
   bool begin_answer(ConnList::iterator conn);
   // Marks `conn` as displaceable again (idle between requests, or lingering: then it is the first to go).

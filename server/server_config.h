@@ -46,12 +46,15 @@ struct HttpSection {
   // HOST:PORT to listen on (port 0 picks a free one); "" = off.
   std::string listen;
   // Connections at once, all clients (each streaming response holds one). A new connection over it displaces
-  // the oldest one that is not being answered (reading its request, or idle between keep-alive requests) of
-  // the address holding the most; when every connection is being answered, the new one is closed at once.
-  int32_t max_connections = 64;
+  // one that is not being answered (reading its request, or idle between keep-alive requests) of the address
+  // holding the most: one lingering after a refusal first, else the one that has read nothing for longest;
+  // when every connection is being answered, the new one gets 503 naming this key. Above the engine's
+  // max_running + max_waiting by default, so that a full engine answers 429 before the front refuses.
+  int32_t max_connections = 256;
   // Connections at once from one client IP address (IPv4-mapped IPv6 counts as IPv4), with the same
   // displacement among that address's connections: a client whose neighbours trickle requests still gets in.
-  int32_t max_connections_per_address = 16;
+  // A gateway or load balancer sends everything from a few addresses: keep it well above their concurrency.
+  int32_t max_connections_per_address = 128;
   // Largest request body: a declared Content-Length over it gets 413 before a byte is read (also instead of
   // 100 Continue); a chunked body is refused as soon as it passes it; gzip / deflate bodies as soon as their
   // inflated size passes it.

@@ -607,7 +607,7 @@ TEST_F(HttpFrontTest, GlobalCapDisplacesOrRefuses) {
   ASSERT_TRUE(c->read_response());
   EXPECT_TRUE(held[1]->closed_within(0.5));
   EXPECT_EQ(Refused("connection_limit"), 1);
-  // Three handlers waiting on /wait: nothing to displace, the fourth is closed unanswered.
+  // Three handlers waiting on /wait: nothing to displace, the fourth gets a 503 naming the cap, and is closed.
   std::vector<std::unique_ptr<Client>> busy;
   held.clear();
   c.reset();
@@ -618,6 +618,11 @@ TEST_F(HttpFrontTest, GlobalCapDisplacesOrRefuses) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::unique_ptr<Client> late = Connect("127.0.0.6");
+  ASSERT_TRUE(late->send("GET /hello HTTP/1.1\r\n\r\n"));
+  std::optional<Response> r = late->read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_NE(r->body.find("server.http.max_connections"), std::string::npos) << r->body;
   EXPECT_TRUE(late->closed_within(0.5));
   EXPECT_EQ(Refused("connection_limit"), 2);
 }

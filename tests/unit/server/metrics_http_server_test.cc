@@ -388,7 +388,7 @@ TEST_P(MetricsHttpServerTest, TricklingClientsDoNotStarveAScrape) {
 }
 
 // A scraper sharing its address with clients that hold every slot of that address still gets in: it
-// displaces the oldest of them.
+// displaces the one of them that has sent nothing for longest.
 TEST_P(MetricsHttpServerTest, ScraperSharingAnAddressDisplacesTricklers) {
   Start(MetricsHttpLimits());
   Tricklers t;
@@ -404,8 +404,12 @@ TEST_P(MetricsHttpServerTest, ScraperSharingAnAddressDisplacesTricklers) {
   EXPECT_LT(seconds_since(t0), 1.0);
   EXPECT_NE(r.find("test_up 1"), std::string::npos) << r;
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // One trickler was displaced: the one that had sent nothing for longest (they trickle out of phase, so which
+  // one that is depends on timing; HttpFrontTest.PerAddressCapDisplacesTricklers pins the order down).
   EXPECT_EQ(t.open(), 3);
-  EXPECT_GE(t.closed_after()[0], 0) << "the oldest was not the one displaced";
+  int displaced = 0;
+  for (double when : t.closed_after()) displaced += when >= 0;
+  EXPECT_EQ(displaced, 1);
   EXPECT_EQ(Refused("address_limit"), 1);
   t.stop();
 }
@@ -454,10 +458,18 @@ TEST_P(MetricsHttpServerTest, WriteDeadlineAndRefusalWhenNothingCanBeDisplaced) 
   const Clock::time_point t0 = Clock::now();
   std::unique_ptr<Client> third = Connect("127.0.0.2");
   ASSERT_GE(third->fd(), 0);
-  char c;
   timeval tv{2, 0};
   setsockopt(third->fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  EXPECT_LE(recv(third->fd(), &c, 1, 0), 0);  // closed without a byte, at once
+  // Refused at once: plaintext gets a 503 naming the cap before the close; TLS (no handshake) only the close.
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = recv(third->fd(), buf, sizeof(buf), 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+  if (GetParam()) {
+    EXPECT_EQ(got, "");
+  } else {
+    EXPECT_EQ(got.rfind("HTTP/1.1 503 ", 0), 0u) << got;
+    EXPECT_NE(got.find("max_connections_per_address"), std::string::npos) << got;
+  }
   EXPECT_LT(seconds_since(t0), 0.5);
   EXPECT_EQ(Refused("address_limit"), 1);
   // The write deadline (1 s from the end of the head) cuts both.
