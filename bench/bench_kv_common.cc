@@ -77,7 +77,7 @@ double greedy_decode_tps(const Transformer& m, KvCodecKind codec, std::shared_pt
                          std::shared_ptr<const RepairSet> repair, int64_t n_new) {
   const int64_t n = std::min<int64_t>(16 + n_new, m.config().max_pos);
   std::vector<double> runs;
-  DecodeScratch scratch = m.make_scratch(n);
+  DecodeScratch scratch;
   for (int rep = 0; rep < 4; ++rep) {
     SequenceKv kv(m.kv_spec(n, codec, splice));
     kv.set_repair(repair);

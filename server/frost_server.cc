@@ -18,6 +18,7 @@
 #include "core/common/clock.h"
 #include "core/common/device.h"
 #include "core/common/log.h"
+#include "core/exec/device_factory.h"
 #include "core/exec/hidden_states.h"
 #include "core/exec/make_executor.h"
 #include "core/model/model_loader.h"
@@ -218,11 +219,18 @@ absl::Status FrostServer::load_model() {
                         absl::StrCat("model.path \"", cfg_.model.path, "\": ", loaded.status().message()));
   }
   // The executor for model.device (validated with the config), and on a device the source of Predict's and
-  // the jobs' backbone features: a decoder of its own on that device (core/exec/hidden_states.h).
+  // the jobs' backbone features: a decoder of its own on that device (core/exec/hidden_states.h). A device
+  // holds the weights once: both decoders borrow the DeviceWeights laid out here (core/exec/device_factory.h).
   ExecutorOptions xo;
   xo.device = *parse_device(cfg_.model.device);
   xo.kv_codec = cfg_.engine.kv_codec;
   xo.cuda_graphs = cfg_.model.cuda_graphs;
+  if (xo.device.kind != DeviceKind::kCpu) {
+    absl::StatusOr<std::shared_ptr<const DeviceWeights>> up =
+        upload_device_weights((*loaded)->config, (*loaded)->model->weights(), xo.device);
+    if (!up.ok()) return up.status();
+    xo.weights = *std::move(up);
+  }
   absl::StatusOr<std::shared_ptr<const HiddenStateSource>> features = make_hidden_source(**loaded, xo);
   if (!features.ok()) return features.status();
   (*loaded)->hidden_source = *std::move(features);

@@ -15,6 +15,8 @@
 namespace frost {
 namespace {
 
+constexpr const char* kWho = "cuda decoder";
+
 #define FROST_CUBLAS_CHECK(expr)                                                                           \
   do {                                                                                                     \
     const cublasStatus_t frost_s_ = (expr);                                                                \
@@ -34,35 +36,104 @@ int pow2_at_least(int n) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaDecoder>> CudaDecoder::create(const ModelConfig& cfg, const ModelWeights& w,
-                                                                 const DeviceOptions& opts) {
-  const std::string dev = absl::StrCat("cuda:", opts.device);
+CudaWeights::CudaWeights(const ModelConfig& cfg, int device, cuda::DType wdt)
+    : DeviceWeights(cfg, DeviceSpec{DeviceKind::kCuda, device}),
+      wdt(wdt), edt(wdt == cuda::DType::kInt8 ? cuda::DType::kF32 : wdt), llama(cfg.arch == Arch::kLlama) {}
+
+absl::StatusOr<std::shared_ptr<const CudaWeights>> CudaWeights::create(const ModelConfig& cfg, const ModelWeights& w,
+                                                                       int device) {
+  const std::string dev = absl::StrCat("cuda:", device);
   if (absl::Status st = device_supports(cfg, w.dtype, dev); !st.ok()) return st;
   if (absl::Status st = device_int8_weights_present(w, dev); !st.ok()) return st;
-  std::unique_ptr<CudaDecoder> d(new CudaDecoder(cfg, opts, device_weight_dtype(w.dtype)));
+  std::shared_ptr<CudaWeights> d(new CudaWeights(cfg, device, device_weight_dtype(w.dtype)));
   try {
-    d->init_device();
+    d->init();
     d->upload(w);
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(absl::StrCat("model.device ", dev, ": ", e.what()));
+  }
+  return std::shared_ptr<const CudaWeights>(std::move(d));
+}
+
+void CudaWeights::init() {
+  const int device = device_.index;
+  int n_dev = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n_dev);
+  if (e != cudaSuccess)
+    throw DeviceError(std::string("no usable CUDA driver or device (") + cudaGetErrorString(e) + ")", false);
+  if (device < 0 || device >= n_dev)
+    throw DeviceError(absl::StrCat("no CUDA device ", device, " (", n_dev, " visible)"), false);
+  FROST_CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  FROST_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  card = prop.name;
+  n_sms = prop.multiProcessorCount;
+  device_total = static_cast<int64_t>(prop.totalGlobalMem);
+  if (llama) {  // RoPE tables as core/model/transformer.cc computes them (and the twin)
+    std::vector<float> c, s;
+    cuda::ref::rope_tables(static_cast<int>(cfg_.max_pos), static_cast<int>(cfg_.head_dim), cfg_.rope_theta, &c, &s);
+    auto up = [this](const std::vector<float>& v) {
+      auto* p = static_cast<float*>(alloc(4 * static_cast<int64_t>(v.size()), "RoPE table"));
+      FROST_CUDA_CHECK(cudaMemcpy(p, v.data(), 4 * v.size(), cudaMemcpyHostToDevice));
+      return p;
+    };
+    rope_cos = up(c);
+    rope_sin = up(s);
+  }
+}
+
+CudaWeights::~CudaWeights() {
+  if (allocations_.empty()) return;
+  cudaSetDevice(device_.index);
+  cudaDeviceSynchronize();
+  for (void* p : allocations_) cudaFree(p);
+}
+
+namespace {
+void* device_alloc(int64_t bytes, const char* what, int64_t already, std::vector<void*>* allocations) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+  if (e != cudaSuccess) {
+    size_t free_b = 0, total_b = 0;
+    cudaGetLastError();
+    cudaMemGetInfo(&free_b, &total_b);
+    throw DeviceError(absl::StrCat("out of device memory allocating ", bytes, " bytes for ", what, " (", free_b,
+                                   " of ", total_b, " bytes free; this model had allocated ", already, ")"),
+                      false);
+  }
+  allocations->push_back(p);
+  return p;
+}
+}  // namespace
+
+void* CudaWeights::alloc(int64_t bytes, const char* what) {
+  void* p = device_alloc(bytes, what, allocated, &allocations_);
+  allocated += bytes;
+  return p;
+}
+
+void* CudaDecoder::alloc(int64_t bytes, const char* what) {
+  void* p = device_alloc(bytes, what, w_->allocated + device_bytes_, &allocations_);
+  device_bytes_ += bytes;
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<CudaDecoder>> CudaDecoder::create(std::shared_ptr<const CudaWeights> weights,
+                                                                 const DeviceOptions& opts) {
+  const std::string dev = absl::StrCat("cuda:", weights->device().index);
+  DeviceOptions o = opts;
+  o.device = weights->device().index;
+  std::unique_ptr<CudaDecoder> d(new CudaDecoder(std::move(weights), o));
+  try {
+    d->init_stream();
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(absl::StrCat("model.device ", dev, ": ", e.what()));
   }
   return d;
 }
 
-void CudaDecoder::init_device() {
-  llama_ = cfg_.arch == Arch::kLlama;
-  int n_dev = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n_dev);
-  if (e != cudaSuccess)
-    throw DeviceError(std::string("no usable CUDA driver or device (") + cudaGetErrorString(e) + ")", false);
-  if (opts_.device < 0 || opts_.device >= n_dev)
-    throw DeviceError(absl::StrCat("no CUDA device ", opts_.device, " (", n_dev, " visible)"), false);
+void CudaDecoder::init_stream() {
   FROST_CUDA_CHECK(cudaSetDevice(opts_.device));
-  cudaDeviceProp prop{};
-  FROST_CUDA_CHECK(cudaGetDeviceProperties(&prop, opts_.device));
-  card_ = prop.name;
-  n_sms_ = prop.multiProcessorCount;
-  device_total_ = static_cast<int64_t>(prop.totalGlobalMem);
   FROST_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   cublasHandle_t h = nullptr;
   FROST_CUBLAS_CHECK(cublasCreate(&h));
@@ -71,49 +142,22 @@ void CudaDecoder::init_device() {
   FROST_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));  // fp32 stays fp32 (no TF32)
   constexpr int64_t kWs = 32 << 20;
   FROST_CUBLAS_CHECK(cublasSetWorkspace(h, alloc(kWs, "cuBLAS workspace"), kWs));
-  if (llama_) {  // RoPE tables as core/model/transformer.cc computes them (and the twin)
-    std::vector<float> c, s;
-    cuda::ref::rope_tables(static_cast<int>(cfg_.max_pos), static_cast<int>(cfg_.head_dim), cfg_.rope_theta, &c, &s);
-    auto up = [this](const std::vector<float>& v) {
-      auto* p = static_cast<float*>(alloc(4 * static_cast<int64_t>(v.size()), "RoPE table"));
-      FROST_CUDA_CHECK(cudaMemcpy(p, v.data(), 4 * v.size(), cudaMemcpyHostToDevice));
-      return p;
-    };
-    rope_cos_ = up(c);
-    rope_sin_ = up(s);
-  }
 }
 
-void* CudaDecoder::alloc(int64_t bytes, const char* what) {
-  void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
-  if (e != cudaSuccess) {
-    size_t free_b = 0, total_b = 0;
-    cudaGetLastError();
-    cudaMemGetInfo(&free_b, &total_b);
-    throw DeviceError(absl::StrCat("out of device memory allocating ", bytes, " bytes for ", what, " (", free_b,
-                                   " of ", total_b, " bytes free; this model had allocated ", device_bytes_, ")"),
-                      false);
-  }
-  allocations_.push_back(p);
-  device_bytes_ += bytes;
-  return p;
-}
-
-const float* CudaDecoder::upload_f32(const at::Tensor& t, const char* what) {
+const float* CudaWeights::upload_f32(const at::Tensor& t, const char* what) {
   if (!t.defined()) return nullptr;
   const at::Tensor c = t.to(at::kFloat).contiguous();
   auto* d = static_cast<float*>(alloc(4 * c.numel(), what));
   FROST_CUDA_CHECK(cudaMemcpy(d, c.data_ptr<float>(), 4 * static_cast<size_t>(c.numel()), cudaMemcpyHostToDevice));
-  weight_bytes_ += 4 * c.numel();
+  bytes_ += 4 * c.numel();
   return d;
 }
 
-const void* CudaDecoder::upload_w(const at::Tensor& t, const char* what) {
-  if (wdt_ == cuda::DType::kF32) return upload_f32(t, what);
+const void* CudaWeights::upload_w(const at::Tensor& t, const char* what) {
+  if (wdt == cuda::DType::kF32) return upload_f32(t, what);
   const int64_t n = t.numel();
   void* d = alloc(2 * n, what);
-  const bool f16 = wdt_ == cuda::DType::kF16;
+  const bool f16 = wdt == cuda::DType::kF16;
   if (t.scalar_type() == (f16 ? at::kHalf : at::kBFloat16)) {  // the loaded bf16 / fp16 bits, as they are
     const at::Tensor c = t.contiguous();
     FROST_CUDA_CHECK(cudaMemcpy(d, c.data_ptr(), 2 * static_cast<size_t>(n), cudaMemcpyHostToDevice));
@@ -125,17 +169,17 @@ const void* CudaDecoder::upload_w(const at::Tensor& t, const char* what) {
       b[static_cast<size_t>(i)] = f16 ? cuda::ref::f16_bits(f[i]) : cuda::ref::bf16_bits(f[i]);
     FROST_CUDA_CHECK(cudaMemcpy(d, b.data(), 2 * static_cast<size_t>(n), cudaMemcpyHostToDevice));
   }
-  weight_bytes_ += 2 * n;
+  bytes_ += 2 * n;
   return d;
 }
 
-CudaDecoder::Linear CudaDecoder::upload_q8(const kernels::QuantizedMatrix& q, const at::Tensor& bias,
+CudaWeights::Linear CudaWeights::upload_q8(const kernels::QuantizedMatrix& q, const at::Tensor& bias,
                                            const char* what) {
   Linear L;
   const at::Tensor qc = q.q.contiguous(), sc = q.scales.to(at::kFloat).contiguous();
   void* d = alloc(qc.numel(), what);
   FROST_CUDA_CHECK(cudaMemcpy(d, qc.data_ptr(), static_cast<size_t>(qc.numel()), cudaMemcpyHostToDevice));
-  weight_bytes_ += qc.numel();
+  bytes_ += qc.numel();
   L.w = d;
   L.scales = upload_f32(sc, what);
   L.group = static_cast<int>(q.group);
@@ -145,8 +189,8 @@ CudaDecoder::Linear CudaDecoder::upload_q8(const kernels::QuantizedMatrix& q, co
   return L;
 }
 
-void CudaDecoder::upload(const ModelWeights& w) {
-  const bool int8 = wdt_ == cuda::DType::kInt8;
+void CudaWeights::upload(const ModelWeights& w) {
+  const bool int8 = wdt == cuda::DType::kInt8;
   auto lin = [&](const at::Tensor& wt, const at::Tensor& bt, const char* what) {
     Linear L;
     L.w = upload_w(wt, what);
@@ -155,8 +199,8 @@ void CudaDecoder::upload(const ModelWeights& w) {
     L.n_in = static_cast<int>(wt.size(1));
     return L;
   };
-  tok_embed_ = int8 ? upload_f32(w.tok_embed, "tok_embed") : upload_w(w.tok_embed, "tok_embed");
-  if (!llama_) pos_embed_ = upload_f32(w.pos_embed, "pos_embed");
+  tok_embed = int8 ? upload_f32(w.tok_embed, "tok_embed") : upload_w(w.tok_embed, "tok_embed");
+  if (!llama) pos_embed = upload_f32(w.pos_embed, "pos_embed");
   for (const LayerWeights& l : w.layers) {
     Layer L;
     L.attn_norm_w = upload_f32(l.attn_norm_w, "norm");
@@ -167,52 +211,67 @@ void CudaDecoder::upload(const ModelWeights& w) {
     L.o = int8 ? upload_q8(l.wo_q, l.bo, "wo") : lin(l.wo, l.bo, "wo");
     L.in = int8 ? upload_q8(l.w_in_q, l.b_in, "w_in") : lin(l.w_in, l.b_in, "w_in");
     L.out = int8 ? upload_q8(l.w_out_q, l.b_out, "w_out") : lin(l.w_out, l.b_out, "w_out");
-    layers_.push_back(L);
+    layers.push_back(L);
   }
-  final_norm_w_ = upload_f32(w.final_norm_w, "final_norm_w");
-  final_norm_b_ = upload_f32(w.final_norm_b, "final_norm_b");
+  final_norm_w = upload_f32(w.final_norm_w, "final_norm_w");
+  final_norm_b = upload_f32(w.final_norm_b, "final_norm_b");
   if (int8) {  // the CPU int8 model's head: quantized, tied or not
-    lm_head_ = upload_q8(w.lm_head_q, at::Tensor(), "lm_head");
+    lm_head = upload_q8(w.lm_head_q, at::Tensor(), "lm_head");
   } else if (w.lm_head.defined() && !w.lm_head.is_same(w.tok_embed)) {
-    lm_head_ = lin(w.lm_head, at::Tensor(), "lm_head");
+    lm_head = lin(w.lm_head, at::Tensor(), "lm_head");
   } else {
-    lm_head_.w = tok_embed_;
-    lm_head_.n_out = static_cast<int>(cfg_.n_vocab);
-    lm_head_.n_in = static_cast<int>(cfg_.dim);
+    lm_head.w = tok_embed;
+    lm_head.n_out = static_cast<int>(cfg_.n_vocab);
+    lm_head.n_in = static_cast<int>(cfg_.dim);
   }
   FROST_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+std::shared_ptr<const CudaWeights> CudaWeights::random(const ModelConfig& cfg, int device, WeightDtype weights,
+                                                       uint64_t seed) {
+  if (absl::Status st = device_supports(cfg, weights, absl::StrCat("cuda:", device)); !st.ok())
+    throw DeviceError(std::string(st.message()), false);
+  std::shared_ptr<CudaWeights> m(new CudaWeights(cfg, device, device_weight_dtype(weights)));
+  m->init();
+  m->draw(seed);
+  return m;
+}
+
 std::unique_ptr<CudaDecoder> CudaDecoder::random(const ModelConfig& cfg, const DeviceOptions& opts,
                                                  WeightDtype weights, uint64_t seed) {
-  if (absl::Status st = device_supports(cfg, weights, absl::StrCat("cuda:", opts.device)); !st.ok())
-    throw DeviceError(std::string(st.message()), false);
-  std::unique_ptr<CudaDecoder> m(new CudaDecoder(cfg, opts, device_weight_dtype(weights)));
-  m->init_device();
+  absl::StatusOr<std::unique_ptr<CudaDecoder>> d = create(CudaWeights::random(cfg, opts.device, weights, seed), opts);
+  if (!d.ok()) throw DeviceError(std::string(d.status().message()), false);
+  return *std::move(d);
+}
+
+// Drawn on the default stream, synchronized before the weights are shared.
+void CudaWeights::draw(uint64_t seed) {
+  const ModelConfig& cfg = cfg_;
+  cudaStream_t stream = nullptr;
   const int64_t C = cfg.dim, V = cfg.n_vocab, F = cfg.ffn_dim, Q = cfg.q_dim(), QKV = Q + 2 * cfg.kv_dim();
   const bool gpt2 = cfg.arch == Arch::kGpt2;
   const int64_t FIN = gpt2 ? F : 2 * F;
-  const cuda::DType wd = m->wdt_;
+  const cuda::DType wd = wdt;
   const int64_t wsz = cuda::dtype_bytes(wd);
   uint64_t k = seed;
   auto fill = [&](int64_t n, cuda::DType dt, float std, float mean, const char* what) {
-    void* p = m->alloc(n * cuda::dtype_bytes(dt), what);
-    cuda::fill_uniform(p, dt, n, ++k, std * std::sqrt(3.f), mean, m->stream_);
+    void* p = alloc(n * cuda::dtype_bytes(dt), what);
+    cuda::fill_uniform(p, dt, n, ++k, std * std::sqrt(3.f), mean, stream);
     return p;
   };
   // int8: each matrix drawn in fp32 into one scratch (the largest matrix's size), then quantized on the
   // device as the CPU loader quantizes (groups of 32).
   const bool int8 = wd == cuda::DType::kInt8;
-  float* draw = nullptr;
+  float* scratch = nullptr;
   struct FreeDraw {
     float** p;
     ~FreeDraw() {
       if (*p) cudaFree(*p);
     }
-  } free_draw{&draw};
+  } free_draw{&scratch};
   if (int8) {
     const int64_t most = std::max({QKV * C, C * Q, FIN * C, C * F, V * C});
-    if (cudaMalloc(reinterpret_cast<void**>(&draw), 4 * static_cast<size_t>(most)) != cudaSuccess) {
+    if (cudaMalloc(reinterpret_cast<void**>(&scratch), 4 * static_cast<size_t>(most)) != cudaSuccess) {
       cudaGetLastError();
       throw DeviceError(absl::StrCat("out of device memory drawing int8 weights (", 4 * most, " bytes)"),
                         false);
@@ -220,15 +279,15 @@ std::unique_ptr<CudaDecoder> CudaDecoder::random(const ModelConfig& cfg, const D
   }
   auto quantized = [&](int64_t n_out, int64_t n_in, float a, Linear* L) {
     constexpr int kGroup = 32;
-    cuda::fill_uniform(draw, cuda::DType::kF32, n_out * n_in, ++k, a, 0.f, m->stream_);
-    auto* q = static_cast<int8_t*>(m->alloc(n_out * n_in, "weights"));
+    cuda::fill_uniform(scratch, cuda::DType::kF32, n_out * n_in, ++k, a, 0.f, stream);
+    auto* q = static_cast<int8_t*>(alloc(n_out * n_in, "weights"));
     const int64_t n_scales = n_out * ((n_in + kGroup - 1) / kGroup);
-    auto* sc = static_cast<float*>(m->alloc(4 * n_scales, "weights"));
-    cuda::quantize_int8(draw, n_out, static_cast<int>(n_in), kGroup, q, sc, m->stream_);
+    auto* sc = static_cast<float*>(alloc(4 * n_scales, "weights"));
+    cuda::quantize_int8(scratch, n_out, static_cast<int>(n_in), kGroup, q, sc, stream);
     L->w = q;
     L->scales = sc;
     L->group = kGroup;
-    m->weight_bytes_ += n_out * n_in + 4 * n_scales;
+    bytes_ += n_out * n_in + 4 * n_scales;
   };
   auto lin = [&](int64_t n_out, int64_t n_in, bool bias) {
     Linear L;
@@ -237,25 +296,25 @@ std::unique_ptr<CudaDecoder> CudaDecoder::random(const ModelConfig& cfg, const D
       quantized(n_out, n_in, a * std::sqrt(3.f), &L);
     } else {
       L.w = fill(n_out * n_in, wd, a, 0.f, "weights");
-      m->weight_bytes_ += n_out * n_in * wsz;
+      bytes_ += n_out * n_in * wsz;
     }
     if (bias) {
       L.b = static_cast<const float*>(fill(n_out, cuda::DType::kF32, 0.02f, 0.f, "weights"));
-      m->weight_bytes_ += 4 * n_out;
+      bytes_ += 4 * n_out;
     }
     L.n_out = static_cast<int>(n_out);
     L.n_in = static_cast<int>(n_in);
     return L;
   };
   auto vec = [&](float std, float mean) {
-    m->weight_bytes_ += 4 * C;
+    bytes_ += 4 * C;
     return static_cast<const float*>(fill(C, cuda::DType::kF32, std, mean, "weights"));
   };
-  m->tok_embed_ = fill(V * C, m->edt_, 0.05f, 0.f, "weights");
-  m->weight_bytes_ += V * C * cuda::dtype_bytes(m->edt_);
+  tok_embed = fill(V * C, edt, 0.05f, 0.f, "weights");
+  bytes_ += V * C * cuda::dtype_bytes(edt);
   if (gpt2) {
-    m->pos_embed_ = static_cast<const float*>(fill(cfg.max_pos * C, cuda::DType::kF32, 0.1f, 0.f, "weights"));
-    m->weight_bytes_ += 4 * cfg.max_pos * C;
+    pos_embed = static_cast<const float*>(fill(cfg.max_pos * C, cuda::DType::kF32, 0.1f, 0.f, "weights"));
+    bytes_ += 4 * cfg.max_pos * C;
   }
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
     Layer L;
@@ -270,34 +329,33 @@ std::unique_ptr<CudaDecoder> CudaDecoder::random(const ModelConfig& cfg, const D
     L.o = lin(C, Q, bias);
     L.in = lin(FIN, C, gpt2 || cfg.mlp_bias);
     L.out = lin(C, F, gpt2 || cfg.mlp_bias);
-    m->layers_.push_back(L);
+    layers.push_back(L);
   }
-  m->final_norm_w_ = vec(0.1f, 1.f);
-  if (gpt2) m->final_norm_b_ = vec(0.02f, 0.f);
+  final_norm_w = vec(0.1f, 1.f);
+  if (gpt2) final_norm_b = vec(0.02f, 0.f);
   if (int8) {  // the head quantized from the table (tied) or drawn (untied), as the CPU int8 model's
-    m->lm_head_.n_out = static_cast<int>(V);
-    m->lm_head_.n_in = static_cast<int>(C);
+    lm_head.n_out = static_cast<int>(V);
+    lm_head.n_in = static_cast<int>(C);
     if (cfg.tie_embeddings) {
-      auto* q = static_cast<int8_t*>(m->alloc(V * C, "weights"));
-      auto* sc = static_cast<float*>(m->alloc(4 * V * ((C + 31) / 32), "weights"));
-      cuda::quantize_int8(static_cast<const float*>(m->tok_embed_), V, static_cast<int>(C), 32, q, sc,
-                          m->stream_);
-      m->lm_head_.w = q;
-      m->lm_head_.scales = sc;
-      m->lm_head_.group = 32;
-      m->weight_bytes_ += V * C + 4 * V * ((C + 31) / 32);
+      auto* q = static_cast<int8_t*>(alloc(V * C, "weights"));
+      auto* sc = static_cast<float*>(alloc(4 * V * ((C + 31) / 32), "weights"));
+      cuda::quantize_int8(static_cast<const float*>(tok_embed), V, static_cast<int>(C), 32, q, sc,
+                          stream);
+      lm_head.w = q;
+      lm_head.scales = sc;
+      lm_head.group = 32;
+      bytes_ += V * C + 4 * V * ((C + 31) / 32);
     } else {
-      quantized(V, C, std::sqrt(3.f) / std::sqrt(static_cast<float>(C)), &m->lm_head_);
+      quantized(V, C, std::sqrt(3.f) / std::sqrt(static_cast<float>(C)), &lm_head);
     }
   } else if (cfg.tie_embeddings) {
-    m->lm_head_.w = m->tok_embed_;
-    m->lm_head_.n_out = static_cast<int>(V);
-    m->lm_head_.n_in = static_cast<int>(C);
+    lm_head.w = tok_embed;
+    lm_head.n_out = static_cast<int>(V);
+    lm_head.n_in = static_cast<int>(C);
   } else {
-    m->lm_head_ = lin(V, C, false);
+    lm_head = lin(V, C, false);
   }
-  FROST_CUDA_CHECK(cudaStreamSynchronize(m->stream_));
-  return m;
+  FROST_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 CudaDecoder::~CudaDecoder() { release(); }
@@ -322,17 +380,10 @@ void CudaDecoder::release() {
 
 void CudaDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_rows, int max_seqs, int max_blocks) {
   try {
-    if (pool_) throw DeviceError("allocate() called twice", false);
-    if (layout.format != opts_.kv || layout.n_layer != cfg_.n_layer || layout.n_head_kv != cfg_.n_head_kv ||
-        layout.head_dim != cfg_.head_dim || layout.block_tokens < 1)
-      throw DeviceError("the KV layout does not match the model and options", false);
-    if (n_blocks < 1 || max_rows < 1 || max_seqs < 1 || max_blocks < 1)
-      throw DeviceError("sizes must be positive", false);
+    const DeviceLimits lim{n_blocks, max_rows, max_seqs, max_blocks};
+    check_device_allocation(cfg_, opts_.kv, layout, lim, lim_, kWho);
     kv_ = layout;
-    n_blocks_ = n_blocks;
-    max_rows_ = max_rows;
-    max_seqs_ = max_seqs;
-    max_blocks_ = max_blocks;
+    lim_ = lim;
     // Graph buckets pad rows and logit rows up to powers of two.
     rows_cap_ = opts_.cuda_graphs ? pow2_at_least(max_rows) : max_rows;
     logits_cap_ = std::min(rows_cap_, opts_.cuda_graphs ? pow2_at_least(max_seqs) : max_seqs);
@@ -354,8 +405,8 @@ void CudaDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_r
     const int64_t widest = std::max<int64_t>({C, QKV, FIN, cfg_.q_dim(), cfg_.ffn_dim});
     xb_ = static_cast<uint16_t*>(alloc(2 * R * widest, "bf16 / fp16 activations"));
     if (wdt_ == cuda::DType::kInt8 && (!opts_.gemv || R > kInt8GemvRows)) {
-      int64_t most = int64_t{lm_head_.n_out} * lm_head_.n_in;
-      for (const Layer& L : layers_)
+      int64_t most = int64_t{w_->lm_head.n_out} * w_->lm_head.n_in;
+      for (const Layer& L : w_->layers)
         for (const Linear* l : {&L.qkv, &L.o, &L.in, &L.out})
           most = std::max(most, int64_t{l->n_out} * l->n_in);
       wscratch_ = static_cast<float*>(alloc(4 * most, "int8 weights dequantized for the GEMM"));
@@ -393,40 +444,16 @@ void CudaDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_r
 }
 
 void CudaDecoder::set_blocks(int seq, const int32_t* blocks, int n) {
-  if (seq < 0 || seq >= max_seqs_)
-    throw DeviceError(absl::StrCat("sequence slot ", seq, " out of [0, ", max_seqs_, ")"), false);
-  if (n > max_blocks_)
-    throw DeviceError(absl::StrCat(n, " blocks exceed the ", max_blocks_, " a sequence can hold"), false);
-  for (int i = 0; i < n; ++i)
-    if (blocks[i] < 0 || blocks[i] >= n_blocks_)
-      throw DeviceError(absl::StrCat("block ", blocks[i], " out of the pool's ", n_blocks_), false);
-  std::copy(blocks, blocks + n, reinterpret_cast<int32_t*>(meta_host_ + off_table_) + static_cast<int64_t>(seq) * max_blocks_);
+  check_device_blocks(lim_, seq, blocks, n, kWho);
+  std::copy(blocks, blocks + n,
+            reinterpret_cast<int32_t*>(meta_host_ + off_table_) + static_cast<int64_t>(seq) * lim_.max_blocks);
   n_table_rows_ = std::max(n_table_rows_, seq + 1);
-}
-
-void CudaDecoder::check(const DeviceStep& step, int max_logit_rows) const {
-  auto bad = [](const std::string& m) { throw DeviceError("cuda decoder: " + m, false); };
-  if (!pool_) bad("no KV pool: allocate() first");
-  const auto n = static_cast<int>(step.token.size());
-  if (n <= 0 || n > max_rows_) bad(absl::StrCat("a step has 1..", max_rows_, " rows, got ", n));
-  if (step.seq.size() != step.token.size() || step.pos.size() != step.token.size())
-    bad("token, seq and pos must have one entry per row");
-  const auto nl = static_cast<int>(step.logit_rows.size());
-  const int max_nl = std::min(n, max_logit_rows);
-  if (nl <= 0 || nl > max_nl) bad(absl::StrCat("1..", max_nl, " logit rows, got ", nl));
-  for (int r = 0; r < n; ++r) {
-    if (step.token[r] < 0 || step.token[r] >= cfg_.n_vocab) bad(absl::StrCat("token ", step.token[r], " out of range"));
-    if (step.seq[r] < 0 || step.seq[r] >= max_seqs_) bad(absl::StrCat("sequence slot ", step.seq[r], " out of range"));
-    if (step.pos[r] < 0 || step.pos[r] >= cfg_.max_pos || step.pos[r] / kv_.block_tokens >= max_blocks_)
-      bad(absl::StrCat("position ", step.pos[r], " out of range"));
-  }
-  for (int32_t lr : step.logit_rows)
-    if (lr < 0 || lr >= n) bad(absl::StrCat("logit row ", lr, " out of range"));
 }
 
 std::pair<int, int> CudaDecoder::stage(const DeviceStep& step, const std::vector<cuda::SampleParams>* sampling,
                                        bool pad, bool hidden) {
-  check(step, sampling ? max_seqs_ : hidden ? max_rows_ : logit_rows_cap_);
+  check_device_step(cfg_, lim_, kv_.block_tokens, sampling ? lim_.max_seqs : hidden ? lim_.max_rows : logit_rows_cap_,
+                    step, kWho);
   const int n = static_cast<int>(step.token.size()), nl = static_cast<int>(step.logit_rows.size());
   const int R = rows_cap_;
   const int nb = pad ? pow2_at_least(n) : n;
@@ -436,17 +463,20 @@ std::pair<int, int> CudaDecoder::stage(const DeviceStep& step, const std::vector
   std::copy(step.seq.begin(), step.seq.end(), i32 + R);
   std::copy(step.pos.begin(), step.pos.end(), i32 + 2 * R);
   std::copy(step.logit_rows.begin(), step.logit_rows.end(), i32 + 3 * R);
-  for (int r = n; r < nb; ++r) i32[r] = 0, i32[R + r] = max_seqs_, i32[2 * R + r] = 0;  // padding: the spare block
+  for (int r = n; r < nb; ++r)
+    i32[r] = 0, i32[R + r] = lim_.max_seqs, i32[2 * R + r] = 0;  // padding: the spare block
   for (int i = nl; i < nlb; ++i) i32[3 * R + i] = 0;
   auto* params = reinterpret_cast<cuda::SampleParams*>(meta_host_ + off_params_);
-  for (int i = 0; i < nlb; ++i) params[i] = sampling && i < nl ? (*sampling)[static_cast<size_t>(i)] : cuda::SampleParams{};
+  for (int i = 0; i < nlb; ++i)
+    params[i] = sampling && i < nl ? (*sampling)[static_cast<size_t>(i)] : cuda::SampleParams{};
   split_ = cuda::attention_split(*std::max_element(step.pos.begin(), step.pos.end()) + 1, nb,
-                                 static_cast<int>(cfg_.n_head_kv), 4 * n_sms_);
-  FROST_CUDA_CHECK(cudaMemcpyAsync(meta_dev_, meta_host_, static_cast<size_t>(off_table_), cudaMemcpyHostToDevice, stream_));
+                                 static_cast<int>(cfg_.n_head_kv), 4 * w_->n_sms);
+  FROST_CUDA_CHECK(cudaMemcpyAsync(meta_dev_, meta_host_, static_cast<size_t>(off_table_),
+                                   cudaMemcpyHostToDevice, stream_));
   if (n_table_rows_ > 0)
     FROST_CUDA_CHECK(cudaMemcpyAsync(meta_dev_ + off_table_, meta_host_ + off_table_,
-                                     4 * static_cast<size_t>(n_table_rows_) * max_blocks_, cudaMemcpyHostToDevice,
-                                     stream_));
+                                     4 * static_cast<size_t>(n_table_rows_) * lim_.max_blocks,
+                                     cudaMemcpyHostToDevice, stream_));
   n_table_rows_ = 0;
   return {nb, nlb};
 }
@@ -506,64 +536,120 @@ void CudaDecoder::linear(const Linear& L, const float* x, int rows, float* y, bo
   if (L.b) cuda::add_bias(y, L.b, rows, L.n_out, stream_);
 }
 
-void CudaDecoder::enqueue(int n, int nl, Out out) {
-  const ModelConfig& s = cfg_;
-  const int C = static_cast<int>(s.dim), H = static_cast<int>(s.n_head), V = static_cast<int>(s.n_vocab);
-  mark(nullptr);
-  const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  cuda::embed(tok_embed_, edt_, pos_embed_, rows_dev_, n, C, x_, stream_);
-  mark("embed");
-  // LLaMA: the RMSNorms and SwiGLU ride inside the linear layers that read them (fused into the GEMV at
-  // batch ≤ kGemvMaxRows; their own kernels before cuBLAS above). GPT-2: LayerNorm and GELU kernels.
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
-    if (llama_) {
-      linear(L.qkv, x_, n, qkv_, false, cuda::GemvInput::kRmsNorm, L.attn_norm_w, h_);
+// The layer sequence's ops on the GPU. LLaMA's RMSNorms and SwiGLU ride inside the linear layer that reads
+// them (fused into the GEMV at batch <= kGemvMaxRows; their own kernels before cuBLAS above): norm() and
+// activation() leave them pending and the next linear() takes them. GPT-2: LayerNorm and GELU kernels. The
+// stage marks (profiling) are the ones the CUDA benchmark reports.
+struct CudaDecoder::Ops final : LayerOps {
+  CudaDecoder& d;
+  const CudaWeights& w;
+  const int n, nl;
+  const StepOutput out;
+  const float* pending_norm = nullptr;  // LLaMA: the RMSNorm weights the next linear applies to its input
+  const float* norm_in = nullptr;       // ... and that input (x_, or the gathered rows in h_)
+  float* norm_scratch = nullptr;        // where the normed rows go when the norm cannot fuse (cuBLAS)
+  const float* normed = nullptr;        // a standalone norm's output: the next linear's input
+  bool pending_swiglu = false;
+
+  Ops(CudaDecoder& d_, int rows, int logit_rows, StepOutput o) : d(d_), w(*d_.w_), n(rows), nl(logit_rows), out(o) {}
+  const CudaWeights::Layer& L(int64_t l) const { return w.layers[static_cast<size_t>(l)]; }
+  // A linear reading the last norm's rows: fused (LLaMA) or from its output.
+  void normed_linear(const Linear& lin, int rows, float* y) {
+    if (pending_norm) {
+      d.linear(lin, norm_in, rows, y, false, cuda::GemvInput::kRmsNorm, pending_norm, norm_scratch);
+      pending_norm = nullptr;
     } else {
-      norm(x_, L.attn_norm_w, L.attn_norm_b, n, h_);
-      linear(L.qkv, h_, n, qkv_, false);
+      d.linear(lin, normed, rows, y, false);
     }
-    mark("norm_qkv");
-    cuda::rope_kv_append(qkv_, rope_cos_, rope_sin_, rows_dev_, n, H, kv_, static_cast<int>(l), pool_, stream_);
-    mark("rope_kv_append");
-    cuda::attention(qkv_, rows_dev_, n, H, kv_, static_cast<int>(l), pool_, scale, split_, attn_part_, att_, stream_);
-    mark("attention");
-    linear(L.o, att_, n, x_, true);
-    mark("o");
-    if (llama_) {
-      linear(L.in, x_, n, gu_, false, cuda::GemvInput::kRmsNorm, L.mlp_norm_w, h_);
-      mark("norm_mlp_in");
-      linear(L.out, gu_, n, x_, true, cuda::GemvInput::kSwiGlu, nullptr, act_);
-    } else {
-      norm(x_, L.mlp_norm_w, L.mlp_norm_b, n, h_);
-      linear(L.in, h_, n, gu_, false);
-      mark("norm_mlp_in");
-      cuda::gelu_new(gu_, static_cast<int64_t>(n) * s.ffn_dim, stream_);
-      linear(L.out, gu_, n, x_, true);
+  }
+
+  void embed() override {
+    d.mark(nullptr);
+    cuda::embed(w.tok_embed, w.edt, w.pos_embed, d.rows_dev_, n, static_cast<int>(d.cfg_.dim), d.x_,
+                d.stream_);
+    d.mark("embed");
+  }
+  void norm(NormSite site, int64_t l) override {
+    const bool fin = site == NormSite::kFinal;
+    const float* nw = fin ? w.final_norm_w : site == NormSite::kAttn ? L(l).attn_norm_w : L(l).mlp_norm_w;
+    const float* nb = fin ? w.final_norm_b : site == NormSite::kAttn ? L(l).attn_norm_b : L(l).mlp_norm_b;
+    // Layer norms read the residual stream x_ into h_; the final norm reads the gathered rows (h_) into x_
+    // (the residual stream is spent by then).
+    const float* in = fin ? d.h_ : d.x_;
+    float* o = fin ? d.x_ : d.h_;
+    const int rows = fin ? nl : n;
+    if (d.llama_ && !(fin && out == StepOutput::kHidden)) {
+      pending_norm = nw;
+      norm_in = in;
+      norm_scratch = o;
+      return;
     }
-    mark("act_mlp_out");
+    d.norm(in, nw, nb, rows, o);
+    normed = o;
+    if (fin && out == StepOutput::kHidden) d.mark("norm");
   }
-  cuda::gather_rows(x_, logit_rows_dev_, nl, C, h_, stream_);
-  if (out == Out::kHidden) {  // the final-norm rows into x_, no lm_head
-    norm(h_, final_norm_w_, final_norm_b_, nl, x_);
-    mark("norm");
-    return;
+  void linear(LayerMatrix m, int64_t l) override {
+    switch (m) {
+      case LayerMatrix::kQkv:
+        normed_linear(L(l).qkv, n, d.qkv_);
+        d.mark("norm_qkv");
+        return;
+      case LayerMatrix::kO:
+        d.linear(L(l).o, d.att_, n, d.x_, true);
+        d.mark("o");
+        return;
+      case LayerMatrix::kMlpIn:
+        normed_linear(L(l).in, n, d.gu_);
+        d.mark("norm_mlp_in");
+        return;
+      case LayerMatrix::kMlpOut:
+        if (pending_swiglu)
+          d.linear(L(l).out, d.gu_, n, d.x_, true, cuda::GemvInput::kSwiGlu, nullptr, d.act_);
+        else
+          d.linear(L(l).out, d.gu_, n, d.x_, true);
+        pending_swiglu = false;
+        d.mark("act_mlp_out");
+        return;
+      case LayerMatrix::kHead:
+        normed_linear(w.lm_head, nl, d.logits_);
+        d.mark("norm_lm_head");
+        return;
+    }
   }
-  if (llama_) {  // the residual stream is spent: x_ takes the normed rows when the norm runs alone
-    linear(lm_head_, h_, nl, logits_, false, cuda::GemvInput::kRmsNorm, final_norm_w_, x_);
-  } else {
-    norm(h_, final_norm_w_, final_norm_b_, nl, x_);
-    linear(lm_head_, x_, nl, logits_, false);
+  void rope_kv_append(int64_t l, bool) override {  // RA is refused before upload (device_supports)
+    cuda::rope_kv_append(d.qkv_, w.rope_cos, w.rope_sin, d.rows_dev_, n, static_cast<int>(d.cfg_.n_head),
+                         d.kv_, static_cast<int>(l), d.pool_, d.stream_);
+    d.mark("rope_kv_append");
   }
-  mark("norm_lm_head");
-  if (out == Out::kSample) {
-    cuda::sample_rows(logits_, nl, V, params_dev_, probs_, ids_, stream_);
-    mark("sample");
+  void attention(int64_t l) override {
+    const float scale = 1.f / std::sqrt(static_cast<float>(d.cfg_.head_dim));
+    cuda::attention(d.qkv_, d.rows_dev_, n, static_cast<int>(d.cfg_.n_head), d.kv_, static_cast<int>(l),
+                    d.pool_, scale, d.split_, d.attn_part_, d.att_, d.stream_);
+    d.mark("attention");
   }
+  void activation(int64_t) override {
+    if (d.llama_)
+      pending_swiglu = true;  // SwiGLU inside the W_out linear
+    else
+      cuda::gelu_new(d.gu_, static_cast<int64_t>(n) * d.cfg_.ffn_dim, d.stream_);
+  }
+  void gather() override {
+    cuda::gather_rows(d.x_, d.logit_rows_dev_, nl, static_cast<int>(d.cfg_.dim), d.h_, d.stream_);
+  }
+  void sample() override {
+    cuda::sample_rows(d.logits_, nl, static_cast<int>(d.cfg_.n_vocab), d.params_dev_, d.probs_, d.ids_,
+                      d.stream_);
+    d.mark("sample");
+  }
+};
+
+void CudaDecoder::enqueue(int n, int nl, StepOutput out) {
+  Ops ops(*this, n, nl, out);
+  run_layer_sequence(cfg_, ops, out);
 }
 
-void CudaDecoder::run(int n, int nl, Out out) {
-  if (!opts_.cuda_graphs || profiling_ || n > kMaxGraphRows || out != Out::kSample) {
+void CudaDecoder::run(int n, int nl, StepOutput out) {
+  if (!opts_.cuda_graphs || profiling_ || n > kMaxGraphRows || out != StepOutput::kSample) {
     enqueue(n, nl, out);
     return;
   }
@@ -611,7 +697,7 @@ int CudaDecoder::forward(const DeviceStep& step, const std::vector<cuda::SampleP
     throw DeviceError("cuda decoder: one sampling entry per logit row", false);
   try {
     const auto [n, nl] = stage(step, &sampling, opts_.cuda_graphs && !profiling_, false);
-    run(n, nl, Out::kSample);
+    run(n, nl, StepOutput::kSample);
     const auto real = static_cast<int>(step.logit_rows.size());
     FROST_CUDA_CHECK(cudaMemcpyAsync(ids_host_, ids_, 4 * static_cast<size_t>(real), cudaMemcpyDeviceToHost, stream_));
     const size_t V = static_cast<size_t>(cfg_.n_vocab);
@@ -635,7 +721,7 @@ std::vector<float> CudaDecoder::forward_logits(const DeviceStep& step) {
   if (broken_) throw DeviceError(absl::StrCat("cuda:", opts_.device, " failed earlier (sticky error)"), true);
   try {
     const auto [n, nl] = stage(step, nullptr, false, false);
-    enqueue(n, nl, Out::kLogits);
+    enqueue(n, nl, StepOutput::kLogits);
     std::vector<float> out(static_cast<size_t>(nl) * static_cast<size_t>(cfg_.n_vocab));
     FROST_CUDA_CHECK(cudaMemcpyAsync(out.data(), logits_, 4 * out.size(), cudaMemcpyDeviceToHost, stream_));
     FROST_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -652,7 +738,7 @@ std::vector<float> CudaDecoder::forward_hidden(const DeviceStep& step) {
   if (broken_) throw DeviceError(absl::StrCat("cuda:", opts_.device, " failed earlier (sticky error)"), true);
   try {
     const auto [n, nl] = stage(step, nullptr, false, true);
-    enqueue(n, nl, Out::kHidden);
+    enqueue(n, nl, StepOutput::kHidden);
     std::vector<float> out(static_cast<size_t>(nl) * static_cast<size_t>(cfg_.dim));
     FROST_CUDA_CHECK(cudaMemcpyAsync(out.data(), x_, 4 * out.size(), cudaMemcpyDeviceToHost, stream_));
     FROST_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -667,11 +753,11 @@ std::vector<float> CudaDecoder::forward_hidden(const DeviceStep& step) {
 
 DeviceMemory CudaDecoder::memory() const {
   DeviceMemory m;
-  m.name = absl::StrCat("cuda:", opts_.device, " (", card_, ")");
-  m.weight_bytes = weight_bytes_;
-  m.kv_pool_bytes = pool_ ? kv_.block_bytes() * (n_blocks_ + 1) : 0;
-  m.device_bytes = device_bytes_;
-  m.device_total_bytes = device_total_;
+  m.name = absl::StrCat("cuda:", opts_.device, " (", w_->card, ")");
+  m.weight_bytes = w_->bytes();
+  m.kv_pool_bytes = pool_ ? kv_.block_bytes() * (lim_.n_blocks + 1) : 0;
+  m.device_bytes = w_->allocated + device_bytes_;  // the weights (shared with the features' decoder) once
+  m.device_total_bytes = w_->device_total;
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) m.device_free_bytes = static_cast<int64_t>(free_b);
   m.graphs = static_cast<int32_t>(graphs_.size());

@@ -2,8 +2,9 @@
 // CudaDecoder: the DeviceDecoder (core/exec/device_decoder.h) on one CUDA GPU. Built with FROST_CUDA only.
 //
 // Weights go from the loaded model (ModelConfig + ModelWeights: frost's one model description) to device
-// memory once — fp32, or bf16 / fp16 bits as loaded — and the host copy is not kept by the decoder. The step
-// runs kernels/cuda/ops.h over a paged KV pool in device memory; sampling runs on the device
+// memory once (CudaWeights) — fp32, or bf16 / fp16 bits as loaded — and every decoder on that GPU borrows
+// them; the host copy is not kept. The step is the layer sequence (core/model/layer_sequence.h) over
+// kernels/cuda/ops.h and a paged KV pool in device memory; sampling runs on the device
 // (kernels/cuda/sample.cu) for every row whose parameters allow it, and only those ids (plus the logits of
 // rows the host samples) cross the bus.
 //
@@ -44,9 +45,64 @@
 
 #include "absl/status/statusor.h"
 #include "core/exec/device_decoder.h"
+#include "core/model/layer_sequence.h"
 #include "kernels/cuda/ops.h"
 
 namespace frost {
+
+// The model's weights on one GPU (DeviceWeights): uploaded once from the loaded model (or drawn at random for
+// benchmarks), shared by every CudaDecoder on that GPU (the engine's, the features'), freed with the last one.
+class CudaWeights final : public DeviceWeights {
+ public:
+  // Uploads the model's weights to GPU `device`. FAILED_PRECONDITION naming what it cannot run
+  // (device_supports) or what is missing (no CUDA device, out of device memory with the bytes asked for).
+  static absl::StatusOr<std::shared_ptr<const CudaWeights>> create(const ModelConfig& cfg, const ModelWeights& w,
+                                                                   int device);
+  // Random weights made on the device (benchmarks of shapes with no checkpoint), the distribution of
+  // core/model/builtin_models.cc; `weights` fp32, bf16, fp16 or int8 (int8: those weights quantized on the
+  // device as the CPU loader quantizes, cuda::quantize_int8, groups of 32). Throws DeviceError.
+  static std::shared_ptr<const CudaWeights> random(const ModelConfig& cfg, int device, WeightDtype weights,
+                                                   uint64_t seed);
+  ~CudaWeights() override;
+  CudaWeights(const CudaWeights&) = delete;
+  CudaWeights& operator=(const CudaWeights&) = delete;
+
+  struct Linear {
+    const void* w = nullptr;
+    const float* b = nullptr;
+    int n_out = 0, n_in = 0;
+    const float* scales = nullptr;  // int8: [n_out, ceil(n_in / group)]
+    int group = 0;
+  };
+  struct Layer {
+    const float *attn_norm_w = nullptr, *attn_norm_b = nullptr, *mlp_norm_w = nullptr, *mlp_norm_b = nullptr;
+    Linear qkv, o, in, out;
+  };
+  cuda::DType wdt = cuda::DType::kF32;
+  cuda::DType edt = cuda::DType::kF32;  // the embedding table's (int8 models: fp32)
+  bool llama = true;
+  std::string card;
+  int n_sms = 1;
+  int64_t device_total = 0;
+  int64_t allocated = 0;  // every byte these weights hold on the device (the RoPE tables too)
+  const void* tok_embed = nullptr;
+  const float* pos_embed = nullptr;
+  const float *final_norm_w = nullptr, *final_norm_b = nullptr;
+  Linear lm_head;
+  std::vector<Layer> layers;
+  const float *rope_cos = nullptr, *rope_sin = nullptr;
+
+ private:
+  CudaWeights(const ModelConfig& cfg, int device, cuda::DType wdt);
+  void init();
+  void* alloc(int64_t bytes, const char* what);
+  const float* upload_f32(const at::Tensor& t, const char* what);
+  const void* upload_w(const at::Tensor& t, const char* what);
+  Linear upload_q8(const kernels::QuantizedMatrix& q, const at::Tensor& bias, const char* what);
+  void upload(const ModelWeights& w);
+  void draw(uint64_t seed);
+  std::vector<void*> allocations_;
+};
 
 class CudaDecoder final : public DeviceDecoder {
  public:
@@ -54,13 +110,11 @@ class CudaDecoder final : public DeviceDecoder {
   static constexpr int kMaxGraphRows = 512;  // steps with more rows run with direct launches
   static constexpr int kInt8GemvRows = 32;   // int8: the GEMV (in pieces) up to these rows, then the GEMM
 
-  // Uploads the model's weights to GPU opts.device. FAILED_PRECONDITION naming what it cannot run
-  // (device_supports) or what is missing (no CUDA device, out of device memory with the bytes asked for).
-  static absl::StatusOr<std::unique_ptr<CudaDecoder>> create(const ModelConfig& cfg, const ModelWeights& w,
+  // A decoder (stream, cuBLAS, later its pool and buffers) over weights on their GPU (core/exec/device_factory.h
+  // makes both). FAILED_PRECONDITION when the GPU cannot make one.
+  static absl::StatusOr<std::unique_ptr<CudaDecoder>> create(std::shared_ptr<const CudaWeights> weights,
                                                              const DeviceOptions& opts);
-  // Random weights made on the device (benchmarks of shapes with no checkpoint), the distribution of
-  // core/model/builtin_models.cc; `weights` fp32, bf16, fp16 or int8 (int8: those weights quantized on the
-  // device as the CPU loader quantizes, cuda::quantize_int8, groups of 32). Throws DeviceError.
+  // Benchmarks: CudaWeights::random and a decoder over them. Throws DeviceError.
   static std::unique_ptr<CudaDecoder> random(const ModelConfig& cfg, const DeviceOptions& opts, WeightDtype weights,
                                              uint64_t seed);
   ~CudaDecoder() override;
@@ -77,7 +131,7 @@ class CudaDecoder final : public DeviceDecoder {
   DeviceMemory memory() const override;
 
   const ModelConfig& config() const { return cfg_; }
-  int64_t weight_bytes() const { return weight_bytes_; }
+  int64_t weight_bytes() const { return w_->bytes(); }
   int graphs_captured() const { return static_cast<int>(graphs_.size()); }
   // Per-stage device time (CUDA events between the stages of a step; steps then run without graphs), summed
   // over steps since the last take: [(stage, ms)] in step order ("qkv", "attention", … over all layers).
@@ -85,34 +139,20 @@ class CudaDecoder final : public DeviceDecoder {
   std::vector<std::pair<std::string, double>> take_profile();
 
  private:
-  struct Linear {
-    const void* w = nullptr;
-    const float* b = nullptr;
-    int n_out = 0, n_in = 0;
-    const float* scales = nullptr;  // int8: [n_out, ceil(n_in / group)]
-    int group = 0;
-  };
-  struct Layer {
-    const float *attn_norm_w = nullptr, *attn_norm_b = nullptr, *mlp_norm_w = nullptr, *mlp_norm_b = nullptr;
-    Linear qkv, o, in, out;
-  };
+  using Linear = CudaWeights::Linear;
+  using Layer = CudaWeights::Layer;
+  struct Ops;  // the layer sequence's ops (cuda_decoder.cc)
 
-  CudaDecoder(const ModelConfig& cfg, const DeviceOptions& opts, cuda::DType wdt)
-      : cfg_(cfg), opts_(opts), wdt_(wdt), edt_(wdt == cuda::DType::kInt8 ? cuda::DType::kF32 : wdt) {}
-  void init_device();
-  void upload(const ModelWeights& w);
+  CudaDecoder(std::shared_ptr<const CudaWeights> w, const DeviceOptions& opts)
+      : w_(std::move(w)), cfg_(w_->config()), opts_(opts), wdt_(w_->wdt), llama_(w_->llama) {}
+  void init_stream();
   void release();
   void* alloc(int64_t bytes, const char* what);
-  const float* upload_f32(const at::Tensor& t, const char* what);
-  const void* upload_w(const at::Tensor& t, const char* what);
-  Linear upload_q8(const kernels::QuantizedMatrix& q, const at::Tensor& bias, const char* what);
-  void check(const DeviceStep& step, int max_logit_rows) const;
   // Copies the step's metadata up; returns the (rows, logit rows) the kernels run, padded when graphs are on.
   std::pair<int, int> stage(const DeviceStep& step, const std::vector<cuda::SampleParams>* sampling, bool pad,
                             bool hidden);
-  enum class Out { kLogits, kSample, kHidden };  // what a step ends with
-  void enqueue(int n_rows, int n_logits, Out out);
-  void run(int n_rows, int n_logits, Out out);
+  void enqueue(int n_rows, int n_logits, StepOutput out);
+  void run(int n_rows, int n_logits, StepOutput out);
   void linear(const Linear& L, const float* x, int rows, float* y, bool accumulate,
               cuda::GemvInput in = cuda::GemvInput::kPlain, const float* norm_w = nullptr, float* scratch = nullptr);
   void norm(const float* x, const float* w, const float* b, int rows, float* out);
@@ -120,33 +160,23 @@ class CudaDecoder final : public DeviceDecoder {
   void mark(const char* stage);
   void collect_profile();
 
-  ModelConfig cfg_;
+  std::shared_ptr<const CudaWeights> w_;
+  const ModelConfig& cfg_;
   DeviceOptions opts_;
   cuda::DType wdt_;
-  cuda::DType edt_ = cuda::DType::kF32;  // the embedding table's (int8 models: fp32)
   bool llama_ = true;
-  std::string card_;
-  int n_sms_ = 1;
-  int64_t weight_bytes_ = 0, device_bytes_ = 0, device_total_ = 0;
+  int64_t device_bytes_ = 0;  // this decoder's own allocations (the weights' are theirs)
   std::vector<void*> allocations_;
   cudaStream_t stream_ = nullptr;
   void* cublas_ = nullptr;  // cublasHandle_t
   bool broken_ = false;     // a sticky error was seen
 
-  // weights
-  const void* tok_embed_ = nullptr;
-  const float* pos_embed_ = nullptr;
-  const float *final_norm_w_ = nullptr, *final_norm_b_ = nullptr;
-  Linear lm_head_;
-  std::vector<Layer> layers_;
-  const float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
-
   // KV pool (n_blocks_ + 1 blocks: the last is the padding rows' spare) and step buffers
   cuda::KvLayout kv_;
   // rows_cap_: rows a step may run (padded); logits_cap_: sampled rows (padded); logit_rows_cap_: rows of
   // logits forward_logits may ask for (hidden states: up to the rows).
-  int n_blocks_ = 0, max_rows_ = 0, max_seqs_ = 0, max_blocks_ = 0, rows_cap_ = 0, logits_cap_ = 0,
-      logit_rows_cap_ = 0;
+  DeviceLimits lim_;
+  int rows_cap_ = 0, logits_cap_ = 0, logit_rows_cap_ = 0;
   uint8_t* pool_ = nullptr;
   float *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gu_ = nullptr, *act_ = nullptr,
         *logits_ = nullptr, *probs_ = nullptr, *attn_part_ = nullptr;

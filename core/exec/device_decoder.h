@@ -5,11 +5,17 @@
 // chunks alike), sampling on the device so that only the chosen ids cross the bus (rows that need the host
 // sampler get their logits copied back). DeviceExecutor (core/exec/device_executor.h) drives one.
 //
-// Two implementations with the same contract:
+// Two implementations with the same contract, each a backend of the one layer sequence
+// (core/model/layer_sequence.h: the order of a step is written there, not here):
 //   CudaDecoder      (core/exec/cuda_decoder.h, FROST_CUDA)  the GPU: kernels/cuda/ops.h and cuBLAS
 //   ReferenceDecoder (core/exec/reference_decoder.h)         the host twin: the same layout and the same
 //                                                            functions in plain C++ (kernels/cuda/reference.h),
 //                                                            so every test of the wiring runs without a GPU
+//
+// Weights once per device (llama.cpp's context borrowing `const llama_model&`): a model's weights are laid out
+// on a device once, as a DeviceWeights, and every decoder made on that device — the engine's, and the one
+// Predict's and the jobs' features run on (core/exec/hidden_states.h) — borrows them (shared_ptr); a decoder
+// owns only its KV pool, step buffers and stream. core/exec/device_factory.h is the one place both are made.
 //
 // Not thread-safe: one thread (the engine's) drives a decoder. Errors are thrown as DeviceError.
 #include <cstdint>
@@ -18,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/common/device_spec.h"
 #include "core/model/model_config.h"
 #include "core/model/transformer.h"
 #include "kernels/cuda/layout.h"
@@ -35,6 +42,23 @@ absl::Status device_int8_weights_present(const ModelWeights& w, const std::strin
 // as the CPU int8 model's int8 matrices and scales (its embedding table fp32, as loaded; only the formats
 // device_supports accepts reach a device).
 cuda::DType device_weight_dtype(WeightDtype dtype);
+
+// A model's weights as one device lays them out, made once (device_factory.h: upload_device_weights) and
+// shared by the decoders of that device. Immutable once made.
+class DeviceWeights {
+ public:
+  virtual ~DeviceWeights() = default;
+  const ModelConfig& config() const { return cfg_; }
+  DeviceSpec device() const { return device_; }
+  // The bytes the device holds for them (frost_model_weight_bytes / frost_device_memory_bytes{kind="weights"}).
+  int64_t bytes() const { return bytes_; }
+
+ protected:
+  DeviceWeights(const ModelConfig& cfg, DeviceSpec device) : cfg_(cfg), device_(device) {}
+  ModelConfig cfg_;
+  DeviceSpec device_;
+  int64_t bytes_ = 0;
+};
 
 // A decoder failure. sticky: the device is unusable from now on (a CUDA context that saw an illegal address or
 // a launch failure); the executor then refuses every further step.
@@ -70,6 +94,21 @@ struct DeviceMemory {
   int64_t device_free_bytes = 0;   // free now (0 when unknown)
   int32_t graphs = 0;            // CUDA graphs captured
 };
+
+// The one step check of every device decoder (device_decoder.cc); each throws DeviceError(who + ": ...").
+struct DeviceLimits {
+  int n_blocks = 0, max_rows = 0, max_seqs = 0, max_blocks = 0;
+  bool allocated() const { return max_rows > 0; }
+};
+// allocate()'s arguments against the model and the decoder's KV format.
+void check_device_allocation(const ModelConfig& cfg, cuda::KvFormat format, const cuda::KvLayout& layout,
+                             const DeviceLimits& limits, const DeviceLimits& before, const char* who);
+// set_blocks()'s: slot, count and every block id.
+void check_device_blocks(const DeviceLimits& limits, int seq, const int32_t* blocks, int n, const char* who);
+// A step: rows 1..max_rows, one token / slot / position per row, each in range, 1..max_logit_rows logit rows
+// naming rows of the step.
+void check_device_step(const ModelConfig& cfg, const DeviceLimits& limits, int block_tokens, int max_logit_rows,
+                       const DeviceStep& step, const char* who);
 
 class DeviceDecoder {
  public:

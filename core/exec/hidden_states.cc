@@ -6,10 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/common/torch_status.h"
-#include "core/exec/reference_decoder.h"
-#ifdef FROST_WITH_CUDA_DECODER
-#include "core/exec/cuda_decoder.h"
-#endif
+#include "core/exec/device_factory.h"
 
 namespace frost {
 namespace {
@@ -66,25 +63,19 @@ absl::StatusOr<std::shared_ptr<const HiddenStateSource>> make_hidden_source(cons
                                                                             const ExecutorOptions& opts) {
   if (opts.device.kind == DeviceKind::kCpu) return std::shared_ptr<const HiddenStateSource>();
   const ModelConfig& c = model.config;
+  std::shared_ptr<const DeviceWeights> weights = opts.weights;  // the engine's, when already laid out
+  if (!weights) {
+    absl::StatusOr<std::shared_ptr<const DeviceWeights>> up =
+        upload_device_weights(c, model.model->weights(), opts.device);
+    if (!up.ok()) return up.status();
+    weights = *std::move(up);
+  }
   DeviceOptions d;
-  d.device = opts.device.index;
   d.kv = cuda::KvFormat::kF32;  // the features are the backbone's, whatever format the serving pool uses
   d.cuda_graphs = false;
-  std::unique_ptr<DeviceDecoder> decoder;
-  if (opts.device.kind == DeviceKind::kReference) {
-    absl::StatusOr<std::unique_ptr<ReferenceDecoder>> r = ReferenceDecoder::create(c, model.model->weights(), d);
-    if (!r.ok()) return r.status();
-    decoder = std::move(r).value();
-  } else {
-#ifdef FROST_WITH_CUDA_DECODER
-    absl::StatusOr<std::unique_ptr<CudaDecoder>> g = CudaDecoder::create(c, model.model->weights(), d);
-    if (!g.ok()) return g.status();
-    decoder = std::move(g).value();
-#else
-    return absl::FailedPreconditionError(absl::StrCat("model.device ", opts.device.name(),
-                                                      ": this frostd was built without the CUDA decoder"));
-#endif
-  }
+  absl::StatusOr<std::unique_ptr<DeviceDecoder>> made = make_device_decoder(std::move(weights), d);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<DeviceDecoder> decoder = *std::move(made);
   const int max_blocks = static_cast<int>((c.max_pos + kBlockTokens - 1) / kBlockTokens);
   cuda::KvLayout layout;
   layout.format = d.kv;

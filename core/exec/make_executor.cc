@@ -3,10 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/exec/cpu_executor.h"
 #include "core/exec/device_executor.h"
-#include "core/exec/reference_decoder.h"
-#ifdef FROST_WITH_CUDA_DECODER
-#include "core/exec/cuda_decoder.h"
-#endif
+#include "core/exec/device_factory.h"
 
 namespace frost {
 
@@ -30,29 +27,20 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> make_executor(std::shared_ptr<cons
   }
   absl::StatusOr<cuda::KvFormat> format = device_kv_format(opts.kv_codec, name);
   if (!format.ok()) return format.status();
+  std::shared_ptr<const DeviceWeights> weights = opts.weights;
+  if (!weights) {
+    absl::StatusOr<std::shared_ptr<const DeviceWeights>> up =
+        upload_device_weights(model->config, model->model->weights(), opts.device);
+    if (!up.ok()) return up.status();
+    weights = *std::move(up);
+  }
   DeviceOptions d;
-  d.device = opts.device.index;
   d.kv = *format;
   d.cuda_graphs = opts.cuda_graphs;
-  std::unique_ptr<DeviceDecoder> decoder;
-  if (opts.device.kind == DeviceKind::kReference) {
-    absl::StatusOr<std::unique_ptr<ReferenceDecoder>> r =
-        ReferenceDecoder::create(model->config, model->model->weights(), d);
-    if (!r.ok()) return r.status();
-    decoder = std::move(r).value();
-  } else {
-#ifdef FROST_WITH_CUDA_DECODER
-    absl::StatusOr<std::unique_ptr<CudaDecoder>> c = CudaDecoder::create(model->config, model->model->weights(), d);
-    if (!c.ok()) return c.status();
-    decoder = std::move(c).value();
-#else
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model.device ", name, ": this frostd was built without the CUDA decoder (configure with -DFROST_CUDA=ON "
-        "where the CUDA Toolkit is installed; `make` does so when /usr/local/cuda/bin/nvcc exists)"));
-#endif
-  }
+  absl::StatusOr<std::unique_ptr<DeviceDecoder>> decoder = make_device_decoder(std::move(weights), d);
+  if (!decoder.ok()) return decoder.status();
   absl::StatusOr<std::unique_ptr<DeviceExecutor>> e =
-      DeviceExecutor::create(std::move(model), std::move(decoder), name, opts.kv_codec);
+      DeviceExecutor::create(std::move(model), *std::move(decoder), name, opts.kv_codec);
   if (!e.ok()) return e.status();
   return std::unique_ptr<StepExecutor>(std::move(e).value());
 }

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "core/exec/device_decoder.h"
 #include "core/exec/step_executor.h"
 #include "core/model/model_loader.h"
 
@@ -14,6 +15,9 @@ namespace frost {
 
 struct ExecutorOptions {
   DeviceSpec device;
+  // A device's weights, already laid out (device_factory.h: upload_device_weights), to share with the features'
+  // decoder (hidden_states.h); uploaded here when empty.
+  std::shared_ptr<const DeviceWeights> weights;
   KvCodecKind kv_codec = KvCodecKind::kF32;
   bool cuda_graphs = true;  // the CUDA decoder replays captured steps (bounded buckets)
 };

@@ -2,10 +2,12 @@
 // CPU twins of its kernels over a pool in the device's KV layout.
 #include "core/exec/reference_decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/layer_sequence.h"
 #include "kernels/cuda/reference.h"
 
 namespace frost {
@@ -18,25 +20,26 @@ std::vector<float> host_f32(const at::Tensor& t) {
   return std::vector<float>(p, p + c.numel());
 }
 
-[[noreturn]] void bad(const std::string& m) { throw DeviceError("reference device: " + m, false); }
+constexpr const char* kWho = "reference device";
+
+[[noreturn]] void bad(const std::string& m) { throw DeviceError(absl::StrCat(kWho, ": ", m), false); }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ReferenceDecoder>> ReferenceDecoder::create(const ModelConfig& cfg,
-                                                                           const ModelWeights& w,
-                                                                           const DeviceOptions& opts) {
+absl::StatusOr<std::shared_ptr<const ReferenceWeights>> ReferenceWeights::create(const ModelConfig& cfg,
+                                                                                   const ModelWeights& w) {
   if (absl::Status st = device_supports(cfg, w.dtype, "reference"); !st.ok()) return st;
   if (absl::Status st = device_int8_weights_present(w, "reference"); !st.ok()) return st;
-  std::unique_ptr<ReferenceDecoder> d(new ReferenceDecoder(cfg, opts));
-  d->wdt_ = device_weight_dtype(w.dtype);
+  std::shared_ptr<ReferenceWeights> d(new ReferenceWeights(cfg));
+  d->wdt = device_weight_dtype(w.dtype);
   auto keep = [&d](const at::Tensor& t) {
     std::vector<float> v = host_f32(t);
-    d->weight_bytes_ += static_cast<int64_t>(v.size()) * (t.defined() ? t.element_size() : 0);
+    d->bytes_ += static_cast<int64_t>(v.size()) * (t.defined() ? t.element_size() : 0);
     return v;
   };
   // int8: the quantized form the CPU int8 model multiplies (LayerWeights::*_q; the fp32 tensor beside it is
   // its dequantized value, which the fp32 path would read instead).
-  const bool int8 = d->wdt_ == cuda::DType::kInt8;
+  const bool int8 = d->wdt == cuda::DType::kInt8;
   auto matrix = [&](const at::Tensor& t, const kernels::QuantizedMatrix& qm) {
     Matrix m;
     if (!int8) {
@@ -47,14 +50,14 @@ absl::StatusOr<std::unique_ptr<ReferenceDecoder>> ReferenceDecoder::create(const
     m.q.assign(q.data_ptr<int8_t>(), q.data_ptr<int8_t>() + q.numel());
     m.scales.assign(s.data_ptr<float>(), s.data_ptr<float>() + s.numel());
     m.group = static_cast<int>(qm.group);
-    d->weight_bytes_ += static_cast<int64_t>(m.q.size()) + 4 * static_cast<int64_t>(m.scales.size());
+    d->bytes_ += static_cast<int64_t>(m.q.size()) + 4 * static_cast<int64_t>(m.scales.size());
     return m;
   };
   // The device stores the matrices and the table (a tied head too) in its 2-byte format: rounded alike here
   // (the matrices again in ref::linear; a no-op for tensors loaded in that format).
-  d->tok_embed_ = keep(w.tok_embed);
-  for (float& v : d->tok_embed_) v = cuda::ref::dtype_round(d->wdt_, v);
-  d->pos_embed_ = keep(w.pos_embed);
+  d->tok_embed = keep(w.tok_embed);
+  for (float& v : d->tok_embed) v = cuda::ref::dtype_round(d->wdt, v);
+  d->pos_embed = keep(w.pos_embed);
   for (const LayerWeights& l : w.layers) {
     Layer L;
     L.attn_norm_w = keep(l.attn_norm_w);
@@ -69,136 +72,136 @@ absl::StatusOr<std::unique_ptr<ReferenceDecoder>> ReferenceDecoder::create(const
     L.b_in = keep(l.b_in);
     L.w_out = matrix(l.w_out, l.w_out_q);
     L.b_out = keep(l.b_out);
-    d->layers_.push_back(std::move(L));
+    d->layers.push_back(std::move(L));
   }
-  d->final_norm_w_ = keep(w.final_norm_w);
-  d->final_norm_b_ = keep(w.final_norm_b);
-  if (int8 || !w.lm_head.is_same(w.tok_embed))
-    d->lm_head_ = matrix(w.lm_head, w.lm_head_q);  // int8: never tied
+  d->final_norm_w = keep(w.final_norm_w);
+  d->final_norm_b = keep(w.final_norm_b);
+  if (int8 || !w.lm_head.is_same(w.tok_embed)) d->lm_head = matrix(w.lm_head, w.lm_head_q);  // int8: never tied
   if (cfg.arch == Arch::kLlama)
     cuda::ref::rope_tables(static_cast<int>(cfg.max_pos), static_cast<int>(cfg.head_dim), cfg.rope_theta,
-                           &d->rope_cos_, &d->rope_sin_);
-  return d;
+                           &d->rope_cos, &d->rope_sin);
+  return std::shared_ptr<const ReferenceWeights>(std::move(d));
 }
 
-void ReferenceDecoder::linear(const Matrix& m, const float* x, int rows, int n_out, int n_in, const float* b,
-                              bool accumulate, float* y) const {
-  if (wdt_ == cuda::DType::kInt8)
+void ReferenceDecoder::linear(const ReferenceWeights::Matrix& m, const float* x, int rows, int n_out, int n_in,
+                              const float* b, bool accumulate, float* y) const {
+  if (w_->wdt == cuda::DType::kInt8)
     cuda::ref::linear_q8(m.q.data(), m.scales.data(), m.group, x, rows, n_out, n_in, b, accumulate, y);
   else
-    cuda::ref::linear(m.f.data(), x, rows, n_out, n_in, b, accumulate, wdt_, y);
+    cuda::ref::linear(m.f.data(), x, rows, n_out, n_in, b, accumulate, w_->wdt, y);
 }
 
 void ReferenceDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_rows, int max_seqs,
                                 int max_blocks) {
-  if (!pool_.empty()) bad("allocate() called twice");
-  if (layout.format != opts_.kv || layout.n_layer != cfg_.n_layer || layout.n_head_kv != cfg_.n_head_kv ||
-      layout.head_dim != cfg_.head_dim || layout.block_tokens < 1)
-    bad("the KV layout does not match the model and options");
-  if (n_blocks < 1 || max_rows < 1 || max_seqs < 1 || max_blocks < 1) bad("sizes must be positive");
+  const DeviceLimits lim{n_blocks, max_rows, max_seqs, max_blocks};
+  check_device_allocation(cfg_, opts_.kv, layout, lim, lim_, kWho);
   kv_ = layout;
-  n_blocks_ = n_blocks;
-  max_rows_ = max_rows;
-  max_seqs_ = max_seqs;
-  max_blocks_ = max_blocks;
+  lim_ = lim;
   pool_.assign(static_cast<size_t>(layout.block_bytes()) * static_cast<size_t>(n_blocks), 0);
   table_.assign(static_cast<size_t>(max_seqs) * static_cast<size_t>(max_blocks), 0);
 }
 
 void ReferenceDecoder::set_blocks(int seq, const int32_t* blocks, int n) {
-  if (seq < 0 || seq >= max_seqs_) bad(absl::StrCat("sequence slot ", seq, " out of [0, ", max_seqs_, ")"));
-  if (n > max_blocks_) bad(absl::StrCat(n, " blocks exceed the ", max_blocks_, " a sequence can hold"));
-  for (int i = 0; i < n; ++i)
-    if (blocks[i] < 0 || blocks[i] >= n_blocks_)
-      bad(absl::StrCat("block ", blocks[i], " out of the pool's ", n_blocks_));
-  std::copy(blocks, blocks + n, table_.begin() + static_cast<int64_t>(seq) * max_blocks_);
-}
-
-void ReferenceDecoder::check(const DeviceStep& step) const {
-  if (pool_.empty()) bad("no KV pool: allocate() first");
-  const auto n = static_cast<int>(step.token.size());
-  if (n <= 0 || n > max_rows_) bad(absl::StrCat("a step has 1..", max_rows_, " rows, got ", n));
-  if (step.seq.size() != step.token.size() || step.pos.size() != step.token.size())
-    bad("token, seq and pos must have one entry per row");
-  const auto nl = static_cast<int>(step.logit_rows.size());
-  if (nl <= 0 || nl > n) bad(absl::StrCat("1..", n, " logit rows, got ", nl));
-  for (int r = 0; r < n; ++r) {
-    if (step.token[r] < 0 || step.token[r] >= cfg_.n_vocab) bad(absl::StrCat("token ", step.token[r], " out of range"));
-    if (step.seq[r] < 0 || step.seq[r] >= max_seqs_) bad(absl::StrCat("sequence slot ", step.seq[r], " out of range"));
-    if (step.pos[r] < 0 || step.pos[r] >= cfg_.max_pos || step.pos[r] / kv_.block_tokens >= max_blocks_)
-      bad(absl::StrCat("position ", step.pos[r], " out of range"));
-  }
-  for (int32_t lr : step.logit_rows)
-    if (lr < 0 || lr >= n) bad(absl::StrCat("logit row ", lr, " out of range"));
+  check_device_blocks(lim_, seq, blocks, n, kWho);
+  std::copy(blocks, blocks + n, table_.begin() + static_cast<int64_t>(seq) * lim_.max_blocks);
 }
 
 uint8_t* ReferenceDecoder::block_base(int seq, int pos, int layer, int* row) {
-  const int32_t b = table_[static_cast<size_t>(seq) * max_blocks_ + pos / kv_.block_tokens];
+  const int32_t b = table_[static_cast<size_t>(seq) * lim_.max_blocks + pos / kv_.block_tokens];
   *row = pos % kv_.block_tokens;
   return pool_.data() + (static_cast<int64_t>(b) * kv_.n_layer + layer) * kv_.layer_block_bytes();
 }
 
-std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
-  namespace ref = cuda::ref;
-  if (fault_ != 0) {
-    const bool sticky = fault_ == 2;
-    if (!sticky) fault_ = 0;
-    throw DeviceError(sticky ? "reference device: injected sticky fault (as a lost CUDA context)"
-                             : "reference device: injected fault",
-                      sticky);
-  }
-  check(step);
-  const ModelConfig& c = cfg_;
-  const int n = static_cast<int>(step.token.size()), nl = static_cast<int>(step.logit_rows.size());
-  const int C = static_cast<int>(c.dim), H = static_cast<int>(c.n_head), Hkv = static_cast<int>(c.n_head_kv),
-            D = static_cast<int>(c.head_dim), F = static_cast<int>(c.ffn_dim), V = static_cast<int>(c.n_vocab);
-  const int Q = H * D, QKV = Q + 2 * Hkv * D;
-  const bool gpt2 = c.arch == Arch::kGpt2;
-  const int FIN = gpt2 ? F : 2 * F;
-  const float eps = static_cast<float>(c.norm_eps);
-  auto norm = [&](const float* in, const std::vector<float>& w, const std::vector<float>& b, int rows, float* out) {
+// The layer sequence's ops on the reference device: every op over the step's rows, plain loops, the device's
+// buffers (x: the residual stream [n, C]; h: a norm's rows; qkv; att; gu: the MLP's input projection; act).
+struct ReferenceDecoder::Ops final : LayerOps {
+  ReferenceDecoder& d;
+  const ReferenceWeights& w;
+  const ModelConfig& c;
+  const DeviceStep& step;
+  const int n, nl, C, H, Hkv, D, F, V, Q, QKV, FIN;
+  const bool gpt2;
+  const float eps, scale;
+  std::vector<float> x, h, qkv, att, gu, act, last, hn, logits, K, Vv;
+
+  Ops(ReferenceDecoder& d_, const DeviceStep& s)
+      : d(d_), w(*d_.w_), c(d_.cfg_), step(s), n(static_cast<int>(s.token.size())),
+        nl(static_cast<int>(s.logit_rows.size())), C(static_cast<int>(c.dim)), H(static_cast<int>(c.n_head)),
+        Hkv(static_cast<int>(c.n_head_kv)), D(static_cast<int>(c.head_dim)), F(static_cast<int>(c.ffn_dim)),
+        V(static_cast<int>(c.n_vocab)), Q(H * D), QKV(Q + 2 * Hkv * D), FIN(c.arch == Arch::kGpt2 ? F : 2 * F),
+        gpt2(c.arch == Arch::kGpt2), eps(static_cast<float>(c.norm_eps)),
+        scale(1.f / std::sqrt(static_cast<float>(c.head_dim))),
+        x(static_cast<size_t>(n) * C), h(x.size()), qkv(static_cast<size_t>(n) * QKV),
+        att(static_cast<size_t>(n) * Q), gu(static_cast<size_t>(n) * FIN), act(static_cast<size_t>(n) * F),
+        last(static_cast<size_t>(nl) * C), hn(last.size()) {}
+
+  static const float* bias(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+  void norm_rows(const float* in, const std::vector<float>& wt, const std::vector<float>& b, int rows, float* out) {
     if (gpt2)
-      ref::layernorm(in, w.data(), b.data(), rows, C, eps, out);
+      cuda::ref::layernorm(in, wt.data(), b.data(), rows, C, eps, out);
     else
-      ref::rmsnorm(in, w.data(), rows, C, eps, out);
-  };
-  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
-  // x: [n, C] residual stream
-  std::vector<float> x(static_cast<size_t>(n) * C), h(x.size()), qkv(static_cast<size_t>(n) * QKV),
-      att(static_cast<size_t>(n) * Q), gu(static_cast<size_t>(n) * FIN), act(static_cast<size_t>(n) * F);
-  for (int r = 0; r < n; ++r)
-    for (int i = 0; i < C; ++i) {
-      float v = tok_embed_[static_cast<size_t>(step.token[r]) * C + i];
-      if (gpt2) v += pos_embed_[static_cast<size_t>(step.pos[r]) * C + i];
-      x[static_cast<size_t>(r) * C + i] = v;
+      cuda::ref::rmsnorm(in, wt.data(), rows, C, eps, out);
+  }
+
+  void embed() override {
+    for (int r = 0; r < n; ++r)
+      for (int i = 0; i < C; ++i) {
+        float v = w.tok_embed[static_cast<size_t>(step.token[r]) * C + i];
+        if (gpt2) v += w.pos_embed[static_cast<size_t>(step.pos[r]) * C + i];
+        x[static_cast<size_t>(r) * C + i] = v;
+      }
+  }
+  void norm(NormSite site, int64_t l) override {
+    if (site == NormSite::kFinal) return norm_rows(last.data(), w.final_norm_w, w.final_norm_b, nl, hn.data());
+    const ReferenceWeights::Layer& L = w.layers[static_cast<size_t>(l)];
+    const bool a = site == NormSite::kAttn;
+    norm_rows(x.data(), a ? L.attn_norm_w : L.mlp_norm_w, a ? L.attn_norm_b : L.mlp_norm_b, n, h.data());
+  }
+  void linear(LayerMatrix m, int64_t l) override {
+    if (m == LayerMatrix::kHead) {
+      logits.resize(static_cast<size_t>(nl) * V);
+      if (w.lm_head.f.empty() && w.lm_head.q.empty())  // tied
+        cuda::ref::linear(w.tok_embed.data(), hn.data(), nl, V, C, nullptr, false, w.wdt, logits.data());
+      else
+        d.linear(w.lm_head, hn.data(), nl, V, C, nullptr, false, logits.data());
+      return;
     }
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  std::vector<float> K, Vv;
-  for (int l = 0; l < c.n_layer; ++l) {
-    const Layer& L = layers_[static_cast<size_t>(l)];
-    // 1. norm → qkv
-    norm(x.data(), L.attn_norm_w, L.attn_norm_b, n, h.data());
-    linear(L.wqkv, h.data(), n, QKV, C, bias(L.bqkv), false, qkv.data());
-    // 2. RoPE on q and k heads, then k and v rows into the pool through the format (every row of the step
-    //    first: a row attends to this step's earlier rows of its sequence)
+    const ReferenceWeights::Layer& L = w.layers[static_cast<size_t>(l)];
+    switch (m) {
+      case LayerMatrix::kQkv: return d.linear(L.wqkv, h.data(), n, QKV, C, bias(L.bqkv), false, qkv.data());
+      case LayerMatrix::kO: return d.linear(L.wo, att.data(), n, C, Q, bias(L.bo), true, x.data());
+      case LayerMatrix::kMlpIn: return d.linear(L.w_in, h.data(), n, FIN, C, bias(L.b_in), false, gu.data());
+      case LayerMatrix::kMlpOut:
+        return d.linear(L.w_out, gpt2 ? gu.data() : act.data(), n, C, F, bias(L.b_out), true, x.data());
+      case LayerMatrix::kHead: return;
+    }
+  }
+  // RoPE on q and k heads, then k and v rows into the pool through the format (every row of the step first: a
+  // row attends to this step's earlier rows of its sequence). RA is refused before upload (device_supports).
+  void rope_kv_append(int64_t l, bool) override {
+    const cuda::KvLayout& kv = d.kv_;
     for (int r = 0; r < n; ++r) {
       float* q = qkv.data() + static_cast<int64_t>(r) * QKV;
       if (!gpt2)
-        for (int hh = 0; hh < H + Hkv; ++hh) ref::rope_row(q + hh * D, D, rope_cos_.data(), rope_sin_.data(), step.pos[r]);
+        for (int hh = 0; hh < H + Hkv; ++hh)
+          cuda::ref::rope_row(q + hh * D, D, w.rope_cos.data(), w.rope_sin.data(), step.pos[r]);
       int slot = 0;
-      uint8_t* base = block_base(step.seq[r], step.pos[r], l, &slot);
+      uint8_t* base = d.block_base(step.seq[r], step.pos[r], static_cast<int>(l), &slot);
       for (int g = 0; g < Hkv; ++g)
         for (int is_v = 0; is_v < 2; ++is_v) {
-          const int64_t idx = static_cast<int64_t>(g) * kv_.block_tokens + slot;
-          uint8_t* dst = base + (is_v ? kv_.rows_bytes() : 0) + idx * kv_.row_bytes();
-          const float s = ref::encode_row(q + (H + is_v * Hkv + g) * D, D, kv_.format, dst);
-          if (cuda::kv_has_scales(kv_.format)) {
-            float* sc = reinterpret_cast<float*>(base + 2 * kv_.rows_bytes() + (is_v ? kv_.scales_bytes() : 0)) + idx;
+          const int64_t idx = static_cast<int64_t>(g) * kv.block_tokens + slot;
+          uint8_t* dst = base + (is_v ? kv.rows_bytes() : 0) + idx * kv.row_bytes();
+          const float s = cuda::ref::encode_row(q + (H + is_v * Hkv + g) * D, D, kv.format, dst);
+          if (cuda::kv_has_scales(kv.format)) {
+            float* sc = reinterpret_cast<float*>(base + 2 * kv.rows_bytes() + (is_v ? kv.scales_bytes() : 0)) + idx;
             *sc = s;
           }
         }
     }
-    // 3. attention: each query head over its kv head's positions 0..pos, decoded from the pool
+  }
+  // Each query head over its kv head's positions 0..pos, decoded from the pool.
+  void attention(int64_t l) override {
+    const cuda::KvLayout& kv = d.kv_;
     for (int r = 0; r < n; ++r) {
       const int n_pos = step.pos[r] + 1;
       for (int g = 0; g < Hkv; ++g) {
@@ -206,55 +209,56 @@ std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
         Vv.resize(K.size());
         for (int p = 0; p < n_pos; ++p) {
           int slot = 0;
-          const uint8_t* base = block_base(step.seq[r], p, l, &slot);
-          const int64_t idx = static_cast<int64_t>(g) * kv_.block_tokens + slot;
-          const float* sc = reinterpret_cast<const float*>(base + 2 * kv_.rows_bytes());
-          const float ks = cuda::kv_has_scales(kv_.format) ? sc[idx] : 0.f;
-          const float vs = cuda::kv_has_scales(kv_.format) ? sc[kv_.scales_bytes() / 4 + idx] : 0.f;
-          const uint8_t* krow = base + idx * kv_.row_bytes();
-          const uint8_t* vrow = base + kv_.rows_bytes() + idx * kv_.row_bytes();
+          const uint8_t* base = d.block_base(step.seq[r], p, static_cast<int>(l), &slot);
+          const int64_t idx = static_cast<int64_t>(g) * kv.block_tokens + slot;
+          const float* sc = reinterpret_cast<const float*>(base + 2 * kv.rows_bytes());
+          const float ks = cuda::kv_has_scales(kv.format) ? sc[idx] : 0.f;
+          const float vs = cuda::kv_has_scales(kv.format) ? sc[kv.scales_bytes() / 4 + idx] : 0.f;
+          const uint8_t* krow = base + idx * kv.row_bytes();
+          const uint8_t* vrow = base + kv.rows_bytes() + idx * kv.row_bytes();
           for (int i = 0; i < D; ++i) {
-            K[static_cast<size_t>(p) * D + i] = ref::decode_element(krow, i, kv_.format, ks);
-            Vv[static_cast<size_t>(p) * D + i] = ref::decode_element(vrow, i, kv_.format, vs);
+            K[static_cast<size_t>(p) * D + i] = cuda::ref::decode_element(krow, i, kv.format, ks);
+            Vv[static_cast<size_t>(p) * D + i] = cuda::ref::decode_element(vrow, i, kv.format, vs);
           }
         }
         for (int hh = g * (H / Hkv); hh < (g + 1) * (H / Hkv); ++hh)
-          ref::attend_head(qkv.data() + static_cast<int64_t>(r) * QKV + hh * D, K.data(), Vv.data(), n_pos, D, scale,
-                           att.data() + static_cast<int64_t>(r) * Q + hh * D);
+          cuda::ref::attend_head(qkv.data() + static_cast<int64_t>(r) * QKV + hh * D, K.data(), Vv.data(), n_pos, D,
+                                 scale, att.data() + static_cast<int64_t>(r) * Q + hh * D);
       }
     }
-    // 4. o projection into the residual, then the MLP
-    linear(L.wo, att.data(), n, C, Q, bias(L.bo), true, x.data());
-    norm(x.data(), L.mlp_norm_w, L.mlp_norm_b, n, h.data());
-    linear(L.w_in, h.data(), n, FIN, C, bias(L.b_in), false, gu.data());
-    if (gpt2) {
-      ref::gelu_new(gu.data(), static_cast<int64_t>(n) * F);
-      linear(L.w_out, gu.data(), n, C, F, bias(L.b_out), true, x.data());
-    } else {
-      ref::swiglu(gu.data(), n, F, act.data());
-      linear(L.w_out, act.data(), n, C, F, bias(L.b_out), true, x.data());
-    }
   }
-  // 5. the logit rows: final norm, lm_head
-  std::vector<float> last(static_cast<size_t>(nl) * C), hn(last.size());
-  for (int i = 0; i < nl; ++i)
-    std::memcpy(last.data() + static_cast<size_t>(i) * C, x.data() + static_cast<size_t>(step.logit_rows[i]) * C,
-                sizeof(float) * C);
-  norm(last.data(), final_norm_w_, final_norm_b_, nl, hn.data());
-  if (hidden) return hn;
-  std::vector<float> logits(static_cast<size_t>(nl) * V);
-  if (lm_head_.f.empty() && lm_head_.q.empty())  // tied
-    ref::linear(tok_embed_.data(), hn.data(), nl, V, C, nullptr, false, wdt_, logits.data());
-  else
-    linear(lm_head_, hn.data(), nl, V, C, nullptr, false, logits.data());
-  return logits;
+  void activation(int64_t) override {
+    if (gpt2)
+      cuda::ref::gelu_new(gu.data(), static_cast<int64_t>(n) * F);  // in place: the next linear reads gu
+    else
+      cuda::ref::swiglu(gu.data(), n, F, act.data());
+  }
+  void gather() override {
+    for (int i = 0; i < nl; ++i)
+      std::memcpy(last.data() + static_cast<size_t>(i) * C, x.data() + static_cast<size_t>(step.logit_rows[i]) * C,
+                  sizeof(float) * C);
+  }
+};
+
+std::vector<float> ReferenceDecoder::run(const DeviceStep& step, bool hidden) {
+  if (fault_ != 0) {
+    const bool sticky = fault_ == 2;
+    if (!sticky) fault_ = 0;
+    throw DeviceError(sticky ? "reference device: injected sticky fault (as a lost CUDA context)"
+                             : "reference device: injected fault",
+                      sticky);
+  }
+  check_device_step(cfg_, lim_, kv_.block_tokens, lim_.max_rows, step, kWho);
+  Ops ops(*this, step);
+  run_layer_sequence(cfg_, ops, hidden ? StepOutput::kHidden : StepOutput::kLogits);
+  return hidden ? std::move(ops.hn) : std::move(ops.logits);
 }
 
 int ReferenceDecoder::forward(const DeviceStep& step, const std::vector<cuda::SampleParams>& sampling, int32_t* ids,
                               float* host_logits) {
   if (sampling.size() != step.logit_rows.size()) bad("one sampling entry per logit row");
-  if (static_cast<int>(sampling.size()) > max_seqs_)
-    bad(absl::StrCat(sampling.size(), " sampled rows in a step of at most ", max_seqs_, " sequences"));
+  if (static_cast<int>(sampling.size()) > lim_.max_seqs)
+    bad(absl::StrCat(sampling.size(), " sampled rows in a step of at most ", lim_.max_seqs, " sequences"));
   const std::vector<float> logits = run(step);
   const auto V = static_cast<size_t>(cfg_.n_vocab);
   int copied = 0;
@@ -277,9 +281,9 @@ std::vector<float> ReferenceDecoder::forward_hidden(const DeviceStep& step) { re
 DeviceMemory ReferenceDecoder::memory() const {
   DeviceMemory m;
   m.name = "host CPU";
-  m.weight_bytes = weight_bytes_;
+  m.weight_bytes = w_->bytes();
   m.kv_pool_bytes = static_cast<int64_t>(pool_.size());
-  m.device_bytes = weight_bytes_ + m.kv_pool_bytes;
+  m.device_bytes = m.weight_bytes + m.kv_pool_bytes;
   return m;
 }
 

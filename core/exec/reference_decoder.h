@@ -7,6 +7,7 @@
 // on a GPU, tests/gpu holds the CUDA decoder to it step for step.
 //
 // Slow by design (plain loops in double): meant for small models (stories260K, builtin:tiny).
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -14,14 +15,42 @@
 
 namespace frost {
 
+// The weights as the reference device holds them (made once by upload_device_weights, shared by its decoders):
+// fp32 values (bf16 / fp16 models are computed as the device does: bf16 / fp16 weights times inputs rounded to
+// the same format, nearest even, bit for bit the device's rounding; int8 models keep the CPU int8 model's int8
+// matrices and scales, ref::linear_q8, the embedding table fp32).
+class ReferenceWeights final : public DeviceWeights {
+ public:
+  // FAILED_PRECONDITION (device_supports) for a model a device decoder does not run.
+  static absl::StatusOr<std::shared_ptr<const ReferenceWeights>> create(const ModelConfig& cfg, const ModelWeights& w);
+
+  // A matrix as the device stores it: fp32 values (fp32 / bf16 / fp16 models: ref::linear rounds them), or
+  // (int8) the quantized values and scales.
+  struct Matrix {
+    std::vector<float> f;
+    std::vector<int8_t> q;
+    std::vector<float> scales;
+    int group = 0;
+  };
+  struct Layer {
+    std::vector<float> attn_norm_w, attn_norm_b, bqkv, bo, mlp_norm_w, mlp_norm_b, b_in, b_out;
+    Matrix wqkv, wo, w_in, w_out;
+  };
+  cuda::DType wdt = cuda::DType::kF32;  // how the device stores the matrices
+  std::vector<float> tok_embed, pos_embed, final_norm_w, final_norm_b;
+  Matrix lm_head;  // empty (fp32 / bf16 / fp16 models): tied to tok_embed
+  std::vector<Layer> layers;
+  std::vector<float> rope_cos, rope_sin;
+
+ private:
+  explicit ReferenceWeights(const ModelConfig& cfg) : DeviceWeights(cfg, DeviceSpec{DeviceKind::kReference, 0}) {}
+};
+
 class ReferenceDecoder final : public DeviceDecoder {
  public:
-  // Copies the weights (fp32; bf16 / fp16 models are computed as the device does: bf16 / fp16 weights times
-  // inputs rounded to the same format, nearest even, bit for bit the device's rounding; int8 models keep the
-  // CPU int8 model's int8 matrices and scales, ref::linear_q8, the embedding table fp32). FAILED_PRECONDITION
-  // (device_supports) for a model a device decoder does not run.
-  static absl::StatusOr<std::unique_ptr<ReferenceDecoder>> create(const ModelConfig& cfg, const ModelWeights& w,
-                                                                  const DeviceOptions& opts);
+  // A decoder over weights already laid out (core/exec/device_factory.h makes both).
+  ReferenceDecoder(std::shared_ptr<const ReferenceWeights> w, const DeviceOptions& opts)
+      : w_(std::move(w)), cfg_(w_->config()), opts_(opts) {}
 
   void allocate(const cuda::KvLayout& layout, int n_blocks, int max_rows, int max_seqs, int max_blocks) override;
   const cuda::KvLayout& kv_layout() const override { return kv_; }
@@ -37,37 +66,18 @@ class ReferenceDecoder final : public DeviceDecoder {
   void inject_fault(bool sticky) { fault_ = sticky ? 2 : 1; }
 
  private:
-  ReferenceDecoder(const ModelConfig& cfg, const DeviceOptions& opts) : cfg_(cfg), opts_(opts) {}
-  void check(const DeviceStep& step) const;
+  struct Ops;  // the layer sequence's ops (reference_decoder.cc)
   // logits [logit rows, V], or (hidden) the final-norm rows [logit rows, C]
   std::vector<float> run(const DeviceStep& step, bool hidden = false);
   uint8_t* block_base(int seq, int pos, int layer, int* row);
+  void linear(const ReferenceWeights::Matrix& m, const float* x, int rows, int n_out, int n_in, const float* b,
+              bool accumulate, float* y) const;
 
-  // A matrix as the device stores it: fp32 values (fp32 / bf16 / fp16 models: ref::linear rounds them), or
-  // (int8) the quantized values and scales.
-  struct Matrix {
-    std::vector<float> f;
-    std::vector<int8_t> q;
-    std::vector<float> scales;
-    int group = 0;
-  };
-  struct Layer {
-    std::vector<float> attn_norm_w, attn_norm_b, bqkv, bo, mlp_norm_w, mlp_norm_b, b_in, b_out;
-    Matrix wqkv, wo, w_in, w_out;
-  };
-  void linear(const Matrix& m, const float* x, int rows, int n_out, int n_in, const float* b, bool accumulate,
-              float* y) const;
-  ModelConfig cfg_;
+  std::shared_ptr<const ReferenceWeights> w_;
+  const ModelConfig& cfg_;
   DeviceOptions opts_;
-  cuda::DType wdt_ = cuda::DType::kF32;  // how the device stores the matrices
-  std::vector<float> tok_embed_, pos_embed_, final_norm_w_, final_norm_b_;
-  Matrix lm_head_;  // empty (fp32 / bf16 / fp16 models): tied to tok_embed_
-  std::vector<Layer> layers_;
-  std::vector<float> rope_cos_, rope_sin_;
-  int64_t weight_bytes_ = 0;
-
   cuda::KvLayout kv_;
-  int n_blocks_ = 0, max_rows_ = 0, max_seqs_ = 0, max_blocks_ = 0;
+  DeviceLimits lim_;
   std::vector<uint8_t> pool_;
   std::vector<int32_t> table_;  // [max_seqs, max_blocks]
   int fault_ = 0;               // 1: fail the next step; 2: fail every step (sticky)

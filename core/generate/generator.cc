@@ -72,7 +72,6 @@ absl::StatusOr<GenerationResult> Generator::generate(const GenerationRequest& re
     FROST_RETURN_IF_ERROR(torch_call([&] {
       kv_ = std::make_unique<SequenceKv>(model_.model->kv_spec(
           max_context_, codec, codec == KvCodecKind::kKvSplice ? cfg_.kv_splice : nullptr));
-      scratch_ = model_.model->make_scratch(max_context_);
     }));
   }
   if (req.constraint.kind != constrain::ConstraintSpec::Kind::kNone)

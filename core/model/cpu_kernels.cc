@@ -11,7 +11,9 @@
 
 #include <immintrin.h>
 
+#include "core/kv/codec.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/parallel.h"
 
 // GCC 12 reports false -Wmaybe-uninitialized inside its own avx512fintrin.h reductions
 // (_mm512_reduce_add_ps uses an undefined-initialised register by design).
@@ -152,3 +154,17 @@ void matvec_ref(const void* w, c10::ScalarType w_dtype, const float* x, const fl
 }
 
 }  // namespace frost::kernels
+
+namespace frost {
+
+void attend_all_heads(const KvCodec& cache, const float* q, int64_t n_head, int64_t head_dim, int64_t n,
+                      float scale, float* out) {
+  // Parallel over heads only when there is enough work to pay for waking the pool.
+  if (n * head_dim * n_head < (int64_t{1} << 15)) {
+    cache.attend(q, n_head, n, scale, 0, n_head, out);
+  } else {
+    kernels::parallel_tasks(n_head, [&](int64_t h) { cache.attend(q, n_head, n, scale, h, h + 1, out); });
+  }
+}
+
+}  // namespace frost

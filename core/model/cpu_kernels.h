@@ -1,12 +1,11 @@
 #pragma once
-// CPU kernels of the fast batch-1 decode path, on raw pointers (the attention kernels belong to the KV
-// codecs: core/kv/attend.h; the batched GEMM: core/model/gemm.h). Each has a naive reference
-// twin (the *_ref functions) that tests hold it to.
+// CPU mat-vec kernels on raw pointers, for the architecture variants' per-row projections
+// (core/model/variants.cc; the attention kernels belong to the KV codecs: core/kv/attend.h; the step's GEMMs:
+// kernels/cpu/gemm.h). Each has a naive reference twin (the *_ref functions) that tests hold it to.
 //
-// Why our own mat-vec: a one-row linear/mm through OpenBLAS repacks the whole weight matrix
-// per call (DESIGN.md "BLAS and threads"), and a LibTorch op costs ~1 µs; decode is bound by
-// reading the weights once, so a fused AVX-512/AVX2 row-dot kernel parallelised over output
-// rows with at::parallel_for (LibTorch's OpenMP pool — the only pool) is the fast path.
+// Why our own mat-vec: a one-row linear/mm through OpenBLAS repacks the whole weight matrix per call
+// (DESIGN.md "BLAS and threads"), and a LibTorch op costs ~1 µs; a fused AVX-512/AVX2 row-dot kernel
+// parallelised over output rows with at::parallel_for reads the weights once.
 #include <cstdint>
 
 #include <c10/core/ScalarType.h>

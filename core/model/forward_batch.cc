@@ -1,10 +1,11 @@
-// Transformer batched fast path: one pass over the new tokens of several sequences (continuous batching,
-// vLLM's ragged batch). Rows are the new tokens of every sequence, concatenated: decode steps contribute one
-// row, prefill chunks many. Every weight matrix is read once per step (kernels::gemm_packed over all rows);
-// attention runs per row over its own sequence's cache through that sequence's codec kernel, in parallel
-// over rows × heads; the per-row pieces are those of decode_step (core/model/rows.h).
+// The CPU's serving step: the layer sequence (core/model/layer_sequence.h) over one pass of the new tokens of
+// several sequences (continuous batching, vLLM's ragged batch). Rows are the new tokens of every sequence,
+// concatenated: decode steps contribute one row, prefill chunks many. Every weight matrix is read once per step
+// (kernels::gemm_packed over all rows); attention runs per row over its own sequence's cache through that
+// sequence's codec kernel, in parallel over rows × heads; the per-row arithmetic is core/model/rows.h.
+// decode_step is this step with one row.
 //
-// Held to decode_step and forward() by tests/unit/model/forward_batch_test.cc.
+// Held to forward() (the independent twin) by tests/unit/model/forward_batch_test.cc and transformer_test.cc.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 
 #include "core/kv/repair_set.h"
+#include "core/model/layer_sequence.h"
 #include "core/model/rows.h"
 #include "core/model/transformer.h"
 #include "kernels/cpu/parallel.h"
@@ -86,14 +88,202 @@ int64_t Transformer::served_weight_bytes() const {
          tensor_bytes(w_.pos_embed);
 }
 
+// The CPU's LayerOps: each op over every row of the step, in the buffers of a BatchScratch.
+struct Transformer::BatchOps final : LayerOps {
+  const Transformer& t;
+  const ModelConfig& cfg;
+  const std::vector<StepSeq>& seqs;
+  BatchScratch& s;
+  const int64_t R, L, H, Hkv, D, C, QKV, HD, F, F_in;
+  const float scale;
+  const bool any_repair;
+
+  BatchOps(const Transformer& t_, const std::vector<StepSeq>& seqs_, BatchScratch& s_, int64_t rows,
+           int64_t logits, bool repair)
+      : t(t_), cfg(t_.cfg_), seqs(seqs_), s(s_), R(rows), L(logits), H(cfg.n_head), Hkv(cfg.n_head_kv),
+        D(cfg.head_dim), C(cfg.dim), QKV(cfg.q_dim() + 2 * cfg.kv_dim()), HD(cfg.q_dim()), F(cfg.ffn_dim),
+        F_in(cfg.arch == Arch::kLlama ? 2 * cfg.ffn_dim : cfg.ffn_dim),
+        scale(1.f / std::sqrt(static_cast<float>(cfg.head_dim))), any_repair(repair) {}
+
+  const LayerWeights& lw(int64_t l) const { return t.w_.layers[static_cast<size_t>(l)]; }
+  const PackedLayer& pw(int64_t l) const { return t.packed_[static_cast<size_t>(l)]; }
+  const StepSeq& seq_of(int64_t r) const { return seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])]; }
+  int64_t pos_of(int64_t r) const { return s.pos[static_cast<size_t>(r)]; }
+  void add_block_out() {  // x += the block's output (in xn)
+    for (int64_t i = 0; i < R * C; ++i) s.x[static_cast<size_t>(i)] += s.xn[static_cast<size_t>(i)];
+  }
+
+  void embed() override {  // x: [R, C]
+    const bool router = !cfg.variants.router_layers.empty();
+    for (int64_t r = 0; r < R; ++r) {
+      const StepSeq& q = seq_of(r);
+      const int64_t pos = pos_of(r);
+      float* x = row(s.x, r, C);
+      rows::embed_row(t.w_.tok_embed, q.tokens[pos - q.kv->n_tokens()], x);
+      if (router) std::memcpy(row(s.e_tok, r, C), x, static_cast<size_t>(C) * sizeof(float));  // router E(x)
+      if (cfg.arch == Arch::kGpt2) {
+        const float* pe = t.w_.pos_embed.data_ptr<float>() + pos * C;
+        for (int64_t i = 0; i < C; ++i) x[i] += pe[i];
+      }
+    }
+  }
+
+  void norm(NormSite site, int64_t l) override {
+    if (site == NormSite::kFinal) {  // the gathered rows → final_x [L, C]
+      for (int64_t j = 0; j < L; ++j)
+        rows::norm_row(cfg, row(s.x, s.logit_rows[static_cast<size_t>(j)], C), rows::fptr(t.w_.final_norm_w),
+                       rows::fptr(t.w_.final_norm_b), row(s.final_x, j, C));
+      return;
+    }
+    const LayerWeights& w = lw(l);
+    const bool attn = site == NormSite::kAttn;
+    for (int64_t r = 0; r < R; ++r)
+      rows::norm_row(cfg, row(s.x, r, C), rows::fptr(attn ? w.attn_norm_w : w.mlp_norm_w),
+                     rows::fptr(attn ? w.attn_norm_b : w.mlp_norm_b), row(s.xn, r, C));
+  }
+
+  void linear(LayerMatrix m, int64_t l) override {
+    switch (m) {
+      case LayerMatrix::kQkv:
+        kernels::gemm_packed(pw(l).wqkv, s.xn.data(), C, R, rows::fptr(lw(l).bqkv), s.qkv.data(), QKV);
+        return;
+      case LayerMatrix::kO:
+        kernels::gemm_packed(pw(l).wo, s.att.data(), HD, R, rows::fptr(lw(l).bo), s.xn.data(), C);
+        add_block_out();
+        return;
+      case LayerMatrix::kMlpIn:
+        kernels::gemm_packed(pw(l).w_in, s.xn.data(), C, R, rows::fptr(lw(l).b_in), s.h_in.data(), F_in);
+        return;
+      case LayerMatrix::kMlpOut:
+        kernels::gemm_packed(pw(l).w_out, s.h_act.data(), F, R, rows::fptr(lw(l).b_out), s.xn.data(), C);
+        add_block_out();
+        return;
+      case LayerMatrix::kHead:
+        kernels::gemm_packed(t.packed_head_, s.final_x.data(), C, L, nullptr, s.logits.data(), cfg.n_vocab);
+        return;
+    }
+  }
+
+  void rope_kv_append(int64_t l, bool ra) override {
+    for (int64_t r = 0; r < R; ++r) {
+      float* q = row(s.qkv, r, QKV);
+      float* k = q + HD;
+      const int64_t pos = pos_of(r);
+      if (cfg.arch == Arch::kLlama) {
+        const float* c = t.rope_cos_.data_ptr<float>() + pos * (D / 2);
+        const float* sn = t.rope_sin_.data_ptr<float>() + pos * (D / 2);
+        rows::rope_row(q, H, D, c, sn);
+        rows::rope_row(k, Hkv, D, c, sn);
+      }
+      if (ra) std::swap_ranges(q, q + HD, k);  // RA: cache q rows, probe with k_i
+    }
+    // Every row of the layer is stored before any row attends; a row reads only positions <= its own, so the
+    // result is causal.
+    for (int64_t r = 0; r < R; ++r) {
+      float* k = row(s.qkv, r, QKV) + HD;
+      seq_of(r).kv->layer(l).append_token(k, k + Hkv * D, pos_of(r));
+    }
+  }
+
+  void attention(int64_t l) override {
+    // Repair (folded, core/kv/repair.h): the query correction before the kernel, the value correction after.
+    auto repair_of = [&](int64_t r) -> const RepairLayer::Fast* {
+      const auto& rs = seq_of(r).kv->repair();
+      return rs ? rs->fast(l) : nullptr;
+    };
+    auto query_of = [&](int64_t r) -> const float* {
+      return any_repair && repair_of(r) ? row(s.qa, r, HD) : row(s.qkv, r, QKV);
+    };
+    if (any_repair) {
+      for (int64_t r = 0; r < R; ++r)
+        if (const RepairLayer::Fast* rf = repair_of(r))
+          for (int64_t h = 0; h < H; ++h)
+            rf->query(row(s.qkv, r, QKV) + h * D, h, row(s.qa, r, HD) + h * D,
+                      s.repair_gv.data() + (r * H + h) * rf->r, s.repair_tmp.data());
+    }
+    // Tasks of (a tile of up to 32 rows of one sequence, one head), claimed dynamically by the threads (rows
+    // differ in length, and a descheduled thread must not hold the others up). A tile reads its K / V rows
+    // once (KvCodec::attend_rows); each row's result is the same as alone.
+    int64_t work = 0;
+    for (int64_t r = 0; r < R; ++r) work += (pos_of(r) + 1) * H * D;
+    s.tiles.clear();
+    for (int64_t r0 = 0; r0 < R;) {
+      int64_t r1 = r0 + 1;
+      while (r1 < R && r1 - r0 < 32 && s.seq[static_cast<size_t>(r1)] == s.seq[static_cast<size_t>(r0)]) ++r1;
+      s.tiles.push_back({r0, r1});
+      r0 = r1;
+    }
+    auto attend_task = [&](int64_t i) {
+      const auto [r0, r1] = s.tiles[static_cast<size_t>(i / H)];
+      const int64_t h = i % H, nr = r1 - r0;
+      const KvCodec& cache = seq_of(r0).kv->layer(l);
+      const float* q[32];
+      float* o[32];
+      int64_t n[32];
+      for (int64_t x = 0; x < nr; ++x) {
+        q[x] = query_of(r0 + x);
+        o[x] = row(s.att, r0 + x, HD);
+        n[x] = pos_of(r0 + x) + 1;
+      }
+      cache.attend_rows(q, n, nr, H, scale, h, h + 1, o);
+    };
+    const auto n_tasks = static_cast<int64_t>(s.tiles.size()) * H;
+    if (work < (int64_t{1} << 15)) {
+      for (int64_t i = 0; i < n_tasks; ++i) attend_task(i);
+    } else {
+      kernels::parallel_tasks(n_tasks, attend_task);
+    }
+    if (any_repair) {
+      for (int64_t r = 0; r < R; ++r)
+        if (const RepairLayer::Fast* rf = repair_of(r))
+          for (int64_t h = 0; h < H; ++h)
+            rf->output(s.repair_gv.data() + (r * H + h) * rf->r, row(s.att, r, HD) + h * D, s.repair_tmp.data());
+    }
+  }
+
+  void activation(int64_t) override {
+    for (int64_t r = 0; r < R; ++r) rows::mlp_activation(cfg, row(s.h_in, r, F_in), row(s.h_act, r, F));
+  }
+
+  void gather() override {  // the last row of each sequence that asked for logits
+    s.logit_rows.clear();
+    for (int64_t i = 0, r = 0; i < static_cast<int64_t>(seqs.size()); ++i) {
+      r += seqs[static_cast<size_t>(i)].n_tokens;
+      if (seqs[static_cast<size_t>(i)].logits) s.logit_rows.push_back(r - 1);
+    }
+  }
+
+  void sba_mix(int64_t l) override {  // per row in order: the reverse store grows with the rows
+    for (int64_t r = 0; r < R; ++r) {
+      float* q = row(s.qkv, r, QKV);
+      variants::sba_step(cfg, l, *seq_of(r).kv, q, q + HD, q + HD + Hkv * D, pos_of(r), scale, s.var,
+                         row(s.att, r, HD));
+    }
+  }
+  void router_out(int64_t l) override {  // two group projections mixed per token, instead of W_o
+    for (int64_t r = 0; r < R; ++r)
+      variants::router_step(cfg, lw(l).var, row(s.att, r, HD), row(s.x, r, C), row(s.e_tok, r, C), s.var,
+                            row(s.xn, r, C));
+    add_block_out();
+  }
+  void keep_block_out(int64_t l) override {
+    if (lw(l).var.ctx_active())
+      std::memcpy(s.ctx_summary.data(), s.xn.data(), static_cast<size_t>(R * C) * sizeof(float));
+  }
+  void mlp_ctx_mix(int64_t l) override {  // the conductor's gate (g >= 0.5) skips it
+    const VariantLayerWeights& v = lw(l).var;
+    if (!v.ctx_active()) return;
+    for (int64_t r = 0; r < R; ++r)
+      variants::mlp_ctx_step(cfg, v, row(s.ctx_summary, r, C), s.var, row(s.h_in, r, F_in));
+  }
+};
+
 const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchScratch& s) const {
   ensure_packed();
-  const int64_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, D = cfg_.head_dim, C = cfg_.dim;
-  const int64_t QKV = cfg_.q_dim() + 2 * cfg_.kv_dim(), HD = cfg_.q_dim();
+  const int64_t H = cfg_.n_head, C = cfg_.dim, QKV = cfg_.q_dim() + 2 * cfg_.kv_dim(), HD = cfg_.q_dim();
   const int64_t F = cfg_.ffn_dim, F_in = cfg_.arch == Arch::kLlama ? 2 * F : F;
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
 
-  // 0. rows: validate, then lay the batch out (row r: its sequence, its position)
+  // rows: validate, then lay the batch out (row r: its sequence, its position)
   int64_t R = 0, n_logits = 0;
   for (const StepSeq& q : seqs) {
     TORCH_CHECK(q.kv && q.tokens && q.n_tokens > 0, "forward_batch: every sequence needs a cache and tokens");
@@ -122,9 +312,8 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
   grow(s.h_act, R * F);
   grow(s.final_x, n_logits * C);
   grow(s.logits, n_logits * cfg_.n_vocab);
-  const bool router = !cfg_.variants.router_layers.empty(), ctx_any = !cfg_.variants.mlp_ctx_layers.empty();
-  if (router) grow(s.e_tok, R * C);
-  if (ctx_any) grow(s.ctx_summary, R * C);
+  if (!cfg_.variants.router_layers.empty()) grow(s.e_tok, R * C);
+  if (!cfg_.variants.mlp_ctx_layers.empty()) grow(s.ctx_summary, R * C);
   if (s.var_dim != C) {
     variants::size_scratch(cfg_, cfg_.max_pos, &s.var);
     s.var_dim = C;
@@ -140,145 +329,17 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
   }
   if (any_repair) grow(s.qa, R * HD);
 
-  // 1. embeddings (+ learned positions for GPT-2)                         x: [R, C]
-  for (int64_t r = 0; r < R; ++r) {
-    const StepSeq& q = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])];
-    const int64_t pos = s.pos[static_cast<size_t>(r)];
-    float* x = row(s.x, r, C);
-    rows::embed_row(w_.tok_embed, q.tokens[pos - q.kv->n_tokens()], x);
-    if (router) std::memcpy(row(s.e_tok, r, C), x, static_cast<size_t>(C) * sizeof(float));  // router E(x)
-    if (cfg_.arch == Arch::kGpt2) {
-      const float* pe = w_.pos_embed.data_ptr<float>() + pos * C;
-      for (int64_t i = 0; i < C; ++i) x[i] += pe[i];
-    }
-  }
-
-  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-    const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
-    const PackedLayer& pw = packed_[static_cast<size_t>(l)];
-    const bool ra = cfg_.variants.is_ra(l);
-    // 2. norm → q|k|v for all rows (one read of wqkv) → RoPE at each row's position
-    for (int64_t r = 0; r < R; ++r)
-      rows::norm_row(cfg_, row(s.x, r, C), rows::fptr(lw.attn_norm_w), rows::fptr(lw.attn_norm_b),
-                     row(s.xn, r, C));
-    kernels::gemm_packed(pw.wqkv, s.xn.data(), C, R, rows::fptr(lw.bqkv), s.qkv.data(), QKV);
-    for (int64_t r = 0; r < R; ++r) {
-      float* q = row(s.qkv, r, QKV);
-      float* k = q + HD;
-      const int64_t pos = s.pos[static_cast<size_t>(r)];
-      if (cfg_.arch == Arch::kLlama) {
-        const float* c = rope_cos_.data_ptr<float>() + pos * (D / 2);
-        const float* sn = rope_sin_.data_ptr<float>() + pos * (D / 2);
-        rows::rope_row(q, H, D, c, sn);
-        rows::rope_row(k, Hkv, D, c, sn);
-      }
-      if (ra) std::swap_ranges(q, q + HD, k);  // RA: cache q rows, probe with k_i
-    }
-    // 3. KV pipeline, per row in order: append. Every row of the layer is stored before any row attends; a
-    //    row reads only positions <= its own, so the result is causal.
-    for (int64_t r = 0; r < R; ++r) {
-      SequenceKv& kv = *seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv;
-      float* k = row(s.qkv, r, QKV) + HD;
-      float* v = k + Hkv * D;
-      const int64_t pos = s.pos[static_cast<size_t>(r)];
-      kv.layer(l).append_token(k, v, pos);
-    }
-    // Repair (folded, core/kv/repair.h): the query correction before the kernel.
-    auto repair_of = [&](int64_t r) -> const RepairLayer::Fast* {
-      const auto& rs = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv->repair();
-      return rs ? rs->fast(l) : nullptr;
-    };
-    auto query_of = [&](int64_t r) -> const float* {
-      return any_repair && repair_of(r) ? row(s.qa, r, HD) : row(s.qkv, r, QKV);
-    };
-    if (any_repair) {
-      for (int64_t r = 0; r < R; ++r)
-        if (const RepairLayer::Fast* rf = repair_of(r))
-          for (int64_t h = 0; h < H; ++h)
-            rf->query(row(s.qkv, r, QKV) + h * D, h, row(s.qa, r, HD) + h * D,
-                      s.repair_gv.data() + (r * H + h) * rf->r, s.repair_tmp.data());
-    }
-    // Attention: tasks of (a tile of up to 32 rows of one sequence, one head), claimed dynamically by the
-    // threads (rows differ in length, and a descheduled thread must not hold the others up). A tile reads its
-    // K / V rows once (KvCodec::attend_rows); each row's result is the same as alone.
-    int64_t work = 0;
-    for (int64_t r = 0; r < R; ++r) work += (s.pos[static_cast<size_t>(r)] + 1) * H * D;
-    s.tiles.clear();
-    for (int64_t r0 = 0; r0 < R;) {
-      int64_t r1 = r0 + 1;
-      while (r1 < R && r1 - r0 < 32 && s.seq[static_cast<size_t>(r1)] == s.seq[static_cast<size_t>(r0)]) ++r1;
-      s.tiles.push_back({r0, r1});
-      r0 = r1;
-    }
-    auto attend_task = [&](int64_t i) {
-      const auto [r0, r1] = s.tiles[static_cast<size_t>(i / H)];
-      const int64_t h = i % H, nr = r1 - r0;
-      const KvCodec& cache = seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r0)])].kv->layer(l);
-      const float* q[32];
-      float* o[32];
-      int64_t n[32];
-      for (int64_t x = 0; x < nr; ++x) {
-        q[x] = query_of(r0 + x);
-        o[x] = row(s.att, r0 + x, HD);
-        n[x] = s.pos[static_cast<size_t>(r0 + x)] + 1;
-      }
-      cache.attend_rows(q, n, nr, H, scale, h, h + 1, o);
-    };
-    const auto n_tasks = static_cast<int64_t>(s.tiles.size()) * H;
-    if (work < (int64_t{1} << 15)) {
-      for (int64_t i = 0; i < n_tasks; ++i) attend_task(i);
-    } else {
-      kernels::parallel_tasks(n_tasks, attend_task);
-    }
-    if (any_repair) {
-      for (int64_t r = 0; r < R; ++r)
-        if (const RepairLayer::Fast* rf = repair_of(r))
-          for (int64_t h = 0; h < H; ++h)
-            rf->output(s.repair_gv.data() + (r * H + h) * rf->r, row(s.att, r, HD) + h * D,
-                       s.repair_tmp.data());
-    }
-    if (cfg_.variants.is_sba(l)) {  // per row in order: the reverse store grows with the rows
-      for (int64_t r = 0; r < R; ++r) {
-        float* q = row(s.qkv, r, QKV);
-        variants::sba_step(cfg_, l, *seqs[static_cast<size_t>(s.seq[static_cast<size_t>(r)])].kv, q, q + HD,
-                           q + HD + Hkv * D, s.pos[static_cast<size_t>(r)], scale, s.var, row(s.att, r, HD));
-      }
-    }
-    // 4. output projection (router layers: two group projections mixed per token) + residual
-    if (lw.var.router()) {
-      for (int64_t r = 0; r < R; ++r)
-        variants::router_step(cfg_, lw.var, row(s.att, r, HD), row(s.x, r, C), row(s.e_tok, r, C), s.var,
-                              row(s.xn, r, C));
-    } else {
-      kernels::gemm_packed(pw.wo, s.att.data(), HD, R, rows::fptr(lw.bo), s.xn.data(), C);
-    }
-    for (int64_t i = 0; i < R * C; ++i) s.x[static_cast<size_t>(i)] += s.xn[static_cast<size_t>(i)];
-    const bool ctx = lw.var.ctx_active();  // MLP context: keep the attention output for the MLP
-    if (ctx) std::memcpy(s.ctx_summary.data(), s.xn.data(), static_cast<size_t>(R * C) * sizeof(float));
-    // 5. MLP + residual
-    for (int64_t r = 0; r < R; ++r)
-      rows::norm_row(cfg_, row(s.x, r, C), rows::fptr(lw.mlp_norm_w), rows::fptr(lw.mlp_norm_b),
-                     row(s.xn, r, C));
-    kernels::gemm_packed(pw.w_in, s.xn.data(), C, R, rows::fptr(lw.b_in), s.h_in.data(), F_in);
-    for (int64_t r = 0; r < R; ++r) {
-      if (ctx) variants::mlp_ctx_step(cfg_, lw.var, row(s.ctx_summary, r, C), s.var, row(s.h_in, r, F_in));
-      rows::mlp_activation(cfg_, row(s.h_in, r, F_in), row(s.h_act, r, F));
-    }
-    kernels::gemm_packed(pw.w_out, s.h_act.data(), F, R, rows::fptr(lw.b_out), s.xn.data(), C);
-    for (int64_t i = 0; i < R * C; ++i) s.x[static_cast<size_t>(i)] += s.xn[static_cast<size_t>(i)];
-  }
+  BatchOps ops(*this, seqs, s, R, n_logits, any_repair);
+  run_layer_sequence(cfg_, ops, StepOutput::kLogits);
   for (const StepSeq& q : seqs) q.kv->advance(q.n_tokens);
-
-  // 6. final norm → logits, only for the last row of the sequences that asked    logits: [n_logits, V]
-  for (int64_t i = 0, r = 0, j = 0; i < static_cast<int64_t>(seqs.size()); ++i) {
-    const StepSeq& q = seqs[static_cast<size_t>(i)];
-    r += q.n_tokens;
-    if (q.logits)
-      rows::norm_row(cfg_, row(s.x, r - 1, C), rows::fptr(w_.final_norm_w), rows::fptr(w_.final_norm_b),
-                     row(s.final_x, j++, C));
-  }
-  kernels::gemm_packed(packed_head_, s.final_x.data(), C, n_logits, nullptr, s.logits.data(), cfg_.n_vocab);
   return s.logits.data();
+}
+
+const float* Transformer::decode_step(int32_t token, SequenceKv& kv, DecodeScratch& s) const {
+  s.token = token;
+  s.one.resize(1);
+  s.one[0] = StepSeq{&kv, &s.token, 1, true};
+  return forward_batch(s.one, s.batch);
 }
 
 }  // namespace frost

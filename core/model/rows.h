@@ -1,7 +1,6 @@
 #pragma once
-// Per-row pieces shared by the two fast paths (decode_fast.cc: one token; forward_batch.cc: a ragged batch
-// of rows): each row runs exactly this arithmetic on both, so they agree bit for bit wherever their
-// matrix products do. Internal to core/model.
+// Per-row pieces of the CPU step (forward_batch.cc: a ragged batch of rows, batch-1 decode being one row): a
+// row's arithmetic does not depend on the rows beside it. Internal to core/model.
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 

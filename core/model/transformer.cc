@@ -1,4 +1,4 @@
-// Transformer reference path (LibTorch ops, any T). The fast decode path is decode_fast.cc.
+// Transformer reference path (LibTorch ops, any T): the independent twin of the layer sequence (forward_batch.cc).
 #include "core/model/transformer.h"
 
 #include <ATen/ATen.h>

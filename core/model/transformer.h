@@ -4,23 +4,26 @@
 // Letters: T = new tokens, S = cached tokens after the step, V = vocab, C = dim,
 // H = query heads, Hkv = kv heads, D = head_dim, F = ffn_dim.
 //
-// Two paths that tests hold equal:
-//  * forward(): the reference path, plain LibTorch ops, any T (prefill and decode). It runs
-//    the KV pipeline in its naive order: project → RoPE → codec append → read K/V back →
-//    attend with an explicit causal mask.
-//  * decode_step(): the fast path for batch-1 single-token decode: fused matrix-vector
-//    kernels on raw pointers (core/model/cpu_kernels.h), attention reading the codec's raw
-//    storage, all buffers preallocated in DecodeScratch. No LibTorch op per step.
-// Every path runs the sequence's serving stage, the repair operator (SequenceKv::set_repair): decode_step()
-// and forward_batch() in folded form on raw pointers, forward() in the form KvStudy::repair_path picks
+// Two forwards, and tests hold them to each other:
+//  * forward_batch(): the serving step — the layer sequence (core/model/layer_sequence.h, written once for every
+//    backend) over the CPU's ops: packed GEMMs over a ragged batch of rows, attention per row through its
+//    sequence's KV codec, no LibTorch op per step. decode_step() is forward_batch() with one row (the same
+//    code, not a second forward).
+//  * forward(): the reference path, plain LibTorch ops, any T. It is the independent twin that tests hold
+//    forward_batch, the reference device and the CUDA decoder to (transformer_test, forward_batch_test, the
+//    golden and hf_reference tests), and the differentiable path training runs; it keeps the layer order in
+//    its own words on purpose, and runs the KV pipeline in its naive order: project → RoPE → codec append →
+//    read K/V back → attend with an explicit causal mask.
+// Every path runs the sequence's serving stage, the repair operator (SequenceKv::set_repair): forward_batch()
+// in folded form on raw pointers, forward() in the form KvStudy::repair_path picks
 // (folded by default). What only studies the pipeline (corruption, the repair form, FIMKVSplice's temporal
 // reconstruction, the training taps) is a KvStudy (core/kv/kv_study.h) that only forward() takes: the fast
-// paths cannot be handed a stage they do not run. forward() is differentiable in the repair parameters and
+// path cannot be handed a stage it does not run. forward() is differentiable in the repair parameters and
 // the KVSplice bases: the codec and the corruption pass gradients straight through (identity), which is how
 // kv_repair and kvsplice training run (core/train).
 //
 // Weights are immutable after construction; const methods are safe to call concurrently on
-// different SequenceKv / DecodeScratch objects.
+// different SequenceKv / scratch objects.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -64,14 +67,6 @@ struct ModelWeights {
   WeightDtype dtype = WeightDtype::kF32;  // how the matrices are stored and read
 };
 
-// Per-sequence buffers of the fast decode path. Create with Transformer::make_scratch().
-struct DecodeScratch {
-  std::vector<float> x, xn, qkv, att_out, h_in, h_act, logits, hidden;
-  std::vector<float> repair_q, repair_gv, repair_tmp;  // repair stage (sized on first use)
-  std::vector<float> splice_tmp;                       // kvsplice latent attention (sized on first use)
-  VariantScratch var;                                  // architecture variants
-};
-
 // One sequence's new tokens in a batched step (forward_batch).
 struct StepSeq {
   SequenceKv* kv = nullptr;         // positions kv->n_tokens() .. + n_tokens − 1 are written (reserved)
@@ -86,13 +81,23 @@ struct BatchScratch {
   std::vector<float> x, xn;         // [R, C] residual stream, normed / projected rows
   std::vector<float> qkv, qa, att;  // [R, H·D + 2·Hkv·D], [R, H·D] repaired queries, [R, H·D]
   std::vector<float> h_in, h_act;   // [R, F_in], [R, F]
-  std::vector<float> final_x;       // [L, C]
+  std::vector<float> final_x;       // [L, C] the final-norm hidden states of the logit rows
   std::vector<float> logits;        // [L, V]
   std::vector<int64_t> pos, seq;    // [R] each row's position and sequence index
+  std::vector<int64_t> logit_rows;  // [L] the rows whose logits are computed
   std::vector<std::pair<int64_t, int64_t>> tiles;  // attention tiles: rows [first, last) of one sequence
   std::vector<float> repair_gv, repair_tmp, e_tok, ctx_summary;
   VariantScratch var;
   int64_t var_dim = 0;
+};
+
+// decode_step's buffers: forward_batch's, and its batch of one sequence (reused: no allocation per token).
+struct DecodeScratch {
+  BatchScratch batch;
+  std::vector<StepSeq> one;
+  int32_t token = 0;
+  // The final-norm hidden state [C] of the last decode_step (valid until the next call).
+  const float* hidden() const { return batch.final_x.data(); }
 };
 
 class Transformer {
@@ -124,15 +129,13 @@ class Transformer {
   at::Tensor forward(const at::Tensor& tokens, SequenceKv& kv, KvStudy& study, bool last_only = false,
                      at::Tensor* hidden_out = nullptr) const;
 
-  // Fast path: one token at position kv.n_tokens(); kv advances by 1. Returns logits [V]
-  // in scratch.logits (valid until the next call with this scratch). Final-norm hidden
-  // state in scratch.hidden.
+  // Batch-1 decode: forward_batch() with one row, the token at position kv.n_tokens(); kv advances by 1.
+  // Returns the logits [V] (in scratch, valid until the next call with it).
   const float* decode_step(int32_t token, SequenceKv& kv, DecodeScratch& scratch) const;
 
-  DecodeScratch make_scratch(int64_t max_tokens) const;
-
-  // Batched fast path (continuous batching): the new tokens of every sequence in `seqs` as one ragged batch
-  // of rows. Every weight matrix is read once (kernels::gemm_packed over all rows); attention runs per row
+  // The serving step (continuous batching): the new tokens of every sequence in `seqs` as one ragged batch
+  // of rows, through the layer sequence (core/model/layer_sequence.h) on the CPU's ops. Every weight matrix
+  // is read once (kernels::gemm_packed over all rows); attention runs per row
   // over its own sequence's cache through that sequence's codec kernel (so sequences with different codecs,
   // repair operators and KVSplice sets share a step), in parallel over rows × heads. Each kv advances by its
   // n_tokens. Returns the logits [L, V] (in scratch.logits, valid until the next call) of the last token of
@@ -153,6 +156,9 @@ class Transformer {
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   at::Tensor apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t pos) const;
+
+  // forward_batch's LayerOps (forward_batch.cc).
+  struct BatchOps;
 
   // The weight matrices packed for kernels::gemm_packed, made once on first use (a process that never runs
   // forward_batch never pays their memory).

@@ -1,7 +1,7 @@
 #pragma once
 // The math of the architecture variants (core/model/variant_config.h; docs/architecture_variants.md),
-// for both model paths: at-op forms for Transformer::forward() and raw-pointer forms for
-// Transformer::decode_step(). transformer.cc / decode_fast.cc only call into here.
+// for both model paths: at-op forms for Transformer::forward() and raw-pointer forms for the CPU step
+// (Transformer::forward_batch, the layer sequence's variant ops). transformer.cc / forward_batch.cc only call into here.
 //
 //  * RA (reciprocal attention) needs no code here: both paths swap q and k (after RoPE) before the
 //    KV pipeline, so the codec's K slot stores q rows and the probe against the cache is k_i;

@@ -139,7 +139,7 @@ absl::StatusOr<std::vector<TokenWindow>> sample_windows(const Transformer& model
     std::vector<TokenWindow> out;
     std::mt19937_64 rng(seed ^ 0x5a3b1e5ULL);
     std::uniform_real_distribution<double> u(0, 1);
-    DecodeScratch scratch = model.make_scratch(window);
+    DecodeScratch scratch;
     const int64_t V = model.config().n_vocab;
     for (int64_t i = 0; i < n; ++i) {
       SequenceKv kv(model.kv_spec(window, KvCodecKind::kF32));
@@ -342,7 +342,7 @@ at::Tensor window_logits_as_served(const Transformer& model, const TokenWindow& 
   SequenceKv kv(model.kv_spec(n, KvCodecKind::kF32));
   if (model.weight_format() != WeightDtype::kW8A8)
     return model.forward(at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong), kv);
-  DecodeScratch scratch = model.make_scratch(n);
+  DecodeScratch scratch;
   at::Tensor logits = at::empty({n, V});
   for (int64_t t = 0; t < n; ++t) {
     const float* l = model.decode_step(w[static_cast<size_t>(t)], kv, scratch);

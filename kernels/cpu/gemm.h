@@ -1,6 +1,6 @@
 #pragma once
 // y = x Wᵀ (+ b) for a batch of activation rows against a weight matrix packed once at load: the GEMM of
-// the batched serving step and of batch-1 decode (core/model/forward_batch.cc, decode_fast.cc). Pure math,
+// the batched serving step and of batch-1 decode (core/model/forward_batch.cc: one step, any rows). Pure math,
 // no knowledge of models.
 //
 // Layout (PackedMatrix): W [n_out, n_in] is cut into panels of 32 output rows; panel p is stored transposed,

@@ -66,14 +66,17 @@ std::unique_ptr<CudaDecoder> cuda_decoder(const LoadedModel& m, cuda::KvFormat f
   DeviceOptions o;
   o.kv = f;
   o.cuda_graphs = graphs;
-  auto d = CudaDecoder::create(m.config, m.model->weights(), o);
+  auto w = CudaWeights::create(m.config, m.model->weights(), o.device);
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (!w.ok()) return nullptr;
+  auto d = CudaDecoder::create(*w, o);
   EXPECT_TRUE(d.ok()) << d.status();
   return d.ok() ? std::move(d).value() : nullptr;
 }
 std::unique_ptr<ReferenceDecoder> twin(const LoadedModel& m, cuda::KvFormat f) {
   DeviceOptions o;
   o.kv = f;
-  return ReferenceDecoder::create(m.config, m.model->weights(), o).value();
+  return std::make_unique<ReferenceDecoder>(ReferenceWeights::create(m.config, m.model->weights()).value(), o);
 }
 
 // Prefill 12 rows (logits for each), then 8 single-row decode steps, on one decoder.
@@ -361,7 +364,9 @@ TEST(CudaDecoder, Int8WeightsMatchTheReferenceDeviceOnEveryPath) {
       DeviceOptions o;
       o.gemv = gemv;
       o.cuda_graphs = false;
-      auto made = CudaDecoder::create(cfg, model->model->weights(), o);
+      auto weights = CudaWeights::create(cfg, model->model->weights(), o.device);
+      ASSERT_TRUE(weights.ok()) << weights.status();
+      auto made = CudaDecoder::create(*weights, o);
       ASSERT_TRUE(made.ok()) << made.status();
       auto gpu = std::move(made).value();
       auto ref = twin(*model, cuda::KvFormat::kF32);
@@ -472,7 +477,7 @@ TEST(CudaDecoder, RefusesWhatItCannotServeWithTheReason) {
   const auto model = testing::random_loaded_model(cfg, 5);
   DeviceOptions o;
   o.device = 99;
-  auto none = CudaDecoder::create(cfg, model->model->weights(), o);
+  auto none = CudaWeights::create(cfg, model->model->weights(), o.device);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_MSG_HAS(none.status(), "no CUDA device 99");
   {

@@ -87,7 +87,7 @@ TEST(GoldenStories260K, Top20LogitsFastDecodePath) {
   for (const json& c : g.ref["cases"]) {
     const auto ids = ids_of(c["input_ids"]);
     SequenceKv kv(g.model->model->kv_spec(64, KvCodecKind::kF32));
-    DecodeScratch s = g.model->model->make_scratch(64);
+    DecodeScratch s;
     const float* logits = nullptr;
     for (int32_t id : ids) logits = g.model->model->decode_step(id, kv, s);
     double max_err = 0;

@@ -91,10 +91,11 @@ class DeviceExecutorTest : public ::testing::Test {
                                       std::shared_ptr<const LoadedModel> model = nullptr) {
     if (!model) model = model_;
     DeviceOptions o;
-    auto d = ReferenceDecoder::create(model->config, model->model->weights(), o);
-    EXPECT_TRUE(d.ok()) << d.status();
-    if (decoder) *decoder = d->get();
-    auto ex = DeviceExecutor::create(model, std::move(d).value(), "reference", c.gen.kv_codec);
+    auto w = ReferenceWeights::create(model->config, model->model->weights());
+    EXPECT_TRUE(w.ok()) << w.status();
+    auto d = std::make_unique<ReferenceDecoder>(*w, o);
+    if (decoder) *decoder = d.get();
+    auto ex = DeviceExecutor::create(model, std::move(d), "reference", c.gen.kv_codec);
     EXPECT_TRUE(ex.ok()) << ex.status();
     auto e = Engine::create(model, c, std::move(ex).value());
     EXPECT_TRUE(e.ok()) << e.status();

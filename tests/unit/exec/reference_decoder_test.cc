@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/exec/device_executor.h"
+#include "core/exec/device_factory.h"
 #include "core/exec/hidden_states.h"
 #include "core/generate/sampler.h"
 #include "core/kv/sequence_kv.h"
@@ -48,9 +50,9 @@ KvCodecKind codec_of(cuda::KvFormat f) {
 std::unique_ptr<ReferenceDecoder> make_decoder(const LoadedModel& m, cuda::KvFormat f) {
   DeviceOptions o;
   o.kv = f;
-  auto d = ReferenceDecoder::create(m.config, m.model->weights(), o);
-  EXPECT_TRUE(d.ok()) << d.status();
-  return std::move(d).value();
+  auto w = ReferenceWeights::create(m.config, m.model->weights());
+  EXPECT_TRUE(w.ok()) << w.status();
+  return std::make_unique<ReferenceDecoder>(*w, o);
 }
 
 // The CPU transformer's reference forward of `tokens` (a fresh cache of the codec): logits [T, V].
@@ -241,7 +243,9 @@ TEST(ReferenceDecoderTest, RefusesWhatADeviceCannotRunNamingIt) {
   ASSERT_TRUE(variants.ok());
   ModelConfig ra = (*variants)->config;
   ra.variants.ra_layers = {0};
-  refused(device_supports(ra, WeightDtype::kF32, "cuda:0"), "architecture variants");
+  refused(device_supports(ra, WeightDtype::kF32, "cuda:0"),
+          "model.device cuda:0: architecture variants: reciprocal attention (config.json frost_variants.ra_layers) "
+          "runs only on model.device cpu");
 }
 
 TEST(ReferenceDecoderTest, RefusesAStepItCannotRunThenKeepsServing) {
@@ -327,6 +331,39 @@ TEST(DeviceHiddenStatesTest, FeaturesComeFromTheDeviceAndEqualTheCpus) {
   auto none = make_hidden_source(**cpu, ExecutorOptions{});
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(*none);
+}
+
+// Weights once per device (core/exec/device_factory.h): the engine's executor and the features' decoder borrow
+// one DeviceWeights, so the device holds one copy; the executor reports those bytes (frost_model_weight_bytes,
+// frost_device_memory_bytes{kind="weights"}) and the features still equal the CPU's.
+TEST(DeviceHiddenStatesTest, TheEngineAndTheFeaturesShareOneCopyOfTheWeights) {
+  auto m = load_model("builtin:tiny");
+  ASSERT_TRUE(m.ok());
+  ExecutorOptions o;
+  o.device.kind = DeviceKind::kReference;
+  auto up = upload_device_weights((*m)->config, (*m)->model->weights(), o.device);
+  ASSERT_TRUE(up.ok()) << up.status();
+  o.weights = *up;
+  EXPECT_EQ(o.weights.use_count(), 2);  // *up and o.weights
+  auto src = make_hidden_source(**m, o);
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::shared_ptr<const LoadedModel> shared(std::move(*m));
+  auto ex = make_executor(shared, o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_EQ(o.weights.use_count(), 4);  // + the features' decoder + the engine's: no second upload
+  EXPECT_GT(o.weights->bytes(), 0);
+  auto* dev = dynamic_cast<DeviceExecutor*>(ex->get());
+  ASSERT_NE(dev, nullptr);
+  EXPECT_EQ(dev->decoder().memory().weight_bytes, o.weights->bytes());  // what the executor's stats report
+  std::vector<int32_t> ids = {1, 5, 9, 200, 17};
+  auto got = (*src)->hidden(ids);
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto want = proto::backbone_hidden(*shared, ids);  // no source on `shared`: the CPU forward
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_LT((*got - *want).abs().max().item<double>(), 1e-4);
+  // The cpu lays out no device weights: it serves the loaded ones.
+  EXPECT_EQ(upload_device_weights(shared->config, shared->model->weights(), DeviceSpec{}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // fp16 weights (a device format) on the reference device:

@@ -140,7 +140,7 @@ TEST_F(KvSpliceModelTest, DecodeStepInTheLatentSpaceEqualsTheReferenceForward) {
     SequenceKv ref_kv(tf().kv_spec(n, KvCodecKind::kKvSplice, sp));
     at::Tensor ref = tf().forward(at::tensor(tokens(n), at::kLong), ref_kv);  // expands every row
     SequenceKv kv(tf().kv_spec(n, KvCodecKind::kKvSplice, sp));
-    DecodeScratch s = tf().make_scratch(n);
+    DecodeScratch s;
     const auto toks = tokens(n);
     for (int64_t t = 0; t < n; ++t) {
       const float* lg = tf().decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv, s);

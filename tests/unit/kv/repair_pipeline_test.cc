@@ -144,7 +144,7 @@ TEST_F(RepairModelTest, DecodeStepWithRepairEqualsForward) {
     at::Tensor want = full_logits(codec, rs, n);
     SequenceKv kv(tf().kv_spec(n, codec));
     kv.set_repair(rs);
-    DecodeScratch s = tf().make_scratch(n);
+    DecodeScratch s;
     const std::vector<int64_t> toks = tokens(n);
     for (int64_t i = 0; i < n; ++i) {
       const float* lg = tf().decode_step(static_cast<int32_t>(toks[static_cast<size_t>(i)]), kv, s);

@@ -145,7 +145,7 @@ class ForwardBatchTest : public ::testing::TestWithParam<ModelCase> {
   std::vector<std::vector<float>> decode_alone(const TestSeq& t, int64_t n_gen) const {
     SequenceKv kv(spec_of(t.kind, 64));
     stage(kv, t.kind);
-    DecodeScratch s = tf_->make_scratch(64);
+    DecodeScratch s;
     std::vector<std::vector<float>> out;
     const float* logits = nullptr;
     for (int32_t id : t.prompt) logits = tf_->decode_step(id, kv, s);

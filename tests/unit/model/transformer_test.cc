@@ -81,7 +81,7 @@ TEST_P(TransformerPathsTest, IncrementalDecodeEqualsFullRecompute) {
 
   // fast path, one token at a time
   SequenceKv kv_fast(spec(T));
-  DecodeScratch s = tf.make_scratch(T);
+  DecodeScratch s;
   // reference path, one token at a time
   SequenceKv kv_ref(spec(T));
   double err_fast = 0, err_ref = 0, err_hidden = 0;
@@ -89,7 +89,7 @@ TEST_P(TransformerPathsTest, IncrementalDecodeEqualsFullRecompute) {
     const float* lf = tf.decode_step(static_cast<int32_t>(toks[t]), kv_fast, s);
     at::Tensor fast = at::from_blob(const_cast<float*>(lf), {model_->config.n_vocab}, at::kFloat);
     err_fast = std::max(err_fast, testing::max_abs_diff(fast, full[t]));
-    at::Tensor hf = at::from_blob(s.hidden.data(), {model_->config.dim}, at::kFloat);
+    at::Tensor hf = at::from_blob(const_cast<float*>(s.hidden()), {model_->config.dim}, at::kFloat);
     err_hidden = std::max(err_hidden, testing::max_abs_diff(hf, hidden_full[t]));
     at::Tensor ref = tf.forward(at::tensor({toks[t]}, at::kLong), kv_ref)[0];
     err_ref = std::max(err_ref, testing::max_abs_diff(ref, full[t]));
@@ -124,7 +124,7 @@ TEST_P(TransformerPathsTest, TruncateForgetsRolledBackTokens) {
   const auto toks = tokens(12);
   // with a detour: token 5 at position 12, rolled back, then token 9
   SequenceKv kv(spec(16));
-  DecodeScratch s = tf.make_scratch(16);
+  DecodeScratch s;
   tf.forward(at::tensor(toks, at::kLong), kv);
   tf.decode_step(5, kv, s);
   kv.truncate(12);
@@ -132,7 +132,7 @@ TEST_P(TransformerPathsTest, TruncateForgetsRolledBackTokens) {
   std::vector<float> v1(l1, l1 + model_->config.n_vocab);
   // without the detour
   SequenceKv kv2(spec(16));
-  DecodeScratch s2 = tf.make_scratch(16);
+  DecodeScratch s2;
   tf.forward(at::tensor(toks, at::kLong), kv2);
   const float* l2 = tf.decode_step(9, kv2, s2);
   for (int64_t i = 0; i < model_->config.n_vocab; ++i) ASSERT_NEAR(v1[i], l2[i], 1e-6) << i;
@@ -186,7 +186,7 @@ TEST(W8A8Test, DecodeStaysCloseToTheInt8Model) {
     EXPECT_EQ(ta8.packed_weight_bytes(), t8.packed_weight_bytes());  // the same 1.125 bytes per weight
     const int64_t T = 40, V = (*m8)->config.n_vocab;
     SequenceKv kv8(t8.kv_spec(T, KvCodecKind::kF32)), kva8(ta8.kv_spec(T, KvCodecKind::kF32));
-    DecodeScratch s8 = t8.make_scratch(T), sa8 = ta8.make_scratch(T);
+    DecodeScratch s8, sa8;
     double worst = 0, spread = 0;
     int agree = 0;
     for (int64_t t = 0; t < T; ++t) {

@@ -208,7 +208,7 @@ TEST_P(VariantPathsTest, DecodeEqualsForwardEqualsNaiveFormulas) {
   const at::Tensor chunked =
       at::cat({tf->forward(ids.narrow(0, 0, 7), kv_chunk), tf->forward(ids.narrow(0, 7, 9), kv_chunk)});
   SequenceKv kv_fast(tf->kv_spec(T, KvCodecKind::kF32)), kv_ref(tf->kv_spec(T, KvCodecKind::kF32));
-  DecodeScratch s = tf->make_scratch(T);
+  DecodeScratch s;
   double err_fast = 0, err_ref = 0;
   for (int64_t t = 0; t < T; ++t) {
     const float* lf = tf->decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv_fast, s);
@@ -246,7 +246,7 @@ TEST(VariantPathsBf16Test, DecodeEqualsForward) {
   const std::vector<int64_t> toks = tokens(T, cfg.n_vocab);
   SequenceKv kv_full(tf->kv_spec(T, KvCodecKind::kF32)), kv_fast(tf->kv_spec(T, KvCodecKind::kF32));
   const at::Tensor full = tf->forward(at::tensor(toks, at::kLong), kv_full);
-  DecodeScratch s = tf->make_scratch(T);
+  DecodeScratch s;
   for (int64_t t = 0; t < T; ++t) {
     const float* lf = tf->decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv_fast, s);
     EXPECT_LE(max_abs_diff(at::from_blob(const_cast<float*>(lf), {cfg.n_vocab}, at::kFloat), full[t]), 1e-4)
@@ -322,7 +322,7 @@ TEST_P(VariantCodecTest, DecodeStepEqualsForwardOnTheSameCodec) {
   SequenceKv kv_full(tf->kv_spec(T, p.codec)), kv_fast(tf->kv_spec(T, p.codec)),
       kv_ref(tf->kv_spec(T, p.codec));
   const at::Tensor full = tf->forward(at::tensor(toks, at::kLong), kv_full);
-  DecodeScratch s = tf->make_scratch(T);
+  DecodeScratch s;
   double err_fast = 0, err_ref = 0;
   for (int64_t t = 0; t < T; ++t) {
     const float* lf = tf->decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv_fast, s);
@@ -372,7 +372,7 @@ TEST(VariantCodecTest, RaOnKvSpliceAndSbaRefusesIt) {
     SequenceKv kv_full(tf->kv_spec(T, KvCodecKind::kKvSplice, *sp)),
         kv_fast(tf->kv_spec(T, KvCodecKind::kKvSplice, *sp));
     const at::Tensor full = tf->forward(at::tensor(toks, at::kLong), kv_full);
-    DecodeScratch s = tf->make_scratch(T);
+    DecodeScratch s;
     double err = 0;
     for (int64_t t = 0; t < T; ++t) {
       const float* lf = tf->decode_step(static_cast<int32_t>(toks[static_cast<size_t>(t)]), kv_fast, s);
@@ -413,7 +413,7 @@ TEST(VariantStagesTest, RaKeepsCorruptionAndRepairSbaRefusesThem) {
   SequenceKv kv_ref(tf->kv_spec(T, KvCodecKind::kInt4)), kv_fast(tf->kv_spec(T, KvCodecKind::kInt4));
   kv_ref.set_repair(*set);
   kv_fast.set_repair(*set);
-  DecodeScratch s = tf->make_scratch(T);
+  DecodeScratch s;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t tok = toks[static_cast<size_t>(t)];
     const at::Tensor want = tf->forward(at::tensor({tok}, at::kLong), kv_ref)[0];
@@ -449,7 +449,7 @@ TEST(VariantStagesTest, RaKeepsCorruptionAndRepairSbaRefusesThem) {
               std::string::npos)
         << e.what();
   }
-  DecodeScratch s2 = tfs->make_scratch(T);
+  DecodeScratch s2;
   SequenceKv kv2(tfs->kv_spec(T, KvCodecKind::kF32));
   kv2.set_repair(*set);
   EXPECT_THROW(tfs->decode_step(3, kv2, s2), c10::Error);
