@@ -123,27 +123,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
         absl::StrCat("engine.kv_block_tokens must be in [1, 4096], got ", cfg.kv_block_tokens));
   if (cfg.kv_cache_bytes < 0)
     return absl::InvalidArgumentError(absl::StrCat("engine.kv_cache_bytes must be >= 0, got ", cfg.kv_cache_bytes));
-  if (cfg.constraint_compile_threads < 1 || cfg.constraint_compile_threads > 64)
-    return absl::InvalidArgumentError(absl::StrCat("engine.constraint_compile_threads must be in [1, 64], got ",
-                                                   cfg.constraint_compile_threads));
-  if (cfg.constraint_compile_queue < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine.constraint_compile_queue must be >= 0, got ", cfg.constraint_compile_queue));
-  if (cfg.constraint_compile_timeout_ms < 1)
-    return absl::InvalidArgumentError(absl::StrCat("engine.constraint_compile_timeout_ms must be >= 1, got ",
-                                                   cfg.constraint_compile_timeout_ms));
-  if (cfg.constraint_cache_bytes < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine.constraint_cache_bytes must be >= 0, got ", cfg.constraint_cache_bytes));
+  FROST_RETURN_IF_ERROR(EngineConstraints::check(cfg));
   std::unique_ptr<Engine> e(new Engine(model, cfg));
-  {
-    ConstraintCompilerOptions co;
-    co.threads = cfg.constraint_compile_threads;
-    co.max_queued = cfg.constraint_compile_queue;
-    co.timeout_ms = cfg.constraint_compile_timeout_ms;
-    co.cache_bytes = cfg.constraint_cache_bytes;
-    e->compiler_ = std::make_unique<ConstraintCompiler>(co);
-  }
+  e->constraints_ = std::make_unique<EngineConstraints>(model, cfg);
   e->exec_ = executor ? std::move(executor) : std::make_unique<CpuExecutor>(model);
   StepExecutor& ex = *e->exec_;
   // The engine's default codec must be one the executor stores (a device stores one format).
@@ -210,36 +192,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
 
 Engine::~Engine() { shutdown(); }
 
-// The vocabulary as constrained decoding sees it: each token's bytes, special tokens, the model's EOS ids.
-// Built on the first constrained request (a trie over the vocabulary: milliseconds for 32k tokens).
-absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> Engine::constraint_vocab() {
-  absl::MutexLock l(&constraint_mu_);
-  if (vocab_) return vocab_;
-  const Tokenizer* tok = model_->tokenizer.get();
-  if (!tok) return absl::FailedPreconditionError("the model has no tokenizer");
-  const auto n = static_cast<int32_t>(model_->config.n_vocab);
-  std::vector<std::string> bytes(static_cast<size_t>(n));
-  std::vector<bool> special(static_cast<size_t>(n), false);
-  for (int32_t i = 0; i < n; ++i) {
-    if (i >= tok->vocab_size()) {
-      special[static_cast<size_t>(i)] = true;  // padding rows of the embedding: never text
-      continue;
-    }
-    special[static_cast<size_t>(i)] = tok->is_special(i) || i == tok->bos_id();
-    if (!special[static_cast<size_t>(i)]) bytes[static_cast<size_t>(i)] = tok->token_bytes(i);
-  }
-  std::vector<int32_t> eos;
-  for (int64_t e : model_->config.eos_ids)
-    if (e >= 0 && e < n) eos.push_back(static_cast<int32_t>(e));
-  if (eos.empty() && tok->eos_id() >= 0 && tok->eos_id() < n) eos.push_back(tok->eos_id());
-  for (int32_t e : eos) special[static_cast<size_t>(e)] = true;
-  absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> v =
-      constrain::TokenVocab::create(std::move(bytes), std::move(special), std::move(eos));
-  if (!v.ok()) return v.status();
-  vocab_ = *v;
-  return vocab_;
-}
-
 absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
                             std::shared_ptr<CancelToken> cancel) {
   if (!sink || !cancel) return absl::InvalidArgumentError("engine: submit needs a sink and a cancel token");
@@ -253,14 +205,11 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->repair_mode = req.kv_repair;
   const bool constrained = req.constraint.kind != constrain::ConstraintSpec::Kind::kNone;
   if (constrained) {
-    absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> v = constraint_vocab();
-    if (!v.ok()) return absl::Status(v.status().code(), absl::StrCat("constraint: ", v.status().message()));
-    p->vocab = *std::move(v);
     // A cached outcome is used (or refused) here and now; anything else compiles after admission, below.
-    if (std::optional<ConstraintCompiler::Result> hit = compiler_->lookup(req.constraint)) {
-      if (!hit->ok()) return absl::Status(hit->status().code(), absl::StrCat("constraint: ", hit->status().message()));
-      p->constraint = **std::move(hit);
-    }
+    absl::StatusOr<EngineConstraints::Lookup> found = constraints_->lookup(req.constraint);
+    if (!found.ok()) return found.status();
+    p->vocab = std::move(found->vocab);
+    p->constraint = std::move(found->compiled);
   }
   // What the executor cannot run (a device stores one KV format and has no repair operators or KVSplice).
   FROST_RETURN_IF_ERROR(exec_->check_request(p->codec, req.kv_repair == GenerationRequest::KvRepair::kOn));
@@ -332,16 +281,16 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   // The compile: on the compiler's threads, cancelled with the request; compiled() queues it or ends it.
   std::shared_ptr<const CancelToken> cancel_token = p->cancel;
   auto holder = std::make_shared<std::unique_ptr<Pending>>(std::move(p));
-  absl::Status st = compiler_->compile_async(req.constraint, cancel_token, [this, holder](ConstraintCompiler::Result r) {
-    compiled(std::move(*holder), std::move(r));
-  });
+  absl::Status st =
+      constraints_->compile_async(req.constraint, cancel_token, [this, holder](ConstraintCompiler::Result r) {
+        compiled(std::move(*holder), std::move(r));
+      });
   if (!st.ok()) {
     absl::MutexLock lock(&mu_);
     --counters_.n_accepted;
     --n_in_flight_;
-    return absl::Status(st.code(), absl::StrCat("constraint: ", st.message()));
   }
-  return absl::OkStatus();
+  return st;
 }
 
 void Engine::compiled(std::unique_ptr<Pending> p, ConstraintCompiler::Result r) {
@@ -360,9 +309,7 @@ void Engine::compiled(std::unique_ptr<Pending> p, ConstraintCompiler::Result r) 
       case CancelToken::State::kRunning:
         break;
     }
-    std::string msg(r.status().message());
-    if (msg.rfind("constraint: ", 0) != 0) msg = absl::StrCat("constraint: ", msg);
-    return end_unadmitted(std::move(p), absl::Status(r.status().code(), msg));
+    return end_unadmitted(std::move(p), r.status());  // named "constraint: ..." (EngineConstraints)
   }
   p->constraint = *std::move(r);
   {
@@ -391,7 +338,7 @@ void Engine::end_unadmitted(std::unique_ptr<Pending> p, absl::StatusOr<Generatio
 
 EngineStats Engine::stats() const {
   const ExecutorStats es = exec_->stats();  // thread-safe, outside mu_
-  const ConstraintCompilerStats cs = compiler_->stats();
+  const ConstraintCompilerStats cs = constraints_->stats();
   absl::MutexLock lock(&mu_);
   EngineStats s = counters_;
   s.executor = es;
@@ -432,7 +379,7 @@ void Engine::shutdown() {
     stop_ = true;
   }
   // Compiles stop first: their requests end (CANCELLED) through the delivery thread, which is still running.
-  if (compiler_) compiler_->shutdown();
+  if (constraints_) constraints_->shutdown();
   stopping_.store(true);
   { absl::MutexLock lock(&dmu_); }  // re-evaluates the engine's wait for delivery
   if (worker_.joinable()) worker_.join();  // it hands its last deliveries over, then stops the deliverer

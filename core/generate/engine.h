@@ -53,7 +53,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/common/cancel.h"
-#include "core/generate/constraint_compiler.h"
+#include "core/generate/engine_constraints.h"
 #include "core/generate/engine_options.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
@@ -207,7 +207,6 @@ class Engine {
   void publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running, int32_t n_waiting,
                      int64_t bytes_needed);
 
-  absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> constraint_vocab();
   // A compile of submit() came back (a compiler thread): queue the request, or end it.
   void compiled(std::unique_ptr<Pending> p, ConstraintCompiler::Result r);
   // Hands a request that never reached the engine thread its outcome (through the delivery thread).
@@ -215,10 +214,8 @@ class Engine {
 
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
-  // Structured output (submit(), any thread): the compiler and its cache, and the vocabulary's trie.
-  std::unique_ptr<ConstraintCompiler> compiler_;
-  absl::Mutex constraint_mu_;
-  std::shared_ptr<const constrain::TokenVocab> vocab_ ABSL_GUARDED_BY(constraint_mu_);
+  // Structured output (submit(), any thread): the vocabulary and the compile cache (engine_constraints.h).
+  std::unique_ptr<EngineConstraints> constraints_;
   Generator validator_;  // prepare() only: validation + tokenization, thread-safe (const)
   std::unique_ptr<StepExecutor> exec_;  // engine thread only after create() (stats(), health(): any thread)
   const KvBlockStorage* storage_ = nullptr;  // the executor's pool storage
