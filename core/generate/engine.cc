@@ -192,10 +192,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
 
 Engine::~Engine() { shutdown(); }
 
-absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
-                            std::shared_ptr<CancelToken> cancel) {
+// Request preparation, on the caller's thread and before any model work: validation and tokenization, the
+// sampling parameters and KV options, the constraint's vocabulary and cached compile (or cached refusal),
+// what the executor can run, and whether the KV pool could ever hold the request. The result is a request
+// ready to queue: only admission (the caps) and, for a constraint the cache does not hold, its compile
+// remain (submit()).
+absl::StatusOr<std::unique_ptr<Engine::Pending>> Engine::prepare_request(
+    const GenerationRequest& req, std::shared_ptr<TokenSink> sink, std::shared_ptr<CancelToken> cancel) {
   if (!sink || !cancel) return absl::InvalidArgumentError("engine: submit needs a sink and a cancel token");
-  // Validation and tokenization run on the caller's thread, before any model work.
   absl::StatusOr<std::vector<int32_t>> prompt = validator_.prepare(req);
   if (!prompt.ok()) return prompt.status();
   auto p = std::make_unique<Pending>();
@@ -203,9 +207,8 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->params = req.params;
   p->codec = req.kv_codec.value_or(cfg_.gen.kv_codec);
   p->repair_mode = req.kv_repair;
-  const bool constrained = req.constraint.kind != constrain::ConstraintSpec::Kind::kNone;
-  if (constrained) {
-    // A cached outcome is used (or refused) here and now; anything else compiles after admission, below.
+  if (req.constraint.kind != constrain::ConstraintSpec::Kind::kNone) {
+    // A cached outcome is used (or refused) here and now; anything else compiles after admission (submit()).
     absl::StatusOr<EngineConstraints::Lookup> found = constraints_->lookup(req.constraint);
     if (!found.ok()) return found.status();
     p->vocab = std::move(found->vocab);
@@ -257,8 +260,18 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->cancel = std::move(cancel);
   p->t_submit_ns = RealClock::get().now_ns();
   p->n_prompt_given = static_cast<int32_t>(p->prompt.size());
-  const bool compile = constrained && !p->constraint;
-  {
+  return p;
+}
+
+absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
+                            std::shared_ptr<CancelToken> cancel) {
+  absl::StatusOr<std::unique_ptr<Pending>> prepared =
+      prepare_request(req, std::move(sink), std::move(cancel));
+  if (!prepared.ok()) return prepared.status();
+  std::unique_ptr<Pending> p = *std::move(prepared);
+  // Constrained, and the compile cache does not hold the spec.
+  const bool compile = req.constraint.kind != constrain::ConstraintSpec::Kind::kNone && !p->constraint;
+  {  // admission
     absl::MutexLock lock(&mu_);
     if (!device_error_.ok())
       return absl::UnavailableError(absl::StrCat("the engine's device failed: ", device_error_.message()));

@@ -193,6 +193,10 @@ class Engine {
   struct Delivery;
   struct Loop;
   Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg);
+  // submit()'s request preparation (caller's thread): everything before admission; a request ready to queue.
+  absl::StatusOr<std::unique_ptr<Pending>> prepare_request(const GenerationRequest& req,
+                                                           std::shared_ptr<TokenSink> sink,
+                                                           std::shared_ptr<CancelToken> cancel);
   void run();  // the engine thread: intake → execute → update → finish, each round
   // The named steps of a round (engine.cc), on the engine thread's state.
   bool intake(Loop& loop);                        // false: stop
