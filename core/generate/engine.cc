@@ -91,6 +91,7 @@ struct Engine::Loop {
   ExecResult exec_result;
   std::vector<SampledToken> toks;
   std::vector<EngineRequest*> to_sample;
+  int64_t t_schedule_ns = 0;  // this round's schedule()
   // The callback that queues a request's token events for this round's delivery.
   TokenCallback emit(EngineRequest& a) {
     std::shared_ptr<TokenSink> sink = a.req->sink;
@@ -565,9 +566,21 @@ bool Engine::intake(Loop& loop) {
   return true;
 }
 
+// Schedule: the scheduler decides this round's step (scheduler.h: decodes, prompt chunks, admissions,
+// preemption, prefix-cache adoption). Timed for end_round's counters.
+Scheduler::Step Engine::schedule(Loop& loop) {
+  const int64_t t0 = RealClock::get().now_ns();
+  Scheduler::Step step = loop.sched.schedule();
+  loop.t_schedule_ns = RealClock::get().now_ns() - t0;
+  return step;
+}
+
 // Execute: the scheduled step on the executor. Each sequence with logits says how its token may be drawn
-// (on the device when the executor samples and the request allows it); then update.
-void Engine::execute(Loop& loop, Scheduler::Step& step) {
+// (on the device when the executor samples and the request allows it). True when the step ran: the
+// scheduler has committed it (full blocks published to the prefix cache) and loop.exec_result holds what
+// update() needs. False when it failed: the step's requests have ended, or every request when the device
+// failed for good.
+bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   const int64_t t0 = RealClock::get().now_ns();
   for (SchedEntry* e : step.who)
     if (e->owner->t_admit_ns == 0) e->owner->t_admit_ns = t0;
@@ -585,8 +598,7 @@ void Engine::execute(Loop& loop, Scheduler::Step& step) {
   }
   if (st.ok()) {
     loop.sched.commit(step);
-    update(loop, step, loop.exec_result);
-    return;
+    return true;
   }
   // The step failed. A broken invariant in tensor code fails the sequences of this step and the engine keeps
   // serving; a sticky device error (the executor's health) fails everything, for good.
@@ -595,7 +607,7 @@ void Engine::execute(Loop& loop, Scheduler::Step& step) {
     FROST_LOG_ERROR("engine: batched step failed: %s", st.ToString().c_str());
     for (SchedEntry* e : step.who)
       if (EngineRequest* a = e->owner; !a->done) finish(loop, *a, st);
-    return;
+    return false;
   }
   FROST_LOG_ERROR("engine: the %s executor failed for good (%s): failing every request and refusing new ones",
                   exec_->device().c_str(), health.ToString().c_str());
@@ -609,6 +621,7 @@ void Engine::execute(Loop& loop, Scheduler::Step& step) {
   if (cfg_.on_device_failure) cfg_.on_device_failure(health);
   for (auto& a : loop.actives)
     if (!a->done) finish(loop, *a, fail);
+  return false;
 }
 
 // Update: every sequence that got logits gets its token — the device's where it sampled, else the host
@@ -645,10 +658,17 @@ void Engine::update(Loop& loop, const Scheduler::Step& step, const ExecResult& r
   counters_.t_emit_s += static_cast<double>(t1 - t_tok) * 1e-9;
 }
 
-// End of a round: the gauges are published before the round's tokens are handed to the delivery thread, so a
-// client that has seen a token of this round reads a /metrics (or a drain log) that already counts its
-// sequence. Finished requests leave.
-void Engine::end_round(Loop& loop) {
+// End of a round: the step's counters (when one was scheduled, whether or not it ran), then the gauges,
+// published before the round's tokens are handed to the delivery thread, so a client that has seen a token of
+// this round reads a /metrics (or a drain log) that already counts its sequence. Finished requests leave.
+void Engine::end_round(Loop& loop, const Scheduler::Step& step) {
+  if (!step.seqs.empty()) {
+    absl::MutexLock lock(&mu_);
+    counters_.t_schedule_s += static_cast<double>(loop.t_schedule_ns) * 1e-9;
+    ++counters_.n_steps;
+    counters_.batch_size.observe(static_cast<double>(step.seqs.size()));
+    counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
+  }
   int64_t needed = 0;
   for (const SchedEntry* e : loop.sched.running()) needed += e->kv->n_tokens() * e->kv->bytes_per_token();
   publish_stats(loop.sched.preemptions(), loop.sched.prefix_queries_tokens(), loop.sched.prefix_hits_tokens(),
@@ -702,18 +722,9 @@ void Engine::run() {
   sc.prefix_caching = cfg_.prefix_caching;
   Loop loop(sc, books_.get());
   while (intake(loop)) {
-    const int64_t t0 = RealClock::get().now_ns();
-    Scheduler::Step step = loop.sched.schedule();
-    const int64_t t1 = RealClock::get().now_ns();
-    if (!step.seqs.empty()) {
-      execute(loop, step);
-      absl::MutexLock lock(&mu_);
-      counters_.t_schedule_s += static_cast<double>(t1 - t0) * 1e-9;
-      ++counters_.n_steps;
-      counters_.batch_size.observe(static_cast<double>(step.seqs.size()));
-      counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
-    }
-    end_round(loop);
+    const Scheduler::Step step = schedule(loop);
+    if (!step.seqs.empty() && execute(loop, step)) update(loop, step, loop.exec_result);
+    end_round(loop, step);
     if (step.seqs.empty() && !loop.actives.empty()) {
       // Nothing could run (cannot happen with a consistent config: a lone request always fits the pool).
       // Do not spin; new arrivals or cancellations change that.
