@@ -91,6 +91,7 @@ struct Engine::Loop {
   ExecResult exec_result;
   std::vector<SampledToken> toks;
   std::vector<EngineRequest*> to_sample;
+  int64_t t_schedule_ns = 0;  // this round's schedule()
   // The callback that queues a request's token events for this round's delivery.
   TokenCallback emit(EngineRequest& a) {
     std::shared_ptr<TokenSink> sink = a.req->sink;
@@ -123,27 +124,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
         absl::StrCat("engine.kv_block_tokens must be in [1, 4096], got ", cfg.kv_block_tokens));
   if (cfg.kv_cache_bytes < 0)
     return absl::InvalidArgumentError(absl::StrCat("engine.kv_cache_bytes must be >= 0, got ", cfg.kv_cache_bytes));
-  if (cfg.constraint_compile_threads < 1 || cfg.constraint_compile_threads > 64)
-    return absl::InvalidArgumentError(absl::StrCat("engine.constraint_compile_threads must be in [1, 64], got ",
-                                                   cfg.constraint_compile_threads));
-  if (cfg.constraint_compile_queue < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine.constraint_compile_queue must be >= 0, got ", cfg.constraint_compile_queue));
-  if (cfg.constraint_compile_timeout_ms < 1)
-    return absl::InvalidArgumentError(absl::StrCat("engine.constraint_compile_timeout_ms must be >= 1, got ",
-                                                   cfg.constraint_compile_timeout_ms));
-  if (cfg.constraint_cache_bytes < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine.constraint_cache_bytes must be >= 0, got ", cfg.constraint_cache_bytes));
+  FROST_RETURN_IF_ERROR(EngineConstraints::check(cfg));
   std::unique_ptr<Engine> e(new Engine(model, cfg));
-  {
-    ConstraintCompilerOptions co;
-    co.threads = cfg.constraint_compile_threads;
-    co.max_queued = cfg.constraint_compile_queue;
-    co.timeout_ms = cfg.constraint_compile_timeout_ms;
-    co.cache_bytes = cfg.constraint_cache_bytes;
-    e->compiler_ = std::make_unique<ConstraintCompiler>(co);
-  }
+  e->constraints_ = std::make_unique<EngineConstraints>(model, cfg);
   e->exec_ = executor ? std::move(executor) : std::make_unique<CpuExecutor>(model);
   StepExecutor& ex = *e->exec_;
   // The engine's default codec must be one the executor stores (a device stores one format).
@@ -210,40 +193,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
 
 Engine::~Engine() { shutdown(); }
 
-// The vocabulary as constrained decoding sees it: each token's bytes, special tokens, the model's EOS ids.
-// Built on the first constrained request (a trie over the vocabulary: milliseconds for 32k tokens).
-absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> Engine::constraint_vocab() {
-  absl::MutexLock l(&constraint_mu_);
-  if (vocab_) return vocab_;
-  const Tokenizer* tok = model_->tokenizer.get();
-  if (!tok) return absl::FailedPreconditionError("the model has no tokenizer");
-  const auto n = static_cast<int32_t>(model_->config.n_vocab);
-  std::vector<std::string> bytes(static_cast<size_t>(n));
-  std::vector<bool> special(static_cast<size_t>(n), false);
-  for (int32_t i = 0; i < n; ++i) {
-    if (i >= tok->vocab_size()) {
-      special[static_cast<size_t>(i)] = true;  // padding rows of the embedding: never text
-      continue;
-    }
-    special[static_cast<size_t>(i)] = tok->is_special(i) || i == tok->bos_id();
-    if (!special[static_cast<size_t>(i)]) bytes[static_cast<size_t>(i)] = tok->token_bytes(i);
-  }
-  std::vector<int32_t> eos;
-  for (int64_t e : model_->config.eos_ids)
-    if (e >= 0 && e < n) eos.push_back(static_cast<int32_t>(e));
-  if (eos.empty() && tok->eos_id() >= 0 && tok->eos_id() < n) eos.push_back(tok->eos_id());
-  for (int32_t e : eos) special[static_cast<size_t>(e)] = true;
-  absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> v =
-      constrain::TokenVocab::create(std::move(bytes), std::move(special), std::move(eos));
-  if (!v.ok()) return v.status();
-  vocab_ = *v;
-  return vocab_;
-}
-
-absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
-                            std::shared_ptr<CancelToken> cancel) {
+// Request preparation, on the caller's thread and before any model work: validation and tokenization, the
+// sampling parameters and KV options, the constraint's vocabulary and cached compile (or cached refusal),
+// what the executor can run, and whether the KV pool could ever hold the request. The result is a request
+// ready to queue: only admission (the caps) and, for a constraint the cache does not hold, its compile
+// remain (submit()).
+absl::StatusOr<std::unique_ptr<Engine::Pending>> Engine::prepare_request(
+    const GenerationRequest& req, std::shared_ptr<TokenSink> sink, std::shared_ptr<CancelToken> cancel) {
   if (!sink || !cancel) return absl::InvalidArgumentError("engine: submit needs a sink and a cancel token");
-  // Validation and tokenization run on the caller's thread, before any model work.
   absl::StatusOr<std::vector<int32_t>> prompt = validator_.prepare(req);
   if (!prompt.ok()) return prompt.status();
   auto p = std::make_unique<Pending>();
@@ -251,16 +208,12 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->params = req.params;
   p->codec = req.kv_codec.value_or(cfg_.gen.kv_codec);
   p->repair_mode = req.kv_repair;
-  const bool constrained = req.constraint.kind != constrain::ConstraintSpec::Kind::kNone;
-  if (constrained) {
-    absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> v = constraint_vocab();
-    if (!v.ok()) return absl::Status(v.status().code(), absl::StrCat("constraint: ", v.status().message()));
-    p->vocab = *std::move(v);
-    // A cached outcome is used (or refused) here and now; anything else compiles after admission, below.
-    if (std::optional<ConstraintCompiler::Result> hit = compiler_->lookup(req.constraint)) {
-      if (!hit->ok()) return absl::Status(hit->status().code(), absl::StrCat("constraint: ", hit->status().message()));
-      p->constraint = **std::move(hit);
-    }
+  if (req.constraint.kind != constrain::ConstraintSpec::Kind::kNone) {
+    // A cached outcome is used (or refused) here and now; anything else compiles after admission (submit()).
+    absl::StatusOr<EngineConstraints::Lookup> found = constraints_->lookup(req.constraint);
+    if (!found.ok()) return found.status();
+    p->vocab = std::move(found->vocab);
+    p->constraint = std::move(found->compiled);
   }
   // What the executor cannot run (a device stores one KV format and has no repair operators or KVSplice).
   FROST_RETURN_IF_ERROR(exec_->check_request(p->codec, req.kv_repair == GenerationRequest::KvRepair::kOn));
@@ -308,8 +261,18 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   p->cancel = std::move(cancel);
   p->t_submit_ns = RealClock::get().now_ns();
   p->n_prompt_given = static_cast<int32_t>(p->prompt.size());
-  const bool compile = constrained && !p->constraint;
-  {
+  return p;
+}
+
+absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenSink> sink,
+                            std::shared_ptr<CancelToken> cancel) {
+  absl::StatusOr<std::unique_ptr<Pending>> prepared =
+      prepare_request(req, std::move(sink), std::move(cancel));
+  if (!prepared.ok()) return prepared.status();
+  std::unique_ptr<Pending> p = *std::move(prepared);
+  // Constrained, and the compile cache does not hold the spec.
+  const bool compile = req.constraint.kind != constrain::ConstraintSpec::Kind::kNone && !p->constraint;
+  {  // admission
     absl::MutexLock lock(&mu_);
     if (!device_error_.ok())
       return absl::UnavailableError(absl::StrCat("the engine's device failed: ", device_error_.message()));
@@ -332,16 +295,16 @@ absl::Status Engine::submit(const GenerationRequest& req, std::shared_ptr<TokenS
   // The compile: on the compiler's threads, cancelled with the request; compiled() queues it or ends it.
   std::shared_ptr<const CancelToken> cancel_token = p->cancel;
   auto holder = std::make_shared<std::unique_ptr<Pending>>(std::move(p));
-  absl::Status st = compiler_->compile_async(req.constraint, cancel_token, [this, holder](ConstraintCompiler::Result r) {
-    compiled(std::move(*holder), std::move(r));
-  });
+  absl::Status st =
+      constraints_->compile_async(req.constraint, cancel_token, [this, holder](ConstraintCompiler::Result r) {
+        compiled(std::move(*holder), std::move(r));
+      });
   if (!st.ok()) {
     absl::MutexLock lock(&mu_);
     --counters_.n_accepted;
     --n_in_flight_;
-    return absl::Status(st.code(), absl::StrCat("constraint: ", st.message()));
   }
-  return absl::OkStatus();
+  return st;
 }
 
 void Engine::compiled(std::unique_ptr<Pending> p, ConstraintCompiler::Result r) {
@@ -360,9 +323,7 @@ void Engine::compiled(std::unique_ptr<Pending> p, ConstraintCompiler::Result r) 
       case CancelToken::State::kRunning:
         break;
     }
-    std::string msg(r.status().message());
-    if (msg.rfind("constraint: ", 0) != 0) msg = absl::StrCat("constraint: ", msg);
-    return end_unadmitted(std::move(p), absl::Status(r.status().code(), msg));
+    return end_unadmitted(std::move(p), r.status());  // named "constraint: ..." (EngineConstraints)
   }
   p->constraint = *std::move(r);
   {
@@ -391,7 +352,7 @@ void Engine::end_unadmitted(std::unique_ptr<Pending> p, absl::StatusOr<Generatio
 
 EngineStats Engine::stats() const {
   const ExecutorStats es = exec_->stats();  // thread-safe, outside mu_
-  const ConstraintCompilerStats cs = compiler_->stats();
+  const ConstraintCompilerStats cs = constraints_->stats();
   absl::MutexLock lock(&mu_);
   EngineStats s = counters_;
   s.executor = es;
@@ -432,7 +393,7 @@ void Engine::shutdown() {
     stop_ = true;
   }
   // Compiles stop first: their requests end (CANCELLED) through the delivery thread, which is still running.
-  if (compiler_) compiler_->shutdown();
+  if (constraints_) constraints_->shutdown();
   stopping_.store(true);
   { absl::MutexLock lock(&dmu_); }  // re-evaluates the engine's wait for delivery
   if (worker_.joinable()) worker_.join();  // it hands its last deliveries over, then stops the deliverer
@@ -605,9 +566,21 @@ bool Engine::intake(Loop& loop) {
   return true;
 }
 
+// Schedule: the scheduler decides this round's step (scheduler.h: decodes, prompt chunks, admissions,
+// preemption, prefix-cache adoption). Timed for end_round's counters.
+Scheduler::Step Engine::schedule(Loop& loop) {
+  const int64_t t0 = RealClock::get().now_ns();
+  Scheduler::Step step = loop.sched.schedule();
+  loop.t_schedule_ns = RealClock::get().now_ns() - t0;
+  return step;
+}
+
 // Execute: the scheduled step on the executor. Each sequence with logits says how its token may be drawn
-// (on the device when the executor samples and the request allows it); then update.
-void Engine::execute(Loop& loop, Scheduler::Step& step) {
+// (on the device when the executor samples and the request allows it). True when the step ran: the
+// scheduler has committed it (full blocks published to the prefix cache) and loop.exec_result holds what
+// update() needs. False when it failed: the step's requests have ended, or every request when the device
+// failed for good.
+bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   const int64_t t0 = RealClock::get().now_ns();
   for (SchedEntry* e : step.who)
     if (e->owner->t_admit_ns == 0) e->owner->t_admit_ns = t0;
@@ -625,8 +598,7 @@ void Engine::execute(Loop& loop, Scheduler::Step& step) {
   }
   if (st.ok()) {
     loop.sched.commit(step);
-    update(loop, step, loop.exec_result);
-    return;
+    return true;
   }
   // The step failed. A broken invariant in tensor code fails the sequences of this step and the engine keeps
   // serving; a sticky device error (the executor's health) fails everything, for good.
@@ -635,7 +607,7 @@ void Engine::execute(Loop& loop, Scheduler::Step& step) {
     FROST_LOG_ERROR("engine: batched step failed: %s", st.ToString().c_str());
     for (SchedEntry* e : step.who)
       if (EngineRequest* a = e->owner; !a->done) finish(loop, *a, st);
-    return;
+    return false;
   }
   FROST_LOG_ERROR("engine: the %s executor failed for good (%s): failing every request and refusing new ones",
                   exec_->device().c_str(), health.ToString().c_str());
@@ -649,6 +621,7 @@ void Engine::execute(Loop& loop, Scheduler::Step& step) {
   if (cfg_.on_device_failure) cfg_.on_device_failure(health);
   for (auto& a : loop.actives)
     if (!a->done) finish(loop, *a, fail);
+  return false;
 }
 
 // Update: every sequence that got logits gets its token — the device's where it sampled, else the host
@@ -685,10 +658,17 @@ void Engine::update(Loop& loop, const Scheduler::Step& step, const ExecResult& r
   counters_.t_emit_s += static_cast<double>(t1 - t_tok) * 1e-9;
 }
 
-// End of a round: the gauges are published before the round's tokens are handed to the delivery thread, so a
-// client that has seen a token of this round reads a /metrics (or a drain log) that already counts its
-// sequence. Finished requests leave.
-void Engine::end_round(Loop& loop) {
+// End of a round: the step's counters (when one was scheduled, whether or not it ran), then the gauges,
+// published before the round's tokens are handed to the delivery thread, so a client that has seen a token of
+// this round reads a /metrics (or a drain log) that already counts its sequence. Finished requests leave.
+void Engine::end_round(Loop& loop, const Scheduler::Step& step) {
+  if (!step.seqs.empty()) {
+    absl::MutexLock lock(&mu_);
+    counters_.t_schedule_s += static_cast<double>(loop.t_schedule_ns) * 1e-9;
+    ++counters_.n_steps;
+    counters_.batch_size.observe(static_cast<double>(step.seqs.size()));
+    counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
+  }
   int64_t needed = 0;
   for (const SchedEntry* e : loop.sched.running()) needed += e->kv->n_tokens() * e->kv->bytes_per_token();
   publish_stats(loop.sched.preemptions(), loop.sched.prefix_queries_tokens(), loop.sched.prefix_hits_tokens(),
@@ -742,18 +722,9 @@ void Engine::run() {
   sc.prefix_caching = cfg_.prefix_caching;
   Loop loop(sc, books_.get());
   while (intake(loop)) {
-    const int64_t t0 = RealClock::get().now_ns();
-    Scheduler::Step step = loop.sched.schedule();
-    const int64_t t1 = RealClock::get().now_ns();
-    if (!step.seqs.empty()) {
-      execute(loop, step);
-      absl::MutexLock lock(&mu_);
-      counters_.t_schedule_s += static_cast<double>(t1 - t0) * 1e-9;
-      ++counters_.n_steps;
-      counters_.batch_size.observe(static_cast<double>(step.seqs.size()));
-      counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
-    }
-    end_round(loop);
+    const Scheduler::Step step = schedule(loop);
+    if (!step.seqs.empty() && execute(loop, step)) update(loop, step, loop.exec_result);
+    end_round(loop, step);
     if (step.seqs.empty() && !loop.actives.empty()) {
       // Nothing could run (cannot happen with a consistent config: a lone request always fits the pool).
       // Do not spin; new arrivals or cancellations change that.

@@ -2,19 +2,25 @@
 // Engine: the serving loop (llama.cpp's server_context, vLLM's EngineCore). One worker thread owns the
 // executor's steps, the KV block books and every running sequence; callers only submit and cancel.
 //
-// Continuous batching on a paged KV cache. Each round, four named steps of the engine thread (engine.cc):
-//   intake   requests submitted since the last round join the scheduler's queue; cancellations and
-//            deadlines end their requests (running or waiting) within this round.
-//   execute  core/generate/scheduler.h decides the step: every decoding sequence's next token, prompt
-//            chunks within engine.max_batch_tokens (chunked prefill), admissions while fewer than
-//            max_running run and the block books allow, preemption of the newest sequence when blocks
-//            run out (recomputed later; never failed), prefix-cache adoption at admission. The step's
-//            executor (core/exec/step_executor.h: the CPU's batched forward, or a device) runs it: every
-//            weight matrix read once per step, attention per sequence through its own codec.
-//   update   every sequence that got logits gets its token — sampled by the device where the executor
-//            does that and the request allows it, else by the host sampler (in parallel) — and streams it.
-//   finish   sequences that are done end (their blocks go back at once); full blocks are published to the
-//            prefix cache; the round's events go to the delivery thread.
+// Continuous batching on a paged KV cache. Each round, five named steps of the engine thread (engine.cc:
+// run() calls them in turn):
+//   intake     requests submitted since the last round join the scheduler's queue; cancellations and
+//              deadlines end their requests (running or waiting) within this round.
+//   schedule   core/generate/scheduler.h decides the step: every decoding sequence's next token, prompt
+//              chunks within engine.max_batch_tokens (chunked prefill), admissions while fewer than
+//              max_running run and the block books allow, preemption of the newest sequence when blocks
+//              run out (recomputed later; never failed), prefix-cache adoption at admission.
+//   execute    the step's executor (core/exec/step_executor.h: the CPU's batched forward, or a device) runs
+//              it: every weight matrix read once per step, attention per sequence through its own codec;
+//              newly full blocks are published to the prefix cache. A failed step ends its requests.
+//   update     every sequence that got logits gets its token — sampled by the device where the executor
+//              does that and the request allows it, else by the host sampler (in parallel; a constrained
+//              sequence's grammar mask is filled there) — and streams it; sequences that are done end
+//              (their blocks go back at once).
+//   end_round  the step's counters and the gauges are published; the round's events go to the delivery
+//              thread.
+// Request preparation (validation, tokenization, a constraint's cached compile) runs on the caller's thread
+// in submit() (prepare_request()); structured output's vocabulary and compile cache: engine_constraints.h.
 // A sequence's logits never depend on what shares its step (kernels/cpu/gemm.h, core/kv/attend.h), so a
 // request's output is the same at any load, chunking or preemption — and the same as Generator's.
 //
@@ -53,7 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/common/cancel.h"
-#include "core/generate/constraint_compiler.h"
+#include "core/generate/engine_constraints.h"
 #include "core/generate/engine_options.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
@@ -193,13 +199,18 @@ class Engine {
   struct Delivery;
   struct Loop;
   Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg);
-  void run();  // the engine thread: intake → execute → update → finish, each round
+  // submit()'s request preparation (caller's thread): everything before admission; a request ready to queue.
+  absl::StatusOr<std::unique_ptr<Pending>> prepare_request(const GenerationRequest& req,
+                                                           std::shared_ptr<TokenSink> sink,
+                                                           std::shared_ptr<CancelToken> cancel);
+  void run();  // the engine thread: intake → schedule → execute → update → end_round, each round
   // The named steps of a round (engine.cc), on the engine thread's state.
-  bool intake(Loop& loop);                        // false: stop
-  void execute(Loop& loop, Scheduler::Step& step);  // includes update when the step ran
+  bool intake(Loop& loop);  // false: stop
+  Scheduler::Step schedule(Loop& loop);
+  bool execute(Loop& loop, const Scheduler::Step& step);  // false: the step failed (its requests ended)
   void update(Loop& loop, const Scheduler::Step& step, const ExecResult& res);
-  void finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResult> r);
-  void end_round(Loop& loop);
+  void end_round(Loop& loop, const Scheduler::Step& step);
+  void finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResult> r);  // ends a request
   void shut_down(Loop& loop);
   std::function<std::unique_ptr<SequenceKv>()> make_kv(EngineRequest* a);
   void deliver();  // the delivery thread
@@ -207,7 +218,6 @@ class Engine {
   void publish_stats(uint64_t preemptions, uint64_t queries, uint64_t hits, int32_t n_running, int32_t n_waiting,
                      int64_t bytes_needed);
 
-  absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> constraint_vocab();
   // A compile of submit() came back (a compiler thread): queue the request, or end it.
   void compiled(std::unique_ptr<Pending> p, ConstraintCompiler::Result r);
   // Hands a request that never reached the engine thread its outcome (through the delivery thread).
@@ -215,10 +225,8 @@ class Engine {
 
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
-  // Structured output (submit(), any thread): the compiler and its cache, and the vocabulary's trie.
-  std::unique_ptr<ConstraintCompiler> compiler_;
-  absl::Mutex constraint_mu_;
-  std::shared_ptr<const constrain::TokenVocab> vocab_ ABSL_GUARDED_BY(constraint_mu_);
+  // Structured output (submit(), any thread): the vocabulary and the compile cache (engine_constraints.h).
+  std::unique_ptr<EngineConstraints> constraints_;
   Generator validator_;  // prepare() only: validation + tokenization, thread-safe (const)
   std::unique_ptr<StepExecutor> exec_;  // engine thread only after create() (stats(), health(): any thread)
   const KvBlockStorage* storage_ = nullptr;  // the executor's pool storage

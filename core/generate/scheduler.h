@@ -1,8 +1,8 @@
 #pragma once
 // Scheduler: the decisions of one engine step and the KV books behind them (vLLM's Scheduler +
 // KVCacheManager; llama.cpp keeps "planning a batch" apart from mutating the cache the same way). The engine
-// (core/generate/engine.h) runs schedule → execute (core/exec/step_executor.h) → sample → commit, once per
-// round. It keeps only books (core/kv/block_books.h): the same decisions on host and device pages.
+// (core/generate/engine.h) runs schedule → execute (core/exec/step_executor.h; commit once it ran) → update
+// (sampling), once per round. It keeps only books (core/kv/block_books.h): the same decisions on host and device pages.
 //
 // Policy (a step is at most max_batch_tokens tokens and max_running sequences):
 //  1. Running sequences that decode (one token to compute) go first: inter-token latency never waits for a

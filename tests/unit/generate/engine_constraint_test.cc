@@ -5,7 +5,9 @@
 //  - the masked sampler is the unmasked one restricted to the allowed tokens;
 //  - a constraint that does not compile is refused, naming "constraint" and the position: off the caller's thread
 //    the first time (on_finish with the error, never on_admitted), at submit from the compile cache after that;
-//  - a constraint nobody can follow exactly ends the request with an error, never a silent "stop".
+//  - a constraint nobody can follow exactly ends the request with an error, never a silent "stop";
+//  - EngineConstraints (engine_constraints.h): the vocabulary is built once and shared, control tokens are
+//    never text, EOS is the model's; its knobs are checked naming the field.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "core/generate/engine.h"
+#include "core/generate/engine_constraints.h"
 #include "core/generate/sampler.h"
 #include "core/model/model_loader.h"
 #include "nlohmann/json.hpp"
@@ -226,6 +229,44 @@ TEST_F(EngineConstraintTest, AConstraintTheVocabularyCannotSpellEndsInAnErrorNot
     EXPECT_NE(out[0]->result.status().message().find("constraint"), absl::string_view::npos)
         << out[0]->result.status();
   }
+}
+
+TEST_F(EngineConstraintTest, TheVocabularyIsBuiltOnceAndItsControlTokensAreNeverText) {
+  EngineConstraints c(model_, EngineOptions{});
+  absl::StatusOr<EngineConstraints::Lookup> a = c.lookup({constrain::ConstraintSpec::Kind::kJsonObject, ""});
+  absl::StatusOr<EngineConstraints::Lookup> b = c.lookup({constrain::ConstraintSpec::Kind::kRegex, "a+"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->vocab, b->vocab) << "one vocabulary per model, shared by every constrained request";
+  EXPECT_EQ(a->compiled, nullptr) << "nothing compiled yet: the cache is empty";
+  const constrain::TokenVocab& v = *a->vocab;
+  const Tokenizer& tok = *model_->tokenizer;
+  EXPECT_EQ(v.n_tokens(), model_->config.n_vocab);
+  if (tok.bos_id() >= 0) {
+    EXPECT_TRUE(v.is_special(tok.bos_id()));
+  }
+  ASSERT_FALSE(v.eos_ids().empty());
+  for (int32_t e : v.eos_ids()) EXPECT_TRUE(v.is_special(e) && v.is_eos(e));
+  for (int32_t i = 0; i < v.n_tokens(); ++i) {
+    if (!v.is_special(i)) {
+      EXPECT_EQ(v.bytes(i), tok.token_bytes(i)) << "token " << i;
+    }
+  }
+  c.shutdown();
+}
+
+TEST(EngineConstraints, KnobsAreCheckedNamingTheField) {
+  EXPECT_TRUE(EngineConstraints::check(EngineOptions{}).ok());
+  EngineOptions o;
+  o.constraint_compile_threads = 0;
+  EXPECT_NE(EngineConstraints::check(o).message().find("engine.constraint_compile_threads"),
+            std::string::npos);
+  o = {};
+  o.constraint_compile_timeout_ms = 0;
+  EXPECT_NE(EngineConstraints::check(o).message().find("engine.constraint_compile_timeout_ms"),
+            std::string::npos);
+  o = {};
+  o.constraint_cache_bytes = -1;
+  EXPECT_NE(EngineConstraints::check(o).message().find("engine.constraint_cache_bytes"), std::string::npos);
 }
 
 TEST(SamplerMask, TheMaskedSamplerIsTheSamplerOverTheAllowedTokens) {
