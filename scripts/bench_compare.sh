@@ -4,7 +4,10 @@
 # engine in-process at 1 and 32 streams (builtin:15m, fp32, 2 threads, sampled as frost-loadgen's workload).
 # Usage: [MODES="decode prefill engine"] scripts/bench_compare.sh BUILD_DIR BASELINE_FROST_BENCH [ROUNDS] [OUT]
 # Writes OUT (default bench/results/single_stream_compare.json) and prints a Markdown table of medians and
-# ratios.
+# ratios. Who goes first alternates each round. Knobs (environment; defaults as listed): MODELS (builtin:15m, and
+# ../shared/models/stories260K where present), THREADS_LIST ("1 2"), DTYPES ("fp32 bf16": weight formats of decode
+# and prefill), ENGINE_STREAMS ("32 1"), SETTLE_S (0: seconds to wait after each engine run, whose KV pool the
+# guest hands back to the host while the next process starts; see scripts/bench_serve.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 this=${1:?usage: bench_compare.sh BUILD_DIR BASELINE_FROST_BENCH [ROUNDS]}/bench/frost-bench
@@ -15,26 +18,28 @@ modes=" ${MODES:-decode prefill engine} "
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then export OPENBLAS_CORETYPE=SkylakeX; fi
 models=(builtin:15m)
 [[ -d ../shared/models/stories260K ]] && models+=(../shared/models/stories260K)
+[[ -n ${MODELS:-} ]] && read -ra models <<< "$MODELS"
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 for ((r = 0; r < rounds; ++r)); do
   if [[ $modes == *" engine "* ]]; then
-    for streams in 32 1; do
+    for streams in ${ENGINE_STREAMS:-32 1}; do
       for who in this base; do
         [[ $((r % 2)) -eq 1 ]] && who=$([[ $who == this ]] && echo base || echo this)  # alternate who goes first
         bin=$this; [[ $who == base ]] && bin=$base
         row=$("$bin" engine --model builtin:15m --threads 2 --streams "$streams" --max-running 32 --new-tokens 128 \
           --repeat 2 --json 2> /dev/null)
+        sleep "${SETTLE_S:-0}"
         python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["who"]=sys.argv[2]; d["streams"]=int(sys.argv[3]); print(json.dumps(d))' "$row" "$who" "$streams" >> "$tmp"
       done
     done
   fi
   for model in "${models[@]}"; do
-    for threads in 1 2; do
-      for dtype in fp32 bf16; do
+    for threads in ${THREADS_LIST:-1 2}; do
+      for dtype in ${DTYPES:-fp32 bf16}; do
         for mode in decode prefill; do
           [[ $modes == *" $mode "* ]] || continue
-          for who in this base; do
+          for who in $( ((r % 2 == 0)) && echo "this base" || echo "base this"); do
             bin=$this; [[ $who == base ]] && bin=$base
             row=$("$bin" "$mode" --model "$model" --threads "$threads" --dtype "$dtype" --repeat 3 --json)
             python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["who"]=sys.argv[2]; print(json.dumps(d))' "$row" "$who" >> "$tmp"
