@@ -46,6 +46,9 @@ absl::StatusOr<std::vector<int32_t>> Generator::prepare(const GenerationRequest&
     }
     FROST_ASSIGN_OR_RETURN(ids, model_.tokenizer->encode(req.prompt, req.add_bos));
     if (ids.empty()) return absl::InvalidArgumentError("prompt encodes to zero tokens");
+    // A tokenizer with more entries than the embedding has rows (Gemma 3) can encode text to an id the model
+    // cannot embed.
+    FROST_RETURN_IF_ERROR(check_token_ids(ids, n_vocab, "prompt (as tokenized)"));
   }
   if (cfg_.max_prompt_tokens > 0 && static_cast<int64_t>(ids.size()) > cfg_.max_prompt_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(

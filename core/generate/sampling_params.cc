@@ -79,4 +79,14 @@ absl::Status validate_sampling_params(const SamplingParams& p, int32_t vocab_siz
   return absl::OkStatus();
 }
 
+SamplingParams sampling_defaults(const GenerationDefaults& g) {
+  SamplingParams p;
+  if (g.temperature) p.temperature = *g.temperature;
+  if (g.top_p) p.top_p = *g.top_p;
+  if (g.top_k) p.top_k = *g.top_k;
+  if (g.repetition_penalty) p.repetition_penalty = *g.repetition_penalty;
+  if (g.do_sample && !*g.do_sample) p.temperature = 0.0f;
+  return p;
+}
+
 }  // namespace frost

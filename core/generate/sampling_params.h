@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/model/generation_config.h"
 
 namespace frost {
 
@@ -54,5 +55,11 @@ struct SamplingLimits {
 // "top_p must be in (0, 1], got 1.5". `vocab_size` bounds stop_token_ids.
 absl::Status validate_sampling_params(const SamplingParams& params, int32_t vocab_size,
                                       const SamplingLimits& limits = SamplingLimits());
+
+// The sampling a request starts from, before its own fields: SamplingParams' defaults with a checkpoint's
+// generation_config.json over them (temperature, top_p, top_k, repetition_penalty as given; do_sample false =
+// greedy, temperature 0, whatever temperature says; do_sample absent = the values as given, as vLLM reads them).
+// A request field that is set always wins. An empty GenerationDefaults gives SamplingParams().
+SamplingParams sampling_defaults(const GenerationDefaults& g);
 
 }  // namespace frost

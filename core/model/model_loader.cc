@@ -12,8 +12,9 @@
 #include "core/common/torch_status.h"
 #include "core/model/builtin_models.h"
 #include "core/model/quantize.h"
-#include "core/store/safetensors.h"
+#include "core/model/checkpoint_files.h"
 #include "core/model/weight_map.h"
+#include "core/store/safetensors.h"
 
 namespace fs = std::filesystem;
 
@@ -79,30 +80,6 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> load_builtin(const std::string& nam
   return m;
 }
 
-// The weight files of a checkpoint directory: every *.safetensors (sorted; shards).
-absl::StatusOr<std::vector<std::string>> find_weight_files(const fs::path& dir) {
-  std::vector<std::string> st, other;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (!e.is_regular_file(ec)) continue;
-    if (e.path().extension() == ".safetensors") {
-      st.push_back(e.path().string());
-    } else if (!check_not_pickle(e.path().string()).ok()) {
-      other.push_back(e.path().filename().string());  // pickle / TorchScript weights
-    }
-  }
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot list ", dir.string(), ": ", ec.message()));
-  if (st.empty()) {
-    if (!other.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("unsupported format: use safetensors (", dir.string(),
-                                                     " has only ", other.front(), ")"));
-    }
-    return absl::NotFoundError(absl::StrCat("no *.safetensors weights in ", dir.string()));
-  }
-  std::sort(st.begin(), st.end());
-  return st;
-}
-
 absl::StatusOr<std::unique_ptr<LoadedModel>> load_dir(const std::string& path, const LoadOptions& opts) {
   std::error_code ec;
   const fs::path p = fs::absolute(path, ec);
@@ -114,28 +91,32 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> load_dir(const std::string& path, c
         absl::StrCat("model path must be a Hugging Face checkpoint directory, got file ", path));
   }
   FROST_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(p.string()));
-  FROST_ASSIGN_OR_RETURN(std::vector<std::string> files, find_weight_files(p));
-  std::vector<std::unique_ptr<SafetensorsFile>> opened;
+  FROST_ASSIGN_OR_RETURN(GenerationDefaults gen, load_generation_config(p.string(), cfg.n_vocab));
+  for (int32_t e : gen.eos_ids)  // stop tokens: config.json's, then generation_config.json's
+    if (std::find(cfg.eos_ids.begin(), cfg.eos_ids.end(), e) == cfg.eos_ids.end()) cfg.eos_ids.push_back(e);
+  FROST_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<SafetensorsFile>> opened, open_checkpoint_weights(p.string()));
   std::vector<const SafetensorsFile*> views;
-  for (const auto& f : files) {
-    FROST_ASSIGN_OR_RETURN(auto st, SafetensorsFile::open(f));
-    views.push_back(st.get());
-    opened.push_back(std::move(st));
-  }
+  for (const auto& f : opened) views.push_back(f.get());
   FROST_ASSIGN_OR_RETURN(ModelWeights weights, map_weights(cfg, views, to_scalar(opts.dtype)));
+  opened.clear();  // the weights are copies: unmap the files now
 
   auto m = std::make_unique<LoadedModel>();
   m->name = p.filename().string();
   m->source = p.string();
   FROST_ASSIGN_OR_RETURN(m->model, make_transformer(cfg, std::move(weights), opts));
   m->config = std::move(cfg);
+  m->generation = std::move(gen);
 
   absl::StatusOr<std::unique_ptr<Tokenizer>> tok = load_tokenizer(p.string(), opts.tokenizer);
   if (tok.ok()) {
     m->tokenizer = std::move(tok).value();
+    // More tokenizer entries than embedding rows (Gemma 3: 262,145 for 262,144) is how some models ship: the
+    // ids past the rows are never sampled (the logits have one entry per row) and are refused as input
+    // (check_token_ids), naming the id.
     if (m->tokenizer->vocab_size() > m->config.n_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("tokenizer vocab size ", m->tokenizer->vocab_size(),
-                                                     " exceeds the model's vocab_size ", m->config.n_vocab));
+      FROST_LOG_WARN("%s: the tokenizer has %d entries, the embedding %lld rows: ids >= %lld are refused as input",
+                     p.c_str(), m->tokenizer->vocab_size(), static_cast<long long>(m->config.n_vocab),
+                     static_cast<long long>(m->config.n_vocab));
     }
   } else if (absl::IsNotFound(tok.status()) && opts.tokenizer == TokenizerPreference::kAuto) {
     // A checkpoint without tokenizer files still serves token-id prompts.
@@ -147,6 +128,16 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> load_dir(const std::string& path, c
 }
 
 }  // namespace
+
+absl::Status check_token_ids(const std::vector<int32_t>& ids, int64_t n_vocab, const std::string& what) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "[", i, "] = token id ", ids[i], " is out of range [0, ",
+                                                     n_vocab, "): the model has ", n_vocab, " embedding rows"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path_or_builtin,
                                                         const LoadOptions& opts) {

@@ -93,6 +93,7 @@ BackboneId backbone_id(const LoadedModel& model) {
 absl::StatusOr<std::vector<int32_t>> tokenize_truncated(const LoadedModel& model, const std::string& text,
                                                         int64_t max_tokens) {
   FROST_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.tokenizer->encode(text, /*add_bos=*/true));
+  FROST_RETURN_IF_ERROR(check_token_ids(ids, model.config.n_vocab, "text (as tokenized)"));
   const int64_t cap = std::min<int64_t>(max_tokens, model.config.max_pos);
   if (static_cast<int64_t>(ids.size()) > cap) ids.resize(static_cast<size_t>(cap));
   if (ids.empty()) return absl::InvalidArgumentError("text has no tokens and the tokenizer has no BOS");
