@@ -6,7 +6,7 @@
 #                         plugin), Abseil, yaml-cpp, prometheus-cpp (+ civetweb, the curl headers its CMake
 #                         config asks for), RE2, SQLite, cpp-httplib (+ brotli: the HTTP client of frost-loadgen, which
 #                         the bench phase builds; frostd's HTTP server is its own), nlohmann-json, sentencepiece, OpenSSL headers, c-ares,
-#                         zlib headers, GoogleTest and pkg-config, unpacked under usr/ (relocatable: their CMake
+#                         zlib headers, ICU (tokenizer.json NFC), GoogleTest and pkg-config, unpacked under usr/ (relocatable: their CMake
 #                         configs and .pc files are prefix-relative; gpu_check.sh points CMAKE_PREFIX_PATH,
 #                         PKG_CONFIG_SYSROOT_DIR and LD_LIBRARY_PATH at it)
 #   .gpu/reference.json   the stories260K golden (../shared does not travel)
@@ -30,6 +30,7 @@ PKGS=(
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
   libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev libcurl4
   libre2-dev libre2-9
+  libicu-dev libicu72  # tokenizer.json NFC/NFKC normalizers (Qwen); optional for the build
   libsqlite3-dev libsqlite3-0
   nlohmann-json3-dev
   libsentencepiece-dev libsentencepiece0
