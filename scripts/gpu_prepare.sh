@@ -6,7 +6,7 @@
 #                         plugin), Abseil, yaml-cpp, prometheus-cpp (+ civetweb, the curl headers its CMake
 #                         config asks for), RE2, SQLite, cpp-httplib (+ brotli: the HTTP client of frost-loadgen, which
 #                         the bench phase builds; frostd's HTTP server is its own), nlohmann-json, sentencepiece, OpenSSL headers, c-ares,
-#                         zlib headers, ICU (tokenizer.json NFC), GoogleTest and pkg-config, unpacked under usr/ (relocatable: their CMake
+#                         zlib headers, GoogleTest and pkg-config, unpacked under usr/ (relocatable: their CMake
 #                         configs and .pc files are prefix-relative; gpu_check.sh points CMAKE_PREFIX_PATH,
 #                         PKG_CONFIG_SYSROOT_DIR and LD_LIBRARY_PATH at it)
 #   .gpu/reference.json   the stories260K golden (../shared does not travel)
@@ -30,7 +30,6 @@ PKGS=(
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
   libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev libcurl4
   libre2-dev libre2-9
-  libicu-dev libicu72  # tokenizer.json NFC/NFKC normalizers (Qwen); optional for the build
   libsqlite3-dev libsqlite3-0
   nlohmann-json3-dev
   libsentencepiece-dev libsentencepiece0
@@ -41,6 +40,9 @@ PKGS=(
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1  # frost-loadgen --http's client only
   pkgconf pkgconf-bin libpkgconf3
 )
+# ICU: the NFC/NFKC normalizers of tokenizer.json files (Qwen2/Qwen3). About 10 MB more in sysroot.tar.xz, so
+# only on request (FROST_GPU_ICU=1); without it the GPU build refuses those tokenizers by name at load.
+if [[ ${FROST_GPU_ICU:-0} == 1 ]]; then PKGS+=(libicu-dev libicu72); fi
 (cd "$OUT/debs" && apt-get download "${PKGS[@]}" > /dev/null)
 : > "$OUT/MANIFEST"
 for d in "$OUT"/debs/*.deb; do
