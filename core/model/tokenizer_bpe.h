@@ -18,8 +18,9 @@
 //    added tokens that are NOT special (HF always does: they are vocabulary, e.g. Qwen3's
 //    <think>, Gemma 3's "\n\n" and HTML tags) and leaves the text of special tokens as
 //    plain text, so a prompt cannot forge <|im_start|> or <|eot_id|>; HF's default (and
-//    encode_with_specials()) parses them too. A rendered chat template is trusted markup and
-//    is encoded with its special tokens parsed (server/http_server.cc).
+//    encode_with_specials()) parses them too. A rendered chat template's markup is parsed,
+//    the special-token text of the messages' content is not (server/http_server.h,
+//    escape_special_text).
 //  * bos_id: the special token a TemplateProcessing `single` template puts before $A (also
 //    inside a post_processor Sequence; RobertaProcessing/BertProcessing: `cls`); without one,
 //    an added special token spelled <s>, <|begin_of_text|>, <bos> or <|startoftext|>; else -1.
