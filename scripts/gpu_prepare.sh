@@ -40,6 +40,9 @@ PKGS=(
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1  # frost-loadgen --http's client only
   pkgconf pkgconf-bin libpkgconf3
 )
+# ICU: the NFC/NFKC normalizers of tokenizer.json files (Qwen2/Qwen3). About 10 MB more in sysroot.tar.xz, so
+# only on request (FROST_GPU_ICU=1); without it the GPU build refuses those tokenizers by name at load.
+if [[ ${FROST_GPU_ICU:-0} == 1 ]]; then PKGS+=(libicu-dev libicu72); fi
 (cd "$OUT/debs" && apt-get download "${PKGS[@]}" > /dev/null)
 : > "$OUT/MANIFEST"
 for d in "$OUT"/debs/*.deb; do

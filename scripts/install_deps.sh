@@ -13,7 +13,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  nlohmann-json3-dev libsentencepiece-dev libre2-dev libsqlite3-dev libssl-dev zlib1g-dev libcpp-httplib-dev
+  nlohmann-json3-dev libsentencepiece-dev libre2-dev libicu-dev libsqlite3-dev libssl-dev zlib1g-dev libcpp-httplib-dev
   python3-torch python3-numpy python3-sentencepiece
   python3-grpcio python3-protobuf python3-jinja2 prometheus openssl
 )

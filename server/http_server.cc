@@ -183,13 +183,64 @@ HttpErrorBody api_error_body(int status, const std::string& message) {
 
 }  // namespace
 
+namespace {
+
+constexpr std::string_view kEscapeMark = "\xEF\xB7\x90";  // U+FDD0
+
+// escape_special_text's marks out of `text`: a doubled mark is one literal U+FDD0, a single one is dropped.
+std::string unescape_special_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, kEscapeMark.size(), kEscapeMark) != 0) {
+      out += text[i++];
+      continue;
+    }
+    i += kEscapeMark.size();
+    if (text.compare(i, kEscapeMark.size(), kEscapeMark) == 0) {
+      out += kEscapeMark;
+      i += kEscapeMark.size();
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string escape_special_text(const std::string& content,
+                                const std::vector<std::pair<std::string, int32_t>>& specials) {
+  std::string out;
+  out.reserve(content.size());
+  for (size_t i = 0; i < content.size();) {
+    if (content.compare(i, kEscapeMark.size(), kEscapeMark) == 0) {
+      out += kEscapeMark;
+      out += kEscapeMark;
+      i += kEscapeMark.size();
+      continue;
+    }
+    // A special token's text starting here: its first char, the mark, and on (the rest is scanned again, so
+    // an overlapping token inside it is marked too).
+    bool special_here = false;
+    for (const auto& sp : specials) special_here = special_here || content.compare(i, sp.first.size(), sp.first) == 0;
+    size_t n = 1;
+    while (i + n < content.size() && (static_cast<unsigned char>(content[i + n]) & 0xC0) == 0x80) ++n;
+    out.append(content, i, n);
+    if (special_here) out += kEscapeMark;
+    i += n;
+  }
+  return out;
+}
+
 std::vector<int32_t> encode_with_special_tokens(const Tokenizer& tok, const std::string& text,
                                                 const std::vector<std::pair<std::string, int32_t>>& specials) {
   std::vector<int32_t> out;
   size_t pos = 0;
+  const bool marked = text.find(kEscapeMark) != std::string::npos;
   auto encode_plain = [&](size_t from, size_t to) {
     if (to <= from) return;
-    absl::StatusOr<std::vector<int32_t>> ids = tok.encode(std::string_view(text).substr(from, to - from), false);
+    const std::string_view plain = std::string_view(text).substr(from, to - from);
+    absl::StatusOr<std::vector<int32_t>> ids =
+        marked ? tok.encode(unescape_special_text(plain), false) : tok.encode(plain, false);
     if (ids.ok()) out.insert(out.end(), ids->begin(), ids->end());
   };
   // next[j]: where specials[j] occurs next at or after `pos` (searched again only once `pos` has passed it),
@@ -461,7 +512,10 @@ std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::parse_
     ctx.bos_token = s->bos;
     ctx.eos_token = s->eos;
     ctx.add_generation_prompt = true;
-    absl::StatusOr<std::string> text = s->chat->render(p.messages, ctx);
+    // Message content is data: its special-token text stays text (escape_special_text).
+    std::vector<ChatMessage> messages = p.messages;
+    for (ChatMessage& m : messages) m.content = escape_special_text(m.content, s->specials);
+    absl::StatusOr<std::string> text = s->chat->render(messages, ctx);
     if (!text.ok()) return oa::error_from_status(text.status(), "messages");
     if (text->size() > static_cast<size_t>(cfg_.limits.max_prompt_bytes)) {
       oa::ApiError e;

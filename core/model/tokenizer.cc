@@ -1,12 +1,17 @@
-// load_tokenizer(): picks the tokenizer file of a Hugging Face model directory.
+// load_tokenizer(): picks the tokenizer file of a Hugging Face model directory; the default
+// Tokenizer::encode_with_specials.
 #include "core/model/tokenizer.h"
 
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 #include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
 #include "core/model/tokenizer_bpe.h"
 #include "core/model/tokenizer_spm.h"
 
@@ -33,6 +38,41 @@ int parse_byte_piece(std::string_view piece) {
     value = value * 16 + digit;
   }
   return value;
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::encode_with_specials(std::string_view text,
+                                                                     bool add_bos) const {
+  std::vector<std::pair<std::string, int32_t>> specials;
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    if (!is_special(id)) continue;
+    std::string piece = id_to_piece(id);
+    if (!piece.empty()) specials.emplace_back(std::move(piece), id);
+  }
+  std::vector<int32_t> out;
+  if (add_bos && bos_id() >= 0) out.push_back(bos_id());
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t best = std::string_view::npos, best_len = 0;
+    int32_t best_id = -1;
+    for (const auto& [piece, id] : specials) {
+      const size_t at = text.find(piece, pos);
+      if (at == std::string_view::npos) continue;
+      if (at < best || (at == best && piece.size() > best_len)) {
+        best = at;
+        best_len = piece.size();
+        best_id = id;
+      }
+    }
+    const size_t end = best == std::string_view::npos ? text.size() : best;
+    if (end > pos) {
+      FROST_ASSIGN_OR_RETURN(std::vector<int32_t> ids, encode(text.substr(pos, end - pos), false));
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+    if (best == std::string_view::npos) break;
+    out.push_back(best_id);
+    pos = best + best_len;
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_dir,

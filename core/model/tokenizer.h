@@ -18,10 +18,22 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Text → ids. Special-token strings inside `text` are NOT parsed (treated as plain text).
-  // `add_bos` prepends bos_id() when the tokenizer has one. Fails only on internal errors
-  // (text is arbitrary bytes; invalid UTF-8 is handled like the reference implementation).
+  // Text → ids. Special-token strings inside `text` are NOT parsed (treated as plain text):
+  // a prompt is data, and its text cannot forge control tokens (send prompt ids for that).
+  // Added tokens that are not special (tokenizer.json "special": false, e.g. Qwen3's <think>,
+  // Gemma 3's whitespace runs) ARE matched: they are ordinary vocabulary, and Hugging Face
+  // matches them in every mode. `add_bos` prepends bos_id() when the tokenizer has one. Fails
+  // only on internal errors (text is arbitrary bytes; invalid UTF-8 is handled like the
+  // reference implementation).
   virtual absl::StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_bos) const = 0;
+
+  // Text → ids with Hugging Face's default: the text of a special token becomes that token (for
+  // tokenizer.json honouring its lstrip / rstrip / normalized / single_word flags). For text
+  // whose markup is trusted: a rendered chat template. The default implementation splits on
+  // the id_to_piece() of every is_special() id, earliest and then longest first, and encodes
+  // the text between with encode(text, false).
+  virtual absl::StatusOr<std::vector<int32_t>> encode_with_specials(std::string_view text,
+                                                                    bool add_bos) const;
 
   // The raw bytes token `id` contributes to a generated text stream: metaspace "▁" → ' ',
   // byte-level "Ġ" etc. mapped back to bytes, byte-fallback <0xNN> → that single byte,

@@ -277,21 +277,57 @@ std::string BpeTokenizer::Impl::normalize(std::string text) const {
         text = text.substr(b, e - b);
         break;
       }
+      case NormStep::kUnicode:
+        text = bpe_internal::unicode_normalize(text, step.form);
+        break;
     }
   }
   return text;
 }
 
-std::vector<Piece> BpeTokenizer::Impl::pre_tokenize(std::string_view text) const {
+std::vector<Piece> BpeTokenizer::Impl::pre_tokenize(std::string_view text, bool at_start) const {
   std::vector<Piece> pieces_now;
-  std::string normalized = normalize(is_valid_utf8(text) ? std::string(text) : sanitize_utf8(text));
-  if (!normalized.empty()) pieces_now.push_back({std::move(normalized), true});
+  std::string normalized = normalize(std::string(text));
+  if (!normalized.empty()) pieces_now.push_back({std::move(normalized), at_start});
   for (const PreStep& step : pre_tokenizers) {
     std::vector<Piece> next;
     for (const Piece& p : pieces_now) apply_pre_step(step, p, next);
     pieces_now = std::move(next);
   }
   return pieces_now;
+}
+
+// HF's order: added tokens matched in the raw text split it first; each span between them is
+// normalized on its own (so a Prepend normalizer applies to each), then split by the normalized
+// added tokens; what remains is pre-tokenized and run through BPE.
+void BpeTokenizer::Impl::encode(std::string_view text, bool with_special,
+                                std::vector<int32_t>& out) const {
+  for (const auto& span : added_raw.split(text, with_special)) {
+    if (span.id >= 0) {
+      out.push_back(span.id);
+      continue;
+    }
+    const std::string_view raw = text.substr(span.b, span.e - span.b);
+    if (added_normalized.empty()) {
+      for (const Piece& p : pre_tokenize(raw, span.b == 0)) tokenize_cached(p.text, out);
+      continue;
+    }
+    const std::string normalized = normalize(std::string(raw));
+    for (const auto& sub : added_normalized.split(normalized, with_special)) {
+      if (sub.id >= 0) {
+        out.push_back(sub.id);
+        continue;
+      }
+      // Already normalized: only the pre-tokenizer is left.
+      std::vector<Piece> pieces_now{{normalized.substr(sub.b, sub.e - sub.b), span.b == 0 && sub.b == 0}};
+      for (const PreStep& step : pre_tokenizers) {
+        std::vector<Piece> next;
+        for (const Piece& p : pieces_now) apply_pre_step(step, p, next);
+        pieces_now = std::move(next);
+      }
+      for (const Piece& p : pieces_now) tokenize_cached(p.text, out);
+    }
+  }
 }
 
 void BpeTokenizer::Impl::tokenize_cached(const std::string& word, std::vector<int32_t>& out) const {
@@ -336,13 +372,22 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::encode(std::string_view text,
                                                           bool add_bos) const {
   std::vector<int32_t> ids;
   if (add_bos && impl_->bos >= 0) ids.push_back(impl_->bos);
-  for (const Piece& p : impl_->pre_tokenize(text)) impl_->tokenize_cached(p.text, ids);
+  impl_->encode(is_valid_utf8(text) ? text : sanitize_utf8(text), /*with_special=*/false, ids);
+  return ids;
+}
+
+absl::StatusOr<std::vector<int32_t>> BpeTokenizer::encode_with_specials(std::string_view text,
+                                                                        bool add_bos) const {
+  std::vector<int32_t> ids;
+  if (add_bos && impl_->bos >= 0) ids.push_back(impl_->bos);
+  impl_->encode(is_valid_utf8(text) ? text : sanitize_utf8(text), /*with_special=*/true, ids);
   return ids;
 }
 
 std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) const {
   std::vector<std::string> words;
-  for (Piece& p : impl_->pre_tokenize(text)) words.push_back(std::move(p.text));
+  const std::string valid = is_valid_utf8(text) ? std::string(text) : sanitize_utf8(text);
+  for (Piece& p : impl_->pre_tokenize(valid, true)) words.push_back(std::move(p.text));
   return words;
 }
 

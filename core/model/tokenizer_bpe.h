@@ -4,14 +4,23 @@
 //  * LLaMA / sentencepiece style ("bpe-metaspace"): normalizer Sequence of Replace / Prepend /
 //    Strip, no pre-tokenizer or a Metaspace one, BPE with byte_fallback and unk, decoder
 //    Replace / ByteFallback / Fuse / Strip or Metaspace.
-//  * GPT-2 byte-level ("bpe-bytelevel"): ByteLevel, Split(Regex) and Digits pre-tokenizers
+//  * GPT-2 byte-level ("bpe-bytelevel"; Llama 3, Qwen2/3): ByteLevel, Split(Regex) and Digits pre-tokenizers
 //    (RE2 is the regex engine), the GPT-2 byte → printable code point map, ByteLevel decoder.
 // Anything else in the file that would change the ids (other model types, normalizers,
 // pre-tokenizers, decoders, BPE dropout, subword prefixes/suffixes, regex lookarounds other
 // than the emulated GPT-2 `\s+(?!\S)`) is rejected with INVALID_ARGUMENT naming the field.
 //
+// Also: the NFC / NFD / NFKC / NFKD normalizers (ICU; Qwen2/Qwen3 use NFC), and added tokens
+// with their special / lstrip / rstrip / normalized / single_word flags.
+//
 // Choices where tokenizer.json leaves the behaviour to the caller:
-//  * Added tokens (special or not) are never matched inside the text (Tokenizer contract).
+//  * Special-token text in a prompt (the policy; README "Tokenizers"): encode() matches the
+//    added tokens that are NOT special (HF always does: they are vocabulary, e.g. Qwen3's
+//    <think>, Gemma 3's "\n\n" and HTML tags) and leaves the text of special tokens as
+//    plain text, so a prompt cannot forge <|im_start|> or <|eot_id|>; HF's default (and
+//    encode_with_specials()) parses them too. A rendered chat template's markup is parsed,
+//    the special-token text of the messages' content is not (server/http_server.h,
+//    escape_special_text).
 //  * bos_id: the special token a TemplateProcessing `single` template puts before $A (also
 //    inside a post_processor Sequence; RobertaProcessing/BertProcessing: `cls`); without one,
 //    an added special token spelled <s>, <|begin_of_text|>, <bos> or <|startoftext|>; else -1.
@@ -48,6 +57,8 @@ class BpeTokenizer final : public Tokenizer {
   ~BpeTokenizer() override;
 
   absl::StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_bos) const override;
+  absl::StatusOr<std::vector<int32_t>> encode_with_specials(std::string_view text,
+                                                            bool add_bos) const override;
   std::string token_bytes(int32_t id) const override;
   std::string decode(absl::Span<const int32_t> ids) const override;
   std::string id_to_piece(int32_t id) const override;

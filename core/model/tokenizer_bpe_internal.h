@@ -114,12 +114,21 @@ struct Pattern {
 enum class PrependScheme { kFirst, kAlways, kNever };
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
+enum class UnicodeForm { kNFC, kNFD, kNFKC, kNFKD };
+
 struct NormStep {
-  enum Kind { kReplace, kPrepend, kStrip } kind;
+  enum Kind { kReplace, kPrepend, kStrip, kUnicode } kind;
   Pattern pattern;                   // kReplace
   std::string content;               // kReplace: replacement; kPrepend: prefix
   bool left = false, right = false;  // kStrip
+  UnicodeForm form = UnicodeForm::kNFC;  // kUnicode
 };
+
+// Unicode normalization of valid UTF-8 (tokenizer_bpe_unicode.cc, ICU's Normalizer2).
+// unicode_normalization_available() is false when frost was built without ICU; the parser then
+// refuses the NFC/NFD/NFKC/NFKD normalizers by name instead of producing different ids.
+bool unicode_normalization_available();
+std::string unicode_normalize(std::string_view text, UnicodeForm form);
 
 struct PreStep {
   enum Kind { kSplit, kMetaspace, kByteLevel } kind;
@@ -157,6 +166,45 @@ void apply_pre_step(const PreStep& step, const Piece& piece, std::vector<Piece>&
 // not validated as UTF-8 (the stream's consumer assembles multi-byte chars).
 // (tokenizer_bpe.cc)
 void run_decoders(const std::vector<DecStep>& steps, std::vector<std::string>& tokens, bool stream);
+
+// ---------------------------------------------------------------------------------------
+// Added tokens (tokenizer.json "added_tokens"; tokenizer_bpe_added.cc)
+// ---------------------------------------------------------------------------------------
+
+struct AddedToken {
+  std::string content;
+  int32_t id = -1;
+  bool special = false;
+  bool lstrip = false, rstrip = false;  // the match also takes the whitespace left / right of it
+  bool normalized = false;              // matched in the normalized text (else in the raw text)
+  bool single_word = false;             // only where no word char touches it
+};
+
+// Finds added tokens in text the way Hugging Face's AddedVocabulary does: leftmost-longest
+// matches (a byte trie), lstrip / rstrip widening a match over Unicode whitespace, single_word
+// refusing a match next to a word char. Special tokens take part only when asked to.
+class AddedTokenMatcher {
+ public:
+  void add(AddedToken token);
+  bool empty() const { return tokens_.empty(); }
+
+  // [b, e) of `text`: an added token's id, or -1 for plain text between matches. Covers the
+  // whole text in order; no empty span.
+  struct Span {
+    size_t b, e;
+    int32_t id;
+  };
+  std::vector<Span> split(std::string_view text, bool with_special) const;
+
+ private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> next;  // byte → node, sorted
+    int32_t token = -1;                             // index into tokens_ ending here
+  };
+  int32_t child(int32_t node, uint8_t byte) const;
+  std::vector<Node> nodes_{Node{}};
+  std::vector<AddedToken> tokens_;
+};
 
 // ---------------------------------------------------------------------------------------
 // The BPE model
@@ -207,6 +255,8 @@ struct BpeTokenizer::Impl {
   std::vector<std::string> token_bytes;  // [vocab]
   int32_t bos = -1, eos = -1;
   bool byte_level = false;
+  // Added tokens matched in the raw text (normalized: false) and in the normalized text.
+  bpe_internal::AddedTokenMatcher added_raw, added_normalized;
 
   // Word → ids. Words repeat a lot in text, and BPE on a word costs far more than a lookup.
   // Bounded (at most ~8 MB): once full, new words are tokenized without being cached. Without
@@ -216,7 +266,12 @@ struct BpeTokenizer::Impl {
   mutable absl::Mutex cache_mu;
   mutable absl::flat_hash_map<std::string, std::vector<int32_t>> cache ABSL_GUARDED_BY(cache_mu);
   std::string normalize(std::string text) const;
-  std::vector<bpe_internal::Piece> pre_tokenize(std::string_view text) const;
+  // Normalizer + pre-tokenizer on a span of text without added tokens; `at_start`: the span
+  // begins the input (Metaspace prepend_scheme "first").
+  std::vector<bpe_internal::Piece> pre_tokenize(std::string_view text, bool at_start) const;
+  // The whole pipeline: added tokens (special ones only when `with_special`), normalizer,
+  // pre-tokenizer, BPE. `text` is valid UTF-8.
+  void encode(std::string_view text, bool with_special, std::vector<int32_t>& out) const;
   void tokenize_cached(const std::string& word, std::vector<int32_t>& out) const;
   std::string decode(absl::Span<const int32_t> ids) const;
 };

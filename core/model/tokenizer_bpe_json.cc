@@ -141,7 +141,7 @@ absl::Status parse_normalizer(const json& obj, const std::string& path,
     for (const auto& [item, p] : items) FROST_RETURN_IF_ERROR(parse_normalizer(*item, p, out));
     return absl::OkStatus();
   }
-  NormStep step{NormStep::kReplace, {}, "", false, false};
+  NormStep step{NormStep::kReplace, {}, "", false, false, UnicodeForm::kNFC};
   if (type == "Replace") {
     FROST_ASSIGN_OR_RETURN(step.pattern, parse_pattern(obj, path));
     FROST_ASSIGN_OR_RETURN(step.content, get_string(obj, "content", path));
@@ -152,12 +152,23 @@ absl::Status parse_normalizer(const json& obj, const std::string& path,
     step.kind = NormStep::kStrip;
     FROST_ASSIGN_OR_RETURN(step.left, get_bool(obj, "strip_left", path, true));
     FROST_ASSIGN_OR_RETURN(step.right, get_bool(obj, "strip_right", path, true));
+  } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    if (!unicode_normalization_available()) {
+      return field_error(absl::StrCat(path, ".type"),
+                         absl::StrCat("normalizer \"", type,
+                                      "\" needs ICU, and this frost was built without it (libicu-dev)"));
+    }
+    step.kind = NormStep::kUnicode;
+    step.form = type == "NFC"    ? UnicodeForm::kNFC
+                : type == "NFD"  ? UnicodeForm::kNFD
+                : type == "NFKC" ? UnicodeForm::kNFKC
+                                 : UnicodeForm::kNFKD;
   } else {
-    // NFC/NFKC and Lowercase need Unicode tables we do not carry; BERT-style ones belong to
-    // WordPiece models.
+    // Lowercase / StripAccents / Precompiled would need more Unicode tables or the
+    // sentencepiece charsmap; BERT-style ones belong to WordPiece models.
     return field_error(absl::StrCat(path, ".type"),
                        absl::StrCat("unsupported normalizer \"", type,
-                                    "\" (supported: Sequence, Replace, Prepend, Strip)"));
+                                    "\" (supported: Sequence, Replace, Prepend, Strip, NFC, NFD, NFKC, NFKD)"));
   }
   out.push_back(std::move(step));
   return absl::OkStatus();
@@ -427,6 +438,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer::Impl>> parse_json(const json& root)
 
   // Added tokens extend the id space; "special" ones are skipped by decode.
   std::vector<std::pair<std::string, int32_t>> added_special;
+  std::vector<AddedToken> added_tokens;
   if (member(root, "added_tokens")) {
     FROST_ASSIGN_OR_RETURN(auto added, get_items(root, "added_tokens", ""));
     const int64_t max_id = max_token_id(root);
@@ -439,6 +451,13 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer::Impl>> parse_json(const json& root)
       FROST_ASSIGN_OR_RETURN(const bool special, get_bool(*item, "special", p, false));
       set_piece(impl->pieces, id, content);
       if (special) added_special.emplace_back(content, id);
+      AddedToken t{content, id, special};
+      FROST_ASSIGN_OR_RETURN(t.lstrip, get_bool(*item, "lstrip", p, false));
+      FROST_ASSIGN_OR_RETURN(t.rstrip, get_bool(*item, "rstrip", p, false));
+      // HF's default: special tokens are matched in the raw text, the others after normalization.
+      FROST_ASSIGN_OR_RETURN(t.normalized, get_bool(*item, "normalized", p, !special));
+      FROST_ASSIGN_OR_RETURN(t.single_word, get_bool(*item, "single_word", p, false));
+      added_tokens.push_back(std::move(t));
     }
   }
   impl->special.assign(impl->pieces.size(), false);
@@ -454,6 +473,16 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer::Impl>> parse_json(const json& root)
   if (const json* d = member(root, "decoder")) {
     impl->has_decoder = true;
     FROST_RETURN_IF_ERROR(parse_decoder(*d, "decoder", impl->decoders));
+  }
+  // Normalized added tokens are looked for in normalized text, so their content is normalized
+  // too (HF does the same when it builds its matcher).
+  for (AddedToken& t : added_tokens) {
+    if (t.normalized && !impl->normalizers.empty()) {
+      t.content = impl->normalize(t.content);
+      impl->added_normalized.add(std::move(t));
+    } else {
+      impl->added_raw.add(std::move(t));
+    }
   }
   for (const PreStep& s : impl->pre_tokenizers) impl->byte_level |= s.kind == PreStep::kByteLevel;
   for (const DecStep& s : impl->decoders) impl->byte_level |= s.kind == DecStep::kByteLevel;

@@ -657,10 +657,10 @@ TEST(TokenizerBpeTest, MalformedFilesGiveClearErrors) {
       {"merge bad type", with([](json& j) { j["model"]["merges"][0] = 7; }), "model.merges[0]"},
       {"unk not in vocab", with([](json& j) { j["model"]["unk_token"] = "<nope>"; }),
        "model.unk_token"},
-      {"nfkc", with([](json& j) {
-         j["normalizer"]["normalizers"][0] = {{"type", "NFKC"}};
+      {"lowercase", with([](json& j) {
+         j["normalizer"]["normalizers"][0] = {{"type", "Lowercase"}};
        }),
-       "normalizer.normalizers[0].type: unsupported normalizer \"NFKC\""},
+       "normalizer.normalizers[0].type: unsupported normalizer \"Lowercase\""},
       {"replace without pattern",
        with([](json& j) { j["normalizer"]["normalizers"][0].erase("pattern"); }),
        "normalizer.normalizers[0].pattern"},
