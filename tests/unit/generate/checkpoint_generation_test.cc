@@ -120,16 +120,7 @@ TEST(CheckpointGenerationTest, DoSampleFalseDefaultsGenerateGreedily) {
 
 // 94 tokenizer entries (printable ASCII, '!' = 0 ... '~' = 93) over a 64-row embedding.
 void write_long_tokenizer(const TempDir& d) {
-  ojson vocab = ojson::object();
-  for (int b = 33; b <= 126; ++b) vocab[std::string(1, static_cast<char>(b))] = b - 33;
-  ojson tok{{"version", "1.0"},
-            {"added_tokens", ojson::array()},
-            {"normalizer", nullptr},
-            {"pre_tokenizer", nullptr},
-            {"post_processor", nullptr},
-            {"decoder", nullptr},
-            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", ojson::array()}}}};
-  write_text_file(d.file("tokenizer.json"), tok.dump());
+  write_text_file(d.file("tokenizer.json"), ::frost::testing::ascii_tokenizer_json());
 }
 
 TEST(CheckpointGenerationTest, TokenizerLongerThanEmbeddingServesAndRefusesIdsPastTheRows) {

@@ -14,6 +14,7 @@
 
 #include "tests/testing/st_writer.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/tiny_checkpoint.h"
 
 namespace frost {
 namespace {
@@ -28,54 +29,18 @@ using ojson = nlohmann::ordered_json;
 // Tiny LLaMA: V = 64, C = 16, H = 4, Hkv = 2, D = 4, F = 24, 2 layers.
 constexpr int64_t V = 64, C = 16, H = 4, Hkv = 2, D = 4, F = 24, L = 2;
 
+// The shared tiny checkpoint (tests/testing/tiny_checkpoint.h), with this file's values: 32 positions, an
+// explicit rope_scaling null, weights scaled by 0.1.
 ojson tiny_config() {
-  return ojson{{"architectures", {"LlamaForCausalLM"}},
-               {"model_type", "llama"},
-               {"vocab_size", V},
-               {"hidden_size", C},
-               {"intermediate_size", F},
-               {"num_hidden_layers", L},
-               {"num_attention_heads", H},
-               {"num_key_value_heads", Hkv},
-               {"head_dim", D},
-               {"hidden_act", "silu"},
-               {"max_position_embeddings", 32},
-               {"rms_norm_eps", 1e-5},
-               {"rope_theta", 10000.0},
-               {"rope_scaling", nullptr},
-               {"tie_word_embeddings", true},
-               {"bos_token_id", 1},
-               {"eos_token_id", 2}};
+  ojson j = ::frost::testing::tiny_llama_config(V, /*max_pos=*/32);
+  j["rope_scaling"] = nullptr;
+  return j;
 }
 
-// Deterministic small values.
-at::Tensor param(std::vector<int64_t> shape, int64_t salt) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  at::Tensor t = ((at::arange(n, at::kFloat) * 0.37 + static_cast<double>(salt)).sin() * 0.1).reshape(shape);
-  return t;
-}
+at::Tensor param(std::vector<int64_t> shape, int64_t salt) { return ::frost::testing::tiny_param(shape, salt, 0.1); }
 
 NamedTensors tiny_tensors(bool with_lm_head = false) {
-  NamedTensors ts;
-  int64_t salt = 0;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) { ts.emplace_back(name, param(shape, ++salt)); };
-  add("model.embed_tokens.weight", {V, C});
-  for (int64_t i = 0; i < L; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    add(p + "input_layernorm.weight", {C});
-    add(p + "self_attn.q_proj.weight", {H * D, C});
-    add(p + "self_attn.k_proj.weight", {Hkv * D, C});
-    add(p + "self_attn.v_proj.weight", {Hkv * D, C});
-    add(p + "self_attn.o_proj.weight", {C, H * D});
-    add(p + "post_attention_layernorm.weight", {C});
-    add(p + "mlp.gate_proj.weight", {F, C});
-    add(p + "mlp.up_proj.weight", {F, C});
-    add(p + "mlp.down_proj.weight", {C, F});
-  }
-  add("model.norm.weight", {C});
-  if (with_lm_head) add("lm_head.weight", {V, C});
-  return ts;
+  return ::frost::testing::tiny_llama_tensors(V, at::kFloat, 0.1, with_lm_head);
 }
 
 // A safetensors file split into its header JSON and data section, for surgery.

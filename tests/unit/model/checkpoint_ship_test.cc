@@ -270,16 +270,7 @@ TEST(VocabMismatchTest, TokenizerLongerThanTheEmbeddingLoadsAndItsExtraIdsAreRef
   TempDir d;
   write_model_dir(d.path(), tiny_llama_config_json(64), tiny_llama_tensors(64));
   // 94 entries (the printable ASCII characters) over a 64-row embedding: Gemma 3 ships one entry more than rows.
-  ojson vocab = ojson::object();
-  for (int b = 33; b <= 126; ++b) vocab[std::string(1, static_cast<char>(b))] = b - 33;
-  ojson tok{{"version", "1.0"},
-            {"added_tokens", ojson::array()},
-            {"normalizer", nullptr},
-            {"pre_tokenizer", nullptr},
-            {"post_processor", nullptr},
-            {"decoder", nullptr},
-            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", ojson::array()}}}};
-  write_text_file(d.file("tokenizer.json"), tok.dump());
+  write_text_file(d.file("tokenizer.json"), ::frost::testing::ascii_tokenizer_json());
   auto m = must_load(d.path());
   ASSERT_TRUE(m);
   ASSERT_NE(m->tokenizer, nullptr);
