@@ -63,17 +63,12 @@ absl::StatusOr<std::shared_ptr<const HiddenStateSource>> make_hidden_source(cons
                                                                             const ExecutorOptions& opts) {
   if (opts.device.kind == DeviceKind::kCpu) return std::shared_ptr<const HiddenStateSource>();
   const ModelConfig& c = model.config;
-  std::shared_ptr<const DeviceWeights> weights = opts.weights;  // the engine's, when already laid out
-  if (!weights) {
-    absl::StatusOr<std::shared_ptr<const DeviceWeights>> up =
-        upload_device_weights(c, model.model->weights(), opts.device);
-    if (!up.ok()) return up.status();
-    weights = *std::move(up);
-  }
+  absl::StatusOr<std::shared_ptr<const DeviceWeights>> weights = device_weights_for(model, opts);  // the engine's
+  if (!weights.ok()) return weights.status();
   DeviceOptions d;
   d.kv = cuda::KvFormat::kF32;  // the features are the backbone's, whatever format the serving pool uses
   d.cuda_graphs = false;
-  absl::StatusOr<std::unique_ptr<DeviceDecoder>> made = make_device_decoder(std::move(weights), d);
+  absl::StatusOr<std::unique_ptr<DeviceDecoder>> made = make_device_decoder(*std::move(weights), d);
   if (!made.ok()) return made.status();
   std::unique_ptr<DeviceDecoder> decoder = *std::move(made);
   const int max_blocks = static_cast<int>((c.max_pos + kBlockTokens - 1) / kBlockTokens);

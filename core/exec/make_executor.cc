@@ -15,6 +15,12 @@ bool cuda_executor_built() {
 #endif
 }
 
+absl::StatusOr<std::shared_ptr<const DeviceWeights>> device_weights_for(const LoadedModel& model,
+                                                                        const ExecutorOptions& opts) {
+  if (opts.weights) return opts.weights;
+  return upload_device_weights(model.config, model.model->weights(), opts.device);
+}
+
 absl::StatusOr<std::unique_ptr<StepExecutor>> make_executor(std::shared_ptr<const LoadedModel> model,
                                                             const ExecutorOptions& opts) {
   if (!model || !model->model) return absl::InvalidArgumentError("make_executor: no model");
@@ -27,17 +33,12 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> make_executor(std::shared_ptr<cons
   }
   absl::StatusOr<cuda::KvFormat> format = device_kv_format(opts.kv_codec, name);
   if (!format.ok()) return format.status();
-  std::shared_ptr<const DeviceWeights> weights = opts.weights;
-  if (!weights) {
-    absl::StatusOr<std::shared_ptr<const DeviceWeights>> up =
-        upload_device_weights(model->config, model->model->weights(), opts.device);
-    if (!up.ok()) return up.status();
-    weights = *std::move(up);
-  }
+  absl::StatusOr<std::shared_ptr<const DeviceWeights>> weights = device_weights_for(*model, opts);
+  if (!weights.ok()) return weights.status();
   DeviceOptions d;
   d.kv = *format;
   d.cuda_graphs = opts.cuda_graphs;
-  absl::StatusOr<std::unique_ptr<DeviceDecoder>> decoder = make_device_decoder(std::move(weights), d);
+  absl::StatusOr<std::unique_ptr<DeviceDecoder>> decoder = make_device_decoder(*std::move(weights), d);
   if (!decoder.ok()) return decoder.status();
   absl::StatusOr<std::unique_ptr<DeviceExecutor>> e =
       DeviceExecutor::create(std::move(model), *std::move(decoder), name, opts.kv_codec);

@@ -22,6 +22,10 @@ struct ExecutorOptions {
   bool cuda_graphs = true;  // the CUDA decoder replays captured steps (bounded buckets)
 };
 
+// opts.weights, or (when empty) the model's weights laid out on opts.device now (device_factory.h).
+absl::StatusOr<std::shared_ptr<const DeviceWeights>> device_weights_for(const LoadedModel& model,
+                                                                        const ExecutorOptions& opts);
+
 absl::StatusOr<std::unique_ptr<StepExecutor>> make_executor(std::shared_ptr<const LoadedModel> model,
                                                             const ExecutorOptions& opts);
 
