@@ -1,25 +1,30 @@
 // frost on the model families people run, against an independent reference: tests/reference/hf_families.py
 // writes one tiny random Hugging Face checkpoint per case — each family's real config.json fields and tensor
-// names (LLaMA 3.2 with llama3 RoPE scaling, SmolLM2, TinyLlama-style linear and dynamic scaling, Mistral with a
-// sliding window, Qwen2.5 with q/k/v biases and YaRN, Qwen3 with q/k norms (sharded), Gemma 2 with soft-capping
-// and alternating windows, Gemma 3 with local/global RoPE, Phi-3.5 and Phi-4-mini with fused projections,
-// LongRoPE and partial rotary, Mistral stored as BF16) — together with the logits of its own PyTorch
-// implementation of the HF math (the case list and frost's semantic choices are in the script's docstring).
-// Each case is loaded with load_model() and checked five ways:
-//   * forward() on the whole input (24 tokens, past every sliding window and LongRoPE's switch at 16): the
-//     logits at every position and the final hidden state,
+// names (LLaMA 3.2 with llama3 RoPE scaling, SmolLM2, TinyLlama-style linear and dynamic scaling, Mistral
+// with a sliding window, Qwen2.5 with q/k/v biases and YaRN, Qwen3 with q/k norms (sharded), Gemma 2 with
+// soft-capping and alternating windows, Gemma 3 with local/global RoPE, Phi-3.5 and Phi-4-mini with fused
+// projections, LongRoPE and partial rotary, Mistral stored as BF16) — together with the logits of its own
+// PyTorch implementation of the HF math (the case list and frost's semantic choices are in the script's
+// docstring). Each case is loaded with load_model() and checked five ways:
+//   * forward() on the whole input (24 tokens, past every sliding window and LongRoPE's switch at 16):
+//     the logits at every position and the final hidden state,
 //   * decode_step() one token at a time: the logits at every position,
 //   * greedy decoding: prefill 5 prompt tokens with forward(), then decode_step() + argmax for 20 tokens,
-//   * forward_batch() in two chunks (7 tokens, then the other 17 in one call): the logits of each chunk's last
-//     token and the final hidden state,
-//   * the reference device ("reference", core/exec/device_factory.h): logits of every row of the same two chunks
-//     and the greedy continuation. A device that refuses the model (FAILED_PRECONDITION) must name the config.json
-//     field it cannot run; the check is then skipped with that message.
-// Until frost implements a family its cases fail at load with the loader's message (expected while the families
-// land). The script runs once per case and process (--only), in about a second. Needs Debian's /usr/bin/python3
-// with torch; skips visibly otherwise (exit 77).
+//   * forward_batch() in two chunks (7 tokens, then the other 17 in one call): the logits of each chunk's
+//     last token and the final hidden state,
+//   * the reference device ("reference", core/exec/device_factory.h): logits of every row of the same two
+//     chunks and the greedy continuation. A device that refuses the model (FAILED_PRECONDITION) must name
+//     the config.json field it cannot run; the check is then skipped with that message.
+// Until frost implements a family its cases fail at load with the loader's message (expected while the
+// families land). The script runs once per case and process (--only), in about a second. Needs Debian's
+// /usr/bin/python3 with torch; skips visibly otherwise (exit 77).
 //
 // Letters: T = input tokens, V = vocab, C = hidden.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
@@ -27,17 +32,11 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <sys/wait.h>
-
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "core/common/device_spec.h"
@@ -53,9 +52,9 @@ namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
 constexpr double kLogitTol = 1e-4;
-constexpr int64_t kMaxTokens = 64;   // = max_position_embeddings of every case; >= 24 input, 5 + 20 greedy
-constexpr int32_t kFirstChunk = 7;   // forward_batch / device prefill: 7 tokens, then the rest in one step
-constexpr int kExitSkip = 77;        // hf_families.py: torch not importable
+constexpr int64_t kMaxTokens = 64;  // = max_position_embeddings of every case; >= 24 input, 5 + 20 greedy
+constexpr int32_t kFirstChunk = 7;  // forward_batch / device prefill: 7 tokens, then the rest in one step
+constexpr int kExitSkip = 77;       // hf_families.py: torch not importable
 
 struct Case {
   std::string name;  // test name suffix
@@ -89,8 +88,9 @@ class HfFamiliesTest : public ::testing::TestWithParam<Case> {
     std::string& result = generated_[name];
     if (!std::filesystem::exists(kPython)) return result = std::string("skip: ") + kPython + " not found";
     const std::string log = dir_->file(name + ".log");
-    const std::string cmd = std::string(kPython) + " '" + testing::source_path("tests/reference/hf_families.py") +
-                            "' --out '" + dir_->path() + "' --only " + name + " >'" + log + "' 2>&1";
+    const std::string cmd = std::string(kPython) + " '" +
+                            testing::source_path("tests/reference/hf_families.py") + "' --out '" +
+                            dir_->path() + "' --only " + name + " >'" + log + "' 2>&1";
     const int rc = std::system(cmd.c_str());
     if (rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == kExitSkip) {
       result = "skip: " + trimmed(testing::read_text_file(log));
@@ -103,7 +103,8 @@ class HfFamiliesTest : public ::testing::TestWithParam<Case> {
 
   void SetUp() override {
     const std::string why = generate(GetParam().dir);
-    if (absl::StartsWith(why, "skip: ")) GTEST_SKIP() << "independent HF reference unavailable: " << why.substr(6);
+    if (absl::StartsWith(why, "skip: "))
+      GTEST_SKIP() << "independent HF reference unavailable: " << why.substr(6);
     ASSERT_EQ(why, "");
     const std::string model_dir = dir_->path() + "/" + GetParam().dir;
     expected_ = nlohmann::json::parse(testing::read_text_file(model_dir + "/expected.json"));
@@ -130,7 +131,9 @@ class HfFamiliesTest : public ::testing::TestWithParam<Case> {
   at::Tensor expected_hidden_last() const {  // [C]
     return at::tensor(expected_["final_hidden_last"].get<std::vector<float>>(), at::kFloat);
   }
-  at::Tensor row(const float* p, int64_t n) const { return at::from_blob(const_cast<float*>(p), {n}, at::kFloat); }
+  at::Tensor row(const float* p, int64_t n) const {
+    return at::from_blob(const_cast<float*>(p), {n}, at::kFloat);
+  }
   std::string ids_text(const std::vector<int64_t>& ids) const {
     std::ostringstream s;
     for (int64_t id : ids) s << id << ' ';
@@ -196,8 +199,8 @@ TEST_P(HfFamiliesTest, GreedyPrefillThenDecodeMatches) {
   EXPECT_EQ(got, want) << name() << ": greedy ids\n  want " << ids_text(want) << "\n  got  " << ids_text(got);
 }
 
-// The serving step: a prefill chunk of 7 tokens, then the other 17 in one call (the second chunk attends to the
-// first through the cache, across the 8-token windows and LongRoPE's switch at position 16).
+// The serving step: a prefill chunk of 7 tokens, then the other 17 in one call (the second chunk attends to
+// the first through the cache, across the 8-token windows and LongRoPE's switch at position 16).
 TEST_P(HfFamiliesTest, ForwardBatchInTwoChunksMatches) {
   const std::vector<int64_t> ids = input_ids();
   const std::vector<int32_t> toks(ids.begin(), ids.end());
@@ -207,7 +210,8 @@ TEST_P(HfFamiliesTest, ForwardBatchInTwoChunksMatches) {
   ASSERT_TRUE(kv.reserve(kFirstChunk));
   const float* l = model().forward_batch({StepSeq{&kv, toks.data(), kFirstChunk, true}}, scratch);
   EXPECT_LE(testing::max_abs_diff(row(l, n_vocab()), expected_logits(kFirstChunk - 1)), kLogitTol)
-      << name() << ": forward_batch logits of the first chunk's last token (position " << kFirstChunk - 1 << ")";
+      << name() << ": forward_batch logits of the first chunk's last token (position " << kFirstChunk - 1
+      << ")";
   ASSERT_TRUE(kv.reserve(T));
   l = model().forward_batch({StepSeq{&kv, toks.data() + kFirstChunk, T - kFirstChunk, true}}, scratch);
   EXPECT_LE(testing::max_abs_diff(row(l, n_vocab()), expected_logits(static_cast<size_t>(T - 1))), kLogitTol)
@@ -218,6 +222,10 @@ TEST_P(HfFamiliesTest, ForwardBatchInTwoChunksMatches) {
 
 // The host reference device: the same two chunks with logits for every row, then the greedy continuation.
 TEST_P(HfFamiliesTest, ReferenceDeviceMatches) {
+  // A device computes a bf16 model with its activations rounded to bf16 (core/exec/reference_decoder.h),
+  // ~1e-2 from these fp32 logits; the same bf16 values loaded as fp32 (mistral_bf16) hold the device to 1e-4.
+  if (GetParam().dtype == WeightDtype::kBF16)
+    GTEST_SKIP() << name() << ": bf16 weights run with bf16 activations on a device; see its fp32 load";
   const absl::StatusOr<DeviceSpec> device = parse_device("reference");
   ASSERT_TRUE(device.ok()) << device.status();
   // A refusal must say which config.json field the device cannot run; then there is nothing to compare.
@@ -280,20 +288,22 @@ TEST_P(HfFamiliesTest, ReferenceDeviceMatches) {
 
 // mistral_bf16's weights are bf16 values, so loading them as bf16 changes no weight: the same expected logits
 // hold for the bf16 weight path (fp32 activations and accumulation).
-INSTANTIATE_TEST_SUITE_P(
-    Families, HfFamiliesTest,
-    ::testing::Values(Case{"llama3_2", "llama3_2", WeightDtype::kF32}, Case{"smollm2", "smollm2", WeightDtype::kF32},
-                      Case{"tinyllama_linear", "tinyllama_linear", WeightDtype::kF32},
-                      Case{"llama_dynamic", "llama_dynamic", WeightDtype::kF32},
-                      Case{"mistral", "mistral", WeightDtype::kF32},
-                      Case{"mistral_bf16", "mistral_bf16", WeightDtype::kF32},
-                      Case{"mistral_bf16_as_bf16", "mistral_bf16", WeightDtype::kBF16},
-                      Case{"qwen2_5", "qwen2_5", WeightDtype::kF32},
-                      Case{"qwen2_5_yarn", "qwen2_5_yarn", WeightDtype::kF32},
-                      Case{"qwen3", "qwen3", WeightDtype::kF32}, Case{"gemma2", "gemma2", WeightDtype::kF32},
-                      Case{"gemma3", "gemma3", WeightDtype::kF32}, Case{"phi3_5", "phi3_5", WeightDtype::kF32},
-                      Case{"phi4_mini", "phi4_mini", WeightDtype::kF32}),
-    [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
+INSTANTIATE_TEST_SUITE_P(Families, HfFamiliesTest,
+                         ::testing::Values(Case{"llama3_2", "llama3_2", WeightDtype::kF32},
+                                           Case{"smollm2", "smollm2", WeightDtype::kF32},
+                                           Case{"tinyllama_linear", "tinyllama_linear", WeightDtype::kF32},
+                                           Case{"llama_dynamic", "llama_dynamic", WeightDtype::kF32},
+                                           Case{"mistral", "mistral", WeightDtype::kF32},
+                                           Case{"mistral_bf16", "mistral_bf16", WeightDtype::kF32},
+                                           Case{"mistral_bf16_as_bf16", "mistral_bf16", WeightDtype::kBF16},
+                                           Case{"qwen2_5", "qwen2_5", WeightDtype::kF32},
+                                           Case{"qwen2_5_yarn", "qwen2_5_yarn", WeightDtype::kF32},
+                                           Case{"qwen3", "qwen3", WeightDtype::kF32},
+                                           Case{"gemma2", "gemma2", WeightDtype::kF32},
+                                           Case{"gemma3", "gemma3", WeightDtype::kF32},
+                                           Case{"phi3_5", "phi3_5", WeightDtype::kF32},
+                                           Case{"phi4_mini", "phi4_mini", WeightDtype::kF32}),
+                         [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
 
 }  // namespace
 }  // namespace frost
