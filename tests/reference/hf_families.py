@@ -12,52 +12,54 @@ tensor names. expected.json is hf_reference.py's format: {"input_ids": [24 ids],
 "greedy": {"prompt_ids": 5 ids, "new_ids": 20 argmax ids, each step re-running the whole sequence},
 "final_hidden_last": [C] after the final norm, "features": [...], "diagnostics": {...}}.
 
-  case              class / model_type                     what it covers
-  llama3_2          LlamaForCausalLM / llama               rope_scaling llama3 (factor 32, low 1, high 4,
-                                                           original_max 256 so that frequencies fall in all three
-                                                           bands at head_dim 16 / theta 5e5), tied, head_dim
-                                                           written, eos_token_id a list
-  smollm2           LlamaForCausalLM / llama               theta 1e5, tied, GQA, no head_dim, rope_interleaved false
-  tinyllama_linear  LlamaForCausalLM / llama               rope_scaling {"type": "linear"} (old key), 4 heads / 1 kv
-  llama_dynamic     LlamaForCausalLM / llama               rope_scaling dynamic (see below: the default rotation)
-  mistral           MistralForCausalLM / mistral           sliding_window 8 on every layer, head_dim 32 (q 128 != 64)
-  mistral_bf16      the same stored as BF16                bf16 weights converted at load
-  qwen2_5           Qwen2ForCausalLM / qwen2               q/k/v biases (no o_proj bias), tied, use_sliding_window
-                                                           false with sliding_window 32768 (no window)
-  qwen2_5_yarn      the same + rope_scaling yarn           factor 4, original_max 16; attention factor 0.1 ln 4 + 1
-  qwen3             Qwen3ForCausalLM / qwen3               q_norm / k_norm per head before RoPE, head_dim 32, tied,
-                                                           SHARDED (2 files + model.safetensors.index.json)
-  gemma2            Gemma2ForCausalLM / gemma2             (1+w) RMSNorm x4 per layer, embeddings * sqrt(hidden),
-                                                           gelu_pytorch_tanh gated MLP, query_pre_attn_scalar 24,
-                                                           attn softcap 50 and final softcap 30 (both bite),
-                                                           sliding_window 8 on layers 0, 2 (no layer_types, as the
-                                                           real config), tie_word_embeddings absent (default true)
-  gemma3            Gemma3ForCausalLM / gemma3_text        q/k (1+w) norms, 6 layers, sliding_window_pattern 6 (layers
-                                                           0-4 sliding, 5 global), global rope_theta 1e6 with linear
-                                                           factor 8, local rope_local_base_freq 1e4 unscaled
-  phi3_5            Phi3ForCausalLM / phi3                 fused qkv_proj / gate_up_proj, longrope, original_max 16,
-                                                           sliding_window 262144 (never binds), untied, MHA
-  phi4_mini         Phi3ForCausalLM / phi3                 partial_rotary_factor 0.75 (12 of 16 dims rotate), longrope,
-                                                           tied, GQA
+  case              class / model_type          what it covers
+  llama3_2          LlamaForCausalLM / llama    rope_scaling llama3 (factor 32, low 1, high 4, original_max 256
+                                                so that frequencies fall in all three bands at head_dim 16 and
+                                                theta 5e5), tied, head_dim written, eos_token_id a list
+  smollm2           LlamaForCausalLM / llama    theta 1e5, tied, GQA, no head_dim, rope_interleaved false
+  tinyllama_linear  LlamaForCausalLM / llama    rope_scaling {"type": "linear"} (the old key), 4 heads / 1 kv
+  llama_dynamic     LlamaForCausalLM / llama    rope_scaling dynamic (see below: the default rotation)
+  mistral           MistralForCausalLM          sliding_window 8 on every layer, head_dim 32 (q_dim 128 != 64)
+  mistral_bf16      the same, stored as BF16    bf16 weights converted at load (expected: bf16 values upcast)
+  qwen2_5           Qwen2ForCausalLM / qwen2    q/k/v biases (no o_proj bias), tied, use_sliding_window false
+                                                with sliding_window 32768 and max_window_layers 21 (no window)
+  qwen2_5_yarn      the same + rope_scaling     yarn, factor 4, original_max 16; attention factor 0.1 ln 4 + 1
+  qwen3             Qwen3ForCausalLM / qwen3    q_norm / k_norm per head before RoPE, head_dim 32, tied; SHARDED
+                                                (2 files + model.safetensors.index.json)
+  gemma2            Gemma2ForCausalLM / gemma2  (1+w) RMSNorm x4 per layer, embeddings * sqrt(hidden), gated
+                                                gelu_pytorch_tanh MLP, query_pre_attn_scalar 24 (!= head_dim 16),
+                                                attn softcap 50 and final softcap 30 (both bite), sliding_window 8
+                                                on layers 0 and 2 (no layer_types, as the real config), no
+                                                tie_word_embeddings (Gemma2Config defaults it to true)
+  gemma3            Gemma3ForCausalLM /         q/k (1+w) norms, 6 layers, sliding_window_pattern 6 (layers 0-4
+                    gemma3_text                 slide, 5 is global), global rope_theta 1e6 with linear factor 8,
+                                                local rope_local_base_freq 1e4 unscaled, head_dim 32
+  phi3_5            Phi3ForCausalLM / phi3      fused qkv_proj / gate_up_proj, longrope, original_max 16,
+                                                sliding_window 262144 (never binds), untied, MHA
+  phi4_mini         Phi3ForCausalLM / phi3      partial_rotary_factor 0.75 (12 of 16 dims rotate), longrope,
+                                                tied, GQA
 
 Conventions (frost's, checked against the transformers sources, see hf_families_math.py):
   * Sliding window W (masking_utils.sliding_window_overlay): query i sees keys j with i - W < j <= i, W keys
-    counting itself. (Older transformers masks (_make_causal_mask) let i - W <= j, W + 1 keys, in some versions.)
+    counting itself. (Some older transformers masks, _make_causal_mask, let j = i - W in too: W + 1 keys.)
   * rope_type dynamic: HF's _compute_dynamic_ntk_parameters gives the plain rotation for every sequence up to
-    max_position_embeddings and rescales only beyond it; frost caps a sequence at max_position_embeddings, so the
-    expected values use the DEFAULT rotation.
-  * longrope: frost uses short_factor at positions p < original_max_position_embeddings and long_factor at p >=
-    it, per position (a cached key keeps its rotation as the sequence grows). HF picks ONE list for the whole
-    sequence by its length (long once max position + 1 > original_max, re-rotating every key); vLLM switches a whole
-    batch when any position exceeds original_max. The attention factor sqrt(1 + ln(f) / ln(original_max)), f =
+    max_position_embeddings and rescales only beyond it; frost caps a sequence at max_position_embeddings, so
+    the expected values use the DEFAULT rotation.
+  * longrope: frost uses short_factor at positions p < original_max_position_embeddings and long_factor at
+    p >= it, per position (a cached key keeps its rotation as the sequence grows; what HF's own cached decoding
+    produces when it starts below original_max). HF's forward over a whole sequence picks ONE list by its
+    length (long once max position + 1 > original_max, every key re-rotated); vLLM switches a whole batch when
+    any position exceeds original_max. The attention factor sqrt(1 + ln(f) / ln(original_max)), f =
     max_position_embeddings / original_max, multiplies cos and sin at every position (rotated dims only).
-  * yarn: the explicit factor; the correction range from original_max_position_embeddings; truncate (floor/ceil)
-    by default; beta_fast 32, beta_slow 1; the attention factor multiplies cos and sin.
+  * yarn: the explicit factor; the correction range from original_max_position_embeddings; truncate
+    (floor / ceil) by default; beta_fast 32, beta_slow 1; the attention factor multiplies cos and sin.
 
-Before anything of a case is written it passes self-checks: the alternative formulation, fp32 vs fp64, causality,
-gradient reach of every parameter, greedy margins (top-1 minus top-2 > 1e-3), safetensors read-back, and per
-feature that it bites (the logits change when the feature is switched off, windows leave the first W rows alone,
-softcaps see scores near the cap, ...). A failed check raises (exit 1); exit 77 means torch is missing.
+Expected values are the float64 evaluation of the math; the fp32 evaluation (HF's own arithmetic, RoPE angles in
+fp32) lies within diagnostics.fp64_max_abs_diff (< 3e-5) of them. Before anything of a case is written it passes
+self-checks: the alternative formulation, fp32 vs fp64, causality, gradient reach of every parameter, greedy
+margins (top-1 minus top-2 > 1e-3), safetensors read-back, and per feature that it bites (the logits change when
+it is switched off or off by one, windows leave the first W rows alone, softcaps see scores near the cap, ...).
+A failed check raises (exit 1); exit 77 means torch is missing.
 """
 import argparse
 import json
@@ -131,18 +133,20 @@ QWEN2 = dict(max_window_layers=21, rms_norm_eps=1e-06, rope_theta=1000000.0, sli
              tie_word_embeddings=True, use_sliding_window=False)
 
 # name → (config, weight scales (see init_params), safetensors dtype, shards, generation_config.json)
+LLAMA3_SCALING = {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                  "original_max_position_embeddings": 256, "rope_type": "llama3"}
+GEMMA_GEN = {"bos_token_id": 2, "cache_implementation": "hybrid", "pad_token_id": 0}
 CASES = {
     "llama3_2": (llama_cfg(head_dim=16, bos_token_id=0, eos_token_id=[1, 8, 9], rope_theta=500000.0,
-                           tie_word_embeddings=True,
-                           rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                                         "original_max_position_embeddings": 256, "rope_type": "llama3"}),
+                           tie_word_embeddings=True, rope_scaling=LLAMA3_SCALING),
                  {}, torch.float32, 1,
                  {"bos_token_id": 0, "do_sample": True, "eos_token_id": [1, 8, 9], "temperature": 0.6,
                   "top_p": 0.9, "transformers_version": "4.45.0.dev0"}),
     "smollm2": (llama_cfg(rope_theta=100000, tie_word_embeddings=True, rope_interleaved=False),
                 {}, torch.float32, 1, None),
     "tinyllama_linear": (llama_cfg(num_key_value_heads=1, rope_scaling={"factor": 2.0, "type": "linear"}),
-                         {}, torch.float32, 1, {"bos_token_id": 1, "eos_token_id": 2, "max_length": 64, "pad_token_id": 0}),
+                         {}, torch.float32, 1,
+                         {"bos_token_id": 1, "eos_token_id": 2, "max_length": 64, "pad_token_id": 0}),
     "llama_dynamic": (llama_cfg(rope_scaling={"factor": 2.0, "rope_type": "dynamic"}), {}, torch.float32, 1, None),
     "mistral": (_common("MistralForCausalLM", "mistral", "4.45.0", head_dim=32, rope_theta=1000000.0,
                         sliding_window=8), {}, torch.float32, 1, None),
@@ -152,24 +156,24 @@ CASES = {
                 {"bos_token_id": 1, "do_sample": True, "eos_token_id": [2, 1], "pad_token_id": 2,
                  "repetition_penalty": 1.1, "temperature": 0.7, "top_k": 20, "top_p": 0.8}),
     "qwen2_5_yarn": (_common("Qwen2ForCausalLM", "qwen2", "4.43.1", **QWEN2, rope_scaling={
-        "factor": 4.0, "original_max_position_embeddings": 16, "type": "yarn"}), {"bias": 0.3}, torch.float32, 1,
-        None),
-    "qwen3": (_common("Qwen3ForCausalLM", "qwen3", "4.51.0", attention_bias=False, head_dim=32, max_window_layers=4,
-                      rms_norm_eps=1e-06, rope_scaling=None, rope_theta=1000000, sliding_window=None,
-                      tie_word_embeddings=True, use_sliding_window=False),
+        "factor": 4.0, "original_max_position_embeddings": 16, "type": "yarn"}),
+        {"bias": 0.3}, torch.float32, 1, None),
+    "qwen3": (_common("Qwen3ForCausalLM", "qwen3", "4.51.0", attention_bias=False, head_dim=32,
+                      max_window_layers=4, rms_norm_eps=1e-06, rope_scaling=None, rope_theta=1000000,
+                      sliding_window=None, tie_word_embeddings=True, use_sliding_window=False),
               {"qk_norm": 0.3}, torch.float32, 2, None),
-    "gemma2": (gemma_cfg("Gemma2ForCausalLM", "gemma2", "4.42.4", attn_logit_softcapping=50.0, eos_token_id=[1, 107], final_logit_softcapping=30.0,
-                         hidden_act="gelu_pytorch_tanh", query_pre_attn_scalar=24, sliding_window=8),
+    "gemma2": (gemma_cfg("Gemma2ForCausalLM", "gemma2", "4.42.4", attn_logit_softcapping=50.0,
+                         eos_token_id=[1, 107], final_logit_softcapping=30.0, hidden_act="gelu_pytorch_tanh",
+                         query_pre_attn_scalar=24, sliding_window=8),
                {"qk": 0.4, "embed": 0.5, "final_norm": 4.0, "norm_noise": 0.3},
-               torch.float32, 1, {"bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": [1, 107],
-                                  "pad_token_id": 0}),
-    "gemma3": (gemma_cfg("Gemma3ForCausalLM", "gemma3_text", "4.50.0.dev0", attn_logit_softcapping=None, eos_token_id=[1, 106], final_logit_softcapping=None,
-                         head_dim=32, num_hidden_layers=6, num_key_value_heads=1, query_pre_attn_scalar=32,
-                         rope_local_base_freq=10000, rope_scaling={"factor": 8.0, "rope_type": "linear"},
-                         rope_theta=1000000, sliding_window=8, sliding_window_pattern=6),
+               torch.float32, 1, dict(GEMMA_GEN, eos_token_id=[1, 107])),
+    "gemma3": (gemma_cfg("Gemma3ForCausalLM", "gemma3_text", "4.50.0.dev0", attn_logit_softcapping=None,
+                         eos_token_id=[1, 106], final_logit_softcapping=None, head_dim=32, num_hidden_layers=6,
+                         num_key_value_heads=1, query_pre_attn_scalar=32, rope_local_base_freq=10000,
+                         rope_scaling={"factor": 8.0, "rope_type": "linear"}, rope_theta=1000000,
+                         sliding_window=8, sliding_window_pattern=6),
                {"embed": 0.5, "final_norm": 0.5, "norm_noise": 0.3, "qk_norm": 0.3},
-               torch.float32, 1, {"bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": [1, 106],
-                                  "pad_token_id": 0, "top_k": 64, "top_p": 0.95}),
+               torch.float32, 1, dict(GEMMA_GEN, eos_token_id=[1, 106], top_k=64, top_p=0.95)),
     "phi3_5": (phi3_cfg(1.0, 4, False), {}, torch.float32, 1, None),
     "phi4_mini": (phi3_cfg(0.75, 2, True), {}, torch.float32, 1, None),
 }
@@ -297,15 +301,16 @@ def bites(name, p, s, cfg, ids, logits):
     feats, diag = [], {}
     T = len(ids)
 
-    def differs(label, other, rows=slice(None), at_least=0.01):
+    def differs(label, other, rows=slice(None), at_least=0.01, how="without it"):
         d = maxdiff(other[rows], logits[rows])
-        check(d > at_least, "%s bites: logits change by %.3f without it" % (label, d))
+        check(d > at_least, "%s bites: logits change by %.3f %s" % (label, d, how))
         diag[label.replace(" ", "_") + "_effect"] = d
 
     scaling = cfg.get("rope_scaling")
     kind = fm.rope_type_of(scaling)
-    plain = [dict(rp) if rp.get("kind") == "default" else
-             fm.rope_params("default", float(cfg.get("rope_theta", 1e4)), rp["rot"], None, s["P"]) for rp in s["ropes"]]
+    theta = float(cfg.get("rope_theta", 1e4))
+    plain = [dict(rp) if rp.get("kind") == "default" else fm.rope_params("default", theta, rp["rot"], None, s["P"])
+             for rp in s["ropes"]]
     if kind == "llama3":
         rp = s["ropes"][0]
         bands = fm.llama3_bands(plain[0]["inv"], scaling)
@@ -331,6 +336,12 @@ def bites(name, p, s, cfg, ids, logits):
         check(implicit == scaling["factor"], "yarn factor %.1f = max_pos / original_max (%.1f): transformers 4.5x "
               "(ratio) and 5.x (explicit factor) agree here" % (scaling["factor"], implicit))
         diag["yarn_correction_range"] = list(rp["yarn_range"])
+        # transformers < 4.5x took the correction range from max_position_embeddings, not original_max.
+        old_range = fm.rope_params("yarn", float(cfg["rope_theta"]), rp["rot"],
+                                   dict(scaling, original_max_position_embeddings=s["P"]), s["P"])
+        diag["yarn_range_from_max_pos"] = list(old_range["yarn_range"])
+        diag["yarn_range_from_max_pos_effect"] = maxdiff(fm.forward(p, s, ids, ropes=[old_range] * s["L"])[0],
+                                                         logits)
         diag["yarn_attention_factor"] = rp["attn"]
     if kind == "longrope":
         rp = s["ropes"][0]
@@ -341,6 +352,9 @@ def bites(name, p, s, cfg, ids, logits):
         check(maxdiff(lo[:sw], logits[:sw]) == 0.0, "longrope: rows < %d use short_factor only" % sw)
         differs("longrope long_factor", lo, rows=slice(sw, None))
         hf_style = fm.forward(p, s, ids, ropes=long_only)[0]  # HF: T > original_max → long everywhere
+        later = [dict(r, switch=sw + 1) if "switch" in r else r for r in s["ropes"]]
+        differs("longrope switch off-by-one", fm.forward(p, s, ids, ropes=later)[0],
+                how="switching at %d" % (sw + 1))
         diag["longrope_vs_hf_whole_sequence_long"] = maxdiff(hf_style, logits)
         check(abs(rp["attn"] - math.sqrt(1 + math.log(4.0) / math.log(sw))) < 1e-12,
               "longrope attention factor %.6f = sqrt(1 + ln 4 / ln %d)" % (rp["attn"], sw))
@@ -364,6 +378,12 @@ def bites(name, p, s, cfg, ids, logits):
         nowin = fm.forward(p, s, ids, off={"window"})[0]
         check(maxdiff(nowin[:W], logits[:W]) == 0.0, "sliding window leaves rows 0..%d alone" % (W - 1))
         differs("sliding window", nowin, rows=slice(W, None))
+        # The classic off-by-one (W + 1 keys, as some older transformers masks had) must show too.
+        differs("window off-by-one", fm.forward(p, s, ids, windows=[w and w + 1 for w in s["windows"]])[0],
+                how="with W + 1 keys")
+        if len(set(s["windows"])) > 1:  # which layers slide (Gemma's (i + 1) % pattern rule) must matter
+            flipped = s["windows"][1:] + s["windows"][:1]
+            differs("sliding layer choice", fm.forward(p, s, ids, windows=flipped)[0], how="rotating it by one")
         feats.append("sliding_window_%d_layers_%s" % (W, [i for i, w in enumerate(s["windows"]) if w]))
     elif wins:
         check(maxdiff(fm.forward(p, s, ids, off={"window"})[0], logits) == 0.0,
@@ -373,7 +393,8 @@ def bites(name, p, s, cfg, ids, logits):
     diag.update(max_abs_score=taps["max_score"], max_abs_raw_logit=taps["max_raw_logit"])
     if s["attn_softcap"]:
         cap = s["attn_softcap"]
-        check(taps["max_score"] > 0.6 * cap, "attn softcap %.0f bites: max |score| %.1f" % (cap, taps["max_score"]))
+        check(taps["max_score"] > 0.6 * cap,
+              "attn softcap %.0f bites: max |score| %.1f" % (cap, taps["max_score"]))
         differs("attn softcap", fm.forward(p, s, ids, off={"attn_softcap"})[0])
         feats.append("attn_logit_softcapping")
     if s["final_softcap"]:
@@ -470,8 +491,8 @@ def build_case(out_dir, name, seed):
             "eos_token_id": cfg.get("eos_token_id"), "transformers_version": cfg["transformers_version"]})
     write_weights(d, [(n, t.to(st_dtype)) for n, t in hf_tensors(p, s)], shards)
     diag.update(fp64_max_abs_diff=d64, greedy_min_margin=margin, torch=torch.__version__,
-                layer_windows=s["windows"], rope=[{"kind": r["kind"], "rot": r["rot"], "attention_factor": r["attn"]}
-                                                  for r in s["ropes"]])
+                layer_windows=s["windows"],
+                rope=[{"kind": r["kind"], "rot": r["rot"], "attention_factor": r["attn"]} for r in s["ropes"]])
     write_json(os.path.join(d, "expected.json"), {
         "model": name, "input_ids": ids, "logits": [[f9(v) for v in row] for row in logits.tolist()],
         "greedy": {"prompt_ids": ids[:N_PROMPT], "new_ids": new_ids},

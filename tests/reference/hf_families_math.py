@@ -179,7 +179,7 @@ def spec_from_config(cfg):
         if cfg.get("sliding_window") is not None:
             windows = [cfg["sliding_window"]] * L
     elif arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
-        # Qwen2Config / Qwen3Config: sliding_window only with use_sliding_window, then on layers >= max_window_layers.
+        # Qwen2Config / Qwen3Config: a window only with use_sliding_window, then on layers >= max_window_layers.
         if cfg.get("use_sliding_window") and cfg.get("sliding_window") is not None:
             windows = [cfg["sliding_window"] if i >= cfg["max_window_layers"] else None for i in range(L)]
         s["qk_norm"] = arch == "Qwen3ForCausalLM"
@@ -244,10 +244,11 @@ def attention_mask(T, window, causal=True):
     return m
 
 
-def forward(p, s, ids, causal=True, off=(), ropes=None, taps=None):
+def forward(p, s, ids, causal=True, off=(), ropes=None, windows=None, taps=None):
     """ids: list[int] → (logits [T, V], hidden [T, C]). `off` names features to switch off for the "it bites"
-    checks ("window", "attn_softcap", "final_softcap", "qk_norm", "embed_scale"); ropes replaces the per-layer
-    RoPE parameters; taps (a dict) receives "max_score" (largest |score| before capping) and "max_raw_logit"."""
+    checks ("window", "attn_softcap", "final_softcap", "qk_norm", "embed_scale"); ropes / windows replace the
+    per-layer RoPE parameters / sliding windows; taps (a dict) receives "max_score" (largest |score| before
+    capping) and "max_raw_logit"."""
     H, Hkv, D, eps, no = s["H"], s["Hkv"], s["D"], s["eps"], s["norm_offset"]
     T = len(ids)
     dtype = p["embed"].dtype
@@ -278,7 +279,7 @@ def forward(p, s, ids, causal=True, off=(), ropes=None, taps=None):
         k = torch.cat((k[..., :R] * cos + _rotate_half(k[..., :R]) * sin, k[..., R:]), dim=-1)
         k, v = k[kv_of], v[kv_of]
         sc = (q @ k.transpose(1, 2)) * s["attn_scale"]
-        mask = attention_mask(T, None if "window" in off else s["windows"][i], causal)
+        mask = attention_mask(T, None if "window" in off else (windows or s["windows"])[i], causal)
         max_score = max(max_score, float(sc.masked_fill(~mask, 0).abs().max()))
         cap = s["attn_softcap"]
         if cap is not None and "attn_softcap" not in off:
@@ -334,10 +335,10 @@ def inv_freq_f64(rp_kind, base, dim, scaling, max_pos, orig_max=None):
     elif rp_kind == "yarn":
         factor = scaling["factor"]
         orig = scaling.get("original_max_position_embeddings") or max_pos
-        lo = max(math.floor(half * math.log(orig / (2 * math.pi * (scaling.get("beta_fast") or 32)))
-                            / math.log(base)), 0)
-        hi = min(math.ceil(half * math.log(orig / (2 * math.pi * (scaling.get("beta_slow") or 1))) / math.log(base)),
-                 dim - 1)
+        def rotations_dim(n_rot):  # the dimension pair that turns n_rot times over orig positions
+            return half * math.log(orig / (2 * math.pi * n_rot)) / math.log(base)
+        lo = max(math.floor(rotations_dim(scaling.get("beta_fast") or 32)), 0)
+        hi = min(math.ceil(rotations_dim(scaling.get("beta_slow") or 1)), dim - 1)
         hi = hi + 0.001 if hi == lo else hi
         out = []
         for i, f in enumerate(plain):
