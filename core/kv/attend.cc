@@ -63,31 +63,36 @@ inline int64_t attend_grain(int64_t n, int64_t head_dim, int64_t n_head) {
   return n * head_dim * n_head < (int64_t{1} << 15) ? n_head : 1;
 }
 
+// Soft-capped score (Gemma 2): cap · tanh(s / cap); cap 0 leaves s as it is.
+inline float soft_cap(float s, float cap) { return cap > 0 ? cap * std::tanh(s / cap) : s; }
+
+// Heads [h0, h1) of one query row over positions [start, n) (start > 0: a sliding window), scores soft-capped
+// when softcap > 0. start 0 and softcap 0 is the plain kernel, arithmetic unchanged.
 template <typename T>
 void attend_heads(const float* q, const KvPagedRows& k, const KvPagedRows& v, int64_t n_head, int64_t n_head_kv, int64_t d,
-                  int64_t n, float scale, int64_t h0, int64_t h1, float* out) {
-  const int64_t group = n_head / n_head_kv;
-  float* s = thread_scratch(n);
+                  int64_t start, int64_t n, float scale, float softcap, int64_t h0, int64_t h1, float* out) {
+  const int64_t group = n_head / n_head_kv, m = n - start;
+  float* s = thread_scratch(m);
   for (int64_t h = h0; h < h1; ++h) {
     const int64_t g = h / group;
     const float* qh = q + h * d;
-    // scores: s[t] = scale · q·K[t]
+    // scores: s[t − start] = scale · q·K[t]
     float mx = -INFINITY;
-    k.for_runs(g, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
+    k.for_runs_from(g, start, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
       const T* kr = reinterpret_cast<const T*>(p);
       for (int64_t i = 0; i < cnt; ++i) {
-        const float sc = dot(qh, kr + i * d, d) * scale;
-        s[t0 + i] = sc;
+        const float sc = soft_cap(dot(qh, kr + i * d, d) * scale, softcap);
+        s[t0 - start + i] = sc;
         mx = std::max(mx, sc);
       }
     });
-    const float inv = softmax_unnormalised(s, n, mx);
+    const float inv = softmax_unnormalised(s, m, mx);
     // out = Σ p_t V[t]
     float* o = out + h * d;
     for (int64_t i = 0; i < d; ++i) o[i] = 0;
-    v.for_runs(g, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
+    v.for_runs_from(g, start, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
       const T* vr = reinterpret_cast<const T*>(p);
-      for (int64_t i = 0; i < cnt; ++i) axpy(s[t0 + i] * inv, vr + i * d, o, d);
+      for (int64_t i = 0; i < cnt; ++i) axpy(s[t0 - start + i] * inv, vr + i * d, o, d);
     });
   }
 }
@@ -364,13 +369,19 @@ void attend_paged_rows(const float* const* q, const int64_t* n, int64_t n_rows, 
 void attend_paged_generic(const float* q, const KvPagedRows& k, const KvPagedRows& v, c10::ScalarType kv_dtype,
                           int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n, float scale, int64_t h0,
                           int64_t h1, float* out) {
+  attend_paged_span(q, k, v, kv_dtype, n_head, n_head_kv, head_dim, 0, n, scale, 0.f, h0, h1, out);
+}
+
+void attend_paged_span(const float* q, const KvPagedRows& k, const KvPagedRows& v, c10::ScalarType kv_dtype,
+                       int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t start, int64_t n, float scale,
+                       float softcap, int64_t h0, int64_t h1, float* out) {
   switch (kv_dtype) {
     case c10::kFloat:
-      return attend_heads<float>(q, k, v, n_head, n_head_kv, head_dim, n, scale, h0, h1, out);
+      return attend_heads<float>(q, k, v, n_head, n_head_kv, head_dim, start, n, scale, softcap, h0, h1, out);
     case c10::kHalf:
-      return attend_heads<c10::Half>(q, k, v, n_head, n_head_kv, head_dim, n, scale, h0, h1, out);
+      return attend_heads<c10::Half>(q, k, v, n_head, n_head_kv, head_dim, start, n, scale, softcap, h0, h1, out);
     case c10::kBFloat16:
-      return attend_heads<c10::BFloat16>(q, k, v, n_head, n_head_kv, head_dim, n, scale, h0, h1, out);
+      return attend_heads<c10::BFloat16>(q, k, v, n_head, n_head_kv, head_dim, start, n, scale, softcap, h0, h1, out);
     default:
       TORCH_CHECK(false, "attend_paged: unsupported kv dtype ", kv_dtype);
   }
@@ -399,31 +410,37 @@ void attend_paged_quant_rows(const float* const* q, const int64_t* n, int64_t n_
 void attend_paged_quant_generic(const float* q, const KvPagedRows& k, const KvPagedRows& ks, const KvPagedRows& v,
                                 const KvPagedRows& vs, int bits, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                                 int64_t n, float scale, int64_t h0, int64_t h1, float* out) {
-  const int64_t group = n_head / n_head_kv;
-  float* s = thread_scratch(n + head_dim);
-  float* row = s + n;
+  attend_paged_quant_span(q, k, ks, v, vs, bits, n_head, n_head_kv, head_dim, 0, n, scale, 0.f, h0, h1, out);
+}
+
+void attend_paged_quant_span(const float* q, const KvPagedRows& k, const KvPagedRows& ks, const KvPagedRows& v,
+                             const KvPagedRows& vs, int bits, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                             int64_t start, int64_t n, float scale, float softcap, int64_t h0, int64_t h1, float* out) {
+  const int64_t group = n_head / n_head_kv, m = n - start;
+  float* s = thread_scratch(m + head_dim);
+  float* row = s + m;
   for (int64_t h = h0; h < h1; ++h) {
     const int64_t g = h / group;
     const float* qh = q + h * head_dim;
     float mx = -INFINITY;
     // K rows and their scales sit in the same block at the same row index: walk both runs together.
-    k.for_runs(g, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
+    k.for_runs_from(g, start, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
       const float* sc = reinterpret_cast<const float*>(ks.row(g, t0));
       for (int64_t i = 0; i < cnt; ++i) {
         unpack_row(p + i * k.row_bytes, bits, head_dim, row);
-        const float x = dot(qh, row, head_dim) * sc[i] * scale;
-        s[t0 + i] = x;
+        const float x = soft_cap(dot(qh, row, head_dim) * sc[i] * scale, softcap);
+        s[t0 - start + i] = x;
         mx = std::max(mx, x);
       }
     });
-    const float inv = softmax_unnormalised(s, n, mx);
+    const float inv = softmax_unnormalised(s, m, mx);
     float* o = out + h * head_dim;
     for (int64_t i = 0; i < head_dim; ++i) o[i] = 0;
-    v.for_runs(g, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
+    v.for_runs_from(g, start, n, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
       const float* sc = reinterpret_cast<const float*>(vs.row(g, t0));
       for (int64_t i = 0; i < cnt; ++i) {
         unpack_row(p + i * v.row_bytes, bits, head_dim, row);
-        axpy(s[t0 + i] * inv * sc[i], row, o, head_dim);
+        axpy(s[t0 - start + i] * inv * sc[i], row, o, head_dim);
       }
     });
   }

@@ -46,6 +46,16 @@ void attend_paged_quant_generic(const float* q, const KvPagedRows& k, const KvPa
                                 const KvPagedRows& vs, int bits, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                                 int64_t n, float scale, int64_t h0, int64_t h1, float* out);
 
+// The portable kernels over positions [start, n) only (a sliding window; start 0: all), with the scores
+// soft-capped as cap · tanh(s / cap) before the softmax when softcap > 0 (Gemma 2). start 0 and softcap 0 are
+// the *_generic kernels above, bit for bit.
+void attend_paged_span(const float* q, const KvPagedRows& k, const KvPagedRows& v, c10::ScalarType kv_dtype,
+                       int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t start, int64_t n, float scale,
+                       float softcap, int64_t h0, int64_t h1, float* out);
+void attend_paged_quant_span(const float* q, const KvPagedRows& k, const KvPagedRows& ks, const KvPagedRows& v,
+                             const KvPagedRows& vs, int bits, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                             int64_t start, int64_t n, float scale, float softcap, int64_t h0, int64_t h1, float* out);
+
 // Contiguous [Hkv, t_max, D] caches, all heads (parallel over heads when worth it): the same kernels over
 // one block. `scores` is unused (kept for callers that size it).
 void attend_one(const float* q, const void* k, const void* v, c10::ScalarType kv_dtype, int64_t n_head,

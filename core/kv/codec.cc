@@ -2,6 +2,9 @@
 // standalone codec (one private block) that tests, jobs and the bench use without a pool.
 #include "core/kv/codec.h"
 
+#include <cmath>
+#include <vector>
+
 #include <ATen/ATen.h>
 
 #include "core/kv/kvsplice.h"
@@ -95,6 +98,41 @@ std::unique_ptr<OwnBlock> own_block(KvCodecKind kind, int64_t n_head_kv, int64_t
   return o;
 }
 
+}  // namespace
+
+void KvCodec::attend_window(const float* q, int64_t n_head, int64_t start, int64_t n, float scale, float softcap,
+                            int64_t h0, int64_t h1, float* out) const {
+  TORCH_CHECK(start >= 0 && start < n && n <= capacity(), "kv attend: positions [", start, ", ", n, "), capacity ",
+              capacity());
+  const at::Tensor K = keys(n).contiguous(), V = values(n).contiguous();  // [Hkv, n, D] fp32
+  const int64_t hkv = K.size(0), d = K.size(2), group = n_head / hkv, m = n - start;
+  const float* kp = K.data_ptr<float>();
+  const float* vp = V.data_ptr<float>();
+  std::vector<float> s(static_cast<size_t>(m));
+  for (int64_t h = h0; h < h1; ++h) {
+    const int64_t g = h / group;
+    float mx = -INFINITY;
+    for (int64_t t = start; t < n; ++t) {
+      float acc = 0;
+      for (int64_t i = 0; i < d; ++i) acc += q[h * d + i] * kp[(g * n + t) * d + i];
+      float x = acc * scale;
+      if (softcap > 0) x = softcap * std::tanh(x / softcap);
+      s[static_cast<size_t>(t - start)] = x;
+      mx = std::max(mx, x);
+    }
+    float sum = 0;
+    for (float& x : s) sum += (x = std::exp(x - mx));
+    float* o = out + h * d;
+    for (int64_t i = 0; i < d; ++i) o[i] = 0;
+    for (int64_t t = start; t < n; ++t) {
+      const float p = s[static_cast<size_t>(t - start)] / sum;
+      for (int64_t i = 0; i < d; ++i) o[i] += p * vp[(g * n + t) * d + i];
+    }
+  }
+}
+
+namespace {
+
 class StandaloneCodec final : public KvCodec {
  public:
   explicit StandaloneCodec(std::unique_ptr<OwnBlock> o)
@@ -115,6 +153,10 @@ class StandaloneCodec final : public KvCodec {
   void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale,
                    int64_t h0, int64_t h1, float* const* out) const override {
     own_->inner->attend_rows(q, n, n_rows, n_head, scale, h0, h1, out);
+  }
+  void attend_window(const float* q, int64_t n_head, int64_t start, int64_t n, float scale, float softcap, int64_t h0,
+                     int64_t h1, float* out) const override {
+    own_->inner->attend_window(q, n_head, start, n, scale, softcap, h0, h1, out);
   }
 
  private:

@@ -56,6 +56,13 @@ class KvCodec {
     for (int64_t r = 0; r < n_rows; ++r) attend(q[r], n_head, n[r], scale, h0, h1, out[r]);
   }
 
+  // Positions [start, n) only (a sliding window) and, when softcap > 0, the scores soft-capped as
+  // cap · tanh(s / cap) before the softmax (Gemma 2); otherwise attend()'s contract. The float and int8 / int4
+  // codecs run the portable span kernels (core/kv/attend.h); the default decodes the rows (keys() / values()),
+  // which KVSplice uses.
+  virtual void attend_window(const float* q, int64_t n_head, int64_t start, int64_t n, float scale, float softcap,
+                             int64_t h0, int64_t h1, float* out) const;
+
   KvCodecKind kind() const { return kind_; }
   at::ScalarType storage_dtype() const { return dtype_; }       // element type of the stored rows
   int64_t bytes_per_token() const { return bytes_per_token_; }  // K + V (+ scales), all heads, this layer

@@ -93,6 +93,14 @@ class FloatCodec final : public KvCodec {
                                storage_dtype(), n_head, n_head_kv_, head_dim_, scale, h0, h1, out);
   }
 
+  void attend_window(const float* q, int64_t n_head, int64_t start, int64_t n, float scale, float softcap, int64_t h0,
+                     int64_t h1, float* out) const override {
+    TORCH_CHECK(start >= 0 && start < n && n <= capacity(), "kv attend: positions [", start, ", ", n,
+                "), capacity ", capacity());
+    kernels::attend_paged_span(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v), storage_dtype(), n_head,
+                               n_head_kv_, head_dim_, start, n, scale, softcap, h0, h1, out);
+  }
+
  private:
   template <typename T>
   void write_token(const float* k, const float* v, int64_t pos) {

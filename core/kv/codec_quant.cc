@@ -83,6 +83,16 @@ class QuantCodec final : public KvCodec {
                                      n_head, n_head_kv_, head_dim_, scale, h0, h1, out);
   }
 
+  void attend_window(const float* q, int64_t n_head, int64_t start, int64_t n, float scale, float softcap, int64_t h0,
+                     int64_t h1, float* out) const override {
+    TORCH_CHECK(start >= 0 && start < n && n <= capacity(), "kv attend: positions [", start, ", ", n,
+                "), capacity ", capacity());
+    kernels::attend_paged_quant_span(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.ks),
+                                     KvPagedRows(*pages_, fmt_.v), KvPagedRows(*pages_, fmt_.vs),
+                                     kind() == KvCodecKind::kInt4 ? 4 : 8, n_head, n_head_kv_, head_dim_, start, n,
+                                     scale, softcap, h0, h1, out);
+  }
+
  private:
   // Quantises one head row of D floats into dst; returns its scale (kernels/cpu/kv_quant_row.h: the one
   // definition, shared with the CUDA append kernel's twin).

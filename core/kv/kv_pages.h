@@ -77,6 +77,16 @@ struct KvPagedRows {
       fn(base + static_cast<int64_t>(table[b]) * block_bytes + off + g * block_tokens * row_bytes, t0, cnt);
     }
   }
+  // The same for the rows [start, n) (a sliding window): the first run starts inside its block.
+  template <typename Fn>
+  void for_runs_from(int64_t g, int64_t start, int64_t n, Fn&& fn) const {
+    for (int64_t t0 = start; t0 < n;) {
+      const int64_t b = t0 / block_tokens, in = t0 - b * block_tokens;
+      const int64_t cnt = n - t0 < block_tokens - in ? n - t0 : block_tokens - in;
+      fn(base + static_cast<int64_t>(table[b]) * block_bytes + off + (g * block_tokens + in) * row_bytes, t0, cnt);
+      t0 += cnt;
+    }
+  }
 };
 
 // How a sequence's layers sit in a block (see above).

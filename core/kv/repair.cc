@@ -25,11 +25,20 @@ at::Tensor by_head(const at::Tensor& x, int64_t n_heads) {
   return hkv == n_heads ? x : x.repeat_interleave(n_heads / hkv, 0);
 }
 
-at::Tensor causal_mask(int64_t tq, int64_t t, int64_t first_pos) {
-  // query i (absolute position first_pos + i) sees cached rows j <= first_pos + i
+at::Tensor causal_mask(int64_t tq, int64_t t, int64_t first_pos, int64_t window) {
+  // query i (absolute position first_pos + i) sees cached rows j <= first_pos + i (and, with a sliding window W,
+  // j > first_pos + i − W)
   at::Tensor qi = at::arange(tq, at::kLong).unsqueeze(1) + first_pos;
   at::Tensor kj = at::arange(t, at::kLong).unsqueeze(0);
-  return kj > qi;  // true = masked
+  return window > 0 ? at::logical_or(kj > qi, kj <= qi - window) : kj > qi;  // true = masked
+}
+
+// The scores' soft cap (Gemma 2: cap · tanh(s / cap)) and the mask.
+at::Tensor cap_and_mask(const at::Tensor& scores, int64_t first_pos, const AttendShape& shape) {
+  const int64_t tq = scores.size(1), t = scores.size(2);
+  at::Tensor s = shape.softcap > 0 ? at::tanh(scores / shape.softcap) * shape.softcap : scores;
+  return s.masked_fill(causal_mask(tq, t, first_pos, shape.window).unsqueeze(0),
+                       -std::numeric_limits<float>::infinity());
 }
 
 }  // namespace
@@ -189,14 +198,12 @@ at::Tensor RepairLayer::repaired(const at::Tensor& x, const at::Tensor& gamma, b
 }
 
 at::Tensor RepairLayer::attend_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                         int64_t first_pos, double scale) const {
-  const int64_t H = q.size(0), tq = q.size(1), t = k.size(1);
+                                         int64_t first_pos, double scale, const AttendShape& shape) const {
+  const int64_t H = q.size(0);
   auto [gk, gv] = gammas(q);
   at::Tensor kh = repaired(k, gk, false, H);  // [H, Tq, T, D]
   at::Tensor vh = repaired(v, gv, true, H);
-  at::Tensor scores = at::matmul(kh, q.unsqueeze(-1)).squeeze(-1) * scale;  // [H, Tq, T]
-  scores =
-      scores.masked_fill(causal_mask(tq, t, first_pos).unsqueeze(0), -std::numeric_limits<float>::infinity());
+  at::Tensor scores = cap_and_mask(at::matmul(kh, q.unsqueeze(-1)).squeeze(-1) * scale, first_pos, shape);
   at::Tensor p = at::softmax(scores, -1);
   return at::matmul(p.unsqueeze(2), vh).squeeze(2);  // [H, Tq, D]
 }
@@ -207,28 +214,25 @@ std::pair<at::Tensor, at::Tensor> RepairLayer::projections(const at::Tensor& k, 
 
 at::Tensor RepairLayer::attend_fast(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& kw, const at::Tensor& vw, int64_t first_pos,
-                                    double scale) const {
-  const int64_t H = q.size(0), tq = q.size(1), t = k.size(1);
+                                    double scale, const AttendShape& shape) const {
+  const int64_t H = q.size(0);
   auto [gk, gv] = gammas(q);
   at::Tensor kh = by_head(k, H), vh = by_head(v, H), kwh = by_head(kw, H), vwh = by_head(vw, H);
   // q·K̂ⱼ = q·Kⱼ + (Kⱼ W)·(γ ⊙ Uᵀq)
   at::Tensor uq = at::matmul(q, u(false)) * gk;  // [H, Tq, r]
-  at::Tensor scores = (at::matmul(q, kh.transpose(1, 2)) + at::matmul(uq, kwh.transpose(1, 2))) * scale;
-  scores =
-      scores.masked_fill(causal_mask(tq, t, first_pos).unsqueeze(0), -std::numeric_limits<float>::infinity());
+  at::Tensor scores = cap_and_mask(
+      (at::matmul(q, kh.transpose(1, 2)) + at::matmul(uq, kwh.transpose(1, 2))) * scale, first_pos, shape);
   at::Tensor p = at::softmax(scores, -1);  // [H, Tq, T]
   // Σⱼ pⱼ V̂ⱼ = pV + ((p (V W)) ⊙ γ) Uᵀ
   return at::matmul(p, vh) + at::matmul(at::matmul(p, vwh) * gv, u(true).t());
 }
 
 at::Tensor RepairLayer::attend_folded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      int64_t first_pos, double scale) const {
-  const int64_t H = q.size(0), tq = q.size(1), t = k.size(1);
+                                      int64_t first_pos, double scale, const AttendShape& shape) const {
+  const int64_t H = q.size(0);
   auto [gk, gv] = gammas(q);
   at::Tensor q2 = q + at::matmul(at::matmul(q, u(false)) * gk, w(false).t());  // q' = q + W_k(γ_k ⊙ U_kᵀq)
-  at::Tensor scores = at::matmul(q2, by_head(k, H).transpose(1, 2)) * scale;
-  scores =
-      scores.masked_fill(causal_mask(tq, t, first_pos).unsqueeze(0), -std::numeric_limits<float>::infinity());
+  at::Tensor scores = cap_and_mask(at::matmul(q2, by_head(k, H).transpose(1, 2)) * scale, first_pos, shape);
   at::Tensor o = at::matmul(at::softmax(scores, -1), by_head(v, H));  // [H, Tq, D]
   return o + at::matmul(at::matmul(o, w(true)) * gv, u(true).t());
 }

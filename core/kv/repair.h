@@ -71,6 +71,14 @@ struct RepairShared {
 std::shared_ptr<RepairShared> make_repair_shared(int64_t head_dim, int64_t n_heads, int64_t rank,
                                                  uint64_t seed);
 
+// What a layer's attention adds to causal softmax attention (the model families, core/model/model_config.h):
+// a sliding window (query at p sees keys p − window < j <= p; 0 = none) and soft-capped scores (Gemma 2:
+// cap · tanh(s / cap) after scaling, before the mask; 0 = none).
+struct AttendShape {
+  int64_t window = 0;
+  double softcap = 0;
+};
+
 class RepairLayer {
  public:
   // Random initialisation (seeded) with small U so the operator starts near the identity.
@@ -89,17 +97,18 @@ class RepairLayer {
   at::Tensor repaired(const at::Tensor& x, const at::Tensor& gamma, bool is_v, int64_t n_heads) const;
 
   // Attention of queries q [H, Tq, D] at positions first_pos .. first_pos+Tq-1 over K, V
-  // [Hkv, T, D] (causal), with the cache repaired. Returns [H, Tq, D].
+  // [Hkv, T, D] (causal; `shape`: a sliding window, soft-capped scores), with the cache repaired. Returns
+  // [H, Tq, D].
   at::Tensor attend_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              int64_t first_pos, double scale) const;
+                              int64_t first_pos, double scale, const AttendShape& shape = {}) const;
   // The same from the factorised form; kw / vw = K W_k, V W_v [Hkv, T, r] (projections()).
   at::Tensor attend_fast(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kw,
-                         const at::Tensor& vw, int64_t first_pos, double scale) const;
+                         const at::Tensor& vw, int64_t first_pos, double scale, const AttendShape& shape = {}) const;
   // K W_k and V W_v of cached rows [Hkv, T, D] → [Hkv, T, r] (cacheable per token).
   std::pair<at::Tensor, at::Tensor> projections(const at::Tensor& k, const at::Tensor& v) const;
   // The folded form (LibTorch ops, differentiable): the training and reference-model path.
   at::Tensor attend_folded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t first_pos,
-                           double scale) const;
+                           double scale, const AttendShape& shape = {}) const;
 
   // Parameters by name (option C: its e_layer row only; the shared part is RepairShared's):
   //   A: wk uk wv uv g1k g2k g1v g2v   B: bk bv g1 g2   C: e_layer

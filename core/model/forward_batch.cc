@@ -14,6 +14,7 @@
 
 #include "core/kv/repair_set.h"
 #include "core/model/layer_sequence.h"
+#include "core/model/rope.h"
 #include "core/model/rows.h"
 #include "core/model/transformer.h"
 #include "kernels/cpu/parallel.h"
@@ -68,7 +69,8 @@ int64_t small_weight_bytes(const ModelWeights& w) {
   int64_t n = tensor_bytes(w.final_norm_w) + tensor_bytes(w.final_norm_b);
   for (const LayerWeights& l : w.layers) {
     for (const at::Tensor* t :
-         {&l.attn_norm_w, &l.attn_norm_b, &l.bqkv, &l.bo, &l.mlp_norm_w, &l.mlp_norm_b, &l.b_in, &l.b_out})
+         {&l.attn_norm_w, &l.attn_norm_b, &l.bqkv, &l.bo, &l.mlp_norm_w, &l.mlp_norm_b, &l.b_in, &l.b_out,
+          &l.q_norm_w, &l.k_norm_w, &l.post_attn_norm_w, &l.post_mlp_norm_w})
       n += tensor_bytes(*t);
     for (const at::Tensor* t : l.var.tensors()) n += tensor_bytes(*t);
   }
@@ -103,7 +105,7 @@ struct Transformer::BatchOps final : LayerOps {
       : t(t_), cfg(t_.cfg_), seqs(seqs_), s(s_), R(rows), L(logits), H(cfg.n_head), Hkv(cfg.n_head_kv),
         D(cfg.head_dim), C(cfg.dim), QKV(cfg.q_dim() + 2 * cfg.kv_dim()), HD(cfg.q_dim()), F(cfg.ffn_dim),
         F_in(cfg.arch == Arch::kLlama ? 2 * cfg.ffn_dim : cfg.ffn_dim),
-        scale(1.f / std::sqrt(static_cast<float>(cfg.head_dim))), any_repair(repair) {}
+        scale(static_cast<float>(cfg.attention_scale())), any_repair(repair) {}
 
   const LayerWeights& lw(int64_t l) const { return t.w_.layers[static_cast<size_t>(l)]; }
   const PackedLayer& pw(int64_t l) const { return t.packed_[static_cast<size_t>(l)]; }
@@ -120,6 +122,10 @@ struct Transformer::BatchOps final : LayerOps {
       const int64_t pos = pos_of(r);
       float* x = row(s.x, r, C);
       rows::embed_row(t.w_.tok_embed, q.tokens[pos - q.kv->n_tokens()], x);
+      if (cfg.embed_scale != 1.0) {  // Gemma: × √C
+        const auto es = static_cast<float>(cfg.embed_scale);
+        for (int64_t i = 0; i < C; ++i) x[i] *= es;
+      }
       if (router) std::memcpy(row(s.e_tok, r, C), x, static_cast<size_t>(C) * sizeof(float));  // router E(x)
       if (cfg.arch == Arch::kGpt2) {
         const float* pe = t.w_.pos_embed.data_ptr<float>() + pos * C;
@@ -149,19 +155,39 @@ struct Transformer::BatchOps final : LayerOps {
         return;
       case LayerMatrix::kO:
         kernels::gemm_packed(pw(l).wo, s.att.data(), HD, R, rows::fptr(lw(l).bo), s.xn.data(), C);
-        add_block_out();
+        if (!cfg.post_norms) add_block_out();  // else post_norm adds it
         return;
       case LayerMatrix::kMlpIn:
         kernels::gemm_packed(pw(l).w_in, s.xn.data(), C, R, rows::fptr(lw(l).b_in), s.h_in.data(), F_in);
         return;
       case LayerMatrix::kMlpOut:
         kernels::gemm_packed(pw(l).w_out, s.h_act.data(), F, R, rows::fptr(lw(l).b_out), s.xn.data(), C);
-        add_block_out();
+        if (!cfg.post_norms) add_block_out();
         return;
       case LayerMatrix::kHead:
         kernels::gemm_packed(t.packed_head_, s.final_x.data(), C, L, nullptr, s.logits.data(), cfg.n_vocab);
         return;
     }
+  }
+
+  void qk_norm(int64_t l) override {
+    const auto eps = static_cast<float>(cfg.norm_eps);
+    for (int64_t r = 0; r < R; ++r) {
+      float* q = row(s.qkv, r, QKV);
+      rows::head_rms_norm(q, H, D, rows::fptr(lw(l).q_norm_w), eps);
+      rows::head_rms_norm(q + HD, Hkv, D, rows::fptr(lw(l).k_norm_w), eps);
+    }
+  }
+
+  void post_norm(NormSite site, int64_t l) override {  // x += norm(block output in xn), in place
+    const float* w = rows::fptr(site == NormSite::kAttn ? lw(l).post_attn_norm_w : lw(l).post_mlp_norm_w);
+    for (int64_t r = 0; r < R; ++r) rows::norm_row(cfg, row(s.xn, r, C), w, nullptr, row(s.xn, r, C));
+    add_block_out();
+  }
+
+  void logit_softcap() override {
+    const auto cap = static_cast<float>(cfg.final_softcap);
+    for (int64_t i = 0; i < L * cfg.n_vocab; ++i) s.logits[static_cast<size_t>(i)] = cap * std::tanh(s.logits[static_cast<size_t>(i)] / cap);
   }
 
   void rope_kv_append(int64_t l, bool ra) override {
@@ -170,10 +196,12 @@ struct Transformer::BatchOps final : LayerOps {
       float* k = q + HD;
       const int64_t pos = pos_of(r);
       if (cfg.arch == Arch::kLlama) {
-        const float* c = t.rope_cos_.data_ptr<float>() + pos * (D / 2);
-        const float* sn = t.rope_sin_.data_ptr<float>() + pos * (D / 2);
-        rows::rope_row(q, H, D, c, sn);
-        rows::rope_row(k, Hkv, D, c, sn);
+        const RopeTable& rt = t.rope_of(l);
+        const int64_t half = rt.rotary_dim / 2;
+        const float* c = rt.cos.data_ptr<float>() + pos * half;
+        const float* sn = rt.sin.data_ptr<float>() + pos * half;
+        rows::rope_row(q, H, D, rt.rotary_dim, c, sn);
+        rows::rope_row(k, Hkv, D, rt.rotary_dim, c, sn);
       }
       if (ra) std::swap_ranges(q, q + HD, k);  // RA: cache q rows, probe with k_i
     }
@@ -213,19 +241,29 @@ struct Transformer::BatchOps final : LayerOps {
       s.tiles.push_back({r0, r1});
       r0 = r1;
     }
+    // A sliding layer's rows past the window, and every row of a soft-capped layer, take the codec's span kernel
+    // (positions [start, pos]); the other rows the tiled one.
+    const int64_t window = cfg.window_of(l);
+    const auto softcap = static_cast<float>(cfg.attn_softcap);
     auto attend_task = [&](int64_t i) {
       const auto [r0, r1] = s.tiles[static_cast<size_t>(i / H)];
-      const int64_t h = i % H, nr = r1 - r0;
+      const int64_t h = i % H;
       const KvCodec& cache = seq_of(r0).kv->layer(l);
       const float* q[32];
       float* o[32];
       int64_t n[32];
-      for (int64_t x = 0; x < nr; ++x) {
-        q[x] = query_of(r0 + x);
-        o[x] = row(s.att, r0 + x, HD);
-        n[x] = pos_of(r0 + x) + 1;
+      int64_t nr = 0;
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t end = pos_of(r) + 1, start = window > 0 && end > window ? end - window : 0;
+        if (start > 0 || softcap > 0) {
+          cache.attend_window(query_of(r), H, start, end, scale, softcap, h, h + 1, row(s.att, r, HD));
+          continue;
+        }
+        q[nr] = query_of(r);
+        o[nr] = row(s.att, r, HD);
+        n[nr++] = end;
       }
-      cache.attend_rows(q, n, nr, H, scale, h, h + 1, o);
+      if (nr > 0) cache.attend_rows(q, n, nr, H, scale, h, h + 1, o);
     };
     const auto n_tasks = static_cast<int64_t>(s.tiles.size()) * H;
     if (work < (int64_t{1} << 15)) {

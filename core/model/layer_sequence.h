@@ -28,13 +28,16 @@
 //   linear(kQkv, l)           h                     qkv [R, H·D + 2·Hkv·D]
 //   rope_kv_append(l, ra)     qkv                   q, k rotated in place; k, v → the KV cache
 //   attention(l)              q, the KV cache       att [R, H·D]
-//   linear(kO, l)             att                   x += W_o att (+ b)
+//   qk_norm(l)                qkv                   each q / k head RMS-normed (Qwen 3, Gemma 3)
+//   linear(kO, l)             att                   x += W_o att (+ b)   (post norms: y = W_o att, for post_norm)
 //   linear(kMlpIn, l)         h                     u [R, F_in]
 //   activation(l)             u                     a [R, F]: SwiGLU silu(gate)·up, or gelu_new
-//   linear(kMlpOut, l)        a                     x += W_out a (+ b)
+//   linear(kMlpOut, l)        a                     x += W_out a (+ b)   (post norms: y = W_out a)
+//   post_norm(kAttn | kMlp, l) y                    x += norm(y)  (Gemma's post-attention / post-feedforward norms)
 //   gather                    x                     xl [L, C]: the last row of each sequence with logits
 //   norm(kFinal)              xl                    hl [L, C]  (the hidden states a Predict feature reads)
 //   linear(kHead)             hl                    logits [L, V]
+//   logit_softcap             logits                logits = cap · tanh(logits / cap)  (Gemma 2)
 //   sample                    logits                ids [L] (a device's draw; the CPU samples on the host)
 //   variants (CPU only: core/model/variants.h)
 //   sba_mix(l)                q, k, v, att          att = α·att + (1 − α)·attend(k; Q, V); (q, v) → reverse
@@ -75,6 +78,10 @@ class LayerOps {
   virtual void activation(int64_t l) = 0;
   virtual void gather() = 0;
   virtual void sample();
+  // The families' ops (model_config.h; default bodies throw, as for the variants below).
+  virtual void qk_norm(int64_t l);
+  virtual void post_norm(NormSite site, int64_t l);
+  virtual void logit_softcap();
   virtual void sba_mix(int64_t l);
   virtual void router_out(int64_t l);
   virtual void keep_block_out(int64_t l);
@@ -84,13 +91,17 @@ class LayerOps {
 // The step's layer order (layer_sequence.cc): the one place it is written.
 void run_layer_sequence(const ModelConfig& cfg, LayerOps& ops, StepOutput out);
 
-// What a backend runs beyond the plain LLaMA / GPT-2 layer (the variant ops above).
+// What a backend runs beyond the plain LLaMA / GPT-2 layer: the variant ops above, and the families' features
+// (`families`: RoPE scaling and partial rotary, sliding windows, q / k norms, post norms, soft caps, scaled
+// embeddings and attention, the tanh-GELU gate, q / k / v biases without an o bias — ModelConfig::plain()).
+// Attention ops take each layer's window, scale and cap from the config; a backend with `families` runs them all.
 struct LayerFeatures {
-  bool ra = false, sba = false, router = false, mlp_ctx = false;
-  static LayerFeatures all() { return {true, true, true, true}; }
+  bool ra = false, sba = false, router = false, mlp_ctx = false, families = false;
+  static LayerFeatures all() { return {true, true, true, true, true}; }
 };
 // OK, or FAILED_PRECONDITION "<who>: architecture variants: <feature> (config.json frost_variants.<field>)
-// <why>" for the first feature of cfg the backend lacks. `why` ends the message ("runs only on model.device
+// <why>" for the first feature of cfg the backend lacks ("<who>: <family> feature: <feature> (config.json
+// <field>) <why>" for the families' features). `why` ends the message ("runs only on model.device
 // cpu").
 absl::Status check_layer_features(const ModelConfig& cfg, const LayerFeatures& have, const std::string& who,
                                   const std::string& why);

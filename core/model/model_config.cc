@@ -18,11 +18,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/common/json.h"
+#include "core/model/hf_config_fields.h"
+#include "core/model/model_families.h"
 
 namespace frost {
 namespace {
 
 using json = nlohmann::json;
+using hf_config::Fields;
 
 // Limits that refuse absurd configs before anything is allocated from them.
 constexpr int64_t kMaxVocab = int64_t{1} << 22;
@@ -34,9 +37,6 @@ constexpr int64_t kMaxFfn = int64_t{1} << 20;
 constexpr int64_t kMaxPos = int64_t{1} << 20;
 constexpr uint64_t kMaxConfigBytes = 16u << 20;
 constexpr int kMaxJsonDepth = 64;
-
-constexpr const char* kLlamaArch = "LlamaForCausalLM";
-constexpr const char* kGpt2Arch = "GPT2LMHeadModel";
 
 // Hugging Face field names of each ModelConfig member, per architecture, so validation
 // messages use the names the user sees in config.json.
@@ -58,156 +58,6 @@ constexpr FieldNames kGpt2Names{"vocab_size", "n_embd", "n_layer", "n_head", "n_
                                 "head_dim (n_embd / n_head)", "n_inner", "n_positions", "layer_norm_epsilon"};
 
 const FieldNames& names_for(Arch a) { return a == Arch::kGpt2 ? kGpt2Names : kLlamaNames; }
-
-// Typed access to a config.json object. Errors are INVALID_ARGUMENT "<label>: <field> ...".
-// A field that is null counts as absent (HF writes null for "use the default").
-class Fields {
- public:
-  Fields(const json& j, std::string label) : j_(j), label_(std::move(label)) {}
-
-  absl::Status error(const std::string& field, const std::string& msg) const {
-    return absl::InvalidArgumentError(absl::StrCat(label_, ": ", field, " ", msg));
-  }
-  const std::string& label() const { return label_; }
-
-  bool has(const char* field) const {
-    auto it = j_.find(field);
-    return it != j_.end() && !it->is_null();
-  }
-  const json* get(const char* field) const {
-    auto it = j_.find(field);
-    return it == j_.end() || it->is_null() ? nullptr : &*it;
-  }
-
-  absl::Status req_int(const char* field, int64_t* out) const {
-    if (!has(field)) return error(field, "is missing");
-    return opt_int(field, out);
-  }
-  // Leaves *out unchanged when absent.
-  absl::Status opt_int(const char* field, int64_t* out) const {
-    const json* v = get(field);
-    if (v == nullptr) return absl::OkStatus();
-    if (v->is_number_unsigned()) {
-      const uint64_t u = v->get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return error(field, absl::StrCat("is out of range, got ", v->dump()));
-      }
-      *out = static_cast<int64_t>(u);
-      return absl::OkStatus();
-    }
-    if (v->is_number_integer()) {
-      *out = v->get<int64_t>();
-      return absl::OkStatus();
-    }
-    return error(field, absl::StrCat("must be an integer, got ", v->dump()));
-  }
-  absl::Status opt_double(const char* field, double* out) const {
-    const json* v = get(field);
-    if (v == nullptr) return absl::OkStatus();
-    if (!v->is_number()) return error(field, absl::StrCat("must be a number, got ", v->dump()));
-    *out = v->get<double>();
-    return absl::OkStatus();
-  }
-  absl::Status opt_bool(const char* field, bool* out) const {
-    const json* v = get(field);
-    if (v == nullptr) return absl::OkStatus();
-    if (!v->is_boolean()) return error(field, absl::StrCat("must be true or false, got ", v->dump()));
-    *out = v->get<bool>();
-    return absl::OkStatus();
-  }
-  absl::Status opt_string(const char* field, std::string* out) const {
-    const json* v = get(field);
-    if (v == nullptr) return absl::OkStatus();
-    if (!v->is_string()) return error(field, absl::StrCat("must be a string, got ", v->dump()));
-    *out = v->get<std::string>();
-    return absl::OkStatus();
-  }
-  // A token id: absent → -1.
-  absl::Status opt_token_id(const char* field, int32_t* out) const {
-    int64_t v = -1;
-    if (absl::Status s = opt_int(field, &v); !s.ok()) return s;
-    if (v < -1 || v > std::numeric_limits<int32_t>::max()) {
-      return error(field, absl::StrCat("is out of range, got ", v));
-    }
-    *out = static_cast<int32_t>(v);
-    return absl::OkStatus();
-  }
-  // eos_token_id: an integer or a list of integers (absent → empty).
-  absl::Status opt_token_ids(const char* field, std::vector<int32_t>* out) const {
-    const json* v = get(field);
-    if (v == nullptr) return absl::OkStatus();
-    std::vector<json> items = v->is_array() ? v->get<std::vector<json>>() : std::vector<json>{*v};
-    for (const json& item : items) {
-      if (!item.is_number_integer() || item.get<int64_t>() < 0 ||
-          item.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-        return error(field, absl::StrCat("must be a non-negative integer or a list of them, got ", v->dump()));
-      }
-      out->push_back(static_cast<int32_t>(item.get<int64_t>()));
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  const json& j_;
-  std::string label_;
-};
-
-#define FROST_CFG_TRY(expr)                       \
-  do {                                            \
-    if (absl::Status s_ = (expr); !s_.ok()) {     \
-      return s_;                                  \
-    }                                             \
-  } while (0)
-
-absl::Status parse_llama(const Fields& f, ModelConfig* c) {
-  c->arch = Arch::kLlama;
-  c->act = Activation::kSilu;
-  FROST_CFG_TRY(f.req_int("vocab_size", &c->n_vocab));
-  FROST_CFG_TRY(f.req_int("hidden_size", &c->dim));
-  FROST_CFG_TRY(f.req_int("intermediate_size", &c->ffn_dim));
-  FROST_CFG_TRY(f.req_int("num_hidden_layers", &c->n_layer));
-  FROST_CFG_TRY(f.req_int("num_attention_heads", &c->n_head));
-  FROST_CFG_TRY(f.req_int("max_position_embeddings", &c->max_pos));
-  if (c->n_head <= 0) return f.error("num_attention_heads", absl::StrCat("must be positive, got ", c->n_head));
-  c->n_head_kv = c->n_head;
-  FROST_CFG_TRY(f.opt_int("num_key_value_heads", &c->n_head_kv));
-  if (f.has("head_dim")) {
-    FROST_CFG_TRY(f.opt_int("head_dim", &c->head_dim));
-  } else {
-    if (c->dim > 0 && c->dim % c->n_head != 0) {  // dim <= 0 is reported by validation
-      return f.error("num_attention_heads",
-                     absl::StrCat("(", c->n_head, ") must divide hidden_size (", c->dim, ") when head_dim is absent"));
-    }
-    c->head_dim = c->dim / c->n_head;
-  }
-  c->norm_eps = 1e-6;  // LlamaConfig default
-  FROST_CFG_TRY(f.opt_double("rms_norm_eps", &c->norm_eps));
-  c->rope_theta = 10000.0;
-  FROST_CFG_TRY(f.opt_double("rope_theta", &c->rope_theta));
-  c->tie_embeddings = false;  // LlamaConfig default
-  FROST_CFG_TRY(f.opt_bool("tie_word_embeddings", &c->tie_embeddings));
-  c->attention_bias = false;
-  FROST_CFG_TRY(f.opt_bool("attention_bias", &c->attention_bias));
-  c->mlp_bias = false;
-  FROST_CFG_TRY(f.opt_bool("mlp_bias", &c->mlp_bias));
-
-  std::string act = "silu";
-  FROST_CFG_TRY(f.opt_string("hidden_act", &act));
-  if (act != "silu") return f.error("hidden_act", absl::StrCat("'", act, "' is unsupported (supported: silu)"));
-  if (f.has("rope_scaling")) {
-    return f.error("rope_scaling", absl::StrCat("is unsupported (only null), got ", f.get("rope_scaling")->dump()));
-  }
-  // Features of LLaMA-derived configs that change the math.
-  if (f.has("sliding_window")) {
-    return f.error("sliding_window", absl::StrCat("is unsupported (only null), got ", f.get("sliding_window")->dump()));
-  }
-  if (f.has("partial_rotary_factor")) {
-    double p = 1.0;
-    FROST_CFG_TRY(f.opt_double("partial_rotary_factor", &p));
-    if (p != 1.0) return f.error("partial_rotary_factor", absl::StrCat("is unsupported (only 1.0), got ", p));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status parse_gpt2(const Fields& f, ModelConfig* c) {
   c->arch = Arch::kGpt2;
@@ -251,46 +101,6 @@ absl::Status parse_gpt2(const Fields& f, ModelConfig* c) {
   flag = false;
   FROST_CFG_TRY(f.opt_bool("add_cross_attention", &flag));
   if (flag) return f.error("add_cross_attention", "true is unsupported");
-  return absl::OkStatus();
-}
-
-// Picks the architecture: a supported name in "architectures" wins; without "architectures"
-// (or with an empty list) "model_type" decides.
-absl::Status detect_arch(const Fields& f, Arch* arch, std::string* name) {
-  std::vector<std::string> archs;
-  if (const json* a = f.get("architectures")) {
-    if (!a->is_array()) return f.error("architectures", absl::StrCat("must be a list of strings, got ", a->dump()));
-    for (const json& e : *a) {
-      if (!e.is_string()) return f.error("architectures", absl::StrCat("must be a list of strings, got ", a->dump()));
-      archs.push_back(e.get<std::string>());
-    }
-  }
-  for (const std::string& a : archs) {
-    if (a == kLlamaArch || a == kGpt2Arch) {
-      *arch = a == kLlamaArch ? Arch::kLlama : Arch::kGpt2;
-      *name = a;
-      return absl::OkStatus();
-    }
-  }
-  const std::string supported = absl::StrCat("(supported: ", kLlamaArch, ", ", kGpt2Arch, ")");
-  if (!archs.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(f.label(), ": unsupported architecture '",
-                                                   absl::StrJoin(archs, "', '"), "' ", supported));
-  }
-  std::string model_type;
-  FROST_CFG_TRY(f.opt_string("model_type", &model_type));
-  if (model_type == "llama") {
-    *arch = Arch::kLlama;
-    *name = kLlamaArch;
-  } else if (model_type == "gpt2") {
-    *arch = Arch::kGpt2;
-    *name = kGpt2Arch;
-  } else if (model_type.empty()) {
-    return f.error("architectures", absl::StrCat("is missing (and so is model_type) ", supported));
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.label(), ": unsupported architecture (model_type '", model_type, "') ", supported));
-  }
   return absl::OkStatus();
 }
 
@@ -339,7 +149,21 @@ absl::Status validate_with_label(const ModelConfig& c, const std::string& label)
     if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0) {
       return err("rope_theta", absl::StrCat("must be a positive number, got ", c.rope_theta));
     }
-    if (c.act != Activation::kSilu) return err("hidden_act", "must be silu for LLaMA");
+    if (c.rot_dim() % 2 != 0 || c.rot_dim() > c.head_dim) {
+      return err("partial_rotary_factor", absl::StrCat("gives ", c.rot_dim(), " rotary dims: must be even and at most ",
+                                                       n.head_dim, " (", c.head_dim, ")"));
+    }
+    if (!c.window.empty() && static_cast<int64_t>(c.window.size()) != c.n_layer) {
+      return err("sliding_window", absl::StrCat("has ", c.window.size(), " layer entries, expected ", c.n_layer));
+    }
+    for (int64_t w : c.window)
+      if (w < 0) return err("sliding_window", absl::StrCat("must be positive, got ", w));
+    for (double v : {c.embed_scale, c.attention_scale()})
+      if (!std::isfinite(v) || v <= 0) return err("query_pre_attn_scalar", absl::StrCat("gives a bad scale ", v));
+    if (!std::isfinite(c.attn_softcap) || c.attn_softcap < 0)
+      return err("attn_logit_softcapping", absl::StrCat("must be positive or null, got ", c.attn_softcap));
+    if (!std::isfinite(c.final_softcap) || c.final_softcap < 0)
+      return err("final_logit_softcapping", absl::StrCat("must be positive or null, got ", c.final_softcap));
   }
   if (!std::isfinite(c.norm_eps) || c.norm_eps <= 0 || c.norm_eps >= 1) {
     return err(n.eps, absl::StrCat("must be in (0, 1), got ", c.norm_eps));
@@ -363,8 +187,9 @@ absl::StatusOr<ModelConfig> parse_with_label(const std::string& text, const std:
   }
   const Fields f(j, label);
   ModelConfig c;
-  FROST_CFG_TRY(detect_arch(f, &c.arch, &c.architecture));
-  FROST_CFG_TRY(c.arch == Arch::kGpt2 ? parse_gpt2(f, &c) : parse_llama(f, &c));
+  FROST_CFG_TRY(refuse_unsupported_layers(f));
+  FROST_CFG_TRY(detect_family(f, &c));
+  FROST_CFG_TRY(c.arch == Arch::kGpt2 ? parse_gpt2(f, &c) : parse_llama_family(f, &c));
   FROST_CFG_TRY(f.opt_token_id("bos_token_id", &c.bos_id));
   FROST_CFG_TRY(f.opt_token_ids("eos_token_id", &c.eos_ids));
   // The sizes are checked before frost_variants is read: mlp_ctx.layers defaults to every layer, so an
@@ -438,6 +263,34 @@ const char* weight_dtype_name(WeightDtype d) {
     default:
       return "fp32";
   }
+}
+
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::kLlama: return "llama";
+    case Family::kMistral: return "mistral";
+    case Family::kQwen2: return "qwen2";
+    case Family::kQwen3: return "qwen3";
+    case Family::kGemma2: return "gemma2";
+    case Family::kGemma3: return "gemma3";
+    case Family::kPhi3: return "phi3";
+    case Family::kGpt2: return "gpt2";
+  }
+  return "?";
+}
+
+bool ModelConfig::any_window() const {
+  for (int64_t w : window)
+    if (w > 0) return true;
+  return false;
+}
+
+bool ModelConfig::plain() const {
+  if (arch == Arch::kGpt2) return true;
+  const bool default_rope = rope_scaling.type == RopeType::kDefault || rope_scaling.type == RopeType::kDynamic;
+  return default_rope && rot_dim() == head_dim && rope_local_theta == 0 && !any_window() && !qk_norm &&
+         !post_norms && embed_scale == 1.0 && attn_scale == 0 && attn_softcap == 0 && final_softcap == 0 &&
+         act == Activation::kSilu && o_bias == attention_bias;
 }
 
 const char* arch_name(Arch a) {

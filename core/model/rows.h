@@ -34,9 +34,10 @@ inline void norm_row(const ModelConfig& cfg, const float* x, const float* w, con
   }
 }
 
-// In-place HF rotate_half RoPE on n heads of D at position pos.
-inline void rope_row(float* x, int64_t n, int64_t d, const float* cos_row, const float* sin_row) {
-  const int64_t half = d / 2;
+// In-place HF rotate_half RoPE on n heads of D at one position (cos_row / sin_row: that position's table row):
+// the first `rot` dims of each head rotate (pairs j, j + rot/2), the rest pass through (partial rotary).
+inline void rope_row(float* x, int64_t n, int64_t d, int64_t rot, const float* cos_row, const float* sin_row) {
+  const int64_t half = rot / 2;
   for (int64_t h = 0; h < n; ++h) {
     float* xh = x + h * d;
     for (int64_t j = 0; j < half; ++j) {
@@ -58,18 +59,33 @@ inline void embed_row(const at::Tensor& table, int64_t id, float* out) {
 }
 
 
-// MLP activation of one row: LLaMA SwiGLU silu(gate) · up over h_in [2F] (rows gate | up); GPT-2
-// gelu_new over h_in [F]. Into act [F].
+// gelu_new / gelu_pytorch_tanh: 0.5 u (1 + tanh(√(2/π) (u + 0.044715 u³))).
+inline float gelu_tanh(float u) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
+  return 0.5f * u * (1.f + std::tanh(kC * (u + 0.044715f * u * u * u)));
+}
+
+// MLP activation of one row: LLaMA-shaped, gated over h_in [2F] (rows gate | up): SwiGLU silu(gate) · up, or
+// Gemma's gelu_tanh(gate) · up; GPT-2 gelu_new over h_in [F]. Into act [F].
 inline void mlp_activation(const ModelConfig& cfg, const float* hin, float* act) {
   const int64_t F = cfg.ffn_dim;
-  if (cfg.arch == Arch::kLlama) {
+  if (cfg.arch == Arch::kLlama && cfg.act == Activation::kSilu) {
     softmax::swiglu(hin, hin + F, F, act);  // vectorised, our own exp (kernels/cpu/exp.h)
+  } else if (cfg.arch == Arch::kLlama) {
+    for (int64_t i = 0; i < F; ++i) act[i] = gelu_tanh(hin[i]) * hin[F + i];
   } else {
-    constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
-    for (int64_t i = 0; i < F; ++i) {
-      const float u = hin[i];
-      act[i] = 0.5f * u * (1.f + std::tanh(kC * (u + 0.044715f * u * u * u)));
-    }
+    for (int64_t i = 0; i < F; ++i) act[i] = gelu_tanh(hin[i]);
+  }
+}
+
+// In-place RMSNorm of n heads of d (Qwen 3 / Gemma 3's q / k norms; w [d]).
+inline void head_rms_norm(float* x, int64_t n, int64_t d, const float* w, float eps) {
+  for (int64_t h = 0; h < n; ++h) {
+    float* xh = x + h * d;
+    float ss = 0;
+    for (int64_t i = 0; i < d; ++i) ss += xh[i] * xh[i];
+    const float r = 1.f / std::sqrt(ss / static_cast<float>(d) + eps);
+    for (int64_t i = 0; i < d; ++i) xh[i] = xh[i] * r * w[i];
   }
 }
 

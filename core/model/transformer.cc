@@ -18,14 +18,11 @@ Transformer::Transformer(ModelConfig cfg, ModelWeights w) : cfg_(std::move(cfg))
   if (w_.dtype == WeightDtype::kF32 && wdtype_ == at::kBFloat16) w_.dtype = WeightDtype::kBF16;
   if (w_.dtype == WeightDtype::kF32 && wdtype_ == at::kHalf) w_.dtype = WeightDtype::kF16;
   if (cfg_.arch == Arch::kLlama) {
-    // RoPE tables computed exactly as Hugging Face does, in float32:
-    // inv_freq = 1 / theta^(arange(0, D, 2) / D); angle = pos * inv_freq.
-    const int64_t d = cfg_.head_dim;
-    at::Tensor inv_freq = 1.0 / at::pow(cfg_.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) /
-                                                             static_cast<double>(d));
-    at::Tensor angles = at::outer(at::arange(cfg_.max_pos, at::kLong).to(at::kFloat), inv_freq);  // [P, D/2]
-    rope_cos_ = angles.cos().contiguous();
-    rope_sin_ = angles.sin().contiguous();
+    // RoPE tables computed as Hugging Face does, in float32 (core/model/rope.h): the global rotation, and Gemma 3's
+    // local one (rope_local_base_freq, unscaled) for its sliding layers.
+    rope_.push_back(make_rope_table(cfg_.rope_theta, cfg_.rope_scaling, cfg_.rot_dim(), cfg_.max_pos, cfg_.max_pos));
+    if (cfg_.rope_local_theta > 0)
+      rope_.push_back(make_rope_table(cfg_.rope_local_theta, RopeScaling{}, cfg_.rot_dim(), cfg_.max_pos, cfg_.max_pos));
   }
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
@@ -43,7 +40,8 @@ static void for_each_weight(const ModelWeights& w, Fn&& fn) {
   visit(w.pos_embed);
   for (const auto& l : w.layers) {
     for (const auto* t : {&l.attn_norm_w, &l.attn_norm_b, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm_w,
-                          &l.mlp_norm_b, &l.w_in, &l.b_in, &l.w_out, &l.b_out})
+                          &l.mlp_norm_b, &l.w_in, &l.b_in, &l.w_out, &l.b_out, &l.q_norm_w, &l.k_norm_w,
+                          &l.post_attn_norm_w, &l.post_mlp_norm_w})
       visit(*t);
     for (const at::Tensor* t : l.var.tensors()) visit(*t);
   }
@@ -89,13 +87,15 @@ at::Tensor Transformer::norm(const at::Tensor& x, const at::Tensor& w, const at:
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + cfg_.norm_eps) * w;
 }
 
-at::Tensor Transformer::apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t pos) const {
-  // HF "rotate_half": pairs (j, j + D/2) rotate by angle pos · inv_freq[j].
-  const int64_t t = x.size(0), half = cfg_.head_dim / 2;
-  at::Tensor c = rope_cos_.narrow(0, pos, t).unsqueeze(1);  // [T, 1, D/2]
-  at::Tensor s = rope_sin_.narrow(0, pos, t).unsqueeze(1);
+at::Tensor Transformer::apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t pos, const RopeTable& table) const {
+  // HF "rotate_half" over the first rotary_dim dims: pairs (j, j + rot/2) rotate by angle pos · inv_freq[j]
+  // (the table's attention factor folded into cos / sin); the remaining dims pass through (partial rotary).
+  const int64_t t = x.size(0), rot = table.rotary_dim, half = rot / 2;
+  at::Tensor c = table.cos.narrow(0, pos, t).unsqueeze(1);  // [T, 1, rot/2]
+  at::Tensor s = table.sin.narrow(0, pos, t).unsqueeze(1);
   at::Tensor x1 = x.narrow(2, 0, half), x2 = x.narrow(2, half, half);
-  return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 2);
+  at::Tensor rotated = at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 2);
+  return rot == x.size(2) ? rotated : at::cat({rotated, x.narrow(2, rot, x.size(2) - rot)}, 2);
 }
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, bool last_only,
@@ -114,7 +114,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStud
   const at::Tensor ids = tokens.to(at::kLong);
   TORCH_CHECK(ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < cfg_.n_vocab,
               "forward: token id out of range [0, ", cfg_.n_vocab, ")");
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const double scale = cfg_.attention_scale();
   const CorruptionSpec& corruption = study.corruption;
   const bool persistent =
       corruption.kind != CorruptionKind::kNone && corruption.mode == CorruptionMode::kPersistentAtWrite;
@@ -133,12 +133,18 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStud
 
   // 1. embeddings (+ learned positions for GPT-2)                       x: [T, C]
   at::Tensor x = w_.tok_embed.index_select(0, ids).to(at::kFloat);
+  if (cfg_.embed_scale != 1.0) x = x * static_cast<float>(cfg_.embed_scale);  // Gemma: × √C (fp32)
   const at::Tensor e_tok = x;  // E(x) of the router features: the token embedding, no position
   if (cfg_.arch == Arch::kGpt2) x = x + w_.pos_embed.narrow(0, pos, T).to(at::kFloat);
 
-  // causal mask over absolute positions: query pos+i sees keys j <= pos+i  [T, S]
-  const at::Tensor mask =
-      at::arange(S, at::kLong).unsqueeze(0) > (at::arange(T, at::kLong) + pos).unsqueeze(1);
+  // causal mask over absolute positions: query pos+i sees keys j <= pos+i  [T, S]; a sliding layer of window W
+  // also hides the keys j <= pos+i − W (it sees the last W positions)
+  const at::Tensor key_pos = at::arange(S, at::kLong).unsqueeze(0), query_pos = (at::arange(T, at::kLong) + pos).unsqueeze(1);
+  const at::Tensor mask = key_pos > query_pos;
+  auto mask_of = [&](int64_t l) {
+    const int64_t w = cfg_.window_of(l);
+    return w > 0 ? at::logical_or(mask, key_pos <= query_pos - w) : mask;
+  };
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
@@ -148,10 +154,17 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStud
     at::Tensor q = qkv.narrow(1, 0, H * D).view({T, H, D});
     at::Tensor k = qkv.narrow(1, H * D, Hkv * D).view({T, Hkv, D});
     at::Tensor v = qkv.narrow(1, H * D + Hkv * D, Hkv * D).view({T, Hkv, D});
+    if (cfg_.qk_norm) {  // Qwen 3, Gemma 3: RMSNorm over each head's D dims
+      auto rms = [&](const at::Tensor& t, const at::Tensor& w) {
+        return t * at::rsqrt(t.pow(2).mean(-1, /*keepdim=*/true) + cfg_.norm_eps) * w;
+      };
+      q = rms(q, lw.q_norm_w);
+      k = rms(k, lw.k_norm_w);
+    }
     // 3. RoPE (LLaMA)
     if (cfg_.arch == Arch::kLlama) {
-      q = apply_rope(q, pos);
-      k = apply_rope(k, pos);
+      q = apply_rope(q, pos, rope_of(l));
+      k = apply_rope(k, pos, rope_of(l));
     }
     if (cfg_.variants.is_ra(l)) std::swap(q, k);  // RA: the cache stores q rows, k_i probes them
     if (taps.queries) taps.query_rows.push_back(q.detach());
@@ -186,16 +199,17 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStud
     at::Tensor att;  //                                                   att: [H, T, D]
     if (const RepairLayer* rl = repair ? repair->layer(l) : nullptr) {
       const at::Tensor qh = q.transpose(0, 1);  // [H, T, D]
+      const AttendShape shape{cfg_.window_of(l), cfg_.attn_softcap};
       switch (study.repair_path) {
         case KvStudy::RepairPath::kFolded:
-          att = rl->attend_folded(qh, K, V, pos, scale);
+          att = rl->attend_folded(qh, K, V, pos, scale, shape);
           break;
         case KvStudy::RepairPath::kMaterialised:
-          att = rl->attend_reference(qh, K, V, pos, scale);
+          att = rl->attend_reference(qh, K, V, pos, scale, shape);
           break;
         case KvStudy::RepairPath::kFactorised: {
           auto [kw, vw] = rl->projections(K, V);
-          att = rl->attend_fast(qh, K, V, kw, vw, pos, scale);
+          att = rl->attend_fast(qh, K, V, kw, vw, pos, scale, shape);
           break;
         }
       }
@@ -217,7 +231,11 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStud
       }
       // 5. scores, causal mask, softmax, weighted values
       at::Tensor scores = at::matmul(q.transpose(0, 1), K.transpose(1, 2)) * scale;  // [H, T, S]
-      scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+      if (cfg_.attn_softcap > 0) {  // Gemma 2: cap · tanh(scores / cap), before the mask
+        const auto cap = static_cast<float>(cfg_.attn_softcap);
+        scores = at::tanh(scores / cap) * cap;
+      }
+      scores = scores.masked_fill(mask_of(l), -std::numeric_limits<float>::infinity());
       at::Tensor probs = at::softmax(scores, -1);
       if (taps.probs) taps.attention_probs.push_back(probs);
       att = at::matmul(probs, V);
@@ -229,21 +247,23 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStud
     at::Tensor o = att.transpose(0, 1).reshape({T, H * D});
     const at::Tensor a_out =
         lw.var.router() ? variants::router_out(lw.var, o, x, e_tok) : linear(o, lw.wo, lw.bo);
-    x = x + a_out;
+    x = x + (cfg_.post_norms ? norm(a_out, lw.post_attn_norm_w, at::Tensor()) : a_out);
 
     // 6. MLP block                                                       [T, C]
     h = norm(x, lw.mlp_norm_w, lw.mlp_norm_b);
     at::Tensor a;
-    if (cfg_.arch == Arch::kLlama) {  // SwiGLU: down(silu(gate h) * up h)
+    if (cfg_.arch == Arch::kLlama) {  // gated: down(act(gate h) * up h), act silu (SwiGLU) or tanh-GELU (Gemma)
       at::Tensor gu = linear(h, lw.w_in, lw.b_in);
       const int64_t F = cfg_.ffn_dim;
-      a = at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F);
+      const at::Tensor gate = gu.narrow(1, 0, F);
+      a = (cfg_.act == Activation::kSilu ? at::silu(gate) : at::gelu(gate, "tanh")) * gu.narrow(1, F, F);
     } else {  // gelu_new(c_fc h)
       at::Tensor u = linear(h, lw.w_in, lw.b_in);
       if (lw.var.ctx_active()) u = variants::mlp_ctx_mix(lw.var, u, a_out);
       a = 0.5 * u * (1.0 + at::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * u.pow(3))));
     }
-    x = x + linear(a, lw.w_out, lw.b_out);
+    const at::Tensor m_out = linear(a, lw.w_out, lw.b_out);
+    x = x + (cfg_.post_norms ? norm(m_out, lw.post_mlp_norm_w, at::Tensor()) : m_out);
   }
   kv.advance(T);
 
@@ -252,7 +272,12 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStud
   if (hidden_out) *hidden_out = x;
   if (last_only) x = x.narrow(0, T - 1, 1);
   (void)C;
-  return linear(x, w_.lm_head, at::Tensor());
+  at::Tensor logits = linear(x, w_.lm_head, at::Tensor());
+  if (cfg_.final_softcap > 0) {  // Gemma 2: cap · tanh(logits / cap)
+    const auto cap = static_cast<float>(cfg_.final_softcap);
+    logits = at::tanh(logits / cap) * cap;
+  }
+  return logits;
 }
 
 }  // namespace frost

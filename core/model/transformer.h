@@ -34,6 +34,7 @@
 #include "core/kv/kv_study.h"
 #include "core/kv/sequence_kv.h"
 #include "core/model/model_config.h"
+#include "core/model/rope.h"
 #include "core/model/variants.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant.h"
@@ -50,7 +51,10 @@ struct LayerWeights {
   at::Tensor attn_norm_w, attn_norm_b;  // [C]; b undefined for RMSNorm
   at::Tensor wqkv, bqkv;                // [H*D + 2*Hkv*D, C] rows q | k | v; bias optional
   at::Tensor wo, bo;                    // [C, H*D]; undefined in router layers (var.proj_*)
-  at::Tensor mlp_norm_w, mlp_norm_b;    // [C]
+  at::Tensor mlp_norm_w, mlp_norm_b;    // [C] (Gemma: pre_feedforward_layernorm)
+  at::Tensor q_norm_w, k_norm_w;        // [D] Qwen 3, Gemma 3: RMSNorm of each q / k head before RoPE
+  at::Tensor post_attn_norm_w;          // [C] Gemma: the attention output's norm, before the residual add
+  at::Tensor post_mlp_norm_w;           // [C] Gemma: the MLP output's norm, before the residual add
   at::Tensor w_in, b_in;                // LLaMA: [2F, C] rows gate | up; GPT-2: c_fc [F, C]
   at::Tensor w_out, b_out;              // [C, F]
   VariantLayerWeights var;              // architecture variants (core/model/variants.h)
@@ -155,7 +159,9 @@ class Transformer {
  private:
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
-  at::Tensor apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t pos) const;
+  at::Tensor apply_rope(const at::Tensor& x /*[T, n, D]*/, int64_t pos, const RopeTable& table) const;
+  // Layer l's rotation: the global table, or Gemma 3's local one for its sliding layers.
+  const RopeTable& rope_of(int64_t l) const { return rope_[cfg_.local_rope(l) ? 1 : 0]; }
 
   // forward_batch's LayerOps (forward_batch.cc).
   struct BatchOps;
@@ -173,7 +179,7 @@ class Transformer {
   mutable std::vector<PackedLayer> packed_;
   mutable kernels::PackedMatrix packed_head_;
   at::ScalarType wdtype_ = at::kFloat;  // dtype of the matrices (fp32, bf16, or fp16 for a device)
-  at::Tensor rope_cos_, rope_sin_;      // [max_pos, D/2] fp32 (LLaMA)
+  std::vector<RopeTable> rope_;         // LLaMA-shaped: [0] global, [1] local (Gemma 3); core/model/rope.h
 };
 
 }  // namespace frost

@@ -120,34 +120,59 @@ absl::Status map_variant_layer(const ModelConfig& c, TensorTable& t, int64_t i, 
 }
 
 absl::StatusOr<ModelWeights> map_llama(const ModelConfig& c, TensorTable& t, at::ScalarType wd) {
-  const int64_t C = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim, V = c.n_vocab;
+  const int64_t C = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim, V = c.n_vocab, D = c.head_dim;
+  const bool gemma = c.family == Family::kGemma2 || c.family == Family::kGemma3;
+  const bool phi3 = c.family == Family::kPhi3;
+  // Gemma's RMSNorm multiplies by (1 + w): folded into the fp32 weight here (the same fp32 sum HF computes).
+  auto norm = [&](const std::string& name, int64_t n) -> absl::StatusOr<at::Tensor> {
+    FROST_ASSIGN_OR_RETURN(at::Tensor w, t.get(name, {n}, at::kFloat));
+    return gemma ? (w + 1.0f).contiguous() : w;
+  };
   ModelWeights w;
   FROST_ASSIGN_OR_RETURN(w.tok_embed, t.get("model.embed_tokens.weight", {V, C}, wd));
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     LayerWeights lw;
-    FROST_ASSIGN_OR_RETURN(lw.attn_norm_w, t.get(p + "input_layernorm.weight", {C}, at::kFloat));
-    FROST_ASSIGN_OR_RETURN(at::Tensor wq, t.get(p + "self_attn.q_proj.weight", {Q, C}, wd));
-    FROST_ASSIGN_OR_RETURN(at::Tensor wk, t.get(p + "self_attn.k_proj.weight", {KV, C}, wd));
-    FROST_ASSIGN_OR_RETURN(at::Tensor wv, t.get(p + "self_attn.v_proj.weight", {KV, C}, wd));
+    FROST_ASSIGN_OR_RETURN(lw.attn_norm_w, norm(p + "input_layernorm.weight", C));
+    if (phi3) {  // fused rows q | k | v
+      FROST_ASSIGN_OR_RETURN(lw.wqkv, t.get(p + "self_attn.qkv_proj.weight", {Q + 2 * KV, C}, wd));
+    } else {
+      FROST_ASSIGN_OR_RETURN(at::Tensor wq, t.get(p + "self_attn.q_proj.weight", {Q, C}, wd));
+      FROST_ASSIGN_OR_RETURN(at::Tensor wk, t.get(p + "self_attn.k_proj.weight", {KV, C}, wd));
+      FROST_ASSIGN_OR_RETURN(at::Tensor wv, t.get(p + "self_attn.v_proj.weight", {KV, C}, wd));
+      lw.wqkv = at::cat({wq, wk, wv}, 0).contiguous();
+    }
     if (!c.variants.is_router(i)) {  // router layers: proj_full / proj_ra instead
       FROST_ASSIGN_OR_RETURN(lw.wo, t.get(p + "self_attn.o_proj.weight", {C, Q}, wd));
     }
-    lw.wqkv = at::cat({wq, wk, wv}, 0).contiguous();
     if (c.attention_bias) {
       FROST_ASSIGN_OR_RETURN(at::Tensor bq, t.get(p + "self_attn.q_proj.bias", {Q}, at::kFloat));
       FROST_ASSIGN_OR_RETURN(at::Tensor bk, t.get(p + "self_attn.k_proj.bias", {KV}, at::kFloat));
       FROST_ASSIGN_OR_RETURN(at::Tensor bv, t.get(p + "self_attn.v_proj.bias", {KV}, at::kFloat));
-      if (!c.variants.is_router(i)) {
-        FROST_ASSIGN_OR_RETURN(lw.bo, t.get(p + "self_attn.o_proj.bias", {C}, at::kFloat));
-      }
       lw.bqkv = at::cat({bq, bk, bv}, 0).contiguous();
     }
-    FROST_ASSIGN_OR_RETURN(lw.mlp_norm_w, t.get(p + "post_attention_layernorm.weight", {C}, at::kFloat));
-    FROST_ASSIGN_OR_RETURN(at::Tensor wg, t.get(p + "mlp.gate_proj.weight", {F, C}, wd));
-    FROST_ASSIGN_OR_RETURN(at::Tensor wu, t.get(p + "mlp.up_proj.weight", {F, C}, wd));
+    if (c.o_bias && !c.variants.is_router(i)) {
+      FROST_ASSIGN_OR_RETURN(lw.bo, t.get(p + "self_attn.o_proj.bias", {C}, at::kFloat));
+    }
+    if (c.qk_norm) {
+      FROST_ASSIGN_OR_RETURN(lw.q_norm_w, norm(p + "self_attn.q_norm.weight", D));
+      FROST_ASSIGN_OR_RETURN(lw.k_norm_w, norm(p + "self_attn.k_norm.weight", D));
+    }
+    if (c.post_norms) {  // Gemma: post_attention_layernorm norms the attention output; the MLP has its own two
+      FROST_ASSIGN_OR_RETURN(lw.post_attn_norm_w, norm(p + "post_attention_layernorm.weight", C));
+      FROST_ASSIGN_OR_RETURN(lw.mlp_norm_w, norm(p + "pre_feedforward_layernorm.weight", C));
+      FROST_ASSIGN_OR_RETURN(lw.post_mlp_norm_w, norm(p + "post_feedforward_layernorm.weight", C));
+    } else {
+      FROST_ASSIGN_OR_RETURN(lw.mlp_norm_w, norm(p + "post_attention_layernorm.weight", C));
+    }
+    if (phi3) {  // fused rows gate | up
+      FROST_ASSIGN_OR_RETURN(lw.w_in, t.get(p + "mlp.gate_up_proj.weight", {2 * F, C}, wd));
+    } else {
+      FROST_ASSIGN_OR_RETURN(at::Tensor wg, t.get(p + "mlp.gate_proj.weight", {F, C}, wd));
+      FROST_ASSIGN_OR_RETURN(at::Tensor wu, t.get(p + "mlp.up_proj.weight", {F, C}, wd));
+      lw.w_in = at::cat({wg, wu}, 0).contiguous();
+    }
     FROST_ASSIGN_OR_RETURN(lw.w_out, t.get(p + "mlp.down_proj.weight", {C, F}, wd));
-    lw.w_in = at::cat({wg, wu}, 0).contiguous();
     if (c.mlp_bias) {
       FROST_ASSIGN_OR_RETURN(at::Tensor bg, t.get(p + "mlp.gate_proj.bias", {F}, at::kFloat));
       FROST_ASSIGN_OR_RETURN(at::Tensor bu, t.get(p + "mlp.up_proj.bias", {F}, at::kFloat));
@@ -158,7 +183,7 @@ absl::StatusOr<ModelWeights> map_llama(const ModelConfig& c, TensorTable& t, at:
     FROST_RETURN_IF_ERROR(map_variant_layer(c, t, i, p + "self_attn.", p + "mlp.", wd, &lw.var));
     w.layers.push_back(std::move(lw));
   }
-  FROST_ASSIGN_OR_RETURN(w.final_norm_w, t.get("model.norm.weight", {C}, at::kFloat));
+  FROST_ASSIGN_OR_RETURN(w.final_norm_w, norm("model.norm.weight", C));
   if (c.tie_embeddings) {
     w.lm_head = w.tok_embed;
     if (t.has("lm_head.weight")) {  // some tied checkpoints still carry a copy

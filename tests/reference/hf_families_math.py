@@ -161,7 +161,9 @@ def spec_from_config(cfg):
     D = cfg.get("head_dim") or C // H
     L, P = cfg["num_hidden_layers"], cfg["max_position_embeddings"]
     s = {"arch": arch, "C": C, "H": H, "Hkv": Hkv, "D": D, "L": L, "V": cfg["vocab_size"], "P": P,
-         "eps": cfg["rms_norm_eps"], "tied": cfg.get("tie_word_embeddings", False), "norm_offset": 0.0,
+         "eps": cfg["rms_norm_eps"], "norm_offset": 0.0,
+         # PretrainedConfig's default is untied; Gemma{2,3}Config default tie_word_embeddings to true
+         "tied": cfg.get("tie_word_embeddings", arch in ("Gemma2ForCausalLM", "Gemma3ForCausalLM")),
          "embed_scale": None, "act": "silu", "sandwich": False, "qk_norm": False, "attn_scale": D ** -0.5,
          "attn_softcap": None, "final_softcap": None, "fused": False}
     theta = cfg.get("rope_theta", 10000.0)

@@ -7,7 +7,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <tuple>
 #include <ostream>
 #include <vector>
 
@@ -87,6 +89,58 @@ void check_tile_and_reference(const AttendCase& c) {
     kernels::attend_one_ref(qp[r], kd.data_ptr<float>(), vd.data_ptr<float>(), c10::kFloat, H, Hkv, D, T, n[r], scale,
                             ref.data());
     for (int64_t i = 0; i < H * D; ++i) ASSERT_NEAR(alone[r * H * D + i], ref[i], 1e-4) << "row " << r << " elem " << i;
+  }
+}
+
+// Sliding windows and soft-capped scores (KvCodec::attend_window): positions [start, n) only, scores
+// cap · tanh(s / cap); equal to a double-precision reference over the decoded rows, and to the codec-agnostic
+// default (which decodes the rows, as KVSplice does) — on paged storage with runs that start inside a block.
+TEST_P(AttendRowsTest, AWindowAndSoftCapEqualTheReference) {
+  const auto [codec, D, bt] = GetParam();
+  const int64_t H = 4, Hkv = 2, T = 40;
+  KvSpec spec;
+  spec.n_layer = 1;
+  spec.n_head_kv = Hkv;
+  spec.head_dim = D;
+  spec.max_tokens = 64;
+  spec.codec = codec;
+  auto pool = HostKvStorage::create(64, kv_pool_block_bytes(spec, bt));
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  KvBlockBooks books((*pool)->n_blocks(), (*pool)->block_bytes());
+  SequenceKv kv(spec, &books, pool->get());
+  ASSERT_TRUE(kv.reserve(T));
+  at::manual_seed(D * 7 + bt);
+  kv.layer(0).append(at::randn({T, Hkv, D}) * 2, at::randn({T, Hkv, D}), 0);
+  const at::Tensor kd = kv.layer(0).keys(T).contiguous(), vd = kv.layer(0).values(T).contiguous();
+  const at::Tensor q = at::randn({H * D}).contiguous();
+  const float scale = 0.3f;
+  for (const auto& [start, n, cap] : std::vector<std::tuple<int64_t, int64_t, float>>{
+           {0, 40, 0.f}, {5, 13, 0.f}, {31, 40, 0.f}, {0, 40, 2.f}, {7, 30, 1.5f}, {39, 40, 3.f}}) {
+    SCOPED_TRACE(::testing::Message() << "positions [" << start << ", " << n << ") cap " << cap);
+    std::vector<float> got(static_cast<size_t>(H * D)), dflt(got.size());
+    kv.layer(0).attend_window(q.data_ptr<float>(), H, start, n, scale, cap, 0, H, got.data());
+    kv.layer(0).KvCodec::attend_window(q.data_ptr<float>(), H, start, n, scale, cap, 0, H, dflt.data());
+    const float *qp = q.data_ptr<float>(), *kp = kd.data_ptr<float>(), *vp = vd.data_ptr<float>();
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / Hkv);
+      std::vector<double> s;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t t = start; t < n; ++t) {
+        double acc = 0;
+        for (int64_t i = 0; i < D; ++i) acc += static_cast<double>(qp[h * D + i]) * kp[(g * T + t) * D + i];
+        double x = acc * scale;
+        if (cap > 0) x = cap * std::tanh(x / cap);
+        s.push_back(x);
+        mx = std::max(mx, x);
+      }
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < D; ++i) {
+        double o = 0;
+        for (int64_t t = start; t < n; ++t) o += s[static_cast<size_t>(t - start)] / sum * vp[(g * T + t) * D + i];
+        ASSERT_NEAR(got[static_cast<size_t>(h * D + i)], o, 1e-4) << "head " << h << " elem " << i;
+        ASSERT_NEAR(dflt[static_cast<size_t>(h * D + i)], o, 1e-4) << "default, head " << h << " elem " << i;
+      }
+    }
   }
 }
 

@@ -363,7 +363,7 @@ TEST_F(BadCheckpointTest, ConfigRopeScaling) {
   ojson cfg = tiny_config();
   cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
   write_model_dir(dir_.path(), cfg.dump(), tiny_tensors());
-  expect_invalid({"config.json", "rope_scaling is unsupported"});
+  expect_invalid({"config.json", "rope_scaling: low_freq_factor is missing"});
 }
 
 // ---- missing pieces -------------------------------------------------------------------------

@@ -4,6 +4,8 @@
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
 #include <nlohmann/json.hpp>
 
 #include "tests/testing/test_util.h"
@@ -195,7 +197,9 @@ TEST(ModelConfigTest, RejectsUnknownArchitecture) {
   json j = llama_min();
   j["architectures"] = {"BertModel"};
   EXPECT_INVALID(parse_status(j),
-                 "config.json: unsupported architecture 'BertModel' (supported: LlamaForCausalLM, GPT2LMHeadModel)");
+                 "config.json: unsupported architecture 'BertModel' (supported: LlamaForCausalLM, MistralForCausalLM, "
+                 "Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, "
+                 "GPT2LMHeadModel)");
   j.erase("architectures");
   j["model_type"] = "bert";
   EXPECT_INVALID(parse_status(j), "unsupported architecture (model_type 'bert')");
@@ -323,8 +327,10 @@ TEST(ModelConfigTest, RejectsUnsupportedFeatures) {
   j["hidden_act"] = "gelu";
   EXPECT_INVALID(parse_status(j), "config.json: hidden_act 'gelu' is unsupported");
   j = llama_min();
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  EXPECT_INVALID(parse_status(j), "config.json: rope_scaling is unsupported");
+  j["rope_scaling"] = {{"type", "ntk-by-parts"}, {"factor", 2.0}};
+  EXPECT_INVALID(parse_status(j), "config.json: rope_scaling: type 'ntk-by-parts' is unsupported");
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 0.5}};
+  EXPECT_INVALID(parse_status(j), "config.json: rope_scaling: factor must be a number >= 1, got 0.5");
   j = llama_min();
   j["sliding_window"] = 4096;
   EXPECT_INVALID(parse_status(j), "config.json: sliding_window is unsupported");
@@ -380,8 +386,8 @@ TEST(ModelConfigTest, ValidateBuiltConfigs) {
   bad.act = Activation::kGeluNew;
   EXPECT_INVALID(validate_model_config(bad), "n_head");  // GPT-2 has no GQA
   bad = c;
-  bad.act = Activation::kGeluNew;
-  EXPECT_INVALID(validate_model_config(bad), "hidden_act");
+  bad.window.assign(static_cast<size_t>(c.n_layer + 1), 4);  // one entry too many
+  EXPECT_INVALID(validate_model_config(bad), absl::StrCat("sliding_window has ", c.n_layer + 1, " layer entries"));
 }
 
 TEST(ModelConfigTest, RandomCorruptionsNeverCrash) {
