@@ -43,7 +43,8 @@ absl::Status check_prompt_text(const std::string& field, const std::string& text
 }
 
 absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req,
-                                                        const LimitsSection& limits) {
+                                                        const LimitsSection& limits,
+                                                        const SamplingParams& defaults) {
   if (req.request_id().size() > kMaxRequestIdBytes) {
     return invalid(absl::StrCat("request_id: ", req.request_id().size(), " bytes is over the limit of ",
                                 kMaxRequestIdBytes));
@@ -51,6 +52,7 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
   if (!is_valid_utf8(req.request_id())) return invalid("request_id: not valid UTF-8");
 
   GenerationRequest out;
+  out.params = defaults;
   switch (req.prompt_case()) {
     case v1::GenerateRequest::kText: {
       absl::Status st = check_prompt_text("text", req.text(), limits);
@@ -74,7 +76,7 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
   }
   if (req.has_add_bos()) out.add_bos = req.add_bos();
 
-  // Unset optional fields keep the engine defaults of SamplingParams.
+  // Unset optional fields keep the defaults (SamplingParams' under the checkpoint's generation_config.json).
   const v1::SamplingParams& s = req.sampling();
   SamplingParams& p = out.params;
   if (s.has_temperature()) p.temperature = s.temperature();

@@ -25,8 +25,11 @@ inline constexpr int kMaxPromptTokenIds = 1 << 20;
 // limit, UTF-8, request_id, logprobs sign, KV codec name), then the proto's optional fields over the engine
 // defaults. Sampling ranges, token limits and the context check run in Engine::submit (still before any model
 // work). INVALID_ARGUMENT names the proto field and the value.
+// `defaults`: the sampling a request starts from (the served checkpoint's generation_config.json,
+// sampling_defaults()); a field the request sets wins.
 absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req,
-                                                        const LimitsSection& limits);
+                                                        const LimitsSection& limits,
+                                                        const SamplingParams& defaults = SamplingParams());
 
 // A prompt text (Generate's and Tokenize's `text`): not empty, within limits.max_prompt_bytes, valid UTF-8;
 // INVALID_ARGUMENT naming `field` otherwise.

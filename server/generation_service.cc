@@ -143,7 +143,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
       return reject(st, RejectReason::kInvalidArgument);
     }
     request_id_ = req.request_id();
-    absl::StatusOr<GenerationRequest> greq = to_generation_request(req, svc_->cfg_.limits);
+    absl::StatusOr<GenerationRequest> greq = to_generation_request(req, svc_->cfg_.limits, sampling_defaults((*engine)->model().generation));
     if (!greq.ok()) return reject(greq.status(), RejectReason::kInvalidArgument);
     want_logprobs_ = greq->params.logprobs >= 0;
 

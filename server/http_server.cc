@@ -482,7 +482,8 @@ std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::parse_
     return oa::error_from_status(absl::UnavailableError("server is draining"));
   if (!s || !s->engine) return oa::error_from_status(absl::UnavailableError("the model is loading"));
 
-  std::variant<oa::ParsedRequest, oa::ApiError> parsed = oa::parse_request(ep, req.body, cfg_.limits);
+  std::variant<oa::ParsedRequest, oa::ApiError> parsed = oa::parse_request(ep, req.body, cfg_.limits,
+                                                                            sampling_defaults(s->engine->model().generation));
   if (auto* e = std::get_if<oa::ApiError>(&parsed)) return *e;
   oa::ParsedRequest& p = std::get<oa::ParsedRequest>(parsed);
   if (p.model != s->model_name && p.model != cfg_.model.path) {

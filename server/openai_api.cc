@@ -360,7 +360,8 @@ int grpc_code_for_http(int http) {
   }
 }
 
-std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits) {
+std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits,
+                                                    const SamplingParams& defaults) {
   // Bounded nesting before anything recursive (dump(), copies, the schema and template visitors) sees the
   // document: kMaxRequestJsonDepth leaves room for a JSON Schema at its own limit inside response_format.
   json doc;
@@ -379,6 +380,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   }
   ParsedRequest out;
   out.endpoint = ep;
+  out.params = defaults;
   SamplingParams& p = out.params;
   Reader r{doc, ""};
   if (!r.string("model", &out.model)) {

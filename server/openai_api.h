@@ -83,7 +83,10 @@ inline constexpr int kMaxMessages = 1024;
 // Nesting of objects and arrays in a request body, refused while parsing (before anything recursive runs):
 // a JSON Schema may nest 256 levels of its own (core/constrain/json_schema.cc) inside response_format.
 inline constexpr int kMaxRequestJsonDepth = 300;
-std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits);
+// `defaults`: the sampling a request starts from (the served checkpoint's generation_config.json,
+// sampling_defaults()); a field the body sets wins.
+std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits,
+                                                    const SamplingParams& defaults = SamplingParams());
 
 // The body's name for an engine field named at the start of a submit error ("top_p must be ..." → "top_p",
 // "max_new_tokens ..." → "max_tokens"); "" when none is recognised.

@@ -31,6 +31,24 @@ TEST(GenerationRequestTest, UnsetOptionalFieldsKeepEngineDefaults) {
   EXPECT_FALSE(g->kv_codec.has_value());
 }
 
+TEST(GenerationRequestTest, CheckpointSamplingDefaultsFillUnsetFields) {
+  GenerationDefaults g;
+  g.temperature = 0.7f;
+  g.top_k = 40;
+  const SamplingParams d = sampling_defaults(g);
+  absl::StatusOr<GenerationRequest> unset = to_generation_request(text_request("Once"), LimitsSection(), d);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_FLOAT_EQ(unset->params.temperature, 0.7f);
+  EXPECT_EQ(unset->params.top_k, 40);
+  v1::GenerateRequest req = text_request("Once");
+  req.mutable_sampling()->set_temperature(0.f);
+  req.mutable_sampling()->set_top_k(0);
+  absl::StatusOr<GenerationRequest> set = to_generation_request(req, LimitsSection(), d);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_FLOAT_EQ(set->params.temperature, 0.f);  // the request's value wins, greedy included
+  EXPECT_EQ(set->params.top_k, 0);
+}
+
 TEST(GenerationRequestTest, SetFieldsAreCarriedOver) {
   v1::GenerateRequest r = text_request("Once");
   r.set_add_bos(false);

@@ -69,6 +69,29 @@ TEST(OpenAiApi, DefaultsAreOpenAisAndOffMeansOff) {
   EXPECT_EQ(chat.messages[0].content, "hi");
 }
 
+// generation_config.json's sampling (sampling_defaults) is where a request starts; a field the body sets wins,
+// and an explicit null keeps the checkpoint's value (unset, as vLLM reads it).
+TEST(OpenAiApi, CheckpointSamplingDefaultsFillWhatTheBodyLeavesUnset) {
+  GenerationDefaults g;
+  g.temperature = 0.6f;
+  g.top_p = 0.9f;
+  g.top_k = 20;
+  const SamplingParams d = sampling_defaults(g);
+  auto parsed = [&](const std::string& body) {
+    auto r = parse_request(Endpoint::kCompletions, body, LimitsSection(), d);
+    EXPECT_TRUE(std::holds_alternative<ParsedRequest>(r));
+    return std::get<ParsedRequest>(r);
+  };
+  ParsedRequest unset = parsed(R"({"model":"m","prompt":"x","temperature":null})");
+  EXPECT_FLOAT_EQ(unset.params.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(unset.params.top_p, 0.9f);
+  EXPECT_EQ(unset.params.top_k, 20);
+  ParsedRequest set = parsed(R"({"model":"m","prompt":"x","temperature":0,"top_p":1,"top_k":-1})");
+  EXPECT_FLOAT_EQ(set.params.temperature, 0.f);
+  EXPECT_FLOAT_EQ(set.params.top_p, 1.f);
+  EXPECT_EQ(set.params.top_k, 0);
+}
+
 TEST(OpenAiApi, PromptFormsAndChatContentParts) {
   EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":["a b"]})").prompt, "a b");
   EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[1,2,3]})").prompt_ids,
