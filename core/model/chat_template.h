@@ -9,19 +9,21 @@
 //   line are dropped (lstrip_blocks), {%- -%} {{- -}} {#- -#} strip all whitespace on their side, {%+ and +%}
 //   turn lstrip/trim off for that tag, and (jinja2's keep_trailing_newline=False) one trailing newline of the
 //   source is dropped. The render variables are apply_chat_template's: messages, add_generation_prompt,
-//   bos_token, eos_token, and tools = documents = none.
+//   bos_token, eos_token, and tools = documents = none. strftime_now(format) formats the
+//   current local time as transformers' does (Llama 3.x templates print today's date with it).
 //
 // Supported: {{ }}, {% if/elif/else %}, {% for x[, y] in xs [if cond] %}...{% else %}, loop.index/index0/
 // revindex/revindex0/first/last/length/previtem/nextitem, {% break %} {% continue %}, {% set x = e %},
 // {% set ns.attr = e %} with namespace(), {% generation %} (a pass-through), {# #}. Expressions: literals
 // (str with Python escapes, int, float, true/false/none, lists, dicts with string keys), attribute, subscript,
 // slices, + - * / // % ** ~, comparisons (chained), and/or/not, in/not in, `x if c else y`, `is [not] test`,
-// filters and methods (see chat_template_builtins.cc), raise_exception, range, namespace, dict.
+// filters and methods (see chat_template_builtins.cc), raise_exception, range, namespace, dict, strftime_now.
 // Refused at parse time (INVALID_ARGUMENT naming line and column): macros, call/filter blocks, include/
 // import/extends/block, raw, recursive loops, block set, tuple assignment, unknown filters and tests.
 // Values behave like Python's: undefined prints as "" and is falsy; None prints "None", lists and dicts print
 // as their Python repr; strings are sequences of code points. Case mapping (upper/lower/title/capitalize)
 // covers Latin, Greek, Cyrillic and fullwidth Latin, not all of Unicode.
+#include <cstdint>
 #include <optional>
 #include <memory>
 #include <string>
@@ -51,6 +53,8 @@ class ChatTemplate {
   struct Context {
     std::string bos_token, eos_token;
     bool add_generation_prompt = true;
+    // The instant strftime_now() formats (seconds since the epoch, shown in local time); nullopt: the clock.
+    std::optional<int64_t> now;
   };
 
   // Renders `messages`. INVALID_ARGUMENT: raise_exception("...") gives exactly its message (e.g. "Conversation

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -150,8 +151,7 @@ absl::Status json_value(const Value& v, int indent, int level, std::string& out)
       return absl::OkStatus();
     }
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("Object of type ", v.is_undefined() ? "Undefined" : "Namespace", " is not JSON serializable"));
+      return absl::InvalidArgumentError(absl::StrCat("Object of type ", type_name(v), " is not JSON serializable"));
   }
 }
 
@@ -174,6 +174,7 @@ const char* type_name(const Value& v) {
     case Value::Type::kList: return v.tuple ? "tuple" : "list";
     case Value::Type::kMap: return "dict";
     case Value::Type::kNamespace: return "Namespace";
+    case Value::Type::kFunction: return "function";
   }
   return "object";
 }
@@ -188,7 +189,8 @@ bool truthy(const Value& v) {
     case Value::Type::kString: return !v.s.empty();
     case Value::Type::kList: return !v.list->empty();
     case Value::Type::kMap: return !v.map->empty();
-    case Value::Type::kNamespace: return true;
+    case Value::Type::kNamespace:
+    case Value::Type::kFunction: return true;
   }
   return false;
 }
@@ -227,6 +229,7 @@ std::string to_repr(const Value& v) {
       return out + "}";
     }
     case Value::Type::kNamespace: return "<Namespace>";
+    case Value::Type::kFunction: return absl::StrCat("<function ", v.s, ">");
   }
   return "";
 }
@@ -265,6 +268,7 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     case T::kNamespace: return a.ns == b.ns;
+    case T::kFunction: return a.s == b.s;
     default: return false;
   }
 }
@@ -293,6 +297,54 @@ absl::Status value_less(const Value& a, const Value& b, bool* less) {
   }
   return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '", type_name(a), "' and '",
                                                  type_name(b), "'"));
+}
+
+namespace {
+
+const char* const kMonths[] = {"January", "February", "March",     "April",   "May",      "June",
+                               "July",    "August",   "September", "October", "November", "December"};
+const char* const kDays[] = {"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"};
+
+}  // namespace
+
+std::string format_time(absl::string_view format, int64_t unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  auto num = [](int v, int width, char pad = '0') {
+    std::string s = std::to_string(v);
+    return s.size() < static_cast<size_t>(width) ? std::string(width - s.size(), pad) + s : s;
+  };
+  std::string out;
+  for (size_t k = 0; k < format.size(); ++k) {
+    if (format[k] != '%' || k + 1 == format.size()) {
+      out.push_back(format[k]);
+      continue;
+    }
+    const char d = format[++k];
+    switch (d) {
+      case 'Y': out += std::to_string(tm.tm_year + 1900); break;
+      case 'y': out += num((tm.tm_year + 1900) % 100, 2); break;
+      case 'm': out += num(tm.tm_mon + 1, 2); break;
+      case 'd': out += num(tm.tm_mday, 2); break;
+      case 'e': out += num(tm.tm_mday, 2, ' '); break;
+      case 'j': out += num(tm.tm_yday + 1, 3); break;
+      case 'b': out += std::string(kMonths[tm.tm_mon], 3); break;
+      case 'B': out += kMonths[tm.tm_mon]; break;
+      case 'a': out += std::string(kDays[tm.tm_wday], 3); break;
+      case 'A': out += kDays[tm.tm_wday]; break;
+      case 'H': out += num(tm.tm_hour, 2); break;
+      case 'I': out += num(tm.tm_hour % 12 == 0 ? 12 : tm.tm_hour % 12, 2); break;
+      case 'M': out += num(tm.tm_min, 2); break;
+      case 'S': out += num(tm.tm_sec, 2); break;
+      case 'p': out += tm.tm_hour < 12 ? "AM" : "PM"; break;
+      case '%': out.push_back('%'); break;
+      default:
+        out.push_back('%');
+        out.push_back(d);
+    }
+  }
+  return out;
 }
 
 }  // namespace chat_template_internal
