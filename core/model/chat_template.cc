@@ -625,6 +625,21 @@ absl::StatusOr<std::string> ChatTemplate::render(const std::vector<ChatMessage>&
   return r.run(*tmpl_);
 }
 
+absl::StatusOr<std::string> ChatTemplate::render_json(std::string_view vars_json, std::optional<int64_t> now) const {
+  absl::StatusOr<Value> vars = value_from_json(absl::string_view(vars_json.data(), vars_json.size()));
+  if (!vars.ok())
+    return absl::InvalidArgumentError(absl::StrCat("chat_template: render variables: ", vars.status().message()));
+  if (vars->type != Value::Type::kMap)
+    return absl::InvalidArgumentError(absl::StrCat("chat_template: render variables: expected a JSON object, got ",
+                                                   type_name(*vars)));
+  absl::flat_hash_map<std::string, Value> globals;
+  for (const auto& [name, value] : *vars->map) globals[name] = value;
+  globals.emplace("tools", Value::none());
+  globals.emplace("documents", Value::none());
+  Renderer r(std::move(globals), now);
+  return r.run(*tmpl_);
+}
+
 absl::StatusOr<std::optional<std::string>> load_chat_template_source(const std::string& model_dir) {
   const std::string jinja_path = model_dir + "/chat_template.jinja";
   if (is_file(jinja_path)) {

@@ -9,7 +9,7 @@
 //   line are dropped (lstrip_blocks), {%- -%} {{- -}} {#- -#} strip all whitespace on their side, {%+ and +%}
 //   turn lstrip/trim off for that tag, and (jinja2's keep_trailing_newline=False) one trailing newline of the
 //   source is dropped. The render variables are apply_chat_template's: messages, add_generation_prompt,
-//   bos_token, eos_token, and tools = documents = none. strftime_now(format) formats the
+//   bos_token, eos_token, and tools = documents = none (render_json: any). strftime_now(format) formats the
 //   current local time as transformers' does (Llama 3.x templates print today's date with it).
 //
 // Supported: {{ }}, {% if/elif/else %}, {% for x[, y] in xs [if cond] %}...{% else %}, loop.index/index0/
@@ -27,6 +27,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,14 @@ class ChatTemplate {
   // give "chat_template: <what> (line L)"; a render past its work bound (loop iterations, output or value size)
   // gives "chat_template: ... exceeds ...", never a hang.
   absl::StatusOr<std::string> render(const std::vector<ChatMessage>& messages, const Context& ctx) const;
+
+  // The general form, for what ChatMessage cannot say (tool_calls, tool results, list content, tools, template
+  // kwargs such as enable_thinking or date_string): `vars_json` is a JSON object whose members are the render
+  // variables as apply_chat_template passes them (messages, add_generation_prompt, tools, bos_token, ...);
+  // tools and documents are none unless given, anything else absent is undefined. JSON becomes Python values:
+  // objects are dicts in member order, integers int, other numbers float, null None. INVALID_ARGUMENT for text
+  // that is not a JSON object or nests deeper than 64 levels; render errors as above.
+  absl::StatusOr<std::string> render_json(std::string_view vars_json, std::optional<int64_t> now = std::nullopt) const;
 
   const std::string& source() const { return source_; }
 

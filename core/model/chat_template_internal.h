@@ -108,6 +108,9 @@ absl::StatusOr<std::string> to_json(const Value& v, int indent);
 bool values_equal(const Value& a, const Value& b);
 // Python's a < b (type error when not ordered); sets *less.
 absl::Status value_less(const Value& a, const Value& b, bool* less);
+// A JSON document as Python values (render_json): objects → dicts in member order, integers → int, other
+// numbers → float, null → None. INVALID_ARGUMENT for invalid JSON or nesting deeper than kMaxValueDepth.
+absl::StatusOr<Value> value_from_json(absl::string_view text);
 // transformers' strftime_now(format): time.strftime on the local time of `unix_seconds`, with the C locale's
 // English names. Directives: %Y %m %d %e %b %B %a %A %H %I %M %S %p %y %j %%; others are kept as written.
 std::string format_time(absl::string_view format, int64_t unix_seconds);

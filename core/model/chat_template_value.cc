@@ -8,6 +8,8 @@
 #include <ctime>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "core/model/chat_template_internal.h"
 
@@ -301,11 +303,70 @@ absl::Status value_less(const Value& a, const Value& b, bool* less) {
 
 namespace {
 
+// Deepest nesting of arrays/objects in JSON text (strings skipped), to refuse a document before building it.
+int json_depth(absl::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t k = 0; k < text.size(); ++k) {
+    const char c = text[k];
+    if (in_string) {
+      if (c == '\\') ++k;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+Value from_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      uint64_t u = j.get<uint64_t>();
+      return u <= static_cast<uint64_t>(INT64_MAX) ? Value::integer(static_cast<int64_t>(u))
+                                                   : Value::real(static_cast<double>(u));
+    }
+    case nlohmann::ordered_json::value_t::number_float: return Value::real(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      List items;
+      items.reserve(j.size());
+      for (const auto& x : j) items.push_back(from_json(x));
+      return Value::of_list(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Map m;
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        Value* slot = const_cast<Value*>(find_key(m, it.key()));
+        if (slot) *slot = from_json(it.value());  // a repeated member: the last wins, as in json.loads
+        else m.emplace_back(it.key(), from_json(it.value()));
+      }
+      return Value::of_map(std::move(m));
+    }
+    default: return Value::none();
+  }
+}
+
 const char* const kMonths[] = {"January", "February", "March",     "April",   "May",      "June",
                                "July",    "August",   "September", "October", "November", "December"};
 const char* const kDays[] = {"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"};
 
 }  // namespace
+
+absl::StatusOr<Value> value_from_json(absl::string_view text) {
+  if (json_depth(text) > kMaxValueDepth)
+    return absl::InvalidArgumentError(absl::StrCat("JSON nests deeper than ", kMaxValueDepth, " levels"));
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  return from_json(j);
+}
 
 std::string format_time(absl::string_view format, int64_t unix_seconds) {
   std::time_t t = static_cast<std::time_t>(unix_seconds);

@@ -235,6 +235,31 @@ TEST(ChatTemplateTest, StrftimeNowFormatsTheRenderInstant) {
   tzset();
 }
 
+// render_json: any render variables (tools, tool_calls, kwargs), JSON member order kept, tools/documents none.
+TEST(ChatTemplateTest, RenderJsonTakesToolsToolCallsAndKwargs) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::parse(
+      "{{ bos_token }}{% for m in messages %}{{ m.role }}:{% if m.tool_calls %}"
+      "{% for c in m.tool_calls %}{{ c.function.name }}{{ c.function.arguments|tojson }}{% endfor %}"
+      "{% else %}{{ m.content }}{% endif %}|{% endfor %}{% if tools %}{{ tools|tojson }}{% endif %}"
+      "{{ tools is none }} {{ documents is none }} {{ enable_thinking }} {{ eos_token is defined }}");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<std::string> out = t->render_json(R"({"messages": [{"role": "user", "content": "Wetter?"},
+      {"role": "assistant", "tool_calls": [{"function": {"name": "w", "arguments": {"z": 1, "a": [true, null, 2.5]}}}]},
+      {"role": "tool", "content": {"b": 1, "a": "x"}}], "bos_token": "<s>", "enable_thinking": false})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out,
+            "<s>user:Wetter?|assistant:w{\"z\": 1, \"a\": [true, null, 2.5]}|tool:{'b': 1, 'a': 'x'}|"
+            "True True False False");
+  out = t->render_json(R"({"messages": [], "tools": [{"name": "t", "n": 18446744073709551615}]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "[{\"name\": \"t\", \"n\": 1.8446744073709552e+19}]False True  False");
+  EXPECT_EQ(t->render_json("[1]").status().message(),
+            "chat_template: render variables: expected a JSON object, got list");
+  EXPECT_EQ(t->render_json("{\"messages\": ").status().message(), "chat_template: render variables: not valid JSON");
+  EXPECT_EQ(t->render_json(std::string(100, '[') + std::string(100, ']')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ChatTemplateTest, HugeLoopFailsInsteadOfHanging) {
   auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::string> out =
