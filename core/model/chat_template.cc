@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <limits>
 #include <sys/stat.h>
 
@@ -29,7 +30,12 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  explicit Renderer(absl::flat_hash_map<std::string, Value> globals) { scopes_.push_back(std::move(globals)); }
+  Renderer(absl::flat_hash_map<std::string, Value> globals, std::optional<int64_t> now) : now_(now) {
+    // jinja2's global functions and transformers' (raise_exception, strftime_now): `x is defined` holds.
+    for (const char* f : {"range", "dict", "namespace", "raise_exception", "strftime_now"})
+      globals.emplace(f, Value::function(f));
+    scopes_.push_back(std::move(globals));
+  }
   ~Renderer() {
     scopes_.clear();
     for (auto& ns : namespaces_) ns->clear();
@@ -532,6 +538,12 @@ class Renderer {
       return absl::InvalidArgumentError(msg ? to_str(*msg) : "");
     }
     if (e.name == "range") return eval_range(e, args);
+    if (e.name == "strftime_now") {
+      const Value* format = args.get(0, "format");
+      if (format == nullptr || format->type != Value::Type::kString)
+        return error(e.line, "strftime_now() takes one string argument (the format)");
+      return Value::string(format_time(format->s, now_ ? *now_ : static_cast<int64_t>(std::time(nullptr))));
+    }
     if (e.name == "namespace" || e.name == "dict") {
       Map m;
       if (!args.positional.empty()) {
@@ -577,6 +589,7 @@ class Renderer {
   std::vector<std::shared_ptr<Map>> namespaces_;
   std::string out_;
   Budget budget_;
+  std::optional<int64_t> now_;
 };
 
 constexpr int64_t kMaxConfigBytes = int64_t{64} << 20;
@@ -608,7 +621,22 @@ absl::StatusOr<std::string> ChatTemplate::render(const std::vector<ChatMessage>&
   globals["eos_token"] = Value::string(ctx.eos_token);
   globals["tools"] = Value::none();
   globals["documents"] = Value::none();
-  Renderer r(std::move(globals));
+  Renderer r(std::move(globals), ctx.now);
+  return r.run(*tmpl_);
+}
+
+absl::StatusOr<std::string> ChatTemplate::render_json(std::string_view vars_json, std::optional<int64_t> now) const {
+  absl::StatusOr<Value> vars = value_from_json(absl::string_view(vars_json.data(), vars_json.size()));
+  if (!vars.ok())
+    return absl::InvalidArgumentError(absl::StrCat("chat_template: render variables: ", vars.status().message()));
+  if (vars->type != Value::Type::kMap)
+    return absl::InvalidArgumentError(absl::StrCat("chat_template: render variables: expected a JSON object, got ",
+                                                   type_name(*vars)));
+  absl::flat_hash_map<std::string, Value> globals;
+  for (const auto& [name, value] : *vars->map) globals[name] = value;
+  globals.emplace("tools", Value::none());
+  globals.emplace("documents", Value::none());
+  Renderer r(std::move(globals), now);
   return r.run(*tmpl_);
 }
 

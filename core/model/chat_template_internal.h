@@ -28,7 +28,8 @@ using List = std::vector<Value>;
 using Map = std::vector<std::pair<std::string, Value>>;  // keeps insertion order, like Python's dict
 
 struct Value {
-  enum class Type { kUndefined, kNone, kBool, kInt, kDouble, kString, kList, kMap, kNamespace };
+  // kFunction: a global callable (raise_exception, range, namespace, dict, strftime_now), named by `s`.
+  enum class Type { kUndefined, kNone, kBool, kInt, kDouble, kString, kList, kMap, kNamespace, kFunction };
   Type type = Type::kUndefined;
   bool b = false;
   bool tuple = false;  // a list that Python would hold as a tuple (items(), for repr only)
@@ -46,6 +47,11 @@ struct Value {
     return v;
   }
   static Value none() { return of(Type::kNone); }
+  static Value function(std::string name) {
+    Value v = of(Type::kFunction);
+    v.s = std::move(name);
+    return v;
+  }
   static Value boolean(bool x) {
     Value v = of(Type::kBool);
     v.b = x;
@@ -102,6 +108,12 @@ absl::StatusOr<std::string> to_json(const Value& v, int indent);
 bool values_equal(const Value& a, const Value& b);
 // Python's a < b (type error when not ordered); sets *less.
 absl::Status value_less(const Value& a, const Value& b, bool* less);
+// A JSON document as Python values (render_json): objects → dicts in member order, integers → int, other
+// numbers → float, null → None. INVALID_ARGUMENT for invalid JSON or nesting deeper than kMaxValueDepth.
+absl::StatusOr<Value> value_from_json(absl::string_view text);
+// transformers' strftime_now(format): time.strftime on the local time of `unix_seconds`, with the C locale's
+// English names. Directives: %Y %m %d %e %b %B %a %A %H %I %M %S %p %y %j %%; others are kept as written.
+std::string format_time(absl::string_view format, int64_t unix_seconds);
 // Code points of UTF-8 `s` (invalid bytes map to U+FFFD) and back.
 std::u32string decode_utf8(absl::string_view s);
 std::string encode_utf8(std::u32string_view s);

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/chat_template_internal.h"
@@ -150,8 +153,7 @@ absl::Status json_value(const Value& v, int indent, int level, std::string& out)
       return absl::OkStatus();
     }
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("Object of type ", v.is_undefined() ? "Undefined" : "Namespace", " is not JSON serializable"));
+      return absl::InvalidArgumentError(absl::StrCat("Object of type ", type_name(v), " is not JSON serializable"));
   }
 }
 
@@ -174,6 +176,7 @@ const char* type_name(const Value& v) {
     case Value::Type::kList: return v.tuple ? "tuple" : "list";
     case Value::Type::kMap: return "dict";
     case Value::Type::kNamespace: return "Namespace";
+    case Value::Type::kFunction: return "function";
   }
   return "object";
 }
@@ -188,7 +191,8 @@ bool truthy(const Value& v) {
     case Value::Type::kString: return !v.s.empty();
     case Value::Type::kList: return !v.list->empty();
     case Value::Type::kMap: return !v.map->empty();
-    case Value::Type::kNamespace: return true;
+    case Value::Type::kNamespace:
+    case Value::Type::kFunction: return true;
   }
   return false;
 }
@@ -227,6 +231,7 @@ std::string to_repr(const Value& v) {
       return out + "}";
     }
     case Value::Type::kNamespace: return "<Namespace>";
+    case Value::Type::kFunction: return absl::StrCat("<function ", v.s, ">");
   }
   return "";
 }
@@ -265,6 +270,7 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     case T::kNamespace: return a.ns == b.ns;
+    case T::kFunction: return a.s == b.s;
     default: return false;
   }
 }
@@ -293,6 +299,113 @@ absl::Status value_less(const Value& a, const Value& b, bool* less) {
   }
   return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '", type_name(a), "' and '",
                                                  type_name(b), "'"));
+}
+
+namespace {
+
+// Deepest nesting of arrays/objects in JSON text (strings skipped), to refuse a document before building it.
+int json_depth(absl::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t k = 0; k < text.size(); ++k) {
+    const char c = text[k];
+    if (in_string) {
+      if (c == '\\') ++k;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+Value from_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      uint64_t u = j.get<uint64_t>();
+      return u <= static_cast<uint64_t>(INT64_MAX) ? Value::integer(static_cast<int64_t>(u))
+                                                   : Value::real(static_cast<double>(u));
+    }
+    case nlohmann::ordered_json::value_t::number_float: return Value::real(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      List items;
+      items.reserve(j.size());
+      for (const auto& x : j) items.push_back(from_json(x));
+      return Value::of_list(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Map m;
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        Value* slot = const_cast<Value*>(find_key(m, it.key()));
+        if (slot) *slot = from_json(it.value());  // a repeated member: the last wins, as in json.loads
+        else m.emplace_back(it.key(), from_json(it.value()));
+      }
+      return Value::of_map(std::move(m));
+    }
+    default: return Value::none();
+  }
+}
+
+const char* const kMonths[] = {"January", "February", "March",     "April",   "May",      "June",
+                               "July",    "August",   "September", "October", "November", "December"};
+const char* const kDays[] = {"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"};
+
+}  // namespace
+
+absl::StatusOr<Value> value_from_json(absl::string_view text) {
+  if (json_depth(text) > kMaxValueDepth)
+    return absl::InvalidArgumentError(absl::StrCat("JSON nests deeper than ", kMaxValueDepth, " levels"));
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  return from_json(j);
+}
+
+std::string format_time(absl::string_view format, int64_t unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  auto num = [](int v, int width, char pad = '0') {
+    std::string s = std::to_string(v);
+    return s.size() < static_cast<size_t>(width) ? std::string(width - s.size(), pad) + s : s;
+  };
+  std::string out;
+  for (size_t k = 0; k < format.size(); ++k) {
+    if (format[k] != '%' || k + 1 == format.size()) {
+      out.push_back(format[k]);
+      continue;
+    }
+    const char d = format[++k];
+    switch (d) {
+      case 'Y': out += std::to_string(tm.tm_year + 1900); break;
+      case 'y': out += num((tm.tm_year + 1900) % 100, 2); break;
+      case 'm': out += num(tm.tm_mon + 1, 2); break;
+      case 'd': out += num(tm.tm_mday, 2); break;
+      case 'e': out += num(tm.tm_mday, 2, ' '); break;
+      case 'j': out += num(tm.tm_yday + 1, 3); break;
+      case 'b': out += std::string(kMonths[tm.tm_mon], 3); break;
+      case 'B': out += kMonths[tm.tm_mon]; break;
+      case 'a': out += std::string(kDays[tm.tm_wday], 3); break;
+      case 'A': out += kDays[tm.tm_wday]; break;
+      case 'H': out += num(tm.tm_hour, 2); break;
+      case 'I': out += num(tm.tm_hour % 12 == 0 ? 12 : tm.tm_hour % 12, 2); break;
+      case 'M': out += num(tm.tm_min, 2); break;
+      case 'S': out += num(tm.tm_sec, 2); break;
+      case 'p': out += tm.tm_hour < 12 ? "AM" : "PM"; break;
+      case '%': out.push_back('%'); break;
+      default:
+        out.push_back('%');
+        out.push_back(d);
+    }
+  }
+  return out;
 }
 
 }  // namespace chat_template_internal

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -29,7 +30,7 @@ std::string read_text(const std::string& path) {
 
 // Renders `source` for one user message "hi" (or `messages`), failing the test on a parse error.
 absl::StatusOr<std::string> render(const std::string& source, std::vector<ChatMessage> messages = {{"user", "hi"}},
-                                   ChatTemplate::Context ctx = {"<s>", "</s>", true}) {
+                                   ChatTemplate::Context ctx = {"<s>", "</s>", true, std::nullopt}) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::parse(source);
   if (!t.ok()) return t.status();
   return t->render(messages, ctx);
@@ -57,7 +58,7 @@ TEST(ChatTemplateTest, MatchesJinja2OnEveryFixture) {
     }
     std::vector<ChatMessage> messages;
     for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
-    ChatTemplate::Context ctx{c["bos_token"], c["eos_token"], c["add_generation_prompt"]};
+    ChatTemplate::Context ctx{c["bos_token"], c["eos_token"], c["add_generation_prompt"], std::nullopt};
     absl::StatusOr<std::string> out = templates.at(name).render(messages, ctx);
     if (c.contains("output")) {
       ASSERT_TRUE(out.ok()) << label << ": " << out.status();
@@ -196,6 +197,69 @@ TEST(ChatTemplateTest, RaiseExceptionMessageIsTheStatus) {
   EXPECT_EQ(out.status().message(), "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
+// transformers' strftime_now(format): the render's instant (Context::now, local time) with English names.
+TEST(ChatTemplateTest, StrftimeNowFormatsTheRenderInstant) {
+  const char* old_tz = std::getenv("TZ");
+  std::string saved = old_tz ? old_tz : "";
+  setenv("TZ", "UTC", 1);
+  tzset();
+  ChatTemplate::Context ctx{"<s>", "</s>", true, int64_t{1741509000}};  // 2025-03-09T08:30:00Z, a Sunday
+  const std::string src =
+      "{% if strftime_now is defined %}{{ strftime_now('%d %b %Y|%B %e %y|%a %A %j|%H:%M:%S %I%p|%m %%|%Q') }}"
+      "{% endif %}";
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::parse(src);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<std::string> out = t->render({{"user", "hi"}}, ctx);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "09 Mar 2025|March  9 25|Sun Sunday 068|08:30:00 08AM|03 %|%Q");
+  // Without a pinned instant it is the clock's: today's date, not the templates' "26 Jul 2024" fallback.
+  auto today = [] {
+    std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%d %b %Y", &tm);  // the C locale: a test process never calls setlocale
+    return std::string(buf);
+  };
+  const std::string before = today();
+  ctx.now = std::nullopt;
+  absl::StatusOr<ChatTemplate> clock = ChatTemplate::parse("{{ strftime_now('%d %b %Y') }}");
+  ASSERT_TRUE(clock.ok()) << clock.status();
+  out = clock->render({{"user", "hi"}}, ctx);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(*out == before || *out == today()) << *out;
+  EXPECT_EQ(render_ok("{{ range is defined }} {{ namespace is defined }} {{ raise_exception is defined }}"),
+            "True True True");
+  if (old_tz) setenv("TZ", saved.c_str(), 1);
+  else unsetenv("TZ");
+  tzset();
+}
+
+// render_json: any render variables (tools, tool_calls, kwargs), JSON member order kept, tools/documents none.
+TEST(ChatTemplateTest, RenderJsonTakesToolsToolCallsAndKwargs) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::parse(
+      "{{ bos_token }}{% for m in messages %}{{ m.role }}:{% if m.tool_calls %}"
+      "{% for c in m.tool_calls %}{{ c.function.name }}{{ c.function.arguments|tojson }}{% endfor %}"
+      "{% else %}{{ m.content }}{% endif %}|{% endfor %}{% if tools %}{{ tools|tojson }}{% endif %}"
+      "{{ tools is none }} {{ documents is none }} {{ enable_thinking }} {{ eos_token is defined }}");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<std::string> out = t->render_json(R"({"messages": [{"role": "user", "content": "Wetter?"},
+      {"role": "assistant", "tool_calls": [{"function": {"name": "w", "arguments": {"z": 1, "a": [true, null, 2.5]}}}]},
+      {"role": "tool", "content": {"b": 1, "a": "x"}}], "bos_token": "<s>", "enable_thinking": false})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out,
+            "<s>user:Wetter?|assistant:w{\"z\": 1, \"a\": [true, null, 2.5]}|tool:{'b': 1, 'a': 'x'}|"
+            "True True False False");
+  out = t->render_json(R"({"messages": [], "tools": [{"name": "t", "n": 18446744073709551615}]})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "[{\"name\": \"t\", \"n\": 1.8446744073709552e+19}]False True  False");
+  EXPECT_EQ(t->render_json("[1]").status().message(),
+            "chat_template: render variables: expected a JSON object, got list");
+  EXPECT_EQ(t->render_json("{\"messages\": ").status().message(), "chat_template: render variables: not valid JSON");
+  EXPECT_EQ(t->render_json(std::string(100, '[') + std::string(100, ']')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ChatTemplateTest, HugeLoopFailsInsteadOfHanging) {
   auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::string> out =
@@ -322,7 +386,7 @@ TEST(LoadChatTemplateSourceTest, LoadedFixtureParsesAndRenders) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::parse(**src);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->source(), **src);
-  absl::StatusOr<std::string> out = t->render({{"user", "Hi"}}, {"<|begin_of_text|>", "<|eot_id|>", true});
+  absl::StatusOr<std::string> out = t->render({{"user", "Hi"}}, {"<|begin_of_text|>", "<|eot_id|>", true, std::nullopt});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out,
             "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
