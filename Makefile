@@ -11,7 +11,7 @@ ifeq ($(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),y)
 export OPENBLAS_CORETYPE := SkylakeX
 endif
 
-.PHONY: deps configure build run test test-gpu test-asan bench bench-serve bench-weights soak image image-test fuzz fuzz-ci clean compile-check gpu-prepare
+.PHONY: deps configure build run test test-gpu test-asan bench bench-serve bench-weights bench-1b soak image image-test fuzz fuzz-ci clean compile-check gpu-prepare
 
 deps:
 	@bash scripts/install_deps.sh
@@ -95,6 +95,13 @@ bench-serve: configure
 bench-weights: configure
 	cmake --build $(BUILD) -j $(JOBS) --target frost-bench
 	bash scripts/bench_weights.sh $(BUILD)
+
+# Decode at a 1B-class shape (Llama-3.2-1B's geometry, random weights) for fp32 / bf16 / int8 / w8a8: batch 1
+# and 8 streams against the memory-bandwidth limit measured in the same run, and the cold start (load vs one
+# read of the files) → bench/results/families_1b.json.
+bench-1b: configure
+	cmake --build $(BUILD) -j $(JOBS) --target frost-bench
+	bash scripts/bench_families_1b.sh $(BUILD)
 
 # Structured output (guided_json / guided_regex / guided_grammar) over the OpenAI API: validity of >= 200 random
 # schemas, the constraint's first-token cost, constrained vs free throughput, HTTP vs gRPC → bench/results/structured_output.json.

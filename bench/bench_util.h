@@ -2,6 +2,9 @@
 // What frost-bench and frost-loadgen report the same way: percentiles and the machine a figure came from.
 // Header-only: frost-loadgen links the gRPC stubs, not frost_core.
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -39,6 +42,30 @@ inline nlohmann::ordered_json machine_json() {
   return {{"cpu", cpu_model()},
           {"cores", std::thread::hardware_concurrency()},
           {"openblas_coretype", coretype ? coretype : ""}};
+}
+
+// One sequential read of a checkpoint directory's files (*.safetensors, *.json), to set frost's load time
+// against: what reading the bytes costs on this machine, page cache as it is. {0, 0} for builtin models or a
+// path that is not a directory.
+struct FileReadTiming {
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+inline FileReadTiming read_checkpoint_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  FileReadTiming t;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return t;
+  std::vector<char> buf(size_t{8} << 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string ext = e.path().extension().string();
+    if (!e.is_regular_file() || (ext != ".safetensors" && ext != ".json")) continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    while (f.read(buf.data(), static_cast<std::streamsize>(buf.size())) || f.gcount() > 0) t.bytes += f.gcount();
+  }
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return t;
 }
 
 }  // namespace frost::bench
