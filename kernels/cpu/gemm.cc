@@ -1,5 +1,6 @@
 #include "kernels/cpu/gemm.h"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -128,19 +129,62 @@ void gemm_a8(PanelRowsA8 panel_rows, const PackedMatrix& w, const float* x, int6
 }
 
 // [P·32, n_in] rows zero-padded to whole panels, then each panel transposed to [n_in, 32].
-at::Tensor panelize(const at::Tensor& m, int64_t n_panels) {
+// [n_out, n_in] → [n_panels, n_in, kPanel]: panel p, input k, lane j holds m[p·kPanel + j, k] (0 past n_out), in
+// huge-page memory, written once, in parallel over panels (a 1B-class model packs ~5 GB: the ATen form below
+// took four passes, one of them a strided transpose). panelize_reference is that form, its twin in the tests.
+template <typename T>
+void panelize_rows(const T* src, int64_t n_out, int64_t n_in, int64_t n_panels, T* dst) {
+  at::parallel_for(0, n_panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* out = dst + p * n_in * kPanel;
+      const int64_t rows = std::min<int64_t>(kPanel, n_out - p * kPanel);
+      for (int64_t k0 = 0; k0 < n_in; k0 += 64) {  // a tile of 64 inputs × 32 lanes: both sides stay in L1
+        const int64_t k1 = std::min(n_in, k0 + 64);
+        for (int64_t j = 0; j < kPanel; ++j) {
+          const T* row = src + (p * kPanel + j) * n_in;
+          for (int64_t k = k0; k < k1; ++k) out[k * kPanel + j] = j < rows ? row[k] : T(0);
+        }
+      }
+    }
+  });
+}
+
+at::Tensor panelize(const at::Tensor& m_in, int64_t n_panels) {
+  TORCH_CHECK(m_in.dim() == 2, "panelize: need a matrix");
+  const at::Tensor m = m_in.contiguous();
+  const int64_t n_out = m.size(0), n_in = m.size(1);
+  at::Tensor out = huge_page_empty({n_panels, n_in, kPanel}, m.options());
+  switch (m.element_size()) {
+    case 4:
+      panelize_rows(static_cast<const int32_t*>(m.data_ptr()), n_out, n_in, n_panels, static_cast<int32_t*>(out.data_ptr()));
+      break;
+    case 2:
+      panelize_rows(static_cast<const int16_t*>(m.data_ptr()), n_out, n_in, n_panels, static_cast<int16_t*>(out.data_ptr()));
+      break;
+    case 1:
+      panelize_rows(static_cast<const int8_t*>(m.data_ptr()), n_out, n_in, n_panels, static_cast<int8_t*>(out.data_ptr()));
+      break;
+    default:
+      TORCH_CHECK(false, "panelize: unsupported element size ", m.element_size());
+  }
+  return out;
+}
+
+}  // namespace
+
+at::Tensor panelize_reference(const at::Tensor& m, int64_t n_panels) {
   at::Tensor padded = at::zeros({n_panels * kPanel, m.size(1)}, m.options());
   padded.narrow(0, 0, m.size(0)).copy_(m);
   return padded.view({n_panels, kPanel, m.size(1)}).transpose(1, 2).contiguous();
 }
 
-// The packed tensors move into huge-page-advised memory (kernels/cpu/huge_pages.h): every decode step streams
-// them whole, and on 4 KiB pages that stream pays a TLB miss per page.
-PackedMatrix in_huge_pages(PackedMatrix m) {
-  for (at::Tensor* t : {&m.panels, &m.scales, &m.mins})
-    if (t->defined()) *t = huge_page_copy(*t);
-  return m;
-}
+at::Tensor panelize_for_test(const at::Tensor& m, int64_t n_panels) { return panelize(m, n_panels); }
+
+namespace {
+
+// The packed tensors live in huge-page-advised memory (kernels/cpu/huge_pages.h): every decode step streams them
+// whole, and on 4 KiB pages that stream pays a TLB miss per page. panelize() writes there directly; a tensor
+// made by another op afterwards (int4's nibble pairs, w8a8's byte quads) is copied there.
 
 }  // namespace
 
@@ -177,7 +221,7 @@ PackedMatrix pack_matrix(const at::Tensor& w) {
   m.n_in = w.size(1);
   m.group = m.n_in;
   m.panels = panelize(w, (m.n_out + kPanel - 1) / kPanel);
-  return in_huge_pages(std::move(m));
+  return m;
 }
 
 PackedMatrix pack_quantized(const QuantizedMatrix& qm) {
@@ -197,9 +241,9 @@ PackedMatrix pack_quantized(const QuantizedMatrix& qm) {
     m.panels = q;
   } else {  // byte j of an input row: output j | output j+16 << 4
     const at::Tensor lo = q.narrow(2, 0, 16), hi = q.narrow(2, 16, 16);
-    m.panels = at::bitwise_or(lo, at::bitwise_left_shift(hi, 4)).contiguous();
+    m.panels = huge_page_copy(at::bitwise_or(lo, at::bitwise_left_shift(hi, 4)));
   }
-  return in_huge_pages(std::move(m));
+  return m;
 }
 
 void gemm_packed_isa(Isa isa, const PackedMatrix& w, const float* x, int64_t ldx, int64_t n_rows,
@@ -237,8 +281,8 @@ PackedMatrix pack_quantized_a8(const QuantizedMatrix& qm) {
   m.scales = panelize(qm.scales, n_panels);  // [P, n_groups, 32]; padding rows have scale 0
   at::Tensor u = at::full({n_panels * kPanel, n_in4}, 128, at::kInt);  // q + 128; padding is q = 0
   u.narrow(0, 0, m.n_out).narrow(1, 0, m.n_in).add_(qm.q.to(at::kInt));
-  m.panels = u.to(at::kByte).view({n_panels, kPanel, n_in4 / 4, 4}).permute({0, 2, 1, 3}).contiguous();
-  return in_huge_pages(std::move(m));
+  m.panels = huge_page_copy(u.to(at::kByte).view({n_panels, kPanel, n_in4 / 4, 4}).permute({0, 2, 1, 3}));
+  return m;
 }
 
 void quantize_activations_a8(const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, int64_t group,

@@ -64,6 +64,10 @@ struct PackedMatrix {
 
 // Packs W [n_out, n_in] (contiguous fp32 or bf16); the dtype is kept.
 PackedMatrix pack_matrix(const at::Tensor& w);
+// The packers' panel layout [n_panels, n_in, 32] of a contiguous [n_out, n_in] matrix (zero rows past n_out):
+// the one-pass parallel form the packers use, and its plain-ATen twin (tests hold them equal bit for bit).
+at::Tensor panelize_for_test(const at::Tensor& m, int64_t n_panels);
+at::Tensor panelize_reference(const at::Tensor& m, int64_t n_panels);
 // Packs a quantized matrix (int8 or int4, any group size).
 PackedMatrix pack_quantized(const QuantizedMatrix& qm);
 // Packs an int8 matrix for W8A8 (group % 4 == 0 or group >= n_in).

@@ -101,6 +101,15 @@ at::Tensor huge_page_copy(const at::Tensor& t) {
   return out;
 }
 
+at::Tensor huge_page_empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  if (!huge_pages_enabled()) return at::empty(sizes, options);
+  int64_t n = 1;
+  for (int64_t d : sizes) n *= d;
+  const int64_t bytes = n * static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
+  auto [p, owner] = arena().allocate(std::max<int64_t>(bytes, 1));
+  return at::from_blob(p, sizes, [owner = std::move(owner)](void*) mutable { owner.reset(); }, options);
+}
+
 std::string transparent_hugepage_mode() {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string line;

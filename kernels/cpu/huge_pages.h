@@ -28,6 +28,10 @@ inline constexpr int64_t kSlabBytes = int64_t{32} << 20;
 // t.contiguous() (which may be t itself). t must be a CPU tensor.
 at::Tensor huge_page_copy(const at::Tensor& t);
 
+// An uninitialised contiguous tensor of `sizes` / `options` in the arena (at::empty when huge pages are off), for
+// a producer that writes every element itself (the packers: one pass instead of a build and a copy).
+at::Tensor huge_page_empty(at::IntArrayRef sizes, const at::TensorOptions& options);
+
 // False when the environment sets FROST_HUGE_PAGES=0 (read once): huge_page_copy then allocates through
 // LibTorch as before (to compare, or for a host whose THP settings hurt).
 bool huge_pages_enabled();

@@ -299,5 +299,19 @@ TEST(GemmPackedTest2, RefusesWhatItCannotPack) {
   EXPECT_THROW(pack_matrix(at::randn({4, 4}, at::kDouble)), c10::Error);
 }
 
+// The packers' one-pass parallel panel layout against its plain-ATen twin, bit for bit: fp32, bf16 and int8
+// elements, n_out a multiple of the panel and not (zero padding rows), n_in across the 64-wide tiles.
+TEST(PackMatrixTest, OnePassPanelsEqualTheAtenLayout) {
+  for (const auto dtype : {at::kFloat, at::kBFloat16, at::kChar})
+    for (const auto& [n_out, n_in] : std::vector<std::pair<int64_t, int64_t>>{{32, 16}, {45, 130}, {97, 64}, {1, 3}}) {
+      const at::Tensor m = dtype == at::kChar ? at::randint(-128, 127, {n_out, n_in}, at::kChar)
+                                             : at::randn({n_out, n_in}).to(dtype);
+      const int64_t panels = (n_out + 31) / 32;
+      const at::Tensor got = kernels::panelize_for_test(m, panels), want = kernels::panelize_reference(m, panels);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      EXPECT_TRUE(at::equal(got, want)) << dtype << " " << n_out << "x" << n_in;
+    }
+}
+
 }  // namespace
 }  // namespace frost::kernels
