@@ -69,9 +69,9 @@ void CudaWeights::init() {
   card = prop.name;
   n_sms = prop.multiProcessorCount;
   device_total = static_cast<int64_t>(prop.totalGlobalMem);
-  if (llama) {  // RoPE tables as core/model/transformer.cc computes them (and the twin)
+  if (llama) {  // RoPE tables as the CPU computes them (make_rope_table; the reference device reads them too)
     std::vector<float> c, s;
-    cuda::ref::rope_tables(static_cast<int>(cfg_.max_pos), static_cast<int>(cfg_.head_dim), cfg_.rope_theta, &c, &s);
+    device_rope_table(cfg_, /*local=*/false, &c, &s);  // plain models only (device_supports): [max_pos, D/2]
     auto up = [this](const std::vector<float>& v) {
       auto* p = static_cast<float*>(alloc(4 * static_cast<int64_t>(v.size()), "RoPE table"));
       FROST_CUDA_CHECK(cudaMemcpy(p, v.data(), 4 * v.size(), cudaMemcpyHostToDevice));

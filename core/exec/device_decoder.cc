@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/layer_sequence.h"
+#include "core/model/rope.h"
 
 namespace frost {
 
@@ -33,13 +34,15 @@ absl::Status device_int8_weights_present(const ModelWeights& w, const std::strin
   return absl::OkStatus();
 }
 
-absl::Status device_supports(const ModelConfig& c, WeightDtype dtype, const std::string& device) {
+absl::Status device_supports(const ModelConfig& c, WeightDtype dtype, const std::string& device,
+                             const LayerFeatures& have) {
   auto refuse = [&](auto&&... parts) {
     return absl::FailedPreconditionError(
         absl::StrCat("model.device ", device, ": the device decoder cannot run this model: ", parts...));
   };
-  // The device backends implement the layer sequence's plain ops, none of the variant ops.
-  if (absl::Status st = check_layer_features(c, LayerFeatures{}, absl::StrCat("model.device ", device),
+  // The device backends implement the layer sequence's plain ops (and the families' ops where `have` says
+  // so), none of the variant ops.
+  if (absl::Status st = check_layer_features(c, have, absl::StrCat("model.device ", device),
                                              "runs only on model.device cpu");
       !st.ok())
     return st;
@@ -47,7 +50,9 @@ absl::Status device_supports(const ModelConfig& c, WeightDtype dtype, const std:
     return refuse("model.dtype ", weight_dtype_name(dtype), " (a device serves ", weight_dtype_choices(true),
                   " weights)");
   const bool llama = c.arch == Arch::kLlama;
-  if (llama ? c.act != Activation::kSilu : c.act != Activation::kGeluNew)
+  // LLaMA-shaped: SwiGLU, or (a families' feature) the tanh-GELU gate; GPT-2: gelu_new.
+  if (llama ? c.act != Activation::kSilu && !(have.families && c.act == Activation::kGeluNew)
+            : c.act != Activation::kGeluNew)
     return refuse("an activation other than ", llama ? "SiLU (SwiGLU)" : "gelu_new", " in a ", arch_name(c.arch),
                   " model");
   if (c.head_dim % 8 != 0 || c.head_dim > 128) return refuse("head_dim ", c.head_dim, " (a multiple of 8 up to 128)");
@@ -59,6 +64,16 @@ absl::Status device_supports(const ModelConfig& c, WeightDtype dtype, const std:
     return refuse("max_position_embeddings ", c.max_pos, " (up to ", cuda::kAttnSplits * cuda::kAttnMaxSplit,
                   ")");
   return absl::OkStatus();
+}
+
+void device_rope_table(const ModelConfig& c, bool local, std::vector<float>* cos_t,
+                       std::vector<float>* sin_t) {
+  const RopeTable t =
+      make_rope_table(local ? c.rope_local_theta : c.rope_theta, local ? RopeScaling{} : c.rope_scaling,
+                      c.rot_dim(), c.max_pos, c.max_pos);
+  const at::Tensor cs = t.cos.contiguous(), sn = t.sin.contiguous();
+  cos_t->assign(cs.data_ptr<float>(), cs.data_ptr<float>() + cs.numel());
+  sin_t->assign(sn.data_ptr<float>(), sn.data_ptr<float>() + sn.numel());
 }
 
 namespace {

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "core/common/device_spec.h"
+#include "core/model/layer_sequence.h"
 #include "core/model/model_config.h"
 #include "core/model/transformer.h"
 #include "kernels/cuda/layout.h"
@@ -33,8 +34,16 @@ namespace frost {
 
 // What a device decoder runs, checked before anything is uploaded: FAILED_PRECONDITION naming what it does
 // not (architecture variants, int4 / w8a8 weights — fp32, bf16, fp16 and int8 run —, another activation than
-// the family's, head_dim, query heads per kv head, context), "model.device <name>: ..." in front.
-absl::Status device_supports(const ModelConfig& cfg, WeightDtype dtype, const std::string& device);
+// the family's, head_dim, query heads per kv head, context), "model.device <name>: ..." in front. `have`: the
+// layer sequence's features the device runs beyond the plain layer (the reference device: the families'; the
+// CUDA decoder: none, so a model that needs one is refused naming its config.json field).
+absl::Status device_supports(const ModelConfig& cfg, WeightDtype dtype, const std::string& device,
+                             const LayerFeatures& have = LayerFeatures{});
+// The RoPE table a device reads (core/model/rope.h's make_rope_table, the CPU's): cos / sin [max_pos,
+// rot_dim / 2] fp32 of the global rotation (rope_theta, rope_scaling), or (local) Gemma 3's sliding layers'
+// (rope_local_base_freq, unscaled).
+void device_rope_table(const ModelConfig& cfg, bool local, std::vector<float>* cos_t,
+                       std::vector<float>* sin_t);
 // An int8 model (w.dtype kInt8) must carry the int8 form of every matrix it multiplies (LayerWeights::*_q,
 // ModelWeights::lm_head_q, 8 bits): FAILED_PRECONDITION naming the matrix otherwise; OK for other formats.
 absl::Status device_int8_weights_present(const ModelWeights& w, const std::string& device);

@@ -28,7 +28,10 @@ constexpr const char* kWho = "reference device";
 
 absl::StatusOr<std::shared_ptr<const ReferenceWeights>> ReferenceWeights::create(const ModelConfig& cfg,
                                                                                    const ModelWeights& w) {
-  if (absl::Status st = device_supports(cfg, w.dtype, "reference"); !st.ok()) return st;
+  // The reference device runs the families' features (ModelConfig::plain()), none of the variants'.
+  LayerFeatures have;
+  have.families = true;
+  if (absl::Status st = device_supports(cfg, w.dtype, "reference", have); !st.ok()) return st;
   if (absl::Status st = device_int8_weights_present(w, "reference"); !st.ok()) return st;
   std::shared_ptr<ReferenceWeights> d(new ReferenceWeights(cfg));
   d->wdt = device_weight_dtype(w.dtype);
@@ -72,14 +75,19 @@ absl::StatusOr<std::shared_ptr<const ReferenceWeights>> ReferenceWeights::create
     L.b_in = keep(l.b_in);
     L.w_out = matrix(l.w_out, l.w_out_q);
     L.b_out = keep(l.b_out);
+    L.q_norm_w = keep(l.q_norm_w);
+    L.k_norm_w = keep(l.k_norm_w);
+    L.post_attn_norm_w = keep(l.post_attn_norm_w);
+    L.post_mlp_norm_w = keep(l.post_mlp_norm_w);
     d->layers.push_back(std::move(L));
   }
   d->final_norm_w = keep(w.final_norm_w);
   d->final_norm_b = keep(w.final_norm_b);
   if (int8 || !w.lm_head.is_same(w.tok_embed)) d->lm_head = matrix(w.lm_head, w.lm_head_q);  // int8: never tied
-  if (cfg.arch == Arch::kLlama)
-    cuda::ref::rope_tables(static_cast<int>(cfg.max_pos), static_cast<int>(cfg.head_dim), cfg.rope_theta,
-                           &d->rope_cos, &d->rope_sin);
+  if (cfg.arch == Arch::kLlama) {
+    device_rope_table(cfg, /*local=*/false, &d->rope_cos[0], &d->rope_sin[0]);
+    if (cfg.rope_local_theta > 0) device_rope_table(cfg, /*local=*/true, &d->rope_cos[1], &d->rope_sin[1]);
+  }
   return std::shared_ptr<const ReferenceWeights>(std::move(d));
 }
 
@@ -113,27 +121,28 @@ uint8_t* ReferenceDecoder::block_base(int seq, int pos, int layer, int* row) {
 }
 
 // The layer sequence's ops on the reference device: every op over the step's rows, plain loops, the device's
-// buffers (x: the residual stream [n, C]; h: a norm's rows; qkv; att; gu: the MLP's input projection; act).
+// buffers (x: the residual stream [n, C]; h: a norm's rows; qkv; att; gu: the MLP's input projection; act; y:
+// a block's output before its post norm, Gemma).
 struct ReferenceDecoder::Ops final : LayerOps {
   ReferenceDecoder& d;
   const ReferenceWeights& w;
   const ModelConfig& c;
   const DeviceStep& step;
-  const int n, nl, C, H, Hkv, D, F, V, Q, QKV, FIN;
+  const int n, nl, C, H, Hkv, D, F, V, Q, QKV, FIN, ROT;
   const bool gpt2;
   const float eps, scale;
-  std::vector<float> x, h, qkv, att, gu, act, last, hn, logits, K, Vv;
+  std::vector<float> x, h, qkv, att, gu, act, last, hn, logits, K, Vv, y;
 
   Ops(ReferenceDecoder& d_, const DeviceStep& s)
       : d(d_), w(*d_.w_), c(d_.cfg_), step(s), n(static_cast<int>(s.token.size())),
         nl(static_cast<int>(s.logit_rows.size())), C(static_cast<int>(c.dim)), H(static_cast<int>(c.n_head)),
         Hkv(static_cast<int>(c.n_head_kv)), D(static_cast<int>(c.head_dim)), F(static_cast<int>(c.ffn_dim)),
         V(static_cast<int>(c.n_vocab)), Q(H * D), QKV(Q + 2 * Hkv * D), FIN(c.arch == Arch::kGpt2 ? F : 2 * F),
-        gpt2(c.arch == Arch::kGpt2), eps(static_cast<float>(c.norm_eps)),
-        scale(1.f / std::sqrt(static_cast<float>(c.head_dim))),
-        x(static_cast<size_t>(n) * C), h(x.size()), qkv(static_cast<size_t>(n) * QKV),
-        att(static_cast<size_t>(n) * Q), gu(static_cast<size_t>(n) * FIN), act(static_cast<size_t>(n) * F),
-        last(static_cast<size_t>(nl) * C), hn(last.size()) {}
+        ROT(static_cast<int>(c.rot_dim())), gpt2(c.arch == Arch::kGpt2), eps(static_cast<float>(c.norm_eps)),
+        scale(static_cast<float>(c.attention_scale())), x(static_cast<size_t>(n) * C), h(x.size()),
+        qkv(static_cast<size_t>(n) * QKV), att(static_cast<size_t>(n) * Q), gu(static_cast<size_t>(n) * FIN),
+        act(static_cast<size_t>(n) * F), last(static_cast<size_t>(nl) * C), hn(last.size()),
+        y(c.post_norms ? x.size() : 0) {}
 
   static const float* bias(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
   void norm_rows(const float* in, const std::vector<float>& wt, const std::vector<float>& b, int rows, float* out) {
@@ -147,6 +156,7 @@ struct ReferenceDecoder::Ops final : LayerOps {
     for (int r = 0; r < n; ++r)
       for (int i = 0; i < C; ++i) {
         float v = w.tok_embed[static_cast<size_t>(step.token[r]) * C + i];
+        if (c.embed_scale != 1.0) v *= static_cast<float>(c.embed_scale);  // Gemma: × √C, fp32 as the CPU
         if (gpt2) v += w.pos_embed[static_cast<size_t>(step.pos[r]) * C + i];
         x[static_cast<size_t>(r) * C + i] = v;
       }
@@ -167,24 +177,50 @@ struct ReferenceDecoder::Ops final : LayerOps {
       return;
     }
     const ReferenceWeights::Layer& L = w.layers[static_cast<size_t>(l)];
+    // A block's output is added to x, or (post norms) kept in y for post_norm to norm and add. Biases: any of
+    // them may be absent (Qwen2: q / k / v biases, no o bias).
+    const bool post = c.post_norms;
+    float* out = post ? y.data() : x.data();
     switch (m) {
       case LayerMatrix::kQkv: return d.linear(L.wqkv, h.data(), n, QKV, C, bias(L.bqkv), false, qkv.data());
-      case LayerMatrix::kO: return d.linear(L.wo, att.data(), n, C, Q, bias(L.bo), true, x.data());
+      case LayerMatrix::kO: return d.linear(L.wo, att.data(), n, C, Q, bias(L.bo), !post, out);
       case LayerMatrix::kMlpIn: return d.linear(L.w_in, h.data(), n, FIN, C, bias(L.b_in), false, gu.data());
       case LayerMatrix::kMlpOut:
-        return d.linear(L.w_out, gpt2 ? gu.data() : act.data(), n, C, F, bias(L.b_out), true, x.data());
+        return d.linear(L.w_out, gpt2 ? gu.data() : act.data(), n, C, F, bias(L.b_out), !post, out);
       case LayerMatrix::kHead: return;
     }
   }
-  // RoPE on q and k heads, then k and v rows into the pool through the format (every row of the step first: a
-  // row attends to this step's earlier rows of its sequence). RA is refused before upload (device_supports).
+  // Qwen 3 / Gemma 3: RMSNorm over each q head (q_norm) and k head (k_norm), before RoPE.
+  void qk_norm(int64_t l) override {
+    const ReferenceWeights::Layer& L = w.layers[static_cast<size_t>(l)];
+    for (int r = 0; r < n; ++r) {
+      float* q = qkv.data() + static_cast<int64_t>(r) * QKV;
+      cuda::ref::rmsnorm(q, L.q_norm_w.data(), H, D, eps, q);
+      cuda::ref::rmsnorm(q + Q, L.k_norm_w.data(), Hkv, D, eps, q + Q);
+    }
+  }
+  // Gemma's post-attention / post-feedforward norm: x += RMSNorm(y).
+  void post_norm(NormSite site, int64_t l) override {
+    const ReferenceWeights::Layer& L = w.layers[static_cast<size_t>(l)];
+    const std::vector<float>& nw = site == NormSite::kAttn ? L.post_attn_norm_w : L.post_mlp_norm_w;
+    cuda::ref::rmsnorm(y.data(), nw.data(), n, C, eps, y.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+  }
+  void logit_softcap() override {
+    const auto cap = static_cast<float>(c.final_softcap);
+    cuda::ref::softcap(logits.data(), static_cast<int64_t>(logits.size()), cap);
+  }
+  // RoPE on q and k heads (the layer's table: Gemma 3's sliding layers the local one; the first rot_dim dims
+  // of each head), then k and v rows into the pool through the format (every row of the step first: a row
+  // attends to this step's earlier rows of its sequence). RA is refused before upload (device_supports).
   void rope_kv_append(int64_t l, bool) override {
     const cuda::KvLayout& kv = d.kv_;
+    const int t = c.local_rope(l) ? 1 : 0;
     for (int r = 0; r < n; ++r) {
       float* q = qkv.data() + static_cast<int64_t>(r) * QKV;
       if (!gpt2)
         for (int hh = 0; hh < H + Hkv; ++hh)
-          cuda::ref::rope_row(q + hh * D, D, w.rope_cos.data(), w.rope_sin.data(), step.pos[r]);
+          cuda::ref::rope_row(q + hh * D, ROT, w.rope_cos[t].data(), w.rope_sin[t].data(), step.pos[r]);
       int slot = 0;
       uint8_t* base = d.block_base(step.seq[r], step.pos[r], static_cast<int>(l), &slot);
       for (int g = 0; g < Hkv; ++g)
@@ -199,15 +235,19 @@ struct ReferenceDecoder::Ops final : LayerOps {
         }
     }
   }
-  // Each query head over its kv head's positions 0..pos, decoded from the pool.
+  // Each query head over its kv head's positions start..pos, decoded from the pool: start 0, or pos − W + 1 in
+  // a sliding layer of window W; the scores soft-capped where the model caps them (Gemma 2).
   void attention(int64_t l) override {
     const cuda::KvLayout& kv = d.kv_;
+    const int64_t window = c.window_of(l);
+    const auto cap = static_cast<float>(c.attn_softcap);
     for (int r = 0; r < n; ++r) {
       const int n_pos = step.pos[r] + 1;
+      const int start = window > 0 && n_pos > window ? n_pos - static_cast<int>(window) : 0;
       for (int g = 0; g < Hkv; ++g) {
         K.resize(static_cast<size_t>(n_pos) * D);
         Vv.resize(K.size());
-        for (int p = 0; p < n_pos; ++p) {
+        for (int p = start; p < n_pos; ++p) {
           int slot = 0;
           const uint8_t* base = d.block_base(step.seq[r], p, static_cast<int>(l), &slot);
           const int64_t idx = static_cast<int64_t>(g) * kv.block_tokens + slot;
@@ -222,14 +262,16 @@ struct ReferenceDecoder::Ops final : LayerOps {
           }
         }
         for (int hh = g * (H / Hkv); hh < (g + 1) * (H / Hkv); ++hh)
-          cuda::ref::attend_head(qkv.data() + static_cast<int64_t>(r) * QKV + hh * D, K.data(), Vv.data(), n_pos, D,
-                                 scale, att.data() + static_cast<int64_t>(r) * Q + hh * D);
+          cuda::ref::attend_window(qkv.data() + static_cast<int64_t>(r) * QKV + hh * D, K.data(), Vv.data(), start,
+                                   n_pos, D, scale, cap, att.data() + static_cast<int64_t>(r) * Q + hh * D);
       }
     }
   }
   void activation(int64_t) override {
     if (gpt2)
       cuda::ref::gelu_new(gu.data(), static_cast<int64_t>(n) * F);  // in place: the next linear reads gu
+    else if (c.act == Activation::kGeluNew)
+      cuda::ref::gelu_gate(gu.data(), n, F, act.data());  // Gemma: gelu_tanh(gate) · up
     else
       cuda::ref::swiglu(gu.data(), n, F, act.data());
   }

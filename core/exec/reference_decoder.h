@@ -6,6 +6,11 @@
 // prefix caching, cancellation, mixed sampling and the device's refusals are tested without a GPU (CI);
 // on a GPU, tests/gpu holds the CUDA decoder to it step for step.
 //
+// It runs the model families' features too (ModelConfig::plain(); LayerFeatures::families): RoPE scaling and
+// partial rotary from the CPU's tables (make_rope_table), sliding windows, soft caps, q / k norms, post norms,
+// scaled embeddings and queries, the tanh-GELU gate, q / k / v biases without an o bias — ahead of the CUDA
+// decoder, which refuses such a model naming its config.json field until it has the kernels.
+//
 // Slow by design (plain loops in double): meant for small models (stories260K, builtin:tiny).
 #include <cstdint>
 #include <memory>
@@ -34,13 +39,16 @@ class ReferenceWeights final : public DeviceWeights {
   };
   struct Layer {
     std::vector<float> attn_norm_w, attn_norm_b, bqkv, bo, mlp_norm_w, mlp_norm_b, b_in, b_out;
+    std::vector<float> q_norm_w, k_norm_w, post_attn_norm_w, post_mlp_norm_w;  // the families' (or empty)
     Matrix wqkv, wo, w_in, w_out;
   };
   cuda::DType wdt = cuda::DType::kF32;  // how the device stores the matrices
   std::vector<float> tok_embed, pos_embed, final_norm_w, final_norm_b;
   Matrix lm_head;  // empty (fp32 / bf16 / fp16 models): tied to tok_embed
   std::vector<Layer> layers;
-  std::vector<float> rope_cos, rope_sin;
+  // LLaMA-shaped: the RoPE tables [max_pos, rot_dim / 2] (device_rope_table, the CPU's make_rope_table): [0]
+  // global, [1] Gemma 3's local rotation of the sliding layers (present when rope_local_base_freq is set).
+  std::vector<float> rope_cos[2], rope_sin[2];
 
  private:
   explicit ReferenceWeights(const ModelConfig& cfg) : DeviceWeights(cfg, DeviceSpec{DeviceKind::kReference, 0}) {}

@@ -9,8 +9,7 @@
 //   attention
 //              through each sequence's KV codec (repair and KVSplice folded in), every architecture variant
 //   reference  ReferenceDecoder (core/exec/reference_decoder.cc): the device's layout and the CPU twins of
-//   its
-//              kernels (kernels/cuda/reference.h)
+//              its kernels (kernels/cuda/reference.h); the families' ops too (the CUDA decoder refuses them)
 //   CUDA       CudaDecoder (core/exec/cuda_decoder.cc): kernels/cuda and cuBLAS; it may fuse a norm or an
 //              activation into the linear that reads it (LLaMA's GEMV), which the op order allows: a norm's
 //              or an activation's output is read by the next linear only.

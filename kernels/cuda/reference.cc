@@ -175,19 +175,28 @@ float decode_element(const uint8_t* row, int i, KvFormat f, float scale) {
 }
 
 void attend_head(const float* q, const float* k, const float* v, int n, int d, float scale, float* out) {
+  attend_window(q, k, v, 0, n, d, scale, 0.f, out);
+}
+
+void attend_window(const float* q, const float* k, const float* v, int start, int end, int d, float scale,
+                   float softcap, float* out) {
+  const int n = end - start;
   std::vector<double> s(static_cast<size_t>(n));
   double m = -std::numeric_limits<double>::infinity();
-  for (int p = 0; p < n; ++p) {
+  for (int j = 0; j < n; ++j) {
+    const int64_t p = start + j;
     double dot = 0;
-    for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * k[static_cast<int64_t>(p) * d + i];
-    s[static_cast<size_t>(p)] = dot * scale;
-    m = std::max(m, s[static_cast<size_t>(p)]);
+    for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * k[p * d + i];
+    double e = dot * scale;
+    if (softcap > 0) e = softcap * std::tanh(e / softcap);
+    s[static_cast<size_t>(j)] = e;
+    m = std::max(m, e);
   }
   double tot = 0;
   for (auto& e : s) tot += (e = std::exp(e - m));
   for (int i = 0; i < d; ++i) {
     double acc = 0;
-    for (int p = 0; p < n; ++p) acc += s[static_cast<size_t>(p)] * v[static_cast<int64_t>(p) * d + i];
+    for (int j = 0; j < n; ++j) acc += s[static_cast<size_t>(j)] * v[static_cast<int64_t>(start + j) * d + i];
     out[i] = static_cast<float>(acc / tot);
   }
 }
@@ -199,6 +208,20 @@ void swiglu(const float* gu, int rows, int f, float* out) {
                    u = gu[static_cast<int64_t>(r) * 2 * f + f + j];
       out[static_cast<int64_t>(r) * f + j] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
     }
+}
+
+void gelu_gate(const float* gu, int rows, int f, float* out) {
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < f; ++j) {
+      const double g = gu[static_cast<int64_t>(r) * 2 * f + j],
+                   u = gu[static_cast<int64_t>(r) * 2 * f + f + j];
+      out[static_cast<int64_t>(r) * f + j] = static_cast<float>(
+          0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u);
+    }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
 }
 
 void gelu_new(float* x, int64_t n) {

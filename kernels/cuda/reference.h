@@ -32,7 +32,9 @@ void layernorm(const float* x, const float* w, const float* b, int rows, int dim
 // The RoPE tables the device model builds ([max_pos, D/2], float32 as core/model/transformer.cc).
 void rope_tables(int max_pos, int head_dim, double theta, std::vector<float>* cos_t,
                  std::vector<float>* sin_t);
-// One head row x[D] rotated in place for position p (unfused float products, as the CPU reference).
+// One head row x[D] rotated in place for position p (unfused float products, as the CPU reference). Partial
+// rotary (core/model/rope.h): pass rotary_dim as head_dim and tables [max_pos, rotary_dim / 2] — the first
+// rotary_dim dims rotate (pairs j, j + rotary_dim / 2), the rest of the row is not touched.
 void rope_row(float* x, int head_dim, const float* cos_t, const float* sin_t, int p);
 // One head row encoded as the pool stores it: row bytes (kv_row_bytes) and, for int formats, the scale.
 float encode_row(const float* x, int head_dim, KvFormat f, uint8_t* dst);
@@ -41,8 +43,18 @@ float decode_element(const uint8_t* row, int i, KvFormat f, float scale);
 // softmax(q·Kᵀ·scale)·V over n positions for one head; K, V: [n, D] already decoded.
 void attend_head(const float* q, const float* k, const float* v, int n, int head_dim, float scale,
                  float* out);
+// The same over positions [start, end) only (a sliding window: the query at end − 1 sees end − W .. end − 1),
+// K, V: [end, D] indexed by position (rows below start are not read); softcap > 0 caps each scaled score,
+// s = softcap · tanh(s / softcap), before the softmax (Gemma 2). start 0 and softcap 0 is attend_head.
+void attend_window(const float* q, const float* k, const float* v, int start, int end, int head_dim,
+                   float scale, float softcap, float* out);
 void swiglu(const float* gu, int rows, int ffn, float* out);
+// The tanh-GELU gate of a LLaMA-shaped MLP (Gemma): gu [rows, 2F] (gate | up) → out [rows, F] =
+// gelu_new(gate) · up, in double.
+void gelu_gate(const float* gu, int rows, int ffn, float* out);
 void gelu_new(float* x, int64_t n);
+// x = cap · tanh(x / cap) over n values (Gemma 2's final-logit soft cap), in double.
+void softcap(float* x, int64_t n, float cap);
 // y[r] (+)= W·x[r] (+ b), W fp32 [n_out, n_in]; dt bf16 / fp16: W and x rounded to that format first (the
 // device's GEMV and GEMM: 2-byte weights times activations rounded alike, sums in fp32 there, in double
 // here).

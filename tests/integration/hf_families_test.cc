@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -258,6 +259,7 @@ TEST_P(HfFamiliesTest, ReferenceDeviceMatches) {
   testing::DecoderSeq s;
   s.slot = 0;
   s.reserve(dec, blocks, T);
+  double worst = 0;
   for (const auto& [first, end] : {std::pair<int32_t, int32_t>{0, kFirstChunk}, {kFirstChunk, T}}) {
     DeviceStep step;
     for (int32_t t = first; t < end; ++t) {
@@ -272,8 +274,11 @@ TEST_P(HfFamiliesTest, ReferenceDeviceMatches) {
       const double d = testing::max_abs_diff(row(got.data() + static_cast<int64_t>(t - first) * V, V),
                                              expected_logits(static_cast<size_t>(t)));
       EXPECT_LE(d, kLogitTol) << name() << ": reference device logits at position " << t;
+      worst = std::max(worst, d);
     }
   }
+  std::printf("  %s: reference device vs HF logits, max |diff| over %d positions %.2e\n", name().c_str(), T,
+              worst);
 
   testing::DecoderSeq g;
   g.slot = 1;

@@ -1,8 +1,10 @@
 #include "tests/testing/decoder_harness.h"
 
 #include <cmath>
+#include <random>
 #include <stdexcept>
 
+#include "core/kv/sequence_kv.h"
 #include "core/model/builtin_models.h"
 #include "core/model/quantize.h"
 #include "core/model/tokenizer.h"
@@ -38,6 +40,33 @@ ModelConfig device_gpt2() {
   return c;
 }
 
+namespace {
+// The families' tensors random_weights does not draw (builtin models are plain): norm weights around 1,
+// biases around 0, from their own generator.
+void add_family_weights(const ModelConfig& cfg, uint64_t seed, ModelWeights& w) {
+  std::mt19937_64 g(seed ^ 0x5eedfa4117ull);
+  auto vec = [&g](int64_t n, float spread, float mean) {
+    std::uniform_real_distribution<float> u(-spread, spread);
+    at::Tensor t = at::empty({n}, at::kFloat);
+    for (int64_t i = 0; i < n; ++i) t.data_ptr<float>()[i] = mean + u(g);
+    return t;
+  };
+  const bool llama = cfg.arch == Arch::kLlama;
+  for (LayerWeights& l : w.layers) {
+    if (cfg.qk_norm) {
+      l.q_norm_w = vec(cfg.head_dim, 0.2f, 1.f);
+      l.k_norm_w = vec(cfg.head_dim, 0.2f, 1.f);
+    }
+    if (cfg.post_norms) {
+      l.post_attn_norm_w = vec(cfg.dim, 0.2f, 1.f);
+      l.post_mlp_norm_w = vec(cfg.dim, 0.2f, 1.f);
+    }
+    if (llama && cfg.attention_bias) l.bqkv = vec(cfg.q_dim() + 2 * cfg.kv_dim(), 0.1f, 0.f);
+    if (llama && cfg.o_bias) l.bo = vec(cfg.dim, 0.1f, 0.f);
+  }
+}
+}  // namespace
+
 std::shared_ptr<LoadedModel> random_loaded_model(const ModelConfig& cfg, uint64_t seed, WeightDtype dtype) {
   auto m = std::make_shared<LoadedModel>();
   m->name = "random:" + std::string(arch_name(cfg.arch));
@@ -47,10 +76,31 @@ std::shared_ptr<LoadedModel> random_loaded_model(const ModelConfig& cfg, uint64_
                                 : dtype == WeightDtype::kF16 ? at::kHalf
                                                              : at::kFloat;
   ModelWeights w = random_weights(cfg, seed, scalar);
+  add_family_weights(cfg, seed, w);
   if (absl::Status st = quantize_weights(w, dtype, 32); !st.ok()) throw std::runtime_error(st.ToString());
   m->model = std::make_unique<Transformer>(cfg, std::move(w));
   m->tokenizer = make_byte_tokenizer(static_cast<int32_t>(cfg.n_vocab));
   return m;
+}
+
+KvCodecKind kv_codec_of(cuda::KvFormat f) {
+  switch (f) {
+    case cuda::KvFormat::kF32: return KvCodecKind::kF32;
+    case cuda::KvFormat::kF16: return KvCodecKind::kF16;
+    case cuda::KvFormat::kBF16: return KvCodecKind::kBF16;
+    case cuda::KvFormat::kInt8: return KvCodecKind::kInt8;
+    case cuda::KvFormat::kInt4: return KvCodecKind::kInt4;
+  }
+  return KvCodecKind::kF32;
+}
+
+std::vector<float> cpu_forward_logits(const LoadedModel& m, KvCodecKind codec,
+                                      const std::vector<int32_t>& tokens) {
+  SequenceKv kv(m.model->kv_spec(static_cast<int64_t>(tokens.size()), codec));
+  at::Tensor ids = at::empty({static_cast<int64_t>(tokens.size())}, at::kLong);
+  for (size_t i = 0; i < tokens.size(); ++i) ids.data_ptr<int64_t>()[i] = tokens[i];
+  at::Tensor out = m.model->forward(ids, kv).contiguous();
+  return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
 }
 
 cuda::KvLayout device_layout(const ModelConfig& cfg, cuda::KvFormat format, int block_tokens) {

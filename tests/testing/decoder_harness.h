@@ -17,11 +17,19 @@ ModelConfig device_llama_gqa();
 ModelConfig device_gpt2();
 // A LoadedModel of `cfg` with deterministic random weights (builtin_models.cc's distribution) in `dtype`
 // (fp32, bf16 or fp16 — the matrices in that format; int8 / int4 / w8a8 quantized) and the byte tokenizer.
+// A config with the families' tensors (qk_norm, post_norms, a LLaMA-shaped attention_bias / o_bias) gets them
+// too, drawn after the plain ones (a plain config's weights do not change).
 std::shared_ptr<LoadedModel> random_loaded_model(const ModelConfig& cfg, uint64_t seed,
                                                  WeightDtype dtype = WeightDtype::kF32);
 
 constexpr cuda::KvFormat kKvFormats[] = {cuda::KvFormat::kF32, cuda::KvFormat::kF16, cuda::KvFormat::kBF16,
                                          cuda::KvFormat::kInt8, cuda::KvFormat::kInt4};
+
+// The CPU codec that stores what a device KV format stores (the same rows, the same quantizer).
+KvCodecKind kv_codec_of(cuda::KvFormat f);
+// The CPU transformer's reference forward of `tokens` in a fresh cache of `codec`: logits [T, V].
+std::vector<float> cpu_forward_logits(const LoadedModel& m, KvCodecKind codec,
+                                      const std::vector<int32_t>& tokens);
 
 // The device layout of `cfg` in `format`, block_tokens positions per block.
 cuda::KvLayout device_layout(const ModelConfig& cfg, cuda::KvFormat format, int block_tokens = 16);

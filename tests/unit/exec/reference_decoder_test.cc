@@ -36,32 +36,12 @@ namespace {
 using testing::DecoderSeq;
 using testing::TestBlocks;
 
-KvCodecKind codec_of(cuda::KvFormat f) {
-  switch (f) {
-    case cuda::KvFormat::kF32: return KvCodecKind::kF32;
-    case cuda::KvFormat::kF16: return KvCodecKind::kF16;
-    case cuda::KvFormat::kBF16: return KvCodecKind::kBF16;
-    case cuda::KvFormat::kInt8: return KvCodecKind::kInt8;
-    case cuda::KvFormat::kInt4: return KvCodecKind::kInt4;
-  }
-  return KvCodecKind::kF32;
-}
-
 std::unique_ptr<ReferenceDecoder> make_decoder(const LoadedModel& m, cuda::KvFormat f) {
   DeviceOptions o;
   o.kv = f;
   auto w = ReferenceWeights::create(m.config, m.model->weights());
   EXPECT_TRUE(w.ok()) << w.status();
   return std::make_unique<ReferenceDecoder>(*w, o);
-}
-
-// The CPU transformer's reference forward of `tokens` (a fresh cache of the codec): logits [T, V].
-std::vector<float> cpu_forward(const LoadedModel& m, KvCodecKind codec, const std::vector<int32_t>& tokens) {
-  SequenceKv kv(m.model->kv_spec(static_cast<int64_t>(tokens.size()), codec));
-  at::Tensor ids = at::empty({static_cast<int64_t>(tokens.size())}, at::kLong);
-  for (size_t i = 0; i < tokens.size(); ++i) ids.data_ptr<int64_t>()[i] = tokens[i];
-  at::Tensor out = m.model->forward(ids, kv).contiguous();
-  return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
 }
 
 TEST(ReferenceDecoderTest, ComputesTheCpuTransformersLogitsInEveryKvFormat) {
@@ -90,7 +70,7 @@ TEST(ReferenceDecoderTest, ComputesTheCpuTransformersLogitsInEveryKvFormat) {
         const std::vector<float> l = d->forward_logits(DeviceStep{{tokens[static_cast<size_t>(i)]}, {0}, {i}, {0}});
         got.insert(got.end(), l.begin(), l.end());
       }
-      const std::vector<float> want = cpu_forward(*model, codec_of(f), tokens);
+      const std::vector<float> want = testing::cpu_forward_logits(*model, testing::kv_codec_of(f), tokens);
       // Float sums (CPU) against double ones (the twin): 1e-4 with fp32 rows. A compact row is the same
       // function of K / V on both sides (int8 / int4 through the same quantizer), but a K computed a last bit
       // apart can round to the neighbouring fp16 / bf16 value or quantisation step: up to one unit of that
@@ -586,7 +566,8 @@ TEST(ReferenceDecoderTest, Int8WeightsComputeTheCpuInt8TransformersLogits) {
           d->forward_logits(DeviceStep{{tokens[static_cast<size_t>(i)]}, {0}, {i}, {0}});
       got.insert(got.end(), l.begin(), l.end());
     }
-    const double diff = testing::rel_max_diff(got, cpu_forward(*model, KvCodecKind::kF32, tokens));
+    const double diff =
+        testing::rel_max_diff(got, testing::cpu_forward_logits(*model, KvCodecKind::kF32, tokens));
     EXPECT_LT(diff, 1e-4);
     const auto fp32 = testing::random_loaded_model(cfg, cfg.arch == Arch::kLlama ? 7 : 8);
     const int64_t bytes8 = d->memory().weight_bytes,
@@ -621,7 +602,7 @@ TEST(ReferenceDecoderTest, Stories260KWithInt8WeightsComputesTheCpuInt8Model) {
     s.slot = slot++;
     s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
     const auto steps = testing::run_alone(*d, blocks, s, 1, V);
-    const std::vector<float> cpu = cpu_forward(m, KvCodecKind::kF32, s.tokens);
+    const std::vector<float> cpu = testing::cpu_forward_logits(m, KvCodecKind::kF32, s.tokens);
     const std::vector<float> last(cpu.end() - V, cpu.end());
     const double diff = testing::rel_max_diff(steps[0], last);
     worst = std::max(worst, diff);
