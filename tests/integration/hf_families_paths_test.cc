@@ -19,8 +19,11 @@
 //     states) equal forward_batch's hidden rows and the independent reference's within 1e-4, and are finite;
 //     a device's features (core/exec/hidden_states.h) too where the reference device runs the family (it
 //     refuses these five, naming the config.json field);
-//   * a kv_repair training run (core/train/repair_train.h, 4 steps on int4 KV) on the windowed, soft-capped
-//     gemma2: it completes, its file loads back and serves equal logits.
+//   * the jobs' entry points on the windowed, soft-capped gemma2: kv_repair training (train_kv_repair, 4
+//   steps
+//     on int4 KV) and KVSplice calibration (train_kvsplice, PCA + 4 steps at half rank) complete and their
+//     files load back and serve; a prototype run (PrototypeTrainer, with a byte-level tokenizer.json added to
+//     a copy of the checkpoint) completes and its saved artifact predicts.
 // Prints each case's max |diff| / range per format and codec. Needs /usr/bin/python3 with torch (skips
 // visibly otherwise, like hf_families_test).
 #include <ATen/ATen.h>
@@ -44,10 +47,14 @@
 #include "core/kv/sequence_kv.h"
 #include "core/model/kv_dims.h"
 #include "core/model/model_loader.h"
+#include "core/prototype/artifact.h"
 #include "core/prototype/features.h"
+#include "core/prototype/predictor.h"
+#include "core/prototype/trainer.h"
 #include "core/train/kvsplice_train.h"
 #include "core/train/repair_train.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/tiny_checkpoint.h"
 
 namespace frost {
 namespace {
@@ -387,6 +394,116 @@ TEST(FamilyJobsTest, KvRepairTrainsOnGemma2AndItsFileServes) {
     return tf.forward(at::tensor(ids, at::kLong), kv);
   };
   EXPECT_EQ(testing::max_abs_diff(run(*set), run(*back)), 0.0);
+}
+
+// KVSplice calibration (train_kvsplice: attention-aware PCA, then 4 fine-tuning steps) on gemma2 at half
+// rank: it completes, the file loads back bit-exactly, and the loaded set serves: the latent-space fast path
+// (forward_batch + decode_step, windows and soft caps in the latent space) equals the reference forward().
+TEST(FamilyJobsTest, KvSpliceCalibratesOnGemma2AndItsFileServes) {
+  const std::string& why = Checkpoints::get().status("gemma2");
+  if (why.rfind("skip: ", 0) == 0) GTEST_SKIP() << "independent HF reference unavailable: " << why.substr(6);
+  ASSERT_EQ(why, "");
+  auto m = load_model(Checkpoints::get().dir("gemma2"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const Transformer& tf = *(*m)->model;
+  const ModelConfig& c = (*m)->config;
+  KvSpliceConfig cfg;
+  cfg.rank = c.n_head_kv * c.head_dim / 2;
+  cfg.window = 24;
+  cfg.steps = 4;
+  cfg.batch = 2;
+  ASSERT_TRUE(validate_kvsplice_config(cfg, c).ok());
+  auto windows = sample_windows(tf, c.bos_id, 4, cfg.window, 2);
+  ASSERT_TRUE(windows.ok()) << windows.status();
+  std::vector<double> kls;
+  KvRepairTrainOptions opts;
+  opts.progress = [&](const KvRepairProgress& p) { kls.push_back(p.kl); };
+  auto set = train_kvsplice(tf, cfg, *windows, opts);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(kls.size(), 4u);
+  for (double kl : kls) EXPECT_TRUE(std::isfinite(kl)) << kl;
+  testing::TempDir dir("frost_family_kvsplice");
+  ASSERT_TRUE((*set)->save(dir.file("s.safetensors")).ok());
+  auto back = KvSpliceSet::load(dir.file("s.safetensors"), kvsplice_dims(c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  const std::vector<at::Tensor> a = (*set)->parameters(), b = (*back)->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << i;
+  c10::InferenceMode im;
+  const std::vector<int32_t> ids = {5, 17, 200, 31, 9, 44, 120, 7, 66, 250, 3, 91, 13, 77, 140, 8};
+  const std::shared_ptr<const KvSpliceSet> sp = *back;
+  SequenceKv ref_kv(tf.kv_spec(kMaxTokens, KvCodecKind::kKvSplice, sp));
+  const at::Tensor want =
+      tf.forward(at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong), ref_kv);
+  const double range = (want.max() - want.min()).item<double>();
+  SequenceKv kv(tf.kv_spec(kMaxTokens, KvCodecKind::kKvSplice, sp));
+  DecodeScratch s;
+  double worst = 0;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const float* l = tf.decode_step(ids[t], kv, s);
+    worst =
+        std::max(worst, testing::max_abs_diff(at::from_blob(const_cast<float*>(l), {c.n_vocab}, at::kFloat),
+                                              want[static_cast<int64_t>(t)]));
+  }
+  std::fprintf(stderr,
+               "[gemma2] kvsplice rank %lld trained %zu steps (KL %.4g → %.4g): latent fast path vs "
+               "reference forward %.2e of the range\n",
+               static_cast<long long>(cfg.rank), kls.size(), kls.empty() ? 0.0 : kls.front(),
+               kls.empty() ? 0.0 : kls.back(), worst / range);
+  EXPECT_LE(worst, 2e-4 * range);
+}
+
+// A prototype regression run (PrototypeTrainer, Predict's head) on gemma2: its checkpoint has no tokenizer,
+// so a copy gets a byte-level tokenizer.json (testing::ascii_tokenizer_json: printable ASCII, ids 0..93 <
+// vocab 300). Label = which of three keywords the text holds. The run completes, the artifact saves and loads
+// back, and Predict on it returns finite values inside the label bounds with an explanation from the data.
+TEST(FamilyJobsTest, PrototypeTrainsOnGemma2AndItsArtifactPredicts) {
+  const std::string& why = Checkpoints::get().status("gemma2");
+  if (why.rfind("skip: ", 0) == 0) GTEST_SKIP() << "independent HF reference unavailable: " << why.substr(6);
+  ASSERT_EQ(why, "");
+  testing::TempDir dir("frost_family_prototype");
+  const std::string model_dir = dir.file("gemma2");
+  std::filesystem::copy(Checkpoints::get().dir("gemma2"), model_dir,
+                        std::filesystem::copy_options::recursive);
+  testing::write_text_file(model_dir + "/tokenizer.json", testing::ascii_tokenizer_json());
+  auto m = load_model(model_dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_NE((*m)->tokenizer, nullptr);
+  proto::RegressionData train;
+  const char* keywords[] = {"cat", "dog", "owl"};
+  const char* places[] = {"park", "barn", "lake", "hill", "road", "town", "wood", "farm"};
+  for (int k = 0; k < 3; ++k)
+    for (const char* p : places) {
+      train.texts.push_back(std::string("A_") + keywords[k] + "_sat_by_the_" + p + ".");
+      train.labels.push_back(1.0f + 2.0f * static_cast<float>(k));
+      train.ids.push_back("");
+    }
+  proto::PrototypeConfig cfg;
+  ASSERT_TRUE(proto::set_fields(cfg, {"max_tokens=32", "d_h=32", "H=2", "L=1", "m=2", "m_q=2", "K=6", "T=12",
+                                      "epochs_a=2", "epochs_b=1", "batch_size=8", "label_hidden=8"})
+                  .ok());
+  auto tr = proto::PrototypeTrainer::create(**m, train, proto::LabelBounds{0.0, 6.0}, cfg);
+  ASSERT_TRUE(tr.ok()) << tr.status();
+  auto art = (*tr)->run({});
+  ASSERT_TRUE(art.ok()) << art.status();
+  ASSERT_TRUE(proto::save_artifact(*art, dir.file("artifact")).ok());
+  auto back = proto::load_artifact(dir.file("artifact"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  auto pred = proto::Predictor::create(*std::move(back), **m);
+  ASSERT_TRUE(pred.ok()) << pred.status();
+  auto out = (*pred)->predict({"A_dog_sat_by_the_sea.", "An_owl_by_a_tree."}, 1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 2u);
+  for (const proto::Prediction& p : *out) {
+    EXPECT_TRUE(std::isfinite(p.value)) << p.value;
+    EXPECT_GE(p.value, 0.0);
+    EXPECT_LE(p.value, 6.0);
+    ASSERT_EQ(p.top.size(), 1u);
+    ASSERT_GE(p.top[0].index, 0);
+    ASSERT_LT(p.top[0].index, train.size());
+    EXPECT_EQ(p.top[0].text, train.texts[static_cast<size_t>(p.top[0].index)]);
+  }
+  std::fprintf(stderr, "[gemma2] prototype: predictions %.3f, %.3f\n", (*out)[0].value, (*out)[1].value);
 }
 
 }  // namespace
