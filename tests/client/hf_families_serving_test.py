@@ -12,7 +12,8 @@ soft caps, Gemma 3 local/global, Phi-3.5, Phi-4-mini) with expected.json's greed
     LENGTH with 20 completion tokens, each sampled logprob is within 1e-4 of the reference and is the top-1;
   * POST /v1/completions with the same prompt as a list of token ids and the same sampling, logprobs 1: the same
     ids (the checkpoints have no tokenizer, so the tokens come back named "token_id:N", vLLM's
-    --return-tokens-as-token-ids form) and token_logprobs within 1e-4.
+    --return-tokens-as-token-ids form) and token_logprobs within 1e-4; /v1/chat/completions answers 400
+    naming the missing tokenizer.
 
 Prints one line per case with the largest logprob difference on each path. Exit 77 (skipped, with the reason)
 when /usr/bin/python3 has no torch (hf_families.py needs it). About 30 s on 2 cores.
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 SKIP = 77
@@ -104,6 +106,20 @@ def openai_complete(port, model, prompt, n_new):
     return ids, lp["token_logprobs"], choice["finish_reason"], doc["usage"]
 
 
+def chat_refused(port, model):
+    """Chat renders text, which only a tokenizer can turn into ids: a 400 saying so (not a crash)."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            raise AssertionError(f"chat on a checkpoint without a tokenizer answered {r.status}")
+    except urllib.error.HTTPError as e:
+        msg = json.loads(e.read())["error"]["message"]
+        if e.code != 400 or "no tokenizer" not in msg:
+            raise AssertionError(f"chat without a tokenizer: {e.code} {msg!r} (want 400 naming the tokenizer)")
+
+
 def check_case(work, model_dir, name):
     """Returns (grpc max |dlogprob|, openai max |dlogprob|); raises on any mismatch."""
     with open(os.path.join(model_dir, "expected.json")) as f:
@@ -130,6 +146,7 @@ def check_case(work, model_dir, name):
             raise AssertionError(f"{name}: OpenAI greedy ids\n  want {want}\n  got  {ids}")
         if finish != "length" or usage["completion_tokens"] != n or usage["prompt_tokens"] != len(prompt):
             raise AssertionError(f"{name}: OpenAI finish_reason {finish}, usage {usage}")
+        chat_refused(server.ports["http"], name)
         d_http = max(abs(a - b) for a, b in zip(lps, want_lp))
         if len(lps) != n or d_http > LOGPROB_TOL:
             raise AssertionError(f"{name}: OpenAI logprobs off by {d_http:.2e} (> {LOGPROB_TOL})\n  want {want_lp}"
