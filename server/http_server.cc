@@ -386,7 +386,10 @@ void OpenAiHttpServer::set_engine(std::shared_ptr<Engine> engine) {
         st = own.status();
       }
     }
-    if (!st.ok()) {
+    if (!tok) {  // chat renders text that only a tokenizer can turn into the prompt's ids
+      s->chat_unavailable = absl::StrCat("the model ", m.name, " has no tokenizer; use /v1/completions with a "
+                                         "token-id prompt");
+    } else if (!st.ok()) {
       s->chat_unavailable = std::string(st.message());
     } else if (!source) {
       s->chat_unavailable = absl::StrCat("the model ", m.name,
@@ -601,8 +604,11 @@ std::optional<oa::ApiError> OpenAiHttpServer::await_admission(const Submitted& s
 grpc::StatusCode OpenAiHttpServer::stream_response(const Submitted& sub, HttpResponse& res) {
   Exchange& ex = *sub.ex;
   const std::shared_ptr<Engine>& engine = sub.engine;
+  // A checkpoint without a tokenizer serves token-id prompts; its logprobs name each token as vLLM's
+  // --return-tokens-as-token-ids does ("token_id:42"), instead of dereferencing the absent tokenizer.
   const oa::TokenText token_text = [&engine](int32_t id) {
-    return engine->model().tokenizer->token_bytes(id);
+    const Tokenizer* tok = engine->model().tokenizer.get();
+    return tok ? tok->token_bytes(id) : absl::StrCat("token_id:", id);
   };
   if (sub.stream && !res.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}}))
     return grpc::StatusCode::CANCELLED;

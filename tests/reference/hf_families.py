@@ -9,7 +9,8 @@ For each case it writes DIR/<name>/{config.json, generation_config.json, model.s
 model.safetensors.index.json), expected.json}. The configs carry each family's real config.json field names
 and layout (dimensions shrunk: hidden 64, 4 heads, vocab 300, max_position_embeddings 64), the weights its real
 tensor names. expected.json is hf_reference.py's format: {"input_ids": [24 ids], "logits": [24][300],
-"greedy": {"prompt_ids": 5 ids, "new_ids": 20 argmax ids, each step re-running the whole sequence},
+"greedy": {"prompt_ids": 5 ids, "new_ids": 20 argmax ids, each step re-running the whole sequence,
+"logprobs": 20 float64 log_softmax values of each greedy id at its step},
 "final_hidden_last": [C] after the final norm, "features": [...], "diagnostics": {...}}.
 
   case              class / model_type          what it covers
@@ -465,6 +466,22 @@ def write_weights(d, tensors, shards):
         check(same, "%s read back bit-exactly (%d tensors)" % (fname, len(grp)))
 
 
+def greedy_logprobs(p, p64, s, prompt, new_ids):
+    """log_softmax of the float64 logits at each greedy step, at the chosen token (what a server reports as the
+    sampled token's logprob at temperature 0). One causal forward over prompt + new_ids[:-1] gives every step's
+    row (causality holds to 1e-10 in fp64, checked above); checked against the step-by-step argmax and fp32."""
+    seq = list(prompt) + list(new_ids[:-1])
+    rows = slice(len(prompt) - 1, None)
+    lp64 = torch.log_softmax(fm.forward(p64, s, seq)[0][rows], dim=1)
+    check(torch.argmax(lp64, dim=1).tolist() == list(new_ids), "greedy logprob rows' argmax are the greedy ids")
+    pick = (torch.arange(len(new_ids)), torch.tensor(new_ids))
+    want = lp64[pick]
+    lp32 = torch.log_softmax(fm.forward(p, s, seq)[0][rows], dim=1)[pick]
+    d = maxdiff(lp32.double(), want)
+    check(d < 3e-5, "greedy logprobs fp32 vs fp64: max |diff| = %.2e < 3e-5 (min %.3f)" % (d, float(want.min())))
+    return want.tolist()
+
+
 def build_case(out_dir, name, seed):
     cfg, scales, st_dtype, shards, gen_cfg = CASES[name]
     print(name + ":")
@@ -484,6 +501,7 @@ def build_case(out_dir, name, seed):
     logits, hid = fm.forward(p64, s, ids)
     new64, _ = ref.greedy(lambda seq: fm.forward(p64, s, seq), ids[:N_PROMPT], N_NEW)
     check(new64 == new_ids, "greedy ids identical in fp32 and fp64")
+    greedy_lps = greedy_logprobs(p, p64, s, ids[:N_PROMPT], new_ids)
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     write_json(os.path.join(d, "config.json"), cfg)
@@ -499,7 +517,7 @@ def build_case(out_dir, name, seed):
                 rope=[{"kind": r["kind"], "rot": r["rot"], "attention_factor": r["attn"]} for r in s["ropes"]])
     write_json(os.path.join(d, "expected.json"), {
         "model": name, "input_ids": ids, "logits": [[f9(v) for v in row] for row in logits.tolist()],
-        "greedy": {"prompt_ids": ids[:N_PROMPT], "new_ids": new_ids},
+        "greedy": {"prompt_ids": ids[:N_PROMPT], "new_ids": new_ids, "logprobs": [f9(v) for v in greedy_lps]},
         "final_hidden_last": [f9(v) for v in hid[-1].tolist()], "features": feats, "diagnostics": diag},
         compact=True)
 
