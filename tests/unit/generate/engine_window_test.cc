@@ -23,6 +23,7 @@
 #include "core/generate/engine.h"
 #include "core/kv/sequence_kv.h"
 #include "core/model/model_loader.h"
+#include "core/model/transformer.h"
 
 namespace frost {
 namespace {
@@ -156,6 +157,25 @@ TEST_F(EngineWindowTest, LongGenerationHoldsItsWindowAndMatchesTheKeptRun) {
   const GenerationRequest req = greedy(ids_of(20, 1), 200);
   const std::vector<int32_t> kept_ids = run_kept({req})[0];
   ASSERT_EQ(kept_ids.size(), 200u);
+  // ... and both equal the batch-1 loop on a standalone cache (one private block: nothing ever released),
+  // which the window changes: the same weights with full attention give other tokens.
+  auto decode_loop = [&](const Transformer& tf) {
+    SequenceKv kv(tf.kv_spec(256, KvCodecKind::kF32));
+    DecodeScratch scratch;
+    const float* logits = nullptr;
+    for (int32_t t : req.prompt_ids) logits = tf.decode_step(t, kv, scratch);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 200; ++i) {
+      ids.push_back(static_cast<int32_t>(std::max_element(logits, logits + model_->config.n_vocab) - logits));
+      logits = tf.decode_step(ids.back(), kv, scratch);
+    }
+    return ids;
+  };
+  EXPECT_EQ(decode_loop(*model_->model), kept_ids);
+  ModelConfig full = model_->config;
+  full.window.clear();
+  EXPECT_NE(decode_loop(Transformer(full, model_->model->weights())), kept_ids)
+      << "the window must matter here";
   for (bool release : {true, false}) {
     auto engine = make(config(1, 64, release));
     std::atomic<int64_t> peak{0}, at_end{0};
