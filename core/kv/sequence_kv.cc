@@ -158,9 +158,11 @@ void SequenceKv::truncate(int64_t n) {
                   "SequenceKv::truncate(", n, "): position ", n,
                   " lies in a block shared through the prefix cache or released by the sliding window");
     }
+    // The next query (at n) reads [from, n): those rows must still be held (nothing to hold when n = 0).
     const int64_t from = spec_.window > 0 ? std::max<int64_t>(0, n - spec_.window + 1) : 0;
-    TORCH_CHECK(pages_.holds_from(from), "SequenceKv::truncate(", n, "): the sliding window would read positions from ",
-                from, ", and the blocks below ", pages_.released_below(), " were released");
+    TORCH_CHECK(from == n || pages_.holds_from(from), "SequenceKv::truncate(", n,
+                "): the sliding window would read positions from ", from, ", and the blocks below ",
+                pages_.released_below(), " were released");
     drop_blocks_from(keep);
     if (hashes_.size() > static_cast<size_t>(n / layout_.block_tokens))
       hashes_.resize(static_cast<size_t>(n / layout_.block_tokens));

@@ -80,6 +80,13 @@ TEST(SlidingKvTest, ReleasesBlocksBelowTheWindowOnceAndKeepsTheIndexing) {
   EXPECT_EQ(kv.bytes_allocated(), kv.blocks_held() * pool.storage->block_bytes());
   // A truncate that would need a released block is refused; the books are untouched.
   EXPECT_THROW(kv.truncate(20), c10::Error);
+  kv.truncate(38);  // the window of a query at 38 starts at 33: still held
+  EXPECT_EQ(kv.blocks_held(), 2);
+  kv.truncate(0);  // nothing left to read: every held block goes back, the released entries with the table
+  EXPECT_EQ(pool.books.n_used(), 0);
+  EXPECT_EQ(kv.n_released(), 0);
+  grow(kv, 12, true);
+  EXPECT_EQ(kv.n_released(), 1);
   kv.reset();  // every held block released once (a double free would FROST_CHECK)
   EXPECT_EQ(pool.books.n_used(), 0);
   EXPECT_EQ(kv.n_released(), 0);
