@@ -135,7 +135,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
   const Transformer& tf = *e->model_->model;
   int64_t block_bytes = 0, per_token = 0;
   FROST_RETURN_IF_ERROR(torch_call([&] { block_bytes = ex.kv_block_bytes(cfg.kv_block_tokens); }));
-  const int64_t full_context = (e->validator_.max_context() + cfg.kv_block_tokens - 1) / cfg.kv_block_tokens;
+  const int64_t full_context = kv_blocks_bound(e->validator_.max_context(), cfg.kv_block_tokens,
+                                               cfg.kv_release_window ? tf.kv_spec(1, KvCodecKind::kF32).window : 0,
+                                               cfg.max_batch_tokens);
   const int64_t pool_bytes = cfg.kv_cache_bytes > 0
                                  ? cfg.kv_cache_bytes
                                  : ex.default_kv_pool_bytes(full_context * block_bytes, cfg.max_running);
@@ -244,12 +246,15 @@ absl::StatusOr<std::unique_ptr<Engine::Pending>> Engine::prepare_request(
   }
   // A request the pool could never hold, even alone, is refused now rather than stalling the queue.
   const int64_t need = static_cast<int64_t>(p->prompt.size()) + req.params.max_new_tokens;
-  int64_t per_block = 0;
+  int64_t per_block = 0, window = 0;
   FROST_RETURN_IF_ERROR(torch_call([&] {
     KvSpec spec = model_->model->kv_spec(validator_.max_context(), p->codec, p->splice ? p->splice->set : nullptr);
     per_block = storage_->layout(spec).block_tokens;
+    window = cfg_.kv_release_window ? spec.window : 0;
   }));
-  const int64_t blocks = per_block > 0 ? (need + per_block - 1) / per_block : storage_->n_blocks() + 1;
+  // A sliding model (every layer slides) holds only its window's blocks and the chunk being prefilled.
+  const int64_t blocks =
+      per_block > 0 ? kv_blocks_bound(need, per_block, window, cfg_.max_batch_tokens) : storage_->n_blocks() + 1;
   if (blocks > storage_->n_blocks()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt tokens (", p->prompt.size(), ") + max_new_tokens (", req.params.max_new_tokens, ") = ", need,
@@ -481,8 +486,9 @@ std::function<std::unique_ptr<SequenceKv>()> Engine::make_kv(EngineRequest* a) {
       splice = sp->set;
       a->kv_splice = sp->name;
     }
-    auto kv = std::make_unique<SequenceKv>(model_->model->kv_spec(validator_.max_context(), a->req->codec, splice),
-                                           books_.get(), storage_);
+    KvSpec spec = model_->model->kv_spec(validator_.max_context(), a->req->codec, splice);
+    if (!cfg_.kv_release_window) spec.window = 0;  // every block kept (the model still attends its window)
+    auto kv = std::make_unique<SequenceKv>(spec, books_.get(), storage_);
     std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
     if (r && r->codec == a->req->codec && a->req->repair_mode != GenerationRequest::KvRepair::kOff &&
         model_->config.variants.sba_layers.empty() && exec_->runs_kv_repair()) {
@@ -670,7 +676,7 @@ void Engine::end_round(Loop& loop, const Scheduler::Step& step) {
     counters_.batch_tokens.observe(static_cast<double>(step.n_tokens));
   }
   int64_t needed = 0;
-  for (const SchedEntry* e : loop.sched.running()) needed += e->kv->n_tokens() * e->kv->bytes_per_token();
+  for (const SchedEntry* e : loop.sched.running()) needed += e->kv->bytes_in_use();  // a window's held rows
   publish_stats(loop.sched.preemptions(), loop.sched.prefix_queries_tokens(), loop.sched.prefix_hits_tokens(),
                 static_cast<int32_t>(loop.sched.running().size()), static_cast<int32_t>(loop.sched.waiting().size()),
                 needed);

@@ -91,6 +91,10 @@ struct EngineConfig : EngineOptions {
   GeneratorConfig gen;  // default KV codec, context length, request limits (gen.fast_decode unused)
   // Debug: check the block books after every step (FROST_CHECK: crash loudly on a leak or double free).
   bool audit_kv = false;
+  // Sliding windows (a model whose every layer slides, KvSpec::window): give back the blocks below each
+  // sequence's window (on: vLLM's and llama.cpp's behaviour). Off keeps every block, as for a global model: the
+  // outputs are the same, only the memory held differs (the tests compare the two).
+  bool kv_release_window = true;
   // The active KV repair operator (owned by the caller, outlives the engine); null = never repair.
   RepairSlot* kv_repair = nullptr;
   // The active KVSplice (owned by the caller, outlives the engine) that sequences with the kvsplice codec
@@ -120,8 +124,9 @@ struct EngineStats {
   int32_t max_running = 0;         // the capacity they are measured against (EngineConfig)
   int32_t max_waiting = 0;
   int64_t kv_bytes_in_use = 0;     // blocks held by running sequences × block bytes
-  int64_t kv_bytes_needed = 0;     // what their positions occupy without block rounding (Σ positions × bytes
-                                   // per position of each sequence's codec; a shared prefix counts per sequence)
+  int64_t kv_bytes_needed = 0;     // what their positions occupy without block rounding (Σ positions held × bytes
+                                   // per position of each sequence's codec; a shared prefix counts per sequence;
+                                   // a sliding window's released positions are not held)
   int64_t kv_bytes_per_token = 0;  // all layers, one position, default codec (kvsplice: of the active
                                    // set, 0 while none is active)
   // The block pool.

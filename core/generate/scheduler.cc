@@ -114,17 +114,32 @@ Scheduler::Step Scheduler::schedule() {
 }
 
 void Scheduler::commit(const Step& step) {
-  if (!cfg_.prefix_caching) return;
-  for (SchedEntry* e : step.who) e->kv->publish_full_blocks(e->tokens->data());
+  for (SchedEntry* e : step.who) {
+    // Publish first: a block the window releases next is then cached under its hash, not lost (its content is
+    // final). A preempted sequence is not in step.who.
+    if (cfg_.prefix_caching) e->kv->publish_full_blocks(e->tokens->data());
+    released_blocks_ += static_cast<uint64_t>(e->kv->release_outside_window());
+  }
 }
 
 std::string Scheduler::audit() const {
   std::vector<int32_t> refs(static_cast<size_t>(pool_->n_blocks()), 0);
   for (const SchedEntry* e : running_)
-    for (int32_t b : e->kv->block_table()) ++refs[static_cast<size_t>(b)];
+    for (int32_t b : e->kv->block_table())
+      if (b != KvPages::kReleased) ++refs[static_cast<size_t>(b)];
   for (const SchedEntry* e : waiting_)
     if (e->kv && !e->kv->block_table().empty())
-      return absl::StrCat("a waiting sequence holds ", e->kv->block_table().size(), " blocks");
+      return absl::StrCat("a waiting sequence holds ", e->kv->blocks_held(), " blocks (table of ",
+                          e->kv->block_table().size(), ")");
+  for (const SchedEntry* e : running_) {  // a released entry is a prefix of the table, and below the window
+    const SequenceKv& kv = *e->kv;
+    for (int64_t i = 0; i < static_cast<int64_t>(kv.block_table().size()); ++i)
+      if ((kv.block_table()[static_cast<size_t>(i)] == KvPages::kReleased) != (i < kv.n_released()))
+        return absl::StrCat("block table entry ", i, " of a sequence with ", kv.n_released(), " released entries");
+    if (kv.n_released() * kv.block_tokens() > kv.window_start())
+      return absl::StrCat("a sequence released positions below ", kv.n_released() * kv.block_tokens(),
+                          " but its window starts at ", kv.window_start());
+  }
   int64_t used = 0;
   for (int64_t b = 0; b < pool_->n_blocks(); ++b) {
     const int32_t want = refs[static_cast<size_t>(b)];

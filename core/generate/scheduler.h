@@ -18,6 +18,13 @@
 //     blocks, always leaving the last token to compute, which yields the logits) and adopts it.
 // After the forward pass, commit() publishes every newly full block to the prefix cache.
 //
+// Sliding windows (KvSpec::window > 0: every layer of the model slides; core/kv/sequence_kv.h): commit() then
+// gives back each sequence's blocks wholly below its window, and admission releases the adopted ones the window
+// no longer needs, so a sequence holds at most ceil((W - 1 + chunk) / block_tokens) + 1 blocks. Admission,
+// preemption and the pool gauges (frost_kv_cache_usage_ratio reads the books' used blocks) all count those held
+// blocks, so a long generation is never refused or preempted for blocks it gave back. A released block that was
+// published stays cached until evicted; a prefix is adopted only as an unbroken chain of cache hits from block 0.
+//
 // Engine thread only; not thread-safe.
 #include <cstdint>
 #include <deque>
@@ -76,6 +83,7 @@ class Scheduler {
   uint64_t prefix_queries_tokens() const { return prefix_queries_; }
   uint64_t prefix_hits_tokens() const { return prefix_hits_; }
   uint64_t preemptions() const { return preemptions_; }
+  uint64_t released_blocks() const { return released_blocks_; }  // given back by sliding windows
 
   // Checks the books: every block's reference count equals the number of running sequences holding it, and
   // the pool's used / cached / free counts add up. "" when they do, else what is wrong.
@@ -90,7 +98,7 @@ class Scheduler {
   KvBlockBooks* pool_;
   std::vector<SchedEntry*> running_;  // admission order (oldest first)
   std::deque<SchedEntry*> waiting_;   // preempted ones at the front
-  uint64_t prefix_queries_ = 0, prefix_hits_ = 0, preemptions_ = 0;
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0, preemptions_ = 0, released_blocks_ = 0;
 };
 
 }  // namespace frost

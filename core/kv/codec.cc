@@ -2,6 +2,7 @@
 // standalone codec (one private block) that tests, jobs and the bench use without a pool.
 #include "core/kv/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -56,19 +57,26 @@ std::unique_ptr<KvCodec> make_paged_codec(KvCodecKind kind, int64_t n_head_kv, i
   }
 }
 
-at::Tensor kv_gather(const KvPages& p, const KvRegion& r, int64_t n, at::ScalarType dtype) {
-  TORCH_CHECK(n >= 0 && n <= p.capacity(), "kv read: ", n, " tokens exceed capacity ", p.capacity());
+at::Tensor kv_gather(const KvPages& p, const KvRegion& r, int64_t start, int64_t n, at::ScalarType dtype) {
+  TORCH_CHECK(start >= 0 && start <= n && n <= p.capacity(), "kv read: positions [", start, ", ", n,
+              ") exceed capacity ", p.capacity());
+  TORCH_CHECK(p.holds_from(start) || start == n, "kv read: positions [", start, ", ", n,
+              ") reach blocks the sliding window released (positions below ", p.released_below(),
+              " are gone; read the window only)");
   const auto es = static_cast<int64_t>(c10::elementSize(dtype));
   const int64_t elems = r.row_bytes / es;
   auto view = [&](size_t b) {
     return at::from_blob(p.base + static_cast<int64_t>(p.table[b]) * p.block_bytes + r.off,
                          {r.groups, p.block_tokens, elems}, at::TensorOptions().dtype(dtype));
   };
-  if (n <= p.block_tokens)
-    return p.table.empty() ? at::empty({r.groups, 0, elems}, dtype) : view(0).narrow(1, 0, n);
+  if (start == n) return at::empty({r.groups, 0, elems}, dtype);
+  const int64_t b0 = start / p.block_tokens, b1 = (n - 1) / p.block_tokens;
+  if (b0 == b1) return view(static_cast<size_t>(b0)).narrow(1, start - b0 * p.block_tokens, n - start);
   std::vector<at::Tensor> parts;
-  for (int64_t t0 = 0, b = 0; t0 < n; t0 += p.block_tokens, ++b)
-    parts.push_back(view(static_cast<size_t>(b)).narrow(1, 0, std::min(p.block_tokens, n - t0)));
+  for (int64_t b = b0; b <= b1; ++b) {
+    const int64_t t0 = std::max(start, b * p.block_tokens), t1 = std::min(n, (b + 1) * p.block_tokens);
+    parts.push_back(view(static_cast<size_t>(b)).narrow(1, t0 - b * p.block_tokens, t1 - t0));
+  }
   return at::cat(parts, 1);
 }
 
@@ -104,7 +112,8 @@ void KvCodec::attend_window(const float* q, int64_t n_head, int64_t start, int64
                             int64_t h0, int64_t h1, float* out) const {
   TORCH_CHECK(start >= 0 && start < n && n <= capacity(), "kv attend: positions [", start, ", ", n, "), capacity ",
               capacity());
-  const at::Tensor K = keys(n).contiguous(), V = values(n).contiguous();  // [Hkv, n, D] fp32
+  // Only the window's rows are decoded: blocks below it may have been given back (core/kv/kv_pages.h).
+  const at::Tensor K = keys_span(start, n).contiguous(), V = values_span(start, n).contiguous();  // [Hkv, m, D]
   const int64_t hkv = K.size(0), d = K.size(2), group = n_head / hkv, m = n - start;
   const float* kp = K.data_ptr<float>();
   const float* vp = V.data_ptr<float>();
@@ -114,7 +123,7 @@ void KvCodec::attend_window(const float* q, int64_t n_head, int64_t start, int64
     float mx = -INFINITY;
     for (int64_t t = start; t < n; ++t) {
       float acc = 0;
-      for (int64_t i = 0; i < d; ++i) acc += q[h * d + i] * kp[(g * n + t) * d + i];
+      for (int64_t i = 0; i < d; ++i) acc += q[h * d + i] * kp[(g * m + t - start) * d + i];
       float x = acc * scale;
       if (softcap > 0) x = softcap * std::tanh(x / softcap);
       s[static_cast<size_t>(t - start)] = x;
@@ -126,7 +135,7 @@ void KvCodec::attend_window(const float* q, int64_t n_head, int64_t start, int64
     for (int64_t i = 0; i < d; ++i) o[i] = 0;
     for (int64_t t = start; t < n; ++t) {
       const float p = s[static_cast<size_t>(t - start)] / sum;
-      for (int64_t i = 0; i < d; ++i) o[i] += p * vp[(g * n + t) * d + i];
+      for (int64_t i = 0; i < d; ++i) o[i] += p * vp[(g * m + t - start) * d + i];
     }
   }
 }
@@ -144,8 +153,8 @@ class StandaloneCodec final : public KvCodec {
   void append_token(const float* k, const float* v, int64_t pos) override {
     own_->inner->append_token(k, v, pos);
   }
-  at::Tensor keys(int64_t n) const override { return own_->inner->keys(n); }
-  at::Tensor values(int64_t n) const override { return own_->inner->values(n); }
+  at::Tensor keys_span(int64_t start, int64_t n) const override { return own_->inner->keys_span(start, n); }
+  at::Tensor values_span(int64_t start, int64_t n) const override { return own_->inner->values_span(start, n); }
   void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
               float* out) const override {
     own_->inner->attend(q, n_head, n, scale, h0, h1, out);

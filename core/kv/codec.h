@@ -37,9 +37,13 @@ class KvCodec {
   virtual void append_token(const float* k, const float* v, int64_t pos) = 0;
 
   // Decoded float32 K / V of positions [0, n): [Hkv, n, D] (the reference path). For fp32 storage in one
-  // block a view into the cache (valid until the next append); otherwise a fresh tensor.
-  virtual at::Tensor keys(int64_t n) const = 0;
-  virtual at::Tensor values(int64_t n) const = 0;
+  // block a view into the cache (valid until the next append); otherwise a fresh tensor. Refused (c10::Error)
+  // when a sliding window released the first blocks (core/kv/kv_pages.h): use keys_span.
+  at::Tensor keys(int64_t n) const { return keys_span(0, n); }
+  at::Tensor values(int64_t n) const { return values_span(0, n); }
+  // The same for positions [start, n) only: [Hkv, n - start, D]; refused when [start, n) reaches a released block.
+  virtual at::Tensor keys_span(int64_t start, int64_t n) const = 0;
+  virtual at::Tensor values_span(int64_t start, int64_t n) const = 0;
 
   // Fast path: softmax(scale · q_h·K[g]ᵀ) V[g] over positions [0, n) for query heads [h0, h1) of one
   // query row q [n_head·D] (head h reads kv head g = h / (n_head / Hkv)), written to out[h·D .. h·D+D).
@@ -58,8 +62,8 @@ class KvCodec {
 
   // Positions [start, n) only (a sliding window) and, when softcap > 0, the scores soft-capped as
   // cap · tanh(s / cap) before the softmax (Gemma 2); otherwise attend()'s contract. The float and int8 / int4
-  // codecs run the portable span kernels (core/kv/attend.h); the default decodes the rows (keys() / values()),
-  // which KVSplice uses.
+  // codecs run the portable span kernels (core/kv/attend.h); the default decodes the rows [start, n) only
+  // (keys_span() / values_span()), which KVSplice uses.
   virtual void attend_window(const float* q, int64_t n_head, int64_t start, int64_t n, float scale, float softcap,
                              int64_t h0, int64_t h1, float* out) const;
 
@@ -106,8 +110,9 @@ std::unique_ptr<KvCodec> make_quant_codec(KvCodecKind kind, int64_t n_head_kv, i
 std::unique_ptr<KvCodec> make_kvsplice_paged_codec(std::shared_ptr<const KvSpliceSet> set, int64_t layer,
                                                    const KvPages* pages, const KvLayerFormat& fmt);
 
-// Gathers region `r` of positions [0, n) as a [groups, n, row_bytes / elem_size] tensor of `dtype`: a view
-// when the rows sit in one block, else a copy (the reference path's read).
-at::Tensor kv_gather(const KvPages& pages, const KvRegion& r, int64_t n, at::ScalarType dtype);
+// Gathers region `r` of positions [start, n) as a [groups, n - start, row_bytes / elem_size] tensor of `dtype`:
+// a view when the rows sit in one block, else a copy (the reference path's read). Refuses (c10::Error, naming
+// the positions) rows of blocks a sliding window released.
+at::Tensor kv_gather(const KvPages& pages, const KvRegion& r, int64_t start, int64_t n, at::ScalarType dtype);
 
 }  // namespace frost

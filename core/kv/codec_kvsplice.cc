@@ -58,12 +58,18 @@ class KvSpliceCodec final : public KvCodec {
     write_row(c, fv.r, fmt_.v, fmt_.vs, pos);
   }
 
-  at::Tensor keys(int64_t n) const override { return expand(set_->k(layer_), fmt_.k, fmt_.ks, n); }
-  at::Tensor values(int64_t n) const override { return expand(set_->v(layer_), fmt_.v, fmt_.vs, n); }
+  at::Tensor keys_span(int64_t start, int64_t n) const override {
+    return expand(set_->k(layer_), fmt_.k, fmt_.ks, start, n);
+  }
+  at::Tensor values_span(int64_t start, int64_t n) const override {
+    return expand(set_->v(layer_), fmt_.v, fmt_.vs, start, n);
+  }
 
   void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
               float* out) const override {
     TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
+    TORCH_CHECK(pages_->holds_from(0), "kv attend: positions below ", pages_->released_below(),
+                " were released by the sliding window; attend_window reads the window only");
     const KvPagedRows none;
     kvsplice_attend(set_->fast_k(layer_), set_->fast_v(layer_), q, KvPagedRows(*pages_, fmt_.k),
                     KvPagedRows(*pages_, fmt_.v), int8_ ? KvPagedRows(*pages_, fmt_.ks) : none,
@@ -120,14 +126,15 @@ class KvSpliceCodec final : public KvCodec {
     reinterpret_cast<float*>(blk + scales.off)[row] = s;
   }
 
-  // The reference path: every cached row expanded, [Hkv, n, D].
-  at::Tensor expand(const LearnedKvSplice& sp, const KvRegion& rows, const KvRegion& scales,
+  // The reference path (and attend_window): the cached rows [start, n) expanded, [Hkv, n - start, D].
+  at::Tensor expand(const LearnedKvSplice& sp, const KvRegion& rows, const KvRegion& scales, int64_t start,
                     int64_t n) const {
     at::NoGradGuard ng;
     const KvSpliceDims& dm = set_->dims();
-    at::Tensor c = kv_gather(*pages_, rows, n, storage_dtype()).squeeze(0).to(at::kFloat);  // [n, r]
-    if (int8_) c = c * kv_gather(*pages_, scales, n, at::kFloat).reshape({n, 1});
-    return sp.decode(c).view({n, dm.n_head_kv, dm.head_dim}).transpose(0, 1).contiguous();
+    const int64_t m = n - start;
+    at::Tensor c = kv_gather(*pages_, rows, start, n, storage_dtype()).squeeze(0).to(at::kFloat);  // [m, r]
+    if (int8_) c = c * kv_gather(*pages_, scales, start, n, at::kFloat).reshape({m, 1});
+    return sp.decode(c).view({m, dm.n_head_kv, dm.head_dim}).transpose(0, 1).contiguous();
   }
 
   std::shared_ptr<const KvSpliceSet> set_;

@@ -61,12 +61,14 @@ class QuantCodec final : public KvCodec {
     }
   }
 
-  at::Tensor keys(int64_t n) const override { return decoded(fmt_.k, fmt_.ks, n); }
-  at::Tensor values(int64_t n) const override { return decoded(fmt_.v, fmt_.vs, n); }
+  at::Tensor keys_span(int64_t start, int64_t n) const override { return decoded(fmt_.k, fmt_.ks, start, n); }
+  at::Tensor values_span(int64_t start, int64_t n) const override { return decoded(fmt_.v, fmt_.vs, start, n); }
 
   void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
               float* out) const override {
     TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
+    TORCH_CHECK(pages_->holds_from(0), "kv attend: positions below ", pages_->released_below(),
+                " were released by the sliding window; attend_window reads the window only");
     kernels::attend_paged_quant(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.ks),
                                 KvPagedRows(*pages_, fmt_.v), KvPagedRows(*pages_, fmt_.vs),
                                 kind() == KvCodecKind::kInt4 ? 4 : 8, n_head, n_head_kv_, head_dim_, n, scale,
@@ -77,6 +79,8 @@ class QuantCodec final : public KvCodec {
                    int64_t h0, int64_t h1, float* const* out) const override {
     for (int64_t r = 0; r < n_rows; ++r)
       TORCH_CHECK(n[r] > 0 && n[r] <= capacity(), "kv attend: ", n[r], " positions, capacity ", capacity());
+    TORCH_CHECK(pages_->holds_from(0), "kv attend: positions below ", pages_->released_below(),
+                " were released by the sliding window; attend_window reads the window only");
     kernels::attend_paged_quant_rows(q, n, n_rows, KvPagedRows(*pages_, fmt_.k),
                                      KvPagedRows(*pages_, fmt_.ks), KvPagedRows(*pages_, fmt_.v),
                                      KvPagedRows(*pages_, fmt_.vs), kind() == KvCodecKind::kInt4 ? 4 : 8,
@@ -87,6 +91,8 @@ class QuantCodec final : public KvCodec {
                      int64_t h1, float* out) const override {
     TORCH_CHECK(start >= 0 && start < n && n <= capacity(), "kv attend: positions [", start, ", ", n,
                 "), capacity ", capacity());
+    TORCH_CHECK(pages_->holds_from(start), "kv attend: positions [", start, ", ", n, ") reach blocks the sliding "
+                "window released (positions below ", pages_->released_below(), " are gone)");
     kernels::attend_paged_quant_span(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.ks),
                                      KvPagedRows(*pages_, fmt_.v), KvPagedRows(*pages_, fmt_.vs),
                                      kind() == KvCodecKind::kInt4 ? 4 : 8, n_head, n_head_kv_, head_dim_, start, n,
@@ -100,9 +106,10 @@ class QuantCodec final : public KvCodec {
     return kernels::kv_quantize_row(x, head_dim_, kind() == KvCodecKind::kInt4 ? 4 : 8, dst);
   }
 
-  at::Tensor decoded(const KvRegion& rows, const KvRegion& scale_region, int64_t n) const {
-    at::Tensor store = kv_gather(*pages_, rows, n, storage_dtype());                  // [Hkv, n, row_bytes]
-    at::Tensor scales = kv_gather(*pages_, scale_region, n, at::kFloat).squeeze(-1);  // [Hkv, n]
+  at::Tensor decoded(const KvRegion& rows, const KvRegion& scale_region, int64_t start, int64_t n) const {
+    at::Tensor store = kv_gather(*pages_, rows, start, n, storage_dtype());                  // [Hkv, m, row_bytes]
+    at::Tensor scales = kv_gather(*pages_, scale_region, start, n, at::kFloat).squeeze(-1);  // [Hkv, m]
+    const int64_t m = n - start;
     at::Tensor q;
     if (kind() == KvCodecKind::kInt8) {
       q = store.to(at::kFloat);
@@ -112,7 +119,7 @@ class QuantCodec final : public KvCodec {
       at::Tensor lo = b.bitwise_and(0xF), hi = b.bitwise_right_shift(4).bitwise_and(0xF);
       lo = lo - (lo >= 8).to(at::kInt) * 16;
       hi = hi - (hi >= 8).to(at::kInt) * 16;
-      q = at::stack({lo, hi}, -1).reshape({n_head_kv_, n, head_dim_}).to(at::kFloat);
+      q = at::stack({lo, hi}, -1).reshape({n_head_kv_, m, head_dim_}).to(at::kFloat);
     }
     return q * scales.unsqueeze(-1);
   }

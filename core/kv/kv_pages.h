@@ -40,12 +40,23 @@ struct KvLayerFormat {
 
 // The positions a sequence holds, through its block table. Kernels read it; the owner (SequenceKv)
 // grows and shrinks `table`.
+//
+// Sliding windows: a sequence whose every layer slides gives back the blocks no future query reads
+// (SequenceKv::release_outside_window). They are always the first `released` entries of the table, which keeps
+// its indexing by t / block_tokens and marks them kReleased (-1): positions below released_below() must never be
+// read. Readers check holds_from(start) (kv_gather, the codecs' attend entry points) and read [start, n) only.
 struct KvPages {
+  static constexpr int32_t kReleased = -1;
   uint8_t* base = nullptr;   // the pool's storage: block b starts at base + b * block_bytes
   int64_t block_bytes = 0;   // bytes per block
   int64_t block_tokens = 0;  // positions per block (this sequence's layout)
   std::vector<int32_t> table;
+  int64_t released = 0;  // the first `released` entries of table are kReleased
   int64_t capacity() const { return static_cast<int64_t>(table.size()) * block_tokens; }
+  // The first position still held (0 unless a sliding window released blocks).
+  int64_t released_below() const { return released * block_tokens; }
+  bool holds_from(int64_t start) const { return start >= released * block_tokens; }
+  int64_t blocks_held() const { return static_cast<int64_t>(table.size()) - released; }
   uint8_t* block_of(int64_t t) const {
     return base + static_cast<int64_t>(table[static_cast<size_t>(t / block_tokens)]) * block_bytes;
   }

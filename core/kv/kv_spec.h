@@ -29,6 +29,13 @@ struct KvSpec {
   // Layers that also keep a reverse store (SequenceKv::reverse): the SBA layers of the model
   // (core/model/variants.h). Empty for plain models.
   std::vector<int64_t> reverse_layers;
+  // The sliding window every layer attends within (a query at p reads keys p - window < j <= p), > 0 only when
+  // EVERY layer slides (Mistral; the model passes the largest of its layers' windows: a block is dead only when no
+  // layer reads it; core/model Transformer::kv_spec). A block
+  // holds all layers, so with any global layer (Gemma 2/3's local/global mix, Qwen2's max_window_layers) this is
+  // 0 and nothing can be released. A paged sequence gives back the blocks wholly below its window
+  // (SequenceKv::release_outside_window). 0: every position stays readable.
+  int64_t window = 0;
 };
 
 }  // namespace frost

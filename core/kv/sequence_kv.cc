@@ -105,10 +105,35 @@ int64_t SequenceKv::capacity() const { return std::min(spec_.max_tokens, pages_.
 
 void SequenceKv::drop_blocks_from(size_t first) {
   while (pages_.table.size() > first) {
-    books_->release(pages_.table.back());
+    if (pages_.table.back() != KvPages::kReleased) books_->release(pages_.table.back());  // released: given back
     pages_.table.pop_back();
   }
+  pages_.released = std::min(pages_.released, static_cast<int64_t>(pages_.table.size()));
   if (hashes_.size() > first) hashes_.resize(first);
+}
+
+int64_t SequenceKv::window_start() const {
+  return spec_.window > 0 ? std::max<int64_t>(0, n_tokens_ - spec_.window + 1) : 0;
+}
+
+int64_t SequenceKv::release_outside_window() {
+  if (!books_ || spec_.window <= 0) return 0;
+  // Block b holds positions [b·bt, (b+1)·bt); none is read again once (b+1)·bt <= window_start(): a query at
+  // p >= n_tokens() reads keys p - W < j <= p. The released blocks are always the first entries of the table.
+  const int64_t dead = std::min(window_start() / layout_.block_tokens, static_cast<int64_t>(pages_.table.size()));
+  int64_t n = 0;
+  for (; pages_.released < dead; ++pages_.released, ++n) {
+    int32_t& id = pages_.table[static_cast<size_t>(pages_.released)];
+    books_->release(id);
+    id = KvPages::kReleased;
+  }
+  return n;
+}
+
+int64_t kv_blocks_bound(int64_t tokens, int64_t block_tokens, int64_t window, int64_t max_chunk) {
+  const int64_t all = (tokens + block_tokens - 1) / block_tokens;
+  if (window <= 0) return all;
+  return std::min(all, (window - 1 + std::max<int64_t>(1, max_chunk) + block_tokens - 1) / block_tokens + 1);
 }
 
 bool SequenceKv::reserve(int64_t n) {
@@ -129,9 +154,15 @@ void SequenceKv::truncate(int64_t n) {
     const auto keep = static_cast<size_t>(blocks_for(n));
     if (n % layout_.block_tokens != 0) {  // the block holding position n will be written again
       const int32_t id = pages_.table[keep - 1];
-      TORCH_CHECK(books_->ref_count(id) == 1 && !books_->published(id), "SequenceKv::truncate(", n,
-                  "): position ", n, " lies in a block shared through the prefix cache");
+      TORCH_CHECK(id != KvPages::kReleased && books_->ref_count(id) == 1 && !books_->published(id),
+                  "SequenceKv::truncate(", n, "): position ", n,
+                  " lies in a block shared through the prefix cache or released by the sliding window");
     }
+    // The next query (at n) reads [from, n): those rows must still be held (nothing to hold when n = 0).
+    const int64_t from = spec_.window > 0 ? std::max<int64_t>(0, n - spec_.window + 1) : 0;
+    TORCH_CHECK(from == n || pages_.holds_from(from), "SequenceKv::truncate(", n,
+                "): the sliding window would read positions from ", from, ", and the blocks below ",
+                pages_.released_below(), " were released");
     drop_blocks_from(keep);
     if (hashes_.size() > static_cast<size_t>(n / layout_.block_tokens))
       hashes_.resize(static_cast<size_t>(n / layout_.block_tokens));
@@ -141,7 +172,7 @@ void SequenceKv::truncate(int64_t n) {
 }
 
 void SequenceKv::reset() {
-  if (books_) drop_blocks_from(0);
+  if (books_) drop_blocks_from(0);  // each held block released once; released entries are skipped
   n_tokens_ = 0;
   n_adopted_ = 0;
   hashes_.clear();
@@ -161,6 +192,7 @@ int64_t SequenceKv::adopt_prefix(const int32_t* tokens, int64_t max_tokens) {
   }
   n_tokens_ = static_cast<int64_t>(pages_.table.size()) * bt;
   n_adopted_ = n_tokens_;
+  release_outside_window();  // the blocks the window no longer needs go back (they stay cached, published)
   return n_tokens_;
 }
 
@@ -170,7 +202,8 @@ void SequenceKv::publish_full_blocks(const int32_t* tokens) {
   for (auto b = static_cast<int64_t>(hashes_.size()); (b + 1) * bt <= n_tokens_; ++b) {
     const uint64_t parent = b > 0 ? hashes_.back() : 0;
     const uint64_t h = kv_block_hash(parent, salt_, tokens + b * bt, bt);
-    books_->publish(pages_.table[static_cast<size_t>(b)], h, parent, salt_, tokens + b * bt, bt);
+    const int32_t id = pages_.table[static_cast<size_t>(b)];
+    if (id != KvPages::kReleased) books_->publish(id, h, parent, salt_, tokens + b * bt, bt);
     hashes_.push_back(h);
   }
 }

@@ -3,6 +3,7 @@
 // Owned by whoever runs the sequence (the engine thread); not thread-safe.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -49,7 +50,8 @@ class SequenceKv {
   // Called by the model after all layers stored `n` more tokens.
   void advance(int64_t n) { n_tokens_ += n; }
   // Forget everything after the first `n` positions (n <= n_tokens()). Paged: blocks past position n go back
-  // to the pool; truncating into a block shared with other sequences (a cached prefix) is refused.
+  // to the pool; truncating into a block shared with other sequences (a cached prefix) is refused, and so is
+  // truncating to where the sliding window would need a block already released.
   void truncate(int64_t n);
   // n_tokens() = 0; paged: every block goes back to the pool.
   void reset();
@@ -58,10 +60,22 @@ class SequenceKv {
   bool paged() const { return books_ != nullptr; }
   const KvLayout& layout() const { return layout_; }
   int64_t block_tokens() const { return layout_.block_tokens; }
+  // Indexed by position / block_tokens(); the first n_released() entries are KvPages::kReleased (no block).
   const std::vector<int32_t>& block_table() const { return pages_.table; }
+  int64_t n_released() const { return pages_.released; }
+  // Blocks this sequence holds now (the table less the released entries).
+  int64_t blocks_held() const { return pages_.blocks_held(); }
+  // The first position any future query can read: n_tokens() - window + 1 for a sliding spec, else 0.
+  int64_t window_start() const;
+  // Sliding windows (spec.window > 0, paged only; core/kv/kv_pages.h): gives back to the pool every block wholly
+  // below window_start() — no row of it is read again, by any layer — and marks its entry released. A published
+  // block stays in the prefix cache (its content is final and immutable) until evicted. Returns how many it
+  // released. Called by the scheduler after each step's commit and at admission; a no-op otherwise.
+  int64_t release_outside_window();
   int64_t blocks_for(int64_t n) const { return (n + layout_.block_tokens - 1) / layout_.block_tokens; }
   // Makes positions [0, n) writable (n <= spec.max_tokens). Paged: takes the missing blocks from the pool;
   // false when it ran out (the blocks taken so far are kept). Standalone: true iff n <= spec.max_tokens.
+  // Released entries are never taken again: positions only grow past them.
   bool reserve(int64_t n);
 
   // ---- prefix cache (paged) ----
@@ -70,10 +84,13 @@ class SequenceKv {
   void set_prefix_salt(uint64_t salt) { salt_ = salt; }
   // For a sequence holding nothing yet: adopts the longest chain of published full blocks that match
   // tokens[0 .. max_tokens) from the start (shared, read-only). Returns the positions adopted, a multiple of
-  // block_tokens(); n_tokens() is set to it.
+  // block_tokens(); n_tokens() is set to it. Sliding windows: the chain must be whole from block 0 (every
+  // block a lookup hit, so a prefix with a missing block is never reused past the gap); the adopted blocks
+  // the window no longer needs are then released at once (release_outside_window).
   int64_t adopt_prefix(const int32_t* tokens, int64_t max_tokens);
   // Publishes each full block below n_tokens() not yet published; tokens[0 .. n_tokens()) are the ids that
-  // were written.
+  // were written. A released entry is never published (its block may already belong to another sequence):
+  // the hash chain goes on past it, and a later lookup of that chain misses there.
   void publish_full_blocks(const int32_t* tokens);
   int64_t n_adopted() const { return n_adopted_; }  // positions adopted from the cache at the last start
 
@@ -85,9 +102,9 @@ class SequenceKv {
   const std::shared_ptr<const RepairSet>& repair() const { return repair_; }
 
   int64_t bytes_per_token() const;  // all layers, payload
-  // Memory held: the blocks (standalone: its one block), padding included.
-  int64_t bytes_allocated() const { return static_cast<int64_t>(pages_.table.size()) * layout_.block_bytes; }
-  int64_t bytes_in_use() const { return bytes_per_token() * n_tokens_; }
+  // Memory held: the blocks (standalone: its one block), padding included; released blocks are not held.
+  int64_t bytes_allocated() const { return pages_.blocks_held() * layout_.block_bytes; }
+  int64_t bytes_in_use() const { return bytes_per_token() * (n_tokens_ - std::min(n_tokens_, pages_.released_below())); }
 
  private:
   void make_codecs();
@@ -115,5 +132,10 @@ void kv_spec_formats(const KvSpec& spec, std::vector<KvLayerFormat>* layers,
 int64_t kv_pool_block_bytes(const KvSpec& spec, int64_t block_tokens);
 // The layout a paged sequence of `spec` gets in blocks of block_bytes.
 KvLayout kv_paged_layout(const KvSpec& spec, int64_t block_bytes);
+// The most blocks a paged sequence of `tokens` positions in blocks of block_tokens ever holds at once, when it is
+// fed at most max_chunk positions per step: every block of it, or with a sliding window W (spec.window) the
+// blocks under its last W - 1 positions plus the chunk being written, ceil((W - 1 + max_chunk) / block_tokens) + 1
+// (a span that does not start on a block boundary touches one block more).
+int64_t kv_blocks_bound(int64_t tokens, int64_t block_tokens, int64_t window, int64_t max_chunk);
 
 }  // namespace frost

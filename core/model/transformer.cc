@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/kv/fisher.h"
@@ -72,6 +73,20 @@ KvSpec Transformer::kv_spec(int64_t max_tokens, KvCodecKind codec,
   s.codec = codec;
   s.splice = std::move(splice);
   s.reverse_layers = variants::reverse_store_layers(cfg_);
+  // Blocks can be released below a sliding window only when EVERY layer slides (Mistral-style): a block holds
+  // all layers, so one global layer (Gemma 2/3, Qwen2 past max_window_layers) keeps every block; so does an SBA
+  // layer's reverse store, which is read whole. The window passed down is the LARGEST layer window: a block is
+  // dead only when no layer reads it.
+  int64_t w = 0;
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const int64_t wl = cfg_.window_of(l);
+    if (wl <= 0) {
+      w = 0;
+      break;
+    }
+    w = std::max(w, wl);
+  }
+  s.window = s.reverse_layers.empty() ? w : 0;
   return s;
 }
 
@@ -111,6 +126,11 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStud
   const int64_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, D = cfg_.head_dim, C = cfg_.dim;
   TORCH_CHECK(S <= kv.capacity() && S <= cfg_.max_pos, "forward: ", S, " positions exceed capacity ",
               std::min(kv.capacity(), cfg_.max_pos));
+  // The reference path reads every layer's K / V from position 0 (masking the window), so it refuses a paged
+  // sequence whose sliding window gave blocks back (SequenceKv::release_outside_window; the serving engine runs
+  // forward_batch, which reads the window only). kv_gather would refuse too; this says why up front.
+  TORCH_CHECK(kv.n_released() == 0, "forward: the sequence's blocks below position ", kv.n_released() * kv.block_tokens(),
+              " were released by its sliding window; the reference path reads from position 0 (use forward_batch)");
   const at::Tensor ids = tokens.to(at::kLong);
   TORCH_CHECK(ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < cfg_.n_vocab,
               "forward: token id out of range [0, ", cfg_.n_vocab, ")");
