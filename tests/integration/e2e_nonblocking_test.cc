@@ -6,9 +6,9 @@
 // the slow calls finished.
 //
 // The work is real (no test-only delay): the artifact is a directory in the state directory whose
-// checksums.json lists a 96 MiB file first, so activation reads and hashes all of it before the mismatch is
+// checksums.json lists a 192 MiB file first, so activation reads and hashes all of it before the mismatch is
 // found (FAILED_PRECONDITION: cannot be activated, sha256 does not match); the SubmitJob reads and parses
-// every line of its 32 MiB calibration file before its config (an unknown key) is refused (INVALID_ARGUMENT),
+// every line of its 64 MiB calibration file before its config (an unknown key) is refused (INVALID_ARGUMENT),
 // so no training job runs and loads the machine afterwards.
 #include <gtest/gtest.h>
 
@@ -34,8 +34,8 @@ namespace {
 
 constexpr int kActivations = 8;  // concurrent ActivateArtifact calls
 constexpr int kSubmits = 8;      // concurrent SubmitJob calls
-constexpr int64_t kArtifactBytes = int64_t{96} << 20;
-constexpr int64_t kCalibBytes = int64_t{32} << 20;
+constexpr int64_t kArtifactBytes = int64_t{192} << 20;
+constexpr int64_t kCalibBytes = int64_t{64} << 20;
 constexpr char kToken[] = "admin-secret";
 
 void WriteBytes(const std::string& path, int64_t n, char fill) {
