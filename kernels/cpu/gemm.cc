@@ -149,11 +149,14 @@ void panelize_rows(const T* src, int64_t n_out, int64_t n_in, int64_t n_panels, 
   });
 }
 
-at::Tensor panelize(const at::Tensor& m_in, int64_t n_panels) {
+// `arena`: into the huge-page arena (what the GEMM streams), else ordinary memory (a temporary: the arena never
+// reuses the space of a dead tensor inside a live slab).
+at::Tensor panelize(const at::Tensor& m_in, int64_t n_panels, bool arena = true) {
   TORCH_CHECK(m_in.dim() == 2, "panelize: need a matrix");
   const at::Tensor m = m_in.contiguous();
   const int64_t n_out = m.size(0), n_in = m.size(1);
-  at::Tensor out = huge_page_empty({n_panels, n_in, kPanel}, m.options());
+  at::Tensor out = arena ? huge_page_empty({n_panels, n_in, kPanel}, m.options())
+                         : at::empty({n_panels, n_in, kPanel}, m.options());
   switch (m.element_size()) {
     case 4:
       panelize_rows(static_cast<const int32_t*>(m.data_ptr()), n_out, n_in, n_panels, static_cast<int32_t*>(out.data_ptr()));
@@ -233,16 +236,18 @@ PackedMatrix pack_quantized(const QuantizedMatrix& qm) {
   m.n_in = qm.n_in;
   m.group = qm.group;
   const int64_t n_panels = (m.n_out + kPanel - 1) / kPanel;
-  // Padding rows: q = 0 with scale 0 (and minimum 0) dequantize to 0.
-  m.scales = panelize(qm.scales, n_panels);  // [P, n_groups, 32]
-  if (qm.bits == 4) m.mins = panelize(qm.mins, n_panels);
-  const at::Tensor q = panelize(qm.q, n_panels);  // [P, n_in, 32]
+  // The panels go into the arena first, then their scales (the order the arena held them in before the one-pass
+  // packer: w8a8 decode on builtin:15m ran ~7% slower with the scales first). Padding rows: q = 0 with scale 0
+  // (and minimum 0) dequantize to 0.
   if (qm.bits == 8) {
-    m.panels = q;
+    m.panels = panelize(qm.q, n_panels);  // [P, n_in, 32]
   } else {  // byte j of an input row: output j | output j+16 << 4
+    const at::Tensor q = panelize(qm.q, n_panels, /*arena=*/false);
     const at::Tensor lo = q.narrow(2, 0, 16), hi = q.narrow(2, 16, 16);
     m.panels = huge_page_copy(at::bitwise_or(lo, at::bitwise_left_shift(hi, 4)));
   }
+  m.scales = panelize(qm.scales, n_panels);  // [P, n_groups, 32]
+  if (qm.bits == 4) m.mins = panelize(qm.mins, n_panels);
   return m;
 }
 
@@ -278,10 +283,10 @@ PackedMatrix pack_quantized_a8(const QuantizedMatrix& qm) {
   m.n_in = qm.n_in;
   m.group = qm.group;
   const int64_t n_panels = (m.n_out + kPanel - 1) / kPanel, n_in4 = round_up4(m.n_in);
-  m.scales = panelize(qm.scales, n_panels);  // [P, n_groups, 32]; padding rows have scale 0
   at::Tensor u = at::full({n_panels * kPanel, n_in4}, 128, at::kInt);  // q + 128; padding is q = 0
   u.narrow(0, 0, m.n_out).narrow(1, 0, m.n_in).add_(qm.q.to(at::kInt));
   m.panels = huge_page_copy(u.to(at::kByte).view({n_panels, kPanel, n_in4 / 4, 4}).permute({0, 2, 1, 3}));
+  m.scales = panelize(qm.scales, n_panels);  // [P, n_groups, 32]; padding rows have scale 0 (after the panels)
   return m;
 }
 
