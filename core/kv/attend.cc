@@ -325,18 +325,6 @@ bool heads_rows_v(const float* const* q, const int64_t* n, int64_t rows, const K
 }
 #pragma GCC pop_options
 
-// Contiguous [Hkv, t_max, row] storage as a one-block KvPagedRows.
-KvPagedRows one_block(const void* base, int64_t t_max, int64_t row_bytes, const int32_t* zero) {
-  KvPagedRows r;
-  r.base = static_cast<const uint8_t*>(base);
-  r.table = zero;
-  r.block_bytes = 0;
-  r.block_tokens = t_max;
-  r.off = 0;
-  r.row_bytes = row_bytes;
-  return r;
-}
-
 }  // namespace
 
 float* thread_scratch(int64_t n) {
@@ -449,9 +437,8 @@ void attend_paged_quant_span(const float* q, const KvPagedRows& k, const KvPaged
 void attend_one(const float* q, const void* k, const void* v, c10::ScalarType kv_dtype, int64_t n_head,
                 int64_t n_head_kv, int64_t head_dim, int64_t t_max, int64_t n, float scale,
                 float* /*scores*/, float* out) {
-  static const int32_t zero = 0;
   const int64_t rb = head_dim * static_cast<int64_t>(c10::elementSize(kv_dtype));
-  const KvPagedRows kr = one_block(k, t_max, rb, &zero), vr = one_block(v, t_max, rb, &zero);
+  const KvPagedRows kr = KvPagedRows::contiguous(k, t_max, rb), vr = KvPagedRows::contiguous(v, t_max, rb);
   at::parallel_for(0, n_head, attend_grain(n, head_dim, n_head), [&](int64_t h0, int64_t h1) {
     attend_paged(q, kr, vr, kv_dtype, n_head, n_head_kv, head_dim, n, scale, h0, h1, out);
   });
@@ -460,10 +447,9 @@ void attend_one(const float* q, const void* k, const void* v, c10::ScalarType kv
 void attend_one_quant(const float* q, const void* k, const float* ks, const void* v, const float* vs, int bits,
                       int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t t_max, int64_t n, float scale,
                       float* /*scores*/, float* out) {
-  static const int32_t zero = 0;
   const int64_t rb = bits == 8 ? head_dim : head_dim / 2;
-  const KvPagedRows kr = one_block(k, t_max, rb, &zero), vr = one_block(v, t_max, rb, &zero);
-  const KvPagedRows ksr = one_block(ks, t_max, 4, &zero), vsr = one_block(vs, t_max, 4, &zero);
+  const KvPagedRows kr = KvPagedRows::contiguous(k, t_max, rb), vr = KvPagedRows::contiguous(v, t_max, rb);
+  const KvPagedRows ksr = KvPagedRows::contiguous(ks, t_max, 4), vsr = KvPagedRows::contiguous(vs, t_max, 4);
   at::parallel_for(0, n_head, attend_grain(n, head_dim, n_head), [&](int64_t h0, int64_t h1) {
     attend_paged_quant(q, kr, ksr, vr, vsr, bits, n_head, n_head_kv, head_dim, n, scale, h0, h1, out);
   });

@@ -3,11 +3,11 @@
 #include "core/kv/codec.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include <ATen/ATen.h>
 
+#include "core/kv/attend.h"
 #include "core/kv/kvsplice.h"
 
 namespace frost {
@@ -108,36 +108,28 @@ std::unique_ptr<OwnBlock> own_block(KvCodecKind kind, int64_t n_head_kv, int64_t
 
 }  // namespace
 
-void KvCodec::attend_window(const float* q, int64_t n_head, int64_t start, int64_t n, float scale, float softcap,
-                            int64_t h0, int64_t h1, float* out) const {
+void KvCodec::check_attend(int64_t n) const {
+  TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
+  TORCH_CHECK(pages_->holds_from(0), "kv attend: positions below ", pages_->released_below(),
+              " were released by the sliding window; attend_window reads the window only");
+}
+
+void KvCodec::check_window(int64_t start, int64_t n) const {
   TORCH_CHECK(start >= 0 && start < n && n <= capacity(), "kv attend: positions [", start, ", ", n, "), capacity ",
               capacity());
-  // Only the window's rows are decoded: blocks below it may have been given back (core/kv/kv_pages.h).
+  TORCH_CHECK(pages_->holds_from(start), "kv attend: positions [", start, ", ", n, ") reach blocks the sliding "
+              "window released (positions below ", pages_->released_below(), " are gone)");
+}
+
+void KvCodec::attend_window(const float* q, int64_t n_head, int64_t start, int64_t n, float scale, float softcap,
+                            int64_t h0, int64_t h1, float* out) const {
+  check_window(start, n);
+  // Only the window's rows are decoded (blocks below it may have been given back, core/kv/kv_pages.h), then the
+  // float span kernel attends them as one contiguous block.
   const at::Tensor K = keys_span(start, n).contiguous(), V = values_span(start, n).contiguous();  // [Hkv, m, D]
-  const int64_t hkv = K.size(0), d = K.size(2), group = n_head / hkv, m = n - start;
-  const float* kp = K.data_ptr<float>();
-  const float* vp = V.data_ptr<float>();
-  std::vector<float> s(static_cast<size_t>(m));
-  for (int64_t h = h0; h < h1; ++h) {
-    const int64_t g = h / group;
-    float mx = -INFINITY;
-    for (int64_t t = start; t < n; ++t) {
-      float acc = 0;
-      for (int64_t i = 0; i < d; ++i) acc += q[h * d + i] * kp[(g * m + t - start) * d + i];
-      float x = acc * scale;
-      if (softcap > 0) x = softcap * std::tanh(x / softcap);
-      s[static_cast<size_t>(t - start)] = x;
-      mx = std::max(mx, x);
-    }
-    float sum = 0;
-    for (float& x : s) sum += (x = std::exp(x - mx));
-    float* o = out + h * d;
-    for (int64_t i = 0; i < d; ++i) o[i] = 0;
-    for (int64_t t = start; t < n; ++t) {
-      const float p = s[static_cast<size_t>(t - start)] / sum;
-      for (int64_t i = 0; i < d; ++i) o[i] += p * vp[(g * m + t - start) * d + i];
-    }
-  }
+  const int64_t m = n - start, d = K.size(2), rb = d * static_cast<int64_t>(sizeof(float));
+  kernels::attend_paged_span(q, KvPagedRows::contiguous(K.data_ptr(), m, rb), KvPagedRows::contiguous(V.data_ptr(), m, rb),
+                             at::kFloat, n_head, K.size(0), d, 0, m, scale, softcap, h0, h1, out);
 }
 
 namespace {

@@ -81,6 +81,11 @@ class KvCodec {
 
   const KvPages* const pages_;
 
+  // The attention entry checks every codec makes (c10::Error naming the positions): attend / attend_rows read
+  // positions [0, n), which must lie within capacity and be held; attend_window reads [start, n), the same.
+  void check_attend(int64_t n) const;
+  void check_window(int64_t start, int64_t n) const;
+
  private:
   const KvCodecKind kind_;
   const at::ScalarType dtype_;

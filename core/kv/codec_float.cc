@@ -80,29 +80,21 @@ class FloatCodec final : public KvCodec {
 
   void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
               float* out) const override {
-    TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
-    TORCH_CHECK(pages_->holds_from(0), "kv attend: positions below ", pages_->released_below(),
-                " were released by the sliding window; attend_window reads the window only");
+    check_attend(n);
     kernels::attend_paged(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v), storage_dtype(),
                           n_head, n_head_kv_, head_dim_, n, scale, h0, h1, out);
   }
 
   void attend_rows(const float* const* q, const int64_t* n, int64_t n_rows, int64_t n_head, float scale,
                    int64_t h0, int64_t h1, float* const* out) const override {
-    for (int64_t r = 0; r < n_rows; ++r)
-      TORCH_CHECK(n[r] > 0 && n[r] <= capacity(), "kv attend: ", n[r], " positions, capacity ", capacity());
-    TORCH_CHECK(pages_->holds_from(0), "kv attend: positions below ", pages_->released_below(),
-                " were released by the sliding window; attend_window reads the window only");
+    for (int64_t r = 0; r < n_rows; ++r) check_attend(n[r]);
     kernels::attend_paged_rows(q, n, n_rows, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v),
                                storage_dtype(), n_head, n_head_kv_, head_dim_, scale, h0, h1, out);
   }
 
   void attend_window(const float* q, int64_t n_head, int64_t start, int64_t n, float scale, float softcap, int64_t h0,
                      int64_t h1, float* out) const override {
-    TORCH_CHECK(start >= 0 && start < n && n <= capacity(), "kv attend: positions [", start, ", ", n,
-                "), capacity ", capacity());
-    TORCH_CHECK(pages_->holds_from(start), "kv attend: positions [", start, ", ", n, ") reach blocks the sliding "
-                "window released (positions below ", pages_->released_below(), " are gone)");
+    check_window(start, n);
     kernels::attend_paged_span(q, KvPagedRows(*pages_, fmt_.k), KvPagedRows(*pages_, fmt_.v), storage_dtype(), n_head,
                                n_head_kv_, head_dim_, start, n, scale, softcap, h0, h1, out);
   }

@@ -67,9 +67,7 @@ class KvSpliceCodec final : public KvCodec {
 
   void attend(const float* q, int64_t n_head, int64_t n, float scale, int64_t h0, int64_t h1,
               float* out) const override {
-    TORCH_CHECK(n > 0 && n <= capacity(), "kv attend: ", n, " positions, capacity ", capacity());
-    TORCH_CHECK(pages_->holds_from(0), "kv attend: positions below ", pages_->released_below(),
-                " were released by the sliding window; attend_window reads the window only");
+    check_attend(n);
     const KvPagedRows none;
     kvsplice_attend(set_->fast_k(layer_), set_->fast_v(layer_), q, KvPagedRows(*pages_, fmt_.k),
                     KvPagedRows(*pages_, fmt_.v), int8_ ? KvPagedRows(*pages_, fmt_.ks) : none,

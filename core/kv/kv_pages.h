@@ -75,6 +75,18 @@ struct KvPagedRows {
       : base(p.base), table(p.table.data()), block_bytes(p.block_bytes), block_tokens(p.block_tokens),
         off(r.off), row_bytes(r.row_bytes) {}
 
+  // Contiguous [groups, t_max, row_bytes] storage as one block (no pool): attend_one's caches and a codec's
+  // decoded rows.
+  static KvPagedRows contiguous(const void* base, int64_t t_max, int64_t row_bytes) {
+    static const int32_t kFirstBlock = 0;
+    KvPagedRows r;
+    r.base = static_cast<const uint8_t*>(base);
+    r.table = &kFirstBlock;
+    r.block_tokens = t_max;
+    r.row_bytes = row_bytes;
+    return r;
+  }
+
   const uint8_t* row(int64_t g, int64_t t) const {
     const int64_t b = t / block_tokens;
     return base + static_cast<int64_t>(table[b]) * block_bytes + off + (g * block_tokens + (t - b * block_tokens)) * row_bytes;

@@ -174,12 +174,9 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, SequenceKv& kv, KvStud
     at::Tensor q = qkv.narrow(1, 0, H * D).view({T, H, D});
     at::Tensor k = qkv.narrow(1, H * D, Hkv * D).view({T, Hkv, D});
     at::Tensor v = qkv.narrow(1, H * D + Hkv * D, Hkv * D).view({T, Hkv, D});
-    if (cfg_.qk_norm) {  // Qwen 3, Gemma 3: RMSNorm over each head's D dims
-      auto rms = [&](const at::Tensor& t, const at::Tensor& w) {
-        return t * at::rsqrt(t.pow(2).mean(-1, /*keepdim=*/true) + cfg_.norm_eps) * w;
-      };
-      q = rms(q, lw.q_norm_w);
-      k = rms(k, lw.k_norm_w);
+    if (cfg_.qk_norm) {  // Qwen 3, Gemma 3: RMSNorm over each head's D dims (norm() reduces the last dim)
+      q = norm(q, lw.q_norm_w, at::Tensor());
+      k = norm(k, lw.k_norm_w, at::Tensor());
     }
     // 3. RoPE (LLaMA)
     if (cfg_.arch == Arch::kLlama) {

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <tuple>
 #include <ostream>
 #include <vector>
@@ -46,19 +47,34 @@ TEST_P(AttendRowsTest, ATileOfRowsEqualsEachRowAloneAndTheReference) {
   kernels::set_isa(before);
 }
 
+// One layer of one paged sequence (Hkv kv heads of D) in a pool of 64 blocks of `bt` fp32 positions, holding
+// max_tokens positions at most.
+struct PagedLayer {
+  std::unique_ptr<HostKvStorage> pool;
+  std::unique_ptr<KvBlockBooks> books;
+  std::unique_ptr<SequenceKv> kv;
+};
+PagedLayer paged_layer(KvCodecKind codec, int64_t n_head_kv, int64_t head_dim, int64_t bt, int64_t max_tokens) {
+  KvSpec spec;
+  spec.n_layer = 1;
+  spec.n_head_kv = n_head_kv;
+  spec.head_dim = head_dim;
+  spec.max_tokens = max_tokens;
+  spec.codec = codec;
+  auto pool = HostKvStorage::create(64, kv_pool_block_bytes(spec, bt));
+  TORCH_CHECK(pool.ok(), pool.status().ToString());
+  PagedLayer p;
+  p.pool = *std::move(pool);
+  p.books = std::make_unique<KvBlockBooks>(p.pool->n_blocks(), p.pool->block_bytes());
+  p.kv = std::make_unique<SequenceKv>(spec, p.books.get(), p.pool.get());
+  return p;
+}
+
 void check_tile_and_reference(const AttendCase& c) {
   const auto [codec, D, bt] = c;
   const int64_t H = 4, Hkv = 2, T = 70;
-  KvSpec spec;
-  spec.n_layer = 1;
-  spec.n_head_kv = Hkv;
-  spec.head_dim = D;
-  spec.max_tokens = 128;
-  spec.codec = codec;
-  auto pool = HostKvStorage::create(64, kv_pool_block_bytes(spec, bt));
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  KvBlockBooks books((*pool)->n_blocks(), (*pool)->block_bytes());
-  SequenceKv kv(spec, &books, pool->get());
+  PagedLayer paged = paged_layer(codec, Hkv, D, bt, 128);
+  SequenceKv& kv = *paged.kv;
   ASSERT_TRUE(kv.reserve(T));
   at::manual_seed(D * 100 + bt);
   const at::Tensor k = at::randn({T, Hkv, D}) * 2, v = at::randn({T, Hkv, D});
@@ -98,16 +114,8 @@ void check_tile_and_reference(const AttendCase& c) {
 TEST_P(AttendRowsTest, AWindowAndSoftCapEqualTheReference) {
   const auto [codec, D, bt] = GetParam();
   const int64_t H = 4, Hkv = 2, T = 40;
-  KvSpec spec;
-  spec.n_layer = 1;
-  spec.n_head_kv = Hkv;
-  spec.head_dim = D;
-  spec.max_tokens = 64;
-  spec.codec = codec;
-  auto pool = HostKvStorage::create(64, kv_pool_block_bytes(spec, bt));
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  KvBlockBooks books((*pool)->n_blocks(), (*pool)->block_bytes());
-  SequenceKv kv(spec, &books, pool->get());
+  PagedLayer paged = paged_layer(codec, Hkv, D, bt, 64);
+  SequenceKv& kv = *paged.kv;
   ASSERT_TRUE(kv.reserve(T));
   at::manual_seed(D * 7 + bt);
   kv.layer(0).append(at::randn({T, Hkv, D}) * 2, at::randn({T, Hkv, D}), 0);
