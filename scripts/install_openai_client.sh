@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs the official OpenAI Node SDK (`openai`) and the JSON Schema validator `ajv` from the npm registry
-# into a cache directory, pinned by tests/client/openai/package-lock.json. Used by
-# tests/client/openai_client_test.mjs (ctest openai_client) and bench/structured_output_bench.mjs.
+# Installs the official OpenAI Node SDK (`openai`), the JSON Schema validator `ajv`, LangChain.js
+# (`@langchain/openai`, `@langchain/core`), the Vercel AI SDK (`ai`, `@ai-sdk/openai`) and `zod` from the npm
+# registry into a cache directory, pinned by tests/client/openai/package-lock.json. Used by
+# tests/client/openai_client_test.mjs (ctest openai_client), tests/client/openai_agents_test.mjs (ctest
+# openai_agents) and bench/structured_output_bench.mjs.
 #
 #   scripts/install_openai_client.sh [CACHE_DIR]
 #
@@ -27,7 +29,7 @@ flock 9
 # What the cache must match: the pinned inputs and this script.
 want=$(cat "$PKG_SRC/package.json" "$PKG_SRC/package-lock.json" "$PKG_SRC/.npmrc" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
 if [[ -f $DEST/.stamp && $(cat "$DEST/.stamp") == "$want" && -f $DEST/node_modules/openai/package.json &&
-      -f $DEST/node_modules/ajv/package.json ]]; then
+      -f $DEST/node_modules/ajv/package.json && -f $DEST/node_modules/ai/package.json ]]; then
   echo "node_modules: $DEST/node_modules"
   exit 0
 fi
@@ -48,13 +50,24 @@ cp "$PKG_SRC/package.json" "$PKG_SRC/package-lock.json" "$PKG_SRC/.npmrc" "$DEST
 (cd "$DEST" && npm ci --no-audit --no-fund --loglevel=error >&2) ||
   die "npm ci failed in $DEST (is the npm registry reachable?)"
 
-# The SDK must load on this node (CommonJS entry: the test loads it with createRequire from the cache).
-versions=$(cd "$DEST" && node -e '
-  const fs = require("fs"), v = (p) => JSON.parse(fs.readFileSync(`node_modules/${p}/package.json`)).version;
-  const o = v("openai"), a = v("ajv");
-  const OpenAI = require("openai").default, Ajv = require("ajv").default;
-  if (typeof OpenAI !== "function" || typeof Ajv !== "function") throw new Error("unexpected exports");
-  console.log(`openai ${o}, ajv ${a}`);') || die "the installed packages do not load with $(node --version)"
+# The packages must load on this node: openai and ajv as CommonJS (the tests load them with createRequire from
+# the cache), LangChain.js, the AI SDK and zod with import() (ESM entries).
+versions=$(cd "$DEST" && node --input-type=module -e '
+  import fs from "node:fs";
+  import { createRequire } from "node:module";
+  import { pathToFileURL } from "node:url";
+  const req = createRequire(`${process.cwd()}/package.json`);
+  const v = (p) => JSON.parse(fs.readFileSync(`node_modules/${p}/package.json`)).version;
+  const imp = (p) => import(pathToFileURL(req.resolve(p)).href);
+  const OpenAI = req("openai").default, Ajv = req("ajv").default;
+  if (typeof OpenAI !== "function" || typeof Ajv !== "function") throw new Error("unexpected exports (openai, ajv)");
+  const lc = await imp("@langchain/openai"), msgs = await imp("@langchain/core/messages");
+  const ai = await imp("ai"), aio = await imp("@ai-sdk/openai"), zod = await imp("zod");
+  if (typeof lc.ChatOpenAI !== "function" || typeof msgs.HumanMessage !== "function" || typeof ai.generateText !== "function" ||
+      typeof aio.createOpenAI !== "function" || typeof zod.z.object !== "function")
+    throw new Error("unexpected exports (@langchain/openai, @langchain/core, ai, @ai-sdk/openai, zod)");
+  const names = ["openai", "ajv", "@langchain/openai", "@langchain/core", "ai", "@ai-sdk/openai", "zod"];
+  console.log(names.map((n) => `${n} ${v(n)}`).join(", "));') || die "the installed packages do not load with $(node --version)"
 
 echo "$want" >"$DEST/.stamp"
 echo "install_openai_client: $versions" >&2
