@@ -1,0 +1,152 @@
+#!/usr/bin/env node
+// Agent-style use of frostd's OpenAI-compatible API through the clients people use from npm: the official
+// `openai` SDK (tool calling: tool_choice named / required / none / auto, streamed and not, manual tool loops,
+// runTools; embeddings; the Responses API), LangChain.js (ChatOpenAI bindTools, withStructuredOutput) and the
+// Vercel AI SDK (generateText with tools, generateObject, streamText, embed / embedMany), plus /tokenize,
+// /detokenize and the render endpoints.
+//
+// It starts its own frostd processes on port 0:
+//   qwen3     a tiny random-weight Qwen3ForCausalLM with the REAL Qwen3 tokenizer and chat template (Hermes
+//             <tool_call> blocks), written at run time by tests/client/openai_agents_models.py into the temp dir
+//   llama3_2  the same for Llama 3.2 (its Llama 3.1 tool template: JSON {"name", "parameters"} calls)
+//   default   stories260K without a chat template (what `make run` serves): frost's default template
+// Random weights cannot choose tools, but tool_choice "required" / a named function are enforced by constrained
+// decoding, so every such call must parse and validate (ajv) against its schema; the bulk checks make hundreds
+// of them at temperature 1 (FROST_AGENTS_BULK="REQUESTSxN", default 32x16 on qwen3, 16x16 named on llama3_2).
+// The two checkpoints need /usr/bin/python3 with torch and scripts/install_tokenizer_refs.sh's cache; without
+// them their checks are reported as SKIP lines and the framework checks run on stories260K instead.
+// One line per check ("ok NAME" / "FAIL NAME: why"); exit 1 on any failure, 77 (ctest: skipped) only when node
+// or the npm packages are unavailable.
+//
+//   FROST_FROSTD=build/server/frostd node tests/client/openai_agents_test.mjs [GROUP...]
+//
+// GROUPs (default all): default tools bulk langchain aisdk embeddings responses tokenize shapes.
+// Environment:
+//   FROST_FROSTD                       frostd binary (required)
+//   FROST_SOURCE_DIR                   the source tree (default: two levels above this file)
+//   FROST_OPENAI_NODE_MODULES          node_modules with the packages (default: scripts/install_openai_client.sh's)
+//   FROST_TOKENIZER_REFS[_NODE_MODULES] scripts/install_tokenizer_refs.sh's cache (default ~/.cache/frost/tokenizer-refs)
+//   FROST_AGENTS_BULK=RxN              the bulk checks' size on qwen3 (llama3_2 runs half the requests)
+//   FROST_KEEP_TMP=1                   keep the temp directory (checkpoints, configs, frostd logs)
+
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+
+import { check, eq, Frostd, log, modelPath, results, setTmp, TMP } from "./openai_client_lib.mjs";
+import { frostdYaml, loadAgentPackages, TOOLS, validateChoice, validators, writeCheckpoints } from "./openai_agents_lib.mjs";
+import { embeddingChecks, requestShapeChecks, responsesChecks, tokenizeChecks } from "./openai_agents_api.mjs";
+import { aiSdkChecks, langchainChecks } from "./openai_agents_frameworks.mjs";
+import { bulkCheck, toolChecks } from "./openai_agents_tools.mjs";
+
+async function main() {
+  const t0 = Date.now();
+  if (!process.env.FROST_FROSTD || !fs.existsSync(process.env.FROST_FROSTD)) {
+    log(`FAIL setup: FROST_FROSTD must name the frostd binary (got ${JSON.stringify(process.env.FROST_FROSTD)})`);
+    return 1;
+  }
+  const pk = await loadAgentPackages();
+  const groups = new Set(process.argv.slice(2).length ? process.argv.slice(2)
+    : ["default", "tools", "bulk", "langchain", "aisdk", "embeddings", "responses", "tokenize", "shapes"]);
+  const [bulkReq, bulkN] = (process.env.FROST_AGENTS_BULK || "32x16").split("x").map(Number);
+  setTmp(fs.mkdtempSync(path.join(os.tmpdir(), "frost-agents-")));
+  log(`openai_agents_test: ${pk.versions}; node ${process.version}; frostd ${process.env.FROST_FROSTD}; tmp ${TMP}`);
+  const ajv = new pk.Ajv({ allErrors: true, strict: false });
+  const ctx = { ...pk, ajv };
+
+  // The checkpoints (skipped visibly when torch or the tokenizer files are missing).
+  let ckpt;
+  try {
+    ckpt = writeCheckpoints(TMP);
+  } catch (e) {
+    log(`FAIL checkpoints: ${e.message}`);
+    results.push({ name: "checkpoints", ok: false });
+    ckpt = { skip: "the writer failed" };
+  }
+  if (ckpt.skip) log(`SKIP qwen3 / llama3_2 checks: ${ckpt.skip}`);
+
+  const stories = modelPath();
+  const specs = [["default", stories]];
+  if (ckpt.dirs) specs.push(["qwen3", ckpt.dirs.qwen3], ["llama3_2", ckpt.dirs.llama3_2]);
+  const servers = {};
+  await Promise.all(specs.map(async ([name, dir]) => {
+    const f = new Frostd(TMP, name, frostdYaml(dir));
+    try {
+      await f.start();
+      servers[name] = f;
+    } catch (e) {
+      f.kill();
+      log(`FAIL start ${name}: ${e.message}`);
+      results.push({ name: `start ${name}`, ok: false });
+    }
+  }));
+  const srv = (label) => {
+    const f = servers[label];
+    if (!f) return null;
+    const MODEL = path.basename(specs.find(([n]) => n === label)[1]);
+    return { label, frostd: f, base: f.base, MODEL,
+             client: new pk.OpenAI({ baseURL: `${f.base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 180_000 }) };
+  };
+  log(`frostd up: ${Object.entries(servers).map(([n, f]) => `${n} http ${f.ports.http}`).join(", ")} ` +
+      `[${((Date.now() - t0) / 1000).toFixed(1)}s]`);
+  const def = srv("default"), qwen = srv("qwen3"), llama = srv("llama3_2");
+  const main = qwen || def;  // the frameworks' server: the real Qwen3 template, else stories260K's default one
+
+  if (def && groups.has("default")) {
+    // What `make run` serves: stories260K with no chat template answers chat (frost's default template), and
+    // renders tools (Hermes-format calls) so that forced calls work there too.
+    await check("default: chat.completions.create without a chat template → 200", async () => {
+      const r = await def.client.chat.completions.create({ model: def.MODEL, max_tokens: 16,
+        messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello!" }] });
+      eq(r.object, "chat.completion", "object");
+      eq(r.choices[0].message.role, "assistant", "role");
+      return JSON.stringify(r.choices[0].message.content).slice(0, 60);
+    });
+    await check("default: tool_choice required on the default template → calls validate", async () => {
+      const v = validators(ajv);
+      const r = await def.client.chat.completions.create({ model: def.MODEL, max_tokens: 256, temperature: 1, seed: 3, n: 4,
+        tools: TOOLS, tool_choice: "required", messages: [{ role: "user", content: "Use a tool." }] });
+      for (const ch of r.choices) validateChoice(ch, v, TOOLS.map((t) => t.function.name), `choice ${ch.index}`);
+      return r.choices.map((ch) => ch.message.tool_calls.map((c) => c.function.name).join("+")).join(",");
+    });
+  }
+  for (const s of [qwen, llama]) {
+    if (s && groups.has("tools")) await toolChecks(ctx, s);
+  }
+  if (groups.has("bulk")) {
+    if (qwen) await bulkCheck(ctx, qwen, { mode: "required", requests: bulkReq, n: bulkN });
+    if (llama) await bulkCheck(ctx, llama, { mode: "book_table", requests: Math.max(1, bulkReq >> 1), n: bulkN });
+  }
+  if (main && groups.has("langchain")) await langchainChecks(ctx, main);
+  if (main && groups.has("aisdk")) await aiSdkChecks(ctx, main);
+  if (main && groups.has("embeddings")) await embeddingChecks(ctx, main);
+  if (main && groups.has("responses")) await responsesChecks(ctx, main);
+  if (groups.has("tokenize")) {
+    for (const s of [qwen, llama, def]) if (s) await tokenizeChecks(ctx, s);
+  }
+  if (main && groups.has("shapes")) await requestShapeChecks(ctx, main);
+
+  await check("every frostd alive, SIGTERM → exit 0", async () => {
+    for (const [name, f] of Object.entries(servers)) {
+      eq(f.alive(), true, `${name} alive (exit ${JSON.stringify(f.exit)})`);
+      eq(await f.stop(), { code: 0, signal: null }, `${name} exit`);
+    }
+  });
+  for (const f of Object.values(servers)) f.kill();
+
+  const failed = results.filter((r) => !r.ok);
+  log(`openai_agents_test: ${results.length - failed.length}/${results.length} checks ok` +
+      `${ckpt.skip ? " (qwen3 / llama3_2 skipped)" : ""} in ${((Date.now() - t0) / 1000).toFixed(1)}s`);
+  if (failed.length) {
+    log(`failed: ${failed.map((r) => r.name).join("; ")}`);
+    for (const [name, f] of Object.entries(servers)) log(`--- frostd (${name}) log tail\n${f.logTail(15)}`);
+  }
+  if (!failed.length && !process.env.FROST_KEEP_TMP) fs.rmSync(TMP, { recursive: true, force: true });
+  else log(`kept ${TMP}`);
+  return failed.length ? 1 : 0;
+}
+
+main().then((rc) => process.exit(rc), (e) => {
+  log(`FAIL (unexpected): ${e && e.stack ? e.stack : e}`);
+  process.exit(1);
+});

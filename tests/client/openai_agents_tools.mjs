@@ -1,0 +1,182 @@
+// The agents client test's tool-calling group (run by openai_agents_test.mjs) with the official openai SDK, per
+// real-template checkpoint (Qwen3: Hermes <tool_call>; Llama 3.2: Llama 3.1 JSON calls): tool_choice named and
+// required, non-streamed and streamed (each call whole in one delta, streamed == non-streamed at temperature 0),
+// parallel_tool_calls false, a manual tool loop (assistant tool_calls + role "tool" results), the SDK's runTools
+// helper, tool_choice "none" and "auto"; and the bulk check: hundreds of forced calls at temperature 1 that must
+// all parse and validate.
+import { assert, check, eq } from "./openai_client_lib.mjs";
+import {
+  callKeys, collectStream, pool, TOOL_BY_NAME, TOOL_MESSAGES, TOOLS, validateCall, validateChoice, validators,
+} from "./openai_agents_lib.mjs";
+
+const NAMES = TOOLS.map((t) => t.function.name);
+
+// ctx: {OpenAI, ajv}; srv: {label, client, MODEL}.
+export async function toolChecks(ctx, srv) {
+  const { OpenAI, ajv } = ctx;
+  const { label, client, MODEL } = srv;
+  const validate = validators(ajv);
+  const BASE = { model: MODEL, messages: TOOL_MESSAGES, tools: TOOLS, max_tokens: 256, temperature: 0, seed: 1 };
+  const NAMED = { ...BASE, tool_choice: { type: "function", function: { name: "book_table" } } };
+  const REQUIRED = { ...BASE, tool_choice: "required" };
+
+  let named = null, required = null;
+  await check(`${label}: tool_choice named`, async () => {
+    const r = await client.chat.completions.create(NAMED);
+    eq(r.choices.length, 1, "choices");
+    const calls = validateChoice(r.choices[0], validate, ["book_table"], "named", { max: 1 });
+    named = r.choices[0].message.tool_calls;
+    return `${calls[0].name}(${JSON.stringify(calls[0].args)}), ${r.usage.completion_tokens} tokens`;
+  });
+  await check(`${label}: tool_choice named, streamed == non-streamed`, async () => {
+    assert(named, "no non-streamed answer");
+    const s = await collectStream(await client.chat.completions.create({ ...NAMED, stream: true }), "named stream");
+    const c = s.choices[0];
+    assert(c, "no choice 0 in the stream");
+    eq(c.finish, "tool_calls", "finish_reason");
+    c.calls.forEach((call) => validateCall(call, validate, ["book_table"], "named stream"));
+    eq(callKeys(c.calls), callKeys(named), "streamed calls");
+    // The SDK's stream helper assembles the same message.
+    const fin = await client.chat.completions.stream(NAMED).finalChatCompletion();
+    eq(callKeys(fin.choices[0].message.tool_calls || []), callKeys(named), "chat.completions.stream().finalChatCompletion()");
+    return `${s.chunks} chunks`;
+  });
+  await check(`${label}: tool_choice required`, async () => {
+    const r = await client.chat.completions.create(REQUIRED);
+    const calls = validateChoice(r.choices[0], validate, NAMES, "required");
+    required = r.choices[0].message.tool_calls;
+    return calls.map((c) => `${c.name}(${JSON.stringify(c.args)})`).join(", ").slice(0, 160);
+  });
+  await check(`${label}: tool_choice required, streamed == non-streamed`, async () => {
+    assert(required, "no non-streamed answer");
+    const s = await collectStream(await client.chat.completions.create({ ...REQUIRED, stream: true }), "required stream");
+    const c = s.choices[0];
+    eq(c.finish, "tool_calls", "finish_reason");
+    c.calls.forEach((call) => validateCall(call, validate, NAMES, "required stream"));
+    eq(callKeys(c.calls), callKeys(required), "streamed calls");
+    return `${c.calls.length} call(s), ${s.chunks} chunks`;
+  });
+  await check(`${label}: required + parallel_tool_calls false → one call (n=4, temperature 1)`, async () => {
+    const r = await client.chat.completions.create({ ...REQUIRED, parallel_tool_calls: false, n: 4, temperature: 1, seed: 5 });
+    eq(r.choices.length, 4, "choices");
+    for (const ch of r.choices) validateChoice(ch, validate, NAMES, `choice ${ch.index}`, { max: 1 });
+    return r.choices.map((ch) => ch.message.tool_calls[0].function.name).join(",");
+  });
+
+  await check(`${label}: manual tool loop (assistant tool_calls + tool results → second request)`, async () => {
+    const first = await client.chat.completions.create(REQUIRED);
+    const calls = validateChoice(first.choices[0], validate, NAMES, "first");
+    const messages = [...TOOL_MESSAGES, { role: "assistant", content: null, tool_calls: first.choices[0].message.tool_calls }];
+    for (const c of calls) messages.push({ role: "tool", tool_call_id: c.id, content: JSON.stringify({ ok: true, tool: c.name }) });
+    const second = await client.chat.completions.create({ ...BASE, messages, tool_choice: "none", max_tokens: 24 });
+    const m = second.choices[0].message;
+    assert(!m.tool_calls || m.tool_calls.length === 0, `tool_calls with tool_choice none: ${JSON.stringify(m.tool_calls)}`);
+    assert(second.usage.prompt_tokens > first.usage.prompt_tokens,
+           `the tool results are not in the prompt: ${second.usage.prompt_tokens} <= ${first.usage.prompt_tokens} prompt tokens`);
+    // And once more with tools still on offer (required): the history with tool results renders and constrains.
+    const third = await client.chat.completions.create({ ...REQUIRED, messages });
+    validateChoice(third.choices[0], validate, NAMES, "third");
+    return `${calls.length} call(s); prompt ${first.usage.prompt_tokens} → ${second.usage.prompt_tokens} tokens`;
+  });
+
+  await check(`${label}: openai runTools (named: the function runs once; auto: completes)`, async () => {
+    const run = client.chat.completions.runTools || (client.beta && client.beta.chat.completions.runTools);
+    assert(run, "the SDK has no runTools");
+    const invoked = [];
+    const runnable = TOOLS.map((t) => ({ type: "function", function: {
+      name: t.function.name, description: t.function.description, parameters: t.function.parameters,
+      parse: JSON.parse,
+      function: (args) => {
+        invoked.push({ name: t.function.name, args });
+        return JSON.stringify({ ok: true });
+      } } }));
+    const runner = run.call(client.chat.completions, { ...BASE, tools: runnable, tool_choice: NAMED.tool_choice });
+    await runner.done();
+    eq(invoked.length, 1, `invocations (${JSON.stringify(invoked)})`);
+    eq(invoked[0].name, "book_table", "invoked");
+    assert(validate.book_table(invoked[0].args), `runTools args do not validate: ${JSON.stringify(invoked[0].args)}`);
+    const msgs = runner.messages;
+    assert(msgs.some((m) => m.role === "tool"), `no tool message in the runner's messages: ${JSON.stringify(msgs).slice(0, 300)}`);
+    const auto = run.call(client.chat.completions, { ...BASE, max_tokens: 48, tools: runnable }, { maxChatCompletions: 3 });
+    await auto.done();
+    return `args ${JSON.stringify(invoked[0].args)}; auto: ${auto.allChatCompletions().length} completion(s), ` +
+           `${invoked.length - 1} more call(s)`;
+  });
+
+  await check(`${label}: tool_choice none → no tool_calls`, async () => {
+    const r = await client.chat.completions.create({ ...BASE, tool_choice: "none", max_tokens: 32, n: 2, temperature: 1 });
+    for (const ch of r.choices) {
+      assert(!ch.message.tool_calls || ch.message.tool_calls.length === 0, `tool_calls: ${JSON.stringify(ch.message)}`);
+      assert(ch.finish_reason === "stop" || ch.finish_reason === "length", `finish_reason ${ch.finish_reason}`);
+      assert(typeof ch.message.content === "string", `content ${JSON.stringify(ch.message.content)}`);
+    }
+    return r.choices.map((c) => c.finish_reason).join(",");
+  });
+
+  await check(`${label}: tool_choice auto never 500s (6 seeds, temperature 1, whole and streamed)`, async () => {
+    const kinds = [];
+    for (let seed = 1; seed <= 6; ++seed) {
+      const req = { ...BASE, tool_choice: seed % 2 ? "auto" : undefined, temperature: 1, seed, max_tokens: 64 };
+      let msg;
+      try {
+        if (seed <= 4) {
+          const r = await client.chat.completions.create(req);
+          msg = r.choices[0].message;
+          assert(["stop", "length", "tool_calls"].includes(r.choices[0].finish_reason), `finish_reason ${r.choices[0].finish_reason}`);
+          if (r.choices[0].finish_reason === "tool_calls") assert(msg.tool_calls && msg.tool_calls.length, "tool_calls finish without calls");
+        } else {
+          const s = await collectStream(await client.chat.completions.create({ ...req, stream: true }), `auto stream ${seed}`);
+          msg = { content: s.choices[0].content, tool_calls: s.choices[0].calls };
+        }
+      } catch (e) {
+        if (e instanceof OpenAI.APIError) throw new Error(`seed ${seed}: HTTP ${e.status}: ${e.message}`);
+        throw e;
+      }
+      // A parsed call names one of the tools and carries JSON arguments (malformed output stays text).
+      for (const c of msg.tool_calls || []) {
+        assert(TOOL_BY_NAME[c.function.name], `auto: unknown tool ${JSON.stringify(c.function.name)}`);
+        JSON.parse(c.function.arguments);
+      }
+      kinds.push(msg.tool_calls && msg.tool_calls.length ? `${msg.tool_calls.length}call` : "text");
+    }
+    return kinds.join(",");
+  });
+}
+
+// ≥ 500 forced calls at temperature 1 over varied seeds: every call parses and validates. → the count.
+// mode "required" (any of TOOLS) or a tool name (named).
+export async function bulkCheck(ctx, srv, { mode, requests, n, concurrency = 4 }) {
+  const { ajv } = ctx;
+  const { label, client, MODEL } = srv;
+  const validate = validators(ajv);
+  const tool_choice = mode === "required" ? "required" : { type: "function", function: { name: mode } };
+  const allowed = mode === "required" ? TOOLS.map((t) => t.function.name) : [mode];
+  const prompts = ["Plan my evening.", "Weather in Oslo?", "Tag these as urgent.", "Book dinner for two at 8pm.",
+                   "Do whatever tool you like.", "¿Qué tiempo hace en Madrid?", "Use a tool now."];
+  await check(`${label}: bulk ${requests} × n=${n} tool_choice ${mode}, temperature 1 → every call parses and validates`, async () => {
+    const stats = { calls: 0, choices: 0, byName: {}, maxCalls: 0, failures: [] };
+    await pool(Array.from({ length: requests }, (_, i) => i), concurrency, async (i) => {
+      const req = { model: MODEL, tools: TOOLS, tool_choice, n, temperature: 1, seed: 1000 + 17 * i, max_tokens: 300,
+                    parallel_tool_calls: i % 4 !== 3,
+                    messages: [{ role: "user", content: prompts[i % prompts.length] }] };
+      const r = await client.chat.completions.create(req);
+      eq(r.choices.length, n, `request ${i}: choices`);
+      for (const ch of r.choices) {
+        ++stats.choices;
+        try {
+          const calls = validateChoice(ch, validate, allowed, `request ${i} (seed ${req.seed}) choice ${ch.index}`,
+                                       { max: req.parallel_tool_calls ? Infinity : 1 });
+          stats.calls += calls.length;
+          stats.maxCalls = Math.max(stats.maxCalls, calls.length);
+          for (const c of calls) stats.byName[c.name] = (stats.byName[c.name] || 0) + 1;
+        } catch (e) {
+          stats.failures.push(e.message);
+        }
+      }
+    });
+    const note = `${stats.calls} calls in ${stats.choices} choices (max ${stats.maxCalls} per choice; ${JSON.stringify(stats.byName)})`;
+    assert(!stats.failures.length, `${stats.failures.length} of ${stats.choices} choices failed (${note}); first: ${stats.failures[0]}`);
+    assert(stats.calls >= requests * n, `only ${stats.calls} calls`);
+    return note;
+  });
+}
