@@ -79,7 +79,7 @@ export async function toolChecks(ctx, srv) {
     return `${calls.length} call(s); prompt ${first.usage.prompt_tokens} → ${second.usage.prompt_tokens} tokens`;
   });
 
-  await check(`${label}: openai runTools (named: the function runs once; auto: completes)`, async () => {
+  await check(`${label}: openai runTools (named: runs once; required: 3 rounds fed back; auto: completes)`, async () => {
     const run = client.chat.completions.runTools || (client.beta && client.beta.chat.completions.runTools);
     assert(run, "the SDK has no runTools");
     const invoked = [];
@@ -97,10 +97,24 @@ export async function toolChecks(ctx, srv) {
     assert(validate.book_table(invoked[0].args), `runTools args do not validate: ${JSON.stringify(invoked[0].args)}`);
     const msgs = runner.messages;
     assert(msgs.some((m) => m.role === "tool"), `no tool message in the runner's messages: ${JSON.stringify(msgs).slice(0, 300)}`);
+    const first = invoked[0];
+    // required: every round calls tools; the runner feeds the results back until maxChatCompletions.
+    invoked.length = 0;
+    const loop = run.call(client.chat.completions, { ...REQUIRED, tools: runnable }, { maxChatCompletions: 3 });
+    await loop.done();
+    eq(loop.allChatCompletions().length, 3, "required: chat completions");
+    assert(invoked.length >= 3, `required: ${invoked.length} invocations in 3 rounds`);
+    for (const c of invoked) assert(validate[c.name](c.args), `required: ${c.name}(${JSON.stringify(c.args)}) does not validate`);
+    const rounds = invoked.length;
+    // auto: random weights rarely call; the run ends with text (the SDK's parser refuses a "length" finish).
     const auto = run.call(client.chat.completions, { ...BASE, max_tokens: 48, tools: runnable }, { maxChatCompletions: 3 });
-    await auto.done();
-    return `args ${JSON.stringify(invoked[0].args)}; auto: ${auto.allChatCompletions().length} completion(s), ` +
-           `${invoked.length - 1} more call(s)`;
+    let autoEnd = "done";
+    try { await auto.done(); } catch (e) {
+      if (!e || e.constructor.name !== "LengthFinishReasonError") throw e;
+      autoEnd = "ended at the length limit";
+    }
+    return `named args ${JSON.stringify(first.args)}; required: ${rounds} calls in 3 rounds; auto: ` +
+           `${auto.allChatCompletions().length} completion(s), ${autoEnd}`;
   });
 
   await check(`${label}: tool_choice none → no tool_calls`, async () => {
