@@ -33,7 +33,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
-import { check, eq, Frostd, log, modelPath, results, setTmp, TMP } from "./openai_client_lib.mjs";
+import { assert, check, eq, Frostd, log, modelPath, results, setTmp, TMP } from "./openai_client_lib.mjs";
 import { frostdYaml, loadAgentPackages, TOOLS, validateChoice, validators, writeCheckpoints } from "./openai_agents_lib.mjs";
 import { embeddingChecks, requestShapeChecks, responsesChecks, tokenizeChecks } from "./openai_agents_api.mjs";
 import { aiSdkChecks, langchainChecks } from "./openai_agents_frameworks.mjs";
@@ -90,6 +90,7 @@ async function main() {
   log(`frostd up: ${Object.entries(servers).map(([n, f]) => `${n} http ${f.ports.http}`).join(", ")} ` +
       `[${((Date.now() - t0) / 1000).toFixed(1)}s]`);
   const def = srv("default"), qwen = srv("qwen3"), llama = srv("llama3_2");
+  if (llama) llama.singleCall = true;
   const main = qwen || def;  // the frameworks' server: the real Qwen3 template, else stories260K's default one
 
   if (def && groups.has("default")) {
@@ -108,6 +109,21 @@ async function main() {
         tools: TOOLS, tool_choice: "required", messages: [{ role: "user", content: "Use a tool." }] });
       for (const ch of r.choices) validateChoice(ch, v, TOOLS.map((t) => t.function.name), `choice ${ch.index}`);
       return r.choices.map((ch) => ch.message.tool_calls.map((c) => c.function.name).join("+")).join(",");
+    });
+    await check("default: chat without max_tokens runs to the context's end at most", async () => {
+      const t = await fetch(`${def.base}/tokenize`, { method: "POST", body: JSON.stringify({ model: def.MODEL, prompt: "x" }),
+                                                      headers: { "Content-Type": "application/json" } });
+      const ctxLen = (await t.json()).max_model_len;
+      const notes = [];
+      for (const seed of [1, 2]) {
+        const r = await def.client.chat.completions.create({ model: def.MODEL, temperature: 1, seed,
+                                                             messages: [{ role: "user", content: "Once upon a time" }] });
+        const u = r.usage, fin = r.choices[0].finish_reason;
+        if (fin === "length") eq(u.prompt_tokens + u.completion_tokens, ctxLen, "prompt + completion at a length finish");
+        else assert(u.prompt_tokens + u.completion_tokens <= ctxLen, `${JSON.stringify(u)} over the context ${ctxLen}`);
+        notes.push(`${fin} at ${u.completion_tokens}`);
+      }
+      return `context ${ctxLen}: ${notes.join(", ")}`;
     });
   }
   for (const s of [qwen, llama]) {

@@ -16,6 +16,9 @@ export async function toolChecks(ctx, srv) {
   const { OpenAI, ajv } = ctx;
   const { label, client, MODEL } = srv;
   const validate = validators(ajv);
+  // Llama 3.1's template renders one tool call per assistant message (it raises on more): its tool loops
+  // (which send the calls back) ask for one call.
+  const LOOP = srv.singleCall ? { parallel_tool_calls: false } : {};
   const BASE = { model: MODEL, messages: TOOL_MESSAGES, tools: TOOLS, max_tokens: 256, temperature: 0, seed: 1 };
   const NAMED = { ...BASE, tool_choice: { type: "function", function: { name: "book_table" } } };
   const REQUIRED = { ...BASE, tool_choice: "required" };
@@ -64,8 +67,8 @@ export async function toolChecks(ctx, srv) {
   });
 
   await check(`${label}: manual tool loop (assistant tool_calls + tool results → second request)`, async () => {
-    const first = await client.chat.completions.create(REQUIRED);
-    const calls = validateChoice(first.choices[0], validate, NAMES, "first");
+    const first = await client.chat.completions.create({ ...REQUIRED, ...LOOP });
+    const calls = validateChoice(first.choices[0], validate, NAMES, "first", srv.singleCall ? { max: 1 } : {});
     const messages = [...TOOL_MESSAGES, { role: "assistant", content: null, tool_calls: first.choices[0].message.tool_calls }];
     for (const c of calls) messages.push({ role: "tool", tool_call_id: c.id, content: JSON.stringify({ ok: true, tool: c.name }) });
     const second = await client.chat.completions.create({ ...BASE, messages, tool_choice: "none", max_tokens: 24 });
@@ -74,7 +77,7 @@ export async function toolChecks(ctx, srv) {
     assert(second.usage.prompt_tokens > first.usage.prompt_tokens,
            `the tool results are not in the prompt: ${second.usage.prompt_tokens} <= ${first.usage.prompt_tokens} prompt tokens`);
     // And once more with tools still on offer (required): the history with tool results renders and constrains.
-    const third = await client.chat.completions.create({ ...REQUIRED, messages });
+    const third = await client.chat.completions.create({ ...REQUIRED, ...LOOP, messages });
     validateChoice(third.choices[0], validate, NAMES, "third");
     return `${calls.length} call(s); prompt ${first.usage.prompt_tokens} → ${second.usage.prompt_tokens} tokens`;
   });
@@ -100,7 +103,7 @@ export async function toolChecks(ctx, srv) {
     const first = invoked[0];
     // required: every round calls tools; the runner feeds the results back until maxChatCompletions.
     invoked.length = 0;
-    const loop = run.call(client.chat.completions, { ...REQUIRED, tools: runnable }, { maxChatCompletions: 3 });
+    const loop = run.call(client.chat.completions, { ...REQUIRED, ...LOOP, tools: runnable }, { maxChatCompletions: 3 });
     await loop.done();
     eq(loop.allChatCompletions().length, 3, "required: chat completions");
     assert(invoked.length >= 3, `required: ${invoked.length} invocations in 3 rounds`);
