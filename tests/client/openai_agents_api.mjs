@@ -167,6 +167,23 @@ export async function tokenizeChecks(ctx, srv) {
       return `${chat.usage.prompt_tokens} tokens (render key ${JSON.stringify(f.key)})`;
     });
   }
+  await check(`${label}: a tool-call history renders (arguments as an object, the tool result) and runs`, async () => {
+    const messages = [...TOOL_MESSAGES,
+      { role: "assistant", content: null, tool_calls: [{ id: "call_w1", type: "function",
+        function: { name: "get_weather", arguments: '{"city":"Paris","unit":"celsius"}' } }] },
+      { role: "tool", tool_call_id: "call_w1", content: "sunny, 21 degrees" }];
+    const t = await postJson(base, "/tokenize", { model: MODEL, messages, tools: TOOLS, add_generation_prompt: true });
+    eq(t.status, 200, `/tokenize (${t.text.slice(0, 300)})`);
+    const d = await postJson(base, "/detokenize", { model: MODEL, tokens: t.json.tokens });
+    eq(d.status, 200, `/detokenize (${d.text.slice(0, 200)})`);
+    const text = d.json.prompt;
+    assert(text.includes("sunny, 21 degrees"), `the tool result is not in the prompt: ${JSON.stringify(text.slice(-400))}`);
+    assert(/"city": ?"Paris"/.test(text) && !text.includes('\\"city\\"'),
+           `the call's arguments are not rendered as an object: ${JSON.stringify(text.slice(-500))}`);
+    const r = await client.chat.completions.create({ model: MODEL, messages, tools: TOOLS, max_tokens: 8 });
+    eq(r.usage.prompt_tokens, t.json.count, "chat prompt_tokens vs /tokenize");
+    return `${t.json.count} tokens`;
+  });
   await check(`${label}: /v1/completions/render == completions prompt_tokens`, async () => {
     const prompt = "Once upon a time";
     const c = await client.completions.create({ model: MODEL, prompt, max_tokens: 1 });
