@@ -11,6 +11,7 @@
 #include "core/common/fs.h"
 #include "core/common/log.h"
 #include "server/openai_api.h"
+#include "server/openai_render.h"
 
 namespace frost::server {
 
@@ -20,10 +21,7 @@ using json = nlohmann::json;
 struct OpenAiHttpServer::Served {
   std::shared_ptr<Engine> engine;
   std::string model_name;
-  std::optional<ChatTemplate> chat;
-  std::string chat_unavailable;  // why chat is refused, when it is
-  std::vector<std::pair<std::string, int32_t>> specials;
-  std::string bos, eos;
+  oa::PromptSource prompts;  // the tokenizer and chat template (openai_render.h)
   int64_t created = 0;
 };
 
@@ -146,17 +144,6 @@ std::string sse(const json& j) {
   return absl::StrCat("data: ", j.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
 }
 
-std::string read_file(const std::string& path, absl::Status* st) {
-  constexpr int64_t kMaxTemplateBytes = 1 << 20;
-  absl::StatusOr<std::string> text = frost::read_file(path, kMaxTemplateBytes, "1 MiB");  // a FIFO: refused
-  if (!text.ok()) {
-    *st = absl::Status(text.status().code(), absl::StrCat("model.chat_template: cannot read \"", path,
-                                                          "\": ", text.status().message()));
-    return "";
-  }
-  return *std::move(text);
-}
-
 // Auth for an HTTP request: the inference rule, with the Authorization header as gRPC's metadata.
 absl::Status check_auth(const Authenticator* auth, const HttpRequest& req) {
   if (!auth) return absl::OkStatus();
@@ -183,105 +170,20 @@ HttpErrorBody api_error_body(int status, const std::string& message) {
 
 }  // namespace
 
-namespace {
-
-constexpr std::string_view kEscapeMark = "\xEF\xB7\x90";  // U+FDD0
-
-// escape_special_text's marks out of `text`: a doubled mark is one literal U+FDD0, a single one is dropped.
-std::string unescape_special_text(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    if (text.compare(i, kEscapeMark.size(), kEscapeMark) != 0) {
-      out += text[i++];
-      continue;
-    }
-    i += kEscapeMark.size();
-    if (text.compare(i, kEscapeMark.size(), kEscapeMark) == 0) {
-      out += kEscapeMark;
-      i += kEscapeMark.size();
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string escape_special_text(const std::string& content,
-                                const std::vector<std::pair<std::string, int32_t>>& specials) {
-  std::string out;
-  out.reserve(content.size());
-  for (size_t i = 0; i < content.size();) {
-    if (content.compare(i, kEscapeMark.size(), kEscapeMark) == 0) {
-      out += kEscapeMark;
-      out += kEscapeMark;
-      i += kEscapeMark.size();
-      continue;
-    }
-    // A special token's text starting here: its first char, the mark, and on (the rest is scanned again, so
-    // an overlapping token inside it is marked too).
-    bool special_here = false;
-    for (const auto& sp : specials) special_here = special_here || content.compare(i, sp.first.size(), sp.first) == 0;
-    size_t n = 1;
-    while (i + n < content.size() && (static_cast<unsigned char>(content[i + n]) & 0xC0) == 0x80) ++n;
-    out.append(content, i, n);
-    if (special_here) out += kEscapeMark;
-    i += n;
-  }
-  return out;
-}
-
-std::vector<int32_t> encode_with_special_tokens(const Tokenizer& tok, const std::string& text,
-                                                const std::vector<std::pair<std::string, int32_t>>& specials) {
-  std::vector<int32_t> out;
-  size_t pos = 0;
-  const bool marked = text.find(kEscapeMark) != std::string::npos;
-  auto encode_plain = [&](size_t from, size_t to) {
-    if (to <= from) return;
-    const std::string_view plain = std::string_view(text).substr(from, to - from);
-    absl::StatusOr<std::vector<int32_t>> ids =
-        marked ? tok.encode(unescape_special_text(plain), false) : tok.encode(plain, false);
-    if (ids.ok()) out.insert(out.end(), ids->begin(), ids->end());
-  };
-  // next[j]: where specials[j] occurs next at or after `pos` (searched again only once `pos` has passed it),
-  // so the text is scanned once per special token, not once per special token per occurrence.
-  std::vector<size_t> next;
-  next.reserve(specials.size());
-  for (const auto& sp : specials) next.push_back(text.find(sp.first));
-  while (pos < text.size()) {
-    // The earliest special token's text from `pos` (the longest one at a tie).
-    size_t best = std::string::npos, best_len = 0;
-    int32_t best_id = -1;
-    for (size_t j = 0; j < specials.size(); ++j) {
-      const auto& [piece, id] = specials[j];
-      if (next[j] != std::string::npos && next[j] < pos) next[j] = text.find(piece, pos);
-      const size_t at = next[j];
-      if (at == std::string::npos) continue;
-      if (at < best || (at == best && piece.size() > best_len)) {
-        best = at;
-        best_len = piece.size();
-        best_id = id;
-      }
-    }
-    if (best == std::string::npos) {
-      encode_plain(pos, text.size());
-      break;
-    }
-    encode_plain(pos, best);
-    out.push_back(best_id);
-    pos = best + best_len;
-  }
-  return out;
-}
-
 struct OpenAiHttpServer::Submitted {
   oa::Endpoint ep = oa::Endpoint::kCompletions;
   std::shared_ptr<Exchange> ex;
   oa::ResponseMeta meta;
   std::shared_ptr<Engine> engine;  // held until the response ends
-  int n = 1;
+  int n = 1;  // choices in all (prompts x n for a batched completions request)
   bool stream = false, include_usage = false, logprobs = false;
   std::string constraint_field;  // the body field the constraint came from ("" = none)
+  // Chat with tools: how each choice's output is parsed (kNone: plain content), and per choice the streaming
+  // parser and the calls sent so far (touched only by the HTTP thread answering this request).
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
+  std::string forced_name;
+  mutable std::vector<ToolCallStream> tool_streams;
+  mutable std::vector<int> calls_sent;
 };
 
 namespace {
@@ -353,7 +255,7 @@ std::shared_ptr<const OpenAiHttpServer::Served> OpenAiHttpServer::served() const
 
 std::string OpenAiHttpServer::chat_unavailable_reason() const {
   std::shared_ptr<const Served> s = served();
-  return s ? s->chat_unavailable : "the model is loading";
+  return s ? s->prompts.chat_unavailable : "the model is loading";
 }
 
 void OpenAiHttpServer::set_engine(std::shared_ptr<Engine> engine) {
@@ -363,48 +265,10 @@ void OpenAiHttpServer::set_engine(std::shared_ptr<Engine> engine) {
   if (engine) {
     const LoadedModel& m = engine->model();
     s->model_name = m.name;
-    const Tokenizer* tok = m.tokenizer.get();
-    if (tok) {
-      for (int32_t id = 0; id < tok->vocab_size(); ++id) {
-        if (!tok->is_special(id)) continue;
-        std::string piece = tok->id_to_piece(id);
-        if (!piece.empty()) s->specials.emplace_back(std::move(piece), id);
-      }
-      if (tok->bos_id() >= 0) s->bos = tok->id_to_piece(tok->bos_id());
-      if (tok->eos_id() >= 0) s->eos = tok->id_to_piece(tok->eos_id());
-    }
-    // The chat template: model.chat_template, else the model's own files.
-    absl::Status st;
-    std::optional<std::string> source;
-    if (!cfg_.model.chat_template.empty()) {
-      source = read_file(cfg_.model.chat_template, &st);
-    } else if (!absl::StartsWith(m.source, "builtin:")) {
-      absl::StatusOr<std::optional<std::string>> own = load_chat_template_source(m.source);
-      if (own.ok()) {
-        source = *own;
-      } else {
-        st = own.status();
-      }
-    }
-    if (!tok) {  // chat renders text that only a tokenizer can turn into the prompt's ids
-      s->chat_unavailable = absl::StrCat("the model ", m.name, " has no tokenizer; use /v1/completions with a "
-                                         "token-id prompt");
-    } else if (!st.ok()) {
-      s->chat_unavailable = std::string(st.message());
-    } else if (!source) {
-      s->chat_unavailable = absl::StrCat("the model ", m.name,
-                                         " has no chat template (tokenizer_config.json chat_template or "
-                                         "chat_template.jinja); set model.chat_template, or use /v1/completions");
-    } else {
-      absl::StatusOr<ChatTemplate> t = ChatTemplate::parse(*source);
-      if (t.ok()) {
-        s->chat = *std::move(t);
-      } else {
-        s->chat_unavailable = std::string(t.status().message());
-      }
-    }
-    if (!s->chat_unavailable.empty())
-      FROST_LOG_INFO("frostd: /v1/chat/completions refused: %s", s->chat_unavailable.c_str());
+    s->prompts = oa::make_prompt_source(m.tokenizer.get(), m.name, m.source, cfg_.model.chat_template,
+                                        engine->max_context());
+    if (!s->prompts.chat_unavailable.empty())
+      FROST_LOG_INFO("frostd: /v1/chat/completions refused: %s", s->prompts.chat_unavailable.c_str());
   }
   absl::MutexLock l(&mu_);
   served_ = std::move(s);
@@ -500,40 +364,16 @@ std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::parse_
     return e;
   }
 
+  std::variant<std::vector<oa::BuiltPrompt>, oa::ApiError> built = oa::build_prompts(p, s->prompts, cfg_.limits);
+  if (auto* e = std::get_if<oa::ApiError>(&built)) return *e;
+  const std::vector<oa::BuiltPrompt>& prompts = std::get<std::vector<oa::BuiltPrompt>>(built);
+  const int total = static_cast<int>(prompts.size()) * p.n;
+
   GenerationRequest gen;
   gen.params = p.params;
-  if (ep == oa::Endpoint::kCompletions) {
-    gen.prompt = p.prompt;
-    gen.prompt_ids = p.prompt_ids;
-  } else {
-    if (!s->chat) {
-      oa::ApiError e;
-      e.param = "messages";
-      e.message = absl::StrCat("chat is not available for this model: ", s->chat_unavailable);
-      return e;
-    }
-    ChatTemplate::Context ctx;
-    ctx.bos_token = s->bos;
-    ctx.eos_token = s->eos;
-    ctx.add_generation_prompt = true;
-    // Message content is data: its special-token text stays text (escape_special_text).
-    std::vector<ChatMessage> messages = p.messages;
-    for (ChatMessage& m : messages) m.content = escape_special_text(m.content, s->specials);
-    absl::StatusOr<std::string> text = s->chat->render(messages, ctx);
-    if (!text.ok()) return oa::error_from_status(text.status(), "messages");
-    if (text->size() > static_cast<size_t>(cfg_.limits.max_prompt_bytes)) {
-      oa::ApiError e;
-      e.http = 413;
-      e.param = "messages";
-      e.message = absl::StrCat("messages: the rendered prompt is ", text->size(),
-                               " bytes, over limits.max_prompt_bytes = ", cfg_.limits.max_prompt_bytes);
-      return e;
-    }
-    gen.prompt_ids = encode_with_special_tokens(*s->engine->model().tokenizer, *text, s->specials);
-    gen.add_bos = false;  // the template writes bos_token where the model wants it
-    if (gen.prompt_ids.empty())
-      return oa::error_from_status(absl::InvalidArgumentError("messages: empty prompt"));
-  }
+  if (ep == oa::Endpoint::kChat && !p.max_tokens_set)
+    gen.params.max_new_tokens =
+        oa::default_chat_max_tokens(static_cast<int64_t>(prompts[0].ids.size()), s->prompts.max_context, cfg_.limits);
   if (p.constraint.kind != oa::ConstraintRequest::Kind::kNone) {
     gen.constraint.kind = static_cast<constrain::ConstraintSpec::Kind>(static_cast<int>(p.constraint.kind));
     gen.constraint.text = p.constraint.text;
@@ -543,16 +383,24 @@ std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::parse_
   ex->t0_ns = t0;
   {
     absl::MutexLock l(&ex->mu);
-    ex->pending.resize(static_cast<size_t>(p.n));
-    ex->choices.resize(static_cast<size_t>(p.n));
-    ex->finish_sent.assign(static_cast<size_t>(p.n), 0);
-    ex->started.assign(static_cast<size_t>(p.n), 0);
-    ex->refused.assign(static_cast<size_t>(p.n), 0);
+    ex->pending.resize(static_cast<size_t>(total));
+    ex->choices.resize(static_cast<size_t>(total));
+    for (int i = 0; i < total; ++i) ex->choices[static_cast<size_t>(i)].prompt_index = i / p.n;
+    ex->finish_sent.assign(static_cast<size_t>(total), 0);
+    ex->started.assign(static_cast<size_t>(total), 0);
+    ex->refused.assign(static_cast<size_t>(total), 0);
   }
-  for (int i = 0; i < p.n; ++i) ex->cancels.push_back(std::make_shared<CancelToken>());
-  for (int i = 0; i < p.n; ++i) {
+  for (int i = 0; i < total; ++i) ex->cancels.push_back(std::make_shared<CancelToken>());
+  for (int i = 0; i < total; ++i) {
+    // Choice j of prompt k (OpenAI's and vLLM's order: prompt-major); seeds per choice j, so a batch gives what
+    // the same prompts sent one by one give.
+    const oa::BuiltPrompt& b = prompts[static_cast<size_t>(i / p.n)];
+    const int j = i % p.n;
     GenerationRequest gi = gen;
-    if (gi.params.seed && i > 0) gi.params.seed = *gi.params.seed + static_cast<uint64_t>(i);
+    gi.prompt = b.text;
+    gi.prompt_ids = b.ids;
+    gi.add_bos = b.add_bos;
+    if (gi.params.seed && j > 0) gi.params.seed = *gi.params.seed + static_cast<uint64_t>(j);
     absl::Status st =
         s->engine->submit(gi, std::make_shared<ChoiceSink>(ex, i, p.logprobs, metrics_), ex->cancels[i]);
     if (!st.ok()) {
@@ -570,8 +418,15 @@ std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::parse_
   sub.ex = std::move(ex);
   sub.meta = meta;
   sub.engine = s->engine;
-  sub.n = p.n;
+  sub.n = total;
   sub.stream = p.stream;
+  if (ep == oa::Endpoint::kChat && s->prompts.chat) {
+    sub.tool_format = oa::output_format(p.tools, s->prompts.chat->tool_format());
+    if (!p.tools.any()) sub.tool_format = ToolCallFormat::kNone;
+    sub.forced_name = oa::forced_name(p.tools);
+    for (int i = 0; i < total; ++i) sub.tool_streams.emplace_back(sub.tool_format, sub.forced_name);
+    sub.calls_sent.assign(static_cast<size_t>(total), 0);
+  }
   sub.include_usage = p.include_usage;
   sub.logprobs = p.logprobs;
   sub.constraint_field = p.constraint.field;
@@ -601,6 +456,44 @@ std::optional<oa::ApiError> OpenAiHttpServer::await_admission(const Submitted& s
   }
 }
 
+namespace {
+
+// The SSE chunks of one batch of a chat choice whose output is parsed for tool calls: content and completed calls
+// as the parser releases them, then (on the choice's end) what finish() releases and the finish chunk.
+std::string tool_chunks_of(const oa::ResponseMeta& meta, ToolCallStream& parser, int& calls_sent, int index,
+                           ToolCallFormat format, const std::vector<TokenEvent>& events, bool first,
+                           const std::optional<FinishReason>& fin, bool logprobs, const oa::TokenText& token_text) {
+  std::string text;
+  for (const TokenEvent& ev : events) text += ev.text;
+  ToolCallStream::Delta d = parser.feed(text);
+  if (fin) {
+    ToolCallStream::Delta rest = parser.finish();
+    d.content += rest.content;
+    for (ToolCall& c : rest.calls) d.calls.push_back(std::move(c));
+  }
+  std::vector<std::string> ids;
+  for (size_t k = 0; k < d.calls.size(); ++k) ids.push_back(oa::new_tool_call_id(format));
+  std::string out;
+  const int before = calls_sent;
+  calls_sent += static_cast<int>(d.calls.size());
+  if (!d.content.empty() || !d.calls.empty() || first || (logprobs && !events.empty())) {
+    out += sse(oa::tool_stream_chunk(meta, index, events, first, d.content, d.calls, ids, before, std::nullopt,
+                                     false, logprobs, token_text));
+  }
+  if (fin)
+    out += sse(oa::tool_stream_chunk(meta, index, {}, false, "", {}, {}, 0, fin, calls_sent > 0, false, token_text));
+  return out;
+}
+
+}  // namespace
+
+std::string OpenAiHttpServer::tool_chunks(const Submitted& sub, int i, const std::vector<TokenEvent>& events,
+                                          bool first, const std::optional<FinishReason>& fin,
+                                          const oa::TokenText& token_text) {
+  return tool_chunks_of(sub.meta, sub.tool_streams[static_cast<size_t>(i)], sub.calls_sent[static_cast<size_t>(i)], i,
+                        sub.tool_format, events, first, fin, sub.logprobs, token_text);
+}
+
 grpc::StatusCode OpenAiHttpServer::stream_response(const Submitted& sub, HttpResponse& res) {
   Exchange& ex = *sub.ex;
   const std::shared_ptr<Engine>& engine = sub.engine;
@@ -627,6 +520,15 @@ grpc::StatusCode OpenAiHttpServer::stream_response(const Submitted& sub, HttpRes
       std::string body;
       {
         absl::MutexLock l(&ex.mu);
+        if (sub.tool_format != ToolCallFormat::kNone) {
+          for (oa::ChoiceState& c : ex.choices) {
+            ToolCallOutput parsed = parse_tool_calls(sub.tool_format, c.text, sub.forced_name);
+            if (parsed.calls.empty()) continue;
+            c.text = std::move(parsed.content);
+            c.calls = std::move(parsed.calls);
+            for (size_t k = 0; k < c.calls.size(); ++k) c.call_ids.push_back(oa::new_tool_call_id(sub.tool_format));
+          }
+        }
         body = oa::full_response(sub.ep, sub.meta, ex.choices, sub.logprobs, token_text)
                    .dump(-1, ' ', false, json::error_handler_t::replace);
       }
@@ -638,6 +540,10 @@ grpc::StatusCode OpenAiHttpServer::stream_response(const Submitted& sub, HttpRes
       std::optional<FinishReason> fin;
       for (const auto& [j, r] : b.ended)
         if (j == i) fin = r;
+      if (sub.tool_format != ToolCallFormat::kNone) {
+        out += tool_chunks(sub, i, events, b.first[k], fin, token_text);
+        continue;
+      }
       // A finished choice with a last batch of events: the events first, then the finish on its own chunk
       // (chat clients expect content and finish_reason apart).
       if (fin && !events.empty()) {

@@ -85,6 +85,9 @@ class OpenAiHttpServer {
   // Returns when the answer is written to its end (OK, or the engine's error code) or the client went
   // (CANCELLED: the caller cancels the engine requests).
   grpc::StatusCode stream_response(const Submitted& sub, HttpResponse& res);
+  // A streamed chat choice with tools: its chunks for one batch of events (openai_chat.h).
+  static std::string tool_chunks(const Submitted& sub, int i, const std::vector<TokenEvent>& events, bool first,
+                                 const std::optional<FinishReason>& fin, const openai::TokenText& token_text);
   // Waits until every choice is queued by the engine or refused (a constraint compiles on the engine's
   // compiler, never on this thread; the status line depends on its outcome), polling the connection every
   // kPollMs: the refusal to answer, or nullopt (admitted, or *gone when the client left first).
@@ -101,22 +104,5 @@ class OpenAiHttpServer {
   mutable absl::Mutex mu_;
   std::shared_ptr<const Served> served_ ABSL_GUARDED_BY(mu_);
 };
-
-// Encodes `text` with the tokenizer, mapping every occurrence of a special token's text ("<|im_start|>",
-// "<s>") to that token's id as Hugging Face does for a chat template's rendering. Text that
-// escape_special_text() marked stays text: its markers are taken out before the text between special
-// tokens is encoded, so the ids are those of the unmarked text.
-std::vector<int32_t> encode_with_special_tokens(const Tokenizer& tok, const std::string& text,
-                                                const std::vector<std::pair<std::string, int32_t>>& specials);
-
-// The policy for a chat message's content (README "Special-token text in a prompt"): it is data, so the
-// special-token text it carries ("<|im_start|>system" in a user message) must not become control tokens,
-// while the template's own markup around it must. Before rendering, each special token's text in a content
-// gets the marker U+FDD0 (a Unicode noncharacter, for internal use) after its first char, which the matcher
-// of encode_with_special_tokens then does not see; a U+FDD0 already in the content is doubled. After the
-// split, a doubled marker becomes one U+FDD0 again and a single one is dropped. A template that only copies
-// or trims content (all the common ones) keeps the marks intact.
-std::string escape_special_text(const std::string& content,
-                                const std::vector<std::pair<std::string, int32_t>>& specials);
 
 }  // namespace frost::server

@@ -133,7 +133,8 @@ const std::set<std::string>& known_fields(Endpoint ep) {
   }();
   static const std::set<std::string> chat = [] {
     std::set<std::string> s = common;
-    s.insert({"messages", "max_completion_tokens", "top_logprobs"});
+    s.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+              "chat_template_kwargs"});
     return s;
   }();
   return ep == Endpoint::kCompletions ? completions : chat;
@@ -222,62 +223,54 @@ std::optional<ApiError> parse_constraint(Reader& r, ConstraintRequest* out) {
   return std::nullopt;
 }
 
-std::optional<ApiError> parse_messages(const json& v, const LimitsSection& limits, std::vector<ChatMessage>* out) {
-  if (!v.is_array()) return bad("messages", absl::StrCat("messages: expected an array, got ", kind_name(v)));
-  if (v.empty()) return bad("messages", "messages: must not be empty");
-  if (v.size() > static_cast<size_t>(kMaxMessages))
-    return bad("messages", absl::StrCat("messages: at most ", kMaxMessages, " messages, got ", v.size()));
-  size_t total = 0;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const std::string at = absl::StrCat("messages[", i, "]");
-    const json& m = v[i];
-    if (!m.is_object()) return bad(at, absl::StrCat(at, ": expected an object, got ", kind_name(m)));
-    ChatMessage msg;
-    for (auto it = m.begin(); it != m.end(); ++it) {
-      const std::string& k = it.key();
-      if (k == "role") {
-        if (!it->is_string()) return bad(at + ".role", absl::StrCat(at, ".role: expected a string, got ", kind_name(*it)));
-        msg.role = it->get<std::string>();
-        if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer")
-          return bad(at + ".role", absl::StrCat(at, ".role: unknown value \"", msg.role,
-                                                "\" (expected system, developer, user or assistant)"));
-        if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
-      } else if (k == "content") {
-        if (it->is_string()) {
-          msg.content = it->get<std::string>();
-        } else if (it->is_array()) {
-          for (size_t j = 0; j < it->size(); ++j) {
-            const std::string pat = absl::StrCat(at, ".content[", j, "]");
-            const json& part = (*it)[j];
-            if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-              return bad(pat, absl::StrCat(pat, ": expected an object with a type"));
-            if (part["type"] != "text")
-              return bad(pat + ".type", absl::StrCat(pat, ".type: \"", part["type"].get<std::string>(),
-                                                     "\" content is not supported (text only)"));
-            if (!part.contains("text") || !part["text"].is_string())
-              return bad(pat + ".text", absl::StrCat(pat, ".text: expected a string"));
-            msg.content += part["text"].get<std::string>();
-          }
-        } else if (!it->is_null()) {
-          return bad(at + ".content", absl::StrCat(at, ".content: expected a string or an array of text parts, got ",
-                                                   kind_name(*it)));
-        }
-      } else if (k == "name") {
-        if (!it->is_string()) return bad(at + ".name", absl::StrCat(at, ".name: expected a string"));
-      } else {
-        return bad(at + "." + k, absl::StrCat(at, ".", k, ": unknown field (tools and function calls are not "
-                                                          "supported)"));
-      }
+// prompt: a string, a list of strings, a list of token ids, or a list of token-id lists (a batch).
+std::optional<ApiError> parse_prompts(const json& prompt, const LimitsSection& limits, std::vector<PromptInput>* out) {
+  auto ids_of = [&](const json& arr, const std::string& at, PromptInput* in) -> std::optional<ApiError> {
+    if (arr.size() > static_cast<size_t>(limits.max_prompt_bytes))
+      return bad("prompt", absl::StrCat(at, ": ", arr.size(), " token ids is over limits.max_prompt_bytes"));
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const json& t = arr[i];
+      if (!t.is_number_integer() || !in_int32(t.get<int64_t>()))
+        return bad("prompt", absl::StrCat(at, "[", i, "]: expected a token id, got ", t.dump()));
+      in->ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
-    if (msg.role.empty()) return bad(at + ".role", absl::StrCat(at, ".role: required"));
-    total += msg.content.size();
+    if (in->ids.empty()) return bad("prompt", absl::StrCat(at, ": must not be empty"));
+    return std::nullopt;
+  };
+  if (prompt.is_string()) {
+    out->push_back({prompt.get<std::string>(), {}});
+    return check_text("prompt", out->back().text, limits, false);
+  }
+  if (!prompt.is_array() || prompt.empty())
+    return bad("prompt", absl::StrCat("prompt: expected a string, [string], [token ids] or [[token ids]], got ",
+                                      prompt.is_array() ? "an empty array" : kind_name(prompt)));
+  if (prompt[0].is_number_integer()) {
+    out->emplace_back();
+    return ids_of(prompt, "prompt", &out->back());
+  }
+  if (prompt.size() > static_cast<size_t>(kMaxPrompts))
+    return bad("prompt", absl::StrCat("prompt: at most ", kMaxPrompts, " prompts per request, got ", prompt.size()));
+  size_t total = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string at = absl::StrCat("prompt[", i, "]");
+    const json& p = prompt[i];
+    out->emplace_back();
+    if (p.is_string()) {
+      out->back().text = p.get<std::string>();
+      total += out->back().text.size();
+      if (auto e = check_text(at, out->back().text, limits, false)) return e;
+    } else if (p.is_array()) {
+      if (auto e = ids_of(p, at, &out->back())) return e;
+      total += out->back().ids.size();
+    } else {
+      return bad("prompt", absl::StrCat(at, ": expected a string or a list of token ids, got ", kind_name(p)));
+    }
     if (total > static_cast<size_t>(limits.max_prompt_bytes)) {
-      ApiError e = bad("messages", absl::StrCat("messages: ", total, " bytes of content is over limits.max_prompt_bytes = ",
-                                                limits.max_prompt_bytes));
+      ApiError e = bad("prompt", absl::StrCat("prompt: the batch's ", total, " bytes / tokens are over "
+                                              "limits.max_prompt_bytes = ", limits.max_prompt_bytes));
       e.http = 413;
       return e;
     }
-    out->push_back(std::move(msg));
   }
   return std::nullopt;
 }
@@ -391,29 +384,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   if (ep == Endpoint::kCompletions) {
     const json* prompt = r.get("prompt");
     if (!prompt) return bad("prompt", "prompt: required");
-    if (prompt->is_string()) {
-      out.prompt = prompt->get<std::string>();
-    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_string()) {
-      if (prompt->size() != 1)
-        return bad("prompt", absl::StrCat("prompt: one prompt per request (got ", prompt->size(),
-                                          " strings); send one request each"));
-      out.prompt = (*prompt)[0].get<std::string>();
-    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) {
-      if (prompt->size() > static_cast<size_t>(limits.max_prompt_bytes))
-        return bad("prompt", absl::StrCat("prompt: ", prompt->size(), " token ids is over limits.max_prompt_bytes"));
-      for (size_t i = 0; i < prompt->size(); ++i) {
-        const json& t = (*prompt)[i];
-        if (!t.is_number_integer() || !in_int32(t.get<int64_t>()))
-          return bad("prompt", absl::StrCat("prompt[", i, "]: expected a token id, got ", t.dump()));
-        out.prompt_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
-      }
-    } else {
-      return bad("prompt", absl::StrCat("prompt: expected a string, [string] or [token ids], got ",
-                                        prompt->is_array() ? "an empty or mixed array" : kind_name(*prompt)));
-    }
-    if (out.prompt_ids.empty()) {
-      if (auto e = check_text("prompt", out.prompt, limits, false)) return *e;
-    }
+    if (auto e = parse_prompts(*prompt, limits, &out.prompts)) return *e;
     bool echo = false;
     if (r.boolean("echo", &echo) && echo) return bad("echo", "echo: true is not supported");
     std::string suffix;
@@ -422,7 +393,26 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   } else {
     const json* msgs = r.get("messages");
     if (!msgs) return bad("messages", "messages: required");
-    if (auto e = parse_messages(*msgs, limits, &out.messages)) return *e;
+    std::optional<ApiError> err;
+    std::optional<nlohmann::ordered_json> ordered = ordered_member(body, *msgs, "messages", &err);
+    if (!ordered) return *err;
+    if (auto e = parse_chat_messages(*ordered, static_cast<size_t>(limits.max_prompt_bytes), &out.messages)) return *e;
+    std::optional<nlohmann::ordered_json> tools, choice, parallel, kwargs;
+    for (auto [key, slot] : {std::pair{"tools", &tools}, std::pair{"tool_choice", &choice},
+                             std::pair{"parallel_tool_calls", &parallel}, std::pair{"chat_template_kwargs", &kwargs}}) {
+      if (const json* v = r.get(key)) {
+        *slot = ordered_member(body, *v, key, &err);
+        if (!*slot) return *err;
+      }
+    }
+    if (auto e = parse_tools(tools ? &*tools : nullptr, choice ? &*choice : nullptr, parallel ? &*parallel : nullptr,
+                             &out.tools))
+      return *e;
+    if (kwargs) {
+      if (!kwargs->is_object())
+        return bad("chat_template_kwargs", absl::StrCat("chat_template_kwargs: expected an object, got ", kind_name(doc["chat_template_kwargs"])));
+      out.template_kwargs = *std::move(kwargs);
+    }
   }
   if (r.err) return *r.err;
 
@@ -430,12 +420,14 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   double dv = 0;
   bool bv = false;
   if (r.integer("max_tokens", &iv)) {
+    out.max_tokens_set = true;
     if (iv < 1 || iv > limits.max_new_tokens)
       return bad("max_tokens", absl::StrCat("max_tokens: must be in [1, ", limits.max_new_tokens,
                                             "] (limits.max_new_tokens), got ", iv));
     p.max_new_tokens = static_cast<int32_t>(iv);
   }
   if (ep == Endpoint::kChat && r.integer("max_completion_tokens", &iv)) {
+    out.max_tokens_set = true;
     if (iv < 1 || iv > limits.max_new_tokens)
       return bad("max_completion_tokens", absl::StrCat("max_completion_tokens: must be in [1, ", limits.max_new_tokens,
                                                        "] (limits.max_new_tokens), got ", iv));
@@ -468,6 +460,9 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
     if (iv < 1 || iv > kMaxChoices) return bad("n", absl::StrCat("n: must be in [1, ", kMaxChoices, "], got ", iv));
     out.n = static_cast<int>(iv);
   }
+  if (out.prompts.size() * static_cast<size_t>(out.n) > static_cast<size_t>(kMaxBatchChoices))
+    return bad("n", absl::StrCat("n: ", out.prompts.size(), " prompts x n = ", out.n, " is over ", kMaxBatchChoices,
+                                 " choices per request"));
   if (ep == Endpoint::kCompletions && r.integer("best_of", &iv) && iv != out.n)
     return bad("best_of", "best_of: only best_of = n is supported");
   if (r.boolean("stream", &bv)) out.stream = bv;
@@ -526,6 +521,13 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   r.string("user", &user);
   if (r.err) return *r.err;
   if (auto e = parse_constraint(r, &out.constraint)) return *e;
+  if (out.tools.choice == ToolChoice::kRequired || out.tools.choice == ToolChoice::kNamed) {
+    if (out.constraint.kind != ConstraintRequest::Kind::kNone)
+      return bad("tool_choice", absl::StrCat("tool_choice: a forced tool call is itself a constraint; ", out.constraint.field,
+                                             " cannot be given with it"));
+    out.constraint = tool_constraint(out.tools);
+    return out;
+  }
   const bool schema_in_body = out.constraint.kind == ConstraintRequest::Kind::kJsonSchema &&
                               (out.constraint.field != "guided_json" || doc.at("guided_json").is_object());
   if (schema_in_body) {
@@ -615,9 +617,10 @@ json chat_logprobs(const std::vector<TokenEvent>& events, const TokenText& token
 
 json usage_of(const std::vector<ChoiceState>& choices) {
   int64_t prompt = 0, completion = 0;
+  std::set<int> counted;  // each prompt of a batch once, whatever n is
   for (const ChoiceState& c : choices) {
     if (!c.result) continue;
-    prompt = c.result->n_prompt;  // the same prompt for every choice
+    if (counted.insert(c.prompt_index).second) prompt += c.result->n_prompt;
     completion += c.result->n_completion;
   }
   return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
@@ -634,7 +637,13 @@ json full_response(Endpoint ep, const ResponseMeta& meta, const std::vector<Choi
                      {"logprobs", logprobs ? completion_logprobs(c.events, token_text, 0) : json(nullptr)},
                      {"finish_reason", fr}});
     } else {
-      arr.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.text}}},
+      json message = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.calls.empty()) {
+        if (c.text.empty()) message["content"] = nullptr;
+        message["tool_calls"] = tool_calls_json(c.calls, c.call_ids, false);
+        fr = "tool_calls";
+      }
+      arr.push_back({{"index", i}, {"message", std::move(message)},
                      {"logprobs", logprobs ? chat_logprobs(c.events, token_text) : json(nullptr)},
                      {"finish_reason", fr}});
     }
@@ -667,6 +676,26 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, int index, const std::v
   }
   return {{"id", meta.id},
           {"object", ep == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices", json::array({choice})}};
+}
+
+json tool_stream_chunk(const ResponseMeta& meta, int index, const std::vector<TokenEvent>& events, bool first,
+                       const std::string& content, const std::vector<ToolCall>& calls,
+                       const std::vector<std::string>& call_ids, int first_call_index,
+                       const std::optional<FinishReason>& finish, bool had_calls, bool logprobs,
+                       const TokenText& token_text) {
+  json delta = json::object();
+  if (first) delta["role"] = "assistant";
+  if (!content.empty() || (first && calls.empty())) delta["content"] = content;
+  if (!calls.empty()) delta["tool_calls"] = tool_calls_json(calls, call_ids, true, first_call_index);
+  json fr = nullptr;
+  if (finish) fr = had_calls ? "tool_calls" : finish_reason(*finish);
+  json choice = {{"index", index}, {"delta", delta},
+                 {"logprobs", logprobs ? chat_logprobs(events, token_text) : json(nullptr)}, {"finish_reason", fr}};
+  return {{"id", meta.id},
+          {"object", "chat.completion.chunk"},
           {"created", meta.created},
           {"model", meta.model},
           {"choices", json::array({choice})}};

@@ -30,6 +30,7 @@
 #include "core/generate/request.h"
 #include "core/model/chat_template.h"
 #include "nlohmann/json.hpp"
+#include "server/openai_chat.h"
 #include "server/server_config.h"
 
 namespace frost::server::openai {
@@ -60,13 +61,21 @@ struct ConstraintRequest {
   std::string field;  // "response_format.json_schema.schema", "guided_regex", ...
 };
 
+// One completions prompt: text, or token ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
-  std::string prompt;                 // completions: a text prompt...
-  std::vector<int32_t> prompt_ids;    // ...or token ids
-  std::vector<ChatMessage> messages;  // chat
+  std::vector<PromptInput> prompts;        // completions: one or more (a batch: choices are prompt-major)
+  nlohmann::ordered_json messages;         // chat: as the template sees them (openai_chat.h)
+  nlohmann::ordered_json template_kwargs;  // chat_template_kwargs (vLLM's): null or an object
+  ToolsRequest tools;                      // chat
   SamplingParams params;
+  bool max_tokens_set = false;  // chat without max_tokens: the context's remainder (set at submit)
   int n = 1;
   bool stream = false;
   bool include_usage = false;
@@ -79,6 +88,9 @@ struct ParsedRequest {
 // checked at submit and come back as 400s naming the engine's field, mapped to the body's name here
 // (body_field_for()).
 inline constexpr int kMaxChoices = 16;
+// A batched completions request: prompts at most, and prompts x n at most (each is one engine request).
+inline constexpr int kMaxPrompts = 64;
+inline constexpr int kMaxBatchChoices = 256;
 inline constexpr int kMaxMessages = 1024;
 // Nesting of objects and arrays in a request body, refused while parsing (before anything recursive runs):
 // a JSON Schema may nest 256 levels of its own (core/constrain/json_schema.cc) inside response_format.
@@ -96,9 +108,13 @@ std::string body_field_for(Endpoint ep, std::string_view engine_message);
 
 // One choice's output as it accumulates.
 struct ChoiceState {
+  int prompt_index = 0;  // which prompt of a batched completions request
   std::string text;
   std::vector<TokenEvent> events;  // with logprobs only
   std::optional<GenerationResult> result;
+  // Chat with tools: the calls parsed from the output (`text` is then the content outside them) and their ids.
+  std::vector<ToolCall> calls;
+  std::vector<std::string> call_ids;
 };
 
 // Token text for logprobs (the token's bytes; invalid UTF-8 replaced) and its raw bytes.
@@ -122,6 +138,14 @@ nlohmann::json full_response(Endpoint ep, const ResponseMeta& meta, const std::v
 nlohmann::json stream_chunk(Endpoint ep, const ResponseMeta& meta, int index, const std::vector<TokenEvent>& events,
                             bool first, const std::optional<FinishReason>& finish, bool logprobs,
                             const TokenText& token_text);
+// A streamed chat chunk of a choice whose output is parsed for tool calls: `content` (omitted when empty, except
+// on the first chunk) and `calls` (delta.tool_calls, "index" counted per choice from `first_call_index`), with
+// the logprobs of `events`; `finish` on the choice's last chunk ("tool_calls" when `had_calls`).
+nlohmann::json tool_stream_chunk(const ResponseMeta& meta, int index, const std::vector<TokenEvent>& events,
+                                 bool first, const std::string& content, const std::vector<ToolCall>& calls,
+                                 const std::vector<std::string>& call_ids, int first_call_index,
+                                 const std::optional<FinishReason>& finish, bool had_calls, bool logprobs,
+                                 const TokenText& token_text);
 // The usage-only chunk (stream_options.include_usage): choices [] and usage over every choice.
 nlohmann::json usage_chunk(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceState>& choices);
 nlohmann::json usage_of(const std::vector<ChoiceState>& choices);

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "core/model/tokenizer.h"
-#include "server/http_server.h"
+#include "core/model/chat_prompt.h"
 
-namespace frost::server {
+namespace frost {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -60,4 +60,4 @@ TEST(ChatPromptTest, EscapingIsInvisibleInTheIds) {
 }
 
 }  // namespace
-}  // namespace frost::server
+}  // namespace frost

@@ -1,6 +1,7 @@
 // The OpenAI API's bodies (server/openai_api.h): what a client sends maps to the engine's request, and every
 // bad body gets a 4xx naming the field.
 #include "server/openai_api.h"
+#include "server/openai_render.h"
 
 #include <gtest/gtest.h>
 
@@ -37,7 +38,8 @@ TEST(OpenAiApi, CompletionsMapOntoTheEngineRequest) {
                            "top_k":40,"min_p":0.05,"repetition_penalty":1.1,"ignore_eos":true,"n":2,"stream":true,
                            "stream_options":{"include_usage":true},"user":"u"})");
   EXPECT_EQ(p.model, "m");
-  EXPECT_EQ(p.prompt, "Once");
+  ASSERT_EQ(p.prompts.size(), 1u);
+  EXPECT_EQ(p.prompts[0].text, "Once");
   EXPECT_EQ(p.params.max_new_tokens, 7);
   EXPECT_FLOAT_EQ(p.params.temperature, 0.5f);
   EXPECT_FLOAT_EQ(p.params.top_p, 0.9f);
@@ -64,9 +66,15 @@ TEST(OpenAiApi, DefaultsAreOpenAisAndOffMeansOff) {
   ParsedRequest chat = ok(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}],
                                                "temperature":null,"max_completion_tokens":9})");
   EXPECT_EQ(chat.params.max_new_tokens, 9);
+  EXPECT_TRUE(chat.max_tokens_set);
   ASSERT_EQ(chat.messages.size(), 1u);
-  EXPECT_EQ(chat.messages[0].role, "user");
-  EXPECT_EQ(chat.messages[0].content, "hi");
+  EXPECT_EQ(chat.messages[0]["role"], "user");
+  EXPECT_EQ(chat.messages[0]["content"], "hi");
+  // Chat without max_tokens: the context's remainder, set at submit (not 256).
+  EXPECT_FALSE(ok(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}]})").max_tokens_set);
+  LimitsSection lim;
+  EXPECT_EQ(default_chat_max_tokens(100, 2048, lim), std::min<int32_t>(1948, lim.max_new_tokens));
+  EXPECT_EQ(default_chat_max_tokens(100, 612, lim), 512);
 }
 
 // generation_config.json's sampling (sampling_defaults) is where a request starts; a field the body sets wins,
@@ -93,13 +101,20 @@ TEST(OpenAiApi, CheckpointSamplingDefaultsFillWhatTheBodyLeavesUnset) {
 }
 
 TEST(OpenAiApi, PromptFormsAndChatContentParts) {
-  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":["a b"]})").prompt, "a b");
-  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[1,2,3]})").prompt_ids,
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":["a b"]})").prompts[0].text, "a b");
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":[1,2,3]})").prompts[0].ids,
             (std::vector<int32_t>{1, 2, 3}));
+  // Batches: strings or token-id lists, choices prompt-major.
+  ParsedRequest b = ok(Endpoint::kCompletions, R"({"model":"m","prompt":["a",[5,6],"c"],"n":2})");
+  ASSERT_EQ(b.prompts.size(), 3u);
+  EXPECT_EQ(b.prompts[1].ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(b.prompts[2].text, "c");
+  EXPECT_EQ(err(Endpoint::kCompletions, R"({"model":"m","prompt":["a",[]]})").param, "prompt");
+  EXPECT_EQ(err(Endpoint::kCompletions, R"({"model":"m","prompt":["a",{}]})").param, "prompt");
   ParsedRequest p = ok(Endpoint::kChat, R"({"model":"m","messages":[{"role":"developer","content":"be brief"},
       {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"logprobs":true,"top_logprobs":3})");
-  EXPECT_EQ(p.messages[0].role, "system");
-  EXPECT_EQ(p.messages[1].content, "ab");
+  EXPECT_EQ(p.messages[0]["role"], "system");
+  EXPECT_EQ(p.messages[1]["content"], "ab");
   EXPECT_EQ(p.params.logprobs, 3);
 }
 
@@ -192,7 +207,7 @@ TEST(OpenAiApi, InvalidUtf8AndHugePromptsAreRefused) {
   EXPECT_EQ(std::get<ApiError>(r).http, 413);
   EXPECT_EQ(std::get<ApiError>(r).param, "prompt");
   // Whatever bytes arrive, the answer is an error object, never a crash.
-  for (const char* junk : {"", "null", "\"s\"", "{", "{\"model\":{}}", "{\"model\":\"m\",\"prompt\":[[1]]}",
+  for (const char* junk : {"", "null", "\"s\"", "{", "{\"model\":{}}", "{\"model\":\"m\",\"prompt\":[[]]}",
                            "{\"model\":\"m\",\"prompt\":[1e99]}", "{\"model\":\"m\",\"prompt\":\"x\",\"seed\":-1e300}",
                            "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":1e400}"}) {
     auto j = parse_request(Endpoint::kCompletions, junk, LimitsSection());
