@@ -19,7 +19,10 @@ export async function toolChecks(ctx, srv) {
   // Llama 3.1's template renders one tool call per assistant message (it raises on more): its tool loops
   // (which send the calls back) ask for one call.
   const LOOP = srv.singleCall ? { parallel_tool_calls: false } : {};
-  const BASE = { model: MODEL, messages: TOOL_MESSAGES, tools: TOOLS, max_tokens: 256, temperature: 0, seed: 1 };
+  // Forced requests leave max_tokens to the server (the context's remainder): the constraint bounds the output
+  // (bounded strings, integers and whitespace; at most 8 calls), but a forced call list can take hundreds of
+  // tokens, and one cut at max_tokens is no call at all.
+  const BASE = { model: MODEL, messages: TOOL_MESSAGES, tools: TOOLS, temperature: 0, seed: 1 };
   const NAMED = { ...BASE, tool_choice: { type: "function", function: { name: "book_table" } } };
   const REQUIRED = { ...BASE, tool_choice: "required" };
 
@@ -171,13 +174,14 @@ export async function bulkCheck(ctx, srv, { mode, requests, n, concurrency = 4 }
   const prompts = ["Plan my evening.", "Weather in Oslo?", "Tag these as urgent.", "Book dinner for two at 8pm.",
                    "Do whatever tool you like.", "¿Qué tiempo hace en Madrid?", "Use a tool now."];
   await check(`${label}: bulk ${requests} × n=${n} tool_choice ${mode}, temperature 1 → every call parses and validates`, async () => {
-    const stats = { calls: 0, choices: 0, byName: {}, maxCalls: 0, failures: [] };
+    const stats = { calls: 0, choices: 0, byName: {}, maxCalls: 0, failures: [], tokens: 0, maxArgChars: 0 };
     await pool(Array.from({ length: requests }, (_, i) => i), concurrency, async (i) => {
-      const req = { model: MODEL, tools: TOOLS, tool_choice, n, temperature: 1, seed: 1000 + 17 * i, max_tokens: 300,
-                    parallel_tool_calls: i % 4 !== 3,
+      const req = { model: MODEL, tools: TOOLS, tool_choice, n, temperature: 1, seed: 1000 + 17 * i,
+                    parallel_tool_calls: i % 2 === 0,  // up to 8 calls (~280 tokens a choice here) or one
                     messages: [{ role: "user", content: prompts[i % prompts.length] }] };
       const r = await client.chat.completions.create(req);
       eq(r.choices.length, n, `request ${i}: choices`);
+      stats.tokens += r.usage.completion_tokens;
       for (const ch of r.choices) {
         ++stats.choices;
         try {
@@ -185,13 +189,15 @@ export async function bulkCheck(ctx, srv, { mode, requests, n, concurrency = 4 }
                                        { max: req.parallel_tool_calls ? Infinity : 1 });
           stats.calls += calls.length;
           stats.maxCalls = Math.max(stats.maxCalls, calls.length);
+          stats.maxArgChars = Math.max(stats.maxArgChars, (ch.message.tool_calls.map((c) => c.function.arguments).join("").length));
           for (const c of calls) stats.byName[c.name] = (stats.byName[c.name] || 0) + 1;
         } catch (e) {
           stats.failures.push(e.message);
         }
       }
     });
-    const note = `${stats.calls} calls in ${stats.choices} choices (max ${stats.maxCalls} per choice; ${JSON.stringify(stats.byName)})`;
+    const note = `${stats.calls} calls in ${stats.choices} choices (max ${stats.maxCalls} per choice; ` +
+      `${JSON.stringify(stats.byName)}; ${stats.tokens} completion tokens, longest arguments ${stats.maxArgChars} chars)`;
     assert(!stats.failures.length, `${stats.failures.length} of ${stats.choices} choices failed (${note}); first: ${stats.failures[0]}`);
     assert(stats.calls >= requests * n, `only ${stats.calls} calls`);
     return note;
