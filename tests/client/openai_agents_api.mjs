@@ -151,7 +151,8 @@ export async function tokenizeChecks(ctx, srv) {
     eq(withSpecial.json.count, c.usage.prompt_tokens, "/tokenize (default add_special_tokens) count vs completions prompt_tokens");
     return `${t.json.count} tokens (${withSpecial.json.count} with special), max_model_len ${t.json.max_model_len}`;
   });
-  for (const withTools of [false, true]) {
+  // stories260K's 512-token context cannot hold the three tools: the tool checks run on the real templates.
+  for (const withTools of srv.smallContext ? [false] : [false, true]) {
     await check(`${label}: /tokenize messages == chat render == chat prompt_tokens${withTools ? " (with tools)" : ""}`, async () => {
       const extra = withTools ? { tools: TOOLS } : {};
       const chat = await client.chat.completions.create({ model: MODEL, messages: TOOL_MESSAGES, max_tokens: 1, ...extra,
@@ -167,7 +168,7 @@ export async function tokenizeChecks(ctx, srv) {
       return `${chat.usage.prompt_tokens} tokens (render key ${JSON.stringify(f.key)})`;
     });
   }
-  await check(`${label}: a tool-call history renders (arguments as an object, the tool result) and runs`, async () => {
+  if (!srv.smallContext) await check(`${label}: a tool-call history renders (arguments as an object, the tool result) and runs`, async () => {
     const messages = [...TOOL_MESSAGES,
       { role: "assistant", content: null, tool_calls: [{ id: "call_w1", type: "function",
         function: { name: "get_weather", arguments: '{"city":"Paris","unit":"celsius"}' } }] },

@@ -92,6 +92,7 @@ async function main() {
       `[${((Date.now() - t0) / 1000).toFixed(1)}s]`);
   const def = srv("default"), qwen = srv("qwen3"), llama = srv("llama3_2");
   if (llama) llama.singleCall = true;
+  if (def) def.smallContext = true;
   const main = qwen || def;  // the frameworks' server: the real Qwen3 template, else stories260K's default one
 
   if (def && groups.has("default")) {

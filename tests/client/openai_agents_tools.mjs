@@ -74,7 +74,15 @@ export async function toolChecks(ctx, srv) {
     const calls = validateChoice(first.choices[0], validate, NAMES, "first", srv.singleCall ? { max: 1 } : {});
     const messages = [...TOOL_MESSAGES, { role: "assistant", content: null, tool_calls: first.choices[0].message.tool_calls }];
     for (const c of calls) messages.push({ role: "tool", tool_call_id: c.id, content: JSON.stringify({ ok: true, tool: c.name }) });
-    const second = await client.chat.completions.create({ ...BASE, messages, tool_choice: "none", max_tokens: 24 });
+    const SECOND = { ...BASE, messages, tool_choice: "none", max_tokens: 24 };
+    let second;
+    try { second = await client.chat.completions.create(SECOND); } catch (e) {
+      if (!(e instanceof OpenAI.APIError)) throw e;
+      // Diagnose: does the same history render with content "" in place of null (what vLLM passes templates)?
+      const alt = messages.map((m) => (m.role === "assistant" && m.content === null ? { ...m, content: "" } : m));
+      const ok = await client.chat.completions.create({ ...SECOND, messages: alt }).then(() => "200", (e2) => `${e2.status}`);
+      throw new Error(`HTTP ${e.status} ${e.message} (the assistant message with content null; with content "" instead: ${ok})`);
+    }
     const m = second.choices[0].message;
     assert(!m.tool_calls || m.tool_calls.length === 0, `tool_calls with tool_choice none: ${JSON.stringify(m.tool_calls)}`);
     assert(second.usage.prompt_tokens > first.usage.prompt_tokens,
