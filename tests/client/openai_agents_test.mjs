@@ -91,7 +91,7 @@ async function main() {
   log(`frostd up: ${Object.entries(servers).map(([n, f]) => `${n} http ${f.ports.http}`).join(", ")} ` +
       `[${((Date.now() - t0) / 1000).toFixed(1)}s]`);
   const def = srv("default"), qwen = srv("qwen3"), llama = srv("llama3_2");
-  if (llama) llama.singleCall = true;
+  if (llama) Object.assign(llama, { singleCall: true, callFormat: "json" });
   if (def) def.smallContext = true;
   const main = qwen || def;  // the frameworks' server: the real Qwen3 template, else stories260K's default one
 

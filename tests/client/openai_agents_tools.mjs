@@ -141,6 +141,41 @@ export async function toolChecks(ctx, srv) {
     return r.choices.map((c) => c.finish_reason).join(",");
   });
 
+  // auto: random weights never write a call by themselves, so guided_regex steers the output into the template's
+  // own call format (Hermes <tool_call> blocks for Qwen3, bare JSON {"name", "parameters"} for Llama 3.2): the
+  // server must parse it into tool_calls, whole and streamed; a broken call stays text.
+  const esc = (t) => t.replace(/[\\^$.*+?()[\]{}|]/g, "\\$&");
+  const W = '{"name": "get_weather", "ARGS": {"city": "Oslo", "unit": "celsius"}}';
+  const T = '{"name": "tag_items", "ARGS": {"tags": ["red"], "priority": 2}}';
+  const steer = srv.callFormat === "json"
+    ? { one: esc(W.replace("ARGS", "parameters")), two: esc(`${W.replace("ARGS", "parameters")}; ${T.replace("ARGS", "parameters")}`),
+        broken: esc('{"name": "get_weather", "parameters": {"city": "Oslo"') }
+    : { one: esc(`Sure. <tool_call>\n${W.replace("ARGS", "arguments")}\n</tool_call>`),
+        two: esc(`<tool_call>\n${W.replace("ARGS", "arguments")}\n</tool_call>\n<tool_call>\n${T.replace("ARGS", "arguments")}\n</tool_call>`),
+        broken: esc('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}\n</tool_call>') };
+  await check(`${label}: auto parses the template's call format (${srv.callFormat || "hermes"}; output steered by guided_regex)`, async () => {
+    const want = { one: [["get_weather", '{"city":"Oslo","unit":"celsius"}']],
+                   two: [["get_weather", '{"city":"Oslo","unit":"celsius"}'], ["tag_items", '{"tags":["red"],"priority":2}']] };
+    for (const k of ["one", "two"]) {
+      const req = { ...BASE, max_tokens: 120, guided_regex: steer[k] };
+      const r = await client.chat.completions.create(req);
+      const calls = validateChoice(r.choices[0], validate, NAMES, `auto ${k}`);
+      eq(callKeys(r.choices[0].message.tool_calls), want[k], `auto ${k}: calls`);
+      if (k === "one" && srv.callFormat !== "json") eq(r.choices[0].message.content, "Sure.", "content around the call");
+      const st = await collectStream(await client.chat.completions.create({ ...req, stream: true }), `auto ${k} stream`);
+      eq(st.choices[0].finish, "tool_calls", `auto ${k} stream: finish_reason`);
+      eq(callKeys(st.choices[0].calls), want[k], `auto ${k} stream: calls`);
+      eq(st.choices[0].content || null, r.choices[0].message.content || null, `auto ${k} stream: content`);
+      assert(calls.length === want[k].length, "calls");
+    }
+    const b = await client.chat.completions.create({ ...BASE, max_tokens: 120, guided_regex: steer.broken });
+    const m = b.choices[0].message;
+    assert(!m.tool_calls || !m.tool_calls.length, `a broken call parsed: ${JSON.stringify(m)}`);
+    assert(typeof m.content === "string" && m.content.includes("get_weather"), `broken call not returned as text: ${JSON.stringify(m)}`);
+    assert(b.choices[0].finish_reason !== "tool_calls", `finish_reason ${b.choices[0].finish_reason}`);
+    return "one call, two calls, a broken call as text";
+  });
+
   await check(`${label}: tool_choice auto never 500s (6 seeds, temperature 1, whole and streamed)`, async () => {
     const kinds = [];
     for (let seed = 1; seed <= 6; ++seed) {
