@@ -4,7 +4,7 @@
 // parallel_tool_calls false, a manual tool loop (assistant tool_calls + role "tool" results), the SDK's runTools
 // helper, tool_choice "none" and "auto"; and the bulk check: hundreds of forced calls at temperature 1 that must
 // all parse and validate.
-import { assert, check, eq } from "./openai_client_lib.mjs";
+import { assert, check, eq, expectApiError } from "./openai_client_lib.mjs";
 import {
   callKeys, collectStream, pool, TOOL_BY_NAME, TOOL_MESSAGES, TOOLS, validateCall, validateChoice, validators,
 } from "./openai_agents_lib.mjs";
@@ -67,6 +67,31 @@ export async function toolChecks(ctx, srv) {
     eq(r.choices.length, 4, "choices");
     for (const ch of r.choices) validateChoice(ch, validate, NAMES, `choice ${ch.index}`, { max: 1 });
     return r.choices.map((ch) => ch.message.tool_calls[0].function.name).join(",");
+  });
+
+  // OpenAI: "Omitting parameters defines a function with an empty parameter list": the arguments are {} (an
+  // unconstrained object would let random weights write up to max_tokens).
+  await check(`${label}: a tool without parameters, named → {} (an empty parameter list)`, async () => {
+    const ping = { type: "function", function: { name: "ping", description: "Ping." } };
+    const r = await client.chat.completions.create({ ...BASE, tools: [...TOOLS, ping], temperature: 1, seed: 9, max_tokens: 64,
+                                                     tool_choice: { type: "function", function: { name: "ping" } } });
+    const m = r.choices[0].message;
+    eq((m.tool_calls || []).map((c) => c.function.name), ["ping"], `calls (${JSON.stringify(m)})`);
+    eq(JSON.parse(m.tool_calls[0].function.arguments), {}, "arguments");
+    return m.tool_calls[0].function.arguments.slice(0, 80);
+  });
+  await check(`${label}: bad tool requests → 400`, async () => {
+    const bad = [
+      [{ tool_choice: { type: "function", function: { name: "nope" } } }, "a named function not in tools"],
+      [{ tools: undefined, tool_choice: "required" }, "required without tools"],
+      [{ tool_choice: "sometimes" }, "an unknown tool_choice"],
+      [{ tools: [{ type: "function", function: { description: "no name" } }] }, "a tool without a name"],
+      [{ tools: [{ type: "function", function: { name: "x", parameters: { type: "object", properties: { a: { type: "nonsense" } } } } }],
+         tool_choice: "required" }, "an invalid parameters schema"],
+      [{ parallel_tool_calls: "yes" }, "parallel_tool_calls not a boolean"],
+    ];
+    for (const [extra, what] of bad) await expectApiError(OpenAI, client.chat.completions.create({ ...BASE, max_tokens: 4, ...extra }), 400, what);
+    return `${bad.length} requests`;
   });
 
   await check(`${label}: manual tool loop (assistant tool_calls + tool results → second request)`, async () => {
