@@ -12,147 +12,16 @@
 #include "core/common/log.h"
 #include "server/openai_api.h"
 #include "server/openai_render.h"
+#include "server/http_exchange.h"
 
 namespace frost::server {
 
-namespace oa = openai;
 using json = nlohmann::json;
-
-struct OpenAiHttpServer::Served {
-  std::shared_ptr<Engine> engine;
-  std::string model_name;
-  oa::PromptSource prompts;  // the tokenizer and chat template (openai_render.h)
-  int64_t created = 0;
-};
+using namespace http_internal;  // NOLINT: this file is the exchange's main user
 
 namespace {
 
-double seconds_since(int64_t t0_ns) { return static_cast<double>(RealClock::get().now_ns() - t0_ns) * 1e-9; }
-
 const char* rpc_name(oa::Endpoint ep) { return ep == oa::Endpoint::kCompletions ? "completions" : "chat.completions"; }
-
-// One response's shared state: the engine's delivery thread appends, the HTTP worker drains.
-struct Exchange {
-  absl::Mutex mu;
-  absl::CondVar cv;
-  std::vector<std::deque<TokenEvent>> pending ABSL_GUARDED_BY(mu);
-  std::vector<oa::ChoiceState> choices ABSL_GUARDED_BY(mu);
-  std::vector<char> finish_sent ABSL_GUARDED_BY(mu);
-  std::vector<char> started ABSL_GUARDED_BY(mu);
-  int finished ABSL_GUARDED_BY(mu) = 0;
-  absl::Status error ABSL_GUARDED_BY(mu);
-  std::vector<std::shared_ptr<CancelToken>> cancels;  // set before any submit
-  int64_t t0_ns = 0;
-  bool first_token_seen ABSL_GUARDED_BY(mu) = false;
-  int admitted ABSL_GUARDED_BY(mu) = 0;             // choices the engine queued (TokenSink::on_admitted)
-  std::vector<char> refused ABSL_GUARDED_BY(mu);    // choices that ended before they were queued
-
-  void cancel_all() {
-    for (auto& c : cancels) c->cancel();
-  }
-};
-
-class ChoiceSink final : public TokenSink {
- public:
-  ChoiceSink(std::shared_ptr<Exchange> ex, int index, bool keep_events, Metrics* metrics)
-      : ex_(std::move(ex)), index_(index), keep_events_(keep_events), metrics_(metrics) {}
-  void on_admitted() override {
-    absl::MutexLock l(&ex_->mu);
-    admitted_ = true;
-    ++ex_->admitted;
-    ex_->cv.SignalAll();
-  }
-  void on_token(const TokenEvent& ev) override {
-    absl::MutexLock l(&ex_->mu);
-    if (ev.id >= 0 && !ex_->first_token_seen) {
-      ex_->first_token_seen = true;
-      if (metrics_) metrics_->record_time_to_first_token(seconds_since(ex_->t0_ns));
-    }
-    ex_->pending[index_].push_back(ev);
-    ex_->choices[index_].text += ev.text;
-    if (keep_events_) ex_->choices[index_].events.push_back(ev);
-    ex_->cv.SignalAll();
-  }
-  void on_finish(absl::StatusOr<GenerationResult> result) override {
-    absl::MutexLock l(&ex_->mu);
-    if (result.ok()) {
-      if (metrics_) {
-        metrics_->record_generation(result->n_prompt, result->n_completion, result->t_queue_s,
-                                    seconds_since(ex_->t0_ns), finish_reason_name(result->finish_reason));
-      }
-      ex_->choices[index_].result = *std::move(result);
-    } else if (ex_->error.ok()) {
-      ex_->error = result.status();
-    }
-    if (!admitted_) ex_->refused[index_] = 1;
-    ++ex_->finished;
-    ex_->cv.SignalAll();
-  }
-
- private:
-  std::shared_ptr<Exchange> ex_;
-  int index_;
-  bool keep_events_;
-  Metrics* metrics_;
-  bool admitted_ = false;  // under ex_->mu
-};
-
-// What the engine delivered since the last look: the events of each choice with news (coalesced), the choices
-// that finished, and whether every choice has.
-struct Batch {
-  std::vector<std::pair<int, std::vector<TokenEvent>>> events;
-  std::vector<char> first;  // per entry of `events`: the choice's first chunk
-  std::vector<std::pair<int, FinishReason>> ended;
-  bool all_done = false;
-  absl::Status error;
-};
-
-// Waits up to `wait` for news (streamed: any event; whole: every choice finished) and takes it.
-Batch next_batch(Exchange& ex, bool stream, int n, absl::Duration wait) {
-  Batch b;
-  absl::MutexLock l(&ex.mu);
-  auto has_news = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ex.mu) {
-    if (ex.finished == n) return true;
-    if (!stream) return false;
-    for (const auto& q : ex.pending)
-      if (!q.empty()) return true;
-    for (int i = 0; i < n; ++i)
-      if (ex.choices[i].result && !ex.finish_sent[i]) return true;
-    return false;
-  };
-  if (!has_news()) ex.cv.WaitWithTimeout(&ex.mu, wait);
-  b.all_done = ex.finished == n;
-  b.error = ex.error;
-  if (!stream) return b;
-  for (int i = 0; i < n; ++i) {
-    auto& q = ex.pending[i];
-    const bool fin = ex.choices[i].result.has_value() && !ex.finish_sent[i];
-    if (q.empty() && !fin) continue;
-    b.events.emplace_back(i, std::vector<TokenEvent>(q.begin(), q.end()));
-    b.first.push_back(!ex.started[i]);
-    ex.started[i] = 1;
-    q.clear();
-    if (fin) {
-      ex.finish_sent[i] = 1;
-      b.ended.emplace_back(i, ex.choices[i].result->finish_reason);
-    }
-  }
-  return b;
-}
-
-std::string sse(const json& j) {
-  return absl::StrCat("data: ", j.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
-}
-
-// Auth for an HTTP request: the inference rule, with the Authorization header as gRPC's metadata.
-absl::Status check_auth(const Authenticator* auth, const HttpRequest& req) {
-  if (!auth) return absl::OkStatus();
-  return auth->check("/frost.v1.Generation/Generate", req.header("Authorization"));
-}
-
-bool send_error(HttpResponse& res, const oa::ApiError& e) {
-  return res.send(e.http, "application/json", oa::error_body(e));
-}
 
 // The front's own refusals (400, 404, 405, 408, 413, 415, 417, 431, 500, 501, 505) as OpenAI error objects.
 HttpErrorBody api_error_body(int status, const std::string& message) {
@@ -166,45 +35,6 @@ HttpErrorBody api_error_body(int status, const std::string& message) {
     e.type = "internal_error";
   }
   return HttpErrorBody{"application/json", oa::error_body(e)};
-}
-
-}  // namespace
-
-struct OpenAiHttpServer::Submitted {
-  oa::Endpoint ep = oa::Endpoint::kCompletions;
-  std::shared_ptr<Exchange> ex;
-  oa::ResponseMeta meta;
-  std::shared_ptr<Engine> engine;  // held until the response ends
-  int n = 1;  // choices in all (prompts x n for a batched completions request)
-  bool stream = false, include_usage = false, logprobs = false;
-  std::string constraint_field;  // the body field the constraint came from ("" = none)
-  // Chat with tools: how each choice's output is parsed (kNone: plain content), and per choice the streaming
-  // parser and the calls sent so far (touched only by the HTTP thread answering this request).
-  ToolCallFormat tool_format = ToolCallFormat::kNone;
-  std::string forced_name;
-  mutable std::vector<ToolCallStream> tool_streams;
-  mutable std::vector<int> calls_sent;
-};
-
-namespace {
-
-// An engine error as OpenAI's error object: "constraint: …" messages name the body field the constraint came
-// from (guided_json, response_format.json_schema.schema, …), others the field the engine named.
-oa::ApiError api_error(oa::Endpoint ep, const absl::Status& st, const std::string& constraint_field) {
-  std::string field = oa::body_field_for(ep, std::string(st.message()));
-  std::string msg(st.message());
-  if (absl::StartsWith(msg, "constraint: ") && !constraint_field.empty()) {
-    field = constraint_field;
-    msg = absl::StrCat(field, ": ", msg.substr(std::string("constraint: ").size()));
-  }
-  return oa::error_from_status(absl::Status(st.code(), msg), field);
-}
-
-RejectReason reject_reason(const absl::Status& st) {
-  if (absl::IsResourceExhausted(st)) return RejectReason::kQueueFull;
-  if (absl::IsUnavailable(st)) return RejectReason::kUnavailable;
-  if (absl::IsFailedPrecondition(st)) return RejectReason::kFailedPrecondition;
-  return RejectReason::kInvalidArgument;
 }
 
 }  // namespace
@@ -364,6 +194,13 @@ std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::parse_
     return e;
   }
 
+  return submit(std::move(p), s, t0);
+}
+
+std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::submit(oa::ParsedRequest p,
+                                                                                 const std::shared_ptr<const Served>& s,
+                                                                                 int64_t t0) {
+  const oa::Endpoint ep = p.endpoint;
   std::variant<std::vector<oa::BuiltPrompt>, oa::ApiError> built = oa::build_prompts(p, s->prompts, cfg_.limits);
   if (auto* e = std::get_if<oa::ApiError>(&built)) return *e;
   const std::vector<oa::BuiltPrompt>& prompts = std::get<std::vector<oa::BuiltPrompt>>(built);

@@ -81,6 +81,9 @@ class OpenAiHttpServer {
   // error to answer. Every choice is submitted or none stays running.
   std::variant<Submitted, openai::ApiError> parse_and_submit(openai::Endpoint ep, const HttpRequest& req,
                                                              int64_t t0_ns);
+  // Submits a parsed request (model and auth checked) to `served`'s engine: every choice, or none.
+  std::variant<Submitted, openai::ApiError> submit(openai::ParsedRequest p, const std::shared_ptr<const Served>& served,
+                                                   int64_t t0_ns);
   // Answers a submitted request: SSE chunks as events arrive, or the whole body once every choice finished.
   // Returns when the answer is written to its end (OK, or the engine's error code) or the client went
   // (CANCELLED: the caller cancels the engine requests).
