@@ -165,7 +165,11 @@ async function main() {
     for (const [name, f] of Object.entries(servers)) log(`--- frostd (${name}) log tail\n${f.logTail(15)}`);
   }
   if (!failed.length && !process.env.FROST_KEEP_TMP) fs.rmSync(TMP, { recursive: true, force: true });
-  else log(`kept ${TMP}`);
+  else {
+    // The configs and logs stay; the ~100 MB of checkpoints only with FROST_KEEP_TMP=1.
+    if (!process.env.FROST_KEEP_TMP) fs.rmSync(path.join(TMP, "models"), { recursive: true, force: true });
+    log(`kept ${TMP}`);
+  }
   return failed.length ? 1 : 0;
 }
 
