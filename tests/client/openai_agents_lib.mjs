@@ -57,7 +57,7 @@ export function tokenizerRefs() {
   return path.join(base, "node_modules");
 }
 
-// → {dirs: {qwen3, llama3_2}} or {skip: why}.
+// → {dirs: {qwen3, llama3_2, mistral_nemo}} or {skip: why}.
 export function writeCheckpoints(tmp) {
   const refs = tokenizerRefs();
   const out = path.join(tmp, "models");
@@ -65,7 +65,7 @@ export function writeCheckpoints(tmp) {
                                            "--out", out, "--refs", refs], { encoding: "utf8" });
   if (r.status === 77 || r.error) return { skip: (r.stdout || String(r.error)).trim().split("\n").pop() };
   if (r.status !== 0) throw new Error(`openai_agents_models.py exited ${r.status}:\n${r.stdout}\n${r.stderr}`);
-  return { dirs: { qwen3: path.join(out, "qwen3"), llama3_2: path.join(out, "llama3_2") } };
+  return { dirs: Object.fromEntries(["qwen3", "llama3_2", "mistral_nemo"].map((n) => [n, path.join(out, n)])) };
 }
 
 // A frostd YAML for one model (no auth, all ports 0).

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Tiny random-weight checkpoints with REAL tokenizers, for tests/client/openai_agents_test.mjs.
 
-    /usr/bin/python3 tests/client/openai_agents_models.py --out DIR --refs NODE_MODULES [--only qwen3,llama3_2]
+    /usr/bin/python3 tests/client/openai_agents_models.py --out DIR --refs NODE_MODULES [--only qwen3,llama3_2,mistral_nemo]
 
 For each case it writes DIR/<name>/{config.json, generation_config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json}: the family's config fields from tests/reference/hf_families.py (its weight writer too),
@@ -34,6 +34,8 @@ CASES = {
                  {"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009]}),
     "qwen3": ("qwen3", dict(vocab_size=151936, bos_token_id=151643, eos_token_id=151645),
               {"bos_token_id": 151643, "eos_token_id": [151645, 151643]}),
+    "mistral_nemo": ("mistral", dict(vocab_size=131072, bos_token_id=1, eos_token_id=2, sliding_window=None,
+                                     rope_theta=1000000.0), {"bos_token_id": 1, "eos_token_id": 2}),
 }
 
 

@@ -9,6 +9,7 @@
 //   qwen3     a tiny random-weight Qwen3ForCausalLM with the REAL Qwen3 tokenizer and chat template (Hermes
 //             <tool_call> blocks), written at run time by tests/client/openai_agents_models.py into the temp dir
 //   llama3_2  the same for Llama 3.2 (its Llama 3.1 tool template: JSON {"name", "parameters"} calls)
+//   mistral_nemo  the same for Mistral NeMo ([TOOL_CALLS][...] calls; its template wants 9-character call ids)
 //   default   stories260K without a chat template (what `make run` serves): frost's default template
 // Random weights cannot choose tools, but tool_choice "required" / a named function are enforced by constrained
 // decoding, so every such call must parse and validate (ajv) against its schema; the bulk checks make hundreds
@@ -64,11 +65,11 @@ async function main() {
     results.push({ name: "checkpoints", ok: false });
     ckpt = { skip: "the writer failed" };
   }
-  if (ckpt.skip) log(`SKIP qwen3 / llama3_2 checks: ${ckpt.skip}`);
+  if (ckpt.skip) log(`SKIP qwen3 / llama3_2 / mistral_nemo checks: ${ckpt.skip}`);
 
   const stories = modelPath();
   const specs = [["default", stories]];
-  if (ckpt.dirs) specs.push(["qwen3", ckpt.dirs.qwen3], ["llama3_2", ckpt.dirs.llama3_2]);
+  if (ckpt.dirs) specs.push(...Object.entries(ckpt.dirs));
   const servers = {};
   await Promise.all(specs.map(async ([name, dir]) => {
     const f = new Frostd(TMP, name, frostdYaml(dir));
@@ -90,8 +91,9 @@ async function main() {
   };
   log(`frostd up: ${Object.entries(servers).map(([n, f]) => `${n} http ${f.ports.http}`).join(", ")} ` +
       `[${((Date.now() - t0) / 1000).toFixed(1)}s]`);
-  const def = srv("default"), qwen = srv("qwen3"), llama = srv("llama3_2");
+  const def = srv("default"), qwen = srv("qwen3"), llama = srv("llama3_2"), mistral = srv("mistral_nemo");
   if (llama) Object.assign(llama, { singleCall: true, callFormat: "json" });
+  if (mistral) mistral.callFormat = "mistral";
   if (def) def.smallContext = true;
   const main = qwen || def;  // the frameworks' server: the real Qwen3 template, else stories260K's default one
 
@@ -133,7 +135,7 @@ async function main() {
       return `context ${ctxLen}: ${notes.join(", ")}`;
     });
   }
-  for (const s of [qwen, llama]) {
+  for (const s of [qwen, llama, mistral]) {
     if (s && groups.has("tools")) await toolChecks(ctx, s);
   }
   if (groups.has("bulk")) {
@@ -145,7 +147,7 @@ async function main() {
   if (main && groups.has("embeddings")) await embeddingChecks(ctx, main);
   if (main && groups.has("responses")) await responsesChecks(ctx, main);
   if (groups.has("tokenize")) {
-    for (const s of [qwen, llama, def]) if (s) await tokenizeChecks(ctx, s);
+    for (const s of [qwen, llama, mistral, def]) if (s) await tokenizeChecks(ctx, s);
   }
   if (main && groups.has("shapes")) await requestShapeChecks(ctx, main);
 
@@ -159,7 +161,7 @@ async function main() {
 
   const failed = results.filter((r) => !r.ok);
   log(`openai_agents_test: ${results.length - failed.length}/${results.length} checks ok` +
-      `${ckpt.skip ? " (qwen3 / llama3_2 skipped)" : ""} in ${((Date.now() - t0) / 1000).toFixed(1)}s`);
+      `${ckpt.skip ? " (qwen3 / llama3_2 / mistral_nemo skipped)" : ""} in ${((Date.now() - t0) / 1000).toFixed(1)}s`);
   if (failed.length) {
     log(`failed: ${failed.map((r) => r.name).join("; ")}`);
     for (const [name, f] of Object.entries(servers)) log(`--- frostd (${name}) log tail\n${f.logTail(15)}`);
