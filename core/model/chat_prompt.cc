@@ -8,10 +8,13 @@
 
 namespace frost {
 
-// The default template (chat_prompt.h). Choices: the system turn comes first and carries the tool list; an
+// The default template (chat_prompt.h). Choices: the prompt starts with the tokenizer's BOS when it has one (what
+// a model without a chat template was pretrained on; "" for BOS-less tokenizers); the system turn comes first and
+// carries the tool list; an
 // assistant turn's tool calls follow its text, one <tool_call> block each; tool results go back as a user turn of
 // <tool_response> blocks (consecutive results share one turn), as Hermes-format models were trained.
-const char kDefaultChatTemplate[] = R"JINJA({%- if tools %}
+const char kDefaultChatTemplate[] = R"JINJA({{- bos_token }}
+{%- if tools %}
 {{- '<|im_start|>system\n' }}
 {%- if messages[0].role == 'system' and messages[0].content is string %}{{- messages[0].content + '\n\n' }}{%- endif %}
 {{- 'You can call functions. Their signatures, as JSON, are listed between <tools></tools>:\n<tools>' }}
