@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -76,6 +77,7 @@ struct ParsedRequest {
   ToolsRequest tools;                      // chat
   SamplingParams params;
   bool max_tokens_set = false;  // chat without max_tokens: the context's remainder (set at submit)
+  bool add_generation_prompt = true;  // chat (vLLM's extension): end the prompt with the assistant's header
   int n = 1;
   bool stream = false;
   bool include_usage = false;
@@ -97,8 +99,10 @@ inline constexpr int kMaxMessages = 1024;
 inline constexpr int kMaxRequestJsonDepth = 300;
 // `defaults`: the sampling a request starts from (the served checkpoint's generation_config.json,
 // sampling_defaults()); a field the body sets wins.
+// `extra_fields`: body members the caller reads itself (the tokenize endpoint's), skipped here.
 std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits,
-                                                    const SamplingParams& defaults = SamplingParams());
+                                                    const SamplingParams& defaults = SamplingParams(),
+                                                    const std::set<std::string>* extra_fields = nullptr);
 
 // The body's name for an engine field named at the start of a submit error ("top_p must be ..." → "top_p",
 // "max_new_tokens ..." → "max_tokens"); "" when none is recognised.
