@@ -170,9 +170,9 @@ export async function tokenizeChecks(ctx, srv) {
   }
   if (!srv.smallContext) await check(`${label}: a tool-call history renders (arguments as an object, the tool result) and runs`, async () => {
     const messages = [...TOOL_MESSAGES,
-      { role: "assistant", content: null, tool_calls: [{ id: "call_w1", type: "function",
+      { role: "assistant", content: null, tool_calls: [{ id: "callW1abc", type: "function",
         function: { name: "get_weather", arguments: '{"city":"Paris","unit":"celsius"}' } }] },
-      { role: "tool", tool_call_id: "call_w1", content: "sunny, 21 degrees" }];
+      { role: "tool", tool_call_id: "callW1abc", content: "sunny, 21 degrees" }];
     const t = await postJson(base, "/tokenize", { model: MODEL, messages, tools: TOOLS, add_generation_prompt: true });
     eq(t.status, 200, `/tokenize (${t.text.slice(0, 300)})`);
     const d = await postJson(base, "/detokenize", { model: MODEL, tokens: t.json.tokens });
