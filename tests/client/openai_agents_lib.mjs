@@ -16,7 +16,11 @@ import { assert, eq, jsonPrefix, log, SKIP, SOURCE_DIR } from "./openai_client_l
 export async function loadAgentPackages() {
   let nm = process.env.FROST_OPENAI_NODE_MODULES;
   if (!nm) {
-    const r = spawnSync("bash", [path.join(SOURCE_DIR, "scripts", "install_openai_client.sh")], { encoding: "utf8" });
+    // Its own cache directory (same script, same pins): a checkout whose package.json pins only openai + ajv
+    // (an older branch) reinstalls the shared one with npm ci, removing these packages under a running test.
+    const dest = process.env.FROST_OPENAI_AGENTS_CLIENT ||
+      path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), ".cache"), "frost", "openai-agents-client");
+    const r = spawnSync("bash", [path.join(SOURCE_DIR, "scripts", "install_openai_client.sh"), dest], { encoding: "utf8" });
     const m = r.status === 0 && /^node_modules: (.*)$/m.exec(r.stdout);
     if (!m) {
       log(`SKIP: scripts/install_openai_client.sh failed (rc ${r.status}): ${(r.stderr || r.stdout || "").trim()}`);
@@ -63,7 +67,9 @@ export function writeCheckpoints(tmp) {
   const out = path.join(tmp, "models");
   const r = spawnSync("/usr/bin/python3", [path.join(SOURCE_DIR, "tests", "client", "openai_agents_models.py"),
                                            "--out", out, "--refs", refs], { encoding: "utf8" });
-  if (r.status === 77 || r.error) return { skip: (r.stdout || String(r.error)).trim().split("\n").pop() };
+  if (r.status === 77 || r.error) {
+    return { skip: (r.stdout || String(r.error)).trim().split("\n").pop().replace(/^SKIP: /, "") };
+  }
   if (r.status !== 0) throw new Error(`openai_agents_models.py exited ${r.status}:\n${r.stdout}\n${r.stderr}`);
   return { dirs: Object.fromEntries(["qwen3", "llama3_2", "mistral_nemo"].map((n) => [n, path.join(out, n)])) };
 }
