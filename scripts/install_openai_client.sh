@@ -3,7 +3,8 @@
 # (`@langchain/openai`, `@langchain/core`), the Vercel AI SDK (`ai`, `@ai-sdk/openai`) and `zod` from the npm
 # registry into a cache directory, pinned by tests/client/openai/package-lock.json. Used by
 # tests/client/openai_client_test.mjs (ctest openai_client), tests/client/openai_agents_test.mjs (ctest
-# openai_agents) and bench/structured_output_bench.mjs.
+# openai_agents, which installs its own copy into ~/.cache/frost/openai-agents-client so that a checkout pinning
+# fewer packages cannot reinstall them away under it) and bench/structured_output_bench.mjs.
 #
 #   scripts/install_openai_client.sh [CACHE_DIR]
 #
