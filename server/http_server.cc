@@ -114,6 +114,7 @@ std::vector<HttpRoute> OpenAiHttpServer::routes() {
       {"POST", "/v1/chat/completions",
        [this](const HttpRequest& req, HttpResponse& res) { handle_generate(Endpoint::kChat, req, res); }},
       {"GET", "/v1/models", [this](const HttpRequest& req, HttpResponse& res) { handle_models(req, res); }},
+      {"POST", "/v1/embeddings", [this](const HttpRequest& req, HttpResponse& res) { handle_embeddings(req, res); }},
       {"GET", "/health", [this](const HttpRequest& req, HttpResponse& res) { handle_health(req, res); }},
   };
 }
