@@ -1,7 +1,8 @@
-# frost's container image: frostd (gRPC 50051, Prometheus /metrics 9090) and frostctl, on Debian bookworm.
+# frost's container image: frostd (gRPC 50051, Prometheus /metrics 9090, OpenAI HTTP API 8000) and frostctl, on
+# Debian bookworm.
 #
 #   make image                       # docker, podman or buildah, whichever works (IMAGE=frost:latest)
-#   docker run --rm -p 50051:50051 -p 9090:9090 frost:latest                  # the built-in stories260K
+#   docker run --rm -p 50051:50051 -p 9090:9090 -p 8000:8000 frost:latest     # the built-in stories260K
 #   docker run --rm -p 50051:50051 -v /srv/my-model:/models:ro frost:latest --model /models
 #
 # deploy/image/README.md has the rest (volumes, the user, health, OpenBLAS). tests/deploy/image_test.py checks
@@ -66,7 +67,8 @@ COPY --from=build /src/build/server/frostd /src/build/client/frostctl /usr/local
 COPY --from=build /src/build/core/libfrost_spm.so /usr/local/lib/
 RUN ldconfig
 COPY deploy/image/frost-entrypoint.sh /usr/local/bin/frost-entrypoint
-# configs/default.yaml with the state directory in the volume (deploy/image/make-config.sh).
+# configs/default.yaml with the listeners on 0.0.0.0, the HTTP API on (8000) and the state directory in the
+# volume (deploy/image/make-config.sh).
 COPY configs/default.yaml deploy/image/make-config.sh /tmp/frost-config/
 RUN mkdir -p /etc/frost \
  && sh /tmp/frost-config/make-config.sh /tmp/frost-config/default.yaml /etc/frost/frost.yaml \
@@ -78,8 +80,10 @@ WORKDIR /opt/frost
 
 # The state directory (job journal, checkpoints, artifacts): /var/lib/frost/state, kept in a volume.
 VOLUME ["/var/lib/frost"]
-# gRPC and /metrics: server.listen and server.metrics_listen of configs/default.yaml.
-EXPOSE 50051 9090
+# gRPC, /metrics and the OpenAI-compatible HTTP API: server.listen and server.metrics_listen of
+# configs/default.yaml, and server.http.listen, which make-config.sh turns on at 0.0.0.0:8000 (the port
+# `make run` uses). The HEALTHCHECK stays on gRPC: the same readiness Kubernetes probes.
+EXPOSE 50051 9090 8000
 USER 10001:10001
 ENV HOME=/var/lib/frost
 

@@ -46,6 +46,7 @@ const std::map<std::string, AuthRule>& auth_rules() {
       {"/frost.v1.Generation/Generate", AuthRule::kInference},
       {"/frost.v1.Generation/Tokenize", AuthRule::kInference},
       {"/frost.v1.Generation/GetModelInfo", AuthRule::kInference},
+      {"/frost.v1.Generation/Embed", AuthRule::kInference},
       {"/frost.v1.Prediction/Predict", AuthRule::kInference},
       // The Open Inference Protocol for the Predict model: Predict's rules.
       {"/inference.GRPCInferenceService/ServerLive", AuthRule::kInference},

@@ -1,11 +1,13 @@
 #include "server/generation_service.h"
 
+#include <ATen/Parallel.h>
 #include <pthread.h>
 
 #include <atomic>
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -14,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/clock.h"
 #include "core/common/log.h"
+#include "server/embed_exec.h"
 #include "server/proto_codec.h"
 #include "server/status_convert.h"
 
@@ -351,6 +354,10 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
 GenerationService::GenerationService(const ServerConfig& cfg, Metrics* metrics)
     : cfg_(cfg),
       metrics_(metrics),
+      embed_("frost-embed", cfg.prediction.threads, cfg.prediction.max_queued,
+             [intra_op = cfg.model.threads] {
+               if (intra_op > 0) at::set_num_threads(intra_op);
+             }),
       intake_("frost-intake", kIntakeThreads, std::max(64, cfg.engine.max_running + cfg.engine.max_waiting)) {
   if (cfg_.server.write_stall_timeout_s > 0) sweeper_ = std::thread([this] { sweep_loop(); });
 }
@@ -465,6 +472,41 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
         if (!e) return absl::UnavailableError("model is loading: not ready yet");
         return model_info(*e, cfg_);
       });
+}
+
+grpc::ServerUnaryReactor* GenerationService::Embed(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                   grpc::ByteBuffer* out) {
+  struct Job {
+    std::shared_ptr<Engine> engine;
+    EmbedInputs inputs;
+  };
+  // On the callback thread: the engine and the checks that need no tokenizer or model (server/embed_exec.h).
+  auto validate = [this](v1::EmbedRequest&& req) -> absl::StatusOr<Job> {
+    absl::StatusOr<std::shared_ptr<Engine>> engine = serving_engine();
+    if (!engine.ok()) return engine.status();
+    Job job{*std::move(engine), {}};
+    job.inputs.texts.assign(std::make_move_iterator(req.mutable_texts()->begin()),
+                            std::make_move_iterator(req.mutable_texts()->end()));
+    for (const v1::TokenIds& t : req.token_ids()) job.inputs.ids.emplace_back(t.ids().begin(), t.ids().end());
+    if (absl::Status st = check_embed_inputs(job.engine->model(), job.inputs, cfg_.limits); !st.ok()) return st;
+    return job;
+  };
+  auto embed = [](const Job& job) -> absl::StatusOr<v1::EmbedResponse> {
+    absl::StatusOr<EmbedOutput> r = run_embed(job.engine->model(), job.inputs);
+    if (!r.ok()) return r.status();
+    v1::EmbedResponse response;
+    for (size_t i = 0; i < r->vectors.size(); ++i) {
+      v1::Embedding* e = response.add_embeddings();
+      e->mutable_values()->Assign(r->vectors[i].begin(), r->vectors[i].end());
+      e->set_n_tokens(r->n_tokens[i]);
+    }
+    response.set_prompt_tokens(static_cast<int32_t>(r->prompt_tokens));
+    return response;
+  };
+  UnaryServer server = unary_server();
+  server.executor = &embed_;
+  return serve_unary<v1::EmbedRequest, v1::EmbedResponse>(server, ctx, in, out, {"Embed", Mode::kExecutor}, validate,
+                                                          embed);
 }
 
 }  // namespace frost::server

@@ -56,7 +56,8 @@ namespace frost::server {
 // those must be INVALID_ARGUMENT like everywhere else (not gRPC's empty UNIMPLEMENTED).
 using GenerationServiceBase =
     v1::Generation::WithRawCallbackMethod_Generate<v1::Generation::WithRawCallbackMethod_Tokenize<
-        v1::Generation::WithRawCallbackMethod_GetModelInfo<v1::Generation::Service>>>;
+        v1::Generation::WithRawCallbackMethod_GetModelInfo<
+            v1::Generation::WithRawCallbackMethod_Embed<v1::Generation::Service>>>>;
 
 class GenerationService final : public GenerationServiceBase {
  public:
@@ -85,6 +86,9 @@ class GenerationService final : public GenerationServiceBase {
   // Serialized frost.v1.ModelInfoRequest in, frost.v1.ModelInfo out.
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override;
+  // Serialized frost.v1.EmbedRequest in, frost.v1.EmbedResponse out (server/embed_exec.h; on embed_).
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
 
  private:
   class GenerateCall;
@@ -112,6 +116,9 @@ class GenerationService final : public GenerationServiceBase {
   std::unordered_map<GenerateCall*, std::weak_ptr<GenerateCall>> calls_ ABSL_GUARDED_BY(calls_mu_);
   bool stop_sweeper_ ABSL_GUARDED_BY(calls_mu_) = false;
   std::thread sweeper_;
+  // Where Embed's backbone forwards run: its own threads (prediction.threads, model.threads intra-op each)
+  // and queue (prediction.max_queued), so embeddings never hold the intake workers.
+  Executor embed_;
   // Where Engine::submit (tokenization) and Tokenize run. Declared last: destroyed (queued calls answered,
   // workers joined) before anything they use.
   Executor intake_;

@@ -122,6 +122,7 @@ std::vector<HttpRoute> OpenAiHttpServer::routes() {
        [this](const HttpRequest& req, HttpResponse& res) { handle_utility("completions", req, res); }},
       {"POST", "/v1/chat/completions/render",
        [this](const HttpRequest& req, HttpResponse& res) { handle_utility("chat", req, res); }},
+      {"POST", "/v1/embeddings", [this](const HttpRequest& req, HttpResponse& res) { handle_embeddings(req, res); }},
       {"GET", "/health", [this](const HttpRequest& req, HttpResponse& res) { handle_health(req, res); }},
   };
 }

@@ -81,6 +81,7 @@ class OpenAiHttpServer {
   // "detokenize", "completions" or "chat".
   void handle_utility(const std::string& route, const HttpRequest& req, HttpResponse& res);
   std::variant<nlohmann::json, openai::ApiError> utility_answer(const std::string& route, const HttpRequest& req);
+  void handle_embeddings(const HttpRequest& req, HttpResponse& res);  // server/http_embeddings.cc
   // Parses, checks (auth, drain, model, template, limits) and submits one request: what to stream, or the
   // error to answer. Every choice is submitted or none stays running.
   std::variant<Submitted, openai::ApiError> parse_and_submit(openai::Endpoint ep, const HttpRequest& req,

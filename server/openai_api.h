@@ -4,17 +4,20 @@
 // tested without a socket (tests/unit/server/openai_api_test.cc).
 //
 // Endpoints and fields (OpenAI's names and defaults; what frost adds is marked):
-//   POST /v1/completions       model, prompt (a string, [string] of one, or [token ids]), max_tokens (default
-//                              16, as OpenAI), temperature, top_p, n, stream, stream_options.include_usage,
-//                              seed, stop (string or list), logprobs (0..limits.max_logprobs), presence_penalty,
-//                              frequency_penalty, user; echo and suffix refused (400) unless false / empty.
-//   POST /v1/chat/completions  model, messages (role + content: a string or a list of {"type":"text"} parts),
-//                              max_tokens / max_completion_tokens (default: limits' engine default 256),
-//                              temperature, top_p, n, stream, stream_options, seed, stop, logprobs (bool) +
-//                              top_logprobs, presence_penalty, frequency_penalty, user.
+//   POST /v1/completions       model, prompt (a string, [string] — a batch of prompts —, [token ids] or
+//                              [[token ids]]), max_tokens (default 16, as OpenAI), temperature, top_p, n, stream,
+//                              stream_options.include_usage, seed, stop (string or list), logprobs
+//                              (0..limits.max_logprobs), presence_penalty, frequency_penalty, user; echo and suffix
+//                              refused (400) unless false / empty.
+//   POST /v1/chat/completions  model, messages (openai_chat.h: roles, content strings or text parts, tool_calls,
+//                              tool results), tools, tool_choice, parallel_tool_calls, max_tokens /
+//                              max_completion_tokens (default: the context's remainder), temperature, top_p, n,
+//                              stream, stream_options, seed, stop, logprobs (bool) + top_logprobs, presence_penalty,
+//                              frequency_penalty, user, and vLLM's chat_template_kwargs, add_generation_prompt.
 //   Both: response_format {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema",
 //   "strict"}} (constrained decoding, core/constrain/constraint.h), and vLLM's extensions top_k, min_p,
-//   repetition_penalty, ignore_eos, guided_json, guided_regex, guided_grammar (GBNF), at most one constraint.
+//   repetition_penalty, ignore_eos, guided_json, guided_regex, guided_grammar (GBNF), at most one constraint
+//   (a forced tool call is one too).
 // Anything else in the body is refused with a 400 naming the field (OpenAI does the same for unknown
 // parameters), so a misspelt option never silently does nothing. Every error is OpenAI's error object:
 //   {"error": {"message": "...", "type": "invalid_request_error", "param": "<field>", "code": null}}.

@@ -18,6 +18,8 @@ namespace frost::ctl {
 int run_generate(const std::vector<std::string>& args, CommonOptions common);
 // tokenize [--no-bos] TEXT: prints the token ids on one line.
 int run_tokenize(const std::vector<std::string>& args, CommonOptions common);
+// embed [--json] TEXT...: Generation.Embed; one line of values per text.
+int run_embed(const std::vector<std::string>& args, CommonOptions common);
 // info: prints the served model's ModelInfo.
 int run_info(const std::vector<std::string>& args, CommonOptions common);
 // health [--service NAME]: prints the serving status; exit 0 only when SERVING.

@@ -26,6 +26,7 @@ frost::cli::Command frostctl_command(frost::ctl::CommonOptions* common) {
   c.commands = {
       {"generate PROMPT", "stream a completion to stdout (summary on stderr)"},
       {"tokenize TEXT", "print the token ids of TEXT"},
+      {"embed TEXT...", "print the embedding of each TEXT (one line of values each)"},
       {"info", "print the served model's description"},
       {"health", "print the serving status; exit 0 only when SERVING"},
       {"predict TEXT...", "predict a value per text, with the prototypes that explain it"},
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
 
   if (name == "generate") return run_generate(command_args, common);
   if (name == "tokenize") return run_tokenize(command_args, common);
+  if (name == "embed") return run_embed(command_args, common);
   if (name == "info") return run_info(command_args, common);
   if (name == "health") return run_health(command_args, common);
   if (name == "predict") return run_predict(command_args, common);

@@ -8,7 +8,8 @@
 #   1. the image as shipped: the built-in stories260K from /opt/frost/models, state in the volume;
 #   2. a model mounted read-only at /models (this tree's models/stories260K) with `--model /models`.
 # Each must turn healthy (`frostctl health --service frost.v1.Generation`, the image's HEALTHCHECK), answer
-# `frostctl generate` from outside the container, serve /metrics, run as uid 10001 with its state directory
+# `frostctl generate` from outside the container, serve /metrics and the OpenAI API's GET /v1/models (port
+# 8000, which the image's config turns on), run as uid 10001 with its state directory
 # at /var/lib/frost/state, and exit 0 on `stop` (SIGTERM: drain).
 #
 # CONTAINER_ENGINE=docker|podman (default: the first that works). IMAGE_TEST_NETWORK=publish (default:
@@ -57,16 +58,18 @@ run_case() {  # run_case LABEL [engine run args...] -- [frostd args...]
   echo "== $label"
   local t0=$SECONDS
   if [[ $network == host ]]; then
-    grpc=$(free_port); metrics=$(free_port)
+    # All three listeners moved to free host ports (the image's 8000 may be taken on the host).
+    grpc=$(free_port); metrics=$(free_port); http=$(free_port)
     grpc_in=$grpc
     "$engine" run -d --name "$name" --network host "${extra_run[@]}" "${run_args[@]}" "$image" "${fd_args[@]}" \
-      --listen "0.0.0.0:$grpc" --metrics-listen "0.0.0.0:$metrics" >/dev/null
+      --listen "0.0.0.0:$grpc" --metrics-listen "0.0.0.0:$metrics" --http-listen "0.0.0.0:$http" >/dev/null
   else
     grpc_in=50051
-    "$engine" run -d --name "$name" -p 127.0.0.1::50051 -p 127.0.0.1::9090 "${extra_run[@]}" "${run_args[@]}" "$image" \
-      "${fd_args[@]}" >/dev/null
+    "$engine" run -d --name "$name" -p 127.0.0.1::50051 -p 127.0.0.1::9090 -p 127.0.0.1::8000 "${extra_run[@]}" \
+      "${run_args[@]}" "$image" "${fd_args[@]}" >/dev/null
     grpc=$("$engine" port "$name" 50051/tcp | head -1 | sed 's/.*://')
     metrics=$("$engine" port "$name" 9090/tcp | head -1 | sed 's/.*://')
+    http=$("$engine" port "$name" 8000/tcp | head -1 | sed 's/.*://')
   fi
 
   local ok=""
@@ -101,6 +104,11 @@ import sys, urllib.request
 body = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
 assert "frost_" in body, "no frost_ metrics"
 print(f"   /metrics: {sum(1 for l in body.splitlines() if l.startswith('frost_'))} frost_ samples")
+EOF
+  python3 - "$http" <<'EOF' || fail "$label: the OpenAI HTTP API (GET /v1/models)"
+import json, sys, urllib.request
+body = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/models", timeout=5))
+print(f"   GET /v1/models: {', '.join(m['id'] for m in body['data'])}")
 EOF
   local uid
   uid=$("$engine" exec "$name" id -u)

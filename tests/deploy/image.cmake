@@ -1,7 +1,8 @@
 # deploy_image: the container image's definition (Dockerfile, .dockerignore, deploy/image/) against the build:
 # every shared library of the built frostd and frostctl, and of libfrost_spm.so (which frostd dlopen()s), must
 # come from deploy/image/runtime-packages.txt or the packages apt brings with it (ldd + dpkg), and the
-# Dockerfile's stages, user, health check, entrypoint, ports and volumes must agree with configs/default.yaml
+# Dockerfile's stages, user, health check, entrypoint, ports (EXPOSE: gRPC, metrics and the image config's HTTP
+# port) and volumes must agree with configs/default.yaml
 # (tests/deploy/image_test.py; < 1 s, no container engine needed). Building and running the image itself is `make image` (not in CI: ~30 min on 2 cores).
 #
 # frostd and frostctl are defined after tests/ (server/, client/): the test is registered once the whole

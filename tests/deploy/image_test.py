@@ -14,8 +14,9 @@ cannot see what it needs.
 Dockerfile: every stage FROM Debian bookworm; the build stage goes through scripts/install_deps.sh and builds
 frostd + frostctl without -march=native; the final stage installs runtime-packages.txt (no build tools), runs
 as a non-root USER, has a HEALTHCHECK through `frostctl health`, ENTRYPOINT frostd --config
-/etc/frost/frost.yaml, EXPOSEs exactly the ports of configs/default.yaml, keeps the state directory in a
-VOLUME and finds the built-in model at the config's model.path from its WORKDIR.
+/etc/frost/frost.yaml, EXPOSEs exactly the ports of configs/default.yaml plus the image config's HTTP port
+(make-config.sh turns server.http.listen on), keeps the state directory in a VOLUME and finds the built-in
+model at the config's model.path from its WORKDIR.
 
 Self-check: the same checks run on broken copies (a package dropped from the list, USER root, a wrong port,
 ...) and must fail, so a check that can no longer fail is itself a failure.
@@ -341,21 +342,31 @@ def _copy_parts(args):
 
 
 def config_facts(config_text):
-    """server.listen / metrics_listen ports, model.path and jobs.state_dir of a frostd YAML config (top-level
-    sections with two-space fields, as configs/default.yaml is written)."""
-    section, facts = None, {}
+    """server.listen / metrics_listen ports, server.http.listen (its port, or None when "" = off), model.path
+    and jobs.state_dir of a frostd YAML config (top-level sections with two-space fields and two-space
+    subsections with four-space fields, as configs/default.yaml is written: server.listen and
+    server.http.listen are both `listen:` lines, told apart by their indent)."""
+    section, sub, facts = None, None, {}
     for line in config_text.splitlines():
         m = re.match(r"^([a-z_]+):\s*$", line)
         if m:
-            section = m.group(1)
+            section, sub = m.group(1), None
             continue
-        m = re.match(r'^  ([a-z_]+):\s*"?([^"#]*?)"?\s*(#.*)?$', line)
+        m = re.match(r"^  ([a-z_]+):\s*$", line)
         if m and section:
-            facts[f"{section}.{m.group(1)}"] = m.group(2).strip()
-    for key in ("server.listen", "server.metrics_listen", "model.path", "jobs.state_dir"):
+            sub = m.group(1)
+            continue
+        m = re.match(r'^(  |    )([a-z_]+):\s*"?([^"#]*?)"?\s*(#.*)?$', line)
+        if m and section and (len(m.group(1)) == 2 or sub):
+            key = f"{section}.{m.group(2)}" if len(m.group(1)) == 2 else f"{section}.{sub}.{m.group(2)}"
+            facts[key] = m.group(3).strip()
+    for key in ("server.listen", "server.metrics_listen", "server.http.listen", "model.path", "jobs.state_dir"):
         if key not in facts:
             raise Fail(f"config: no {key}")
-    for key in ("server.listen", "server.metrics_listen"):
+    for key in ("server.listen", "server.metrics_listen", "server.http.listen"):
+        if key == "server.http.listen" and facts[key] == "":
+            facts[key + ".port"] = None  # the HTTP API off
+            continue
         port = facts[key].rsplit(":", 1)[-1]
         if not port.isdigit():
             raise Fail(f"config: {key} '{facts[key]}' has no port")
@@ -492,11 +503,18 @@ def check_dockerfile(text, image_cfg, default_cfg, src, dlopened=()):
             p = t.split("/", 1)[0]
             if p.isdigit():
                 exposed.add(int(p))
-    want = {default_cfg["server.listen.port"], default_cfg["server.metrics_listen.port"]}
+    # gRPC and metrics: default.yaml's ports (make-config.sh keeps them); HTTP: the image config's, which
+    # make-config.sh turns on (default.yaml has it off). The image serves the OpenAI API on a fixed port.
+    http_port = image_cfg["server.http.listen.port"]
+    if not http_port:
+        problems.append(f"image config: server.http.listen is '{image_cfg['server.http.listen']}': the image must "
+                        "serve the OpenAI HTTP API on a fixed port (make-config.sh turns it on)")
+    want = {default_cfg["server.listen.port"], default_cfg["server.metrics_listen.port"]} | ({http_port} - {None, 0})
     if exposed != want:
-        problems.append(f"Dockerfile: EXPOSE {sorted(exposed)}, but configs/default.yaml listens on {sorted(want)} "
-                        "(server.listen, server.metrics_listen)")
-    for key in ("server.listen", "server.metrics_listen"):
+        problems.append(f"Dockerfile: EXPOSE {sorted(exposed)}, but the image's frostd listens on {sorted(want)} "
+                        "(configs/default.yaml's server.listen, server.metrics_listen; the image config's "
+                        "server.http.listen)")
+    for key in ("server.listen", "server.metrics_listen", "server.http.listen"):
         host = image_cfg[key].rsplit(":", 1)[0]
         if host not in ("0.0.0.0", "[::]", ""):
             problems.append(f"image config: {key} is '{image_cfg[key]}': unreachable from outside the container")
@@ -586,7 +604,15 @@ def self_check(listed, libs_by_bin, dpkg, dockerfile, image_cfg, default_cfg, sr
         if not any("USER" in g and "root" in g for g in check_dockerfile(broken, image_cfg, default_cfg, src, dlopened)):
             problems.append("self-check: USER root in the final stage was not reported")
     mutate(r"^HEALTHCHECK .*(\\\n.*)*$", "", "no HEALTHCHECK")
-    mutate(r"^EXPOSE .*$", "EXPOSE 50052 9090", "EXPOSE")
+    mutate(r"^EXPOSE .*$", "EXPOSE 50052 9090 8000", "EXPOSE")
+    mutate(r"^EXPOSE .*$", "EXPOSE 50051 9090", "EXPOSE")  # the HTTP port left out
+    mutate(r"^EXPOSE .*$", "EXPOSE 50051 9090 8080", "EXPOSE")  # another HTTP port than the image config's
+    # The image config (what make-config.sh writes) broken instead: the HTTP API off, or on loopback only.
+    for listen, expect in (("", "server.http.listen"), ("127.0.0.1:8000", "unreachable")):
+        cfg = dict(image_cfg, **{"server.http.listen": listen,
+                                 "server.http.listen.port": int(listen.rsplit(":", 1)[1]) if listen else None})
+        if not any(expect in g for g in check_dockerfile(dockerfile, cfg, default_cfg, src, dlopened)):
+            problems.append(f"self-check: an image config with server.http.listen '{listen}' was not reported")
     mutate(r"^FROM debian:bookworm AS runtime$", "FROM debian:bullseye AS runtime", "not Debian bookworm")
     mutate(r"^COPY deploy/image/runtime-packages\.txt", "COPY deploy/image/other.txt", "runtime-packages.txt")
     mutate(r'"--config", "/etc/frost/frost.yaml"', '"--config", "/etc/frost/other.yaml"', "--config")
@@ -675,7 +701,8 @@ def main():
               "their dependencies")
         if not problems:
             print(f"image_test: self-check: dropping any of {', '.join(bearing)} from the list fails the check; "
-                  "so do USER root, no HEALTHCHECK, a wrong EXPOSE, FROM bullseye, another list file, another "
+                  "so do USER root, no HEALTHCHECK, a wrong EXPOSE (or none for HTTP), the HTTP API off or on loopback in the "
+                  "image config, FROM bullseye, another list file, another "
                   "--config, another WORKDIR, a source directory or a dlopen()ed library not copied, no ldconfig")
         if args.verbose and unresolved:
             for pkg, clause in unresolved:

@@ -5,7 +5,8 @@
 # FROST_KUBECTL.
 #
 # k8s_manifests: renders overlays/cpu, overlays/gpu and an operator overlay; validates every object
-#   strictly against the schemas (and that broken objects fail); checks the invariants (probes,
+#   strictly against the schemas (and that broken objects fail); checks the invariants (ports: gRPC,
+#   metrics and the replicas' OpenAI HTTP API against the config, Services and NetworkPolicy; probes,
 #   security, grace period vs drain, read-only state mounts, GPU settings, references, HPA, adapter
 #   rule, ServiceMonitor) and the role configs against configs/default.yaml.
 add_test(NAME k8s_manifests
@@ -16,7 +17,7 @@ set_tests_properties(k8s_manifests PROPERTIES
   TIMEOUT 600)
 
 # k8s_frostd: frostd on each rendered role config (trainer, and a replica following the trainer's
-# state directory), through the kubelet's gRPC probes to a clean SIGTERM; and frostd refusing the
+# state directory), through the kubelet's gRPC probes (and the replica's OpenAI HTTP API) to a clean SIGTERM; and frostd refusing the
 # base's placeholder tokens. Skipped (exit 77) with a message when frostd lacks the follower keys
 # (artifacts.follow_state_dir). Registered after the whole tree has been read, like python_jobs in
 # tests/CMakeLists.txt, so that the frostd (and frostctl) targets exist.

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 try:
@@ -178,6 +179,9 @@ class Role:
         self.effective = merged(defaults, self.config or {})
         self.grpc_port = port_of(self.effective["server"]["listen"])
         self.metrics_port = port_of(self.effective["server"]["metrics_listen"])
+        # The OpenAI HTTP API: server.http.listen, "" (off) in configs/default.yaml -> None.
+        self.http_listen = str(self.effective["server"].get("http", {}).get("listen", "") or "")
+        self.http_port = port_of(self.http_listen) if self.http_listen else None
 
     def model_path(self):
         return arg_value(self.args, "--model") or self.effective["model"]["path"]

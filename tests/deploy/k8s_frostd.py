@@ -9,12 +9,15 @@ from k8s_common import *  # noqa: F401,F403
 # frostd on the rendered configs.
 
 class Frostd:
-    def __init__(self, binary, cfg_path, args, cwd, tmp, name):
+    def __init__(self, binary, cfg_path, args, cwd, tmp, name, http=False):
         self.name = name
         self.port_file = os.path.join(tmp, f"{name}.ports")
         self.log_path = os.path.join(tmp, f"{name}.log")
+        # Free loopback ports, not the config's fixed ones (tests run side by side). The HTTP API only where
+        # the config turns it on (http=True: the replicas), moved the same way; off, it stays off.
+        self.http = http
         self.cmd = [binary, "--config", cfg_path, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                    "--port-file", self.port_file] + args
+                    "--port-file", self.port_file] + (["--http-listen", "127.0.0.1:0"] if http else []) + args
         self.log = open(self.log_path, "w")
         # Tokens come from the mapped token files only.
         env = {k: v for k, v in os.environ.items() if k not in ("FROST_ADMIN_TOKEN", "FROST_USER_TOKEN")}
@@ -35,7 +38,7 @@ class Frostd:
             if os.path.exists(self.port_file):
                 with open(self.port_file) as f:
                     kv = dict(line.strip().split("=", 1) for line in f if "=" in line)
-                if "grpc" in kv and "metrics" in kv:
+                if "grpc" in kv and "metrics" in kv and ("http" in kv or not self.http):
                     self.ports = {k: int(v) for k, v in kv.items()}
                     return True
             time.sleep(0.1)
@@ -44,6 +47,16 @@ class Frostd:
     def metrics(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['metrics']}/metrics", timeout=5) as r:
             return r.read().decode()
+
+    def http_get(self, path, token=None):
+        """(status, body) of GET path on the OpenAI HTTP API; token: sent as Authorization: Bearer."""
+        req = urllib.request.Request(f"http://127.0.0.1:{self.ports['http']}{path}",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
 
     def health(self, frostctl, service):
         """True when the gRPC health service answers SERVING for `service` (the kubelet's gRPC probe)."""
@@ -160,7 +173,7 @@ def run_frostd_checks(c, renders, binary, frostctl, tmp):
                 with open(cfg_path, "w") as f:
                     yaml.safe_dump(cfg, f, sort_keys=False)
                 # cwd = the repo: a relative model.path (the default) resolves as in the image's working dir.
-                p = Frostd(binary, cfg_path, args, SOURCE_DIR, run_dir, role.name)
+                p = Frostd(binary, cfg_path, args, SOURCE_DIR, run_dir, role.name, http=role.http_port is not None)
                 procs.append((role, p))
                 if not p.wait_ports(60) or not p.wait_ready(frostctl, 120):
                     out = p.output()
@@ -181,6 +194,17 @@ def run_frostd_checks(c, renders, binary, frostctl, tmp):
                     c.check(p.health(frostctl, ""), f"{label} {role.name}: liveness probe (service \"\") SERVING")
                     c.check(p.health(frostctl, READINESS_SERVICE),
                             f"{label} {role.name}: readiness probe ({READINESS_SERVICE}) SERVING")
+                if role.http_port is not None:
+                    # What the Service frost's port http reaches: the OpenAI API, behind the Secret's user token.
+                    status, body = p.http_get("/v1/models", USER_TOKEN)
+                    c.check(status == 200 and '"data"' in body,
+                            f"{label} {role.name}: the OpenAI HTTP API answers GET /v1/models with the user token",
+                            f"{status} {body[:300]}")
+                    status, body = p.http_get("/v1/models")
+                    c.check(status == 401, f"{label} {role.name}: the OpenAI HTTP API refuses a request without a "
+                            "token (auth.require_for_inference)", f"{status} {body[:300]}")
+                else:
+                    c.check("http" not in p.ports, f"{label} {role.name}: serves no HTTP API", str(p.ports))
                 metrics = p.metrics()
                 for name in roles["hpa_metrics"]:
                     c.check(re.search(rf"^{re.escape(name)}(\{{[^}}]*\}})? ", metrics, re.M) is not None,

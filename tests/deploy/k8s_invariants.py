@@ -55,6 +55,15 @@ def check_render(c, label, objs, defaults, expect_gpu, placeholder_tokens):
         c.check(ports.get("grpc") == grpc_port, f"{who}: port grpc = server.listen's port {grpc_port}", str(ports))
         c.check(ports.get("metrics") == metrics_port, f"{who}: port metrics = server.metrics_listen's port {metrics_port}",
                 str(ports))
+        # The OpenAI HTTP API: a container port http exactly when the config turns server.http.listen on, on
+        # every interface (the Service reaches the pod IP, not loopback).
+        if role.http_port is not None:
+            c.check(ports.get("http") == role.http_port, f"{who}: port http = server.http.listen's port {role.http_port}",
+                    str(ports))
+            c.check(role.http_listen.rsplit(":", 1)[0] in ("0.0.0.0", "[::]", ""),
+                    f"{who}: server.http.listen {role.http_listen!r} is reachable from outside the pod")
+        else:
+            c.check("http" not in ports, f"{who}: no container port http (server.http.listen is off)", str(ports))
 
         # Probes: native gRPC, liveness on "", readiness and startup on frost.v1.Generation.
         for probe, service in (("livenessProbe", ""), ("readinessProbe", READINESS_SERVICE),
@@ -204,6 +213,19 @@ def check_render(c, label, objs, defaults, expect_gpu, placeholder_tokens):
         names = {p["name"] for p in targets[0].container.get("ports", [])}
         bad = [p for p in s["spec"]["ports"] if p.get("targetPort") not in names]
         c.check(not bad, f"{label}: Service {name} targets named container ports", str(bad))
+    # The OpenAI HTTP API: the replicas serve it, the trainer does not, and the ClusterIP Service frost
+    # carries it to the replicas' named container port http (HTTP/1.1 balances per connection there).
+    c.check(inf.http_port is not None and trn.http_port is None,
+            f"{label}: replicas serve the OpenAI HTTP API (server.http.listen), the trainer does not",
+            f"replicas {inf.http_listen!r}, trainer {trn.http_listen!r}")
+    fs = idx.get(("Service", "frost"))
+    inf_ports = {p["name"]: p["containerPort"] for p in inf.container.get("ports", [])}
+    hp = [p for p in (fs or {"spec": {"ports": []}})["spec"]["ports"] if p.get("name") == "http"]
+    c.check(fs is not None and matches(fs["spec"].get("selector"), pod_labels["inference"]) and len(hp) == 1 and
+            hp[0].get("targetPort") == "http" and "http" in inf_ports and inf.http_port is not None and
+            hp[0].get("port") == inf.http_port and hp[0].get("appProtocol") == "http",
+            f"{label}: Service frost port http {inf.http_port} -> the replicas' container port http (appProtocol http)",
+            str(hp))
     hl = idx.get(("Service", "frost-headless"))
     c.check(hl is not None and hl["spec"].get("clusterIP") == "None" and
             matches(hl["spec"].get("selector"), pod_labels["inference"]) and
@@ -245,9 +267,15 @@ def check_render(c, label, objs, defaults, expect_gpu, placeholder_tokens):
     for np in by_kind(objs, "NetworkPolicy"):
         sel = np["spec"]["podSelector"].get("matchLabels", {})
         c.check(all(matches(sel, pod_labels[r]) for r in pod_labels), f"{label}: NetworkPolicy covers both workloads")
-        allowed = {p.get("port") for rule in np["spec"].get("ingress", []) for p in rule.get("ports", [])}
+        rules = np["spec"].get("ingress", [])
+        allowed = {p.get("port") for rule in rules for p in rule.get("ports", [])}
         c.check({inf.grpc_port, inf.metrics_port} <= allowed, f"{label}: NetworkPolicy admits gRPC and metrics ports",
                 str(allowed))
+        # HTTP: the same peers as gRPC (the same clients, the same tokens): every rule admitting one admits both.
+        with_port = lambda port: [i for i, r in enumerate(rules) if any(p.get("port") == port for p in r.get("ports", []))]
+        c.check(inf.http_port is not None and with_port(inf.http_port) == with_port(inf.grpc_port) != [],
+                f"{label}: NetworkPolicy admits the HTTP port {inf.http_port} from the same peers as gRPC",
+                f"rules with {inf.http_port}: {with_port(inf.http_port)}, with {inf.grpc_port}: {with_port(inf.grpc_port)}")
 
     # Tokens: placeholders in the base (frostd refuses them), real ones in an operator's overlay.
     sec = None

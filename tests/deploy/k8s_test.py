@@ -16,7 +16,8 @@ frostd:    the same renders, then build/server/frostd ($FROST_FROSTD) on each di
            the trainer's state directory (started first, on the still empty volume, as on a first
            install) and the trainer run side by side until both answer
            the kubelet's gRPC probes (liveness "" and readiness frost.v1.Generation, via $FROST_FROSTCTL
-           when set) and serve the HPA's metric, then stop on SIGTERM with exit 0. frostd must also
+           when set) and serve the HPA's metric, the replica also the OpenAI HTTP API (GET /v1/models with
+           the user token, 401 without; the trainer serves none), then stop on SIGTERM with exit 0. frostd must also
            refuse the base's placeholder tokens. A frostd without the `artifacts:` follower keys
            makes this part exit 77 (ctest: skipped) with a message naming the missing key.
 

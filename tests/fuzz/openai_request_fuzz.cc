@@ -6,7 +6,8 @@
 //   - a refusal is a 4xx with a message (never an empty one, never a 5xx);
 //   - nothing recurses on the client's nesting: a body deeper than kMaxRequestJsonDepth is refused while it is
 //     parsed (the seeds hold 100,000-level documents), so no stack overflow whatever the shape;
-//   - accepted chat messages render (or are refused with a Status) under the template's work bounds.
+//   - accepted chat messages and tools render (or are refused with a Status) under the template's work bounds;
+//   - a forced tool choice's constraint (a schema assembled from the tools) is valid JSON.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,10 +19,13 @@
 
 namespace {
 
-// A ChatML template that walks what a client controls: roles, contents (strings or parts) and tool calls.
+// A ChatML template that walks what a client controls: roles, contents, tool calls (their arguments printed with
+// tojson, as the families' templates do) and the tools list.
 constexpr const char* kTemplate =
+    "{% for t in tools or [] %}{{ t | tojson }}\n{% endfor %}"
     "{% for m in messages %}<|im_start|>{{ m.role }}\n"
-    "{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}"
+    "{% if m.content is string %}{{ m.content }}{% endif %}"
+    "{% for c in m.tool_calls or [] %}{{ c.function.name }}{{ c.function.arguments | tojson }}{% endfor %}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 }  // namespace
@@ -46,9 +50,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const auto& p = std::get<openai::ParsedRequest>(r);
   if (ep == openai::Endpoint::kChat) {
-    frost::ChatTemplate::Context ctx;
-    ctx.add_generation_prompt = true;
-    (void)chat->render(p.messages, ctx);
+    nlohmann::ordered_json vars{{"messages", p.messages}, {"add_generation_prompt", true}};
+    if (p.tools.any()) vars["tools"] = p.tools.tools;
+    (void)chat->render_json(vars.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    // A forced tool choice's constraint is a schema built from the client's parameters: its text is valid JSON.
+    if (p.constraint.kind == openai::ConstraintRequest::Kind::kJsonSchema) {
+      const auto doc = nlohmann::json::parse(p.constraint.text, nullptr, false);
+      FROST_FUZZ_CHECK(!doc.is_discarded(), "a constraint that is not JSON: " + p.constraint.text.substr(0, 200));
+    }
   }
   return 0;
 }
