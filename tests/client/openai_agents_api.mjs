@@ -57,6 +57,10 @@ export async function embeddingChecks(ctx, srv) {
     eq(nested.data.length, 2, "[[ids]] input");
     const d = Math.max(...flat.data[0].embedding.map((x, k) => Math.abs(x - nested.data[0].embedding[k])));
     assert(d < 1e-6, `[ids] and [[ids]][0] differ by ${d}`);
+    // The string and its /tokenize ids are the same tokens: the same vector.
+    const ds = Math.max(...flat.data[0].embedding.map((x, k) => Math.abs(x - one.data[0].embedding[k])));
+    assert(ds < 1e-5, `"hello world" and its /tokenize ids ${JSON.stringify(ids)} differ by ${ds} ` +
+           `(usage ${one.usage.prompt_tokens} vs ${flat.usage.prompt_tokens} tokens)`);
     return `${ids.length} ids`;
   });
 }
