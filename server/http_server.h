@@ -77,6 +77,8 @@ class OpenAiHttpServer {
   void handle_models(const HttpRequest& req, HttpResponse& res);
   void handle_health(const HttpRequest& req, HttpResponse& res);
   void handle_generate(openai::Endpoint ep, const HttpRequest& req, HttpResponse& res);
+  // POST /v1/responses (server/http_responses.cc).
+  void handle_responses(const HttpRequest& req, HttpResponse& res);
   // Parses, checks (auth, drain, model, template, limits) and submits one request: what to stream, or the
   // error to answer. Every choice is submitted or none stays running.
   std::variant<Submitted, openai::ApiError> parse_and_submit(openai::Endpoint ep, const HttpRequest& req,
