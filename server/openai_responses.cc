@@ -415,7 +415,7 @@ std::string responses_field(std::string_view chat_field, const std::vector<std::
       return o + rest;
     return o;
   }
-  if (f == "messages") return "input";
+  if (f == "messages" || f == "prompt") return "input";  // "prompt": the engine's name for the rendered prompt
   if (f == "max_completion_tokens" || f == "max_tokens") return "max_output_tokens";
   if (absl::StartsWith(f, "response_format.json_schema")) return "text.format" + f.substr(27);
   if (absl::StartsWith(f, "response_format")) return "text.format" + f.substr(15);
@@ -457,8 +457,10 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(std::string_vie
   for (const char* k : {"temperature", "top_p"}) {
     if (tr.chat_body.contains(k)) r.echo[k] = tr.chat_body[k];
   }
-  if (!r.echo.contains("temperature")) r.echo["temperature"] = static_cast<double>(r.chat.params.temperature);
-  if (!r.echo.contains("top_p")) r.echo["top_p"] = static_cast<double>(r.chat.params.top_p);
+  // A float's shortest spelling (0.8, not 0.800000011920929).
+  auto shortest = [](float v) { return std::stod(absl::StrCat(v)); };
+  if (!r.echo.contains("temperature")) r.echo["temperature"] = shortest(r.chat.params.temperature);
+  if (!r.echo.contains("top_p")) r.echo["top_p"] = shortest(r.chat.params.top_p);
   return r;
 }
 

@@ -53,7 +53,7 @@ std::variant<ResponsesTranslation, ApiError> responses_to_chat(std::string_view 
 // A chat field path (as parse_request and the engine name them) as the Responses body names it:
 // "response_format.json_schema.schema" → "text.format.schema", "tools[2].function.parameters" →
 // "tools[2].parameters", "tool_choice.function.name" → "tool_choice.name", "max_completion_tokens" /
-// "max_tokens" → "max_output_tokens", "messages[k]…" → message_origin[k].
+// "max_tokens" → "max_output_tokens", "messages" / "prompt" → "input", "messages[k]…" → message_origin[k].
 std::string responses_field(std::string_view chat_field, const std::vector<std::string>& message_origin);
 // `e` with its param and message in the Responses names.
 ApiError responses_error(ApiError e, const std::vector<std::string>& message_origin);

@@ -214,6 +214,7 @@ TEST(OpenAiResponses, ChatFieldNamesMapBack) {
   EXPECT_EQ(responses_field("messages[0].content", origin), "instructions");
   EXPECT_EQ(responses_field("messages[9]", origin), "input");
   EXPECT_EQ(responses_field("messages", origin), "input");
+  EXPECT_EQ(responses_field("prompt", origin), "input");
   EXPECT_EQ(responses_field("response_format.json_schema.schema", origin), "text.format.schema");
   EXPECT_EQ(responses_field("response_format", origin), "text.format");
   EXPECT_EQ(responses_field("tools[12].function.parameters", origin), "tools[12].parameters");
