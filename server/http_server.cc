@@ -30,7 +30,8 @@ HttpErrorBody api_error_body(int status, const std::string& message) {
   e.message = oa::utf8_for_json(message);
   if (status == 404) {
     e.type = "not_found_error";
-    e.message += " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models)";
+    e.message += " (POST /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/responses, /tokenize, "
+                 "/detokenize, /v1/completions/render, /v1/chat/completions/render; GET /v1/models, /health)";
   } else if (status >= 500 && status != 501 && status != 505) {
     e.type = "internal_error";
   }
@@ -115,6 +116,13 @@ std::vector<HttpRoute> OpenAiHttpServer::routes() {
        [this](const HttpRequest& req, HttpResponse& res) { handle_generate(Endpoint::kChat, req, res); }},
       {"POST", "/v1/responses", [this](const HttpRequest& req, HttpResponse& res) { handle_responses(req, res); }},
       {"GET", "/v1/models", [this](const HttpRequest& req, HttpResponse& res) { handle_models(req, res); }},
+      {"POST", "/tokenize", [this](const HttpRequest& req, HttpResponse& res) { handle_utility("tokenize", req, res); }},
+      {"POST", "/detokenize",
+       [this](const HttpRequest& req, HttpResponse& res) { handle_utility("detokenize", req, res); }},
+      {"POST", "/v1/completions/render",
+       [this](const HttpRequest& req, HttpResponse& res) { handle_utility("completions", req, res); }},
+      {"POST", "/v1/chat/completions/render",
+       [this](const HttpRequest& req, HttpResponse& res) { handle_utility("chat", req, res); }},
       {"GET", "/health", [this](const HttpRequest& req, HttpResponse& res) { handle_health(req, res); }},
   };
 }

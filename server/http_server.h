@@ -77,6 +77,10 @@ class OpenAiHttpServer {
   void handle_models(const HttpRequest& req, HttpResponse& res);
   void handle_health(const HttpRequest& req, HttpResponse& res);
   void handle_generate(openai::Endpoint ep, const HttpRequest& req, HttpResponse& res);
+  // /tokenize, /detokenize and the render endpoints (server/http_utility.cc); `route` is "tokenize",
+  // "detokenize", "completions" or "chat".
+  void handle_utility(const std::string& route, const HttpRequest& req, HttpResponse& res);
+  std::variant<nlohmann::json, openai::ApiError> utility_answer(const std::string& route, const HttpRequest& req);
   // POST /v1/responses (server/http_responses.cc).
   void handle_responses(const HttpRequest& req, HttpResponse& res);
   // Parses, checks (auth, drain, model, template, limits) and submits one request: what to stream, or the

@@ -134,7 +134,7 @@ const std::set<std::string>& known_fields(Endpoint ep) {
   static const std::set<std::string> chat = [] {
     std::set<std::string> s = common;
     s.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-              "chat_template_kwargs"});
+              "chat_template_kwargs", "add_generation_prompt"});
     return s;
   }();
   return ep == Endpoint::kCompletions ? completions : chat;
@@ -354,7 +354,8 @@ int grpc_code_for_http(int http) {
 }
 
 std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits,
-                                                    const SamplingParams& defaults) {
+                                                    const SamplingParams& defaults,
+                                                    const std::set<std::string>* extra_fields) {
   // Bounded nesting before anything recursive (dump(), copies, the schema and template visitors) sees the
   // document: kMaxRequestJsonDepth leaves room for a JSON Schema at its own limit inside response_format.
   json doc;
@@ -367,7 +368,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   if (!doc.is_object()) return bad("", absl::StrCat("the body must be a JSON object, got ", kind_name(doc)));
   const std::set<std::string>& known = known_fields(ep);
   for (auto it = doc.begin(); it != doc.end(); ++it) {
-    if (!known.count(it.key())) {
+    if (!known.count(it.key()) && !(extra_fields && extra_fields->count(it.key()))) {
       return bad(it.key(), absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
     }
   }
@@ -408,6 +409,8 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
     if (auto e = parse_tools(tools ? &*tools : nullptr, choice ? &*choice : nullptr, parallel ? &*parallel : nullptr,
                              &out.tools))
       return *e;
+    r.boolean("add_generation_prompt", &out.add_generation_prompt);
+    if (r.err) return *r.err;
     if (kwargs) {
       if (!kwargs->is_object())
         return bad("chat_template_kwargs", absl::StrCat("chat_template_kwargs: expected an object, got ", kind_name(doc["chat_template_kwargs"])));

@@ -4,23 +4,27 @@
 // tested without a socket (tests/unit/server/openai_api_test.cc).
 //
 // Endpoints and fields (OpenAI's names and defaults; what frost adds is marked):
-//   POST /v1/completions       model, prompt (a string, [string] of one, or [token ids]), max_tokens (default
-//                              16, as OpenAI), temperature, top_p, n, stream, stream_options.include_usage,
-//                              seed, stop (string or list), logprobs (0..limits.max_logprobs), presence_penalty,
-//                              frequency_penalty, user; echo and suffix refused (400) unless false / empty.
-//   POST /v1/chat/completions  model, messages (role + content: a string or a list of {"type":"text"} parts),
-//                              max_tokens / max_completion_tokens (default: limits' engine default 256),
-//                              temperature, top_p, n, stream, stream_options, seed, stop, logprobs (bool) +
-//                              top_logprobs, presence_penalty, frequency_penalty, user.
+//   POST /v1/completions       model, prompt (a string, [string] — a batch of prompts —, [token ids] or
+//                              [[token ids]]), max_tokens (default 16, as OpenAI), temperature, top_p, n, stream,
+//                              stream_options.include_usage, seed, stop (string or list), logprobs
+//                              (0..limits.max_logprobs), presence_penalty, frequency_penalty, user; echo and suffix
+//                              refused (400) unless false / empty.
+//   POST /v1/chat/completions  model, messages (openai_chat.h: roles, content strings or text parts, tool_calls,
+//                              tool results), tools, tool_choice, parallel_tool_calls, max_tokens /
+//                              max_completion_tokens (default: the context's remainder), temperature, top_p, n,
+//                              stream, stream_options, seed, stop, logprobs (bool) + top_logprobs, presence_penalty,
+//                              frequency_penalty, user, and vLLM's chat_template_kwargs, add_generation_prompt.
 //   Both: response_format {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema",
 //   "strict"}} (constrained decoding, core/constrain/constraint.h), and vLLM's extensions top_k, min_p,
-//   repetition_penalty, ignore_eos, guided_json, guided_regex, guided_grammar (GBNF), at most one constraint.
+//   repetition_penalty, ignore_eos, guided_json, guided_regex, guided_grammar (GBNF), at most one constraint
+//   (a forced tool call is one too).
 // Anything else in the body is refused with a 400 naming the field (OpenAI does the same for unknown
 // parameters), so a misspelt option never silently does nothing. Every error is OpenAI's error object:
 //   {"error": {"message": "...", "type": "invalid_request_error", "param": "<field>", "code": null}}.
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -76,6 +80,7 @@ struct ParsedRequest {
   ToolsRequest tools;                      // chat
   SamplingParams params;
   bool max_tokens_set = false;  // chat without max_tokens: the context's remainder (set at submit)
+  bool add_generation_prompt = true;  // chat (vLLM's extension): end the prompt with the assistant's header
   int n = 1;
   bool stream = false;
   bool include_usage = false;
@@ -97,8 +102,10 @@ inline constexpr int kMaxMessages = 1024;
 inline constexpr int kMaxRequestJsonDepth = 300;
 // `defaults`: the sampling a request starts from (the served checkpoint's generation_config.json,
 // sampling_defaults()); a field the body sets wins.
+// `extra_fields`: body members the caller reads itself (the tokenize endpoint's), skipped here.
 std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_view body, const LimitsSection& limits,
-                                                    const SamplingParams& defaults = SamplingParams());
+                                                    const SamplingParams& defaults = SamplingParams(),
+                                                    const std::set<std::string>* extra_fields = nullptr);
 
 // The body's name for an engine field named at the start of a submit error ("top_p must be ..." → "top_p",
 // "max_new_tokens ..." → "max_tokens"); "" when none is recognised.

@@ -57,6 +57,7 @@ std::variant<std::vector<BuiltPrompt>, ApiError> build_prompts(const ParsedReque
   req.messages = &p.messages;
   req.tools = p.tools.any() ? &p.tools.tools : nullptr;
   req.kwargs = p.template_kwargs.is_object() ? &p.template_kwargs : nullptr;
+  req.add_generation_prompt = p.add_generation_prompt;
   absl::StatusOr<std::string> text = src.chat->render(req);
   if (!text.ok()) return error_from_status(text.status(), "messages");
   if (text->size() > static_cast<size_t>(limits.max_prompt_bytes)) {

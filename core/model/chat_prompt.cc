@@ -8,15 +8,18 @@
 
 namespace frost {
 
-// The default template (chat_prompt.h). Choices: the system turn comes first and carries the tool list; an
+// The default template (chat_prompt.h). Choices: the prompt starts with the tokenizer's BOS when it has one (what
+// a model without a chat template was pretrained on; "" for BOS-less tokenizers); the system turn comes first and
+// carries the tool list; an
 // assistant turn's tool calls follow its text, one <tool_call> block each; tool results go back as a user turn of
 // <tool_response> blocks (consecutive results share one turn), as Hermes-format models were trained.
-const char kDefaultChatTemplate[] = R"JINJA({%- if tools %}
+const char kDefaultChatTemplate[] = R"JINJA({{- bos_token }}
+{%- if tools %}
 {{- '<|im_start|>system\n' }}
 {%- if messages[0].role == 'system' and messages[0].content is string %}{{- messages[0].content + '\n\n' }}{%- endif %}
-{{- 'You can call functions. Their signatures, as JSON, are listed between <tools></tools>:\n<tools>' }}
+{{- 'Functions you may call:\n<tools>' }}
 {%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}
-{{- '\n</tools>\n\nTo call a function, answer with one JSON object per call between <tool_call></tool_call> tags:\n<tool_call>\n{"name": <function name>, "arguments": <arguments object>}\n</tool_call><|im_end|>\n' }}
+{{- '\n</tools>\nTo call one, answer:\n<tool_call>\n{"name": <name>, "arguments": <object>}\n</tool_call><|im_end|>\n' }}
 {%- elif messages[0].role == 'system' %}
 {{- '<|im_start|>system\n' + (messages[0].content if messages[0].content is string else '') + '<|im_end|>\n' }}
 {%- endif %}

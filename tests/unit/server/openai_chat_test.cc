@@ -168,7 +168,7 @@ TEST(OpenAiChat, DefaultTemplateRendersTheToolLoop) {
   ojson vars{{"messages", p.messages}, {"tools", p.tools.tools}, {"add_generation_prompt", true}};
   absl::StatusOr<std::string> text = t->render_json(vars.dump());
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_NE(text->find("<|im_start|>system\nBe brief.\n\nYou can call functions."), std::string::npos) << *text;
+  EXPECT_NE(text->find("<|im_start|>system\nBe brief.\n\nFunctions you may call:"), std::string::npos) << *text;
   EXPECT_NE(text->find(R"({"type": "function", "function": {"name": "get_weather")"), std::string::npos) << *text;
   const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>";
   EXPECT_NE(text->find("<|im_start|>assistant\n" + call + "<|im_end|>"), std::string::npos) << *text;

@@ -1,0 +1,171 @@
+// The OpenAI endpoint's prompt utilities (server/http_server.h): POST /tokenize and /detokenize in vLLM's shapes,
+// and POST /v1/completions/render and /v1/chat/completions/render — the token ids a completions or chat request
+// would run, computed by the same code that submits it (openai_render.h), so a router's prefix scorer and the
+// engine agree to the token.
+//
+//   /tokenize    {model?, prompt, add_special_tokens (default true: BOS), return_token_strs?} or
+//                {model?, messages, tools?, add_generation_prompt?, chat_template_kwargs?, add_special_tokens
+//                (default false: the template writes BOS), return_token_strs?}
+//                → {count, max_model_len, tokens, token_strs (null unless asked)}
+//   /detokenize  {model?, tokens} → {prompt} (Tokenizer::decode: special tokens skipped, as vLLM)
+//   /v1/completions/render       a completions body → [{model, prompt_index, token_ids, count, max_model_len,
+//                                 max_tokens}] (one per prompt of a batch)
+//   /v1/chat/completions/render  a chat body → {model, prompt (the rendered template text), token_ids, count,
+//                                 max_model_len, max_tokens}
+// Errors are OpenAI's error object, fields named as the generating endpoints name them.
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/clock.h"
+#include "core/common/json.h"
+#include "server/http_exchange.h"
+#include "server/http_server.h"
+
+namespace frost::server {
+
+using json = nlohmann::json;
+using namespace http_internal;  // NOLINT: the exchange's helpers
+
+namespace {
+
+oa::ApiError bad(std::string param, std::string message) {
+  oa::ApiError e;
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+// `body` with "model": `name` added when the body has none (the tokenize endpoints make model optional).
+std::string with_model(const std::string& body, const json& doc, const std::string& name) {
+  if (doc.contains("model")) return body;
+  const size_t brace = body.find('{');
+  std::string out = body;
+  const bool empty = doc.empty();
+  out.insert(brace + 1, absl::StrCat("\"model\":", json(name).dump(), empty ? "" : ","));
+  return out;
+}
+
+}  // namespace
+
+std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::string& route, const HttpRequest& req) {
+  if (absl::Status st = check_auth(auth_, req); !st.ok()) return oa::error_from_status(st);
+  std::shared_ptr<const Served> s = served();
+  if (!s || !s->engine) return oa::error_from_status(absl::UnavailableError("the model is loading"));
+  const oa::PromptSource& src = s->prompts;
+  json doc;
+  if (std::optional<std::string> err = parse_json_bounded(req.body, oa::kMaxRequestJsonDepth, &doc))
+    return bad("", absl::StrCat("the body is not valid JSON (", *err, ")"));
+  if (!doc.is_object()) return bad("", "the body must be a JSON object");
+  if (doc.contains("model") && !doc["model"].is_null() &&
+      (!doc["model"].is_string() || (doc["model"] != s->model_name && doc["model"] != cfg_.model.path))) {
+    oa::ApiError e;
+    e.http = 404;
+    e.type = "not_found_error";
+    e.code = "model_not_found";
+    e.param = "model";
+    e.message = absl::StrCat("model: ", oa::utf8_for_json(doc["model"].dump()), " is not served here (this server serves \"",
+                             s->model_name, "\")");
+    return e;
+  }
+  const SamplingParams defaults = sampling_defaults(s->engine->model().generation);
+  auto flag = [&](const char* key, bool dflt) -> std::variant<bool, oa::ApiError> {
+    auto it = doc.find(key);
+    if (it == doc.end() || it->is_null()) return dflt;
+    if (!it->is_boolean()) return bad(key, absl::StrCat(key, ": expected a boolean"));
+    return it->get<bool>();
+  };
+
+  if (route == "detokenize") {
+    for (auto it = doc.begin(); it != doc.end(); ++it)
+      if (it.key() != "model" && it.key() != "tokens")
+        return bad(it.key(), absl::StrCat("unrecognized request argument supplied: ", oa::utf8_for_json(it.key())));
+    if (!src.tok) return oa::error_from_status(absl::FailedPreconditionError("the served model has no tokenizer"));
+    auto it = doc.find("tokens");
+    if (it == doc.end() || !it->is_array()) return bad("tokens", "tokens: required, a list of token ids");
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& t = (*it)[i];
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= src.tok->vocab_size())
+        return bad("tokens", absl::StrCat("tokens[", i, "]: expected a token id in [0, ", src.tok->vocab_size(),
+                                          "), got ", t.dump()));
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return json{{"prompt", oa::utf8_for_json(src.tok->decode(ids))}};
+  }
+
+  const bool tokenize = route == "tokenize";
+  const bool chat = tokenize ? doc.contains("messages") : route == "chat";
+  const oa::Endpoint ep = chat ? oa::Endpoint::kChat : oa::Endpoint::kCompletions;
+  bool add_special = !chat, token_strs = false;
+  if (tokenize) {
+    for (auto [key, out] : {std::pair{"add_special_tokens", &add_special}, std::pair{"return_token_strs", &token_strs}}) {
+      std::variant<bool, oa::ApiError> v = flag(key, *out);
+      if (auto* e = std::get_if<oa::ApiError>(&v)) return *e;
+      *out = std::get<bool>(v);
+    }
+  }
+  static const std::set<std::string> kTokenizeFields = {"add_special_tokens", "return_token_strs"};
+  std::variant<oa::ParsedRequest, oa::ApiError> parsed =
+      oa::parse_request(ep, tokenize ? with_model(req.body, doc, s->model_name) : req.body, cfg_.limits, defaults,
+                        tokenize ? &kTokenizeFields : nullptr);
+  if (auto* e = std::get_if<oa::ApiError>(&parsed)) return *e;
+  oa::ParsedRequest& p = std::get<oa::ParsedRequest>(parsed);
+  if (p.model != s->model_name && p.model != cfg_.model.path)
+    return bad("model", absl::StrCat("model: \"", oa::utf8_for_json(p.model), "\" is not served here"));
+  if (tokenize && !chat) {
+    if (p.prompts.size() != 1 || !p.prompts[0].ids.empty())
+      return bad("prompt", "prompt: /tokenize takes one text prompt");
+    p.prompts[0].ids.clear();
+  }
+  std::variant<std::vector<oa::BuiltPrompt>, oa::ApiError> built = oa::build_prompts(p, src, cfg_.limits);
+  if (auto* e = std::get_if<oa::ApiError>(&built)) return *e;
+  std::vector<oa::BuiltPrompt>& prompts = std::get<std::vector<oa::BuiltPrompt>>(built);
+  json items = json::array();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    oa::BuiltPrompt& b = prompts[i];
+    if (tokenize) {
+      if (!chat) b.add_bos = add_special;
+      if (chat && add_special && src.tok && src.tok->bos_id() >= 0) b.ids.insert(b.ids.begin(), src.tok->bos_id());
+    }
+    absl::StatusOr<std::vector<int32_t>> ids = oa::prompt_ids(b, src);
+    if (!ids.ok()) return oa::error_from_status(ids.status(), "prompt");
+    const int64_t n = static_cast<int64_t>(ids->size());
+    if (tokenize) {
+      json strs = nullptr;
+      if (token_strs) {
+        strs = json::array();
+        for (int32_t id : *ids) strs.push_back(oa::utf8_for_json(src.tok ? src.tok->id_to_piece(id) : ""));
+      }
+      return json{{"count", n}, {"max_model_len", src.max_context}, {"tokens", *ids}, {"token_strs", strs}};
+    }
+    const int32_t max_tokens = chat && !p.max_tokens_set
+                                   ? oa::default_chat_max_tokens(n, src.max_context, cfg_.limits)
+                                   : p.params.max_new_tokens;
+    json item = {{"model", s->model_name}, {"token_ids", *ids}, {"count", n}, {"max_model_len", src.max_context},
+                 {"max_tokens", max_tokens}};
+    if (chat) {
+      item["prompt"] = oa::utf8_for_json(b.rendered);
+      return item;
+    }
+    item["prompt_index"] = i;
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+void OpenAiHttpServer::handle_utility(const std::string& route, const HttpRequest& req, HttpResponse& res) {
+  const int64_t t0 = RealClock::get().now_ns();
+  std::variant<json, oa::ApiError> out = utility_answer(route, req);
+  int http = 200;
+  if (auto* e = std::get_if<oa::ApiError>(&out)) {
+    http = e->http;
+    send_error(res, *e);
+  } else {
+    res.send(200, "application/json", std::get<json>(out).dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  if (metrics_)
+    metrics_->record_request(route == "tokenize" || route == "detokenize" ? route : route + ".render",
+                             static_cast<grpc::StatusCode>(oa::grpc_code_for_http(http)), seconds_since(t0), "http");
+}
+
+}  // namespace frost::server
