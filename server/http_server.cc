@@ -114,6 +114,7 @@ std::vector<HttpRoute> OpenAiHttpServer::routes() {
        }},
       {"POST", "/v1/chat/completions",
        [this](const HttpRequest& req, HttpResponse& res) { handle_generate(Endpoint::kChat, req, res); }},
+      {"POST", "/v1/responses", [this](const HttpRequest& req, HttpResponse& res) { handle_responses(req, res); }},
       {"GET", "/v1/models", [this](const HttpRequest& req, HttpResponse& res) { handle_models(req, res); }},
       {"POST", "/tokenize", [this](const HttpRequest& req, HttpResponse& res) { handle_utility("tokenize", req, res); }},
       {"POST", "/detokenize",

@@ -82,6 +82,8 @@ class OpenAiHttpServer {
   void handle_utility(const std::string& route, const HttpRequest& req, HttpResponse& res);
   std::variant<nlohmann::json, openai::ApiError> utility_answer(const std::string& route, const HttpRequest& req);
   void handle_embeddings(const HttpRequest& req, HttpResponse& res);  // server/http_embeddings.cc
+  // POST /v1/responses (server/http_responses.cc).
+  void handle_responses(const HttpRequest& req, HttpResponse& res);
   // Parses, checks (auth, drain, model, template, limits) and submits one request: what to stream, or the
   // error to answer. Every choice is submitted or none stays running.
   std::variant<Submitted, openai::ApiError> parse_and_submit(openai::Endpoint ep, const HttpRequest& req,
