@@ -129,6 +129,27 @@ export async function responsesChecks(ctx, srv) {
     }
     return calls.map((c) => c.name).join(",");
   });
+  await check(`${label}: responses stream with tools + tool_choice required → function_call events and items`, async () => {
+    const tools = TOOLS.map((t) => ({ type: "function", name: t.function.name, description: t.function.description,
+                                      parameters: t.function.parameters, strict: false }));
+    const stream = await client.responses.create({ model: MODEL, input: "Weather in Paris?", tools, tool_choice: "required",
+                                                   temperature: 0, stream: true });
+    const types = new Set();
+    let final = null;
+    const argsDone = [];
+    for await (const ev of stream) {
+      types.add(ev.type);
+      if (ev.type === "response.function_call_arguments.done") argsDone.push(ev.arguments);
+      if (ev.type === "response.completed") final = ev.response;
+    }
+    assert(final, `no response.completed: ${[...types].join(" ")}`);
+    const calls = final.output.filter((o) => o.type === "function_call");
+    assert(calls.length >= 1, `no function_call items: ${JSON.stringify(final.output).slice(0, 300)}`);
+    const v = Object.fromEntries(TOOLS.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+    for (const c of calls) assert(v[c.name] && v[c.name](JSON.parse(c.arguments)), `${c.name}(${c.arguments}) does not validate`);
+    eq(argsDone, calls.map((c) => c.arguments), "function_call_arguments.done vs the final items");
+    return [...types].join(" ");
+  });
   await check(`${label}: responses previous_response_id → 400`, async () => {
     const e = await expectApiError(OpenAI, client.responses.create({
       model: MODEL, input: "And then?", previous_response_id: whole ? whole.id : "resp_123", max_output_tokens: 8 }),

@@ -46,6 +46,19 @@ export async function langchainChecks(ctx, srv) {
     }
     return msg.tool_calls.map((c) => c.name).join(",");
   });
+  await check(`${label}: LangChain bindTools(...).stream(), tool_choice "any" → chunks concatenate to valid tool_calls`, async () => {
+    let acc = null, chunks = 0;
+    for await (const ch of await make({ temperature: 1 }).bindTools(TOOLS, { tool_choice: "any" }).stream(prompt, { seed: 5 })) {
+      acc = acc ? acc.concat(ch) : ch;
+      ++chunks;
+    }
+    eq(acc.invalid_tool_calls || [], [], "invalid_tool_calls");
+    assert(acc.tool_calls.length >= 1, `no tool_calls after ${chunks} chunks: ${JSON.stringify(acc.tool_call_chunks)}`);
+    for (const c of acc.tool_calls) {
+      assert(validate[c.name] && validate[c.name](c.args), `${c.name}(${JSON.stringify(c.args)}) does not validate`);
+    }
+    return `${acc.tool_calls.length} call(s) in ${chunks} chunks`;
+  });
   for (const method of [undefined, "functionCalling"]) {
     await check(`${label}: LangChain withStructuredOutput(zod, method ${method || "default (jsonSchema)"}) validates`, async () => {
       const schema = personZod(z);
@@ -105,6 +118,23 @@ export async function aiSdkChecks(ctx, srv) {
     const v = tools.book_table.inputSchema.safeParse(r.toolCalls[0].input);
     assert(v.success, `input ${JSON.stringify(r.toolCalls[0].input)}`);
     return JSON.stringify(r.toolCalls[0].input);
+  });
+  await check(`${label}: AI SDK streamText, tools + toolChoice required → tool-call parts validate`, async () => {
+    const r = ai.streamText({ model, tools, toolChoice: "required", temperature: 1, seed: 6, maxRetries: 0,
+                              prompt: "Weather in Lima, and a table for six." });
+    const calls = [];
+    for await (const part of r.fullStream) {
+      if (part.type === "tool-call") calls.push(part);
+      if (part.type === "error") throw new Error(`stream error part: ${part.error && part.error.message}`);
+    }
+    assert(calls.length >= 1, `no tool-call parts (finishReason ${await r.finishReason})`);
+    for (const c of calls) {
+      assert(!c.invalid, `invalid tool call ${JSON.stringify(c)}`);
+      const v = tools[c.toolName].inputSchema.safeParse(c.input);
+      assert(v.success, `${c.toolName} input ${JSON.stringify(c.input)}`);
+    }
+    eq(await r.finishReason, "tool-calls", "finishReason");
+    return calls.map((c) => c.toolName).join("+");
   });
   await check(`${label}: AI SDK generateObject(zod) validates`, async () => {
     const schema = personZod(z);

@@ -62,6 +62,18 @@ export async function toolChecks(ctx, srv) {
     eq(callKeys(c.calls), callKeys(required), "streamed calls");
     return `${c.calls.length} call(s), ${s.chunks} chunks`;
   });
+  await check(`${label}: required, n=4 at temperature 1 with a seed: streamed == non-streamed per choice`, async () => {
+    const req = { ...REQUIRED, ...LOOP, n: 4, temperature: 1, seed: 21 };
+    const r = await client.chat.completions.create(req);
+    const s = await collectStream(await client.chat.completions.create({ ...req, stream: true }), "n=4 stream");
+    eq(Object.keys(s.choices).map(Number).sort(), [0, 1, 2, 3], "streamed choice indices");
+    for (const ch of r.choices) {
+      validateChoice(ch, validate, NAMES, `choice ${ch.index}`);
+      eq(s.choices[ch.index].finish, "tool_calls", `choice ${ch.index}: streamed finish_reason`);
+      eq(callKeys(s.choices[ch.index].calls), callKeys(ch.message.tool_calls), `choice ${ch.index}: streamed calls`);
+    }
+    return r.choices.map((ch) => ch.message.tool_calls.length).join(",") + " calls";
+  });
   await check(`${label}: required + parallel_tool_calls false → one call (n=4, temperature 1)`, async () => {
     const r = await client.chat.completions.create({ ...REQUIRED, parallel_tool_calls: false, n: 4, temperature: 1, seed: 5 });
     eq(r.choices.length, 4, "choices");
