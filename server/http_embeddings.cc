@@ -41,16 +41,7 @@ void OpenAiHttpServer::handle_embeddings(const HttpRequest& req, HttpResponse& r
   std::variant<oa::EmbeddingsRequest, oa::ApiError> parsed = oa::parse_embeddings_request(req.body);
   if (auto* e = std::get_if<oa::ApiError>(&parsed)) return fail(*e);
   oa::EmbeddingsRequest& p = std::get<oa::EmbeddingsRequest>(parsed);
-  if (p.model != model.name && p.model != cfg_.model.path) {
-    oa::ApiError e;
-    e.http = 404;
-    e.type = "not_found_error";
-    e.code = "model_not_found";
-    e.param = "model";
-    e.message = absl::StrCat("model: \"", oa::utf8_for_json(p.model), "\" is not served here (this server serves \"",
-                             model.name, "\")");
-    return fail(e);
-  }
+  if (std::optional<oa::ApiError> e = oa::check_model(p.model, model.name, cfg_.model.path)) return fail(*e);
   if (std::optional<oa::ApiError> e = oa::check_dimensions(p, model.config.dim)) return fail(*e);
 
   EmbedInputs in;

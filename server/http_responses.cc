@@ -144,16 +144,7 @@ void OpenAiHttpServer::handle_responses(const HttpRequest& req, HttpResponse& re
       oa::parse_responses_request(req.body, cfg_.limits, sampling_defaults(s->engine->model().generation));
   if (auto* e = std::get_if<oa::ApiError>(&parsed)) return refuse(*e);
   oa::ResponsesRequest& r = std::get<oa::ResponsesRequest>(parsed);
-  if (r.chat.model != s->model_name && r.chat.model != cfg_.model.path) {
-    oa::ApiError e;
-    e.http = 404;
-    e.type = "not_found_error";
-    e.code = "model_not_found";
-    e.param = "model";
-    e.message = absl::StrCat("model: \"", oa::utf8_for_json(r.chat.model),
-                             "\" is not served here (this server serves \"", s->model_name, "\")");
-    return refuse(e);
-  }
+  if (std::optional<oa::ApiError> e = oa::check_model(r.chat.model, s->model_name, cfg_.model.path)) return refuse(*e);
 
   ResponsesAnswer a;
   a.echo = std::move(r.echo);

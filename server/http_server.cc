@@ -193,16 +193,7 @@ std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::parse_
                                                                             sampling_defaults(s->engine->model().generation));
   if (auto* e = std::get_if<oa::ApiError>(&parsed)) return *e;
   oa::ParsedRequest& p = std::get<oa::ParsedRequest>(parsed);
-  if (p.model != s->model_name && p.model != cfg_.model.path) {
-    oa::ApiError e;
-    e.http = 404;
-    e.type = "not_found_error";
-    e.code = "model_not_found";
-    e.param = "model";
-    e.message = absl::StrCat("model: \"", oa::utf8_for_json(p.model), "\" is not served here (this server serves \"",
-                             s->model_name, "\")");
-    return e;
-  }
+  if (std::optional<oa::ApiError> e = oa::check_model(p.model, s->model_name, cfg_.model.path)) return *e;
 
   return submit(std::move(p), s, t0);
 }

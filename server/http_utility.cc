@@ -28,13 +28,6 @@ using namespace http_internal;  // NOLINT: the exchange's helpers
 
 namespace {
 
-oa::ApiError bad(std::string param, std::string message) {
-  oa::ApiError e;
-  e.param = std::move(param);
-  e.message = std::move(message);
-  return e;
-}
-
 // `body` with "model": `name` added when the body has none (the tokenize endpoints make model optional).
 std::string with_model(const std::string& body, const json& doc, const std::string& name) {
   if (doc.contains("model")) return body;
@@ -54,39 +47,32 @@ std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::str
   const oa::PromptSource& src = s->prompts;
   json doc;
   if (std::optional<std::string> err = parse_json_bounded(req.body, oa::kMaxRequestJsonDepth, &doc))
-    return bad("", absl::StrCat("the body is not valid JSON (", *err, ")"));
-  if (!doc.is_object()) return bad("", "the body must be a JSON object");
-  if (doc.contains("model") && !doc["model"].is_null() &&
-      (!doc["model"].is_string() || (doc["model"] != s->model_name && doc["model"] != cfg_.model.path))) {
-    oa::ApiError e;
-    e.http = 404;
-    e.type = "not_found_error";
-    e.code = "model_not_found";
-    e.param = "model";
-    e.message = absl::StrCat("model: ", oa::utf8_for_json(doc["model"].dump()), " is not served here (this server serves \"",
-                             s->model_name, "\")");
-    return e;
+    return oa::bad_request("", absl::StrCat("the body is not valid JSON (", *err, ")"));
+  if (!doc.is_object()) return oa::bad_request("", "the body must be a JSON object");
+  if (doc.contains("model") && !doc["model"].is_null()) {
+    if (!doc["model"].is_string()) return oa::bad_request("model", "model: expected a string");
+    if (std::optional<oa::ApiError> e = oa::check_model(doc["model"], s->model_name, cfg_.model.path)) return *e;
   }
   const SamplingParams defaults = sampling_defaults(s->engine->model().generation);
   auto flag = [&](const char* key, bool dflt) -> std::variant<bool, oa::ApiError> {
     auto it = doc.find(key);
     if (it == doc.end() || it->is_null()) return dflt;
-    if (!it->is_boolean()) return bad(key, absl::StrCat(key, ": expected a boolean"));
+    if (!it->is_boolean()) return oa::bad_request(key, absl::StrCat(key, ": expected a boolean"));
     return it->get<bool>();
   };
 
   if (route == "detokenize") {
     for (auto it = doc.begin(); it != doc.end(); ++it)
       if (it.key() != "model" && it.key() != "tokens")
-        return bad(it.key(), absl::StrCat("unrecognized request argument supplied: ", oa::utf8_for_json(it.key())));
+        return oa::bad_request(it.key(), absl::StrCat("unrecognized request argument supplied: ", oa::utf8_for_json(it.key())));
     if (!src.tok) return oa::error_from_status(absl::FailedPreconditionError("the served model has no tokenizer"));
     auto it = doc.find("tokens");
-    if (it == doc.end() || !it->is_array()) return bad("tokens", "tokens: required, a list of token ids");
+    if (it == doc.end() || !it->is_array()) return oa::bad_request("tokens", "tokens: required, a list of token ids");
     std::vector<int32_t> ids;
     for (size_t i = 0; i < it->size(); ++i) {
       const json& t = (*it)[i];
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= src.tok->vocab_size())
-        return bad("tokens", absl::StrCat("tokens[", i, "]: expected a token id in [0, ", src.tok->vocab_size(),
+        return oa::bad_request("tokens", absl::StrCat("tokens[", i, "]: expected a token id in [0, ", src.tok->vocab_size(),
                                           "), got ", t.dump()));
       ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
@@ -110,11 +96,10 @@ std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::str
                         tokenize ? &kTokenizeFields : nullptr);
   if (auto* e = std::get_if<oa::ApiError>(&parsed)) return *e;
   oa::ParsedRequest& p = std::get<oa::ParsedRequest>(parsed);
-  if (p.model != s->model_name && p.model != cfg_.model.path)
-    return bad("model", absl::StrCat("model: \"", oa::utf8_for_json(p.model), "\" is not served here"));
+  if (std::optional<oa::ApiError> e = oa::check_model(p.model, s->model_name, cfg_.model.path)) return *e;
   if (tokenize && !chat) {
     if (p.prompts.size() != 1 || !p.prompts[0].ids.empty())
-      return bad("prompt", "prompt: /tokenize takes one text prompt");
+      return oa::bad_request("prompt", "prompt: /tokenize takes one text prompt");
     p.prompts[0].ids.clear();
   }
   std::variant<std::vector<oa::BuiltPrompt>, oa::ApiError> built = oa::build_prompts(p, src, cfg_.limits);

@@ -16,35 +16,8 @@ namespace {
 
 using json = nlohmann::json;
 
-ApiError bad(std::string param, std::string message) {
-  ApiError e;
-  e.http = 400;
-  e.param = std::move(param);
-  e.message = std::move(message);
-  return e;
-}
-
-const char* kind_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "an integer";
-    case json::value_t::number_float:
-      return "a number";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::object:
-      return "an object";
-    default:
-      return "a value";
-  }
-}
+ApiError bad(std::string param, std::string message) { return bad_request(std::move(param), std::move(message)); }
+const char* kind_name(const json& v) { return json_kind(v); }
 
 // Reading typed fields; each returns an error naming the field and what it got.
 struct Reader {
@@ -276,6 +249,27 @@ std::optional<ApiError> parse_prompts(const json& prompt, const LimitsSection& l
 }
 
 }  // namespace
+
+ApiError bad_request(std::string param, std::string message) {
+  ApiError e;
+  e.http = 400;
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+std::optional<ApiError> check_model(const std::string& asked, const std::string& served_name,
+                                    const std::string& configured_path) {
+  if (asked == served_name || (!configured_path.empty() && asked == configured_path)) return std::nullopt;
+  ApiError e;
+  e.http = 404;
+  e.type = "not_found_error";
+  e.code = "model_not_found";
+  e.param = "model";
+  e.message = absl::StrCat("model: \"", utf8_for_json(asked), "\" is not served here (this server serves \"",
+                           served_name, "\")");
+  return e;
+}
 
 std::string error_body(const ApiError& e) {
   json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};

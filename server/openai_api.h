@@ -50,6 +50,24 @@ struct ApiError {
 };
 // {"error": {...}} as OpenAI writes it.
 std::string error_body(const ApiError& e);
+// A 400 naming `param` (the body field at fault).
+ApiError bad_request(std::string param, std::string message);
+// nullopt when `asked` names the served model (its name, or the configured model.path); else OpenAI's 404
+// model_not_found naming both.
+std::optional<ApiError> check_model(const std::string& asked, const std::string& served_name,
+                                    const std::string& configured_path);
+// What a JSON value is, for messages ("expected a string, got an integer"); nlohmann::json or ordered_json.
+template <typename J>
+const char* json_kind(const J& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "a value";
+}
 // A core/engine status as the API error a client expects: INVALID_ARGUMENT / FAILED_PRECONDITION /
 // OUT_OF_RANGE 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404, RESOURCE_EXHAUSTED 429,
 // UNAVAILABLE 503, DEADLINE_EXCEEDED 504, anything else 500. `param`: the field when the caller knows it.

@@ -18,13 +18,6 @@ using json = nlohmann::json;
 // input is at most a list of lists: anything deeper is refused while parsing.
 constexpr int kMaxEmbeddingsJsonDepth = 8;
 
-ApiError bad(std::string param, std::string message) {
-  ApiError e;
-  e.param = std::move(param);
-  e.message = std::move(message);
-  return e;
-}
-
 bool token_id(const json& v, int32_t* out) {
   if (!v.is_number_integer()) return false;
   const int64_t x = v.get<int64_t>();
@@ -40,7 +33,7 @@ std::optional<ApiError> parse_ids(const json& arr, const std::string& at, std::v
   for (size_t j = 0; j < arr.size(); ++j) {
     int32_t id = 0;
     if (!token_id(arr[j], &id))
-      return bad("input", absl::StrCat(at, "[", j, "]: expected a token id (an integer), got ",
+      return bad_request("input", absl::StrCat(at, "[", j, "]: expected a token id (an integer), got ",
                                        utf8_for_json(arr[j].dump())));
     out->push_back(id);
   }
@@ -53,10 +46,10 @@ std::optional<ApiError> parse_input(const json& in, EmbeddingsRequest* r) {
     return std::nullopt;
   }
   if (!in.is_array())
-    return bad("input", "input: expected a string, a list of strings, a list of token ids or a list of token-id lists");
-  if (in.empty()) return bad("input", "input: must not be empty");
+    return bad_request("input", "input: expected a string, a list of strings, a list of token ids or a list of token-id lists");
+  if (in.empty()) return bad_request("input", "input: must not be empty");
   if (in.size() > static_cast<size_t>(kMaxEmbedInputs) && !in[0].is_number_integer())
-    return bad("input", absl::StrCat("input: ", in.size(), " inputs, more than the cap of ", kMaxEmbedInputs,
+    return bad_request("input", absl::StrCat("input: ", in.size(), " inputs, more than the cap of ", kMaxEmbedInputs,
                                      " per request"));
   const json& first = in[0];
   if (first.is_number_integer()) {  // one token-id input
@@ -67,14 +60,14 @@ std::optional<ApiError> parse_input(const json& in, EmbeddingsRequest* r) {
     const json& e = in[i];
     const std::string at = absl::StrCat("input[", i, "]");
     if (first.is_string()) {
-      if (!e.is_string()) return bad("input", absl::StrCat(at, ": expected a string like input[0]"));
+      if (!e.is_string()) return bad_request("input", absl::StrCat(at, ": expected a string like input[0]"));
       r->texts.push_back(e.get<std::string>());
     } else if (first.is_array()) {
-      if (!e.is_array()) return bad("input", absl::StrCat(at, ": expected a list of token ids like input[0]"));
+      if (!e.is_array()) return bad_request("input", absl::StrCat(at, ": expected a list of token ids like input[0]"));
       r->ids.emplace_back();
       if (auto err = parse_ids(e, at, &r->ids.back())) return err;
     } else {
-      return bad("input", absl::StrCat(at, ": expected a string, a token id or a list of token ids"));
+      return bad_request("input", absl::StrCat(at, ": expected a string, a token id or a list of token ids"));
     }
   }
   return std::nullopt;
@@ -91,43 +84,43 @@ void append_float(std::string& out, float f) {
 std::variant<EmbeddingsRequest, ApiError> parse_embeddings_request(std::string_view body) {
   json doc;
   if (std::optional<std::string> err = parse_json_bounded(body, kMaxEmbeddingsJsonDepth, &doc))
-    return bad("", absl::StrCat("the body is not valid JSON (", *err, ")"));
-  if (!doc.is_object()) return bad("", "the body must be a JSON object");
+    return bad_request("", absl::StrCat("the body is not valid JSON (", *err, ")"));
+  if (!doc.is_object()) return bad_request("", "the body must be a JSON object");
   static const std::set<std::string> kKnown = {"model", "input", "encoding_format", "dimensions", "user"};
   for (auto it = doc.begin(); it != doc.end(); ++it)
     if (!kKnown.count(it.key()))
-      return bad(it.key(), absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
+      return bad_request(it.key(), absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
   auto get = [&](const char* key) -> const json* {
     auto it = doc.find(key);
     return it == doc.end() || it->is_null() ? nullptr : &*it;  // null = not given (OpenAI's SDKs send nulls)
   };
   EmbeddingsRequest r;
   const json* model = get("model");
-  if (!model) return bad("model", "model: required (GET /v1/models lists the served model)");
-  if (!model->is_string()) return bad("model", "model: expected a string");
+  if (!model) return bad_request("model", "model: required (GET /v1/models lists the served model)");
+  if (!model->is_string()) return bad_request("model", "model: expected a string");
   r.model = model->get<std::string>();
   const json* input = get("input");
-  if (!input) return bad("input", "input: required");
+  if (!input) return bad_request("input", "input: required");
   if (auto err = parse_input(*input, &r)) return *err;
   if (const json* f = get("encoding_format")) {
     const std::string v = f->is_string() ? f->get<std::string>() : f->dump();
     if (v != "float" && v != "base64")
-      return bad("encoding_format",
+      return bad_request("encoding_format",
                  absl::StrCat("encoding_format: expected \"float\" or \"base64\", got ", utf8_for_json(v)));
     r.base64 = v == "base64";
   }
   if (const json* d = get("dimensions")) {
     if (!d->is_number_integer() || d->get<int64_t>() < 1)
-      return bad("dimensions", absl::StrCat("dimensions: expected a positive integer, got ", utf8_for_json(d->dump())));
+      return bad_request("dimensions", absl::StrCat("dimensions: expected a positive integer, got ", utf8_for_json(d->dump())));
     r.dimensions = d->get<int64_t>();
   }
-  if (const json* u = get("user"); u && !u->is_string()) return bad("user", "user: expected a string");
+  if (const json* u = get("user"); u && !u->is_string()) return bad_request("user", "user: expected a string");
   return r;
 }
 
 std::optional<ApiError> check_dimensions(const EmbeddingsRequest& req, int64_t d_model) {
   if (!req.dimensions || *req.dimensions == d_model) return std::nullopt;
-  return bad("dimensions", absl::StrCat("dimensions: this model's embeddings have ", d_model, " dimensions (got ",
+  return bad_request("dimensions", absl::StrCat("dimensions: this model's embeddings have ", d_model, " dimensions (got ",
                                         *req.dimensions,
                                         "); the backbone has no Matryoshka training, so they cannot be shortened"));
 }

@@ -15,25 +15,6 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-ApiError bad(std::string param, std::string message) {
-  ApiError e;
-  e.http = 400;
-  e.param = std::move(param);
-  e.message = std::move(message);
-  return e;
-}
-
-template <typename J>
-const char* kind(const J& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
 const ojson* member(const ojson& o, const char* key) {
   auto it = o.find(key);
   return it == o.end() || it->is_null() ? nullptr : &*it;
@@ -66,14 +47,14 @@ std::optional<ApiError> only(const ojson& o, const std::string& at, std::initial
   for (auto it = o.begin(); it != o.end(); ++it) {
     bool ok = false;
     for (const char* a : allowed) ok = ok || it.key() == a;
-    if (!ok) return bad(at + "." + it.key(), absl::StrCat(at, ".", utf8_for_json(it.key()), ": unknown field"));
+    if (!ok) return bad_request(at + "." + it.key(), absl::StrCat(at, ".", utf8_for_json(it.key()), ": unknown field"));
   }
   return std::nullopt;
 }
 
 std::optional<ApiError> need_string(const ojson* v, const std::string& at, bool required) {
-  if (!v) return required ? std::optional<ApiError>(bad(at, at + ": required")) : std::nullopt;
-  if (!v->is_string()) return bad(at, absl::StrCat(at, ": expected a string, got ", kind(*v)));
+  if (!v) return required ? std::optional<ApiError>(bad_request(at, at + ": required")) : std::nullopt;
+  if (!v->is_string()) return bad_request(at, absl::StrCat(at, ": expected a string, got ", json_kind(*v)));
   return std::nullopt;
 }
 
@@ -83,17 +64,17 @@ std::optional<ApiError> text_of(const ojson& c, const std::string& at, std::stri
     *out = c.get<std::string>();
     return std::nullopt;
   }
-  if (!c.is_array()) return bad(at, absl::StrCat(at, ": expected a string or an array of text parts, got ", kind(c)));
+  if (!c.is_array()) return bad_request(at, absl::StrCat(at, ": expected a string or an array of text parts, got ", json_kind(c)));
   out->clear();
   for (size_t j = 0; j < c.size(); ++j) {
     const std::string pat = absl::StrCat(at, "[", j, "]");
     const ojson& part = c[j];
-    if (!part.is_object()) return bad(pat, absl::StrCat(pat, ": expected an object, got ", kind(part)));
+    if (!part.is_object()) return bad_request(pat, absl::StrCat(pat, ": expected an object, got ", json_kind(part)));
     const ojson* type = member(part, "type");
     if (auto e = need_string(type, pat + ".type", true)) return e;
     const std::string& t = type->get_ref<const std::string&>();
     if (t != "input_text" && t != "output_text")
-      return bad(pat + ".type", absl::StrCat(pat, ".type: \"", utf8_for_json(t),
+      return bad_request(pat + ".type", absl::StrCat(pat, ".type: \"", utf8_for_json(t),
                                              "\" content is not supported (input_text and output_text only)"));
     if (auto e = only(part, pat, {"type", "text", "annotations", "logprobs"})) return e;
     const ojson* tx = member(part, "text");
@@ -110,14 +91,14 @@ std::optional<ApiError> translate_input(const ojson& input, ojson* msgs, std::ve
     origin->push_back("input");
     return std::nullopt;
   }
-  if (!input.is_array()) return bad("input", absl::StrCat("input: expected a string or an array of items, got ",
-                                                          kind(input)));
-  if (input.empty()) return bad("input", "input: must not be empty");
+  if (!input.is_array()) return bad_request("input", absl::StrCat("input: expected a string or an array of items, got ",
+                                                          json_kind(input)));
+  if (input.empty()) return bad_request("input", "input: must not be empty");
   bool assistant_open = false;  // the last message is an assistant's that function_call items join
   for (size_t i = 0; i < input.size(); ++i) {
     const std::string at = absl::StrCat("input[", i, "]");
     const ojson& item = input[i];
-    if (!item.is_object()) return bad(at, absl::StrCat(at, ": expected an object, got ", kind(item)));
+    if (!item.is_object()) return bad_request(at, absl::StrCat(at, ": expected an object, got ", json_kind(item)));
     std::string type = "message";
     if (const ojson* t = member(item, "type")) {
       if (auto e = need_string(t, at + ".type", true)) return e;
@@ -129,10 +110,10 @@ std::optional<ApiError> translate_input(const ojson& input, ojson* msgs, std::ve
       if (auto e = need_string(role, at + ".role", true)) return e;
       const std::string& r = role->get_ref<const std::string&>();
       if (r != "user" && r != "assistant" && r != "system" && r != "developer")
-        return bad(at + ".role", absl::StrCat(at, ".role: unknown value \"", utf8_for_json(r),
+        return bad_request(at + ".role", absl::StrCat(at, ".role: unknown value \"", utf8_for_json(r),
                                               "\" (expected user, assistant, system or developer)"));
       const ojson* content = member(item, "content");
-      if (!content) return bad(at + ".content", at + ".content: required");
+      if (!content) return bad_request(at + ".content", at + ".content: required");
       std::string text;
       if (auto e = text_of(*content, at + ".content", &text)) return e;
       msgs->push_back(ojson{{"role", r}, {"content", std::move(text)}});
@@ -145,7 +126,7 @@ std::optional<ApiError> translate_input(const ojson& input, ojson* msgs, std::ve
       const std::string& args = item["arguments"].get_ref<const std::string&>();
       json probe;  // bounded first: the text is the client's
       if (parse_json_bounded(args, 64, &probe) || !probe.is_object())
-        return bad(at + ".arguments", absl::StrCat(at, ".arguments: expected the JSON text of an object"));
+        return bad_request(at + ".arguments", absl::StrCat(at, ".arguments: expected the JSON text of an object"));
       ojson call{{"id", item["call_id"]}, {"type", "function"},
                  {"function", ojson{{"name", item["name"]}, {"arguments", args}}}};
       if (!assistant_open) {
@@ -160,16 +141,16 @@ std::optional<ApiError> translate_input(const ojson& input, ojson* msgs, std::ve
       if (auto e = only(item, at, {"type", "call_id", "output", "id", "status"})) return e;
       if (auto e = need_string(member(item, "call_id"), at + ".call_id", true)) return e;
       const ojson* out = member(item, "output");
-      if (!out) return bad(at + ".output", at + ".output: required");
+      if (!out) return bad_request(at + ".output", at + ".output: required");
       std::string text;
       if (auto e = text_of(*out, at + ".output", &text)) return e;
       msgs->push_back(ojson{{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", std::move(text)}});
       origin->push_back(at);
       assistant_open = false;
     } else if (type == "item_reference") {
-      return bad(at + ".type", absl::StrCat(at, ".type: item_reference is not supported: ", kStateless));
+      return bad_request(at + ".type", absl::StrCat(at, ".type: item_reference is not supported: ", kStateless));
     } else {
-      return bad(at + ".type", absl::StrCat(at, ".type: \"", utf8_for_json(type),
+      return bad_request(at + ".type", absl::StrCat(at, ".type: \"", utf8_for_json(type),
                                             "\" items are not supported (message, function_call and "
                                             "function_call_output)"));
     }
@@ -178,16 +159,16 @@ std::optional<ApiError> translate_input(const ojson& input, ojson* msgs, std::ve
 }
 
 std::optional<ApiError> translate_tools(const ojson& tools, ojson* out) {
-  if (!tools.is_array()) return bad("tools", absl::StrCat("tools: expected an array, got ", kind(tools)));
+  if (!tools.is_array()) return bad_request("tools", absl::StrCat("tools: expected an array, got ", json_kind(tools)));
   *out = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = absl::StrCat("tools[", i, "]");
     const ojson& t = tools[i];
-    if (!t.is_object()) return bad(at, absl::StrCat(at, ": expected an object, got ", kind(t)));
+    if (!t.is_object()) return bad_request(at, absl::StrCat(at, ": expected an object, got ", json_kind(t)));
     const ojson* type = member(t, "type");
     if (auto e = need_string(type, at + ".type", true)) return e;
     if (*type != "function")
-      return bad(at + ".type", absl::StrCat(at, ".type: \"", utf8_for_json(type->get<std::string>()),
+      return bad_request(at + ".type", absl::StrCat(at, ".type: \"", utf8_for_json(type->get<std::string>()),
                                             "\" tools are not served (function tools only)"));
     if (auto e = only(t, at, {"type", "name", "description", "parameters", "strict"})) return e;
     ojson fn = ojson::object();
@@ -204,11 +185,11 @@ std::optional<ApiError> translate_tool_choice(const ojson& tc, ojson* out) {
     return std::nullopt;
   }
   if (!tc.is_object())
-    return bad("tool_choice", absl::StrCat("tool_choice: expected a string or an object, got ", kind(tc)));
+    return bad_request("tool_choice", absl::StrCat("tool_choice: expected a string or an object, got ", json_kind(tc)));
   const ojson* type = member(tc, "type");
   if (auto e = need_string(type, "tool_choice.type", true)) return e;
   if (*type != "function")
-    return bad("tool_choice.type", absl::StrCat("tool_choice.type: \"", utf8_for_json(type->get<std::string>()),
+    return bad_request("tool_choice.type", absl::StrCat("tool_choice.type: \"", utf8_for_json(type->get<std::string>()),
                                                 "\" is not supported (auto, none, required or {type: function, name})"));
   if (auto e = only(tc, "tool_choice", {"type", "name"})) return e;
   const ojson* name = member(tc, "name");
@@ -219,15 +200,15 @@ std::optional<ApiError> translate_tool_choice(const ojson& tc, ojson* out) {
 
 // text → response_format (null when the format is plain text).
 std::optional<ApiError> translate_text(const ojson& text, ojson* rf) {
-  if (!text.is_object()) return bad("text", absl::StrCat("text: expected an object, got ", kind(text)));
+  if (!text.is_object()) return bad_request("text", absl::StrCat("text: expected an object, got ", json_kind(text)));
   if (auto e = only(text, "text", {"format", "verbosity"})) return e;
   if (const ojson* v = member(text, "verbosity")) {
     if (!v->is_string() || (*v != "low" && *v != "medium" && *v != "high"))
-      return bad("text.verbosity", "text.verbosity: expected low, medium or high");
+      return bad_request("text.verbosity", "text.verbosity: expected low, medium or high");
   }
   const ojson* f = member(text, "format");
   if (!f) return std::nullopt;
-  if (!f->is_object()) return bad("text.format", absl::StrCat("text.format: expected an object, got ", kind(*f)));
+  if (!f->is_object()) return bad_request("text.format", absl::StrCat("text.format: expected an object, got ", json_kind(*f)));
   const ojson* type = member(*f, "type");
   if (auto e = need_string(type, "text.format.type", true)) return e;
   if (*type == "text") {
@@ -242,7 +223,7 @@ std::optional<ApiError> translate_text(const ojson& text, ojson* rf) {
       if (const ojson* v = member(*f, k)) js[k] = *v;
     *rf = ojson{{"type", "json_schema"}, {"json_schema", std::move(js)}};
   } else {
-    return bad("text.format.type", absl::StrCat("text.format.type: unknown value \"",
+    return bad_request("text.format.type", absl::StrCat("text.format.type: unknown value \"",
                                                 utf8_for_json(type->get<std::string>()),
                                                 "\" (expected text, json_object or json_schema)"));
   }
@@ -256,54 +237,54 @@ std::optional<ApiError> check_refusals(const json& doc) {
     return it == doc.end() || it->is_null() ? nullptr : &*it;
   };
   for (const char* k : {"previous_response_id", "conversation"})
-    if (val(k)) return bad(k, absl::StrCat(k, ": not supported: ", kStateless));
+    if (val(k)) return bad_request(k, absl::StrCat(k, ": not supported: ", kStateless));
   if (const json* v = val("background")) {
-    if (!v->is_boolean()) return bad("background", absl::StrCat("background: expected a boolean, got ", kind(*v)));
-    if (v->get<bool>()) return bad("background", "background: true is not supported (responses run while the request waits)");
+    if (!v->is_boolean()) return bad_request("background", absl::StrCat("background: expected a boolean, got ", json_kind(*v)));
+    if (v->get<bool>()) return bad_request("background", "background: true is not supported (responses run while the request waits)");
   }
-  if (val("prompt")) return bad("prompt", "prompt: reusable prompts are not supported (send instructions and input)");
+  if (val("prompt")) return bad_request("prompt", "prompt: reusable prompts are not supported (send instructions and input)");
   if (const json* v = val("store"); v && !v->is_boolean())
-    return bad("store", absl::StrCat("store: expected a boolean, got ", kind(*v)));
+    return bad_request("store", absl::StrCat("store: expected a boolean, got ", json_kind(*v)));
   if (const json* v = val("include")) {
-    if (!v->is_array()) return bad("include", absl::StrCat("include: expected an array, got ", kind(*v)));
+    if (!v->is_array()) return bad_request("include", absl::StrCat("include: expected an array, got ", json_kind(*v)));
     for (size_t i = 0; i < v->size(); ++i) {
       const json& x = (*v)[i];
       if (!x.is_string() || !vacuous_includes().count(x.get<std::string>()))
-        return bad("include", absl::StrCat("include[", i, "]: ", x.is_string() ? utf8_for_json(x.get<std::string>()) : "",
+        return bad_request("include", absl::StrCat("include[", i, "]: ", x.is_string() ? utf8_for_json(x.get<std::string>()) : "",
                                            " is not supported"));
     }
   }
   if (const json* v = val("reasoning")) {
-    if (!v->is_object()) return bad("reasoning", absl::StrCat("reasoning: expected an object, got ", kind(*v)));
+    if (!v->is_object()) return bad_request("reasoning", absl::StrCat("reasoning: expected an object, got ", json_kind(*v)));
     for (auto it = v->begin(); it != v->end(); ++it) {
       if (!it->is_null())
-        return bad("reasoning." + it.key(), absl::StrCat("reasoning.", utf8_for_json(it.key()),
+        return bad_request("reasoning." + it.key(), absl::StrCat("reasoning.", utf8_for_json(it.key()),
                                                          ": not supported (the served model has no reasoning "
                                                          "settings)"));
     }
   }
   if (const json* v = val("truncation"); v && *v != "disabled")
-    return bad("truncation", "truncation: only \"disabled\" is supported (a conversation over the context is refused, "
+    return bad_request("truncation", "truncation: only \"disabled\" is supported (a conversation over the context is refused, "
                              "never cut)");
   if (const json* v = val("service_tier"); v && *v != "auto" && *v != "default")
-    return bad("service_tier", "service_tier: only \"auto\" or \"default\"");
+    return bad_request("service_tier", "service_tier: only \"auto\" or \"default\"");
   if (const json* v = val("top_logprobs"); v && *v != 0)
-    return bad("top_logprobs", "top_logprobs: not supported (only 0)");
-  if (val("max_tool_calls")) return bad("max_tool_calls", "max_tool_calls: not supported");
+    return bad_request("top_logprobs", "top_logprobs: not supported (only 0)");
+  if (val("max_tool_calls")) return bad_request("max_tool_calls", "max_tool_calls: not supported");
   if (const json* v = val("metadata")) {
-    if (!v->is_object()) return bad("metadata", absl::StrCat("metadata: expected an object, got ", kind(*v)));
+    if (!v->is_object()) return bad_request("metadata", absl::StrCat("metadata: expected an object, got ", json_kind(*v)));
     for (auto it = v->begin(); it != v->end(); ++it)
       if (!it->is_string())
-        return bad("metadata." + it.key(), absl::StrCat("metadata.", utf8_for_json(it.key()), ": expected a string"));
+        return bad_request("metadata." + it.key(), absl::StrCat("metadata.", utf8_for_json(it.key()), ": expected a string"));
   }
   for (const char* k : {"user", "safety_identifier", "prompt_cache_key"})
     if (const json* v = val(k); v && !v->is_string())
-      return bad(k, absl::StrCat(k, ": expected a string, got ", kind(*v)));
+      return bad_request(k, absl::StrCat(k, ": expected a string, got ", json_kind(*v)));
   if (const json* v = val("stream_options")) {
-    if (!v->is_object()) return bad("stream_options", "stream_options: expected an object");
+    if (!v->is_object()) return bad_request("stream_options", "stream_options: expected an object");
     for (auto it = v->begin(); it != v->end(); ++it)
       if (it.key() != "include_obfuscation")
-        return bad("stream_options." + it.key(),
+        return bad_request("stream_options." + it.key(),
                    absl::StrCat("stream_options.", utf8_for_json(it.key()), ": unknown field"));
   }
   return std::nullopt;
@@ -319,14 +300,14 @@ std::variant<ResponsesTranslation, ApiError> responses_to_chat(std::string_view 
   json doc;
   if (std::optional<std::string> err = parse_json_bounded(body, kMaxRequestJsonDepth, &doc)) {
     if (absl::StartsWith(*err, "JSON nests deeper"))
-      return bad("", absl::StrCat("the request body nests deeper than ", kMaxRequestJsonDepth,
+      return bad_request("", absl::StrCat("the request body nests deeper than ", kMaxRequestJsonDepth,
                                   " levels of objects and arrays"));
-    return bad("", absl::StrCat("the body is not valid JSON (", *err, ")"));
+    return bad_request("", absl::StrCat("the body is not valid JSON (", *err, ")"));
   }
-  if (!doc.is_object()) return bad("", absl::StrCat("the body must be a JSON object, got ", kind(doc)));
+  if (!doc.is_object()) return bad_request("", absl::StrCat("the body must be a JSON object, got ", json_kind(doc)));
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (!known_fields().count(it.key()))
-      return bad(it.key(), absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
+      return bad_request(it.key(), absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
   }
   if (auto e = check_refusals(doc)) return *e;
   // The members the chat body carries, re-read keeping member order (a schema's properties are generated in it).
@@ -348,14 +329,14 @@ std::variant<ResponsesTranslation, ApiError> responses_to_chat(std::string_view 
   if (!instructions) return *err;
   if (!instructions->is_null()) {
     if (!instructions->is_string())
-      return bad("instructions", absl::StrCat("instructions: expected a string, got ", kind(*instructions)));
+      return bad_request("instructions", absl::StrCat("instructions: expected a string, got ", json_kind(*instructions)));
     msgs.push_back(ojson{{"role", "system"}, {"content", *instructions}});
     t.message_origin.push_back("instructions");
   }
   echo["instructions"] = *instructions;
   std::optional<ojson> input = ordered("input", &err);
   if (!input) return *err;
-  if (input->is_null()) return bad("input", "input: required");
+  if (input->is_null()) return bad_request("input", "input: required");
   if (auto e = translate_input(*input, &msgs, &t.message_origin)) return *e;
   cb["messages"] = std::move(msgs);
 
