@@ -67,12 +67,15 @@ TEST_F(GrpcE2eReflection, ListsServicesAndDescribesGenerate) {
     ASSERT_EQ(file.service_size(), 1);
     std::map<std::string, const google::protobuf::MethodDescriptorProto*> methods;
     for (const auto& m : file.service(0).method()) methods[m.name()] = &m;
-    ASSERT_EQ(methods.size(), 3u);
+    ASSERT_EQ(methods.size(), 4u);
     ASSERT_TRUE(methods.count("Generate"));
     EXPECT_EQ(methods["Generate"]->input_type(), ".frost.v1.GenerateRequest");
     EXPECT_EQ(methods["Generate"]->output_type(), ".frost.v1.GenerateResponse");
     EXPECT_TRUE(methods["Generate"]->server_streaming());
     EXPECT_TRUE(methods.count("Tokenize") && methods.count("GetModelInfo"));
+    ASSERT_TRUE(methods.count("Embed"));
+    EXPECT_EQ(methods["Embed"]->input_type(), ".frost.v1.EmbedRequest");
+    EXPECT_EQ(methods["Embed"]->output_type(), ".frost.v1.EmbedResponse");
   }
   EXPECT_TRUE(found) << "frost/v1/generation.proto not among the returned files";
 
