@@ -140,6 +140,7 @@ struct OpenAiHttpServer::Submitted {
   // Chat with tools: how each choice's output is parsed (kNone: plain content), and per choice the streaming
   // parser and the calls sent so far (touched only by the HTTP thread answering this request).
   ToolCallFormat tool_format = ToolCallFormat::kNone;
+  ToolCallFormat id_format = ToolCallFormat::kHermes;  // call ids in the template's shape (Mistral: 9 characters)
   std::string forced_name;
   mutable std::vector<ToolCallStream> tool_streams;
   mutable std::vector<int> calls_sent;

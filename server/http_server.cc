@@ -260,6 +260,7 @@ std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::submit
   sub.stream = p.stream;
   if (ep == oa::Endpoint::kChat && s->prompts.chat) {
     sub.tool_format = oa::output_format(p.tools, s->prompts.chat->tool_format());
+    sub.id_format = s->prompts.chat->tool_format();
     if (!p.tools.any()) sub.tool_format = ToolCallFormat::kNone;
     sub.forced_name = oa::forced_name(p.tools);
     for (int i = 0; i < total; ++i) sub.tool_streams.emplace_back(sub.tool_format, sub.forced_name);
@@ -299,7 +300,7 @@ namespace {
 // The SSE chunks of one batch of a chat choice whose output is parsed for tool calls: content and completed calls
 // as the parser releases them, then (on the choice's end) what finish() releases and the finish chunk.
 std::string tool_chunks_of(const oa::ResponseMeta& meta, ToolCallStream& parser, int& calls_sent, int index,
-                           ToolCallFormat format, const std::vector<TokenEvent>& events, bool first,
+                           ToolCallFormat id_format, const std::vector<TokenEvent>& events, bool first,
                            const std::optional<FinishReason>& fin, bool logprobs, const oa::TokenText& token_text) {
   std::string text;
   for (const TokenEvent& ev : events) text += ev.text;
@@ -310,7 +311,7 @@ std::string tool_chunks_of(const oa::ResponseMeta& meta, ToolCallStream& parser,
     for (ToolCall& c : rest.calls) d.calls.push_back(std::move(c));
   }
   std::vector<std::string> ids;
-  for (size_t k = 0; k < d.calls.size(); ++k) ids.push_back(oa::new_tool_call_id(format));
+  for (size_t k = 0; k < d.calls.size(); ++k) ids.push_back(oa::new_tool_call_id(id_format));
   std::string out;
   const int before = calls_sent;
   calls_sent += static_cast<int>(d.calls.size());
@@ -329,7 +330,7 @@ std::string OpenAiHttpServer::tool_chunks(const Submitted& sub, int i, const std
                                           bool first, const std::optional<FinishReason>& fin,
                                           const oa::TokenText& token_text) {
   return tool_chunks_of(sub.meta, sub.tool_streams[static_cast<size_t>(i)], sub.calls_sent[static_cast<size_t>(i)], i,
-                        sub.tool_format, events, first, fin, sub.logprobs, token_text);
+                        sub.id_format, events, first, fin, sub.logprobs, token_text);
 }
 
 grpc::StatusCode OpenAiHttpServer::stream_response(const Submitted& sub, HttpResponse& res) {
@@ -364,7 +365,7 @@ grpc::StatusCode OpenAiHttpServer::stream_response(const Submitted& sub, HttpRes
             if (parsed.calls.empty()) continue;
             c.text = std::move(parsed.content);
             c.calls = std::move(parsed.calls);
-            for (size_t k = 0; k < c.calls.size(); ++k) c.call_ids.push_back(oa::new_tool_call_id(sub.tool_format));
+            for (size_t k = 0; k < c.calls.size(); ++k) c.call_ids.push_back(oa::new_tool_call_id(sub.id_format));
           }
         }
         body = oa::full_response(sub.ep, sub.meta, ex.choices, sub.logprobs, token_text)

@@ -200,7 +200,9 @@ std::optional<ApiError> parse_chat_messages(const ojson& v, size_t max_content_b
       return bad_request(at + ".tool_calls", absl::StrCat(at, ".tool_calls: only assistant messages carry tool calls"));
     if (role == "tool" && !msg.contains("tool_call_id"))
       return bad_request(at + ".tool_call_id", absl::StrCat(at, ".tool_call_id: required for a tool message"));
-    if (!msg.contains("content")) msg["content"] = nullptr;
+    // Absent or null content is "" (as vLLM renders it): templates test and slice content as a string
+    // (Qwen3's `'</think>' in message.content`), and an assistant turn of tool calls sends null.
+    if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
     if (total > max_content_bytes) {
       ApiError e = bad_request("messages", absl::StrCat("messages: ", total, " bytes of content is over limits.max_prompt_bytes = ",
                                                 max_content_bytes));
@@ -305,19 +307,17 @@ ConstraintRequest tool_constraint(const ToolsRequest& t) {
     auto it = fn.find("parameters");
     return it == fn.end() ? nullptr : &*it;
   };
+  // A function without `parameters` takes none (OpenAI's reading): its arguments are {}.
+  const ojson no_parameters{{"type", "object"}, {"properties", ojson::object()}};
   if (t.choice == ToolChoice::kNamed) {
     const ojson* p = params(static_cast<size_t>(t.named));
     c.field = absl::StrCat("tools[", t.named, "].function.parameters");
-    if (p) {
-      c.kind = ConstraintRequest::Kind::kJsonSchema;
-      c.text = p->dump();
-    } else {
-      c.kind = ConstraintRequest::Kind::kJsonObject;
-    }
+    c.kind = ConstraintRequest::Kind::kJsonSchema;
+    c.text = (p ? *p : no_parameters).dump();
   } else if (t.choice == ToolChoice::kRequired) {
     ojson branches = ojson::array();
     for (size_t i = 0; i < t.names.size(); ++i) {
-      ojson p = params(i) ? *params(i) : ojson{{"type", "object"}};
+      ojson p = params(i) ? *params(i) : no_parameters;
       rebase_refs(p, absl::StrCat("/items/anyOf/", i, "/properties/parameters"));
       branches.push_back(ojson{{"type", "object"},
                                {"properties", {{"name", {{"const", t.names[i]}}}, {"parameters", std::move(p)}}},

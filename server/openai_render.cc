@@ -35,6 +35,33 @@ PromptSource make_prompt_source(const Tokenizer* tok, const std::string& model_n
   return s;
 }
 
+namespace {
+
+// A tool call id in the shape Mistral's templates demand (9 letters and digits, else they raise): the id's
+// letters and digits, the last 9, left-padded with '0'. Deterministic, so an assistant call and the tool result
+// that answers it still match; ids frost generated for a Mistral template are already this shape (vLLM truncates
+// to the last 9 characters too).
+std::string mistral_id(const std::string& id) {
+  std::string alnum;
+  for (const char c : id)
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) alnum += c;
+  if (alnum.size() > 9) alnum = alnum.substr(alnum.size() - 9);
+  return std::string(9 - alnum.size(), '0') + alnum;
+}
+
+nlohmann::ordered_json with_mistral_ids(nlohmann::ordered_json messages) {
+  for (auto& m : messages) {
+    if (auto it = m.find("tool_call_id"); it != m.end() && it->is_string()) *it = mistral_id(it->get<std::string>());
+    if (auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
+      for (auto& c : *calls)
+        if (auto id = c.find("id"); id != c.end() && id->is_string()) *id = mistral_id(id->get<std::string>());
+    }
+  }
+  return messages;
+}
+
+}  // namespace
+
 std::variant<std::vector<BuiltPrompt>, ApiError> build_prompts(const ParsedRequest& p, const PromptSource& src,
                                                                const LimitsSection& limits) {
   std::vector<BuiltPrompt> out;
@@ -55,6 +82,11 @@ std::variant<std::vector<BuiltPrompt>, ApiError> build_prompts(const ParsedReque
   }
   ChatPrompt::Request req;
   req.messages = &p.messages;
+  nlohmann::ordered_json mistral_messages;
+  if (src.chat->tool_format() == ToolCallFormat::kMistral) {
+    mistral_messages = with_mistral_ids(p.messages);
+    req.messages = &mistral_messages;
+  }
   req.tools = p.tools.any() ? &p.tools.tools : nullptr;
   req.kwargs = p.template_kwargs.is_object() ? &p.template_kwargs : nullptr;
   req.add_generation_prompt = p.add_generation_prompt;

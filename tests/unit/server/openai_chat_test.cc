@@ -110,7 +110,7 @@ TEST(OpenAiChat, ToolCallsAndResultsInMessages) {
   const ojson& call = p.messages[1]["tool_calls"][0];
   // The arguments text became an object, in the client's member order (templates write `arguments | tojson`).
   EXPECT_EQ(call["function"]["arguments"].dump(), R"({"unit":"c","city":"Paris"})");
-  EXPECT_TRUE(p.messages[1]["content"].is_null());
+  EXPECT_EQ(p.messages[1]["content"], "");  // null content renders as "" (templates treat content as a string)
   EXPECT_EQ(p.messages[2]["content"], "21");
   EXPECT_EQ(p.messages[2]["tool_call_id"], "call_1");
   EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"type":"function",
@@ -127,6 +127,11 @@ TEST(OpenAiChat, ForcedChoicesConstrainToTheSchemas) {
   EXPECT_TRUE(admits(named.constraint, R"({"city": "Paris", "unit": "c"})"));
   EXPECT_FALSE(admits(named.constraint, R"({"city": "Paris", "unit": "k"})"));
   EXPECT_FALSE(admits(named.constraint, R"({"city": "Paris"})"));
+  // A function without parameters takes none: its arguments are {}.
+  const ParsedRequest bare = ok(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+      "tools":[{"type":"function","function":{"name":"ping"}}],"tool_choice":{"type":"function","function":{"name":"ping"}}})");
+  EXPECT_TRUE(admits(bare.constraint, "{}"));
+  EXPECT_FALSE(admits(bare.constraint, R"({"a": 1})"));
   const ParsedRequest req = ok(chat(R"(,"tool_choice":"required")"));
   EXPECT_TRUE(admits(req.constraint, R"([{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "f"}}])"));
   // get_time's $ref, rebased into the array schema, still resolves.
