@@ -284,6 +284,7 @@ export async function bulkCheck(ctx, srv, { mode, requests, n, concurrency = 4 }
       `${JSON.stringify(stats.byName)}; ${stats.tokens} completion tokens, longest arguments ${stats.maxArgChars} chars)`;
     assert(!stats.failures.length, `${stats.failures.length} of ${stats.choices} choices failed (${note}); first: ${stats.failures[0]}`);
     assert(stats.calls >= requests * n, `only ${stats.calls} calls`);
+    ctx.bulkCalls = (ctx.bulkCalls || 0) + stats.calls;
     return note;
   });
 }
