@@ -125,25 +125,26 @@ void Sampler::add_prompt(absl::Span<const int32_t> ids) {
   }
 }
 
-SampledToken Sampler::sample(const float* raw, const uint32_t* allowed) {
+const float* Sampler::penalized(const float* raw, const uint32_t* allowed) {
   // 1-3. Penalties (and a constraint's mask) work on a copy; without them the raw logits are read directly.
-  const float* logits = raw;
-  if (penalize_ || allowed) {
-    if (logits_.size() != static_cast<size_t>(n_vocab_)) logits_.resize(static_cast<size_t>(n_vocab_));
-    std::copy(raw, raw + n_vocab_, logits_.begin());
-    if (allowed) {
-      for (int32_t w = 0; w < (n_vocab_ + 31) / 32; ++w) {
-        const uint32_t bits = allowed[w];
-        if (bits == 0xFFFFFFFFu) continue;
-        const int32_t end = std::min(n_vocab_, (w + 1) * 32);
-        for (int32_t i = w * 32; i < end; ++i)
-          if (!((bits >> (i - w * 32)) & 1u)) logits_[static_cast<size_t>(i)] = kNegInf;
-      }
+  if (!penalize_ && !allowed) return raw;
+  if (logits_.size() != static_cast<size_t>(n_vocab_)) logits_.resize(static_cast<size_t>(n_vocab_));
+  std::copy(raw, raw + n_vocab_, logits_.begin());
+  if (allowed) {
+    for (int32_t w = 0; w < (n_vocab_ + 31) / 32; ++w) {
+      const uint32_t bits = allowed[w];
+      if (bits == 0xFFFFFFFFu) continue;
+      const int32_t end = std::min(n_vocab_, (w + 1) * 32);
+      for (int32_t i = w * 32; i < end; ++i)
+        if (!((bits >> (i - w * 32)) & 1u)) logits_[static_cast<size_t>(i)] = kNegInf;
     }
-    if (penalize_) apply_penalties(logits_.data());
-    logits = logits_.data();
   }
+  if (penalize_) apply_penalties(logits_.data());
+  return logits_.data();
+}
 
+SampledToken Sampler::sample(const float* raw, const uint32_t* allowed) {
+  const float* logits = penalized(raw, allowed);
   SampledToken out;
   if (greedy_) {
     // 4. Greedy: a single pass, no RNG.
@@ -151,15 +152,8 @@ SampledToken Sampler::sample(const float* raw, const uint32_t* allowed) {
   } else if (!probs_.empty() && (out.id = sample_full(logits)) >= 0) {
     // plain temperature sampling over the whole vocabulary: the vectorised path
   } else {
-    float l_max = kNegInf;
-    for (int32_t i = 0; i < n_vocab_; ++i) {
-      const float v = std::isnan(logits[i]) ? kNegInf : logits[i];
-      cand_[i] = Candidate{v, i};
-      l_max = std::max(l_max, v);
-    }
-    n_cand_ = n_vocab_;
-    cand_sorted_ = false;
-    out.id = sample_from_candidates(l_max);
+    build_candidates(logits);
+    out.id = draw_candidate(-1);
   }
   if (n_logprobs_ >= 0) fill_logprobs(raw, out);
   record(out.id);
@@ -244,7 +238,15 @@ void Sampler::apply_penalties(float* logits) const {
   }
 }
 
-int32_t Sampler::sample_from_candidates(float l_max) {
+void Sampler::build_candidates(const float* logits) {
+  float l_max = kNegInf;
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    const float v = std::isnan(logits[i]) ? kNegInf : logits[i];
+    cand_[i] = Candidate{v, i};
+    l_max = std::max(l_max, v);
+  }
+  n_cand_ = n_vocab_;
+  cand_sorted_ = false;
   const auto begin = cand_.begin();
 
   // 6. top_k (temperature > 0 keeps the order, so selecting before scaling is equivalent).
@@ -306,19 +308,23 @@ int32_t Sampler::sample_from_candidates(float l_max) {
     }
     n_cand_ = j;
   }
+}
 
-  // 9. Inverse-CDF draw over the live candidates in their current order.
+int32_t Sampler::draw_candidate(int32_t exclude) {
+  // 9. Inverse-CDF draw over the live candidates in their current order (`exclude` skipped; -1 = none).
   double total = 0.0;
-  for (int32_t i = 0; i < n_cand_; ++i) total += cand_[i].value;
+  for (int32_t i = 0; i < n_cand_; ++i)
+    if (cand_[i].id != exclude) total += cand_[i].value;
   const double r = uniform01() * total;
   double cum = 0.0;
   for (int32_t i = 0; i < n_cand_; ++i) {
+    if (cand_[i].id == exclude) continue;
     cum += cand_[i].value;
     if (cum > r) return cand_[i].id;
   }
   // r rounded up to the total: the last candidate with weight.
   for (int32_t i = n_cand_ - 1; i > 0; --i) {
-    if (cand_[i].value > 0.0f) return cand_[i].id;
+    if (cand_[i].id != exclude && cand_[i].value > 0.0f) return cand_[i].id;
   }
   return cand_[0].id;
 }

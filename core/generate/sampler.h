@@ -37,6 +37,8 @@
 // far as its nucleus reaches (64, 256, 1024, ... tokens). No heap allocation unless top
 // logprobs are requested (or the penalty history grows).
 //
+// Speculative decoding verifies a draft against this same processing: core/generate/spec_verify.h.
+//
 // Not thread-safe: one Sampler per sequence, owned by the thread that decodes it.
 #include <cstdint>
 #include <random>
@@ -93,6 +95,8 @@ class Sampler {
   SampledToken accept_device_token(int32_t id);
 
  private:
+  friend struct SpecVerifyAccess;  // core/generate/spec_verify.cc: the draft verification rule
+
   struct Candidate {
     float value;  // logit, then unnormalized probability
     int32_t id;
@@ -101,9 +105,14 @@ class Sampler {
   // Steps 5 and 9 over the whole vocabulary when no truncation is asked for (vectorised); -1 when the
   // logits are degenerate (no finite maximum) or T is too small for 1/T: the general path takes those.
   int32_t sample_full(const float* logits);
-  void apply_penalties(float* logits) const;    // steps 2-3 on [V], in place
-  int32_t sample_from_candidates(float l_max);  // steps 5-9 on cand_; l_max = max logit
-  void record(int32_t id);                      // appends a generated token to the history
+  // Steps 1-3: the raw row itself, or logits_ holding it masked by `allowed` and penalized.
+  const float* penalized(const float* raw, const uint32_t* allowed);
+  void apply_penalties(float* logits) const;  // steps 2-3 on [V], in place
+  // Steps 5-8: cand_[0, n_cand_) = the surviving tokens with their unnormalized probabilities.
+  void build_candidates(const float* logits);
+  // Step 9 over cand_ (one uniform), leaving out the token `exclude` (-1: none) and renormalizing.
+  int32_t draw_candidate(int32_t exclude);
+  void record(int32_t id);  // appends a generated token to the history
   void fill_logprobs(const float* raw, SampledToken& out);
   double uniform01();
 
