@@ -13,17 +13,19 @@ std::string name_of(const std::string& field, size_t i) { return absl::StrCat(fi
 
 absl::Status check_total(int64_t total, const std::string& field) {
   if (total > kMaxEmbedTokens)
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", total, " tokens in all, more than the cap of ",
-                                                   kMaxEmbedTokens, " tokens per request"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", total, " tokens in all, more than the cap of ", kMaxEmbedTokens, " tokens per request"));
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status check_embed_inputs(const LoadedModel& model, const EmbedInputs& in, const LimitsSection& limits) {
+absl::Status check_embed_inputs(const LoadedModel& model, const EmbedInputs& in,
+                                const LimitsSection& limits) {
   const bool texts = !in.texts.empty(), ids = !in.ids.empty();
   if (texts == ids)
-    return absl::InvalidArgumentError(absl::StrCat(in.texts_field, " / ", in.ids_field, ": exactly one must be non-empty",
+    return absl::InvalidArgumentError(absl::StrCat(in.texts_field, " / ", in.ids_field,
+                                                   ": exactly one must be non-empty",
                                                    texts ? " (both are set)" : ""));
   const std::string& field = texts ? in.texts_field : in.ids_field;
   const size_t n = texts ? in.texts.size() : in.ids.size();

@@ -3,8 +3,8 @@
 // that are cheap enough for a gRPC callback thread (count, text bytes and UTF-8, token-id inputs), and the
 // work itself (tokenizing the texts, then core/prototype/embedding.h per input) for a worker thread.
 //
-// Bounds: at most kMaxEmbedInputs inputs (OpenAI's 2048) and kMaxEmbedTokens tokens over every input (OpenAI's
-// per-request cap); each input within the model's context (never truncated) and each text within
+// Bounds: at most kMaxEmbedInputs inputs (OpenAI's 2048) and kMaxEmbedTokens tokens over every input
+// (OpenAI's per-request cap); each input within the model's context (never truncated) and each text within
 // limits.max_prompt_bytes. Errors are INVALID_ARGUMENT naming the input as the caller's field spells it
 // ("texts[2]: ...", "input[0]: ...").
 //
@@ -32,7 +32,7 @@ inline constexpr int64_t kMaxEmbedTokens = 300000;
 struct EmbedInputs {
   std::vector<std::string> texts;
   std::vector<std::vector<int32_t>> ids;
-  std::string texts_field = "texts";   // how errors name an input: "<field>[i]"
+  std::string texts_field = "texts";  // how errors name an input: "<field>[i]"
   std::string ids_field = "token_ids";
 };
 

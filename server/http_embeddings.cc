@@ -1,10 +1,10 @@
-// POST /v1/embeddings: OpenAiHttpServer's handler (server/openai_embeddings.h maps the body, server/embed_exec.h
-// does the work, shared with Generation.Embed). Kept out of http_server.cc so that file holds the generation
-// endpoints only.
+// POST /v1/embeddings: OpenAiHttpServer's handler (server/openai_embeddings.h maps the body,
+// server/embed_exec.h does the work, shared with Generation.Embed). Kept out of http_server.cc so that file
+// holds the generation endpoints only.
 //
-// Threads: the handler runs on its connection's thread (server/http_front.h), which may block, so the backbone
-// forwards run here; the connection is asked between inputs, and a client that went away stops the work.
-// The response counts in active() while it is computed, so a drain waits for it like for a generation.
+// Threads: the handler runs on its connection's thread (server/http_front.h), which may block, so the
+// backbone forwards run here; the connection is asked between inputs, and a client that went away stops the
+// work. The response counts in active() while it is computed, so a drain waits for it like for a generation.
 #include "absl/strings/str_cat.h"
 #include "core/common/clock.h"
 #include "server/embed_exec.h"
@@ -20,12 +20,13 @@ void OpenAiHttpServer::handle_embeddings(const HttpRequest& req, HttpResponse& r
   const int64_t t0 = RealClock::get().now_ns();
   auto finish = [&](grpc::StatusCode code) {
     if (metrics_)
-      metrics_->record_request("embeddings", code,
-                               static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9, "http");
+      metrics_->record_request("embeddings", code, static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9,
+                               "http");
   };
   auto fail = [&](const oa::ApiError& e) {
     const bool sent = res.send(e.http, "application/json", oa::error_body(e));
-    finish(sent ? static_cast<grpc::StatusCode>(oa::grpc_code_for_http(e.http)) : grpc::StatusCode::CANCELLED);
+    finish(sent ? static_cast<grpc::StatusCode>(oa::grpc_code_for_http(e.http))
+                : grpc::StatusCode::CANCELLED);
   };
   if (auth_) {  // the inference rule, with the Authorization header as gRPC's metadata
     if (absl::Status st = auth_->check("/frost.v1.Generation/Embed", req.header("Authorization")); !st.ok())
@@ -58,7 +59,8 @@ void OpenAiHttpServer::handle_embeddings(const HttpRequest& req, HttpResponse& r
     return fail(oa::error_from_status(out.status(), "input"));
   }
   const bool sent =
-      res.send(200, "application/json", oa::embeddings_response_body(model.name, out->vectors, p.base64, out->prompt_tokens));
+      res.send(200, "application/json",
+               oa::embeddings_response_body(model.name, out->vectors, p.base64, out->prompt_tokens));
   finish(sent ? grpc::StatusCode::OK : grpc::StatusCode::CANCELLED);
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // The OpenAI endpoint's per-request plumbing (internal to server/http_*.cc): one request's exchange with the
-// engine (Exchange: the engine's delivery thread appends, the HTTP worker drains), its sink, the served model,
-// a submitted request, and the helpers every handler uses (auth, errors, SSE framing).
+// engine (Exchange: the engine's delivery thread appends, the HTTP worker drains), its sink, the served
+// model, a submitted request, and the helpers every handler uses (auth, errors, SSE framing).
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -52,8 +52,8 @@ struct Exchange {
   std::vector<std::shared_ptr<CancelToken>> cancels;  // set before any submit
   int64_t t0_ns = 0;
   bool first_token_seen ABSL_GUARDED_BY(mu) = false;
-  int admitted ABSL_GUARDED_BY(mu) = 0;             // choices the engine queued (TokenSink::on_admitted)
-  std::vector<char> refused ABSL_GUARDED_BY(mu);    // choices that ended before they were queued
+  int admitted ABSL_GUARDED_BY(mu) = 0;           // choices the engine queued (TokenSink::on_admitted)
+  std::vector<char> refused ABSL_GUARDED_BY(mu);  // choices that ended before they were queued
 
   void cancel_all() {
     for (auto& c : cancels) c->cancel();
@@ -134,13 +134,14 @@ struct OpenAiHttpServer::Submitted {
   std::shared_ptr<http_internal::Exchange> ex;
   oa::ResponseMeta meta;
   std::shared_ptr<Engine> engine;  // held until the response ends
-  int n = 1;  // choices in all (prompts x n for a batched completions request)
+  int n = 1;                       // choices in all (prompts x n for a batched completions request)
   bool stream = false, include_usage = false, logprobs = false;
   std::string constraint_field;  // the body field the constraint came from ("" = none)
   // Chat with tools: how each choice's output is parsed (kNone: plain content), and per choice the streaming
   // parser and the calls sent so far (touched only by the HTTP thread answering this request).
   ToolCallFormat tool_format = ToolCallFormat::kNone;
-  ToolCallFormat id_format = ToolCallFormat::kHermes;  // call ids in the template's shape (Mistral: 9 characters)
+  ToolCallFormat id_format =
+      ToolCallFormat::kHermes;  // call ids in the template's shape (Mistral: 9 characters)
   std::string forced_name;
   mutable std::vector<ToolCallStream> tool_streams;
   mutable std::vector<int> calls_sent;

@@ -1,8 +1,9 @@
 // POST /v1/responses (server/openai_responses.h): the body becomes a chat request, submitted like
-// /v1/chat/completions (OpenAiHttpServer::submit), and the answer is written in the Responses shapes — the whole
-// response object, or (stream: true) the Responses event stream: response.created, response.in_progress, the
-// items' events as the output arrives, then response.completed / response.incomplete (or response.failed on an
-// engine error after the stream started). No "data: [DONE]": the stream ends with its last event.
+// /v1/chat/completions (OpenAiHttpServer::submit), and the answer is written in the Responses shapes — the
+// whole response object, or (stream: true) the Responses event stream: response.created,
+// response.in_progress, the items' events as the output arrives, then response.completed /
+// response.incomplete (or response.failed on an engine error after the stream started). No "data: [DONE]":
+// the stream ends with its last event.
 #include <ctime>
 #include <string>
 #include <utility>
@@ -25,7 +26,8 @@ namespace {
 struct ResponsesAnswer {
   ToolCallFormat format = ToolCallFormat::kNone;
   std::string forced_name;
-  ToolCallFormat id_format = ToolCallFormat::kHermes;  // call ids in the template's shape (Mistral: 9 characters)
+  ToolCallFormat id_format =
+      ToolCallFormat::kHermes;  // call ids in the template's shape (Mistral: 9 characters)
   oa::ResponseMeta meta;
   ojson echo;
   std::vector<std::string> origin;
@@ -70,14 +72,16 @@ grpc::StatusCode answer_whole(Exchange& ex, const ResponsesAnswer& a, HttpRespon
       oa::ResponsesOutput out(a.format, a.forced_name, a.id_format);
       out.feed(c.text, nullptr);
       out.finish(st.incomplete_length, nullptr);
-      body = oa::response_object(a.meta, a.echo, st, &out).dump(-1, ' ', false, ojson::error_handler_t::replace);
+      body =
+          oa::response_object(a.meta, a.echo, st, &out).dump(-1, ' ', false, ojson::error_handler_t::replace);
     }
     return res.send(200, "application/json", body) ? grpc::StatusCode::OK : grpc::StatusCode::CANCELLED;
   }
 }
 
 grpc::StatusCode answer_stream(Exchange& ex, const ResponsesAnswer& a, HttpResponse& res) {
-  if (!res.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return grpc::StatusCode::CANCELLED;
+  if (!res.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}}))
+    return grpc::StatusCode::CANCELLED;
   oa::ResponsesEvents frames;
   oa::ResponsesOutput out(a.format, a.forced_name, a.id_format);
   oa::ResponseStatus running;
@@ -115,7 +119,8 @@ grpc::StatusCode answer_stream(Exchange& ex, const ResponsesAnswer& a, HttpRespo
       const char* type = st.status == "failed"       ? "response.failed"
                          : st.status == "incomplete" ? "response.incomplete"
                                                      : "response.completed";
-      wire += frames.frame(oa::ResponsesEvents::lifecycle(type, oa::response_object(a.meta, a.echo, st, &out)));
+      wire +=
+          frames.frame(oa::ResponsesEvents::lifecycle(type, oa::response_object(a.meta, a.echo, st, &out)));
     }
     if (!wire.empty() && !res.write(wire)) return grpc::StatusCode::CANCELLED;
     if (b.all_done) return res.finish() ? grpc::StatusCode::OK : grpc::StatusCode::CANCELLED;
@@ -144,7 +149,8 @@ void OpenAiHttpServer::handle_responses(const HttpRequest& req, HttpResponse& re
       oa::parse_responses_request(req.body, cfg_.limits, sampling_defaults(s->engine->model().generation));
   if (auto* e = std::get_if<oa::ApiError>(&parsed)) return refuse(*e);
   oa::ResponsesRequest& r = std::get<oa::ResponsesRequest>(parsed);
-  if (std::optional<oa::ApiError> e = oa::check_model(r.chat.model, s->model_name, cfg_.model.path)) return refuse(*e);
+  if (std::optional<oa::ApiError> e = oa::check_model(r.chat.model, s->model_name, cfg_.model.path))
+    return refuse(*e);
 
   ResponsesAnswer a;
   a.echo = std::move(r.echo);
@@ -157,7 +163,8 @@ void OpenAiHttpServer::handle_responses(const HttpRequest& req, HttpResponse& re
   a.format = sb.tool_format;
   a.forced_name = sb.forced_name;
   if (s->prompts.chat) a.id_format = s->prompts.chat->tool_format();
-  a.meta = oa::ResponseMeta{oa::new_response_id("resp_"), static_cast<int64_t>(std::time(nullptr)), s->model_name};
+  a.meta =
+      oa::ResponseMeta{oa::new_response_id("resp_"), static_cast<int64_t>(std::time(nullptr)), s->model_name};
 
   active_.fetch_add(1);
   bool gone = false;

@@ -1,7 +1,7 @@
-// The OpenAI endpoint's prompt utilities (server/http_server.h): POST /tokenize and /detokenize in vLLM's shapes,
-// and POST /v1/completions/render and /v1/chat/completions/render — the token ids a completions or chat request
-// would run, computed by the same code that submits it (openai_render.h), so a router's prefix scorer and the
-// engine agree to the token.
+// The OpenAI endpoint's prompt utilities (server/http_server.h): POST /tokenize and /detokenize in vLLM's
+// shapes, and POST /v1/completions/render and /v1/chat/completions/render — the token ids a completions or
+// chat request would run, computed by the same code that submits it (openai_render.h), so a router's prefix
+// scorer and the engine agree to the token.
 //
 //   /tokenize    {model?, prompt, add_special_tokens (default true: BOS), return_token_strs?} or
 //                {model?, messages, tools?, add_generation_prompt?, chat_template_kwargs?, add_special_tokens
@@ -40,7 +40,8 @@ std::string with_model(const std::string& body, const json& doc, const std::stri
 
 }  // namespace
 
-std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::string& route, const HttpRequest& req) {
+std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::string& route,
+                                                                  const HttpRequest& req) {
   if (absl::Status st = check_auth(auth_, req); !st.ok()) return oa::error_from_status(st);
   std::shared_ptr<const Served> s = served();
   if (!s || !s->engine) return oa::error_from_status(absl::UnavailableError("the model is loading"));
@@ -51,7 +52,8 @@ std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::str
   if (!doc.is_object()) return oa::bad_request("", "the body must be a JSON object");
   if (doc.contains("model") && !doc["model"].is_null()) {
     if (!doc["model"].is_string()) return oa::bad_request("model", "model: expected a string");
-    if (std::optional<oa::ApiError> e = oa::check_model(doc["model"], s->model_name, cfg_.model.path)) return *e;
+    if (std::optional<oa::ApiError> e = oa::check_model(doc["model"], s->model_name, cfg_.model.path))
+      return *e;
   }
   const SamplingParams defaults = sampling_defaults(s->engine->model().generation);
   auto flag = [&](const char* key, bool dflt) -> std::variant<bool, oa::ApiError> {
@@ -64,16 +66,19 @@ std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::str
   if (route == "detokenize") {
     for (auto it = doc.begin(); it != doc.end(); ++it)
       if (it.key() != "model" && it.key() != "tokens")
-        return oa::bad_request(it.key(), absl::StrCat("unrecognized request argument supplied: ", oa::utf8_for_json(it.key())));
-    if (!src.tok) return oa::error_from_status(absl::FailedPreconditionError("the served model has no tokenizer"));
+        return oa::bad_request(
+            it.key(), absl::StrCat("unrecognized request argument supplied: ", oa::utf8_for_json(it.key())));
+    if (!src.tok)
+      return oa::error_from_status(absl::FailedPreconditionError("the served model has no tokenizer"));
     auto it = doc.find("tokens");
-    if (it == doc.end() || !it->is_array()) return oa::bad_request("tokens", "tokens: required, a list of token ids");
+    if (it == doc.end() || !it->is_array())
+      return oa::bad_request("tokens", "tokens: required, a list of token ids");
     std::vector<int32_t> ids;
     for (size_t i = 0; i < it->size(); ++i) {
       const json& t = (*it)[i];
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= src.tok->vocab_size())
-        return oa::bad_request("tokens", absl::StrCat("tokens[", i, "]: expected a token id in [0, ", src.tok->vocab_size(),
-                                          "), got ", t.dump()));
+        return oa::bad_request("tokens", absl::StrCat("tokens[", i, "]: expected a token id in [0, ",
+                                                      src.tok->vocab_size(), "), got ", t.dump()));
       ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
     return json{{"prompt", oa::utf8_for_json(src.tok->decode(ids))}};
@@ -84,7 +89,8 @@ std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::str
   const oa::Endpoint ep = chat ? oa::Endpoint::kChat : oa::Endpoint::kCompletions;
   bool add_special = !chat, token_strs = false;
   if (tokenize) {
-    for (auto [key, out] : {std::pair{"add_special_tokens", &add_special}, std::pair{"return_token_strs", &token_strs}}) {
+    for (auto [key, out] :
+         {std::pair{"add_special_tokens", &add_special}, std::pair{"return_token_strs", &token_strs}}) {
       std::variant<bool, oa::ApiError> v = flag(key, *out);
       if (auto* e = std::get_if<oa::ApiError>(&v)) return *e;
       *out = std::get<bool>(v);
@@ -92,8 +98,8 @@ std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::str
   }
   static const std::set<std::string> kTokenizeFields = {"add_special_tokens", "return_token_strs"};
   std::variant<oa::ParsedRequest, oa::ApiError> parsed =
-      oa::parse_request(ep, tokenize ? with_model(req.body, doc, s->model_name) : req.body, cfg_.limits, defaults,
-                        tokenize ? &kTokenizeFields : nullptr);
+      oa::parse_request(ep, tokenize ? with_model(req.body, doc, s->model_name) : req.body, cfg_.limits,
+                        defaults, tokenize ? &kTokenizeFields : nullptr);
   if (auto* e = std::get_if<oa::ApiError>(&parsed)) return *e;
   oa::ParsedRequest& p = std::get<oa::ParsedRequest>(parsed);
   if (std::optional<oa::ApiError> e = oa::check_model(p.model, s->model_name, cfg_.model.path)) return *e;
@@ -110,7 +116,8 @@ std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::str
     oa::BuiltPrompt& b = prompts[i];
     if (tokenize) {
       if (!chat) b.add_bos = add_special;
-      if (chat && add_special && src.tok && src.tok->bos_id() >= 0) b.ids.insert(b.ids.begin(), src.tok->bos_id());
+      if (chat && add_special && src.tok && src.tok->bos_id() >= 0)
+        b.ids.insert(b.ids.begin(), src.tok->bos_id());
     }
     absl::StatusOr<std::vector<int32_t>> ids = oa::prompt_ids(b, src);
     if (!ids.ok()) return oa::error_from_status(ids.status(), "prompt");
@@ -126,7 +133,10 @@ std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::str
     const int32_t max_tokens = chat && !p.max_tokens_set
                                    ? oa::default_chat_max_tokens(n, src.max_context, cfg_.limits)
                                    : p.params.max_new_tokens;
-    json item = {{"model", s->model_name}, {"token_ids", *ids}, {"count", n}, {"max_model_len", src.max_context},
+    json item = {{"model", s->model_name},
+                 {"token_ids", *ids},
+                 {"count", n},
+                 {"max_model_len", src.max_context},
                  {"max_tokens", max_tokens}};
     if (chat) {
       item["prompt"] = oa::utf8_for_json(b.rendered);
@@ -146,11 +156,13 @@ void OpenAiHttpServer::handle_utility(const std::string& route, const HttpReques
     http = e->http;
     send_error(res, *e);
   } else {
-    res.send(200, "application/json", std::get<json>(out).dump(-1, ' ', false, json::error_handler_t::replace));
+    res.send(200, "application/json",
+             std::get<json>(out).dump(-1, ' ', false, json::error_handler_t::replace));
   }
   if (metrics_)
     metrics_->record_request(route == "tokenize" || route == "detokenize" ? route : route + ".render",
-                             static_cast<grpc::StatusCode>(oa::grpc_code_for_http(http)), seconds_since(t0), "http");
+                             static_cast<grpc::StatusCode>(oa::grpc_code_for_http(http)), seconds_since(t0),
+                             "http");
 }
 
 }  // namespace frost::server

@@ -25,18 +25,22 @@ std::optional<ApiError> content_of(const ojson& c, const std::string& at, ojson*
     return std::nullopt;
   }
   if (!c.is_array())
-    return bad_request(at, absl::StrCat(at, ": expected a string or an array of text parts, got ", json_kind(c)));
+    return bad_request(at,
+                       absl::StrCat(at, ": expected a string or an array of text parts, got ", json_kind(c)));
   std::string text;
   for (size_t j = 0; j < c.size(); ++j) {
     const std::string pat = absl::StrCat(at, "[", j, "]");
     const ojson& part = c[j];
     const ojson* type = part.is_object() ? member(part, "type") : nullptr;
-    if (!type || !type->is_string()) return bad_request(pat, absl::StrCat(pat, ": expected an object with a type"));
+    if (!type || !type->is_string())
+      return bad_request(pat, absl::StrCat(pat, ": expected an object with a type"));
     const std::string& t = type->get_ref<const std::string&>();
     if (t != "text" && t != "input_text" && t != "output_text")
-      return bad_request(pat + ".type", absl::StrCat(pat, ".type: \"", utf8_for_json(t), "\" content is not supported (text only)"));
+      return bad_request(pat + ".type", absl::StrCat(pat, ".type: \"", utf8_for_json(t),
+                                                     "\" content is not supported (text only)"));
     const ojson* tx = member(part, "text");
-    if (!tx || !tx->is_string()) return bad_request(pat + ".text", absl::StrCat(pat, ".text: expected a string"));
+    if (!tx || !tx->is_string())
+      return bad_request(pat + ".text", absl::StrCat(pat, ".text: expected a string"));
     text += tx->get_ref<const std::string&>();
   }
   *out = std::move(text);
@@ -50,31 +54,38 @@ std::optional<ApiError> parse_tool_call(const ojson& tc, const std::string& at, 
     const std::string& k = it.key();
     if (it->is_null()) continue;
     if (k == "id" || k == "type") {
-      if (!it->is_string()) return bad_request(at + "." + k, absl::StrCat(at, ".", k, ": expected a string, got ", json_kind(*it)));
+      if (!it->is_string())
+        return bad_request(at + "." + k,
+                           absl::StrCat(at, ".", k, ": expected a string, got ", json_kind(*it)));
       if (k == "type" && *it != "function")
         return bad_request(at + ".type", absl::StrCat(at, ".type: expected \"function\", got \"",
-                                              utf8_for_json(it->get<std::string>()), "\""));
+                                                      utf8_for_json(it->get<std::string>()), "\""));
       call[k] = *it;
     } else if (k == "index") {
       continue;  // a streamed delta's index, echoed back by some clients
     } else if (k == "function") {
       const std::string fat = at + ".function";
-      if (!it->is_object()) return bad_request(fat, absl::StrCat(fat, ": expected an object, got ", json_kind(*it)));
+      if (!it->is_object())
+        return bad_request(fat, absl::StrCat(fat, ": expected an object, got ", json_kind(*it)));
       const ojson* name = member(*it, "name");
-      if (!name || !name->is_string()) return bad_request(fat + ".name", absl::StrCat(fat, ".name: expected a string"));
+      if (!name || !name->is_string())
+        return bad_request(fat + ".name", absl::StrCat(fat, ".name: expected a string"));
       ojson args = ojson::object();
       if (const ojson* a = member(*it, "arguments")) {
         if (a->is_string()) {
           nlohmann::json probe;  // bounded first: the text is the client's
           if (parse_json_bounded(a->get_ref<const std::string&>(), 64, &probe) || !probe.is_object())
-            return bad_request(fat + ".arguments", absl::StrCat(fat, ".arguments: expected the JSON text of an object"));
+            return bad_request(fat + ".arguments",
+                               absl::StrCat(fat, ".arguments: expected the JSON text of an object"));
           args = ojson::parse(a->get_ref<const std::string&>(), nullptr, false);
           if (args.is_discarded() || !args.is_object())
-            return bad_request(fat + ".arguments", absl::StrCat(fat, ".arguments: expected the JSON text of an object"));
+            return bad_request(fat + ".arguments",
+                               absl::StrCat(fat, ".arguments: expected the JSON text of an object"));
         } else if (a->is_object()) {
           args = *a;
         } else {
-          return bad_request(fat + ".arguments", absl::StrCat(fat, ".arguments: expected a string, got ", json_kind(*a)));
+          return bad_request(fat + ".arguments",
+                             absl::StrCat(fat, ".arguments: expected a string, got ", json_kind(*a)));
         }
       }
       call["function"] = ojson{{"name", *name}, {"arguments", std::move(args)}};
@@ -82,7 +93,8 @@ std::optional<ApiError> parse_tool_call(const ojson& tc, const std::string& at, 
       return bad_request(at + "." + k, absl::StrCat(at, ".", utf8_for_json(k), ": unknown field"));
     }
   }
-  if (!call.contains("function")) return bad_request(at + ".function", absl::StrCat(at, ".function: required"));
+  if (!call.contains("function"))
+    return bad_request(at + ".function", absl::StrCat(at, ".function: required"));
   if (!call.contains("type")) call["type"] = "function";
   *out = std::move(call);
   return std::nullopt;
@@ -111,7 +123,8 @@ bool valid_name(const std::string& n) {
   return true;
 }
 
-// Every local "$ref" under `schema` ("#..." pointers) rebased to where the schema now sits (`base`, a pointer).
+// Every local "$ref" under `schema` ("#..." pointers) rebased to where the schema now sits (`base`, a
+// pointer).
 void rebase_refs(ojson& schema, const std::string& base) {
   std::vector<ojson*> todo{&schema};
   while (!todo.empty()) {
@@ -147,10 +160,12 @@ std::optional<nlohmann::ordered_json> ordered_member(std::string_view body, cons
 }
 
 std::optional<ApiError> parse_chat_messages(const ojson& v, size_t max_content_bytes, ojson* out) {
-  if (!v.is_array()) return bad_request("messages", absl::StrCat("messages: expected an array, got ", json_kind(v)));
+  if (!v.is_array())
+    return bad_request("messages", absl::StrCat("messages: expected an array, got ", json_kind(v)));
   if (v.empty()) return bad_request("messages", "messages: must not be empty");
   if (v.size() > static_cast<size_t>(kMaxMessages))
-    return bad_request("messages", absl::StrCat("messages: at most ", kMaxMessages, " messages, got ", v.size()));
+    return bad_request("messages",
+                       absl::StrCat("messages: at most ", kMaxMessages, " messages, got ", v.size()));
   *out = ojson::array();
   size_t total = 0;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -163,12 +178,14 @@ std::optional<ApiError> parse_chat_messages(const ojson& v, size_t max_content_b
       const std::string& k = it.key();
       const std::string fat = at + "." + k;
       if (k == "role") {
-        if (!it->is_string()) return bad_request(fat, absl::StrCat(fat, ": expected a string, got ", json_kind(*it)));
+        if (!it->is_string())
+          return bad_request(fat, absl::StrCat(fat, ": expected a string, got ", json_kind(*it)));
         role = it->get<std::string>();
         if (role == "developer") role = "system";  // OpenAI's newer name for the system role
         if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-          return bad_request(fat, absl::StrCat(fat, ": unknown value \"", utf8_for_json(it->get<std::string>()),
-                                       "\" (expected system, developer, user, assistant or tool)"));
+          return bad_request(fat,
+                             absl::StrCat(fat, ": unknown value \"", utf8_for_json(it->get<std::string>()),
+                                          "\" (expected system, developer, user, assistant or tool)"));
         msg["role"] = role;
       } else if (k == "content") {
         ojson c;
@@ -178,10 +195,12 @@ std::optional<ApiError> parse_chat_messages(const ojson& v, size_t max_content_b
       } else if (it->is_null()) {
         continue;  // refusal: null, tool_calls: null, audio: null, ... as the SDKs send them
       } else if (k == "name" || k == "tool_call_id") {
-        if (!it->is_string()) return bad_request(fat, absl::StrCat(fat, ": expected a string, got ", json_kind(*it)));
+        if (!it->is_string())
+          return bad_request(fat, absl::StrCat(fat, ": expected a string, got ", json_kind(*it)));
         msg[k] = *it;
       } else if (k == "tool_calls") {
-        if (!it->is_array()) return bad_request(fat, absl::StrCat(fat, ": expected an array, got ", json_kind(*it)));
+        if (!it->is_array())
+          return bad_request(fat, absl::StrCat(fat, ": expected an array, got ", json_kind(*it)));
         if (role != "assistant" && m.contains("role") && m["role"] != "assistant")
           return bad_request(fat, absl::StrCat(fat, ": only assistant messages carry tool calls"));
         ojson calls = ojson::array();
@@ -197,15 +216,19 @@ std::optional<ApiError> parse_chat_messages(const ojson& v, size_t max_content_b
     }
     if (role.empty()) return bad_request(at + ".role", absl::StrCat(at, ".role: required"));
     if (msg.contains("tool_calls") && role != "assistant")
-      return bad_request(at + ".tool_calls", absl::StrCat(at, ".tool_calls: only assistant messages carry tool calls"));
+      return bad_request(at + ".tool_calls",
+                         absl::StrCat(at, ".tool_calls: only assistant messages carry tool calls"));
     if (role == "tool" && !msg.contains("tool_call_id"))
-      return bad_request(at + ".tool_call_id", absl::StrCat(at, ".tool_call_id: required for a tool message"));
+      return bad_request(at + ".tool_call_id",
+                         absl::StrCat(at, ".tool_call_id: required for a tool message"));
     // Absent or null content is "" (as vLLM renders it): templates test and slice content as a string
     // (Qwen3's `'</think>' in message.content`), and an assistant turn of tool calls sends null.
     if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
     if (total > max_content_bytes) {
-      ApiError e = bad_request("messages", absl::StrCat("messages: ", total, " bytes of content is over limits.max_prompt_bytes = ",
-                                                max_content_bytes));
+      ApiError e = bad_request(
+          "messages",
+          absl::StrCat("messages: ", total,
+                       " bytes of content is over limits.max_prompt_bytes = ", max_content_bytes));
       e.http = 413;
       return e;
     }
@@ -217,7 +240,8 @@ std::optional<ApiError> parse_chat_messages(const ojson& v, size_t max_content_b
 std::optional<ApiError> parse_tools(const ojson* tools, const ojson* tool_choice, const ojson* parallel,
                                     ToolsRequest* out) {
   if (tools) {
-    if (!tools->is_array()) return bad_request("tools", absl::StrCat("tools: expected an array, got ", json_kind(*tools)));
+    if (!tools->is_array())
+      return bad_request("tools", absl::StrCat("tools: expected an array, got ", json_kind(*tools)));
     if (tools->size() > static_cast<size_t>(kMaxTools))
       return bad_request("tools", absl::StrCat("tools: at most ", kMaxTools, " tools, got ", tools->size()));
     std::set<std::string> seen;
@@ -225,33 +249,42 @@ std::optional<ApiError> parse_tools(const ojson* tools, const ojson* tool_choice
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string at = absl::StrCat("tools[", i, "]");
       const ojson& t = (*tools)[i];
-      if (!t.is_object()) return bad_request(at, absl::StrCat(at, ": expected an object, got ", json_kind(t)));
+      if (!t.is_object())
+        return bad_request(at, absl::StrCat(at, ": expected an object, got ", json_kind(t)));
       for (auto it = t.begin(); it != t.end(); ++it) {
         if (it.key() != "type" && it.key() != "function")
-          return bad_request(at + "." + it.key(), absl::StrCat(at, ".", utf8_for_json(it.key()), ": unknown field"));
+          return bad_request(at + "." + it.key(),
+                             absl::StrCat(at, ".", utf8_for_json(it.key()), ": unknown field"));
       }
       const ojson* type = member(t, "type");
       if (!type || *type != "function")
-        return bad_request(at + ".type", absl::StrCat(at, ".type: expected \"function\" (the only tool type served)"));
+        return bad_request(at + ".type",
+                           absl::StrCat(at, ".type: expected \"function\" (the only tool type served)"));
       const ojson* fn = member(t, "function");
-      if (!fn || !fn->is_object()) return bad_request(at + ".function", absl::StrCat(at, ".function: required, an object"));
+      if (!fn || !fn->is_object())
+        return bad_request(at + ".function", absl::StrCat(at, ".function: required, an object"));
       for (auto it = fn->begin(); it != fn->end(); ++it) {
         const std::string& k = it.key();
         if (k != "name" && k != "description" && k != "parameters" && k != "strict")
-          return bad_request(at + ".function." + k, absl::StrCat(at, ".function.", utf8_for_json(k), ": unknown field"));
+          return bad_request(at + ".function." + k,
+                             absl::StrCat(at, ".function.", utf8_for_json(k), ": unknown field"));
       }
       const ojson* name = member(*fn, "name");
       if (!name || !name->is_string() || !valid_name(name->get<std::string>()))
-        return bad_request(at + ".function.name",
-                   absl::StrCat(at, ".function.name: required, 1-64 letters, digits, '_', '-' or '.'"));
+        return bad_request(
+            at + ".function.name",
+            absl::StrCat(at, ".function.name: required, 1-64 letters, digits, '_', '-' or '.'"));
       if (!seen.insert(name->get<std::string>()).second)
-        return bad_request(at + ".function.name", absl::StrCat(at, ".function.name: \"", name->get<std::string>(),
-                                                       "\" is defined twice"));
+        return bad_request(
+            at + ".function.name",
+            absl::StrCat(at, ".function.name: \"", name->get<std::string>(), "\" is defined twice"));
       if (const ojson* d = member(*fn, "description"); d && !d->is_string())
-        return bad_request(at + ".function.description", absl::StrCat(at, ".function.description: expected a string"));
+        return bad_request(at + ".function.description",
+                           absl::StrCat(at, ".function.description: expected a string"));
       if (const ojson* p = member(*fn, "parameters"); p && !p->is_object())
-        return bad_request(at + ".function.parameters",
-                   absl::StrCat(at, ".function.parameters: expected a JSON Schema object, got ", json_kind(*p)));
+        return bad_request(
+            at + ".function.parameters",
+            absl::StrCat(at, ".function.parameters: expected a JSON Schema object, got ", json_kind(*p)));
       out->names.push_back(name->get<std::string>());
       ojson f = ojson::object();
       for (auto it = fn->begin(); it != fn->end(); ++it)
@@ -270,23 +303,27 @@ std::optional<ApiError> parse_tools(const ojson* tools, const ojson* tool_choice
       } else if (c == "required") {
         out->choice = ToolChoice::kRequired;
       } else {
-        return bad_request("tool_choice", absl::StrCat("tool_choice: unknown value \"", utf8_for_json(c),
-                                               "\" (expected auto, none, required or {\"type\": \"function\", ...})"));
+        return bad_request(
+            "tool_choice",
+            absl::StrCat("tool_choice: unknown value \"", utf8_for_json(c),
+                         "\" (expected auto, none, required or {\"type\": \"function\", ...})"));
       }
     } else if (tool_choice->is_object()) {
       const ojson* fn = member(*tool_choice, "function");
       const ojson* name = fn && fn->is_object() ? member(*fn, "name") : member(*tool_choice, "name");
       if (!name || !name->is_string())
-        return bad_request("tool_choice", "tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        return bad_request("tool_choice",
+                           "tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": ...}}");
       const std::string n = name->get<std::string>();
       for (size_t i = 0; i < out->names.size(); ++i)
         if (out->names[i] == n) out->named = static_cast<int>(i);
       if (out->named < 0)
         return bad_request("tool_choice", absl::StrCat("tool_choice: names the function \"", utf8_for_json(n),
-                                               "\", which is not in tools"));
+                                                       "\", which is not in tools"));
       out->choice = ToolChoice::kNamed;
     } else {
-      return bad_request("tool_choice", absl::StrCat("tool_choice: expected a string or an object, got ", json_kind(*tool_choice)));
+      return bad_request("tool_choice", absl::StrCat("tool_choice: expected a string or an object, got ",
+                                                     json_kind(*tool_choice)));
     }
     if (out->choice == ToolChoice::kRequired && !out->any())
       return bad_request("tool_choice", "tool_choice: \"required\" needs tools");
@@ -294,7 +331,8 @@ std::optional<ApiError> parse_tools(const ojson* tools, const ojson* tool_choice
   if (!out->any()) out->choice = ToolChoice::kNone;
   if (parallel) {
     if (!parallel->is_boolean())
-      return bad_request("parallel_tool_calls", absl::StrCat("parallel_tool_calls: expected a boolean, got ", json_kind(*parallel)));
+      return bad_request("parallel_tool_calls",
+                         absl::StrCat("parallel_tool_calls: expected a boolean, got ", json_kind(*parallel)));
     out->parallel = parallel->get<bool>();
   }
   return std::nullopt;
@@ -319,9 +357,10 @@ ConstraintRequest tool_constraint(const ToolsRequest& t) {
     for (size_t i = 0; i < t.names.size(); ++i) {
       ojson p = params(i) ? *params(i) : no_parameters;
       rebase_refs(p, absl::StrCat("/items/anyOf/", i, "/properties/parameters"));
-      branches.push_back(ojson{{"type", "object"},
-                               {"properties", {{"name", {{"const", t.names[i]}}}, {"parameters", std::move(p)}}},
-                               {"required", {"name", "parameters"}}});
+      branches.push_back(
+          ojson{{"type", "object"},
+                {"properties", {{"name", {{"const", t.names[i]}}}, {"parameters", std::move(p)}}},
+                {"required", {"name", "parameters"}}});
     }
     ojson schema{{"type", "array"}, {"minItems", 1}};
     schema["maxItems"] = t.parallel ? kMaxParallelCalls : 1;

@@ -1,9 +1,10 @@
 #pragma once
-// Chat-specific parts of the OpenAI API bodies (server/openai_api.h is the rest): messages as the chat template
-// sees them, tools and tool_choice, the constraint that enforces a forced tool call, and tool calls in the
-// response. Pure functions, unit tested in tests/unit/server/openai_chat_test.cc.
+// Chat-specific parts of the OpenAI API bodies (server/openai_api.h is the rest): messages as the chat
+// template sees them, tools and tool_choice, the constraint that enforces a forced tool call, and tool calls
+// in the response. Pure functions, unit tested in tests/unit/server/openai_chat_test.cc.
 //
-// Messages: role system | developer (→ system) | user | assistant | tool; content a string, null, or a list of
+// Messages: role system | developer (→ system) | user | assistant | tool; content a string, null, or a list
+// of
 // {"type": "text", "text"} parts (joined into one string, as vLLM's "string" content format); name;
 // assistant tool_calls [{id, type: "function", function: {name, arguments}}] whose arguments (JSON text, as
 // OpenAI sends it) are parsed into an object for the template (vLLM does the same: templates write
@@ -15,10 +16,11 @@
 // {type: "function", function: {name}}, parallel_tool_calls (default true). How each choice runs:
 //   none      tools are still rendered (the model sees them, as vLLM), the output is plain content;
 //   auto      the output is parsed in the template's format (core/model/tool_calls.h); malformed → content;
-//   required  constrained decoding: the output is a JSON array of {"name": <a tool>, "parameters": <its schema>}
-//             (minItems 1; maxItems kMaxParallelCalls, or 1 when parallel_tool_calls is false), vLLM's choice for forced calls —
-//             bare JSON rather than the family's markers, which are special tokens a grammar over the
-//             vocabulary's text cannot emit;
+//   required  constrained decoding: the output is a JSON array of {"name": <a tool>, "parameters": <its
+//   schema>}
+//             (minItems 1; maxItems kMaxParallelCalls, or 1 when parallel_tool_calls is false), vLLM's choice
+//             for forced calls — bare JSON rather than the family's markers, which are special tokens a
+//             grammar over the vocabulary's text cannot emit;
 //   named     constrained decoding: the output is the function's arguments object (its parameters schema).
 // So with required / named, every call's arguments validate against the function's schema by construction
 // (unless max_tokens cuts the output: finish_reason "length", the text comes back as content).
@@ -37,8 +39,8 @@ struct ApiError;
 struct ConstraintRequest;
 
 inline constexpr int kMaxTools = 128;
-// Calls in one forced (`required`) output when parallel_tool_calls is true: bounded, so that a model that never
-// closes the array cannot run to max_tokens on calls alone.
+// Calls in one forced (`required`) output when parallel_tool_calls is true: bounded, so that a model that
+// never closes the array cannot run to max_tokens on calls alone.
 inline constexpr int kMaxParallelCalls = 8;
 // Widest object accepted in messages / tools (they are re-read keeping member order, whose insert is linear).
 inline constexpr size_t kMaxObjectMembers = 4096;
@@ -57,11 +59,13 @@ struct ToolsRequest {
 // `messages` / `tools`: the body's values re-read in member order (ordered_span); `body` for errors only.
 std::optional<ApiError> parse_chat_messages(const nlohmann::ordered_json& messages, size_t max_content_bytes,
                                             nlohmann::ordered_json* out);
-std::optional<ApiError> parse_tools(const nlohmann::ordered_json* tools, const nlohmann::ordered_json* tool_choice,
+std::optional<ApiError> parse_tools(const nlohmann::ordered_json* tools,
+                                    const nlohmann::ordered_json* tool_choice,
                                     const nlohmann::ordered_json* parallel, ToolsRequest* out);
 
-// The body member `key` re-read as an ordered_json (member order kept), after checking that no object in `value`
-// (the same member, parsed into the sorted json) is wider than kMaxObjectMembers. nullopt + *err on refusal.
+// The body member `key` re-read as an ordered_json (member order kept), after checking that no object in
+// `value` (the same member, parsed into the sorted json) is wider than kMaxObjectMembers. nullopt + *err on
+// refusal.
 std::optional<nlohmann::ordered_json> ordered_member(std::string_view body, const nlohmann::json& value,
                                                      const std::string& key, std::optional<ApiError>* err);
 

@@ -21,7 +21,8 @@ constexpr int kMaxEmbeddingsJsonDepth = 8;
 bool token_id(const json& v, int32_t* out) {
   if (!v.is_number_integer()) return false;
   const int64_t x = v.get<int64_t>();
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     return false;
   if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) return false;
   *out = static_cast<int32_t>(x);
@@ -34,7 +35,7 @@ std::optional<ApiError> parse_ids(const json& arr, const std::string& at, std::v
     int32_t id = 0;
     if (!token_id(arr[j], &id))
       return bad_request("input", absl::StrCat(at, "[", j, "]: expected a token id (an integer), got ",
-                                       utf8_for_json(arr[j].dump())));
+                                               utf8_for_json(arr[j].dump())));
     out->push_back(id);
   }
   return std::nullopt;
@@ -46,11 +47,13 @@ std::optional<ApiError> parse_input(const json& in, EmbeddingsRequest* r) {
     return std::nullopt;
   }
   if (!in.is_array())
-    return bad_request("input", "input: expected a string, a list of strings, a list of token ids or a list of token-id lists");
+    return bad_request(
+        "input",
+        "input: expected a string, a list of strings, a list of token ids or a list of token-id lists");
   if (in.empty()) return bad_request("input", "input: must not be empty");
   if (in.size() > static_cast<size_t>(kMaxEmbedInputs) && !in[0].is_number_integer())
-    return bad_request("input", absl::StrCat("input: ", in.size(), " inputs, more than the cap of ", kMaxEmbedInputs,
-                                     " per request"));
+    return bad_request("input", absl::StrCat("input: ", in.size(), " inputs, more than the cap of ",
+                                             kMaxEmbedInputs, " per request"));
   const json& first = in[0];
   if (first.is_number_integer()) {  // one token-id input
     r->ids.emplace_back();
@@ -63,7 +66,8 @@ std::optional<ApiError> parse_input(const json& in, EmbeddingsRequest* r) {
       if (!e.is_string()) return bad_request("input", absl::StrCat(at, ": expected a string like input[0]"));
       r->texts.push_back(e.get<std::string>());
     } else if (first.is_array()) {
-      if (!e.is_array()) return bad_request("input", absl::StrCat(at, ": expected a list of token ids like input[0]"));
+      if (!e.is_array())
+        return bad_request("input", absl::StrCat(at, ": expected a list of token ids like input[0]"));
       r->ids.emplace_back();
       if (auto err = parse_ids(e, at, &r->ids.back())) return err;
     } else {
@@ -89,7 +93,8 @@ std::variant<EmbeddingsRequest, ApiError> parse_embeddings_request(std::string_v
   static const std::set<std::string> kKnown = {"model", "input", "encoding_format", "dimensions", "user"};
   for (auto it = doc.begin(); it != doc.end(); ++it)
     if (!kKnown.count(it.key()))
-      return bad_request(it.key(), absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
+      return bad_request(it.key(),
+                         absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
   auto get = [&](const char* key) -> const json* {
     auto it = doc.find(key);
     return it == doc.end() || it->is_null() ? nullptr : &*it;  // null = not given (OpenAI's SDKs send nulls)
@@ -105,24 +110,28 @@ std::variant<EmbeddingsRequest, ApiError> parse_embeddings_request(std::string_v
   if (const json* f = get("encoding_format")) {
     const std::string v = f->is_string() ? f->get<std::string>() : f->dump();
     if (v != "float" && v != "base64")
-      return bad_request("encoding_format",
-                 absl::StrCat("encoding_format: expected \"float\" or \"base64\", got ", utf8_for_json(v)));
+      return bad_request(
+          "encoding_format",
+          absl::StrCat("encoding_format: expected \"float\" or \"base64\", got ", utf8_for_json(v)));
     r.base64 = v == "base64";
   }
   if (const json* d = get("dimensions")) {
     if (!d->is_number_integer() || d->get<int64_t>() < 1)
-      return bad_request("dimensions", absl::StrCat("dimensions: expected a positive integer, got ", utf8_for_json(d->dump())));
+      return bad_request("dimensions", absl::StrCat("dimensions: expected a positive integer, got ",
+                                                    utf8_for_json(d->dump())));
     r.dimensions = d->get<int64_t>();
   }
-  if (const json* u = get("user"); u && !u->is_string()) return bad_request("user", "user: expected a string");
+  if (const json* u = get("user"); u && !u->is_string())
+    return bad_request("user", "user: expected a string");
   return r;
 }
 
 std::optional<ApiError> check_dimensions(const EmbeddingsRequest& req, int64_t d_model) {
   if (!req.dimensions || *req.dimensions == d_model) return std::nullopt;
-  return bad_request("dimensions", absl::StrCat("dimensions: this model's embeddings have ", d_model, " dimensions (got ",
-                                        *req.dimensions,
-                                        "); the backbone has no Matryoshka training, so they cannot be shortened"));
+  return bad_request(
+      "dimensions",
+      absl::StrCat("dimensions: this model's embeddings have ", d_model, " dimensions (got ", *req.dimensions,
+                   "); the backbone has no Matryoshka training, so they cannot be shortened"));
 }
 
 std::string embedding_base64(const std::vector<float>& v) {
@@ -131,7 +140,8 @@ std::string embedding_base64(const std::vector<float>& v) {
   for (size_t i = 0; i < v.size(); ++i) {
     uint32_t u = 0;
     std::memcpy(&u, &v[i], 4);
-    for (int b = 0; b < 4; ++b) bytes[i * 4 + static_cast<size_t>(b)] = static_cast<char>((u >> (8 * b)) & 0xff);
+    for (int b = 0; b < 4; ++b)
+      bytes[i * 4 + static_cast<size_t>(b)] = static_cast<char>((u >> (8 * b)) & 0xff);
   }
   return absl::Base64Escape(bytes);
 }

@@ -28,9 +28,9 @@ namespace frost::server::openai {
 
 struct EmbeddingsRequest {
   std::string model;
-  std::vector<std::string> texts;          // text inputs...
-  std::vector<std::vector<int32_t>> ids;   // ...or token-id inputs (exactly one non-empty)
-  bool base64 = false;                     // encoding_format "base64"
+  std::vector<std::string> texts;         // text inputs...
+  std::vector<std::vector<int32_t>> ids;  // ...or token-id inputs (exactly one non-empty)
+  bool base64 = false;                    // encoding_format "base64"
   std::optional<int64_t> dimensions;
 };
 

@@ -8,13 +8,15 @@
 
 namespace frost::server::openai {
 
-PromptSource make_prompt_source(const Tokenizer* tok, const std::string& model_name, const std::string& model_source,
-                                const std::string& configured_template, int64_t max_context) {
+PromptSource make_prompt_source(const Tokenizer* tok, const std::string& model_name,
+                                const std::string& model_source, const std::string& configured_template,
+                                int64_t max_context) {
   PromptSource s;
   s.tok = tok;
   s.max_context = max_context;
   if (!tok) {  // chat renders text that only a tokenizer can turn into the prompt's ids
-    s.chat_unavailable = absl::StrCat("the model ", model_name, " has no tokenizer; use /v1/completions with a "
+    s.chat_unavailable = absl::StrCat("the model ", model_name,
+                                      " has no tokenizer; use /v1/completions with a "
                                       "token-id prompt");
     return s;
   }
@@ -38,9 +40,9 @@ PromptSource make_prompt_source(const Tokenizer* tok, const std::string& model_n
 namespace {
 
 // A tool call id in the shape Mistral's templates demand (9 letters and digits, else they raise): the id's
-// letters and digits, the last 9, left-padded with '0'. Deterministic, so an assistant call and the tool result
-// that answers it still match; ids frost generated for a Mistral template are already this shape (vLLM truncates
-// to the last 9 characters too).
+// letters and digits, the last 9, left-padded with '0'. Deterministic, so an assistant call and the tool
+// result that answers it still match; ids frost generated for a Mistral template are already this shape (vLLM
+// truncates to the last 9 characters too).
 std::string mistral_id(const std::string& id) {
   std::string alnum;
   for (const char c : id)
@@ -51,10 +53,12 @@ std::string mistral_id(const std::string& id) {
 
 nlohmann::ordered_json with_mistral_ids(nlohmann::ordered_json messages) {
   for (auto& m : messages) {
-    if (auto it = m.find("tool_call_id"); it != m.end() && it->is_string()) *it = mistral_id(it->get<std::string>());
+    if (auto it = m.find("tool_call_id"); it != m.end() && it->is_string())
+      *it = mistral_id(it->get<std::string>());
     if (auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
       for (auto& c : *calls)
-        if (auto id = c.find("id"); id != c.end() && id->is_string()) *id = mistral_id(id->get<std::string>());
+        if (auto id = c.find("id"); id != c.end() && id->is_string())
+          *id = mistral_id(id->get<std::string>());
     }
   }
   return messages;
@@ -62,7 +66,8 @@ nlohmann::ordered_json with_mistral_ids(nlohmann::ordered_json messages) {
 
 }  // namespace
 
-std::variant<std::vector<BuiltPrompt>, ApiError> build_prompts(const ParsedRequest& p, const PromptSource& src,
+std::variant<std::vector<BuiltPrompt>, ApiError> build_prompts(const ParsedRequest& p,
+                                                               const PromptSource& src,
                                                                const LimitsSection& limits) {
   std::vector<BuiltPrompt> out;
   if (p.endpoint == Endpoint::kCompletions) {
@@ -104,14 +109,16 @@ std::variant<std::vector<BuiltPrompt>, ApiError> build_prompts(const ParsedReque
   b.ids = src.chat->encode(*text);
   b.add_bos = false;  // the template writes bos_token where the model wants it
   b.rendered = *std::move(text);
-  if (b.ids.empty()) return error_from_status(absl::InvalidArgumentError("messages: empty prompt"), "messages");
+  if (b.ids.empty())
+    return error_from_status(absl::InvalidArgumentError("messages: empty prompt"), "messages");
   out.push_back(std::move(b));
   return out;
 }
 
 absl::StatusOr<std::vector<int32_t>> prompt_ids(const BuiltPrompt& b, const PromptSource& src) {
   if (!b.ids.empty()) return b.ids;
-  if (!src.tok) return absl::FailedPreconditionError("prompt: the served model has no tokenizer; send token ids");
+  if (!src.tok)
+    return absl::FailedPreconditionError("prompt: the served model has no tokenizer; send token ids");
   return src.tok->encode(b.text, b.add_bos);
 }
 

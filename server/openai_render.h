@@ -24,9 +24,11 @@ struct PromptSource {
   std::string chat_unavailable;
   int64_t max_context = 0;  // prompt + completion tokens
 };
-// The model's PromptSource: model.chat_template, else the model's template, else frost's default (chat_prompt.h).
-PromptSource make_prompt_source(const Tokenizer* tok, const std::string& model_name, const std::string& model_source,
-                                const std::string& configured_template, int64_t max_context);
+// The model's PromptSource: model.chat_template, else the model's template, else frost's default
+// (chat_prompt.h).
+PromptSource make_prompt_source(const Tokenizer* tok, const std::string& model_name,
+                                const std::string& model_source, const std::string& configured_template,
+                                int64_t max_context);
 
 // One engine prompt: text (tokenized by the engine with BOS, as Tokenizer::encode(text, true)) or ids.
 struct BuiltPrompt {
@@ -35,7 +37,8 @@ struct BuiltPrompt {
   bool add_bos = true;
   std::string rendered;  // chat: the template's output (what /v1/chat/completions/render shows)
 };
-std::variant<std::vector<BuiltPrompt>, ApiError> build_prompts(const ParsedRequest& p, const PromptSource& src,
+std::variant<std::vector<BuiltPrompt>, ApiError> build_prompts(const ParsedRequest& p,
+                                                               const PromptSource& src,
                                                                const LimitsSection& limits);
 // The ids a BuiltPrompt runs with (what the engine computes from it).
 absl::StatusOr<std::vector<int32_t>> prompt_ids(const BuiltPrompt& b, const PromptSource& src);

@@ -21,33 +21,63 @@ const ojson* member(const ojson& o, const char* key) {
 }
 
 constexpr const char* kStateless =
-    "frost serves the stateless subset of the Responses API and stores no responses or conversations: send the "
+    "frost serves the stateless subset of the Responses API and stores no responses or conversations: send "
+    "the "
     "whole conversation in input";
 
 const std::set<std::string>& known_fields() {
-  static const std::set<std::string> k = {
-      "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text", "max_output_tokens",
-      "temperature", "top_p", "stream", "stream_options", "seed", "metadata", "user", "safety_identifier",
-      "prompt_cache_key", "store", "previous_response_id", "conversation", "background", "include", "reasoning",
-      "truncation", "service_tier", "prompt", "top_logprobs", "max_tool_calls"};
+  static const std::set<std::string> k = {"model",
+                                          "input",
+                                          "instructions",
+                                          "tools",
+                                          "tool_choice",
+                                          "parallel_tool_calls",
+                                          "text",
+                                          "max_output_tokens",
+                                          "temperature",
+                                          "top_p",
+                                          "stream",
+                                          "stream_options",
+                                          "seed",
+                                          "metadata",
+                                          "user",
+                                          "safety_identifier",
+                                          "prompt_cache_key",
+                                          "store",
+                                          "previous_response_id",
+                                          "conversation",
+                                          "background",
+                                          "include",
+                                          "reasoning",
+                                          "truncation",
+                                          "service_tier",
+                                          "prompt",
+                                          "top_logprobs",
+                                          "max_tool_calls"};
   return k;
 }
 
 // Include entries naming outputs frost never produces (so including them changes nothing).
 const std::set<std::string>& vacuous_includes() {
-  static const std::set<std::string> k = {"reasoning.encrypted_content", "file_search_call.results",
-                                          "web_search_call.results", "web_search_call.action.sources",
-                                          "computer_call_output.output.image_url", "code_interpreter_call.outputs",
+  static const std::set<std::string> k = {"reasoning.encrypted_content",
+                                          "file_search_call.results",
+                                          "web_search_call.results",
+                                          "web_search_call.action.sources",
+                                          "computer_call_output.output.image_url",
+                                          "code_interpreter_call.outputs",
                                           "message.input_image.image_url"};
   return k;
 }
 
 // Only `allowed` members (nulls too); the first other one is refused.
-std::optional<ApiError> only(const ojson& o, const std::string& at, std::initializer_list<const char*> allowed) {
+std::optional<ApiError> only(const ojson& o, const std::string& at,
+                             std::initializer_list<const char*> allowed) {
   for (auto it = o.begin(); it != o.end(); ++it) {
     bool ok = false;
     for (const char* a : allowed) ok = ok || it.key() == a;
-    if (!ok) return bad_request(at + "." + it.key(), absl::StrCat(at, ".", utf8_for_json(it.key()), ": unknown field"));
+    if (!ok)
+      return bad_request(at + "." + it.key(),
+                         absl::StrCat(at, ".", utf8_for_json(it.key()), ": unknown field"));
   }
   return std::nullopt;
 }
@@ -64,18 +94,22 @@ std::optional<ApiError> text_of(const ojson& c, const std::string& at, std::stri
     *out = c.get<std::string>();
     return std::nullopt;
   }
-  if (!c.is_array()) return bad_request(at, absl::StrCat(at, ": expected a string or an array of text parts, got ", json_kind(c)));
+  if (!c.is_array())
+    return bad_request(at,
+                       absl::StrCat(at, ": expected a string or an array of text parts, got ", json_kind(c)));
   out->clear();
   for (size_t j = 0; j < c.size(); ++j) {
     const std::string pat = absl::StrCat(at, "[", j, "]");
     const ojson& part = c[j];
-    if (!part.is_object()) return bad_request(pat, absl::StrCat(pat, ": expected an object, got ", json_kind(part)));
+    if (!part.is_object())
+      return bad_request(pat, absl::StrCat(pat, ": expected an object, got ", json_kind(part)));
     const ojson* type = member(part, "type");
     if (auto e = need_string(type, pat + ".type", true)) return e;
     const std::string& t = type->get_ref<const std::string&>();
     if (t != "input_text" && t != "output_text")
-      return bad_request(pat + ".type", absl::StrCat(pat, ".type: \"", utf8_for_json(t),
-                                             "\" content is not supported (input_text and output_text only)"));
+      return bad_request(pat + ".type",
+                         absl::StrCat(pat, ".type: \"", utf8_for_json(t),
+                                      "\" content is not supported (input_text and output_text only)"));
     if (auto e = only(part, pat, {"type", "text", "annotations", "logprobs"})) return e;
     const ojson* tx = member(part, "text");
     if (auto e = need_string(tx, pat + ".text", true)) return e;
@@ -91,14 +125,16 @@ std::optional<ApiError> translate_input(const ojson& input, ojson* msgs, std::ve
     origin->push_back("input");
     return std::nullopt;
   }
-  if (!input.is_array()) return bad_request("input", absl::StrCat("input: expected a string or an array of items, got ",
-                                                          json_kind(input)));
+  if (!input.is_array())
+    return bad_request("input",
+                       absl::StrCat("input: expected a string or an array of items, got ", json_kind(input)));
   if (input.empty()) return bad_request("input", "input: must not be empty");
   bool assistant_open = false;  // the last message is an assistant's that function_call items join
   for (size_t i = 0; i < input.size(); ++i) {
     const std::string at = absl::StrCat("input[", i, "]");
     const ojson& item = input[i];
-    if (!item.is_object()) return bad_request(at, absl::StrCat(at, ": expected an object, got ", json_kind(item)));
+    if (!item.is_object())
+      return bad_request(at, absl::StrCat(at, ": expected an object, got ", json_kind(item)));
     std::string type = "message";
     if (const ojson* t = member(item, "type")) {
       if (auto e = need_string(t, at + ".type", true)) return e;
@@ -111,7 +147,7 @@ std::optional<ApiError> translate_input(const ojson& input, ojson* msgs, std::ve
       const std::string& r = role->get_ref<const std::string&>();
       if (r != "user" && r != "assistant" && r != "system" && r != "developer")
         return bad_request(at + ".role", absl::StrCat(at, ".role: unknown value \"", utf8_for_json(r),
-                                              "\" (expected user, assistant, system or developer)"));
+                                                      "\" (expected user, assistant, system or developer)"));
       const ojson* content = member(item, "content");
       if (!content) return bad_request(at + ".content", at + ".content: required");
       std::string text;
@@ -126,8 +162,10 @@ std::optional<ApiError> translate_input(const ojson& input, ojson* msgs, std::ve
       const std::string& args = item["arguments"].get_ref<const std::string&>();
       json probe;  // bounded first: the text is the client's
       if (parse_json_bounded(args, 64, &probe) || !probe.is_object())
-        return bad_request(at + ".arguments", absl::StrCat(at, ".arguments: expected the JSON text of an object"));
-      ojson call{{"id", item["call_id"]}, {"type", "function"},
+        return bad_request(at + ".arguments",
+                           absl::StrCat(at, ".arguments: expected the JSON text of an object"));
+      ojson call{{"id", item["call_id"]},
+                 {"type", "function"},
                  {"function", ojson{{"name", item["name"]}, {"arguments", args}}}};
       if (!assistant_open) {
         msgs->push_back(ojson{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", ojson::array()}});
@@ -144,22 +182,25 @@ std::optional<ApiError> translate_input(const ojson& input, ojson* msgs, std::ve
       if (!out) return bad_request(at + ".output", at + ".output: required");
       std::string text;
       if (auto e = text_of(*out, at + ".output", &text)) return e;
-      msgs->push_back(ojson{{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", std::move(text)}});
+      msgs->push_back(
+          ojson{{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", std::move(text)}});
       origin->push_back(at);
       assistant_open = false;
     } else if (type == "item_reference") {
-      return bad_request(at + ".type", absl::StrCat(at, ".type: item_reference is not supported: ", kStateless));
+      return bad_request(at + ".type",
+                         absl::StrCat(at, ".type: item_reference is not supported: ", kStateless));
     } else {
       return bad_request(at + ".type", absl::StrCat(at, ".type: \"", utf8_for_json(type),
-                                            "\" items are not supported (message, function_call and "
-                                            "function_call_output)"));
+                                                    "\" items are not supported (message, function_call and "
+                                                    "function_call_output)"));
     }
   }
   return std::nullopt;
 }
 
 std::optional<ApiError> translate_tools(const ojson& tools, ojson* out) {
-  if (!tools.is_array()) return bad_request("tools", absl::StrCat("tools: expected an array, got ", json_kind(tools)));
+  if (!tools.is_array())
+    return bad_request("tools", absl::StrCat("tools: expected an array, got ", json_kind(tools)));
   *out = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = absl::StrCat("tools[", i, "]");
@@ -169,7 +210,7 @@ std::optional<ApiError> translate_tools(const ojson& tools, ojson* out) {
     if (auto e = need_string(type, at + ".type", true)) return e;
     if (*type != "function")
       return bad_request(at + ".type", absl::StrCat(at, ".type: \"", utf8_for_json(type->get<std::string>()),
-                                            "\" tools are not served (function tools only)"));
+                                                    "\" tools are not served (function tools only)"));
     if (auto e = only(t, at, {"type", "name", "description", "parameters", "strict"})) return e;
     ojson fn = ojson::object();
     for (const char* k : {"name", "description", "parameters", "strict"})
@@ -185,12 +226,14 @@ std::optional<ApiError> translate_tool_choice(const ojson& tc, ojson* out) {
     return std::nullopt;
   }
   if (!tc.is_object())
-    return bad_request("tool_choice", absl::StrCat("tool_choice: expected a string or an object, got ", json_kind(tc)));
+    return bad_request("tool_choice",
+                       absl::StrCat("tool_choice: expected a string or an object, got ", json_kind(tc)));
   const ojson* type = member(tc, "type");
   if (auto e = need_string(type, "tool_choice.type", true)) return e;
   if (*type != "function")
-    return bad_request("tool_choice.type", absl::StrCat("tool_choice.type: \"", utf8_for_json(type->get<std::string>()),
-                                                "\" is not supported (auto, none, required or {type: function, name})"));
+    return bad_request("tool_choice.type",
+                       absl::StrCat("tool_choice.type: \"", utf8_for_json(type->get<std::string>()),
+                                    "\" is not supported (auto, none, required or {type: function, name})"));
   if (auto e = only(tc, "tool_choice", {"type", "name"})) return e;
   const ojson* name = member(tc, "name");
   if (auto e = need_string(name, "tool_choice.name", true)) return e;
@@ -200,7 +243,8 @@ std::optional<ApiError> translate_tool_choice(const ojson& tc, ojson* out) {
 
 // text → response_format (null when the format is plain text).
 std::optional<ApiError> translate_text(const ojson& text, ojson* rf) {
-  if (!text.is_object()) return bad_request("text", absl::StrCat("text: expected an object, got ", json_kind(text)));
+  if (!text.is_object())
+    return bad_request("text", absl::StrCat("text: expected an object, got ", json_kind(text)));
   if (auto e = only(text, "text", {"format", "verbosity"})) return e;
   if (const ojson* v = member(text, "verbosity")) {
     if (!v->is_string() || (*v != "low" && *v != "medium" && *v != "high"))
@@ -208,7 +252,8 @@ std::optional<ApiError> translate_text(const ojson& text, ojson* rf) {
   }
   const ojson* f = member(text, "format");
   if (!f) return std::nullopt;
-  if (!f->is_object()) return bad_request("text.format", absl::StrCat("text.format: expected an object, got ", json_kind(*f)));
+  if (!f->is_object())
+    return bad_request("text.format", absl::StrCat("text.format: expected an object, got ", json_kind(*f)));
   const ojson* type = member(*f, "type");
   if (auto e = need_string(type, "text.format.type", true)) return e;
   if (*type == "text") {
@@ -224,8 +269,8 @@ std::optional<ApiError> translate_text(const ojson& text, ojson* rf) {
     *rf = ojson{{"type", "json_schema"}, {"json_schema", std::move(js)}};
   } else {
     return bad_request("text.format.type", absl::StrCat("text.format.type: unknown value \"",
-                                                utf8_for_json(type->get<std::string>()),
-                                                "\" (expected text, json_object or json_schema)"));
+                                                        utf8_for_json(type->get<std::string>()),
+                                                        "\" (expected text, json_object or json_schema)"));
   }
   return std::nullopt;
 }
@@ -239,43 +284,55 @@ std::optional<ApiError> check_refusals(const json& doc) {
   for (const char* k : {"previous_response_id", "conversation"})
     if (val(k)) return bad_request(k, absl::StrCat(k, ": not supported: ", kStateless));
   if (const json* v = val("background")) {
-    if (!v->is_boolean()) return bad_request("background", absl::StrCat("background: expected a boolean, got ", json_kind(*v)));
-    if (v->get<bool>()) return bad_request("background", "background: true is not supported (responses run while the request waits)");
+    if (!v->is_boolean())
+      return bad_request("background", absl::StrCat("background: expected a boolean, got ", json_kind(*v)));
+    if (v->get<bool>())
+      return bad_request("background",
+                         "background: true is not supported (responses run while the request waits)");
   }
-  if (val("prompt")) return bad_request("prompt", "prompt: reusable prompts are not supported (send instructions and input)");
+  if (val("prompt"))
+    return bad_request("prompt", "prompt: reusable prompts are not supported (send instructions and input)");
   if (const json* v = val("store"); v && !v->is_boolean())
     return bad_request("store", absl::StrCat("store: expected a boolean, got ", json_kind(*v)));
   if (const json* v = val("include")) {
-    if (!v->is_array()) return bad_request("include", absl::StrCat("include: expected an array, got ", json_kind(*v)));
+    if (!v->is_array())
+      return bad_request("include", absl::StrCat("include: expected an array, got ", json_kind(*v)));
     for (size_t i = 0; i < v->size(); ++i) {
       const json& x = (*v)[i];
       if (!x.is_string() || !vacuous_includes().count(x.get<std::string>()))
-        return bad_request("include", absl::StrCat("include[", i, "]: ", x.is_string() ? utf8_for_json(x.get<std::string>()) : "",
-                                           " is not supported"));
+        return bad_request("include", absl::StrCat("include[", i, "]: ",
+                                                   x.is_string() ? utf8_for_json(x.get<std::string>()) : "",
+                                                   " is not supported"));
     }
   }
   if (const json* v = val("reasoning")) {
-    if (!v->is_object()) return bad_request("reasoning", absl::StrCat("reasoning: expected an object, got ", json_kind(*v)));
+    if (!v->is_object())
+      return bad_request("reasoning", absl::StrCat("reasoning: expected an object, got ", json_kind(*v)));
     for (auto it = v->begin(); it != v->end(); ++it) {
       if (!it->is_null())
-        return bad_request("reasoning." + it.key(), absl::StrCat("reasoning.", utf8_for_json(it.key()),
-                                                         ": not supported (the served model has no reasoning "
-                                                         "settings)"));
+        return bad_request("reasoning." + it.key(),
+                           absl::StrCat("reasoning.", utf8_for_json(it.key()),
+                                        ": not supported (the served model has no reasoning "
+                                        "settings)"));
     }
   }
   if (const json* v = val("truncation"); v && *v != "disabled")
-    return bad_request("truncation", "truncation: only \"disabled\" is supported (a conversation over the context is refused, "
-                             "never cut)");
+    return bad_request(
+        "truncation",
+        "truncation: only \"disabled\" is supported (a conversation over the context is refused, "
+        "never cut)");
   if (const json* v = val("service_tier"); v && *v != "auto" && *v != "default")
     return bad_request("service_tier", "service_tier: only \"auto\" or \"default\"");
   if (const json* v = val("top_logprobs"); v && *v != 0)
     return bad_request("top_logprobs", "top_logprobs: not supported (only 0)");
   if (val("max_tool_calls")) return bad_request("max_tool_calls", "max_tool_calls: not supported");
   if (const json* v = val("metadata")) {
-    if (!v->is_object()) return bad_request("metadata", absl::StrCat("metadata: expected an object, got ", json_kind(*v)));
+    if (!v->is_object())
+      return bad_request("metadata", absl::StrCat("metadata: expected an object, got ", json_kind(*v)));
     for (auto it = v->begin(); it != v->end(); ++it)
       if (!it->is_string())
-        return bad_request("metadata." + it.key(), absl::StrCat("metadata.", utf8_for_json(it.key()), ": expected a string"));
+        return bad_request("metadata." + it.key(),
+                           absl::StrCat("metadata.", utf8_for_json(it.key()), ": expected a string"));
   }
   for (const char* k : {"user", "safety_identifier", "prompt_cache_key"})
     if (const json* v = val(k); v && !v->is_string())
@@ -285,13 +342,14 @@ std::optional<ApiError> check_refusals(const json& doc) {
     for (auto it = v->begin(); it != v->end(); ++it)
       if (it.key() != "include_obfuscation")
         return bad_request("stream_options." + it.key(),
-                   absl::StrCat("stream_options.", utf8_for_json(it.key()), ": unknown field"));
+                           absl::StrCat("stream_options.", utf8_for_json(it.key()), ": unknown field"));
   }
   return std::nullopt;
 }
 
 void replace_all(std::string* s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s->find(from, pos)) != std::string::npos; pos += to.size()) s->replace(pos, from.size(), to);
+  for (size_t pos = 0; (pos = s->find(from, pos)) != std::string::npos; pos += to.size())
+    s->replace(pos, from.size(), to);
 }
 
 }  // namespace
@@ -301,16 +359,19 @@ std::variant<ResponsesTranslation, ApiError> responses_to_chat(std::string_view 
   if (std::optional<std::string> err = parse_json_bounded(body, kMaxRequestJsonDepth, &doc)) {
     if (absl::StartsWith(*err, "JSON nests deeper"))
       return bad_request("", absl::StrCat("the request body nests deeper than ", kMaxRequestJsonDepth,
-                                  " levels of objects and arrays"));
+                                          " levels of objects and arrays"));
     return bad_request("", absl::StrCat("the body is not valid JSON (", *err, ")"));
   }
-  if (!doc.is_object()) return bad_request("", absl::StrCat("the body must be a JSON object, got ", json_kind(doc)));
+  if (!doc.is_object())
+    return bad_request("", absl::StrCat("the body must be a JSON object, got ", json_kind(doc)));
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (!known_fields().count(it.key()))
-      return bad_request(it.key(), absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
+      return bad_request(it.key(),
+                         absl::StrCat("unrecognized request argument supplied: ", utf8_for_json(it.key())));
   }
   if (auto e = check_refusals(doc)) return *e;
-  // The members the chat body carries, re-read keeping member order (a schema's properties are generated in it).
+  // The members the chat body carries, re-read keeping member order (a schema's properties are generated in
+  // it).
   auto ordered = [&](const char* key, std::optional<ApiError>* err) -> std::optional<ojson> {
     auto it = doc.find(key);
     if (it == doc.end() || it->is_null()) return ojson();
@@ -329,7 +390,8 @@ std::variant<ResponsesTranslation, ApiError> responses_to_chat(std::string_view 
   if (!instructions) return *err;
   if (!instructions->is_null()) {
     if (!instructions->is_string())
-      return bad_request("instructions", absl::StrCat("instructions: expected a string, got ", json_kind(*instructions)));
+      return bad_request("instructions",
+                         absl::StrCat("instructions: expected a string, got ", json_kind(*instructions)));
     msgs.push_back(ojson{{"role", "system"}, {"content", *instructions}});
     t.message_origin.push_back("instructions");
   }
@@ -358,7 +420,8 @@ std::variant<ResponsesTranslation, ApiError> responses_to_chat(std::string_view 
   echo["tool_choice"] = choice->is_null() ? ojson("auto") : *choice;
   for (const char* k : {"parallel_tool_calls", "temperature", "top_p", "stream", "seed"})
     if (auto it = doc.find(k); it != doc.end() && !it->is_null()) cb[k] = *it;
-  if (auto it = doc.find("max_output_tokens"); it != doc.end() && !it->is_null()) cb["max_completion_tokens"] = *it;
+  if (auto it = doc.find("max_output_tokens"); it != doc.end() && !it->is_null())
+    cb["max_completion_tokens"] = *it;
   echo["parallel_tool_calls"] = cb.contains("parallel_tool_calls") ? cb["parallel_tool_calls"] : ojson(true);
   echo["max_output_tokens"] = cb.contains("max_completion_tokens") ? cb["max_completion_tokens"] : ojson();
 
@@ -386,17 +449,21 @@ std::string responses_field(std::string_view chat_field, const std::vector<std::
     size_t k = 0;
     bool num = close != std::string::npos && close > 9;
     for (size_t i = 9; num && i < close; ++i) {
-      if (f[i] < '0' || f[i] > '9') num = false;
-      else k = k * 10 + static_cast<size_t>(f[i] - '0');
+      if (f[i] < '0' || f[i] > '9')
+        num = false;
+      else
+        k = k * 10 + static_cast<size_t>(f[i] - '0');
     }
     if (!num || k >= message_origin.size()) return "input";
     const std::string rest = f.substr(close + 1);
     const std::string& o = message_origin[k];
-    if (o != "instructions" && o != "input" && (absl::StartsWith(rest, ".role") || absl::StartsWith(rest, ".content")))
+    if (o != "instructions" && o != "input" &&
+        (absl::StartsWith(rest, ".role") || absl::StartsWith(rest, ".content")))
       return o + rest;
     return o;
   }
-  if (f == "messages" || f == "prompt") return "input";  // "prompt": the engine's name for the rendered prompt
+  if (f == "messages" || f == "prompt")
+    return "input";  // "prompt": the engine's name for the rendered prompt
   if (f == "max_completion_tokens" || f == "max_tokens") return "max_output_tokens";
   if (absl::StartsWith(f, "response_format.json_schema")) return "text.format" + f.substr(27);
   if (absl::StartsWith(f, "response_format")) return "text.format" + f.substr(15);
@@ -421,7 +488,8 @@ ApiError responses_error(ApiError e, const std::vector<std::string>& message_ori
   return e;
 }
 
-std::variant<ResponsesRequest, ApiError> parse_responses_request(std::string_view body, const LimitsSection& limits,
+std::variant<ResponsesRequest, ApiError> parse_responses_request(std::string_view body,
+                                                                 const LimitsSection& limits,
                                                                  const SamplingParams& defaults) {
   std::variant<ResponsesTranslation, ApiError> t = responses_to_chat(body);
   if (auto* e = std::get_if<ApiError>(&t)) return *e;
@@ -457,8 +525,9 @@ ResponsesOutput::ResponsesOutput(ToolCallFormat format, std::string forced_name,
 ojson ResponsesOutput::item_json(size_t i) const {
   const Item& it = items_[i];
   if (it.is_call) {
-    return ojson{{"type", "function_call"}, {"id", it.id},          {"call_id", it.call_id},
-                 {"name", it.name},         {"arguments", it.arguments}, {"status", "completed"}};
+    return ojson{{"type", "function_call"},   {"id", it.id},
+                 {"call_id", it.call_id},     {"name", it.name},
+                 {"arguments", it.arguments}, {"status", "completed"}};
   }
   const char* status = !finished_ ? "in_progress" : incomplete_ ? "incomplete" : "completed";
   return ojson{{"type", "message"},
@@ -478,13 +547,14 @@ void ResponsesOutput::content(const std::string& s, std::vector<ojson>* events) 
     if (events) {
       ojson added = item_json(static_cast<size_t>(message_));
       added["content"] = ojson::array();
+      events->push_back(ojson{
+          {"type", "response.output_item.added"}, {"output_index", message_}, {"item", std::move(added)}});
       events->push_back(
-          ojson{{"type", "response.output_item.added"}, {"output_index", message_}, {"item", std::move(added)}});
-      events->push_back(ojson{{"type", "response.content_part.added"},
-                              {"item_id", items_[static_cast<size_t>(message_)].id},
-                              {"output_index", message_},
-                              {"content_index", 0},
-                              {"part", ojson{{"type", "output_text"}, {"text", ""}, {"annotations", ojson::array()}}}});
+          ojson{{"type", "response.content_part.added"},
+                {"item_id", items_[static_cast<size_t>(message_)].id},
+                {"output_index", message_},
+                {"content_index", 0},
+                {"part", ojson{{"type", "output_text"}, {"text", ""}, {"annotations", ojson::array()}}}});
     }
   }
   items_[static_cast<size_t>(message_)].text += s;
@@ -513,7 +583,8 @@ void ResponsesOutput::call(const ToolCall& c, std::vector<ojson>* events) {
   ojson added = item_json(idx);
   added["arguments"] = "";
   added["status"] = "in_progress";
-  events->push_back(ojson{{"type", "response.output_item.added"}, {"output_index", idx}, {"item", std::move(added)}});
+  events->push_back(
+      ojson{{"type", "response.output_item.added"}, {"output_index", idx}, {"item", std::move(added)}});
   events->push_back(ojson{{"type", "response.function_call_arguments.delta"},
                           {"item_id", it.id},
                           {"output_index", idx},
@@ -523,7 +594,8 @@ void ResponsesOutput::call(const ToolCall& c, std::vector<ojson>* events) {
                           {"output_index", idx},
                           {"name", it.name},
                           {"arguments", it.arguments}});
-  events->push_back(ojson{{"type", "response.output_item.done"}, {"output_index", idx}, {"item", item_json(idx)}});
+  events->push_back(
+      ojson{{"type", "response.output_item.done"}, {"output_index", idx}, {"item", item_json(idx)}});
 }
 
 void ResponsesOutput::apply(ToolCallStream::Delta d, std::vector<ojson>* events) {
@@ -559,11 +631,12 @@ void ResponsesOutput::finish(bool incomplete, std::vector<ojson>* events) {
                           {"content_index", 0},
                           {"text", text},
                           {"logprobs", ojson::array()}});
-  events->push_back(ojson{{"type", "response.content_part.done"},
-                          {"item_id", m.id},
-                          {"output_index", message_},
-                          {"content_index", 0},
-                          {"part", ojson{{"type", "output_text"}, {"text", text}, {"annotations", ojson::array()}}}});
+  events->push_back(
+      ojson{{"type", "response.content_part.done"},
+            {"item_id", m.id},
+            {"output_index", message_},
+            {"content_index", 0},
+            {"part", ojson{{"type", "output_text"}, {"text", text}, {"annotations", ojson::array()}}}});
   events->push_back(ojson{{"type", "response.output_item.done"},
                           {"output_index", message_},
                           {"item", item_json(static_cast<size_t>(message_))}});
@@ -581,7 +654,10 @@ std::string ResponsesOutput::output_text() const {
 
 ojson response_object(const ResponseMeta& meta, const ojson& echo, const ResponseStatus& st,
                       const ResponsesOutput* out) {
-  ojson r{{"id", meta.id}, {"object", "response"}, {"created_at", meta.created}, {"status", st.status},
+  ojson r{{"id", meta.id},
+          {"object", "response"},
+          {"created_at", meta.created},
+          {"status", st.status},
           {"background", false}};
   if (st.error) {
     r["error"] = ojson{{"code", st.error->code.empty() ? std::string("server_error") : st.error->code},
@@ -616,7 +692,8 @@ ojson response_object(const ResponseMeta& meta, const ojson& echo, const Respons
 std::string ResponsesEvents::frame(ojson ev) {
   ev["sequence_number"] = seq_++;
   const std::string type = ev.value("type", "");
-  return absl::StrCat("event: ", type, "\ndata: ", ev.dump(-1, ' ', false, ojson::error_handler_t::replace), "\n\n");
+  return absl::StrCat("event: ", type, "\ndata: ", ev.dump(-1, ' ', false, ojson::error_handler_t::replace),
+                      "\n\n");
 }
 
 std::string ResponsesEvents::frame_all(std::vector<ojson>* evs) {

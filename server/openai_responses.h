@@ -1,14 +1,16 @@
 #pragma once
-// POST /v1/responses — OpenAI's Responses API, the stateless subset — as a mapping onto the chat path: the body is
-// translated into the equivalent /v1/chat/completions body and parsed by parse_request(kChat) (openai_api.h), so
-// messages, tools, forced tool calls and JSON Schema constraints run exactly as chat runs them (one parser, one
-// set of limits and checks); errors come back with the Responses field names (responses_field()). The engine's
-// output is written in the Responses shapes (ResponsesOutput: items, SSE events). Pure functions, no I/O; the
-// handler is server/http_responses.cc, tests tests/unit/server/openai_responses_test.cc.
+// POST /v1/responses — OpenAI's Responses API, the stateless subset — as a mapping onto the chat path: the
+// body is translated into the equivalent /v1/chat/completions body and parsed by parse_request(kChat)
+// (openai_api.h), so messages, tools, forced tool calls and JSON Schema constraints run exactly as chat runs
+// them (one parser, one set of limits and checks); errors come back with the Responses field names
+// (responses_field()). The engine's output is written in the Responses shapes (ResponsesOutput: items, SSE
+// events). Pure functions, no I/O; the handler is server/http_responses.cc, tests
+// tests/unit/server/openai_responses_test.cc.
 //
-// Why a chat body rather than a ParsedRequest built directly: parse_request owns the defaults (sampling from the
-// checkpoint, chat's max_tokens), the ranges, the constraint and tool checks and the order-keeping re-read of a
-// JSON Schema; going through it keeps /v1/responses and /v1/chat/completions equal by construction.
+// Why a chat body rather than a ParsedRequest built directly: parse_request owns the defaults (sampling from
+// the checkpoint, chat's max_tokens), the ranges, the constraint and tool checks and the order-keeping
+// re-read of a JSON Schema; going through it keeps /v1/responses and /v1/chat/completions equal by
+// construction.
 //
 // Request fields served: model; input (a string = one user message, or items: messages {type?: "message",
 // role: user | assistant | system | developer, content: a string or input_text / output_text parts},
@@ -17,15 +19,15 @@
 // (a tool message)); instructions (a leading system message); tools [{type: "function", name, description,
 // parameters, strict}]; tool_choice "auto" | "none" | "required" | {type: "function", name};
 // parallel_tool_calls; text.format {type: "text" | "json_object" | "json_schema", name, schema, strict,
-// description} (text.verbosity accepted, ignored); max_output_tokens; temperature; top_p; stream; seed (frost's
-// extension, as on chat). Accepted and ignored: metadata (echoed), user, safety_identifier, prompt_cache_key,
-// stream_options.include_obfuscation, truncation "disabled", service_tier "auto" / "default", reasoning with
-// no member set, include entries that name outputs frost never produces, top_logprobs 0, max_tool_calls null.
-// store: absent, false or true are accepted and nothing is ever stored; the response says "store": false.
-// Refused (400 naming the field): previous_response_id and conversation (frost keeps no state: send the whole
-// conversation in input), background: true, prompt, item_reference / reasoning / other item types, non-text
-// content parts, non-function tools, truncation "auto", reasoning effort / summary, include
-// "message.output_text.logprobs", and any unknown field.
+// description} (text.verbosity accepted, ignored); max_output_tokens; temperature; top_p; stream; seed
+// (frost's extension, as on chat). Accepted and ignored: metadata (echoed), user, safety_identifier,
+// prompt_cache_key, stream_options.include_obfuscation, truncation "disabled", service_tier "auto" /
+// "default", reasoning with no member set, include entries that name outputs frost never produces,
+// top_logprobs 0, max_tool_calls null. store: absent, false or true are accepted and nothing is ever stored;
+// the response says "store": false. Refused (400 naming the field): previous_response_id and conversation
+// (frost keeps no state: send the whole conversation in input), background: true, prompt, item_reference /
+// reasoning / other item types, non-text content parts, non-function tools, truncation "auto", reasoning
+// effort / summary, include "message.output_text.logprobs", and any unknown field.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,12 +43,12 @@
 
 namespace frost::server::openai {
 
-// A Responses body translated: the chat body it stands for, where each chat message came from (for errors), and
-// the request fields the response object echoes.
+// A Responses body translated: the chat body it stands for, where each chat message came from (for errors),
+// and the request fields the response object echoes.
 struct ResponsesTranslation {
   nlohmann::ordered_json chat_body;
   std::vector<std::string> message_origin;  // per chat message: "instructions" or "input[i]" (or "input")
-  nlohmann::ordered_json echo;              // instructions, tools, tool_choice, parallel_tool_calls, text, ...
+  nlohmann::ordered_json echo;  // instructions, tools, tool_choice, parallel_tool_calls, text, ...
 };
 std::variant<ResponsesTranslation, ApiError> responses_to_chat(std::string_view body);
 
@@ -63,34 +65,35 @@ struct ResponsesRequest {
   std::vector<std::string> message_origin;
   nlohmann::ordered_json echo;
 };
-std::variant<ResponsesRequest, ApiError> parse_responses_request(std::string_view body, const LimitsSection& limits,
-                                                                 const SamplingParams& defaults = SamplingParams());
+std::variant<ResponsesRequest, ApiError> parse_responses_request(
+    std::string_view body, const LimitsSection& limits, const SamplingParams& defaults = SamplingParams());
 
 // "resp_" / "msg_" / "fc_" + 24 letters and digits.
 std::string new_response_id(std::string_view prefix);
 
-// The response's output as it accumulates, whole or streamed: the generated text is fed through a ToolCallStream
-// (core/model/tool_calls.h) one character at a time, so the items and their order (a message item where its
-// first content appeared, a function_call item per call as the parser releases it) depend only on the text,
-// never on how it was split into batches: streamed and whole responses are equal. Every call to feed() /
-// finish() appends the streaming events it produced to *events (pass null when not streaming), without
-// sequence_number (ResponsesEvents adds it).
+// The response's output as it accumulates, whole or streamed: the generated text is fed through a
+// ToolCallStream (core/model/tool_calls.h) one character at a time, so the items and their order (a message
+// item where its first content appeared, a function_call item per call as the parser releases it) depend only
+// on the text, never on how it was split into batches: streamed and whole responses are equal. Every call to
+// feed() / finish() appends the streaming events it produced to *events (pass null when not streaming),
+// without sequence_number (ResponsesEvents adds it).
 class ResponsesOutput {
  public:
   struct Item {
     bool is_call = false;
-    std::string id;  // "msg_…" / "fc_…"
-    std::string text;                         // message
-    std::string call_id, name, arguments;     // function_call
+    std::string id;                        // "msg_…" / "fc_…"
+    std::string text;                      // message
+    std::string call_id, name, arguments;  // function_call
   };
-  ResponsesOutput(ToolCallFormat format, std::string forced_name, ToolCallFormat id_format = ToolCallFormat::kHermes);
+  ResponsesOutput(ToolCallFormat format, std::string forced_name,
+                  ToolCallFormat id_format = ToolCallFormat::kHermes);
   void feed(std::string_view text, std::vector<nlohmann::ordered_json>* events);
   // The end of the output: what the parser still held, then the message item closed ("incomplete" when the
   // output was cut). An output with neither text nor calls gets an empty message item.
   void finish(bool incomplete, std::vector<nlohmann::ordered_json>* events);
   const std::vector<Item>& items() const { return items_; }
   nlohmann::ordered_json output_json() const;  // the response's "output" array
-  std::string output_text() const;     // the message text ("" when none)
+  std::string output_text() const;             // the message text ("" when none)
 
  private:
   void content(const std::string& s, std::vector<nlohmann::ordered_json>* events);
@@ -117,8 +120,8 @@ struct ResponseStatus {
   int64_t input_tokens = 0, output_tokens = 0;
 };
 // The response object (`out` null: output [] and output_text "").
-nlohmann::ordered_json response_object(const ResponseMeta& meta, const nlohmann::ordered_json& echo, const ResponseStatus& st,
-                               const ResponsesOutput* out);
+nlohmann::ordered_json response_object(const ResponseMeta& meta, const nlohmann::ordered_json& echo,
+                                       const ResponseStatus& st, const ResponsesOutput* out);
 
 // Server-sent events of one response, numbered from 0: "event: <type>\ndata: <json>\n\n".
 class ResponsesEvents {

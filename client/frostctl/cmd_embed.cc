@@ -19,11 +19,13 @@ namespace frost::ctl {
 
 int run_embed(const std::vector<std::string>& args, CommonOptions common) {
   bool json = false;
-  const cli::Command command = make_command(
-      "embed", "[flags] TEXT...",
-      "Prints the embedding of each TEXT (mean of the final-norm hidden states, norm 1) on its own line, values "
-      "space-separated (TEXT \"-\" reads stdin).",
-      {switch_flag("--json", [&json] { json = true; }).doc("print the response as a JSON line")}, &common, "10");
+  const cli::Command command =
+      make_command("embed", "[flags] TEXT...",
+                   "Prints the embedding of each TEXT (mean of the final-norm hidden states, norm 1) on its "
+                   "own line, values "
+                   "space-separated (TEXT \"-\" reads stdin).",
+                   {switch_flag("--json", [&json] { json = true; }).doc("print the response as a JSON line")},
+                   &common, "10");
   int exit_code = kExitOk;
   const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
   if (!positional) return exit_code;
@@ -45,7 +47,8 @@ int run_embed(const std::vector<std::string>& args, CommonOptions common) {
   }
   for (const frost::v1::Embedding& e : response.embeddings()) {
     std::string line;
-    for (int i = 0; i < e.values_size(); ++i) absl::StrAppend(&line, i ? " " : "", absl::StrFormat("%.9g", e.values(i)));
+    for (int i = 0; i < e.values_size(); ++i)
+      absl::StrAppend(&line, i ? " " : "", absl::StrFormat("%.9g", e.values(i)));
     std::printf("%s\n", line.c_str());
   }
   return kExitOk;

@@ -8,11 +8,11 @@
 
 namespace frost {
 
-// The default template (chat_prompt.h). Choices: the prompt starts with the tokenizer's BOS when it has one (what
-// a model without a chat template was pretrained on; "" for BOS-less tokenizers); the system turn comes first and
-// carries the tool list; an
-// assistant turn's tool calls follow its text, one <tool_call> block each; tool results go back as a user turn of
-// <tool_response> blocks (consecutive results share one turn), as Hermes-format models were trained.
+// The default template (chat_prompt.h). Choices: the prompt starts with the tokenizer's BOS when it has one
+// (what a model without a chat template was pretrained on; "" for BOS-less tokenizers); the system turn comes
+// first and carries the tool list; an assistant turn's tool calls follow its text, one <tool_call> block
+// each; tool results go back as a user turn of <tool_response> blocks (consecutive results share one turn),
+// as Hermes-format models were trained.
 const char kDefaultChatTemplate[] = R"JINJA({{- bos_token }}
 {%- if tools %}
 {{- '<|im_start|>system\n' }}
@@ -80,7 +80,8 @@ std::string escape_special_text(const std::string& content,
     // A special token's text starting here: its first char, the mark, and on (the rest is scanned again, so
     // an overlapping token inside it is marked too).
     bool special_here = false;
-    for (const auto& sp : specials) special_here = special_here || content.compare(i, sp.first.size(), sp.first) == 0;
+    for (const auto& sp : specials)
+      special_here = special_here || content.compare(i, sp.first.size(), sp.first) == 0;
     size_t n = 1;
     while (i + n < content.size() && (static_cast<unsigned char>(content[i + n]) & 0xC0) == 0x80) ++n;
     out.append(content, i, n);
@@ -90,8 +91,9 @@ std::string escape_special_text(const std::string& content,
   return out;
 }
 
-std::vector<int32_t> encode_with_special_tokens(const Tokenizer& tok, const std::string& text,
-                                                const std::vector<std::pair<std::string, int32_t>>& specials) {
+std::vector<int32_t> encode_with_special_tokens(
+    const Tokenizer& tok, const std::string& text,
+    const std::vector<std::pair<std::string, int32_t>>& specials) {
   std::vector<int32_t> out;
   size_t pos = 0;
   const bool marked = text.find(kEscapeMark) != std::string::npos;
@@ -147,17 +149,20 @@ absl::StatusOr<ChatPrompt::Source> ChatPrompt::choose_source(const std::string& 
                                                              const std::string& model_source) {
   constexpr int64_t kMaxTemplateBytes = 1 << 20;
   if (!configured_path.empty()) {
-    absl::StatusOr<std::string> text = read_file(configured_path, kMaxTemplateBytes, "1 MiB");  // a FIFO: refused
+    absl::StatusOr<std::string> text =
+        read_file(configured_path, kMaxTemplateBytes, "1 MiB");  // a FIFO: refused
     if (!text.ok()) {
-      return absl::Status(text.status().code(), absl::StrCat("model.chat_template: cannot read \"", configured_path,
-                                                             "\": ", text.status().message()));
+      return absl::Status(text.status().code(),
+                          absl::StrCat("model.chat_template: cannot read \"", configured_path,
+                                       "\": ", text.status().message()));
     }
     return Source{*std::move(text), absl::StrCat("model.chat_template ", configured_path), false};
   }
   if (!absl::StartsWith(model_source, "builtin:")) {
     absl::StatusOr<std::optional<std::string>> own = load_chat_template_source(model_source);
     if (!own.ok()) return own.status();
-    if (*own) return Source{**std::move(own), absl::StrCat(model_source, " (the model's chat template)"), false};
+    if (*own)
+      return Source{**std::move(own), absl::StrCat(model_source, " (the model's chat template)"), false};
   }
   return Source{kDefaultChatTemplate, "frost's default template (ChatML, Hermes tool calls)", true};
 }

@@ -1,26 +1,30 @@
 #pragma once
 // A chat request's prompt: the served model's chat template rendered over OpenAI-shaped messages (and tools),
-// then encoded with its special tokens. One ChatPrompt per served model, shared by every transport (the OpenAI
-// endpoint's chat, render, tokenize and Responses paths) so each computes the same ids for the same request.
+// then encoded with its special tokens. One ChatPrompt per served model, shared by every transport (the
+// OpenAI endpoint's chat, render, tokenize and Responses paths) so each computes the same ids for the same
+// request.
 //
-// Which template (ChatPrompt::choose_source): model.chat_template (a file) wins; else the model directory's own
-// (chat_template.jinja, tokenizer_config.json chat_template); else frost's default template, kDefaultChatTemplate,
-// so chat works on every model with a tokenizer — the built-in models and checkpoints saved without a template
-// included. The default is ChatML-shaped (<|im_start|>role\n...<|im_end|>\n, as most current instruction-tuned
-// checkpoints) and writes tools and tool calls the Hermes way (a <tools> list in the system turn, calls as
-// <tool_call>{"name": ..., "arguments": ...}</tool_call>, results as <tool_response> in a user turn), so tool
-// calling has one documented format on a model that defines none. A model trained on another format should ship
-// its template (or be given model.chat_template): the default template only gives the model a prompt shape.
+// Which template (ChatPrompt::choose_source): model.chat_template (a file) wins; else the model directory's
+// own (chat_template.jinja, tokenizer_config.json chat_template); else frost's default template,
+// kDefaultChatTemplate, so chat works on every model with a tokenizer — the built-in models and checkpoints
+// saved without a template included. The default is ChatML-shaped (<|im_start|>role\n...<|im_end|>\n, as most
+// current instruction-tuned checkpoints) and writes tools and tool calls the Hermes way (a <tools> list in
+// the system turn, calls as <tool_call>{"name": ..., "arguments": ...}</tool_call>, results as
+// <tool_response> in a user turn), so tool calling has one documented format on a model that defines none. A
+// model trained on another format should ship its template (or be given model.chat_template): the default
+// template only gives the model a prompt shape.
 //
 // Rendering (transformers' apply_chat_template with the OpenAI message dicts, as vLLM passes them):
-//   messages  each message as its JSON object — role, content (a string or null; a list of text parts has been
-//             joined by the API layer), name, tool_calls [{id, type, function: {name, arguments}}] with arguments
-//             as an object (vLLM parses the client's JSON text, since templates write `arguments | tojson`),
-//             tool_call_id — in the client's member order;
+//   messages  each message as its JSON object — role, content (a string or null; a list of text parts has
+//   been
+//             joined by the API layer), name, tool_calls [{id, type, function: {name, arguments}}] with
+//             arguments as an object (vLLM parses the client's JSON text, since templates write `arguments |
+//             tojson`), tool_call_id — in the client's member order;
 //   tools     the request's tools list (absent = none), member order kept (templates print it with tojson);
-//   add_generation_prompt, bos_token, eos_token, and the request's chat_template_kwargs (enable_thinking, ...).
-// Special-token text in any string of messages and tools is data (escape_special_text): only the template's own
-// markup becomes control tokens (README "Special-token text in a prompt").
+//   add_generation_prompt, bos_token, eos_token, and the request's chat_template_kwargs (enable_thinking,
+//   ...).
+// Special-token text in any string of messages and tools is data (escape_special_text): only the template's
+// own markup becomes control tokens (README "Special-token text in a prompt").
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -43,12 +47,14 @@ class ChatPrompt {
  public:
   struct Source {
     std::string text;
-    std::string origin;  // "model.chat_template <path>", "<dir>/tokenizer_config.json", "frost's default template"
+    std::string
+        origin;  // "model.chat_template <path>", "<dir>/tokenizer_config.json", "frost's default template"
     bool is_default = false;
   };
   // The template to use: `configured_path` (model.chat_template; "" = none) read from disk, else the model
   // directory's own (`model_source` a directory; builtins have none), else the default. Errors name the file.
-  static absl::StatusOr<Source> choose_source(const std::string& configured_path, const std::string& model_source);
+  static absl::StatusOr<Source> choose_source(const std::string& configured_path,
+                                              const std::string& model_source);
 
   // `tok` is borrowed and must outlive the ChatPrompt. INVALID_ARGUMENT when the template does not parse.
   static absl::StatusOr<std::shared_ptr<const ChatPrompt>> create(const Tokenizer& tok, Source source);
@@ -60,7 +66,8 @@ class ChatPrompt {
     bool add_generation_prompt = true;
   };
   // The rendered prompt text (special-token text in the request's strings escaped; encode() takes it).
-  // INVALID_ARGUMENT with the template's own message (raise_exception) or "chat_template: ..." on a render error.
+  // INVALID_ARGUMENT with the template's own message (raise_exception) or "chat_template: ..." on a render
+  // error.
   absl::StatusOr<std::string> render(const Request& req) const;
   // The rendered text's ids: special tokens' text → their ids, the escaped data as plain text.
   std::vector<int32_t> encode(const std::string& rendered) const;

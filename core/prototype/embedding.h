@@ -14,11 +14,11 @@
 // Each input is computed alone (no padding, no batch): a result is the same whatever else is in the
 // request, so embeddings are identical across batch sizes. Inputs are never truncated: one longer than
 // the model's context is refused.
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,10 +36,11 @@ absl::StatusOr<std::vector<int32_t>> embedding_tokens(const LoadedModel& model, 
 
 // Checks a token-id input, used exactly as given: non-empty, at most the model's context, every id in
 // [0, n_vocab) (check_token_ids' message). INVALID_ARGUMENT naming `what`.
-absl::Status check_embedding_ids(const LoadedModel& model, const std::vector<int32_t>& ids, const std::string& what);
+absl::Status check_embedding_ids(const LoadedModel& model, const std::vector<int32_t>& ids,
+                                 const std::string& what);
 
-// hidden [n, d] (any float dtype, n >= 1) → its mean over rows in double, L2-normalized, as float. A zero mean
-// (never seen after a final norm) stays zero rather than dividing by zero; non-finite hidden states are
+// hidden [n, d] (any float dtype, n >= 1) → its mean over rows in double, L2-normalized, as float. A zero
+// mean (never seen after a final norm) stays zero rather than dividing by zero; non-finite hidden states are
 // INTERNAL (a JSON response could not carry them).
 absl::StatusOr<std::vector<float>> pool_embedding(const at::Tensor& hidden);
 

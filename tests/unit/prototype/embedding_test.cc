@@ -44,7 +44,8 @@ TEST(Embedding, IsTheNormalizedMeanOfTheHiddenRows) {
   at::Tensor hd = h->to(at::kDouble).contiguous();
   std::vector<double> mean(static_cast<size_t>(d), 0.0);
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < d; ++j) mean[static_cast<size_t>(j)] += hd[i][j].item<double>() / static_cast<double>(n);
+    for (int64_t j = 0; j < d; ++j)
+      mean[static_cast<size_t>(j)] += hd[i][j].item<double>() / static_cast<double>(n);
   double norm = 0;
   for (double x : mean) norm += x * x;
   norm = std::sqrt(norm);
@@ -68,7 +69,8 @@ TEST(Embedding, SameTextTwiceIsIdentical) {
 TEST(Embedding, ABatchEqualsTheInputsAlone) {
   // Each input is computed alone: embedding three after one another (interleaved with others, as a
   // request of three does) gives exactly what each gives on its own.
-  const std::vector<std::string> texts = {"a", "The sun was warm and the sky was blue.", "Tom had a red ball"};
+  const std::vector<std::string> texts = {"a", "The sun was warm and the sky was blue.",
+                                          "Tom had a red ball"};
   std::vector<std::vector<float>> singles;
   for (const std::string& t : texts) singles.push_back(embed_text(t));
   std::vector<std::vector<float>> batch;
@@ -106,13 +108,15 @@ TEST(Embedding, RefusalsNameTheInput) {
   st = check_embedding_ids(m, {}, "token_ids[0]");
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("token_ids[0]"), std::string::npos) << st;
-  st = check_embedding_ids(m, std::vector<int32_t>(static_cast<size_t>(m.config.max_pos) + 1, 5), "token_ids[2]");
+  st = check_embedding_ids(m, std::vector<int32_t>(static_cast<size_t>(m.config.max_pos) + 1, 5),
+                           "token_ids[2]");
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find(absl::StrCat(m.config.max_pos + 1, " tokens")), std::string::npos) << st;
   st = check_embedding_ids(m, {1, static_cast<int32_t>(m.config.n_vocab)}, "token_ids[0]");
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("out of range"), std::string::npos) << st;
-  EXPECT_TRUE(check_embedding_ids(m, std::vector<int32_t>(static_cast<size_t>(m.config.max_pos), 5), "t").ok());
+  EXPECT_TRUE(
+      check_embedding_ids(m, std::vector<int32_t>(static_cast<size_t>(m.config.max_pos), 5), "t").ok());
 }
 
 TEST(Embedding, TokenIdsEqualTheTextTheyCameFrom) {

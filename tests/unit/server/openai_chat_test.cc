@@ -1,6 +1,6 @@
 // The chat side of the OpenAI bodies (server/openai_chat.h): messages with tool calls and tool results as the
-// template sees them, tools / tool_choice / parallel_tool_calls, and the constraint a forced tool call runs under
-// — compiled by the real constraint engine and matched against documents a client would validate.
+// template sees them, tools / tool_choice / parallel_tool_calls, and the constraint a forced tool call runs
+// under — compiled by the real constraint engine and matched against documents a client would validate.
 #include "server/openai_chat.h"
 
 #include <gtest/gtest.h>
@@ -41,8 +41,8 @@ const char* kTime = R"({"type":"function","function":{"name":"get_time","paramet
     "properties":{"zone":{"$ref":"#/$defs/zone"}},"required":["zone"],"$defs":{"zone":{"enum":["utc","cet"]}}}}})";
 
 std::string chat(const std::string& extra) {
-  return std::string(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[)") + kWeather + "," + kTime +
-         "]" + extra + "}";
+  return std::string(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[)") + kWeather +
+         "," + kTime + "]" + extra + "}";
 }
 
 // Whether `text` is a complete output of the compiled constraint.
@@ -77,27 +77,34 @@ TEST(OpenAiChat, ToolsAndChoicesParse) {
   EXPECT_FALSE(req.tools.parallel);
   EXPECT_EQ(output_format(req.tools, ToolCallFormat::kHermes), ToolCallFormat::kCallList);
   // No tools: nothing is parsed whatever tool_choice says.
-  EXPECT_EQ(ok(R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})").tools.choice,
-            ToolChoice::kNone);
+  EXPECT_EQ(
+      ok(R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})").tools.choice,
+      ToolChoice::kNone);
 }
 
 TEST(OpenAiChat, ToolErrorsNameTheField) {
   EXPECT_EQ(err(chat(R"(,"tool_choice":"sometimes")")).param, "tool_choice");
-  EXPECT_EQ(err(chat(R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})")).param, "tool_choice");
+  EXPECT_EQ(err(chat(R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})")).param,
+            "tool_choice");
   EXPECT_EQ(err(chat(R"(,"parallel_tool_calls":"yes")")).param, "parallel_tool_calls");
-  EXPECT_EQ(err(chat(R"(,"tool_choice":"required","response_format":{"type":"json_object"})")).param, "tool_choice");
+  EXPECT_EQ(err(chat(R"(,"tool_choice":"required","response_format":{"type":"json_object"})")).param,
+            "tool_choice");
   EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required"})").param,
             "tool_choice");
-  EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]})").param,
-            "tools[0].type");
+  EXPECT_EQ(
+      err(R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]})").param,
+      "tools[0].type");
   EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"user","content":"x"}],
-                    "tools":[{"type":"function","function":{"name":"a b"}}]})").param,
+                    "tools":[{"type":"function","function":{"name":"a b"}}]})")
+                .param,
             "tools[0].function.name");
   EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function",
-                    "function":{"name":"a"}},{"type":"function","function":{"name":"a"}}]})").param,
+                    "function":{"name":"a"}},{"type":"function","function":{"name":"a"}}]})")
+                .param,
             "tools[1].function.name");
   EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"user","content":"x"}],
-                    "tools":[{"type":"function","function":{"name":"a","parameters":[]}}]})").param,
+                    "tools":[{"type":"function","function":{"name":"a","parameters":[]}}]})")
+                .param,
             "tools[0].function.parameters");
 }
 
@@ -110,20 +117,24 @@ TEST(OpenAiChat, ToolCallsAndResultsInMessages) {
   const ojson& call = p.messages[1]["tool_calls"][0];
   // The arguments text became an object, in the client's member order (templates write `arguments | tojson`).
   EXPECT_EQ(call["function"]["arguments"].dump(), R"({"unit":"c","city":"Paris"})");
-  EXPECT_EQ(p.messages[1]["content"], "");  // null content renders as "" (templates treat content as a string)
+  EXPECT_EQ(p.messages[1]["content"],
+            "");  // null content renders as "" (templates treat content as a string)
   EXPECT_EQ(p.messages[2]["content"], "21");
   EXPECT_EQ(p.messages[2]["tool_call_id"], "call_1");
   EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"type":"function",
-                    "function":{"name":"f","arguments":"not json"}}]}]})").param,
+                    "function":{"name":"f","arguments":"not json"}}]}]})")
+                .param,
             "messages[0].tool_calls[0].function.arguments");
-  EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"tool","content":"x"}]})").param, "messages[0].tool_call_id");
+  EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"tool","content":"x"}]})").param,
+            "messages[0].tool_call_id");
   EXPECT_EQ(err(R"({"model":"m","messages":[{"role":"user","content":"x","audio":{"id":"a"}}]})").param,
             "messages[0].audio");
 }
 
 // The forced choices' constraints admit exactly the calls a client validates.
 TEST(OpenAiChat, ForcedChoicesConstrainToTheSchemas) {
-  const ParsedRequest named = ok(chat(R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})"));
+  const ParsedRequest named =
+      ok(chat(R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})"));
   EXPECT_TRUE(admits(named.constraint, R"({"city": "Paris", "unit": "c"})"));
   EXPECT_FALSE(admits(named.constraint, R"({"city": "Paris", "unit": "k"})"));
   EXPECT_FALSE(admits(named.constraint, R"({"city": "Paris"})"));
@@ -133,10 +144,12 @@ TEST(OpenAiChat, ForcedChoicesConstrainToTheSchemas) {
   EXPECT_TRUE(admits(bare.constraint, "{}"));
   EXPECT_FALSE(admits(bare.constraint, R"({"a": 1})"));
   const ParsedRequest req = ok(chat(R"(,"tool_choice":"required")"));
-  EXPECT_TRUE(admits(req.constraint, R"([{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "f"}}])"));
+  EXPECT_TRUE(
+      admits(req.constraint, R"([{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "f"}}])"));
   // get_time's $ref, rebased into the array schema, still resolves.
-  EXPECT_TRUE(admits(req.constraint, R"([{"name": "get_time", "parameters": {"zone": "utc"}}, )"
-                                     R"({"name": "get_weather", "parameters": {"city": "x", "unit": "c"}}])"));
+  EXPECT_TRUE(admits(req.constraint,
+                     R"([{"name": "get_time", "parameters": {"zone": "utc"}}, )"
+                     R"({"name": "get_weather", "parameters": {"city": "x", "unit": "c"}}])"));
   EXPECT_FALSE(admits(req.constraint, R"([{"name": "get_time", "parameters": {"zone": "pst"}}])"));
   EXPECT_FALSE(admits(req.constraint, R"([{"name": "get_weather", "parameters": {"zone": "utc"}}])"));
   EXPECT_FALSE(admits(req.constraint, "[]"));
@@ -173,11 +186,16 @@ TEST(OpenAiChat, DefaultTemplateRendersTheToolLoop) {
   ojson vars{{"messages", p.messages}, {"tools", p.tools.tools}, {"add_generation_prompt", true}};
   absl::StatusOr<std::string> text = t->render_json(vars.dump());
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_NE(text->find("<|im_start|>system\nBe brief.\n\nFunctions you may call:"), std::string::npos) << *text;
-  EXPECT_NE(text->find(R"({"type": "function", "function": {"name": "get_weather")"), std::string::npos) << *text;
-  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>";
+  EXPECT_NE(text->find("<|im_start|>system\nBe brief.\n\nFunctions you may call:"), std::string::npos)
+      << *text;
+  EXPECT_NE(text->find(R"({"type": "function", "function": {"name": "get_weather")"), std::string::npos)
+      << *text;
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
+      "\"c\"}}\n</tool_call>";
   EXPECT_NE(text->find("<|im_start|>assistant\n" + call + "<|im_end|>"), std::string::npos) << *text;
-  EXPECT_NE(text->find("<|im_start|>user\n<tool_response>\n21\n</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+  EXPECT_NE(text->find(
+                "<|im_start|>user\n<tool_response>\n21\n</tool_response><|im_end|>\n<|im_start|>assistant\n"),
             std::string::npos)
       << *text;
   ToolCallOutput out = parse_tool_calls(ToolCallFormat::kHermes, call);

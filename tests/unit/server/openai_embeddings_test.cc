@@ -105,7 +105,8 @@ std::vector<float> decode(const std::string& b64) {
   std::vector<float> v(bytes.size() / 4);
   for (size_t i = 0; i < v.size(); ++i) {  // little-endian float32, as numpy's frombuffer(dtype="<f4")
     uint32_t u = 0;
-    for (int b = 0; b < 4; ++b) u |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i * 4 + b])) << (8 * b);
+    for (int b = 0; b < 4; ++b)
+      u |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i * 4 + b])) << (8 * b);
     std::memcpy(&v[i], &u, 4);
   }
   return v;
@@ -135,7 +136,8 @@ TEST(OpenAiEmbeddings, ResponseShape) {
       EXPECT_EQ(static_cast<float>(f["data"][i]["embedding"][j].get<double>()), vs[i][j]);
   }
   json b = json::parse(embeddings_response_body("m", vs, true, 7));
-  for (size_t i = 0; i < vs.size(); ++i) EXPECT_EQ(decode(b["data"][i]["embedding"].get<std::string>()), vs[i]);
+  for (size_t i = 0; i < vs.size(); ++i)
+    EXPECT_EQ(decode(b["data"][i]["embedding"].get<std::string>()), vs[i]);
 }
 
 const LoadedModel& tiny() {

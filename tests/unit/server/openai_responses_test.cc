@@ -1,7 +1,7 @@
-// POST /v1/responses as a mapping (server/openai_responses.h): Responses bodies → the chat request they stand for
-// (messages, tools, forced calls, text.format), the refusals of the stateful and unsupported fields with the
-// Responses field names, and the output side — items, their order, streamed events and the response object —
-// equal whatever the split of the generated text.
+// POST /v1/responses as a mapping (server/openai_responses.h): Responses bodies → the chat request they stand
+// for (messages, tools, forced calls, text.format), the refusals of the stateful and unsupported fields with
+// the Responses field names, and the output side — items, their order, streamed events and the response
+// object — equal whatever the split of the generated text.
 #include "server/openai_responses.h"
 
 #include <gtest/gtest.h>
@@ -116,8 +116,8 @@ TEST(OpenAiResponses, ToolChoicesAndTextFormatBecomeConstraints) {
   EXPECT_EQ(req.chat.constraint.field, "tools");
   EXPECT_EQ(req.echo["parallel_tool_calls"], false);
 
-  ResponsesRequest named =
-      ok(R"({"model":"m","input":"x",)" + tools + R"(,"tool_choice":{"type":"function","name":"get_weather"}})");
+  ResponsesRequest named = ok(R"({"model":"m","input":"x",)" + tools +
+                              R"(,"tool_choice":{"type":"function","name":"get_weather"}})");
   EXPECT_EQ(named.chat.tools.choice, ToolChoice::kNamed);
   EXPECT_EQ(named.chat.constraint.field, "tools[0].parameters");  // the Responses name, for engine errors
   EXPECT_EQ(named.echo["tool_choice"]["name"], "get_weather");
@@ -127,12 +127,14 @@ TEST(OpenAiResponses, ToolChoicesAndTextFormatBecomeConstraints) {
       "required":["zeta","alpha"]}}}})");
   EXPECT_EQ(schema.chat.constraint.kind, ConstraintRequest::Kind::kJsonSchema);
   EXPECT_EQ(schema.chat.constraint.field, "text.format.schema");
-  EXPECT_LT(schema.chat.constraint.text.find("zeta"), schema.chat.constraint.text.find("alpha"));  // order kept
+  EXPECT_LT(schema.chat.constraint.text.find("zeta"),
+            schema.chat.constraint.text.find("alpha"));  // order kept
   EXPECT_EQ(schema.echo["text"]["format"]["name"], "p");
 
   EXPECT_EQ(ok(R"({"model":"m","input":"x","text":{"format":{"type":"json_object"}}})").chat.constraint.kind,
             ConstraintRequest::Kind::kJsonObject);
-  EXPECT_EQ(ok(R"({"model":"m","input":"x","text":{"format":{"type":"text"},"verbosity":"low"}})").chat.constraint.kind,
+  EXPECT_EQ(ok(R"({"model":"m","input":"x","text":{"format":{"type":"text"},"verbosity":"low"}})")
+                .chat.constraint.kind,
             ConstraintRequest::Kind::kNone);
   // A forced call is a constraint itself: text.format beside it is refused, in the Responses names.
   ApiError both = err(R"({"model":"m","input":"x",)" + tools +
@@ -172,9 +174,10 @@ TEST(OpenAiResponses, RefusalsNameTheField) {
       {R"("tools":[{"type":"web_search"}])", "tools[0].type", "function tools only"},
       {R"("tools":[{"type":"function","name":"bad name"}])", "tools[0].name", "tools[0].name:"},
       {R"("tools":[{"type":"function","function":{"name":"f"}}])", "tools[0].function", "unknown field"},
-      {R"("tools":[{"type":"function","name":"f","parameters":[]}])", "tools[0].parameters", "tools[0].parameters"},
-      {R"("tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"})", "tool_choice",
-       "not in tools"},
+      {R"("tools":[{"type":"function","name":"f","parameters":[]}])", "tools[0].parameters",
+       "tools[0].parameters"},
+      {R"("tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"})",
+       "tool_choice", "not in tools"},
       {R"("tool_choice":{"type":"web_search_preview"})", "tool_choice.type", "not supported"},
       {R"("text":{"format":{"type":"json_schema","name":"x","schema":3}})", "text.format.schema",
        "text.format.schema:"},
@@ -195,16 +198,20 @@ TEST(OpenAiResponses, RefusalsNameTheField) {
   EXPECT_EQ(ref.param, "input[0].type");
   EXPECT_NE(ref.message.find("stateless"), std::string::npos);
   EXPECT_EQ(err(R"({"model":"m","input":[{"type":"reasoning","summary":[]}]})").param, "input[0].type");
-  EXPECT_EQ(err(R"({"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})")
-                .param,
-            "input[0].content[0].type");
+  EXPECT_EQ(
+      err(R"({"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})")
+          .param,
+      "input[0].content[0].type");
   EXPECT_EQ(err(R"({"model":"m","input":[{"role":"tool","content":"x"}]})").param, "input[0].role");
   EXPECT_EQ(err(R"({"model":"m","input":[{"role":"user"}]})").param, "input[0].content");
-  EXPECT_EQ(err(R"({"model":"m","input":[{"role":"user","content":"x","name":"n"}]})").param, "input[0].name");
-  EXPECT_EQ(err(R"({"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"[1]"}]})")
-                .param,
-            "input[0].arguments");
-  EXPECT_EQ(err(R"({"model":"m","input":[{"type":"function_call_output","output":"x"}]})").param, "input[0].call_id");
+  EXPECT_EQ(err(R"({"model":"m","input":[{"role":"user","content":"x","name":"n"}]})").param,
+            "input[0].name");
+  EXPECT_EQ(
+      err(R"({"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"[1]"}]})")
+          .param,
+      "input[0].arguments");
+  EXPECT_EQ(err(R"({"model":"m","input":[{"type":"function_call_output","output":"x"}]})").param,
+            "input[0].call_id");
 }
 
 TEST(OpenAiResponses, ChatFieldNamesMapBack) {
@@ -252,10 +259,10 @@ TEST(OpenAiResponses, PlainTextOutputAndEvents) {
   out.finish(false, &evs);
   EXPECT_EQ(shape(out), "msg(Once upon a time)");
   EXPECT_EQ(out.output_text(), "Once upon a time");
-  EXPECT_EQ(types(evs), (std::vector<std::string>{
-                            "response.output_item.added", "response.content_part.added", "response.output_text.delta",
-                            "response.output_text.delta", "response.output_text.done", "response.content_part.done",
-                            "response.output_item.done"}));
+  EXPECT_EQ(types(evs), (std::vector<std::string>{"response.output_item.added", "response.content_part.added",
+                                                  "response.output_text.delta", "response.output_text.delta",
+                                                  "response.output_text.done", "response.content_part.done",
+                                                  "response.output_item.done"}));
   EXPECT_EQ(evs[0]["item"]["status"], "in_progress");
   EXPECT_EQ(evs[0]["item"]["content"], ojson::array());
   EXPECT_EQ(evs[2]["delta"], "Once upon");
@@ -292,11 +299,11 @@ TEST(OpenAiResponses, ForcedCallsBecomeFunctionCallItems) {
   out.finish(false, &evs);
   EXPECT_EQ(shape(out), R"(call(get_weather,{"city":"Paris","unit":"c"})call(f,{}))");
   EXPECT_EQ(out.output_text(), "");
-  EXPECT_EQ(types(evs), (std::vector<std::string>{
-                            "response.output_item.added", "response.function_call_arguments.delta",
-                            "response.function_call_arguments.done", "response.output_item.done",
-                            "response.output_item.added", "response.function_call_arguments.delta",
-                            "response.function_call_arguments.done", "response.output_item.done"}));
+  EXPECT_EQ(types(evs),
+            (std::vector<std::string>{"response.output_item.added", "response.function_call_arguments.delta",
+                                      "response.function_call_arguments.done", "response.output_item.done",
+                                      "response.output_item.added", "response.function_call_arguments.delta",
+                                      "response.function_call_arguments.done", "response.output_item.done"}));
   EXPECT_EQ(evs[0]["item"]["type"], "function_call");
   EXPECT_EQ(evs[0]["item"]["arguments"], "");
   EXPECT_EQ(evs[2]["arguments"], R"({"city":"Paris","unit":"c"})");
@@ -324,7 +331,8 @@ TEST(OpenAiResponses, ItemOrderIsTheTextsWhateverTheSplit) {
       "Let me check. <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>",
       "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> and then some text",
       "plain words only",
-      "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"g\", \"arguments\": "
+      "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"g\", "
+      "\"arguments\": "
       "{\"x\": [1, 2]}}</tool_call>",
       "<tool_call>{\"name\": broken}</tool_call> rest",
   };
