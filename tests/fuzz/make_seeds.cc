@@ -404,17 +404,17 @@ void server_seeds() {
   s->add_stop_token_ids(2);
   s->set_logprobs(2);
   g.mutable_kv()->set_codec("int8");
-  put("proto_codec", "seed-generate-text.bin", std::string("\x00\x07", 2) + g.SerializeAsString());
+  put("proto_codec", "seed-generate-text.pb", std::string("\x00\x07", 2) + g.SerializeAsString());
   v1::GenerateRequest t;
   for (int id : {1, 403, 22, 7}) t.mutable_token_ids()->add_ids(id);
   t.mutable_kv()->set_repair(v1::KV_REPAIR_MODE_ON);
-  put("proto_codec", "seed-generate-ids.bin", std::string("\x00\x00", 2) + t.SerializeAsString());
+  put("proto_codec", "seed-generate-ids.pb", std::string("\x00\x00", 2) + t.SerializeAsString());
   v1::TokenizeRequest k;
   k.set_text("Hello \xF0\x9F\x99\x82");
   k.set_add_bos(false);
-  put("proto_codec", "seed-tokenize.bin", std::string("\x01\x03", 2) + k.SerializeAsString());
+  put("proto_codec", "seed-tokenize.pb", std::string("\x01\x03", 2) + k.SerializeAsString());
   // text (field 2) with an invalid byte: what a client in another language can send.
-  put("proto_codec", "seed-generate-bad-utf8.bin",
+  put("proto_codec", "seed-generate-bad-utf8.pb",
       std::string("\x00\x00\x12\x04"
                   "ab\xFF\xFE",
                   8));
