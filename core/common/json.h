@@ -25,4 +25,26 @@ std::optional<std::string> parse_json_bounded(std::string_view text, int max_dep
 // the document again into an ordered_json, whose object insert is linear in the members already there.
 std::optional<std::string_view> json_value_span(std::string_view text, const std::vector<std::string>& path);
 
+// Where the strings of a JSON text are, one character at a time, for scanners that read its structure without
+// parsing it (bracket depth, element boundaries, whitespace outside strings): step(c) is true when `c` belongs to
+// a string — its quotes and escapes included — and false for structure and whitespace outside strings.
+struct JsonStringState {
+  bool in_string = false;
+  bool escape = false;
+  bool step(char c) {
+    if (in_string) {
+      if (escape) {
+        escape = false;
+      } else if (c == '\\') {
+        escape = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      return true;
+    }
+    in_string = c == '"';
+    return in_string;
+  }
+};
+
 }  // namespace frost

@@ -34,21 +34,9 @@ bool is_name_char(char c) {
 std::string compact_json(std::string_view t) {
   std::string out;
   out.reserve(t.size());
-  bool in_string = false, escape = false;
+  JsonStringState strings;
   for (char c : t) {
-    if (in_string) {
-      if (escape) {
-        escape = false;
-      } else if (c == '\\') {
-        escape = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      out.push_back(c);
-      continue;
-    }
-    if (is_ws(c)) continue;
-    if (c == '"') in_string = true;
+    if (!strings.step(c) && is_ws(c)) continue;
     out.push_back(c);
   }
   return out;
@@ -58,24 +46,12 @@ std::string compact_json(std::string_view t) {
 std::vector<std::string_view> array_elements(std::string_view t) {
   std::vector<std::string_view> out;
   int depth = 0;
-  bool in_string = false, escape = false;
+  JsonStringState strings;
   size_t begin = 0;
   for (size_t i = 0; i < t.size(); ++i) {
     const char c = t[i];
-    if (in_string) {
-      if (escape) {
-        escape = false;
-      } else if (c == '\\') {
-        escape = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
+    if (strings.step(c)) continue;
     switch (c) {
-      case '"':
-        in_string = true;
-        break;
       case '{':
       case '[':
         if (++depth == 1) begin = i + 1;
@@ -271,7 +247,7 @@ void ToolCallStream::start_json(char open, Unit unit) {
   json_start_ = held_.size();
   held_.push_back(open);
   depth_ = 1;
-  in_string_ = escape_ = false;
+  strings_ = JsonStringState();
   expect_first_ = true;
   unit_ = unit;
   state_ = State::kJson;
@@ -280,14 +256,8 @@ void ToolCallStream::start_json(char open, Unit unit) {
 // One character of a call's JSON: string and depth state, so the span is parsed once, when it closes.
 void ToolCallStream::json_char(char c) {
   held_.push_back(c);
-  if (in_string_) {
-    if (escape_) {
-      escape_ = false;
-    } else if (c == '\\') {
-      escape_ = true;
-    } else if (c == '"') {
-      in_string_ = false;
-    }
+  if (strings_.in_string) {
+    strings_.step(c);
     return;
   }
   if (expect_first_) {
@@ -303,10 +273,8 @@ void ToolCallStream::json_char(char c) {
       return;
     }
   }
+  if (strings_.step(c)) return;  // a string opens
   switch (c) {
-    case '"':
-      in_string_ = true;
-      break;
     case '{':
     case '[':
       if (++depth_ > kMaxDepth) {

@@ -54,6 +54,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/common/json.h"
+
 namespace frost {
 
 enum class ToolCallFormat {
@@ -150,7 +152,8 @@ class ToolCallStream {
   // JSON being scanned: where it starts in held_, nesting, string state, what it must be.
   size_t json_start_ = 0;
   int depth_ = 0;
-  bool in_string_ = false, escape_ = false, expect_first_ = false;
+  JsonStringState strings_;  // where the call's JSON strings are
+  bool expect_first_ = false;
   Unit unit_ = Unit::kCallObject;
   std::string mistral_name_;       // the N of "[TOOL_CALLS]N[ARGS]"
   std::vector<ToolCall> pending_;  // validated, not yet final (json / mistral / arguments / call_list)
