@@ -28,15 +28,11 @@ void OpenAiHttpServer::handle_embeddings(const HttpRequest& req, HttpResponse& r
     finish(sent ? static_cast<grpc::StatusCode>(oa::grpc_code_for_http(e.http))
                 : grpc::StatusCode::CANCELLED);
   };
-  if (auth_) {  // the inference rule, with the Authorization header as gRPC's metadata
-    if (absl::Status st = auth_->check("/frost.v1.Generation/Embed", req.header("Authorization")); !st.ok())
-      return fail(oa::error_from_status(st));
-  }
-  if (draining_.load(std::memory_order_acquire))
-    return fail(oa::error_from_status(absl::UnavailableError("server is draining")));
-  const std::shared_ptr<const Served> served_now = served();  // holds the engine, and with it the model
-  if (!served_now || !served_now->engine)
-    return fail(oa::error_from_status(absl::UnavailableError("the model is loading")));
+  std::variant<std::shared_ptr<const Served>, oa::ApiError> sv =
+      serving(req, /*refuse_while_draining=*/true, "/frost.v1.Generation/Embed");
+  if (auto* e = std::get_if<oa::ApiError>(&sv)) return fail(*e);
+  // Held to the end: the engine, and with it the model.
+  const std::shared_ptr<const Served> served_now = std::get<std::shared_ptr<const Served>>(std::move(sv));
   const LoadedModel& model = served_now->engine->model();
 
   std::variant<oa::EmbeddingsRequest, oa::ApiError> parsed = oa::parse_embeddings_request(req.body);

@@ -46,11 +46,6 @@ std::string sse(const json& j) {
   return absl::StrCat("data: ", j.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
 }
 
-absl::Status check_auth(const Authenticator* auth, const HttpRequest& req) {
-  if (!auth) return absl::OkStatus();
-  return auth->check("/frost.v1.Generation/Generate", req.header("Authorization"));
-}
-
 bool send_error(HttpResponse& res, const oa::ApiError& e) {
   return res.send(e.http, "application/json", oa::error_body(e));
 }

@@ -119,8 +119,6 @@ struct Batch {
 Batch next_batch(Exchange& ex, bool stream, int n, absl::Duration wait);
 // One server-sent event carrying `j`.
 std::string sse(const nlohmann::json& j);
-// Auth for an HTTP request: the inference rule, with the Authorization header as gRPC's metadata.
-absl::Status check_auth(const Authenticator* auth, const HttpRequest& req);
 bool send_error(HttpResponse& res, const oa::ApiError& e);
 // An engine error as OpenAI's error object: "constraint: …" messages name the body field the constraint came
 // from (guided_json, response_format.json_schema.schema, …), others the field the engine named.

@@ -139,11 +139,9 @@ void OpenAiHttpServer::handle_responses(const HttpRequest& req, HttpResponse& re
     send_error(res, e);
     record(static_cast<grpc::StatusCode>(oa::grpc_code_for_http(e.http)));
   };
-  if (absl::Status st = check_auth(auth_, req); !st.ok()) return refuse(oa::error_from_status(st));
-  std::shared_ptr<const Served> s = served();
-  if (draining_.load(std::memory_order_acquire))
-    return refuse(oa::error_from_status(absl::UnavailableError("server is draining")));
-  if (!s || !s->engine) return refuse(oa::error_from_status(absl::UnavailableError("the model is loading")));
+  std::variant<std::shared_ptr<const Served>, oa::ApiError> sv = serving(req, /*refuse_while_draining=*/true);
+  if (auto* e = std::get_if<oa::ApiError>(&sv)) return refuse(*e);
+  const std::shared_ptr<const Served> s = std::get<std::shared_ptr<const Served>>(std::move(sv));
 
   std::variant<oa::ResponsesRequest, oa::ApiError> parsed =
       oa::parse_responses_request(req.body, cfg_.limits, sampling_defaults(s->engine->model().generation));
@@ -162,7 +160,7 @@ void OpenAiHttpServer::handle_responses(const HttpRequest& req, HttpResponse& re
   const Submitted& sb = std::get<Submitted>(sub);
   a.format = sb.tool_format;
   a.forced_name = sb.forced_name;
-  if (s->prompts.chat) a.id_format = s->prompts.chat->tool_format();
+  a.id_format = sb.id_format;
   a.meta =
       oa::ResponseMeta{oa::new_response_id("resp_"), static_cast<int64_t>(std::time(nullptr)), s->model_name};
 

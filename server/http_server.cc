@@ -134,23 +134,31 @@ void OpenAiHttpServer::handle_health(const HttpRequest&, HttpResponse& res) {
   res.send(ok ? 200 : 503, "application/json", ok ? "{\"status\":\"ok\"}" : "{\"status\":\"unavailable\"}");
 }
 
+std::variant<std::shared_ptr<const OpenAiHttpServer::Served>, oa::ApiError> OpenAiHttpServer::serving(
+    const HttpRequest& req, bool refuse_while_draining, const char* method) const {
+  if (auth_) {  // the Authorization header as gRPC's metadata
+    if (absl::Status st = auth_->check(method, req.header("Authorization")); !st.ok())
+      return oa::error_from_status(st);
+  }
+  std::shared_ptr<const Served> s = served();
+  if (refuse_while_draining && draining_.load(std::memory_order_acquire))
+    return oa::error_from_status(absl::UnavailableError("server is draining"));
+  if (!s || !s->engine) return oa::error_from_status(absl::UnavailableError("the model is loading"));
+  return s;
+}
+
 void OpenAiHttpServer::handle_models(const HttpRequest& req, HttpResponse& res) {
   const int64_t t0 = RealClock::get().now_ns();
   auto finish = [&](int http) {
     if (metrics_) metrics_->record_request("models", static_cast<grpc::StatusCode>(oa::grpc_code_for_http(http)),
                                            seconds_since(t0), "http");
   };
-  if (absl::Status st = check_auth(auth_, req); !st.ok()) {
-    const oa::ApiError e = oa::error_from_status(st);
-    send_error(res, e);
-    return finish(e.http);
+  std::variant<std::shared_ptr<const Served>, oa::ApiError> sv = serving(req, /*refuse_while_draining=*/false);
+  if (auto* e = std::get_if<oa::ApiError>(&sv)) {
+    send_error(res, *e);
+    return finish(e->http);
   }
-  std::shared_ptr<const Served> s = served();
-  if (!s || !s->engine) {
-    const oa::ApiError e = oa::error_from_status(absl::UnavailableError("the model is loading"));
-    send_error(res, e);
-    return finish(e.http);
-  }
+  const std::shared_ptr<const Served>& s = std::get<std::shared_ptr<const Served>>(sv);
   res.send(200, "application/json", oa::models_response(s->model_name, s->created).dump());
   finish(200);
 }
@@ -183,11 +191,9 @@ void OpenAiHttpServer::handle_generate(oa::Endpoint ep, const HttpRequest& req, 
 
 std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::parse_and_submit(
     oa::Endpoint ep, const HttpRequest& req, int64_t t0) {
-  if (absl::Status st = check_auth(auth_, req); !st.ok()) return oa::error_from_status(st);
-  std::shared_ptr<const Served> s = served();
-  if (draining_.load(std::memory_order_acquire))
-    return oa::error_from_status(absl::UnavailableError("server is draining"));
-  if (!s || !s->engine) return oa::error_from_status(absl::UnavailableError("the model is loading"));
+  std::variant<std::shared_ptr<const Served>, oa::ApiError> sv = serving(req, /*refuse_while_draining=*/true);
+  if (auto* e = std::get_if<oa::ApiError>(&sv)) return *e;
+  const std::shared_ptr<const Served>& s = std::get<std::shared_ptr<const Served>>(sv);
 
   std::variant<oa::ParsedRequest, oa::ApiError> parsed = oa::parse_request(ep, req.body, cfg_.limits,
                                                                             sampling_defaults(s->engine->model().generation));

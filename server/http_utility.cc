@@ -42,9 +42,9 @@ std::string with_model(const std::string& body, const json& doc, const std::stri
 
 std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::string& route,
                                                                   const HttpRequest& req) {
-  if (absl::Status st = check_auth(auth_, req); !st.ok()) return oa::error_from_status(st);
-  std::shared_ptr<const Served> s = served();
-  if (!s || !s->engine) return oa::error_from_status(absl::UnavailableError("the model is loading"));
+  std::variant<std::shared_ptr<const Served>, oa::ApiError> sv = serving(req, /*refuse_while_draining=*/false);
+  if (auto* e = std::get_if<oa::ApiError>(&sv)) return *e;
+  const std::shared_ptr<const Served>& s = std::get<std::shared_ptr<const Served>>(sv);
   const oa::PromptSource& src = s->prompts;
   json doc;
   if (std::optional<std::string> err = parse_json_bounded(req.body, oa::kMaxRequestJsonDepth, &doc))
