@@ -74,28 +74,6 @@ export function writeCheckpoints(tmp) {
   return { dirs: Object.fromEntries(["qwen3", "llama3_2", "mistral_nemo"].map((n) => [n, path.join(out, n)])) };
 }
 
-// A frostd YAML for one model (no auth, all ports 0).
-export function frostdYaml(modelPath, { chatTemplate, threads = 1, maxRunning = 32 } = {}) {
-  return [
-    "server:",
-    '  listen: "127.0.0.1:0"',
-    '  metrics_listen: "127.0.0.1:0"',
-    "  drain_timeout_s: 5",
-    "  http:",
-    '    listen: "127.0.0.1:0"',
-    "    max_body_bytes: 4194304",
-    "model:",
-    `  path: ${JSON.stringify(modelPath)}`,
-    `  threads: ${threads}`,
-    ...(chatTemplate ? [`  chat_template: ${JSON.stringify(chatTemplate)}`] : []),
-    "engine:",
-    `  max_running: ${maxRunning}`,
-    "  max_waiting: 256",
-    "  kv_cache_bytes: 128MiB",
-    "",
-  ].join("\n");
-}
-
 // ---- tools: varied, bounded schemas (enum, integer ranges, a nested object, an array with maxItems, strings with
 // maxLength; additionalProperties false) so that constrained output cannot run to max_tokens on random weights
 

@@ -36,8 +36,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
-import { assert, check, eq, Frostd, log, modelPath, results, setTmp, TMP } from "./openai_client_lib.mjs";
-import { frostdYaml, loadAgentPackages, validateChoice, writeCheckpoints } from "./openai_agents_lib.mjs";
+import { assert, check, eq, Frostd, frostdYaml, log, modelPath, results, setTmp, TMP } from "./openai_client_lib.mjs";
+import { loadAgentPackages, validateChoice, writeCheckpoints } from "./openai_agents_lib.mjs";
 import { embeddingChecks, requestShapeChecks, responsesChecks, tokenizeChecks } from "./openai_agents_api.mjs";
 import { aiSdkChecks, langchainChecks } from "./openai_agents_frameworks.mjs";
 import { bulkCheck, toolChecks } from "./openai_agents_tools.mjs";

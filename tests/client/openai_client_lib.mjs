@@ -445,3 +445,25 @@ export const PERSON_SCHEMA = {
 // The run's temporary directory (the runner sets it once; curl() writes large bodies there).
 export let TMP;
 export function setTmp(dir) { TMP = dir; }
+
+// A frostd YAML for one model (no auth, all ports 0).
+export function frostdYaml(modelPath, { chatTemplate, threads = 1, maxRunning = 32 } = {}) {
+  return [
+    "server:",
+    '  listen: "127.0.0.1:0"',
+    '  metrics_listen: "127.0.0.1:0"',
+    "  drain_timeout_s: 5",
+    "  http:",
+    '    listen: "127.0.0.1:0"',
+    "    max_body_bytes: 4194304",
+    "model:",
+    `  path: ${JSON.stringify(modelPath)}`,
+    `  threads: ${threads}`,
+    ...(chatTemplate ? [`  chat_template: ${JSON.stringify(chatTemplate)}`] : []),
+    "engine:",
+    `  max_running: ${maxRunning}`,
+    "  max_waiting: 256",
+    "  kv_cache_bytes: 128MiB",
+    "",
+  ].join("\n");
+}

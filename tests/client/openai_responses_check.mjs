@@ -7,7 +7,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
-import { Frostd, loadPackages, log, modelPath, SKIP, yamlStr } from "./openai_client_lib.mjs";
+import { Frostd, frostdYaml, loadPackages, log, modelPath, SKIP } from "./openai_client_lib.mjs";
 
 if (!process.env.FROST_FROSTD || !fs.existsSync(process.env.FROST_FROSTD)) {
   log("SKIP: FROST_FROSTD is not set to a frostd binary");
@@ -40,14 +40,8 @@ const shape = (r) => JSON.stringify(r.output.map((it) => ({ ...it, id: undefined
 const compact = path.join(tmp, "compact.jinja");
 fs.writeFileSync(compact, "{% if tools %}<|tools|>{% for t in tools %}{{ t.function.name }} {% endfor %}\n{% endif %}" +
   "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}");
-const dt = new Frostd(tmp, "tools", [
-  "server:", '  listen: "127.0.0.1:0"', '  metrics_listen: "127.0.0.1:0"', "  http:", '    listen: "127.0.0.1:0"',
-  "model:", `  path: ${yamlStr(model)}`, "  threads: 1", `  chat_template: ${yamlStr(compact)}`, "",
-].join("\n"));
-const d = new Frostd(tmp, "responses", [
-  "server:", '  listen: "127.0.0.1:0"', '  metrics_listen: "127.0.0.1:0"', "  http:", '    listen: "127.0.0.1:0"',
-  "model:", `  path: ${yamlStr(model)}`, "  threads: 1", "",
-].join("\n"));
+const dt = new Frostd(tmp, "tools", frostdYaml(model, { chatTemplate: compact }));
+const d = new Frostd(tmp, "responses", frostdYaml(model));
 try {
   await d.start();
   await dt.start();
