@@ -98,13 +98,20 @@ class Checkpoints {
   std::map<std::string, std::string> status_;
 };
 
+// In a test body: skips it when the independent reference cannot run here (no torch), fails it when writing
+// the `name` checkpoint failed, and goes on when the checkpoint is in Checkpoints::get().dir(name).
+#define FROST_NEED_CHECKPOINT(name)                                              \
+  do {                                                                           \
+    const std::string& why = Checkpoints::get().status(name);                    \
+    if (why.rfind("skip: ", 0) == 0)                                             \
+      GTEST_SKIP() << "independent HF reference unavailable: " << why.substr(6); \
+    ASSERT_EQ(why, "");                                                          \
+  } while (0)
+
 class FamilyPathsTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const std::string& why = Checkpoints::get().status(GetParam());
-    if (why.rfind("skip: ", 0) == 0)
-      GTEST_SKIP() << "independent HF reference unavailable: " << why.substr(6);
-    ASSERT_EQ(why, "");
+    FROST_NEED_CHECKPOINT(GetParam());
     const std::string d = Checkpoints::get().dir(GetParam());
     expected_ = nlohmann::json::parse(testing::read_text_file(d + "/expected.json"));
     for (int64_t id : expected_["input_ids"].get<std::vector<int64_t>>())
@@ -362,9 +369,7 @@ INSTANTIATE_TEST_SUITE_P(Families, FamilyPathsTest,
 // kv_repair training on a windowed, soft-capped model through its entry point: a few steps complete, the
 // file loads back into the same operator.
 TEST(FamilyJobsTest, KvRepairTrainsOnGemma2AndItsFileServes) {
-  const std::string& why = Checkpoints::get().status("gemma2");
-  if (why.rfind("skip: ", 0) == 0) GTEST_SKIP() << "independent HF reference unavailable: " << why.substr(6);
-  ASSERT_EQ(why, "");
+  FROST_NEED_CHECKPOINT("gemma2");
   auto m = load_model(Checkpoints::get().dir("gemma2"));
   ASSERT_TRUE(m.ok()) << m.status();
   const Transformer& tf = *(*m)->model;
@@ -400,9 +405,7 @@ TEST(FamilyJobsTest, KvRepairTrainsOnGemma2AndItsFileServes) {
 // rank: it completes, the file loads back bit-exactly, and the loaded set serves: the latent-space fast path
 // (forward_batch + decode_step, windows and soft caps in the latent space) equals the reference forward().
 TEST(FamilyJobsTest, KvSpliceCalibratesOnGemma2AndItsFileServes) {
-  const std::string& why = Checkpoints::get().status("gemma2");
-  if (why.rfind("skip: ", 0) == 0) GTEST_SKIP() << "independent HF reference unavailable: " << why.substr(6);
-  ASSERT_EQ(why, "");
+  FROST_NEED_CHECKPOINT("gemma2");
   auto m = load_model(Checkpoints::get().dir("gemma2"));
   ASSERT_TRUE(m.ok()) << m.status();
   const Transformer& tf = *(*m)->model;
@@ -458,9 +461,7 @@ TEST(FamilyJobsTest, KvSpliceCalibratesOnGemma2AndItsFileServes) {
 // vocab 300). Label = which of three keywords the text holds. The run completes, the artifact saves and loads
 // back, and Predict on it returns finite values inside the label bounds with an explanation from the data.
 TEST(FamilyJobsTest, PrototypeTrainsOnGemma2AndItsArtifactPredicts) {
-  const std::string& why = Checkpoints::get().status("gemma2");
-  if (why.rfind("skip: ", 0) == 0) GTEST_SKIP() << "independent HF reference unavailable: " << why.substr(6);
-  ASSERT_EQ(why, "");
+  FROST_NEED_CHECKPOINT("gemma2");
   testing::TempDir dir("frost_family_prototype");
   const std::string model_dir = dir.file("gemma2");
   std::filesystem::copy(Checkpoints::get().dir("gemma2"), model_dir,
