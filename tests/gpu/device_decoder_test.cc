@@ -37,6 +37,7 @@
 #include "kernels/cuda/reference.h"
 #include "tests/testing/decoder_harness.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/recording_sink.h"
 
 namespace frost {
 namespace {
@@ -514,19 +515,7 @@ TEST(CudaDecoder, RefusesWhatItCannotServeWithTheReason) {
   EXPECT_GT(mem.device_total_bytes, mem.device_bytes);
 }
 
-class Sink : public TokenSink {
- public:
-  void on_token(const TokenEvent& ev) override {
-    if (ev.id >= 0) ids.push_back(ev.id);
-  }
-  void on_finish(absl::StatusOr<GenerationResult> r) override {
-    result = std::move(r);
-    done.Notify();
-  }
-  std::vector<int32_t> ids;
-  absl::StatusOr<GenerationResult> result = absl::UnknownError("not finished");
-  absl::Notification done;
-};
+using Sink = testing::RecordingSink;
 
 std::vector<std::vector<int32_t>> serve(Engine& e, const std::vector<GenerationRequest>& reqs) {
   std::vector<std::shared_ptr<Sink>> sinks;

@@ -22,32 +22,12 @@
 #include "core/exec/reference_decoder.h"
 #include "core/generate/engine.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/recording_sink.h"
 
 namespace frost {
 namespace {
 
-class Sink : public TokenSink {
- public:
-  explicit Sink(std::shared_ptr<CancelToken> cancel = nullptr, int cancel_at = -1)
-      : cancel_(std::move(cancel)), cancel_at_(cancel_at) {}
-  void on_token(const TokenEvent& ev) override {
-    if (ev.id >= 0) ids.push_back(ev.id), logprobs.push_back(ev.logprob);
-    if (cancel_ && static_cast<int>(ids.size()) == cancel_at_) cancel_->cancel();
-  }
-  void on_finish(absl::StatusOr<GenerationResult> r) override {
-    result = std::move(r);
-    done.Notify();
-  }
-  bool wait(double s = 120) { return done.WaitForNotificationWithTimeout(absl::Seconds(s)); }
-  std::vector<int32_t> ids;
-  std::vector<float> logprobs;
-  absl::StatusOr<GenerationResult> result = absl::UnknownError("not finished");
-  absl::Notification done;
-
- private:
-  std::shared_ptr<CancelToken> cancel_;
-  int cancel_at_;
-};
+using Sink = testing::RecordingSink;
 
 std::vector<int32_t> ids_of(int64_t n, int64_t salt, int64_t vocab = 512) {
   std::vector<int32_t> v;
@@ -109,7 +89,7 @@ class DeviceExecutorTest : public ::testing::Test {
       EXPECT_TRUE(st.ok()) << st;
       sinks.push_back(s);
     }
-    for (auto& s : sinks) EXPECT_TRUE(s->wait());
+    for (auto& s : sinks) EXPECT_TRUE(s->wait(120));
     EXPECT_TRUE(engine.wait_idle(30));
     return sinks;
   }
@@ -289,8 +269,8 @@ TEST_F(DeviceExecutorTest, CancellationFreesTheDeviceBlocks) {
   ASSERT_TRUE(engine->submit(request(ids_of(30, 2), 200), sink, cancel).ok());
   const auto other = std::make_shared<Sink>();
   ASSERT_TRUE(engine->submit(request(ids_of(10, 3), 10), other, std::make_shared<CancelToken>()).ok());
-  ASSERT_TRUE(sink->wait());
-  ASSERT_TRUE(other->wait());
+  ASSERT_TRUE(sink->wait(120));
+  ASSERT_TRUE(other->wait(120));
   ASSERT_TRUE(sink->result.ok());
   EXPECT_EQ(sink->result->finish_reason, FinishReason::kCancelled);
   EXPECT_LE(sink->ids.size(), 5u);
@@ -407,8 +387,8 @@ TEST_F(DeviceExecutorTest, AStickyDeviceErrorFailsEveryRequestAndRefusesNewOnes)
   ASSERT_TRUE(engine->submit(request(ids_of(8, 2), 400), a, std::make_shared<CancelToken>()).ok());
   ASSERT_TRUE(engine->submit(request(ids_of(9, 3), 400), b, std::make_shared<CancelToken>()).ok());
   device->inject_fault(true);
-  ASSERT_TRUE(a->wait());
-  ASSERT_TRUE(b->wait());
+  ASSERT_TRUE(a->wait(120));
+  ASSERT_TRUE(b->wait(120));
   for (const auto& s : {a, b}) {
     EXPECT_EQ(s->result.status().code(), absl::StatusCode::kUnavailable) << s->result.status();
     EXPECT_MSG_HAS(s->result.status(), "device reference failed");

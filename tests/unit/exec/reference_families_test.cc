@@ -27,6 +27,7 @@
 #include "core/generate/engine.h"
 #include "tests/testing/decoder_harness.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/recording_sink.h"
 
 namespace frost {
 namespace {
@@ -171,19 +172,7 @@ TEST(ReferenceFamiliesTest, EachFeatureChangesTheLogits) {
   // weights, not identities): the CPU comparison above holds the device to them.
 }
 
-class Sink : public TokenSink {
- public:
-  void on_token(const TokenEvent& ev) override {
-    if (ev.id >= 0) ids.push_back(ev.id);
-  }
-  void on_finish(absl::StatusOr<GenerationResult> r) override {
-    result = std::move(r);
-    done.Notify();
-  }
-  std::vector<int32_t> ids;
-  absl::StatusOr<GenerationResult> result = absl::UnknownError("not finished");
-  absl::Notification done;
-};
+using Sink = testing::RecordingSink;
 
 std::vector<std::vector<int32_t>> run_greedy(Engine& e, const std::vector<std::vector<int32_t>>& prompts) {
   std::vector<std::shared_ptr<Sink>> sinks;

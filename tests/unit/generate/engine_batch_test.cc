@@ -20,37 +20,13 @@
 #include "core/model/kv_dims.h"
 #include "core/model/model_loader.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/recording_sink.h"
 
 namespace frost {
 namespace {
 
 // Collects one stream; optionally cancels its own request at its n-th token (a deterministic cancel point).
-class Sink : public TokenSink {
- public:
-  Sink(std::shared_ptr<CancelToken> cancel = nullptr, int cancel_at = -1)
-      : cancel_(std::move(cancel)), cancel_at_(cancel_at) {}
-  void on_token(const TokenEvent& ev) override {
-    if (ev.id >= 0) ids.push_back(ev.id);
-    text += ev.text;
-    if (cancel_ && static_cast<int>(ids.size()) == cancel_at_) cancel_->cancel();
-  }
-  void on_finish(absl::StatusOr<GenerationResult> r) override {
-    ++n_finish;
-    result = std::move(r);
-    done.Notify();
-  }
-  bool wait(double s = 60) { return done.WaitForNotificationWithTimeout(absl::Seconds(s)); }
-
-  std::vector<int32_t> ids;
-  std::string text;
-  std::atomic<int> n_finish{0};
-  absl::StatusOr<GenerationResult> result = absl::UnknownError("not finished");
-  absl::Notification done;
-
- private:
-  std::shared_ptr<CancelToken> cancel_;
-  int cancel_at_;
-};
+using Sink = testing::RecordingSink;
 
 std::vector<int32_t> ids_of(int64_t n, int64_t salt, int64_t vocab = 512) {
   std::vector<int32_t> v;
@@ -99,7 +75,7 @@ class EngineBatchTest : public ::testing::Test {
       EXPECT_TRUE(engine.submit(r, s, std::make_shared<CancelToken>()).ok());
       sinks.push_back(s);
     }
-    for (auto& s : sinks) EXPECT_TRUE(s->wait());
+    for (auto& s : sinks) EXPECT_TRUE(s->wait(60));
     EXPECT_TRUE(engine.wait_idle(10));
     return sinks;
   }
@@ -234,7 +210,7 @@ TEST_F(EngineBatchTest, ThousandRandomSchedulesKeepTheBooksAndEndEveryStreamOnce
       if (rng() % 8 == 0) reqs[static_cast<size_t>(rng() % reqs.size())].cancel->cancel();  // cancel from outside
     }
     for (auto& r : reqs) {
-      ASSERT_TRUE(r.sink->wait()) << "schedule " << schedule;
+      ASSERT_TRUE(r.sink->wait(60)) << "schedule " << schedule;
       ASSERT_TRUE(r.sink->result.ok()) << r.sink->result.status();
       const GenerationResult& res = *r.sink->result;
       const auto& ref = want[static_cast<size_t>(r.base)];

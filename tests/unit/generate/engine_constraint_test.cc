@@ -21,30 +21,14 @@
 #include "core/generate/sampler.h"
 #include "core/model/model_loader.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/recording_sink.h"
 
 namespace frost {
 namespace {
 
 using json = nlohmann::json;
 
-class Sink : public TokenSink {
- public:
-  void on_admitted() override { admitted = true; }
-  void on_token(const TokenEvent& ev) override {
-    if (ev.id >= 0) ids.push_back(ev.id);
-    text += ev.text;
-  }
-  void on_finish(absl::StatusOr<GenerationResult> r) override {
-    result = std::move(r);
-    done.Notify();
-  }
-  bool wait(double s = 120) { return done.WaitForNotificationWithTimeout(absl::Seconds(s)); }
-  std::atomic<bool> admitted{false};
-  std::vector<int32_t> ids;
-  std::string text;
-  absl::StatusOr<GenerationResult> result = absl::UnknownError("not finished");
-  absl::Notification done;
-};
+using Sink = testing::RecordingSink;
 
 constexpr char kSchema[] = R"({"type":"object","properties":{
   "name":{"type":"string","minLength":1,"maxLength":12},
@@ -102,7 +86,7 @@ class EngineConstraintTest : public ::testing::Test {
       EXPECT_TRUE(st.ok()) << st;
       sinks.push_back(s);
     }
-    for (auto& s : sinks) EXPECT_TRUE(s->wait());
+    for (auto& s : sinks) EXPECT_TRUE(s->wait(120));
     return sinks;
   }
   static GenerationRequest req(const std::string& prompt, uint64_t seed, constrain::ConstraintSpec::Kind kind,
@@ -206,7 +190,7 @@ TEST_F(EngineConstraintTest, ACompiledConstraintIsAdmittedAndCachedAcrossRequest
   auto second = std::make_shared<Sink>();
   ASSERT_TRUE(engine->submit(r, second, std::make_shared<CancelToken>()).ok());
   EXPECT_TRUE(second->admitted) << "a cached constraint is admitted inside submit()";
-  ASSERT_TRUE(second->wait());
+  ASSERT_TRUE(second->wait(120));
   EXPECT_EQ(second->ids, first[0]->ids);
   const ConstraintCompilerStats cs = engine->stats().constraints;
   EXPECT_EQ(cs.compiles, 1u);

@@ -24,39 +24,14 @@
 #include "core/kv/sequence_kv.h"
 #include "core/model/model_loader.h"
 #include "core/model/transformer.h"
+#include "tests/testing/recording_sink.h"
 
 namespace frost {
 namespace {
 
 constexpr int64_t kWindow = 24, kBlockTokens = 8;
 
-class Sink : public TokenSink {
- public:
-  explicit Sink(std::function<void(const Sink&)> on_tok = nullptr,
-                std::shared_ptr<CancelToken> cancel = nullptr, int cancel_at = -1)
-      : on_tok_(std::move(on_tok)), cancel_(std::move(cancel)), cancel_at_(cancel_at) {}
-  void on_token(const TokenEvent& ev) override {
-    if (ev.id >= 0) ids.push_back(ev.id);
-    if (on_tok_) on_tok_(*this);
-    if (cancel_ && static_cast<int>(ids.size()) == cancel_at_) cancel_->cancel();
-  }
-  void on_finish(absl::StatusOr<GenerationResult> r) override {
-    ++n_finish;
-    result = std::move(r);
-    done.Notify();
-  }
-  bool wait(double s = 120) { return done.WaitForNotificationWithTimeout(absl::Seconds(s)); }
-
-  std::vector<int32_t> ids;
-  std::atomic<int> n_finish{0};
-  absl::StatusOr<GenerationResult> result = absl::UnknownError("not finished");
-  absl::Notification done;
-
- private:
-  std::function<void(const Sink&)> on_tok_;
-  std::shared_ptr<CancelToken> cancel_;
-  int cancel_at_;
-};
+using Sink = testing::RecordingSink;
 
 std::vector<int32_t> ids_of(int64_t n, int64_t salt) {
   std::vector<int32_t> v;
@@ -112,12 +87,12 @@ class EngineWindowTest : public ::testing::Test {
                                                     std::function<void(const Sink&)> on_tok = nullptr) {
     std::vector<std::shared_ptr<Sink>> sinks;
     for (const auto& r : reqs) {
-      auto s = std::make_shared<Sink>(on_tok);
+      auto s = std::make_shared<Sink>(nullptr, -1, on_tok);
       const absl::Status st = engine.submit(r, s, std::make_shared<CancelToken>());
       EXPECT_TRUE(st.ok()) << st;
       sinks.push_back(s);
     }
-    for (auto& s : sinks) EXPECT_TRUE(s->wait());
+    for (auto& s : sinks) EXPECT_TRUE(s->wait(120));
     EXPECT_TRUE(engine.wait_idle(10));
     return sinks;
   }
@@ -289,11 +264,11 @@ TEST_F(EngineWindowTest, CancelAndPreemptUnderReleaseFreeEverythingOnce) {
     std::vector<std::shared_ptr<Sink>> sinks;
     for (size_t i = 0; i < reqs.size(); ++i) {
       auto cancel = std::make_shared<CancelToken>();
-      auto s = std::make_shared<Sink>(nullptr, cancel, i == 1 ? 50 : -1);  // #1 cancels after 50 tokens
+      auto s = std::make_shared<Sink>(cancel, i == 1 ? 50 : -1);  // #1 cancels after 50 tokens
       ASSERT_TRUE(engine->submit(reqs[i], s, cancel).ok());
       sinks.push_back(s);
     }
-    for (auto& s : sinks) ASSERT_TRUE(s->wait());
+    for (auto& s : sinks) ASSERT_TRUE(s->wait(120));
     ASSERT_TRUE(engine->wait_idle(10));
     for (size_t i = 0; i < reqs.size(); ++i) {
       EXPECT_EQ(sinks[i]->n_finish.load(), 1);
