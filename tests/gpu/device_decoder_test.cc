@@ -85,19 +85,7 @@ std::vector<float> prefill_then_decode(DeviceDecoder& d, const std::vector<int32
   TestBlocks blocks(16);
   DecoderSeq s;
   s.reserve(d, blocks, 20);
-  DeviceStep pre;
-  for (int i = 0; i < 12; ++i) {
-    pre.token.push_back(tokens[static_cast<size_t>(i)]);
-    pre.seq.push_back(0);
-    pre.pos.push_back(i);
-    pre.logit_rows.push_back(i);
-  }
-  std::vector<float> got = d.forward_logits(pre);
-  for (int i = 12; i < 20; ++i) {
-    const std::vector<float> l = d.forward_logits(DeviceStep{{tokens[static_cast<size_t>(i)]}, {0}, {i}, {0}});
-    got.insert(got.end(), l.begin(), l.end());
-  }
-  return got;
+  return testing::prefill_then_decode_logits(d, tokens, 12);
 }
 
 TEST(CudaDecoder, RandomLlamaAndGpt2MatchTheReferenceDeviceInEveryFormat) {

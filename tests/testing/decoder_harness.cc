@@ -170,4 +170,20 @@ double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 int argmax_of(const float* l, int vocab) { return cuda::ref::argmax(l, vocab); }
 
+std::vector<float> prefill_then_decode_logits(DeviceDecoder& d, const std::vector<int32_t>& tokens, int n_prefill) {
+  DeviceStep pre;
+  for (int i = 0; i < n_prefill; ++i) {
+    pre.token.push_back(tokens[static_cast<size_t>(i)]);
+    pre.seq.push_back(0);
+    pre.pos.push_back(i);
+    pre.logit_rows.push_back(i);
+  }
+  std::vector<float> got = d.forward_logits(pre);
+  for (int i = n_prefill; i < static_cast<int>(tokens.size()); ++i) {
+    const std::vector<float> l = d.forward_logits(DeviceStep{{tokens[static_cast<size_t>(i)]}, {0}, {i}, {0}});
+    got.insert(got.end(), l.begin(), l.end());
+  }
+  return got;
+}
+
 }  // namespace frost::testing

@@ -59,6 +59,10 @@ struct DecoderSeq {
 // every step's logits [V], n_new steps in all.
 std::vector<std::vector<float>> run_alone(DeviceDecoder& d, TestBlocks& a, DecoderSeq s, int n_new, int vocab);
 
+// The logits of every position of `tokens` on slot 0: one prefill step of the first `n_prefill` (logits for each
+// row), then one decode step per remaining token; [tokens.size() × V] row-major. The slot's blocks must be set.
+std::vector<float> prefill_then_decode_logits(DeviceDecoder& d, const std::vector<int32_t>& tokens, int n_prefill);
+
 // max |a − b| over max(1, max |b|); NaN where the other is not counts as 1e30.
 double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b);
 int argmax_of(const float* l, int vocab);

@@ -58,18 +58,7 @@ TEST(ReferenceDecoderTest, ComputesTheCpuTransformersLogitsInEveryKvFormat) {
       DecoderSeq s;
       s.reserve(*d, blocks, 20);
       // Prefill 12 rows (logits for each), then 8 single-row decode steps.
-      DeviceStep pre;
-      for (int i = 0; i < 12; ++i) {
-        pre.token.push_back(tokens[static_cast<size_t>(i)]);
-        pre.seq.push_back(0);
-        pre.pos.push_back(i);
-        pre.logit_rows.push_back(i);
-      }
-      std::vector<float> got = d->forward_logits(pre);
-      for (int i = 12; i < 20; ++i) {
-        const std::vector<float> l = d->forward_logits(DeviceStep{{tokens[static_cast<size_t>(i)]}, {0}, {i}, {0}});
-        got.insert(got.end(), l.begin(), l.end());
-      }
+      const std::vector<float> got = testing::prefill_then_decode_logits(*d, tokens, 12);
       const std::vector<float> want = testing::cpu_forward_logits(*model, testing::kv_codec_of(f), tokens);
       // Float sums (CPU) against double ones (the twin): 1e-4 with fp32 rows. A compact row is the same
       // function of K / V on both sides (int8 / int4 through the same quantizer), but a K computed a last bit
@@ -553,19 +542,7 @@ TEST(ReferenceDecoderTest, Int8WeightsComputeTheCpuInt8TransformersLogits) {
     TestBlocks blocks(16);
     DecoderSeq s;
     s.reserve(*d, blocks, 20);
-    DeviceStep pre;
-    for (int i = 0; i < 12; ++i) {
-      pre.token.push_back(tokens[static_cast<size_t>(i)]);
-      pre.seq.push_back(0);
-      pre.pos.push_back(i);
-      pre.logit_rows.push_back(i);
-    }
-    std::vector<float> got = d->forward_logits(pre);
-    for (int i = 12; i < 20; ++i) {
-      const std::vector<float> l =
-          d->forward_logits(DeviceStep{{tokens[static_cast<size_t>(i)]}, {0}, {i}, {0}});
-      got.insert(got.end(), l.begin(), l.end());
-    }
+    const std::vector<float> got = testing::prefill_then_decode_logits(*d, tokens, 12);
     const double diff =
         testing::rel_max_diff(got, testing::cpu_forward_logits(*model, KvCodecKind::kF32, tokens));
     EXPECT_LT(diff, 1e-4);

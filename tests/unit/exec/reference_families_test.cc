@@ -86,20 +86,7 @@ std::vector<float> device_logits(const LoadedModel& m, cuda::KvFormat f, const s
   TestBlocks blocks(16);
   DecoderSeq s;
   s.reserve(*d, blocks, static_cast<int>(tokens.size()));
-  DeviceStep pre;
-  for (int i = 0; i < 12; ++i) {
-    pre.token.push_back(tokens[static_cast<size_t>(i)]);
-    pre.seq.push_back(0);
-    pre.pos.push_back(i);
-    pre.logit_rows.push_back(i);
-  }
-  std::vector<float> got = d->forward_logits(pre);
-  for (int i = 12; i < static_cast<int>(tokens.size()); ++i) {
-    const std::vector<float> l =
-        d->forward_logits(DeviceStep{{tokens[static_cast<size_t>(i)]}, {0}, {i}, {0}});
-    got.insert(got.end(), l.begin(), l.end());
-  }
-  return got;
+  return testing::prefill_then_decode_logits(*d, tokens, 12);
 }
 
 std::vector<int32_t> random_tokens(int n, int vocab, unsigned seed) {
