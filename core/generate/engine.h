@@ -154,6 +154,12 @@ struct EngineStats {
   std::string kv_codec;                               // the default codec
   std::string kv_repair_active;                       // name of the active operator ("" = none)
   std::string kv_repair_codec;                        // the codec it repairs
+  // Speculative decoding (core/generate/speculation.h), vLLM's spec_decode counters: a draft is one sequence's
+  // drafted tokens verified in one step; accepted_per_pos[i] counts the drafts whose token i was accepted (so
+  // it sums to accepted_tokens and never exceeds drafts). forced_tokens: drafted by jump-forward (the grammar
+  // allowed exactly one token), a subset of draft_tokens.
+  uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_forced_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;
   uint64_t n_spliced = 0;        // finished sequences stored with a KVSplice (kvsplice codec)
   std::string kv_splice_active;  // name of the active KVSplice ("" = none)
   std::string kv_splice_rank;    // its latent ranks: "16", or "12/20" when K and V differ

@@ -5,6 +5,8 @@
 // the section over whole instead of copying it field by field.
 #include <cstdint>
 
+#include "core/generate/spec_options.h"
+
 namespace frost {
 
 struct EngineOptions {
@@ -32,6 +34,8 @@ struct EngineOptions {
   int32_t constraint_compile_queue = 64;
   int64_t constraint_compile_timeout_ms = 1000;
   int64_t constraint_cache_bytes = int64_t{64} << 20;
+  // Speculative decoding without a second model (spec_options.h): the default method, draft length, policy.
+  SpeculativeOptions speculative;
 };
 
 }  // namespace frost

@@ -9,6 +9,7 @@
 #include "core/constrain/constraint.h"
 #include "core/generate/sampler.h"
 #include "core/generate/sampling_params.h"
+#include "core/generate/spec_options.h"
 #include "core/kv/kv_spec.h"
 
 namespace frost {
@@ -31,6 +32,11 @@ struct GenerationRequest {
   // object, a regex or a GBNF grammar. Compiled at submit (cached per spec); a spec that does not compile
   // is INVALID_ARGUMENT "constraint: <why, where>". kNone = unconstrained.
   constrain::ConstraintSpec constraint;
+  // Speculative decoding (spec_options.h): kServer = the server's method; num_tokens 0 = the server's k
+  // (at most EngineOptions::speculative.num_tokens either way). Never changes the output: greedy and seeded
+  // outputs are token for token those of plain decoding (core/generate/spec_verify.h).
+  SpecMethod spec_method = SpecMethod::kServer;
+  int32_t spec_num_tokens = 0;
 };
 
 // One streamed event. id >= 0: a generated token, with the text it released (valid UTF-8,
@@ -63,6 +69,8 @@ struct GenerationResult {
   std::string kv_repair;       // the repair operator it used ("" = none)
   std::string kv_splice;       // the KVSplice it stored its KV with (kvsplice codec; "" = none)
   double t_first_token_s = 0;  // from start of generate() to the first token
+  int32_t n_draft_tokens = 0;     // speculative decoding: tokens drafted for it (jump-forward included)
+  int32_t n_accepted_tokens = 0;  // of those, accepted (each saved one step)
   double prefill_tok_s() const { return t_prefill_s > 0 ? n_prompt / t_prefill_s : 0; }
   double decode_tok_s() const { return t_decode_s > 0 ? n_decode_steps / t_decode_s : 0; }
 };
