@@ -83,6 +83,26 @@ absl::StatusOr<std::shared_ptr<const TokenVocab>> TokenVocab::create(std::vector
   return std::shared_ptr<const TokenVocab>(std::move(v));
 }
 
+int32_t TokenVocab::longest_prefix_token(absl::string_view text, const TokenBitmask& allowed) const {
+  int32_t best = -1;
+  size_t i = 0, end = trie_.size();  // the siblings at this depth: [i, end), subtrees skipped
+  for (size_t d = 0; d < text.size(); ++d) {
+    const auto byte = static_cast<uint8_t>(text[d]);
+    while (i < end && trie_[i].byte != byte) i = trie_[i].subtree_end;
+    if (i >= end) break;
+    const TrieNode& node = trie_[i];
+    for (uint32_t t = node.tokens_end; t > node.tokens_begin; --t) {
+      if (allowed.test(trie_tokens_[t - 1])) {
+        best = trie_tokens_[t - 1];
+        break;
+      }
+    }
+    end = node.subtree_end;
+    ++i;  // its first child, if any
+  }
+  return best;
+}
+
 bool TokenVocab::is_eos(int32_t id) const {
   return std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
 }
@@ -260,8 +280,50 @@ absl::Status Matcher::accept_token(int32_t id) {
   rec_.set_state(std::move(cur));
   n_bytes_ += static_cast<int64_t>(bytes.size());
   mask_ = nullptr;
-  if (rec_.arena_size() > kCompactArenaNodes) rec_.compact();
+  if (!marked_ && rec_.arena_size() > kCompactArenaNodes) rec_.compact();
   return absl::OkStatus();
+}
+
+std::string Matcher::forced_bytes(size_t max_bytes) {
+  std::string out;
+  if (finished_) return out;
+  Recognizer::StackSet cur = rec_.state(), next;
+  while (out.size() < max_bytes && !Recognizer::is_accepting(cur)) {
+    const ByteSet next_bytes = rec_.next_bytes_of(cur);
+    if (next_bytes.count() != 1) break;
+    int byte = 0;
+    while (!next_bytes.test(static_cast<size_t>(byte))) ++byte;
+    if (rec_.step(cur, static_cast<uint8_t>(byte), &next) != Recognizer::Step::kOk) break;
+    out.push_back(static_cast<char>(byte));
+    std::swap(cur, next);
+  }
+  return out;
+}
+
+int32_t Matcher::jump_token(size_t max_bytes) {
+  const std::string text = forced_bytes(max_bytes);
+  if (text.empty()) return -1;
+  return vocab_->longest_prefix_token(text, allowed());
+}
+
+Matcher::Mark Matcher::mark() {
+  marked_ = true;
+  Mark m;
+  m.state = rec_.state();
+  m.mask = mask_;
+  m.finished = finished_;
+  m.accept_limit = accept_limit_;
+  m.n_bytes = n_bytes_;
+  return m;
+}
+
+void Matcher::rewind(Mark m) {
+  rec_.set_state(std::move(m.state));
+  mask_ = std::move(m.mask);
+  finished_ = m.finished;
+  accept_limit_ = m.accept_limit;
+  n_bytes_ = m.n_bytes;
+  marked_ = false;
 }
 
 }  // namespace frost::constrain

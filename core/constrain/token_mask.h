@@ -31,6 +31,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "core/constrain/grammar.h"
 
@@ -73,6 +74,10 @@ class TokenVocab {
   };
   const std::vector<TrieNode>& trie() const { return trie_; }
   const std::vector<int32_t>& trie_tokens() const { return trie_tokens_; }
+  // Of the tokens `allowed` whose bytes are a non-empty prefix of `text`, the longest; among tokens with the
+  // same bytes the highest id (SentencePiece numbers its byte-fallback tokens <0x..> first, and a model writes
+  // the regular piece); -1 when none. A walk down the trie: O(len(text) × children).
+  int32_t longest_prefix_token(absl::string_view text, const TokenBitmask& allowed) const;
   uint32_t max_depth() const { return max_depth_; }
 
  private:
@@ -164,6 +169,32 @@ class Matcher {
   // The reference for allowed(): feeds every token's bytes to a copy of the state (tests compare them).
   TokenBitmask allowed_brute_force();
 
+  // Speculative decoding (core/generate/sequence.h shape_draft): the engine walks drafted tokens through the
+  // matcher to learn each position's mask, then comes back. mark() saves the state; rewind() restores it
+  // exactly (state, mask, bytes, finished, limits). While a mark is held accept_token() does not compact the
+  // recogniser's arena (which would renumber the saved state); one mark at a time.
+  struct Mark {
+    Recognizer::StackSet state;
+    std::shared_ptr<const StateMask> mask;
+    bool finished = false;
+    Recognizer::Limit accept_limit = Recognizer::Limit::kNone;
+    int64_t n_bytes = 0;
+  };
+  Mark mark();
+  void rewind(Mark m);
+  // Jump-forward (speculative decoding's grammar drafter): the bytes every continuation of the output starts
+  // with from here (the grammar allows exactly one next byte, state after state, and EOS is not allowed on the
+  // way), at most max_bytes; then the token to draft for them: of the allowed tokens whose bytes are a prefix
+  // of those bytes, the longest (TokenVocab::longest_prefix_token); -1 when the text is not forced or no such
+  // token is allowed. The model decides whether it writes the forced text with that token: the draft is verified.
+  std::string forced_bytes(size_t max_bytes);
+  int32_t jump_token(size_t max_bytes = 64);
+  // allowed()'s mask as a shared object: it stays valid after accept_token() (the draft's masks).
+  std::shared_ptr<const StateMask> allowed_shared() {
+    allowed();
+    return mask_;
+  }
+
  private:
   void compute(StateMask* mask);
   absl::Status too_ambiguous(Recognizer::Limit limit) const;
@@ -177,6 +208,7 @@ class Matcher {
   Recognizer::Limit accept_limit_ = Recognizer::Limit::kNone;  // an accept_token() step hit this limit
   int64_t n_bytes_ = 0;
   int64_t n_computed_ = 0;
+  bool marked_ = false;  // a Mark is held: no compaction
 };
 
 }  // namespace frost::constrain

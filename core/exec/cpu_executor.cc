@@ -29,6 +29,7 @@ absl::Status CpuExecutor::allocate_kv(const Plan& plan) {
   if (storage_) return absl::FailedPreconditionError("cpu executor: the KV pool is already allocated");
   FROST_ASSIGN_OR_RETURN(storage_,
                          HostKvStorage::create(plan.n_blocks, kv_block_bytes(plan.block_tokens), plan.prefault));
+  max_rows_ = plan.max_rows;
   return absl::OkStatus();
 }
 

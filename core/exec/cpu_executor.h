@@ -25,6 +25,7 @@ class CpuExecutor final : public StepExecutor {
   absl::Status check_request(KvCodecKind, bool) const override { return absl::OkStatus(); }
   bool runs_kv_repair() const override { return true; }
   bool samples_on_device() const override { return false; }
+  int64_t max_logit_rows() const override { return max_rows_; }
   absl::Status execute(const ExecStep& step, ExecResult* out) override;
   absl::Status health() const override { return absl::OkStatus(); }
   ExecutorStats stats() const override;
@@ -33,6 +34,7 @@ class CpuExecutor final : public StepExecutor {
   std::shared_ptr<const LoadedModel> model_;
   std::unique_ptr<HostKvStorage> storage_;
   BatchScratch scratch_;
+  int64_t max_rows_ = 0;  // Plan::max_rows
   std::atomic<uint64_t> rows_on_host_{0};
 };
 

@@ -159,10 +159,14 @@ absl::Status DeviceExecutor::execute(const ExecStep& step, ExecResult* out) {
         ds.seq.push_back(static_cast<int32_t>(i));
         ds.pos.push_back(static_cast<int32_t>(p0 + j));
       }
-      if (q.logits) ds.logit_rows.push_back(static_cast<int32_t>(ds.token.size() - 1));
+      for (int64_t j = q.n_logit_rows(); j > 0; --j)
+        ds.logit_rows.push_back(static_cast<int32_t>(static_cast<int64_t>(ds.token.size()) - j));
     }
     if (ds.logit_rows.size() != step.sampling.size())
-      return absl::InternalError("device executor: one RowSampling per sequence with logits");
+      return absl::InternalError("device executor: one RowSampling per logits row");
+    if (static_cast<int64_t>(ds.logit_rows.size()) > max_seqs_)
+      return absl::InternalError(absl::StrCat("device executor: ", ds.logit_rows.size(),
+                                              " logits rows in a step of at most ", max_seqs_));
     for (const RowSampling& rs : step.sampling) {
       cuda::SampleParams sp;
       sp.to_host = rs.on_device ? 0 : 1;

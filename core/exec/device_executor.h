@@ -64,6 +64,7 @@ class DeviceExecutor final : public StepExecutor {
   absl::Status check_request(KvCodecKind codec, bool repair) const override;
   bool runs_kv_repair() const override { return false; }
   bool samples_on_device() const override { return true; }
+  int64_t max_logit_rows() const override { return max_seqs_; }
   absl::Status execute(const ExecStep& step, ExecResult* out) override;
   absl::Status health() const override;
   ExecutorStats stats() const override;

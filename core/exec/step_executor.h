@@ -14,7 +14,8 @@
 // Life cycle: the engine asks for the block size (kv_block_bytes), decides the pool size, calls allocate_kv()
 // once, then execute() once per step from its one thread. Not thread-safe except stats() and health().
 //
-// Shapes: L = sequences with logits in a step (in the order of ExecStep::seqs), V = vocab.
+// Shapes: L = logits rows of a step: one per sequence with logits, 1 + draft for a speculative draft
+// (StepSeq::n_logit_rows(), in the order of ExecStep::seqs), V = vocab.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,7 +45,8 @@ struct RowSampling {
 };
 
 // One step: the rows of every scheduled sequence (their KV positions are reserved; each kv advances by its
-// n_tokens), and for each sequence with logits (in order) how its token is chosen.
+// n_tokens), and for each logits row (in order) how its token is chosen (a draft's rows: on_device false —
+// verification needs their logits on the host).
 struct ExecStep {
   const std::vector<StepSeq>* seqs = nullptr;
   std::vector<RowSampling> sampling;  // [L]
@@ -106,6 +108,10 @@ class StepExecutor {
   // Whether execute() samples the rows whose RowSampling::on_device is set (else every row comes back as
   // logits, and the engine does not plan device draws).
   virtual bool samples_on_device() const = 0;
+  // The most logits rows one step may ask for (speculative drafts add rows beyond one per sequence): the
+  // host's batched forward takes any number (the step's rows); a device decoder samples at most one row per
+  // sequence slot (Plan::max_seqs). Valid after allocate_kv().
+  virtual int64_t max_logit_rows() const = 0;
 
   // Runs one step. Errors: INTERNAL for a broken invariant of this step (its sequences fail, the engine keeps
   // serving); UNAVAILABLE once the device is unusable (health() then says why, for good).

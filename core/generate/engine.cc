@@ -12,6 +12,7 @@
 #include "core/common/log.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
+#include "core/generate/engine_internal.h"
 #include "core/generate/scheduler.h"
 #include "core/generate/sequence.h"
 #include "core/exec/cpu_executor.h"
@@ -37,73 +38,6 @@ EngineHistogram powers_of_two(int max_exp) {
 
 }  // namespace
 
-// A validated request waiting for the engine thread to pick it up.
-struct Engine::Pending {
-  std::vector<int32_t> prompt;
-  SamplingParams params;
-  KvCodecKind codec = KvCodecKind::kF32;
-  GenerationRequest::KvRepair repair_mode = GenerationRequest::KvRepair::kAuto;
-  // kvsplice: the KVSplice active at submit (the sequence starts with the one active at admission, this
-  // one when the slot was emptied in between).
-  std::shared_ptr<const KvSpliceSlot::Active> splice;
-  // Structured output: the compiled constraint (shared with every request of the same spec) and the
-  // vocabulary its matcher walks.
-  std::shared_ptr<const constrain::CompiledConstraint> constraint;
-  std::shared_ptr<const constrain::TokenVocab> vocab;
-  int32_t n_prompt_given = 0;  // for a result before admission
-  std::shared_ptr<TokenSink> sink;
-  std::shared_ptr<CancelToken> cancel;
-  int64_t t_submit_ns = 0;
-};
-
-// One callback for the delivery thread: a token event, or the final result (plus what the counters need).
-struct Engine::Delivery {
-  std::shared_ptr<TokenSink> sink;
-  std::optional<TokenEvent> token;
-  std::optional<absl::StatusOr<GenerationResult>> result;
-  std::string codec;  // result only: counters
-  bool repaired = false, spliced = false;
-  bool unadmitted = false;  // result only: never reached the engine thread (a refused or cancelled compile)
-};
-
-// A request the engine thread holds: its sequence state, its scheduler entry (with its paged cache while it
-// runs) and what it was admitted with. The scheduler's entries point back at it (SchedEntry::owner).
-struct EngineRequest {
-  std::unique_ptr<Engine::Pending> req;
-  std::unique_ptr<Sequence> seq;
-  SchedEntry entry;
-  int64_t t_admit_ns = 0;  // first time it ran
-  int64_t t_first_ns = 0;  // its first token
-  std::string kv_repair;   // the repair operator it runs with ("" = none)
-  std::string kv_splice;   // the KVSplice it stores its KV with ("" = none)
-  bool done = false;
-};
-
-// The engine thread's state: the scheduler over the books, the requests it holds, this round's callbacks
-// for the delivery thread, and the executor's step buffers.
-struct Engine::Loop {
-  Loop(const SchedulerConfig& sc, KvBlockBooks* books) : sched(sc, books) {}
-  Scheduler sched;
-  std::vector<std::unique_ptr<EngineRequest>> actives;
-  std::vector<Delivery> out;  // handed to the delivery thread in one batch at the end of the round
-  uint64_t order = 0;
-  ExecStep exec_step;
-  ExecResult exec_result;
-  std::vector<SampledToken> toks;
-  std::vector<EngineRequest*> to_sample;
-  int64_t t_schedule_ns = 0;  // this round's schedule()
-  // The callback that queues a request's token events for this round's delivery.
-  TokenCallback emit(EngineRequest& a) {
-    std::shared_ptr<TokenSink> sink = a.req->sink;
-    return [this, sink](const TokenEvent& ev) {
-      Delivery d;
-      d.sink = sink;
-      d.token = ev;
-      out.push_back(std::move(d));
-    };
-  }
-};
-
 Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
     : model_(std::move(model)), cfg_(cfg), validator_(*model_, cfg.gen) {}
 
@@ -125,6 +59,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
   if (cfg.kv_cache_bytes < 0)
     return absl::InvalidArgumentError(absl::StrCat("engine.kv_cache_bytes must be >= 0, got ", cfg.kv_cache_bytes));
   FROST_RETURN_IF_ERROR(EngineConstraints::check(cfg));
+  FROST_RETURN_IF_ERROR(check_speculative_options(cfg.speculative));
   std::unique_ptr<Engine> e(new Engine(model, cfg));
   e->constraints_ = std::make_unique<EngineConstraints>(model, cfg);
   e->exec_ = executor ? std::move(executor) : std::make_unique<CpuExecutor>(model);
@@ -168,6 +103,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
     }));
   }
   e->model_salt_ = kv_salt_mix(kv_salt_mix(0, e->model_->name), weight_dtype_name(tf.weight_format()));
+  if (cfg.speculative.suffix_cache_tokens > 0)
+    e->suffix_cache_ = std::make_unique<SuffixCache>(kSuffixDepth, static_cast<size_t>(cfg.speculative.suffix_cache_tokens));
   {
     absl::MutexLock lock(&e->mu_);
     EngineStats& s = e->counters_;
@@ -210,6 +147,7 @@ absl::StatusOr<std::unique_ptr<Engine::Pending>> Engine::prepare_request(
   p->params = req.params;
   p->codec = req.kv_codec.value_or(cfg_.gen.kv_codec);
   p->repair_mode = req.kv_repair;
+  FROST_RETURN_IF_ERROR(resolve_spec(req, p.get()));
   if (req.constraint.kind != constrain::ConstraintSpec::Kind::kNone) {
     // A cached outcome is used (or refused) here and now; anything else compiles after admission (submit()).
     absl::StatusOr<EngineConstraints::Lookup> found = constraints_->lookup(req.constraint);
@@ -436,6 +374,7 @@ void Engine::deliver() {
         continue;
       }
       d.sink->on_finish(std::move(*d.result));
+      if (!d.suffix_output.empty()) suffix_cache_->insert(d.suffix_output);  // off the engine thread
       ++finished;
       absl::MutexLock lock(&mu_);
       --n_in_flight_;
@@ -515,6 +454,8 @@ void Engine::finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResul
     r->kv_codec = kv_codec_name(a.req->codec);
     r->kv_repair = a.kv_repair;
     r->kv_splice = a.kv_splice;
+    r->n_draft_tokens = a.n_draft_tokens;
+    r->n_accepted_tokens = a.n_accepted_tokens;
   }
   a.done = true;
   Delivery d;
@@ -523,6 +464,8 @@ void Engine::finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResul
   d.codec = kv_codec_name(a.req->codec);
   d.repaired = !a.kv_repair.empty();
   d.spliced = !a.kv_splice.empty();
+  if (suffix_cache_ && a.spec && a.spec->method() == SpecMethod::kSuffix && d.result->ok())
+    d.suffix_output = (*d.result)->ids;
   loop.out.push_back(std::move(d));
 }
 
@@ -551,6 +494,7 @@ bool Engine::intake(Loop& loop) {
     a->entry.tokens = &a->seq->tokens();
     a->entry.make_kv = make_kv(a.get());
     a->entry.owner = a.get();
+    start_spec(*a);
     loop.sched.add(&a->entry);
     loop.actives.push_back(std::move(a));
   }
@@ -582,9 +526,8 @@ Scheduler::Step Engine::schedule(Loop& loop) {
 }
 
 // Execute: the scheduled step on the executor. Each sequence with logits says how its token may be drawn
-// (on the device when the executor samples and the request allows it). True when the step ran: the
-// scheduler has committed it (full blocks published to the prefix cache) and loop.exec_result holds what
-// update() needs. False when it failed: the step's requests have ended, or every request when the device
+// (on the device when the executor samples and the request allows it; a draft's rows on the host). True when
+// the step ran: loop.exec_result holds what update() needs. False when it failed: the step's requests have ended, or every request when the device
 // failed for good.
 bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   const int64_t t0 = RealClock::get().now_ns();
@@ -594,18 +537,21 @@ bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   xs.seqs = &step.seqs;
   xs.sampling.clear();
   const bool device_sampling = exec_->samples_on_device();
-  for (size_t i = 0; i < step.who.size(); ++i)
-    if (step.seqs[i].logits) xs.sampling.push_back(step.who[i]->owner->seq->plan_sample(device_sampling));
+  for (size_t i = 0; i < step.who.size(); ++i) {
+    const StepSeq& q = step.seqs[i];
+    if (q.draft > 0) {
+      xs.sampling.resize(xs.sampling.size() + 1 + static_cast<size_t>(q.draft));  // verified on the host
+    } else if (q.logits) {
+      xs.sampling.push_back(step.who[i]->owner->seq->plan_sample(device_sampling));
+    }
+  }
   absl::Status st = exec_->execute(xs, &loop.exec_result);
   const int64_t t1 = RealClock::get().now_ns();
   {
     absl::MutexLock lock(&mu_);
     counters_.t_forward_s += static_cast<double>(t1 - t0) * 1e-9;
   }
-  if (st.ok()) {
-    loop.sched.commit(step);
-    return true;
-  }
+  if (st.ok()) return true;  // update() commits it once drafts are verified
   // The step failed. A broken invariant in tensor code fails the sequences of this step and the engine keeps
   // serving; a sticky device error (the executor's health) fails everything, for good.
   const absl::Status health = exec_->health();
@@ -631,21 +577,40 @@ bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
 }
 
 // Update: every sequence that got logits gets its token — the device's where it sampled, else the host
-// sampler's (in parallel: each touches only its own sampler) — then the tokens stream in order.
+// sampler's (in parallel: each touches only its own sampler), or a verified draft's tokens (engine_spec.cc).
+// Then the KV of rejected draft rows is truncated and the step committed (newly full blocks published to the
+// prefix cache: only verified positions), and the tokens stream in order.
 void Engine::update(Loop& loop, const Scheduler::Step& step, const ExecResult& res) {
   const int64_t t0 = RealClock::get().now_ns();
   std::vector<EngineRequest*>& to_sample = loop.to_sample;
   to_sample.clear();
-  for (size_t i = 0; i < step.who.size(); ++i)
-    if (step.seqs[i].logits) to_sample.push_back(step.who[i]->owner);
+  loop.first_row.clear();
+  loop.drafted.clear();
+  int64_t row = 0;
+  for (size_t i = 0; i < step.who.size(); ++i) {
+    if (!step.seqs[i].logits) continue;
+    to_sample.push_back(step.who[i]->owner);
+    loop.first_row.push_back(row);
+    loop.drafted.push_back(step.seqs[i].draft);
+    row += step.seqs[i].n_logit_rows();
+  }
   std::vector<SampledToken>& toks = loop.toks;
   toks.resize(to_sample.size());
+  loop.verdicts.resize(to_sample.size());
   const int64_t V = model_->config.n_vocab;
   const auto n_sample = static_cast<int64_t>(to_sample.size());
   auto sample_one = [&](int64_t i) {
     const auto k = static_cast<size_t>(i);
-    toks[k] = res.ids[k] >= 0 ? to_sample[k]->seq->sampled_on_device(res.ids[k])
-                              : to_sample[k]->seq->sample(res.logits + static_cast<int64_t>(res.row[k]) * V);
+    const auto r = static_cast<size_t>(loop.first_row[k]);
+    if (loop.drafted[k] > 0) {
+      const std::vector<int32_t>& rows = to_sample[k]->entry.spec_rows;
+      loop.verdicts[k] = to_sample[k]->seq->verify(
+          absl::MakeConstSpan(rows).subspan(1, static_cast<size_t>(loop.drafted[k])),
+          res.logits + static_cast<int64_t>(res.row[r]) * V);
+      return;
+    }
+    toks[k] = res.ids[r] >= 0 ? to_sample[k]->seq->sampled_on_device(res.ids[r])
+                              : to_sample[k]->seq->sample(res.logits + static_cast<int64_t>(res.row[r]) * V);
   };
   if (n_sample < 4) {
     for (int64_t i = 0; i < n_sample; ++i) sample_one(i);
@@ -653,10 +618,22 @@ void Engine::update(Loop& loop, const Scheduler::Step& step, const ExecResult& r
     kernels::parallel_tasks(n_sample, sample_one);
   }
   const int64_t t_tok = RealClock::get().now_ns();
+  rewind_rejected(loop);  // engine_spec.cc: before any block of this step is published
+  loop.sched.commit(step);
   for (size_t i = 0; i < to_sample.size(); ++i) {
     EngineRequest& a = *to_sample[i];
     if (a.t_first_ns == 0) a.t_first_ns = t_tok;
-    if (a.seq->accept(toks[i], loop.emit(a))) finish(loop, a, a.seq->take_outcome());
+    if (loop.drafted[i] == 0) {
+      if (a.seq->accept(toks[i], loop.emit(a))) finish(loop, a, a.seq->take_outcome());
+      continue;
+    }
+    const std::vector<SampledToken>& got = loop.verdicts[i].tokens;
+    for (size_t j = 0; j < got.size(); ++j) {
+      if (a.seq->accept(got[j], loop.emit(a), j == 0)) {
+        finish(loop, a, a.seq->take_outcome());
+        break;
+      }
+    }
   }
   const int64_t t1 = RealClock::get().now_ns();
   absl::MutexLock lock(&mu_);
@@ -726,8 +703,10 @@ void Engine::run() {
   sc.max_batch_tokens = cfg_.max_batch_tokens;
   sc.watermark_blocks = std::max<int64_t>(1, books_->n_blocks() / 100);
   sc.prefix_caching = cfg_.prefix_caching;
+  sc.max_logit_rows = exec_->max_logit_rows();
   Loop loop(sc, books_.get());
   while (intake(loop)) {
+    draft(loop);  // engine_spec.cc: this round's speculative drafts
     const Scheduler::Step step = schedule(loop);
     if (!step.seqs.empty() && execute(loop, step)) update(loop, step, loop.exec_result);
     end_round(loop, step);

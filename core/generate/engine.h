@@ -60,6 +60,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/common/cancel.h"
 #include "core/generate/engine_constraints.h"
+#include "core/generate/drafter.h"
 #include "core/generate/engine_options.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
@@ -220,6 +221,12 @@ class Engine {
   Scheduler::Step schedule(Loop& loop);
   bool execute(Loop& loop, const Scheduler::Step& step);  // false: the step failed (its requests ended)
   void update(Loop& loop, const Scheduler::Step& step, const ExecResult& res);
+  // Speculative decoding's parts of a round (engine_spec.cc): the drafts before schedule(); after
+  // verification, the rejected rows' KV truncated and the counters.
+  void draft(Loop& loop);
+  void rewind_rejected(Loop& loop);
+  absl::Status resolve_spec(const GenerationRequest& req, Pending* p) const;
+  void start_spec(EngineRequest& a) const;
   void end_round(Loop& loop, const Scheduler::Step& step);
   void finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResult> r);  // ends a request
   void shut_down(Loop& loop);
@@ -243,6 +250,10 @@ class Engine {
   const KvBlockStorage* storage_ = nullptr;  // the executor's pool storage
   std::unique_ptr<KvBlockBooks> books_;      // engine thread only after create()
   uint64_t model_salt_ = 0;            // prefix-cache key of the model (name, dtype)
+  // Speculative decoding's shared suffix cache (outputs of finished requests that drafted with suffix
+  // decoding; filled on the delivery thread, read by the drafters on the engine thread). Null when
+  // engine.speculative.suffix_cache_tokens is 0.
+  std::unique_ptr<SuffixCache> suffix_cache_;
 
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);

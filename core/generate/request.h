@@ -64,7 +64,8 @@ struct GenerationResult {
   double t_queue_s = 0;        // waiting for admission (Engine only)
   double t_prefill_s = 0;      // prompt forward pass
   double t_decode_s = 0;       // all decode steps after the prefill
-  int32_t n_decode_steps = 0;  // forward passes after the prefill
+  int32_t n_decode_steps = 0;   // forward passes after the prefill that produced tokens
+  int32_t n_decode_tokens = 0;  // tokens they produced (more than the steps when drafts were accepted)
   std::string kv_codec;        // the KV storage codec this sequence used
   std::string kv_repair;       // the repair operator it used ("" = none)
   std::string kv_splice;       // the KVSplice it stored its KV with (kvsplice codec; "" = none)
@@ -72,7 +73,7 @@ struct GenerationResult {
   int32_t n_draft_tokens = 0;     // speculative decoding: tokens drafted for it (jump-forward included)
   int32_t n_accepted_tokens = 0;  // of those, accepted (each saved one step)
   double prefill_tok_s() const { return t_prefill_s > 0 ? n_prompt / t_prefill_s : 0; }
-  double decode_tok_s() const { return t_decode_s > 0 ? n_decode_steps / t_decode_s : 0; }
+  double decode_tok_s() const { return t_decode_s > 0 ? n_decode_tokens / t_decode_s : 0; }
 };
 
 }  // namespace frost

@@ -153,7 +153,7 @@ SampledToken Sampler::sample(const float* raw, const uint32_t* allowed) {
     // plain temperature sampling over the whole vocabulary: the vectorised path
   } else {
     build_candidates(logits);
-    out.id = draw_candidate(-1);
+    out.id = draw_candidate();
   }
   if (n_logprobs_ >= 0) fill_logprobs(raw, out);
   record(out.id);
@@ -310,21 +310,19 @@ void Sampler::build_candidates(const float* logits) {
   }
 }
 
-int32_t Sampler::draw_candidate(int32_t exclude) {
-  // 9. Inverse-CDF draw over the live candidates in their current order (`exclude` skipped; -1 = none).
+int32_t Sampler::draw_candidate() {
+  // 9. Inverse-CDF draw over the live candidates in their current order.
   double total = 0.0;
-  for (int32_t i = 0; i < n_cand_; ++i)
-    if (cand_[i].id != exclude) total += cand_[i].value;
+  for (int32_t i = 0; i < n_cand_; ++i) total += cand_[i].value;
   const double r = uniform01() * total;
   double cum = 0.0;
   for (int32_t i = 0; i < n_cand_; ++i) {
-    if (cand_[i].id == exclude) continue;
     cum += cand_[i].value;
     if (cum > r) return cand_[i].id;
   }
   // r rounded up to the total: the last candidate with weight.
   for (int32_t i = n_cand_ - 1; i > 0; --i) {
-    if (cand_[i].id != exclude && cand_[i].value > 0.0f) return cand_[i].id;
+    if (cand_[i].value > 0.0f) return cand_[i].id;
   }
   return cand_[0].id;
 }

@@ -67,6 +67,7 @@ class Sampler {
  public:
   // `params` must have passed validate_sampling_params(params, vocab_size); vocab_size > 0.
   Sampler(const SamplingParams& params, int32_t vocab_size);
+  int32_t vocab_size() const { return n_vocab_; }
 
   // Adds prompt tokens to the history seen by repetition_penalty (presence / frequency
   // penalties only count generated tokens). Mutates the history; ids outside [0, V) ignored.
@@ -95,8 +96,6 @@ class Sampler {
   SampledToken accept_device_token(int32_t id);
 
  private:
-  friend struct SpecVerifyAccess;  // core/generate/spec_verify.cc: the draft verification rule
-
   struct Candidate {
     float value;  // logit, then unnormalized probability
     int32_t id;
@@ -110,8 +109,8 @@ class Sampler {
   void apply_penalties(float* logits) const;  // steps 2-3 on [V], in place
   // Steps 5-8: cand_[0, n_cand_) = the surviving tokens with their unnormalized probabilities.
   void build_candidates(const float* logits);
-  // Step 9 over cand_ (one uniform), leaving out the token `exclude` (-1: none) and renormalizing.
-  int32_t draw_candidate(int32_t exclude);
+  // Step 9 over cand_ (one uniform).
+  int32_t draw_candidate();
   void record(int32_t id);  // appends a generated token to the history
   void fill_logprobs(const float* raw, SampledToken& out);
   double uniform01();

@@ -66,11 +66,33 @@ bool Scheduler::admit(SchedEntry* e, int64_t budget, Step& step) {
   return true;
 }
 
+// 1b: the decode rows scheduled so far get their sequences' draft rows (scheduler.h). Returns the budget left.
+int64_t Scheduler::add_drafts(int64_t budget, Step& step) {
+  int64_t logit_rows = 0;
+  for (const StepSeq& q : step.seqs) logit_rows += q.n_logit_rows();
+  for (size_t j = 0; j < step.seqs.size(); ++j) {
+    SchedEntry* e = step.who[j];
+    StepSeq& q = step.seqs[j];
+    if (e->spec_rows.size() < 2 || q.n_tokens != 1 || !q.logits) continue;
+    const int64_t d = std::min({static_cast<int64_t>(e->spec_rows.size()) - 1, budget, cfg_.max_logit_rows - logit_rows});
+    if (d <= 0) continue;
+    if (!e->kv->reserve(e->kv->n_tokens() + 1 + d)) continue;  // never preempts: blocks it took stay for later
+    q.tokens = e->spec_rows.data();
+    q.n_tokens = 1 + d;
+    q.draft = static_cast<int32_t>(d);
+    step.n_tokens += d;
+    budget -= d;
+    logit_rows += d;
+  }
+  return budget;
+}
+
 Scheduler::Step Scheduler::schedule() {
   Step step;
   int64_t budget = cfg_.max_batch_tokens;
   // 1. running sequences: decode rows first (pass 0), then prompt chunks (pass 1), oldest first
   for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) budget = add_drafts(budget, step);
     for (size_t i = 0; i < running_.size();) {
       SchedEntry* e = running_[i];
       const int64_t need = static_cast<int64_t>(e->tokens->size()) - e->kv->n_tokens();
@@ -109,6 +131,18 @@ Scheduler::Step Scheduler::schedule() {
     if (!admit(e, budget, step)) break;
     waiting_.pop_front();
     budget -= step.seqs[before].n_tokens;
+  }
+  // Prompt chunks that reach their last token and admissions ask for logits rows too: when the step now has
+  // more than the executor returns, drafts give rows back, the last-scheduled first.
+  int64_t logit_rows = 0;
+  for (const StepSeq& q : step.seqs) logit_rows += q.n_logit_rows();
+  for (size_t j = step.seqs.size(); j-- > 0 && logit_rows > cfg_.max_logit_rows;) {
+    StepSeq& q = step.seqs[j];
+    const int64_t cut = std::min<int64_t>(q.draft, logit_rows - cfg_.max_logit_rows);
+    q.draft -= static_cast<int32_t>(cut);
+    q.n_tokens -= cut;
+    step.n_tokens -= cut;
+    logit_rows -= cut;
   }
   return step;
 }

@@ -12,6 +12,10 @@
 //     (itself, when it is the newest): its blocks go back to the pool — published ones stay in the prefix
 //     cache — and it returns to the front of the waiting queue, to be recomputed from its tokens later. A
 //     running sequence is never failed for lack of KV memory.
+//  1b. Speculative drafts (SchedEntry::spec_rows): each decoding sequence with a draft gets its draft rows
+//     next, in the same order, while the token budget and the executor's logits rows (max_logit_rows) last
+//     and the pool gives their blocks without preempting anyone (a draft is only a guess). The engine truncates
+//     the rows verification rejects before commit(), so unverified positions are never published.
 //  3. Waiting sequences are admitted in order (preempted ones first) while fewer than max_running run, budget
 //     remains and the pool keeps a watermark of free blocks after their first chunk (so admissions do not
 //     immediately force preemptions). Admission looks up the longest cached prefix of its tokens (full
@@ -45,6 +49,7 @@ struct SchedulerConfig {
   int64_t max_batch_tokens = 128;  // tokens in one step (decode rows + prefill chunks), >= max_running
   int64_t watermark_blocks = 1;    // admission keeps at least this many blocks available
   bool prefix_caching = true;
+  int64_t max_logit_rows = int64_t{1} << 40;  // the executor's (StepExecutor::max_logit_rows)
 };
 
 // One request as the scheduler sees it. The engine owns it (and everything else about the request).
@@ -55,6 +60,9 @@ struct SchedEntry {
   std::unique_ptr<SequenceKv> kv;
   int32_t n_preempted = 0;
   bool running = false;
+  // Speculative decoding: set by the engine before schedule() for a decoding sequence with a draft —
+  // its last token, then the drafted tokens. The scheduler gives it as many draft rows as fit (StepSeq::draft).
+  std::vector<int32_t> spec_rows;
   EngineRequest* owner = nullptr;  // the engine's record of the request
 };
 
@@ -93,6 +101,7 @@ class Scheduler {
   void preempt(SchedEntry* e, Step& step);
   bool admit(SchedEntry* e, int64_t budget, Step& step);
   void add_to_step(SchedEntry* e, int64_t n, Step& step);
+  int64_t add_drafts(int64_t budget, Step& step);
 
   SchedulerConfig cfg_;
   KvBlockBooks* pool_;

@@ -88,7 +88,7 @@ RowSampling Sequence::plan_sample(bool device_ok) {
   return rs;
 }
 
-bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
+bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token, bool new_step) {
   if (done_) return true;
   const int64_t now = clock_->now_ns();
   const auto index = static_cast<int32_t>(res_.ids.size());
@@ -97,7 +97,8 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
     res_.t_first_token_s = static_cast<double>(now - t_start_ns_) * 1e-9;
     if (res_.t_prefill_s == 0) res_.t_prefill_s = res_.t_first_token_s;
   } else {
-    ++res_.n_decode_steps;  // a forward pass after the prefill produced this token
+    if (new_step) ++res_.n_decode_steps;  // a forward pass after the prefill produced this token
+    ++res_.n_decode_tokens;
   }
   if (matcher_) {
     // The sampler drew from the mask. A mask a recogniser limit truncated, or an empty one (the constraint
@@ -160,6 +161,57 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token) {
     return true;
   }
   return false;
+}
+
+void Sequence::shape_draft(std::vector<int32_t>* draft, std::vector<uint8_t>* forced, int32_t jump_max) {
+  draft_masks_.clear();
+  if (!matcher_) {
+    forced->assign(draft->size(), 0);
+    return;
+  }
+  proposal_.swap(*draft);
+  draft->clear();
+  forced->clear();
+  constrain::Matcher& m = *matcher_;
+  constrain::Matcher::Mark start = m.mark();
+  size_t next = 0;        // the proposal's token for this position, while the draft still follows it
+  bool follows = true;
+  int32_t n_forced = 0;
+  const std::vector<int32_t>& eos = model_.config.eos_ids;
+  for (;;) {
+    std::shared_ptr<const constrain::StateMask> mask = m.allowed_shared();
+    draft_masks_.push_back(mask);  // row draft->size()'s mask, whatever comes next
+    if (!m.health().ok() || m.finished()) break;  // a truncated mask: the token is sampled plainly there
+    int32_t tok = -1;
+    bool is_forced = false;
+    if (n_forced < jump_max && mask->bits.count() == 1) {
+      for (size_t w = 0; w < mask->bits.words.size() && tok < 0; ++w)
+        if (const uint32_t bits = mask->bits.words[w]; bits != 0)
+          tok = static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits)));
+      is_forced = true;
+    } else if (follows && next < proposal_.size() && mask->bits.test(proposal_[next])) {
+      tok = proposal_[next];
+    } else if (n_forced < jump_max && (tok = m.jump_token()) >= 0) {
+      is_forced = true;  // the grammar forces the text; the model verifies this tokenization of it
+    } else {
+      break;
+    }
+    if (std::find(eos.begin(), eos.end(), tok) != eos.end()) break;
+    if (!m.accept_token(tok).ok()) break;
+    if (follows && (next >= proposal_.size() || proposal_[next] != tok)) follows = false;
+    ++next;
+    n_forced += is_forced ? 1 : 0;
+    draft->push_back(tok);
+    forced->push_back(is_forced ? 1 : 0);
+  }
+  m.rewind(std::move(start));
+}
+
+DraftVerdict Sequence::verify(absl::Span<const int32_t> draft, const float* logits) {
+  if (!matcher_) return verify_draft(sampler_, draft, logits);
+  draft_words_.clear();
+  for (size_t i = 0; i <= draft.size(); ++i) draft_words_.push_back(draft_masks_[i]->bits.words.data());
+  return verify_draft(sampler_, draft, logits, draft_words_);
 }
 
 absl::StatusOr<bool> Sequence::step(SequenceKv& kv, DecodeScratch& scratch, bool fast, const TokenCallback& on_token,

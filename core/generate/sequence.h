@@ -21,6 +21,7 @@
 #include "core/generate/request.h"
 #include "core/constrain/token_mask.h"
 #include "core/generate/sampler.h"
+#include "core/generate/spec_verify.h"
 #include "core/generate/stop_condition.h"
 #include "core/model/model_loader.h"
 
@@ -52,8 +53,22 @@ class Sequence {
   void set_constraint(std::unique_ptr<constrain::Matcher> m) { matcher_ = std::move(m); }
   bool constrained() const { return matcher_ != nullptr; }
   // Applies a token from sample(): stop token / strings, detokenization, the event through on_token, the
-  // length limit. Returns true once the sequence has finished (result() is then final).
-  bool accept(const SampledToken& tok, const TokenCallback& on_token);
+  // length limit. Returns true once the sequence has finished (result() is then final). `new_step`: false for
+  // the second and later tokens one verified draft appended (they took no forward pass of their own).
+  bool accept(const SampledToken& tok, const TokenCallback& on_token, bool new_step = true);
+
+  // Speculative decoding (core/generate/speculation.h). shape_draft() turns a drafter's proposal into the
+  // draft to verify: unconstrained, the proposal as it is; constrained, its leading tokens the grammar allows
+  // at their positions (walked through the matcher, then rewound) and, with jump_max > 0, up to jump_max
+  // jump-forward tokens, before, between or after them: where exactly one token is allowed, that token (always
+  // accepted); where the grammar forces the next bytes (keys, punctuation of a schema), the longest allowed
+  // token spelling a prefix of them (Matcher::jump_token; accepted when the model writes the forced text that
+  // way); an EOS id is never drafted. forced[i] = 1 marks jump-forward tokens. It saves each row's mask for verify(). The scheduler may use
+  // only a prefix of the draft.
+  void shape_draft(std::vector<int32_t>* draft, std::vector<uint8_t>* forced, int32_t jump_max);
+  // The a + 1 tokens to append after `draft` (a prefix of the last shape_draft's) got its rows' logits
+  // [(draft.size() + 1) × V]: spec_verify.h's rule with the saved masks.
+  DraftVerdict verify(absl::Span<const int32_t> draft, const float* logits);
 
   // The reference loop: one forward pass on its own cache (the whole prompt on the first call — through
   // forward_batch when `fast`, else the reference forward() — then one token: decode_step when `fast`),
@@ -83,6 +98,9 @@ class Sequence {
 
   Sampler sampler_;
   std::unique_ptr<constrain::Matcher> matcher_;  // null: unconstrained
+  std::vector<std::shared_ptr<const constrain::StateMask>> draft_masks_;  // shape_draft(): row i's mask
+  std::vector<const uint32_t*> draft_words_;                             // verify()'s view of them
+  std::vector<int32_t> proposal_;                                        // shape_draft() scratch
   std::optional<IncrementalDetokenizer> detok_;
   StopChecker stop_;
   std::vector<int32_t> tokens_;  // prompt + sampled ids

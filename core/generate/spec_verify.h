@@ -13,43 +13,37 @@
 // exactly what Sampler::sample would draw from at that position: penalties with the history
 // extended by d_0..d_{i-1}, the row's constraint mask, temperature, top_k, top_p, min_p.
 //
-// Greedy (temperature 0 or top_k 1): d_i is accepted while it equals argmax p_i (ties → lowest
-// id); at the first mismatch the appended token is that argmax. This is literally sample() called
-// row by row, stopping at the first disagreement, so greedy output is identical token for token
-// to non-speculative decoding. No RNG is used.
+// The rule: row by row, draw the token exactly as Sampler::sample would (p_i, the sampler's own RNG), and
+// keep going while it equals the draft: token i is sample(L_i); if it equals d_i the draft is accepted and
+// row i + 1 is drawn next, else it is the correction and verification stops; all k accepted → the bonus is
+// sample(L_k).
 //
-// Sampling: the standard accept/reject rule (Leviathan et al. 2023, Chen et al. 2023) for a point
-// mass q: accept d_i with probability min(1, p_i(d_i) / q_i(d_i)) = p_i(d_i); on rejection draw
-// from the residual max(0, p_i − q_i) renormalized, which for a point mass is p_i with d_i removed
-// and the rest renormalized. Then P(token = d_i) = p_i(d_i) and, for x ≠ d_i,
-// P(token = x) = (1 − p_i(d_i)) · p_i(x) / (1 − p_i(d_i)) = p_i(x): every appended token is
-// distributed exactly as p_i given the tokens before it, i.e. as without speculation. A draft
-// outside p_i's support (cut by top_k / top_p / min_p / the mask, or an id outside [0, V)) has
-// p_i(d_i) = 0 and is always rejected; one with p_i(d_i) = 1 is always accepted.
+// Why this rule (the choice here): for a deterministic draft it is the standard accept/reject rule
+// (Leviathan et al. 2023, Chen et al. 2023) with its randomness coupled to plain decoding. The standard
+// rule accepts d_i with probability min(1, p_i(d_i) / q_i(d_i)) = p_i(d_i) (q_i = δ(d_i)) and on rejection
+// draws from p_i without d_i, renormalized; drawing x ~ p_i and accepting iff x = d_i has the same
+// acceptance probability p_i(d_i), and given a rejection x is distributed as p_i without d_i
+// renormalized — the same joint law, so the output is distributed exactly as without speculation. What
+// it adds: each appended token consumes the same uniform, in the same order, as plain decoding would, so
+// a seeded request yields the same tokens with or without speculation, whatever the drafter proposed,
+// the batch or the step in which speculation was switched off — and greedy (no RNG) is literally sample()
+// row by row. A draft outside p_i's support (cut by top_k / top_p / min_p / the mask, or an id outside
+// [0, V)) is never drawn, hence always rejected; a token with p_i = 1 (a grammar-forced one) always
+// accepted.
 //
-// RNG consumption (the sampler's own mt19937_64, one 64-bit output per uniform, as sample()):
-//   - each tested draft: one uniform u in [0, 1); accepted iff u < p_i(d_i) (p_i(d_i) computed in
-//     double over the candidates in the sampler's order) — consumed even when p_i(d_i) is 0 or 1;
-//   - a rejection: one more uniform, the inverse-CDF draw over p_i without d_i (the candidates
-//     in the sampler's order, d_i skipped);
-//   - all accepted: the bonus is Sampler::sample(L_k) itself (one uniform).
-// So a call that accepts a of k drafts consumes a + 2 uniforms when a < k and k + 1 when a = k;
-// k = 0 is exactly one Sampler::sample(L_0). A seeded run reproduces given the same drafts and
-// rows; its sampled tokens need NOT equal the non-speculative run's for the same seed (the draws
-// are spent differently) — only their distribution is the same. Greedy output does equal it.
+// RNG consumption: exactly that of sample() on each of the a + 1 rows it draws (one uniform each unless
+// greedy), i.e. of plain decoding of the same a + 1 tokens.
 //
-// History: row i is processed with d_0..d_{i-1} counted by repetition / presence / frequency
-// penalties; after the call the sampler's history holds exactly the appended tokens, as if they
-// had been sampled one by one. Logprobs (params.logprobs >= 0) of the token appended from row i
-// are those Sampler::sample reports for row i: log_softmax of the RAW L_i, top list included.
+// History: row i is processed with d_0..d_{i-1} counted by repetition / presence / frequency penalties
+// (they were sampled, hence recorded); after the call the sampler's history holds exactly the appended
+// tokens. Logprobs (params.logprobs >= 0) of each appended token are those sample() reports for its row:
+// log_softmax of the RAW L_i, top list included.
 //
 // Stop conditions are the caller's: the engine cuts the appended list after a stop token, a stop
-// string or max_tokens and drops the rest. The sampler's history then holds the dropped tokens
-// too, and its RNG state equals that of a run that consumed this call's draws; both are harmless
-// because the sequence ends there. (A caller that continues a sequence after a cut must not.)
+// string or max_tokens and drops the rest. The sampler's history then holds the dropped tokens too and
+// its RNG has consumed their draws; harmless, because the sequence ends there.
 //
-// Cost: per tested row, steps 1-8 of the sampler (O(V) plus the truncation's partial sort) and
-// logprobs when asked; the bonus and greedy rows cost one sample(). Not thread-safe, like Sampler.
+// Cost: one sample() per row drawn (a + 1 of the k + 1). Not thread-safe, like Sampler.
 #include <cstdint>
 #include <vector>
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 namespace frost {
 
 const char* spec_method_name(SpecMethod m) {
@@ -19,14 +21,29 @@ const char* spec_method_name(SpecMethod m) {
   return "?";
 }
 
+absl::Status check_speculative_options(const SpeculativeOptions& o) {
+  if (o.method == SpecMethod::kServer)
+    return absl::InvalidArgumentError("engine.speculative.method must be off, ngram or suffix");
+  if (o.num_tokens < 1 || o.num_tokens > 32)
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.speculative.num_tokens must be in [1, 32], got ", o.num_tokens));
+  if (o.max_batch < 0)
+    return absl::InvalidArgumentError(absl::StrCat("engine.speculative.max_batch must be >= 0, got ", o.max_batch));
+  if (o.jump_forward_tokens < 0 || o.jump_forward_tokens > 256)
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.speculative.jump_forward_tokens must be in [0, 256], got ", o.jump_forward_tokens));
+  if (o.suffix_cache_tokens < 0 || o.suffix_cache_tokens > (int64_t{1} << 30))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine.speculative.suffix_cache_tokens must be in [0, 2^30], got ", o.suffix_cache_tokens));
+  return absl::OkStatus();
+}
+
 Speculation::Speculation(SpecMethod method, int32_t k, int32_t vocab_size, const SuffixCache* shared)
     : method_(method), k_(std::max(1, k)), ema_(static_cast<double>(std::max(1, k))) {
   if (method == SpecMethod::kSuffix) {
     SuffixOptions o;
-    // Depth 16 (Arctic's default is 64 for agentic traces): per sequence ≤ 64·16 bytes per token of its own
-    // trie (drafter.h), ~0.8 KB measured; matches beyond 15 tokens add little acceptance on chat-length text.
-    o.max_depth = 16;
-    o.max_match = 15;
+    o.max_depth = kSuffixDepth;
+    o.max_match = kSuffixDepth - 1;
     o.vocab_size = vocab_size;
     drafter_ = std::make_unique<SuffixDrafter>(o, shared);
   } else {
@@ -41,10 +58,10 @@ int32_t Speculation::next_length() const {
   return std::clamp(static_cast<int32_t>(std::ceil(ema_)) + 1, 1, k_);
 }
 
-void Speculation::draft(absl::Span<const int32_t> tokens, std::vector<int32_t>* out) {
+void Speculation::draft(absl::Span<const int32_t> tokens, int32_t limit, std::vector<int32_t>* out) {
   out->clear();
-  const int32_t n = next_length();
-  if (skip_ > 0) --skip_;
+  const int32_t n = std::min(next_length(), limit);
+  if (skip_ > 0 && limit > 0) --skip_;
   drafter_->propose(tokens, n, out);  // n = 0 only syncs the index
 }
 

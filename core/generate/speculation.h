@@ -23,11 +23,20 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/generate/drafter.h"
 #include "core/generate/spec_options.h"
 
 namespace frost {
+
+// The suffix tries' depth (SuffixOptions::max_depth) for the sequences' own and the engine's shared one: 16
+// (Arctic's default is 64 for agentic traces): per sequence ≤ 64·16 bytes per token of its own trie
+// (drafter.h), ~0.8 KB measured; matches beyond 15 tokens add little acceptance on chat-length text.
+inline constexpr int kSuffixDepth = 16;
+
+// engine.speculative's ranges: INVALID_ARGUMENT naming the field and value.
+absl::Status check_speculative_options(const SpeculativeOptions& o);
 
 class Speculation {
  public:
@@ -35,13 +44,11 @@ class Speculation {
   Speculation(SpecMethod method, int32_t k, int32_t vocab_size, const SuffixCache* shared);
 
   SpecMethod method() const { return method_; }
-  // The drafter's proposal for `tokens` (prompt + output so far), at most the adaptive length; empty while
-  // cooling down (the drafter still indexes the tokens).
-  void draft(absl::Span<const int32_t> tokens, std::vector<int32_t>* out);
+  // The drafter's proposal for `tokens` (prompt + output so far), at most the adaptive length and `limit`;
+  // empty while cooling down or when limit is 0 (the drafter still indexes the tokens).
+  void draft(absl::Span<const int32_t> tokens, int32_t limit, std::vector<int32_t>* out);
   // After verification: `drafted` tokens proposed by the drafter (jump-forward excluded), `accepted` of them.
   void record(int32_t drafted, int32_t accepted);
-  // The sequence is now its first n tokens (a draft was partly rejected): nothing to do for the drafters,
-  // which never index drafts; kept for a drafter that would.
   int32_t k() const { return k_; }
   int32_t next_length() const;  // what draft() asks the drafter for now (0 while cooling down)
 

@@ -283,11 +283,12 @@ struct Transformer::BatchOps final : LayerOps {
     for (int64_t r = 0; r < R; ++r) rows::mlp_activation(cfg, row(s.h_in, r, F_in), row(s.h_act, r, F));
   }
 
-  void gather() override {  // the last row of each sequence that asked for logits
+  void gather() override {  // the last row (and a draft's rows) of each sequence that asked for logits
     s.logit_rows.clear();
     for (int64_t i = 0, r = 0; i < static_cast<int64_t>(seqs.size()); ++i) {
-      r += seqs[static_cast<size_t>(i)].n_tokens;
-      if (seqs[static_cast<size_t>(i)].logits) s.logit_rows.push_back(r - 1);
+      const StepSeq& q = seqs[static_cast<size_t>(i)];
+      r += q.n_tokens;
+      for (int64_t j = q.n_logit_rows(); j > 0; --j) s.logit_rows.push_back(r - j);
     }
   }
 
@@ -332,8 +333,10 @@ const float* Transformer::forward_batch(const std::vector<StepSeq>& seqs, BatchS
     for (int64_t i = 0; i < q.n_tokens; ++i)
       TORCH_CHECK(q.tokens[i] >= 0 && q.tokens[i] < cfg_.n_vocab, "forward_batch: token ", q.tokens[i],
                   " out of range [0, ", cfg_.n_vocab, ")");
+    TORCH_CHECK(q.draft >= 0 && (q.draft == 0 || (q.logits && q.draft < q.n_tokens)), "forward_batch: a draft of ",
+                q.draft, " tokens in a row of ", q.n_tokens, q.logits ? "" : " without logits");
     R += q.n_tokens;
-    n_logits += q.logits ? 1 : 0;
+    n_logits += q.n_logit_rows();
   }
   s.pos.resize(static_cast<size_t>(R));
   s.seq.resize(static_cast<size_t>(R));

@@ -77,6 +77,11 @@ struct StepSeq {
   const int32_t* tokens = nullptr;  // [n_tokens] ids < V
   int64_t n_tokens = 0;
   bool logits = false;  // compute the logits of its last new token
+  // Speculative decoding (core/generate/speculation.h): the last `draft` tokens are drafted ones (draft <
+  // n_tokens, logits set); the logits of the draft + 1 last rows are computed, in order — row i predicts the
+  // token after tokens[n_tokens - 1 - draft + i], which verification compares with draft token i.
+  int32_t draft = 0;
+  int64_t n_logit_rows() const { return logits ? 1 + draft : 0; }
 };
 
 // Buffers of forward_batch, grown on demand and reused across steps (one per engine thread). R = rows of
@@ -143,7 +148,7 @@ class Transformer {
   // over its own sequence's cache through that sequence's codec kernel (so sequences with different codecs,
   // repair operators and KVSplice sets share a step), in parallel over rows × heads. Each kv advances by its
   // n_tokens. Returns the logits [L, V] (in scratch.logits, valid until the next call) of the last token of
-  // each sequence with logits = true, in order. A row's arithmetic does not depend on the rest of the batch:
+  // each sequence with logits = true — its last draft + 1 tokens for a speculative draft — in order. A row's arithmetic does not depend on the rest of the batch:
   // its logits are bit-identical however the rows are batched, chunked or recomputed. Throws c10::Error on
   // broken invariants (capacity, token range).
   const float* forward_batch(const std::vector<StepSeq>& seqs, BatchScratch& scratch) const;

@@ -312,6 +312,47 @@ TEST_F(DeviceExecutorTest, MixedSamplingSharesAStepAndEachRowEqualsItselfAlone) 
   expect_idle_books(*engine);
 }
 
+// Speculative decoding on the device executor (issue 52): the draft rows are extra query rows of the device step,
+// their logits come back to the host for verification, rejected rows are truncated from the device's block
+// table — and the outputs (greedy and seeded, device-sampled and host-sampled rows mixed) equal speculation off.
+// Preemption and chunking too (a small pool, 16 tokens a step), and drafts bounded by the device's logits rows
+// (max_running = 4: at most 4 logits rows a step).
+TEST_F(DeviceExecutorTest, SpeculativeDraftsRunAsDeviceRowsAndChangeNothing) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 18 + 5 * i; ++j) prompt.push_back(3 + (j % (3 + i)) * 11);  // periodic: lookups hit
+    GenerationRequest r = request(prompt, 40, i % 2 ? 0.8f : 0.f, 300 + static_cast<uint64_t>(i));
+    if (i == 3) r.params.logprobs = 1;
+    reqs.push_back(r);
+  }
+  for (const int64_t blocks : {int64_t{0}, int64_t{14}}) {
+    EngineConfig off = config(4, blocks, true, 16), on = off;
+    on.speculative.method = SpecMethod::kNgram;
+    on.speculative.num_tokens = 4;
+    auto plain = make(off);
+    auto spec = make(on);
+    const auto want = run_all(*plain, reqs);
+    const auto got = run_all(*spec, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(got[i]->result.ok()) << got[i]->result.status();
+      EXPECT_EQ(got[i]->ids, want[i]->ids) << "blocks " << blocks << " request " << i;
+      EXPECT_EQ(got[i]->logprobs, want[i]->logprobs) << i;
+    }
+    const EngineStats s = spec->stats();
+    EXPECT_GT(s.spec_accepted_tokens, 0u);
+    EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);
+    int64_t steps_on = 0, steps_off = 0;  // forward passes per request
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      steps_on += got[i]->result->n_decode_steps;
+      steps_off += want[i]->result->n_decode_steps;
+    }
+    EXPECT_LT(steps_on, steps_off);
+    if (blocks > 0) EXPECT_GT(s.n_preemptions, 0u);
+    expect_idle_books(*spec);
+  }
+}
+
 TEST_F(DeviceExecutorTest, RefusesWhatTheDeviceDoesNotRunNamingTheField) {
   auto engine = make(config(2));
   auto sink = std::make_shared<Sink>();

@@ -1,0 +1,105 @@
+// Speculative decoding's parts of the engine's round (engine.h, core/generate/speculation.h): a request's
+// method and draft length at submit, its drafter at intake, this round's drafts before schedule(), and after
+// verification (update()) the KV of rejected rows truncated and the spec_decode counters.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/generate/engine_internal.h"
+
+namespace frost {
+
+absl::Status Engine::resolve_spec(const GenerationRequest& req, Pending* p) const {
+  const SpeculativeOptions& o = cfg_.speculative;
+  if (req.spec_num_tokens < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("speculative.num_tokens must be >= 0 (0 = the server's), got ", req.spec_num_tokens));
+  p->spec_method = req.spec_method == SpecMethod::kServer ? o.method : req.spec_method;
+  // A request may draft fewer tokens than the server allows, never more (engine.speculative.num_tokens bounds
+  // the rows one sequence adds to a step).
+  p->spec_k = req.spec_num_tokens > 0 ? std::min(req.spec_num_tokens, o.num_tokens) : o.num_tokens;
+  // Jump-forward is the server's (engine.speculative.jump_forward) for every request that does not turn
+  // speculation off itself.
+  p->jump_forward = o.jump_forward && o.jump_forward_tokens > 0 && req.spec_method != SpecMethod::kOff;
+  return absl::OkStatus();
+}
+
+void Engine::start_spec(EngineRequest& a) const {
+  const Pending& p = *a.req;
+  if (p.spec_method != SpecMethod::kNgram && p.spec_method != SpecMethod::kSuffix) return;
+  a.spec = std::make_unique<Speculation>(p.spec_method, p.spec_k,
+                                         static_cast<int32_t>(model_->config.n_vocab), suffix_cache_.get());
+}
+
+// Before schedule(): every decoding sequence that speculates gets this round's draft in its scheduler entry
+// (SchedEntry::spec_rows: its last token, then the draft). Drafters run only while at most
+// engine.speculative.max_batch sequences decode (they still index their tokens); grammar-forced tokens are
+// drafted at any batch size, since they are always accepted. A draft never reaches past max_new_tokens.
+void Engine::draft(Loop& loop) {
+  const SpeculativeOptions& o = cfg_.speculative;
+  int32_t n_decoding = 0;
+  for (const SchedEntry* e : loop.sched.running())
+    n_decoding += static_cast<int64_t>(e->tokens->size()) - e->kv->n_tokens() == 1 ? 1 : 0;
+  const bool drafting = n_decoding <= o.max_batch;
+  for (SchedEntry* e : loop.sched.running()) {
+    e->spec_rows.clear();
+    EngineRequest& a = *e->owner;
+    const bool jump = a.req->jump_forward && a.seq->constrained();
+    if ((!a.spec && !jump) || a.done || static_cast<int64_t>(e->tokens->size()) - e->kv->n_tokens() != 1)
+      continue;
+    // Tokens after the one this step samples anyway: a draft longer than that is never used.
+    const int64_t room = a.req->params.max_new_tokens - a.seq->n_generated() - 1;
+    if (room <= 0) continue;
+    std::vector<int32_t>& d = loop.proposal;
+    d.clear();
+    if (a.spec) a.spec->draft(*e->tokens, drafting ? static_cast<int32_t>(room) : 0, &d);
+    a.seq->shape_draft(&d, &a.forced, jump ? o.jump_forward_tokens : 0);
+    if (static_cast<int64_t>(d.size()) > room) {
+      d.resize(static_cast<size_t>(room));
+      a.forced.resize(d.size());
+    }
+    if (d.empty()) continue;
+    e->spec_rows.push_back(e->tokens->back());
+    e->spec_rows.insert(e->spec_rows.end(), d.begin(), d.end());
+  }
+}
+
+// After verification, before commit(): each verified draft's rejected rows leave the KV (books and storage:
+// SequenceKv::truncate gives back blocks past the kept positions; the rows left in a kept block are
+// overwritten by the next step), so commit() publishes only verified positions. Then the counters.
+void Engine::rewind_rejected(Loop& loop) {
+  uint64_t drafts = 0, drafted = 0, accepted = 0, forced = 0;
+  std::vector<uint64_t> per_pos;
+  for (size_t i = 0; i < loop.to_sample.size(); ++i) {
+    const int32_t d = loop.drafted[i];
+    if (d == 0) continue;
+    EngineRequest& a = *loop.to_sample[i];
+    const int32_t acc = loop.verdicts[i].accepted;
+    a.entry.kv->truncate(a.entry.kv->n_tokens() - (d - acc));
+    int32_t own = 0, own_accepted = 0;  // the drafter's tokens (jump-forward's excluded)
+    for (int32_t j = 0; j < d; ++j) {
+      const bool f = a.forced[static_cast<size_t>(j)] != 0;
+      forced += f ? 1 : 0;
+      own += f ? 0 : 1;
+      own_accepted += !f && j < acc ? 1 : 0;
+    }
+    if (a.spec) a.spec->record(own, own_accepted);
+    a.n_draft_tokens += d;
+    a.n_accepted_tokens += acc;
+    ++drafts;
+    drafted += static_cast<uint64_t>(d);
+    accepted += static_cast<uint64_t>(acc);
+    if (per_pos.size() < static_cast<size_t>(acc)) per_pos.resize(static_cast<size_t>(acc), 0);
+    for (int32_t j = 0; j < acc; ++j) ++per_pos[static_cast<size_t>(j)];
+  }
+  if (drafts == 0) return;
+  absl::MutexLock lock(&mu_);
+  EngineStats& s = counters_;
+  s.spec_drafts += drafts;
+  s.spec_draft_tokens += drafted;
+  s.spec_accepted_tokens += accepted;
+  s.spec_forced_tokens += forced;
+  if (s.spec_accepted_per_pos.size() < per_pos.size()) s.spec_accepted_per_pos.resize(per_pos.size(), 0);
+  for (size_t j = 0; j < per_pos.size(); ++j) s.spec_accepted_per_pos[j] += per_pos[j];
+}
+
+}  // namespace frost
