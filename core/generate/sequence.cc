@@ -173,6 +173,7 @@ void Sequence::shape_draft(std::vector<int32_t>* draft, std::vector<uint8_t>* fo
   draft->clear();
   forced->clear();
   constrain::Matcher& m = *matcher_;
+  m.allowed();  // computed before the mark, so the rewound matcher keeps this position's mask for sample()
   constrain::Matcher::Mark start = m.mark();
   size_t next = 0;        // the proposal's token for this position, while the draft still follows it
   bool follows = true;
