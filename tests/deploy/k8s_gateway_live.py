@@ -1,7 +1,7 @@
 """The gateway test's frostd part (tests/deploy/k8s_gateway_test.py runs it): frostd on the gateway overlay's
 rendered replica config, and every metric name and label the picker's config refers to checked against its
 live /metrics (type, range), idle and under load; the render endpoints and /v1/models as the picker's
-token-producer uses them.
+token-producer uses them (without a token: auth.open_render), and closed again without auth.open_render.
 """
 
 import json
@@ -9,7 +9,7 @@ import threading
 
 from k8s_common import *  # noqa: F401,F403
 from k8s_frostd import Frostd, map_paths  # noqa: E402
-from k8s_gateway_checks import PENDING_KV_EVENTS, metric_spec, plugin  # noqa: E402
+from k8s_gateway_checks import kv_events_landed, metric_spec, plugin  # noqa: E402
 
 
 def parse_exposition(text):
@@ -63,7 +63,7 @@ def check_engine_metrics(c, fams, engine, tag, block_size=None):
         c.check(int(labels[nb_label]) == blocks, f"{tag}: {nb_label} = the pool's blocks (frost_kv_cache_blocks summed)",
                 f"{labels[nb_label]} vs {blocks}")
         if block_size is not None:
-            c.check(int(labels[bs_label]) == block_size, f"{tag}: {bs_label} = the picker's blockSize {block_size} "
+            c.check(int(labels[bs_label]) == block_size, f"{tag}: {bs_label} = the picker's blockSizeTokens {block_size} "
                     "(fp32 KV cache on the CPU)", labels[bs_label])
     return samples
 
@@ -95,7 +95,7 @@ def run_live(c, binary, info, tmp):
         return
     with open(DEFAULT_CONFIG) as f:
         default_keys = set(flatten(yaml.safe_load(f)))
-    if not PENDING_KV_EVENTS <= default_keys and "kv_events" in run_cfg.get("server", {}):
+    if not kv_events_landed(default_keys) and "kv_events" in run_cfg.get("server", {}):
         # Until the publisher lands, frostd would refuse the unknown keys: run without them, say so.
         print("  note  server.kv_events is not in configs/default.yaml yet: frostd runs without it (the publisher "
               "lands separately); every other key as rendered")
@@ -110,7 +110,7 @@ def run_live(c, binary, info, tmp):
             return
         fams = parse_exposition(p.metrics())
         bs = (plugin(cfg, "precise-prefix-cache-producer") or [{}])[0].get("parameters", {}).get(
-            "tokenProcessorConfig", {}).get("blockSize")
+            "tokenProcessorConfig", {}).get("blockSizeTokens")
         check_engine_metrics(c, fams, engine, "idle", bs)
         max_running = picked(fams, "frost_engine_max_running")[1][0][1]
 
@@ -132,9 +132,21 @@ def run_live(c, binary, info, tmp):
         c.check(status == 200 and isinstance(r, dict) and r.get("token_ids") and
                 all(isinstance(t, int) for t in r["token_ids"]),
                 "POST /v1/chat/completions/render answers {token_ids: [ints]}", f"{status} {r}")
-        status, _ = post(p.ports["http"], "/v1/completions/render", {"prompt": "x"}, None)
-        c.check(status == 401, "the render endpoints need the user token under auth.require_for_inference (the "
-                "picker sends none: deploy/k8s/README.md, 'Behind the gateway')", str(status))
+        # The picker sends no token: auth.open_render lets the two render endpoints answer it; nothing else.
+        status, r = post(p.ports["http"], "/v1/completions/render", {"model": tok.get("modelName"), "prompt": "x"},
+                         None)
+        c.check(status == 200 and isinstance(r, list) and r[0]["token_ids"],
+                "POST /v1/completions/render answers without a token (auth.open_render), as the picker calls it",
+                f"{status} {r}")
+        status, r = post(p.ports["http"], "/v1/chat/completions/render",
+                         {"model": tok.get("modelName"), "messages": [{"role": "user", "content": "x"}]}, None)
+        c.check(status == 200 and isinstance(r, dict) and r.get("token_ids"),
+                "POST /v1/chat/completions/render answers without a token (auth.open_render)", f"{status} {r}")
+        for path, body in (("/v1/completions", {"prompt": "x", "max_tokens": 1}), ("/tokenize", {"prompt": "x"})):
+            status, _ = post(p.ports["http"], path, body, None)
+            c.check(status == 401, f"POST {path} still needs the token (auth.require_for_inference)", str(status))
+        status, _ = p.http_get("/v1/models")
+        c.check(status == 401, "GET /v1/models still needs the token", str(status))
 
         # Under load: several streams at once; every scrape keeps the semantics, the running count its bound.
         results = []
@@ -164,3 +176,26 @@ def run_live(c, binary, info, tmp):
     finally:
         rc = p.stop(inf.effective["server"]["drain_timeout_s"] + 15)
         c.check(rc == 0, "SIGTERM stops frostd with exit 0", f"rc {rc}\n{p.output()[-1500:]}")
+    check_render_closed_by_default(c, binary, tokens, tmp)
+
+
+def check_render_closed_by_default(c, binary, tokens, tmp):
+    """Without auth.open_render (configs/default.yaml: false) the render endpoints keep the inference rule."""
+    cfg_path = os.path.join(tmp, "closed.yaml")
+    with open(cfg_path, "w") as f:
+        yaml.safe_dump({"auth": {"user_token_file": os.path.join(tokens, "user-token"),
+                                 "admin_token_file": os.path.join(tokens, "admin-token"),
+                                 "require_for_inference": True},
+                        "engine": {"kv_cache_bytes": "64MiB"}, "model": {"threads": 1}}, f)
+    p = Frostd(binary, cfg_path, [], SOURCE_DIR, tmp, "closed", http=True)
+    try:
+        if not c.check(p.wait_ports(60) and p.wait_ready(None, 120), "frostd (auth.open_render off) turns ready",
+                       p.output()[-2000:]):
+            return
+        body = {"model": "stories260K", "prompt": "Once upon a time"}
+        status, _ = post(p.ports["http"], "/v1/completions/render", body, None)
+        ok_status, _ = post(p.ports["http"], "/v1/completions/render", body, USER_TOKEN)
+        c.check(status == 401 and ok_status == 200, "without auth.open_render the render endpoints need the token "
+                "under auth.require_for_inference (401 without, 200 with)", f"{status} / {ok_status}")
+    finally:
+        p.stop(30)

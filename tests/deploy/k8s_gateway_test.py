@@ -15,7 +15,9 @@ manifests: renders overlays/gateway (and overlays/cpu, the base it adds to) with
 frostd:    the same render, then $FROST_FROSTD on the rendered replica config (k8s_gateway_live.py): each metric
            and label the picker's engine config names exists on the live /metrics with its type and range (KV
            utilisation in [0, 1], counts, the info gauge's integers) idle and under six concurrent streams;
-           /v1/models and the render endpoints answer in the shapes the picker's token-producer reads.
+           /v1/models and the render endpoints answer in the shapes the picker's token-producer reads, the
+           render endpoints without a token (auth.open_render) and nothing else; and a frostd without
+           auth.open_render (the default) keeps them behind the token.
 """
 
 import argparse
