@@ -136,7 +136,7 @@ void OpenAiHttpServer::handle_health(const HttpRequest&, HttpResponse& res) {
 
 std::variant<std::shared_ptr<const OpenAiHttpServer::Served>, oa::ApiError> OpenAiHttpServer::serving(
     const HttpRequest& req, bool refuse_while_draining, const char* method) const {
-  if (auth_) {  // the Authorization header as gRPC's metadata
+  if (auth_ && method != nullptr) {  // the Authorization header as gRPC's metadata
     if (absl::Status st = auth_->check(method, req.header("Authorization")); !st.ok())
       return oa::error_from_status(st);
   }

@@ -103,8 +103,9 @@ class OpenAiHttpServer {
   // kPollMs: the refusal to answer, or nullopt (admitted, or *gone when the client left first).
   std::optional<openai::ApiError> await_admission(const Submitted& sub, HttpResponse& res, bool* gone);
   std::shared_ptr<const Served> served() const;
-  // The served model for a request, checked first: the bearer token under the inference rule (`method`: the gRPC
-  // call the endpoint mirrors), then 503 while draining (when `refuse_while_draining`) or while the model loads.
+  // The served model for a request, checked first: the bearer token under the inference rule (`method`: the
+  // gRPC call the endpoint mirrors; nullptr: none, for an endpoint the config opens), then 503 while draining
+  // (when `refuse_while_draining`) or while the model loads.
   std::variant<std::shared_ptr<const Served>, openai::ApiError> serving(
       const HttpRequest& req, bool refuse_while_draining,
       const char* method = "/frost.v1.Generation/Generate") const;

@@ -42,7 +42,11 @@ std::string with_model(const std::string& body, const json& doc, const std::stri
 
 std::variant<json, oa::ApiError> OpenAiHttpServer::utility_answer(const std::string& route,
                                                                   const HttpRequest& req) {
-  std::variant<std::shared_ptr<const Served>, oa::ApiError> sv = serving(req, /*refuse_while_draining=*/false);
+  // auth.open_render: the render routes (not /tokenize, /detokenize) without a token, for a router's
+  // tokenizer.
+  const bool open = cfg_.auth.open_render && route != "tokenize" && route != "detokenize";
+  std::variant<std::shared_ptr<const Served>, oa::ApiError> sv =
+      serving(req, /*refuse_while_draining=*/false, open ? nullptr : "/frost.v1.Generation/Generate");
   if (auto* e = std::get_if<oa::ApiError>(&sv)) return *e;
   const std::shared_ptr<const Served>& s = std::get<std::shared_ptr<const Served>>(sv);
   const oa::PromptSource& src = s->prompts;

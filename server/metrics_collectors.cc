@@ -102,6 +102,15 @@ std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
                                           {{{"where", "host"}}, static_cast<double>(x.rows_sampled_on_host)}}),
       gauge_family("frost_device_cuda_graphs", "CUDA graphs captured by the CUDA decoder (bounded shape buckets).",
                    x.graphs),
+      // The endpoint picker's model-server protocol (deploy/k8s/README.md, "Behind the gateway"): the picker
+      // (llm-d-router's core-metrics-extractor) reads queued requests from frost_requests_waiting, running
+      // ones from frost_requests_running, KV utilisation (the fraction 0..1 of the pool's blocks held by
+      // running sequences, as vLLM's kv_cache_usage_perc) from frost_kv_cache_usage_ratio and the block size
+      // and count from the labels of frost_kv_cache_config_info. Under frost's own names, not vLLM's: the
+      // picker maps names per engine (engineConfigs, pods labelled llm-d.ai/engine-type: frost; written in
+      // deploy/k8s/overlays/gateway and checked against this endpoint by tests/deploy/k8s_gateway_test.py),
+      // so a vllm:* copy would only double the series and make vLLM dashboards and alerts take frost for
+      // vLLM, whose vllm: namespace promises far more than these four gauges.
       gauge_family("frost_requests_running", "Generate requests decoding now (engine running slots in use).",
                    s.n_running),
       gauge_family("frost_requests_waiting", "Generate requests admitted and waiting for a running slot.",
@@ -131,6 +140,17 @@ std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
                       std::vector<Sample>{{{{"state", "used"}}, static_cast<double>(s.kv_blocks_used)},
                                           {{{"state", "cached"}}, static_cast<double>(s.kv_blocks_cached)},
                                           {{{"state", "free"}}, static_cast<double>(s.kv_blocks_free)}}),
+      // An info gauge (value 1) as the picker's cacheInfoSpec reads it: integers in labels. block_size is
+      // positions per block with the default codec (compact codecs fit more than engine.kv_block_tokens), the
+      // unit the prefix cache reuses; num_blocks the pool's blocks (vLLM says num_gpu_blocks; frost's pool
+      // is on the CPU too, so the overlay names this label in cacheNumBlocksLabelName).
+      labelled_family("frost_kv_cache_config_info",
+                      "The KV block pool's shape (value 1): block_size = positions per block with the "
+                      "default codec, num_blocks = blocks in the pool.",
+                      prometheus::MetricType::Gauge,
+                      std::vector<Sample>{Sample{{{"block_size", std::to_string(s.kv_block_positions)},
+                                                  {"num_blocks", std::to_string(s.kv_blocks_total)}},
+                                                 1.0}}),
       gauge_family("frost_kv_cache_pool_bytes", "Bytes of the KV block pool (blocks × block bytes).",
                    static_cast<double>(s.kv_pool_bytes)),
       gauge_family("frost_kv_cache_block_bytes", "Bytes of one KV cache block.",

@@ -350,6 +350,7 @@ std::vector<Section> schema(ServerConfig* cfg) {
         string_field("user_token_file", &cfg->auth.user_token_file),
         string_field("user_token_env", &cfg->auth.user_token_env),
         bool_field("require_for_inference", &cfg->auth.require_for_inference),
+        bool_field("open_render", &cfg->auth.open_render),
         bool_field("require_tls", &cfg->auth.require_tls)}},
       {"log",
        {enum_field("level", &cfg->log.level,

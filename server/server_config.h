@@ -209,6 +209,10 @@ struct AuthSection {
   std::string user_token_file;
   std::string user_token_env = "FROST_USER_TOKEN";
   bool require_for_inference = false;
+  // POST /v1/completions/render and /v1/chat/completions/render answer without a token even under
+  // require_for_inference: for a router that tokenizes through them and sends none (the inference gateway's
+  // endpoint picker, deploy/k8s/overlays/gateway). They return token ids only, no generation.
+  bool open_render = false;
   // Refuse to start without server.tls, and refuse any call that did not arrive over TLS: tokens are never
   // accepted in plaintext.
   bool require_tls = false;

@@ -97,9 +97,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
                    static_cast<long long>(n_blocks), static_cast<long long>(full_context));
   // kvsplice as the default codec: the bytes depend on the active set's rank, so stats() computes them at
   // read time (KvSpliceSet::bytes_per_token; 0 while none is active).
+  int64_t positions = cfg.kv_block_tokens;
   if (cfg.gen.kv_codec != KvCodecKind::kKvSplice) {
     FROST_RETURN_IF_ERROR(torch_call([&] {
-      per_token = e->storage_->layout(tf.kv_spec(1, cfg.gen.kv_codec)).bytes_per_token();
+      const KvLayout layout = e->storage_->layout(tf.kv_spec(1, cfg.gen.kv_codec));
+      per_token = layout.bytes_per_token();
+      positions = layout.block_tokens;
     }));
   }
   e->model_salt_ = kv_salt_mix(kv_salt_mix(0, e->model_->name), weight_dtype_name(tf.weight_format()));
@@ -113,6 +116,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
     s.kv_blocks_total = s.kv_blocks_free = n_blocks;
     s.kv_block_bytes = block_bytes;
     s.kv_block_tokens = cfg.kv_block_tokens;
+    s.kv_block_positions = positions;
     s.kv_pool_bytes = n_blocks * block_bytes;
     s.max_running = cfg.max_running;
     s.max_waiting = cfg.max_waiting;

@@ -134,6 +134,7 @@ struct EngineStats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
   int64_t kv_block_bytes = 0;   // bytes per block
   int64_t kv_block_tokens = 0;  // positions per block at fp32 (engine.kv_block_tokens)
+  int64_t kv_block_positions = 0;  // positions per block with the default codec (kvsplice: kv_block_tokens)
   int64_t kv_pool_bytes = 0;    // blocks × bytes
   ExecutorStats executor;       // the device that runs the steps (core/exec/step_executor.h)
   uint64_t prefix_queries_tokens = 0;  // tokens looked up in the prefix cache at admission

@@ -40,3 +40,32 @@ function(frost_add_k8s_frostd_test)
     TIMEOUT 600)
 endfunction()
 cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL frost_add_k8s_frostd_test)
+
+# k8s_gateway_manifests: overlays/gateway (frost behind the Gateway API Inference Extension) renders and
+#   validates strictly, its InferencePool / Gateway / HTTPRoute against the upstream CRD schemas kept in
+#   tests/deploy/data/crds (broken copies must fail); the base's invariants on its base objects; the pool,
+#   the endpoint picker (image pin, RBAC, flags, EndpointPickerConfig), route, NetworkPolicy openings, HPA.
+add_test(NAME k8s_gateway_manifests
+  COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/deploy/k8s_gateway_test.py --part manifests
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(k8s_gateway_manifests PROPERTIES
+  LABELS unit
+  TIMEOUT 600)
+
+# k8s_gateway_frostd: frostd on the gateway overlay's rendered replica config; every metric and label the
+# picker's config names checked on its live /metrics (type, range; idle and under load), and the render
+# endpoints in the shapes the picker's token-producer reads. Registered once the frostd target exists.
+function(frost_add_k8s_gateway_frostd_test)
+  if(NOT TARGET frostd)
+    message(STATUS "frost: no frostd target, k8s_gateway_frostd test not registered")
+    return()
+  endif()
+  add_test(NAME k8s_gateway_frostd
+    COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/deploy/k8s_gateway_test.py --part frostd
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(k8s_gateway_frostd PROPERTIES
+    ENVIRONMENT "FROST_FROSTD=$<TARGET_FILE:frostd>"
+    LABELS integration
+    TIMEOUT 600)
+endfunction()
+cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL frost_add_k8s_gateway_frostd_test)

@@ -20,7 +20,11 @@
 // Plus what the API server's YAML decoding rejects: duplicate keys. YAML is read with YAML 1.1 rules
 // (yes/no/on/off are booleans, 0440 is octal), as Kubernetes reads it.
 //
-// An object whose apiVersion/kind no package describes is an error, never skipped. Exit status: 0
+// Custom resources (Gateway API, the inference extension's InferencePool, ...): --crds FILE|DIR (repeatable)
+// names CustomResourceDefinition YAMLs, and objects of their kinds are checked against the CRD's schema
+// (crd.mjs beside this file), strictly as well.
+//
+// An object whose apiVersion/kind no package and no CRD describes is an error, never skipped. Exit status: 0
 // when every object is valid, 1 when any is not (or the input has no object), 2 on a usage or setup
 // error. Options: --modules DIR (the node_modules the tools were installed into; default
 // $FROST_K8S_TOOLS/node_modules, else ~/.cache/frost/k8s-tools/node_modules), --quiet (print only
@@ -50,17 +54,20 @@ const GA_API_VERSIONS = new Set([
 ]);
 
 function usage(msg) {
-  process.stderr.write(`validate.mjs: ${msg}\nusage: node validate.mjs [--modules DIR] [--quiet] [FILE|- ...]\n`);
+  process.stderr.write(`validate.mjs: ${msg}\nusage: node validate.mjs [--modules DIR] [--crds FILE|DIR ...] [--quiet] [FILE|- ...]\n`);
   process.exit(2);
 }
 
 function parseArgs(argv) {
-  const opts = { modules: null, quiet: false, files: [] };
+  const opts = { modules: null, quiet: false, files: [], crds: [] };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--modules") {
       if (i + 1 >= argv.length) usage("--modules needs a directory");
       opts.modules = argv[++i];
+    } else if (a === "--crds") {
+      if (i + 1 >= argv.length) usage("--crds needs a file or directory");
+      opts.crds.push(argv[++i]);
     } else if (a === "--quiet") opts.quiet = true;
     else if (a === "--help" || a === "-h") usage("help");
     else if (a.startsWith("--")) usage(`unknown option ${a}`);
@@ -93,6 +100,13 @@ const YAML = require("yaml");
   const strictBase64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
   if (!formats || !formats.byte) usage(`${validateEntry} has no "byte" format to adjust`);
   formats.byte.validate = (v) => typeof v === "string" && strictBase64.test(v.replace(/[\r\n]/g, ""));
+}
+const { CrdSchemas } = await import(pathToFileURL(path.join(path.dirname(new URL(import.meta.url).pathname), "crd.mjs")).href);
+let crds = null;
+try {
+  crds = opts.crds.length ? new CrdSchemas(require, opts.crds) : null;
+} catch (e) {
+  usage(`cannot read the CRDs (${opts.crds.join(", ")}): ${e.message}`);
 }
 const pkgVersion = (p) => JSON.parse(fs.readFileSync(path.join(modulesDir, p, "package.json"), "utf8")).version;
 
@@ -337,6 +351,7 @@ async function modelFor(apiVersion, kind) {
 
 async function validateObject(obj) {
   if (!isPlainObject(obj)) return ["the document is not a mapping"];
+  if (crds && crds.has(obj.apiVersion, obj.kind)) return crds.validate(obj);
   const m = await modelFor(obj.apiVersion, obj.kind);
   if (m.error) return [m.error];
   const errs = [];
@@ -408,7 +423,7 @@ for (const f of opts.files) {
   }
 }
 
-const schemas = MODEL_PACKAGES.map((p) => `${p} ${pkgVersion(p)}`).join(", ");
+const schemas = MODEL_PACKAGES.map((p) => `${p} ${pkgVersion(p)}`).join(", ") + (crds ? `; CRDs: ${crds.describe()}` : "");
 if (nObjects === 0) {
   process.stdout.write(`validate: no Kubernetes object in the input (schemas: ${schemas})\n`);
   process.exit(1);

@@ -67,6 +67,23 @@ TEST(MetricsTest, EngineGaugesAreReadAtScrapeTime) {
   EXPECT_TRUE(has_line(m.render(), "frost_kv_cache_bytes_in_use 0"));
 }
 
+// What the inference gateway's endpoint picker reads (deploy/k8s/overlays/gateway/config/picker.yaml): KV
+// usage as the fraction of the pool's blocks held, and the block size and count as integer labels of an info
+// gauge.
+TEST(MetricsTest, EndpointPickerGauges) {
+  Metrics m;
+  EngineStats stats;
+  stats.kv_blocks_total = 200;
+  stats.kv_blocks_used = 50;
+  stats.kv_block_tokens = 16;
+  stats.kv_block_positions = 32;  // a compact codec: more positions than engine.kv_block_tokens
+  m.set_stats_source([&stats] { return stats; });
+  const std::string text = m.render();
+  EXPECT_TRUE(has_line(text, "frost_kv_cache_usage_ratio 0.25")) << text;
+  EXPECT_TRUE(has_line(text, "frost_kv_cache_config_info{block_size=\"32\",num_blocks=\"200\"} 1")) << text;
+  EXPECT_NE(text.find("# TYPE frost_kv_cache_config_info gauge"), std::string::npos) << text;
+}
+
 TEST(MetricsTest, KvRepairAndKvSpliceFamilies) {
   Metrics m;
   EngineStats stats;

@@ -228,6 +228,16 @@ TEST(ServerConfigTest, PartialSectionKeepsOtherDefaults) {
   EXPECT_EQ(c.server.listen, "0.0.0.0:50051");
 }
 
+// auth.open_render: off by default (the render endpoints keep the inference rule), on only where a config
+// says so (deploy/k8s/overlays/gateway, for the endpoint picker's tokenizer), and a boolean.
+TEST(ServerConfigTest, AuthOpenRender) {
+  EXPECT_FALSE(ServerConfig().auth.open_render);
+  const ServerConfig c = parse_ok("auth:\n  require_for_inference: true\n  open_render: true\n");
+  EXPECT_TRUE(c.auth.open_render);
+  EXPECT_TRUE(c.auth.require_for_inference);
+  EXPECT_FALSE(parse_server_config("auth:\n  open_render: sometimes\n").ok());
+}
+
 TEST(ServerConfigTest, KvSpliceCodecAndFile) {
   EXPECT_EQ(ServerConfig().engine.kv_splice, "");
   const ServerConfig c = parse_ok(
