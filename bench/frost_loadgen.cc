@@ -28,6 +28,8 @@
 // the gRPC port for readiness and the model's vocabulary), so the two protocols are compared on the same
 // load.
 //
+// --spec-method off|ngram|suffix, --spec-tokens K: speculative decoding for every request (unset: the
+// server's engine.speculative); the report's "speculative" sums Final.draft_tokens / accepted_tokens.
 // --seed S: request i (warm-up included) is sent with seed S + i, so streams differ but a run
 // repeats exactly. --wait-ready S: first retry a one-token Generate until it succeeds (UNAVAILABLE
 // while frostd loads its model), up to S seconds. JSON is the only output format; --json is
@@ -182,7 +184,7 @@ int main(int argc, char** argv) {
   if (bg_thread.joinable()) bg_thread.join();
 
   std::vector<double> ttft, itl, e2e, tpot, stream_tps, queue, server_ttft, server_tps;
-  int64_t tokens = 0, chunks = 0, n_valid = 0, n_failed = 0;
+  int64_t tokens = 0, chunks = 0, n_valid = 0, n_failed = 0, drafted = 0, accepted = 0;
   std::map<std::string, int> errors;  // message -> requests
   std::string first_error;
   const auto note_error = [&](const std::string& msg) {
@@ -192,6 +194,8 @@ int main(int argc, char** argv) {
   for (const RequestResult& r : results) {
     tokens += r.tokens;
     chunks += r.chunks;
+    drafted += r.draft_tokens;
+    accepted += r.accepted_tokens;
     if (!r.valid) {
       ++n_failed;
       note_error(r.error);
@@ -217,6 +221,8 @@ int main(int argc, char** argv) {
     note_error("warm-up: " + r.error);
   }
 
+  const ordered_json spec_method =
+      o.spec_method.empty() ? ordered_json(nullptr) : ordered_json(o.spec_method);
   ordered_json out;
   out["bench"] = "serve";
   out["settings"] = {{"addr", o.addr},
@@ -232,6 +238,8 @@ int main(int argc, char** argv) {
                      {"temperature", o.temperature.has_value() ? ordered_json(*o.temperature) : nullptr},
                      {"seed", o.seed.has_value() ? ordered_json(*o.seed) : nullptr},
                      {"ignore_eos", true},
+                     {"spec_method", spec_method},
+                     {"spec_tokens", o.spec_tokens},
                      {"timeout_s", o.timeout_s}};
   out["server"] = {{"model", info.name()},        {"architecture", info.architecture()},
                    {"n_params", info.n_params()}, {"weight_dtype", info.weight_dtype()},
@@ -256,6 +264,15 @@ int main(int argc, char** argv) {
   out["server_queue_s"] = summary(queue);
   out["server_ttft_s"] = summary(server_ttft);
   out["server_decode_tokens_per_s"] = summary(server_tps);
+  // Speculative decoding, over the measured requests (Final.draft_tokens / accepted_tokens): each accepted
+  // token is an engine step saved, so tokens / (tokens - accepted) is the mean tokens a sequence got per
+  // step.
+  out["speculative"] = {
+      {"draft_tokens", drafted},
+      {"accepted_tokens", accepted},
+      {"acceptance_rate", drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0},
+      {"tokens_per_step",
+       tokens > accepted ? static_cast<double>(tokens) / static_cast<double>(tokens - accepted) : 0}};
   out["warmup"] = {{"requests", o.warmup},
                    {"failed", warm_failed},
                    {"wall_s", warmup_wall_s},

@@ -61,6 +61,10 @@ frost::v1::GenerateRequest make_request(const Options& o, const std::string& id_
   sp->set_ignore_eos(true);
   if (o.temperature.has_value()) sp->set_temperature(static_cast<float>(*o.temperature));
   if (o.seed.has_value()) sp->set_seed(*o.seed + static_cast<uint64_t>(index));
+  if (o.spec_method == "off") req.mutable_speculative()->set_method(frost::v1::SPEC_METHOD_OFF);
+  if (o.spec_method == "ngram") req.mutable_speculative()->set_method(frost::v1::SPEC_METHOD_NGRAM);
+  if (o.spec_method == "suffix") req.mutable_speculative()->set_method(frost::v1::SPEC_METHOD_SUFFIX);
+  if (o.spec_tokens > 0) req.mutable_speculative()->set_num_tokens(o.spec_tokens);
   return req;
 }
 
@@ -104,6 +108,8 @@ class StreamTally {
       r.server_queue_s = final_->timings().queue_s();
       r.server_ttft_s = final_->timings().time_to_first_token_s();
       r.server_decode_tps = final_->timings().decode_tokens_per_s();
+      r.draft_tokens = final_->draft_tokens();
+      r.accepted_tokens = final_->accepted_tokens();
     }
     if (!st.ok()) {
       r.error = code_name(st.error_code()) + ": " + st.error_message();
@@ -267,6 +273,8 @@ std::vector<RequestResult> run_phase_http(const Options& o, int first_index, int
         }
         if (g.sampling().has_temperature()) body["temperature"] = g.sampling().temperature();
         if (g.sampling().has_seed()) body["seed"] = g.sampling().seed();
+        if (!o.spec_method.empty()) body["speculative"]["method"] = o.spec_method;
+        if (o.spec_tokens > 0) body["speculative"]["num_tokens"] = o.spec_tokens;
         RequestResult& r = results[static_cast<size_t>(i)];
         const Clock::time_point start = Clock::now();
         Clock::time_point first{}, last{};
@@ -290,7 +298,14 @@ std::vector<RequestResult> run_phase_http(const Options& o, int first_index, int
             }
             const ordered_json j = ordered_json::parse(payload, nullptr, false);
             if (j.is_discarded()) continue;
-            if (j.contains("usage") && j["usage"].is_object()) usage_tokens = j["usage"]["completion_tokens"];
+            if (j.contains("usage") && j["usage"].is_object()) {
+              usage_tokens = j["usage"]["completion_tokens"];
+              // Present only when the request speculated (server/openai_speculative.h).
+              if (const auto d = j["usage"].find("completion_tokens_details"); d != j["usage"].end()) {
+                r.accepted_tokens = d->value("accepted_prediction_tokens", int64_t{0});
+                r.draft_tokens = r.accepted_tokens + d->value("rejected_prediction_tokens", int64_t{0});
+              }
+            }
             if (!j.contains("choices") || j["choices"].empty()) continue;
             const ordered_json& c = j["choices"][0];
             if (c.contains("finish_reason") && c["finish_reason"].is_string()) finish = c["finish_reason"];

@@ -46,6 +46,8 @@ struct RequestResult {
   double server_queue_s = 0;
   double server_ttft_s = 0;
   double server_decode_tps = 0;
+  int64_t draft_tokens = 0;     // speculative decoding: Final.draft_tokens (HTTP: accepted + rejected)
+  int64_t accepted_tokens = 0;  // Final.accepted_tokens (HTTP: usage accepted_prediction_tokens)
   // Inter-token latency. frostd coalesces tokens produced while a write is in flight into one chunk,
   // so the client cannot see when each of them was produced: a chunk of k tokens arriving g seconds
   // after the previous token-carrying chunk contributes k gaps of g / k. Tokens that share the first

@@ -89,6 +89,17 @@ Options parse_loadgen_flags(int argc, char** argv) {
                  "send the warm-up and measured requests through frostd's OpenAI API (streamed POST "
                  "/v1/completions) instead; --addr still names the gRPC port for readiness and the "
                  "vocabulary"),
+        frost::cli::value_flag("--spec-method",
+                               [&](const std::string& v) {
+                                 o.spec_method = v;
+                                 return check("--spec-method", v == "off" || v == "ngram" || v == "suffix",
+                                              "off, ngram or suffix", v);
+                               })
+            .doc("off|ngram|suffix",
+                 "speculative decoding for every request (default: the server's engine.speculative.method); "
+                 "the report adds drafted and accepted tokens (\"speculative\")"),
+        frost::cli::int32_flag("--spec-tokens", 0, [&](int32_t v) { o.spec_tokens = v; })
+            .doc("K", "most drafted tokens per step (default 0: the server's engine.speculative.num_tokens)"),
         frost::cli::switch_flag("--json", [] {
         }).doc("accepted for symmetry with frost-bench (JSON is the only output format)")}}};
   command.footer =

@@ -24,6 +24,10 @@ struct Options {
   int background_prompt = 0;  // > 0: one extra client prefilling prompts of this length
   std::string metrics_addr;   // frostd's /metrics, scraped during the measured phase
   std::string http_addr;      // the OpenAI API: measured (and warm-up) requests go through /v1/completions
+  // Speculative decoding per request (GenerateRequest.speculative, the OpenAI "speculative" object):
+  // "" leaves it to the server; spec_tokens 0 = the server's k.
+  std::string spec_method;
+  int spec_tokens = 0;
 };
 
 // Parses argv[1..]: --help prints the help and exits 0; a bad flag or argument prints the error and the help

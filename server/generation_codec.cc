@@ -147,6 +147,31 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
                                     " (expected KV_REPAIR_MODE_AUTO|ON|OFF)"));
     }
   }
+  // Speculative decoding: the transport only carries the choice. The engine clamps num_tokens to the server's
+  // engine.speculative.num_tokens and checks it again; a negative value is refused here, naming the field.
+  if (req.has_speculative()) {
+    const v1::Speculative& sp = req.speculative();
+    switch (sp.method()) {
+      case v1::SPEC_METHOD_UNSPECIFIED:
+        out.spec_method = SpecMethod::kServer;
+        break;
+      case v1::SPEC_METHOD_OFF:
+        out.spec_method = SpecMethod::kOff;
+        break;
+      case v1::SPEC_METHOD_NGRAM:
+        out.spec_method = SpecMethod::kNgram;
+        break;
+      case v1::SPEC_METHOD_SUFFIX:
+        out.spec_method = SpecMethod::kSuffix;
+        break;
+      default:
+        return invalid(absl::StrCat("speculative.method: unknown value ", static_cast<int>(sp.method()),
+                                    " (expected SPEC_METHOD_UNSPECIFIED|OFF|NGRAM|SUFFIX)"));
+    }
+    if (sp.num_tokens() < 0)
+      return invalid(absl::StrCat("speculative.num_tokens: must be >= 0, got ", sp.num_tokens()));
+    out.spec_num_tokens = sp.num_tokens();
+  }
   return out;
 }
 
@@ -175,6 +200,8 @@ v1::GenerateResponse final_message(const GenerationResult& r) {
   f->set_kv_codec(r.kv_codec);
   f->set_kv_repair(r.kv_repair);
   f->set_kv_splice(r.kv_splice);
+  f->set_draft_tokens(r.n_draft_tokens);
+  f->set_accepted_tokens(r.n_accepted_tokens);
   v1::Timings* t = f->mutable_timings();
   t->set_queue_s(r.t_queue_s);
   t->set_prefill_s(r.t_prefill_s);

@@ -218,6 +218,8 @@ std::variant<OpenAiHttpServer::Submitted, oa::ApiError> OpenAiHttpServer::submit
   if (ep == oa::Endpoint::kChat && !p.max_tokens_set)
     gen.params.max_new_tokens =
         oa::default_chat_max_tokens(static_cast<int64_t>(prompts[0].ids.size()), s->prompts.max_context, cfg_.limits);
+  gen.spec_method = p.spec_method;
+  gen.spec_num_tokens = p.spec_num_tokens;
   if (p.constraint.kind != oa::ConstraintRequest::Kind::kNone) {
     gen.constraint.kind = static_cast<constrain::ConstraintSpec::Kind>(static_cast<int>(p.constraint.kind));
     gen.constraint.text = p.constraint.text;

@@ -67,6 +67,34 @@ std::vector<Sample> by_codec(const EngineStats& s) {
   return out;
 }
 
+// Speculative decoding in vLLM's spec_decode form (vllm:spec_decode_num_*_total) with frost's prefix, so the
+// dashboards and routers that read vLLM's read these: acceptance rate = accepted / draft tokens, mean
+// accepted per draft = accepted / drafts. Always exported (zeros while nothing speculates), like vLLM's.
+std::vector<prometheus::MetricFamily> spec_decode_families(const EngineStats& s) {
+  std::vector<Sample> per_pos;
+  for (size_t i = 0; i < s.spec_accepted_per_pos.size(); ++i)
+    per_pos.push_back({{{"position", std::to_string(i)}}, static_cast<double>(s.spec_accepted_per_pos[i])});
+  return {
+      counter_value("frost_spec_decode_num_drafts_total",
+                    "Speculative drafts verified: one sequence's drafted tokens checked in one engine step.",
+                    static_cast<double>(s.spec_drafts)),
+      counter_value("frost_spec_decode_num_draft_tokens_total",
+                    "Tokens drafted and verified (jump-forward tokens included).",
+                    static_cast<double>(s.spec_draft_tokens)),
+      counter_value("frost_spec_decode_num_accepted_tokens_total",
+                    "Drafted tokens accepted by verification (each one saved a step); <= draft tokens.",
+                    static_cast<double>(s.spec_accepted_tokens)),
+      labelled_family("frost_spec_decode_num_accepted_tokens_per_pos_total",
+                      "Drafts whose token at this position (0 = the first drafted) was accepted; sums to the "
+                      "accepted tokens, and position i never exceeds position i-1.",
+                      prometheus::MetricType::Counter, per_pos),
+      counter_value("frost_spec_decode_num_forced_tokens_total",
+                    "Drafted tokens forced by a structured-output grammar (jump-forward: exactly one token "
+                    "allowed), a subset of the draft tokens.",
+                    static_cast<double>(s.spec_forced_tokens)),
+  };
+}
+
 }  // namespace
 
 std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
@@ -77,7 +105,7 @@ std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
   }
   const ExecutorStats& x = s.executor;
   const std::string dev = x.device.empty() ? "cpu" : x.device;
-  return {
+  std::vector<prometheus::MetricFamily> families = {
       labelled_family(
           "frost_device_memory_bytes",
           "Memory of the device that runs the engine's steps (model.device), by kind: weights (as the device reads "
@@ -236,6 +264,8 @@ std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
                    "by engine.constraint_cache_bytes.",
                    static_cast<double>(s.constraints.cache_bytes)),
   };
+  for (prometheus::MetricFamily& f : spec_decode_families(s)) families.push_back(std::move(f));
+  return families;
 }
 
 std::vector<prometheus::MetricFamily> JobsCollector::Collect() const {

@@ -10,6 +10,7 @@
 #include "core/common/json.h"
 #include "core/common/utf8.h"
 #include "grpcpp/support/status.h"
+#include "server/openai_speculative.h"
 
 namespace frost::server::openai {
 namespace {
@@ -98,7 +99,8 @@ const std::set<std::string>& known_fields(Endpoint ep) {
   static const std::set<std::string> common = {
       "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "seed", "stop",
       "logprobs", "presence_penalty", "frequency_penalty", "user", "response_format", "top_k", "min_p",
-      "repetition_penalty", "ignore_eos", "guided_json", "guided_regex", "guided_grammar", "logit_bias"};
+      "repetition_penalty", "ignore_eos", "guided_json", "guided_regex", "guided_grammar", "logit_bias",
+      "speculative"};
   static const std::set<std::string> completions = [] {
     std::set<std::string> s = common;
     s.insert({"prompt", "echo", "suffix", "best_of"});
@@ -517,6 +519,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   std::string user;
   r.string("user", &user);
   if (r.err) return *r.err;
+  if (auto e = parse_speculative(r.get("speculative"), &out.spec_method, &out.spec_num_tokens)) return *e;
   if (auto e = parse_constraint(r, &out.constraint)) return *e;
   if (out.tools.choice == ToolChoice::kRequired || out.tools.choice == ToolChoice::kNamed) {
     if (out.constraint.kind != ConstraintRequest::Kind::kNone)
@@ -620,7 +623,10 @@ json usage_of(const std::vector<ChoiceState>& choices) {
     if (counted.insert(c.prompt_index).second) prompt += c.result->n_prompt;
     completion += c.result->n_completion;
   }
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  json usage = {
+      {"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  add_speculation_usage(choices, &usage);
+  return usage;
 }
 
 json full_response(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceState>& choices, bool logprobs,

@@ -17,7 +17,9 @@
 //   Both: response_format {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema",
 //   "strict"}} (constrained decoding, core/constrain/constraint.h), and vLLM's extensions top_k, min_p,
 //   repetition_penalty, ignore_eos, guided_json, guided_regex, guided_grammar (GBNF), at most one constraint
-//   (a forced tool call is one too).
+//   (a forced tool call is one too); and frost's speculative {"method", "num_tokens"} (speculative decoding,
+//   openai_speculative.h), whose effect usage reports as completion_tokens_details.accepted_prediction_tokens
+//   / rejected_prediction_tokens (present only when the request speculated).
 // Anything else in the body is refused with a 400 naming the field (OpenAI does the same for unknown
 // parameters), so a misspelt option never silently does nothing. Every error is OpenAI's error object:
 //   {"error": {"message": "...", "type": "invalid_request_error", "param": "<field>", "code": null}}.
@@ -104,6 +106,9 @@ struct ParsedRequest {
   bool include_usage = false;
   bool logprobs = false;  // return logprobs (completions: logprobs set; chat: logprobs true)
   ConstraintRequest constraint;
+  // frost's extension "speculative" {"method", "num_tokens"} (openai_speculative.h); kServer, 0: the server's.
+  SpecMethod spec_method = SpecMethod::kServer;
+  int32_t spec_num_tokens = 0;
 };
 
 // Parses and checks a body for `ep`. Limits: prompt bytes and UTF-8 (limits.max_prompt_bytes), stop strings,

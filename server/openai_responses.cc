@@ -25,6 +25,7 @@ constexpr const char* kStateless =
     "the "
     "whole conversation in input";
 
+// "speculative": frost's extension, passed on to the chat body as it is (openai_speculative.h).
 const std::set<std::string>& known_fields() {
   static const std::set<std::string> k = {"model",
                                           "input",
@@ -53,7 +54,8 @@ const std::set<std::string>& known_fields() {
                                           "service_tier",
                                           "prompt",
                                           "top_logprobs",
-                                          "max_tool_calls"};
+                                          "max_tool_calls",
+                                          "speculative"};
   return k;
 }
 
@@ -418,7 +420,7 @@ std::variant<ResponsesTranslation, ApiError> responses_to_chat(std::string_view 
     cb["tool_choice"] = std::move(chat_choice);
   }
   echo["tool_choice"] = choice->is_null() ? ojson("auto") : *choice;
-  for (const char* k : {"parallel_tool_calls", "temperature", "top_p", "stream", "seed"})
+  for (const char* k : {"parallel_tool_calls", "temperature", "top_p", "stream", "seed", "speculative"})
     if (auto it = doc.find(k); it != doc.end() && !it->is_null()) cb[k] = *it;
   if (auto it = doc.find("max_output_tokens"); it != doc.end() && !it->is_null())
     cb["max_completion_tokens"] = *it;

@@ -317,7 +317,19 @@ std::vector<Section> schema(ServerConfig* cfg) {
         int_field("constraint_compile_threads", &e.constraint_compile_threads, 1, 64),
         int_field("constraint_compile_queue", &e.constraint_compile_queue, 0, 65536),
         int_field("constraint_compile_timeout_ms", &e.constraint_compile_timeout_ms, 1, 600000),
-        bytes_field("constraint_cache_bytes", &e.constraint_cache_bytes, 0, int64_t{1} << 40)}},
+        bytes_field("constraint_cache_bytes", &e.constraint_cache_bytes, 0, int64_t{1} << 40),
+        // Speculative decoding (core/generate/spec_options.h). `server` is a request's word for "the
+        // default", not a default itself, so the config offers only the three methods.
+        map_field(
+            "speculative",
+            {enum_field(
+                 "method", &e.speculative.method,
+                 {{"off", SpecMethod::kOff}, {"ngram", SpecMethod::kNgram}, {"suffix", SpecMethod::kSuffix}}),
+             int_field("num_tokens", &e.speculative.num_tokens, 1, 32),
+             int_field("max_batch", &e.speculative.max_batch, 0, 65536),
+             bool_field("jump_forward", &e.speculative.jump_forward),
+             int_field("jump_forward_tokens", &e.speculative.jump_forward_tokens, 0, 256),
+             int_field("suffix_cache_tokens", &e.speculative.suffix_cache_tokens, 0, int64_t{1} << 30)})}},
       {"limits",
        {int_field("max_prompt_bytes", &l.max_prompt_bytes, 1, kInt32Max),
         int_field("max_prompt_tokens", &l.max_prompt_tokens, 0, kInt32Max),

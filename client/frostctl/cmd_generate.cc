@@ -83,6 +83,28 @@ cli::Command generate_command(GenerateOptions* o, CommonOptions* common) {
                  })
           .doc("auto|on|off",
                "KV repair for this request (default auto: when the active operator matches the codec)"),
+      value_flag("--spec-method",
+                 [req](const std::string& v) {
+                   // "server" leaves the field unset, as if the flag were not given (the server's default).
+                   if (v == "server")
+                     req->mutable_speculative()->set_method(frost::v1::SPEC_METHOD_UNSPECIFIED);
+                   else if (v == "off")
+                     req->mutable_speculative()->set_method(frost::v1::SPEC_METHOD_OFF);
+                   else if (v == "ngram")
+                     req->mutable_speculative()->set_method(frost::v1::SPEC_METHOD_NGRAM);
+                   else if (v == "suffix")
+                     req->mutable_speculative()->set_method(frost::v1::SPEC_METHOD_SUFFIX);
+                   else
+                     return absl::InvalidArgumentError(
+                         absl::StrCat("--spec-method: \"", v, "\" (expected server|off|ngram|suffix)"));
+                   return absl::OkStatus();
+                 })
+          .doc("server|off|ngram|suffix",
+               "speculative decoding for this request (default server: engine.speculative.method); same "
+               "output, only faster"),
+      int32_flag("--spec-tokens", [req](int32_t v) { req->mutable_speculative()->set_num_tokens(v); })
+          .doc("K",
+               "most drafted tokens per step (0: the server's engine.speculative.num_tokens, which caps it)"),
       switch_flag("--no-bos", [req] { req->set_add_bos(false); }).doc("do not prepend BOS to the prompt"),
       string_flag("--request-id", [req](const std::string& v) { req->set_request_id(v); })
           .doc("ID", "id shown in the server's logs"),
@@ -117,7 +139,8 @@ std::string finish_reason_name(frost::v1::FinishReason reason) {
 }
 
 // e.g. "finish=STOP (token:2) prompt_tokens=5 completion_tokens=12 ttft=0.004s decode=612.3 tok/s kv=fp32",
-// with " kv_repair=NAME" / " kv_splice=NAME" when the request ran with one.
+// with " kv_repair=NAME" / " kv_splice=NAME" when the request ran with one, and " spec_accepted=A/D"
+// (accepted of drafted tokens) when it speculated.
 void print_summary(const frost::v1::Final& final) {
   std::string reason = finish_reason_name(final.finish_reason());
   if (!final.stop_reason().empty()) absl::StrAppend(&reason, " (", final.stop_reason(), ")");
@@ -125,6 +148,8 @@ void print_summary(const frost::v1::Final& final) {
   if (!final.kv_codec().empty()) absl::StrAppend(&kv, " kv=", final.kv_codec());
   if (!final.kv_repair().empty()) absl::StrAppend(&kv, " kv_repair=", final.kv_repair());
   if (!final.kv_splice().empty()) absl::StrAppend(&kv, " kv_splice=", final.kv_splice());
+  if (final.draft_tokens() > 0)
+    absl::StrAppend(&kv, " spec_accepted=", final.accepted_tokens(), "/", final.draft_tokens());
   std::fprintf(stderr,
                "finish=%s prompt_tokens=%d completion_tokens=%d ttft=%.3fs "
                "decode=%.1f tok/s%s\n",

@@ -197,9 +197,32 @@ def main():
                      want=400)
             assert e["error"]["param"] == "tool_choice", e
         check("tool_choice auto and none answer 200; a bad tool_choice is a 400 naming it", auto_never_500)
+
+        def speculative_extension():
+            # frost's "speculative" object on every generating endpoint: the same greedy output, accepted <= drafted
+            # when usage reports them (only when the request speculated), and a 400 naming the field.
+            base = {"model": MODEL, "max_tokens": 12, "temperature": 0}
+            plain = post(port, "/v1/completions", dict(base, prompt="Once upon a time"))
+            for method in ("off", "ngram", "suffix"):
+                spec = {"method": method, "num_tokens": 4}
+                r = post(port, "/v1/completions", dict(base, prompt="Once upon a time", speculative=spec))
+                assert r["choices"][0]["text"] == plain["choices"][0]["text"], (method, r, plain)
+                d = r["usage"].get("completion_tokens_details")
+                if d is not None:
+                    assert d["accepted_prediction_tokens"] >= 0 and d["rejected_prediction_tokens"] >= 0, d
+                post(port, "/v1/chat/completions", dict(base, messages=user, speculative=spec))
+            post(port, "/v1/responses", {"model": MODEL, "input": "hi", "max_output_tokens": 4,
+                                         "speculative": {"method": "ngram"}})
+            for path, body in (("/v1/completions", dict(base, prompt="x")), ("/v1/chat/completions",
+                                                                              dict(base, messages=user))):
+                e = post(port, path, dict(body, speculative={"num_tokens": -1}), want=400)
+                assert e["error"]["param"] == "speculative.num_tokens", e
+                e = post(port, path, dict(body, speculative={"method": "eagle"}), want=400)
+                assert e["error"]["param"] == "speculative.method", e
+        check("speculative extension: same output, usage details, 400s naming the field", speculative_extension)
     finally:
         server.stop()
-    print(f"openai_surface_test: {7 - len(failures)}/7 checks ok")
+    print(f"openai_surface_test: {8 - len(failures)}/8 checks ok")
     return 1 if failures else 0
 
 

@@ -202,6 +202,28 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             self.client.generate("hello", top_q=0.5)
 
+    def test_speculative_fields(self):
+        # Only what is given is set; "server" is the unset value.
+        req = FrostClient.build_request("hi", spec_method="ngram", spec_tokens=3)
+        self.assertEqual((req.speculative.method, req.speculative.num_tokens), (generation_pb2.SPEC_METHOD_NGRAM, 3))
+        self.assertFalse(FrostClient.build_request("hi").HasField("speculative"))
+        self.assertEqual(FrostClient.build_request("hi", spec_method="server").speculative.method,
+                         generation_pb2.SPEC_METHOD_UNSPECIFIED)
+        with self.assertRaises(ValueError):
+            FrostClient.build_request("hi", spec_method="eagle")
+        # Speculation never changes a greedy output, only its speed.
+        params = dict(temperature=0, max_new_tokens=8)
+        text, _ = self.client.generate_text("Once upon a time", **params)
+        for method in ("off", "ngram", "suffix"):
+            spec_text, final = self.client.generate_text("Once upon a time", spec_method=method, spec_tokens=4,
+                                                         **params)
+            self.assertEqual(spec_text, text, method)
+            self.assertLessEqual(final.accepted_tokens, final.draft_tokens)
+        with self.assertRaises(grpc.RpcError) as ctx:
+            self.generate_collect("hello", spec_tokens=-1, max_new_tokens=4)
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("speculative.num_tokens: must be >= 0, got -1", ctx.exception.details())
+
 
 class FrostctlTest(unittest.TestCase):
     """frostctl against the same kind of server (its own frostd, so both classes stay
@@ -278,6 +300,19 @@ class FrostctlTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertTrue(r.stderr.startswith("frostctl: INVALID_ARGUMENT: "), r.stderr)
         self.assertIn("top_p", r.stderr)
+
+    def test_generate_speculative_flags(self):
+        plain = self.run_ctl("generate", "--temperature", "0", "--max-new-tokens", "8", "Once upon a time")
+        r = self.run_ctl("generate", "--temperature", "0", "--max-new-tokens", "8", "--spec-method", "ngram",
+                         "--spec-tokens", "3", "Once upon a time")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, plain.stdout)  # the same output, only faster
+        r = self.run_ctl("generate", "--spec-tokens", "-1", "hi")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("speculative.num_tokens: must be >= 0, got -1", r.stderr)
+        r = self.run_ctl("generate", "--spec-method", "eagle", "hi")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--spec-method", r.stderr)
 
     def test_usage_error_exit_code(self):
         r = self.run_ctl("generate", "--top-k", "many", "hi")

@@ -72,6 +72,11 @@ GRAFANA_BUILTINS = {"__rate_interval": "20s", "__interval": "5s", "__interval_ms
 # Expressions (as written in the rules or the dashboard) allowed to return no data, with the reason.
 # Keep it empty unless a series truly cannot exist in this test; they must still parse.
 ALLOWED_EMPTY = {}
+# Metric-name prefixes whose expressions may return no data (or only NaN), with the reason. The speculative
+# decoding counters read 0 until the engine drafts (issue 52: the engine side lands separately): their ratios
+# are 0/0 and the per-position series do not exist yet. Once the engine speculates, enable it in Frostd's
+# config below (engine.speculative.method) and empty this.
+ALLOWED_EMPTY_SERIES = {"frost_spec_decode_": "speculation is not wired into the engine yet (issue 52)"}
 
 # A fast prototype config (≈1 s on 400 rows with 1 thread); LONG keeps a job running through the checks.
 SMALL = {"max_tokens": "32", "d_h": "32", "H": "2", "L": "1", "m": "4", "m_q": "4", "K": "8", "T": "32",
@@ -478,7 +483,7 @@ class PrometheusRulesAndDashboardTest(unittest.TestCase):
         """Queries each (name, expr, expression as written) until all return finite data or
         DATA_TIMEOUT_S after the events passes (series appear with the next scrape and rule
         evaluation); returns {name: (expr, why)} for those that did not. An ALLOWED_EMPTY
-        expression only has to succeed."""
+        expression, or one reading an ALLOWED_EMPTY_SERIES metric, only has to succeed."""
         pending = {name: (expr, raw) for name, expr, raw in checks}
         errors = {}
         deadline = self.events_done + DATA_TIMEOUT_S
@@ -486,7 +491,8 @@ class PrometheusRulesAndDashboardTest(unittest.TestCase):
             empty = {}
             for name, (expr, raw) in pending.items():
                 p = result_problem(self.prom.query(expr))
-                if p is None or (p[0] == "empty" and raw in ALLOWED_EMPTY):
+                allowed = raw in ALLOWED_EMPTY or any(prefix in raw for prefix in ALLOWED_EMPTY_SERIES)
+                if p is None or (p[0] == "empty" and allowed):
                     continue
                 (errors if p[0] == "error" else empty)[name] = (expr, p[1])  # an error does not go away
             pending = {k: v for k, v in pending.items() if k in empty}

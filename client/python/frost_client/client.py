@@ -15,6 +15,10 @@ SAMPLING_FIELDS = tuple(f.name for f in generation_pb2.SamplingParams.DESCRIPTOR
 # The repeated ones take any iterable.
 _REPEATED_SAMPLING_FIELDS = ("stop", "stop_token_ids")
 
+# generate()'s spec_method names (SpecMethod in generation.proto); "server" is the unset value.
+_SPEC_METHODS = {"server": generation_pb2.SPEC_METHOD_UNSPECIFIED, "off": generation_pb2.SPEC_METHOD_OFF,
+                 "ngram": generation_pb2.SPEC_METHOD_NGRAM, "suffix": generation_pb2.SPEC_METHOD_SUFFIX}
+
 # Marks "use the client's default timeout" so that timeout=None can mean "no deadline".
 _DEFAULT = object()
 
@@ -60,10 +64,14 @@ class FrostClient:
         return self.timeout if timeout is _DEFAULT else timeout
 
     @staticmethod
-    def build_request(prompt, add_bos=None, request_id=None, kv_codec=None, **sampling):
+    def build_request(prompt, add_bos=None, request_id=None, kv_codec=None, spec_method=None, spec_tokens=None,
+                      **sampling):
         """The GenerateRequest for generate(); only the arguments given are set.
 
         prompt: text (str) or token ids (a sequence of int, used as given).
+        spec_method: speculative decoding, "server" | "off" | "ngram" | "suffix" (None / "server": the
+          server's engine.speculative.method); spec_tokens: most drafted tokens per step (0 / None: the
+          server's, which caps it). Final.draft_tokens / accepted_tokens report what it did.
         sampling: SamplingParams fields by name (temperature=0, max_new_tokens=32, seed=7,
           stop=["\\n"], ...); None means unset (the server's default).
         """
@@ -78,6 +86,12 @@ class FrostClient:
             request.request_id = request_id
         if kv_codec is not None:
             request.kv.codec = kv_codec
+        if spec_method is not None:
+            if spec_method not in _SPEC_METHODS:
+                raise ValueError(f"spec_method {spec_method!r} (expected one of {', '.join(_SPEC_METHODS)})")
+            request.speculative.method = _SPEC_METHODS[spec_method]
+        if spec_tokens is not None:
+            request.speculative.num_tokens = spec_tokens
         for name, value in sampling.items():
             if name not in SAMPLING_FIELDS:
                 raise TypeError(f"unknown sampling parameter {name!r} (expected one of {', '.join(SAMPLING_FIELDS)})")
@@ -89,8 +103,8 @@ class FrostClient:
                 setattr(request.sampling, name, value)
         return request
 
-    def generate(self, prompt, *, add_bos=None, request_id=None, kv_codec=None, timeout=_DEFAULT,
-                 **sampling):
+    def generate(self, prompt, *, add_bos=None, request_id=None, kv_codec=None, spec_method=None,
+                 spec_tokens=None, timeout=_DEFAULT, **sampling):
         """Streams one generation: an iterator of GenerateResponse messages, zero or more
         ``chunk`` messages then one ``final``. Arguments as in build_request().
 
@@ -98,7 +112,7 @@ class FrostClient:
         iterator (a grpc call object) to cancel the request.
         """
         request = self.build_request(prompt, add_bos=add_bos, request_id=request_id, kv_codec=kv_codec,
-                                     **sampling)
+                                     spec_method=spec_method, spec_tokens=spec_tokens, **sampling)
         return self._generation.Generate(request, timeout=self._timeout(timeout))
 
     def generate_text(self, prompt, **kwargs):

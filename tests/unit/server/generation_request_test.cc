@@ -101,6 +101,45 @@ TEST(GenerationRequestTest, TokenIdPromptIsUsedAsGiven) {
   EXPECT_EQ(g->prompt_ids, (std::vector<int32_t>{1, 403}));
 }
 
+// GenerateRequest.speculative: unset means the server's method and k; the transport carries the values (the
+// engine clamps num_tokens to engine.speculative.num_tokens), refusing only what no server could take.
+TEST(GenerationRequestTest, SpeculativeIsCarriedOver) {
+  const LimitsSection limits;
+  absl::StatusOr<GenerationRequest> g = to_generation_request(text_request("Once"), limits);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->spec_method, SpecMethod::kServer);
+  EXPECT_EQ(g->spec_num_tokens, 0);
+  const std::pair<v1::SpecMethod, SpecMethod> methods[] = {{v1::SPEC_METHOD_UNSPECIFIED, SpecMethod::kServer},
+                                                           {v1::SPEC_METHOD_OFF, SpecMethod::kOff},
+                                                           {v1::SPEC_METHOD_NGRAM, SpecMethod::kNgram},
+                                                           {v1::SPEC_METHOD_SUFFIX, SpecMethod::kSuffix}};
+  for (const auto& [proto, core] : methods) {
+    v1::GenerateRequest r = text_request("Once");
+    r.mutable_speculative()->set_method(proto);
+    r.mutable_speculative()->set_num_tokens(64);  // over any server's k: clamped by the engine, not refused
+    g = to_generation_request(r, limits);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->spec_method, core) << v1::SpecMethod_Name(proto);
+    EXPECT_EQ(g->spec_num_tokens, 64);
+  }
+  v1::GenerateRequest r = text_request("Once");
+  r.mutable_speculative()->set_num_tokens(-1);
+  EXPECT_INVALID(to_generation_request(r, limits).status(), "speculative.num_tokens: must be >= 0, got -1");
+  r.mutable_speculative()->set_num_tokens(2);
+  r.mutable_speculative()->set_method(static_cast<v1::SpecMethod>(9));  // a newer client's method
+  EXPECT_INVALID(to_generation_request(r, limits).status(), "speculative.method: unknown value 9");
+}
+
+TEST(GenerationRequestTest, FinalCarriesSpeculationCounts) {
+  GenerationResult res;
+  EXPECT_EQ(final_message(res).final().draft_tokens(), 0);
+  res.n_draft_tokens = 12;
+  res.n_accepted_tokens = 7;
+  const v1::Final f = final_message(res).final();
+  EXPECT_EQ(f.draft_tokens(), 12);
+  EXPECT_EQ(f.accepted_tokens(), 7);
+}
+
 TEST(GenerationRequestTest, EdgeChecksNameTheFieldAndValue) {
   LimitsSection limits;
   limits.max_prompt_bytes = 8;

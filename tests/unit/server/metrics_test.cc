@@ -106,6 +106,46 @@ TEST(MetricsTest, KvRepairAndKvSpliceFamilies) {
   EXPECT_NE(text.find("# TYPE frost_kv_splice_sequences_total counter"), std::string::npos) << text;
 }
 
+// vLLM's spec_decode counters with frost's prefix, read from EngineStats at scrape time. A synthetic
+// snapshot: 3 drafts of 4 tokens; their first tokens accepted 3 times, second 2, third 1, fourth never: 6
+// accepted.
+TEST(MetricsTest, SpecDecodeCountersAddUp) {
+  Metrics m;
+  EngineStats stats;
+  m.set_stats_source([&stats] { return stats; });
+  std::string text = m.render();
+  EXPECT_TRUE(has_line(text, "frost_spec_decode_num_drafts_total 0")) << text;  // present while unused
+  EXPECT_TRUE(has_line(text, "frost_spec_decode_num_accepted_tokens_total 0")) << text;
+  EXPECT_EQ(text.find("frost_spec_decode_num_accepted_tokens_per_pos_total{"), std::string::npos) << text;
+  stats.spec_drafts = 3;
+  stats.spec_draft_tokens = 12;
+  stats.spec_accepted_tokens = 6;
+  stats.spec_forced_tokens = 2;
+  stats.spec_accepted_per_pos = {3, 2, 1, 0};
+  text = m.render();
+  EXPECT_TRUE(has_line(text, "frost_spec_decode_num_drafts_total 3")) << text;
+  EXPECT_TRUE(has_line(text, "frost_spec_decode_num_draft_tokens_total 12")) << text;
+  EXPECT_TRUE(has_line(text, "frost_spec_decode_num_accepted_tokens_total 6")) << text;
+  EXPECT_TRUE(has_line(text, "frost_spec_decode_num_forced_tokens_total 2")) << text;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < stats.spec_accepted_per_pos.size(); ++i) {
+    const uint64_t v = stats.spec_accepted_per_pos[i];
+    EXPECT_TRUE(has_line(text, "frost_spec_decode_num_accepted_tokens_per_pos_total{position=\"" +
+                                   std::to_string(i) + "\"} " + std::to_string(v)))
+        << text;
+    EXPECT_LE(v, stats.spec_drafts);
+    sum += v;
+  }
+  EXPECT_EQ(sum, stats.spec_accepted_tokens);  // the per-position series add up to the accepted tokens
+  for (const char* family :
+       {"frost_spec_decode_num_drafts_total", "frost_spec_decode_num_draft_tokens_total",
+        "frost_spec_decode_num_accepted_tokens_total", "frost_spec_decode_num_accepted_tokens_per_pos_total",
+        "frost_spec_decode_num_forced_tokens_total"}) {
+    EXPECT_NE(text.find(std::string("# TYPE ") + family + " counter"), std::string::npos) << family;
+    EXPECT_NE(text.find(std::string("# HELP ") + family + " "), std::string::npos) << family;
+  }
+}
+
 TEST(MetricsTest, ServeRejectsAMalformedAddressNamingIt) {
   Metrics m;
   absl::StatusOr<int> port = m.serve("no-port-here");

@@ -239,6 +239,85 @@ TEST(OpenAiApi, EngineStatusesBecomeTheHttpCodesClientsExpect) {
   EXPECT_EQ(body_field_for(Endpoint::kCompletions, "top_p must be in (0, 1], got 2"), "top_p");
 }
 
+// frost's extension object "speculative" on both endpoints: carried to the engine request as given (the
+// engine clamps num_tokens to the server's k), a 400 naming the field for what no server could take.
+TEST(OpenAiApi, SpeculativeExtension) {
+  ParsedRequest none = ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x"})");
+  EXPECT_EQ(none.spec_method, SpecMethod::kServer);
+  EXPECT_EQ(none.spec_num_tokens, 0);
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x","speculative":null})").spec_method,
+            SpecMethod::kServer);
+  ParsedRequest c = ok(Endpoint::kCompletions,
+                       R"({"model":"m","prompt":"x","speculative":{"method":"ngram","num_tokens":6}})");
+  EXPECT_EQ(c.spec_method, SpecMethod::kNgram);
+  EXPECT_EQ(c.spec_num_tokens, 6);
+  ParsedRequest chat = ok(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}],
+                                             "speculative":{"method":"suffix"}})");
+  EXPECT_EQ(chat.spec_method, SpecMethod::kSuffix);
+  EXPECT_EQ(chat.spec_num_tokens, 0);  // the server's k
+  EXPECT_EQ(ok(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}],
+                                  "speculative":{"method":"off","num_tokens":2.0}})")
+                .spec_method,
+            SpecMethod::kOff);
+  ParsedRequest k_only =
+      ok(Endpoint::kCompletions, R"({"model":"m","prompt":"x","speculative":{"num_tokens":99}})");
+  EXPECT_EQ(k_only.spec_method, SpecMethod::kServer);
+  EXPECT_EQ(k_only.spec_num_tokens, 99);
+
+  struct Case {
+    std::string spec, param, needle;
+  };
+  const std::vector<Case> cases = {
+      {R"("ngram")", "speculative", "speculative: expected an object, got a string"},
+      {R"({"method":"eagle"})", "speculative.method",
+       "speculative.method: unknown value \"eagle\" (expected off|ngram|suffix)"},
+      {R"({"method":3})", "speculative.method", "speculative.method: expected a string, got an integer"},
+      {R"({"num_tokens":-1})", "speculative.num_tokens", "speculative.num_tokens: must be >= 0, got -1"},
+      {R"({"num_tokens":1.5})", "speculative.num_tokens",
+       "speculative.num_tokens: expected an integer, got 1.5"},
+      {R"({"num_tokens":"4"})", "speculative.num_tokens",
+       "speculative.num_tokens: expected an integer, got a string"},
+      {R"({"num_tokens":4294967296})", "speculative.num_tokens", "speculative.num_tokens: out of range"},
+      {R"({"k":4})", "speculative.k", "speculative.k: unknown field"},
+  };
+  for (const Case& t : cases) {
+    for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
+      const std::string head = ep == Endpoint::kCompletions
+                                   ? R"({"model":"m","prompt":"x",)"
+                                   : R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+      const ApiError e = err(ep, head + R"("speculative":)" + t.spec + "}");
+      EXPECT_EQ(e.http, 400) << t.spec;
+      EXPECT_EQ(e.param, t.param) << t.spec;
+      EXPECT_NE(e.message.find(t.needle), std::string::npos) << t.spec << " -> " << e.message;
+    }
+  }
+}
+
+// usage.completion_tokens_details (OpenAI's names for predicted tokens): only when a choice speculated.
+TEST(OpenAiApi, UsageReportsAcceptedAndRejectedPredictionTokens) {
+  std::vector<ChoiceState> choices(2);
+  for (ChoiceState& c : choices) {
+    GenerationResult r;
+    r.n_prompt = 4;
+    r.n_completion = 10;
+    c.result = r;
+  }
+  EXPECT_FALSE(usage_of(choices).contains("completion_tokens_details")) << usage_of(choices);
+  choices[0].result->n_draft_tokens = 8;
+  choices[0].result->n_accepted_tokens = 5;
+  choices[1].result->n_draft_tokens = 4;
+  choices[1].result->n_accepted_tokens = 1;
+  const json u = usage_of(choices);
+  EXPECT_EQ(u["completion_tokens"], 20);
+  EXPECT_EQ(u["completion_tokens_details"]["accepted_prediction_tokens"], 6);
+  EXPECT_EQ(u["completion_tokens_details"]["rejected_prediction_tokens"], 6);
+  const ResponseMeta meta{"chatcmpl-1", 1700000000, "m"};
+  EXPECT_EQ(
+      full_response(Endpoint::kChat, meta, choices, false, [](int32_t) { return std::string(); })["usage"],
+      u);
+  EXPECT_EQ(usage_chunk(Endpoint::kCompletions, meta, choices)["usage"], u);
+}
+
 TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
   ResponseMeta meta{"cmpl-1", 1700000000, "stories260K"};
   std::vector<ChoiceState> choices(1);

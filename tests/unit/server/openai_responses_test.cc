@@ -156,6 +156,22 @@ TEST(OpenAiResponses, HarmlessFieldsAccepted) {
   EXPECT_EQ(r.echo["top_p"], 0.9);
 }
 
+// frost's "speculative" extension reaches the chat request the responses body becomes, and its errors keep
+// the field's name.
+TEST(OpenAiResponses, SpeculativeExtension) {
+  ResponsesRequest r = ok(R"({"model":"m","input":"x","speculative":{"method":"ngram","num_tokens":3}})");
+  EXPECT_EQ(r.chat.spec_method, SpecMethod::kNgram);
+  EXPECT_EQ(r.chat.spec_num_tokens, 3);
+  EXPECT_EQ(ok(R"({"model":"m","input":"x"})").chat.spec_method, SpecMethod::kServer);
+  auto e = parse_responses_request(R"({"model":"m","input":"x","speculative":{"num_tokens":-2}})",
+                                   LimitsSection());
+  ASSERT_TRUE(std::holds_alternative<ApiError>(e));
+  EXPECT_EQ(std::get<ApiError>(e).param, "speculative.num_tokens");
+  EXPECT_NE(std::get<ApiError>(e).message.find("speculative.num_tokens: must be >= 0, got -2"),
+            std::string::npos)
+      << std::get<ApiError>(e).message;
+}
+
 TEST(OpenAiResponses, RefusalsNameTheField) {
   struct Case {
     std::string extra, param, needle;

@@ -253,6 +253,56 @@ TEST(ServerConfigTest, KvSpliceCodecAndFile) {
   EXPECT_INVALID(parse_status("engine:\n  kv_splice: [a, b]\n"), "engine.kv_splice: expected a string");
 }
 
+// engine.speculative is a nested map that writes straight into EngineOptions::speculative (the engine reads
+// it as it is); its errors name the full path and the value.
+TEST(ServerConfigTest, SpeculativeSection) {
+  const SpeculativeOptions d = ServerConfig().engine.speculative;
+  EXPECT_EQ(d.method, SpecMethod::kOff);
+  EXPECT_EQ(d.num_tokens, 4);
+  const ServerConfig c = parse_ok(
+      "engine:\n  speculative:\n    method: suffix\n    num_tokens: 7\n    max_batch: 0\n"
+      "    jump_forward: false\n    jump_forward_tokens: 256\n    suffix_cache_tokens: 1073741824\n");
+  const SpeculativeOptions& so = static_cast<const EngineOptions&>(c.engine).speculative;
+  EXPECT_EQ(so.method, SpecMethod::kSuffix);
+  EXPECT_EQ(so.num_tokens, 7);
+  EXPECT_EQ(so.max_batch, 0);
+  EXPECT_FALSE(so.jump_forward);
+  EXPECT_EQ(so.jump_forward_tokens, 256);
+  EXPECT_EQ(so.suffix_cache_tokens, int64_t{1} << 30);
+  EXPECT_EQ(c.engine.max_running, 32);  // the rest of the section keeps its defaults
+  // Flow style, a partial map, and the format round trip.
+  EXPECT_EQ(parse_ok("engine: {speculative: {method: ngram}}\n").engine.speculative.method,
+            SpecMethod::kNgram);
+  EXPECT_EQ(parse_ok("engine: {speculative: {method: ngram}}\n").engine.speculative.num_tokens, 4);
+  EXPECT_EQ(parse_ok("engine:\n  speculative:\n").engine.speculative.method, SpecMethod::kOff);
+  const std::string text = format_server_config(c);
+  EXPECT_NE(text.find("  speculative: \n    method: suffix\n    num_tokens: 7\n"), std::string::npos) << text;
+  EXPECT_EQ(format_server_config(parse_ok(text)), text);
+
+  EXPECT_INVALID(parse_status("engine:\n  speculative:\n    method: eagle\n"),
+                 "engine.speculative.method: unknown value \"eagle\" (expected off|ngram|suffix)");
+  // "server" is a request's way of saying "the default"; the default itself must be a method.
+  EXPECT_INVALID(parse_status("engine:\n  speculative:\n    method: server\n"),
+                 "engine.speculative.method: unknown value \"server\"");
+  EXPECT_INVALID(parse_status("engine:\n  speculative:\n    num_tokens: 0\n"),
+                 "engine.speculative.num_tokens: must be in [1, 32], got 0");
+  EXPECT_INVALID(parse_status("engine:\n  speculative:\n    num_tokens: 33\n"),
+                 "engine.speculative.num_tokens: must be in [1, 32], got 33");
+  EXPECT_INVALID(parse_status("engine:\n  speculative:\n    max_batch: -1\n"),
+                 "engine.speculative.max_batch: must be in [0, 65536], got -1");
+  EXPECT_INVALID(parse_status("engine:\n  speculative:\n    jump_forward: yes\n"),
+                 "engine.speculative.jump_forward: expected true or false, got \"yes\"");
+  EXPECT_INVALID(parse_status("engine:\n  speculative:\n    jump_forward_tokens: 257\n"),
+                 "engine.speculative.jump_forward_tokens: must be in [0, 256], got 257");
+  EXPECT_INVALID(parse_status("engine:\n  speculative:\n    suffix_cache_tokens: 1073741825\n"),
+                 "engine.speculative.suffix_cache_tokens: must be in [0, 1073741824], got 1073741825");
+  EXPECT_INVALID(parse_status("engine:\n  speculative:\n    k: 4\n"),
+                 "unknown key 'engine.speculative.k' (expected one of "
+                 "method|num_tokens|max_batch|jump_forward|jump_forward_tokens|suffix_cache_tokens)");
+  EXPECT_INVALID(parse_status("engine:\n  speculative: ngram\n"),
+                 "engine.speculative: expected a mapping, got \"ngram\"");
+}
+
 TEST(ServerConfigTest, FormatRoundTrips) {
   ServerConfig c;
   c.server.listen = "127.0.0.1:0";
