@@ -1,15 +1,21 @@
 #include "server/kv_events_publisher.h"
 
-#include <msgpack.hpp>
 #include <utility>
-#include <zmq.hpp>
-#include <zmq_addon.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/common/log.h"
 #include "server/metrics.h"
+
+#ifndef FROST_KV_EVENTS
+#define FROST_KV_EVENTS 0  // built with -DFROST_KV_EVENTS=OFF (CMakeLists.txt): no ZeroMQ
+#endif
+
+#if FROST_KV_EVENTS
+#include <msgpack.hpp>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 namespace frost::server {
 namespace {
@@ -245,3 +251,28 @@ void KvEventsPublisher::run() {
 }
 
 }  // namespace frost::server
+
+#else  // FROST_KV_EVENTS
+
+namespace frost::server {
+
+// Without ZeroMQ: create() refuses, naming the key that asked for it; nothing else is ever reached.
+std::string encode_kv_event_batch(double, const std::vector<KvEvent>&, const std::string&) { return ""; }
+struct KvEventsPublisher::Sockets {};
+KvEventsPublisher::KvEventsPublisher(const KvEventsOptions& options, Metrics* metrics)
+    : opt_(options), metrics_(metrics) {}
+absl::StatusOr<std::unique_ptr<KvEventsPublisher>> KvEventsPublisher::create(const KvEventsOptions&,
+                                                                             Metrics*) {
+  return absl::FailedPreconditionError(
+      "server.kv_events.enabled: this frostd was built without ZeroMQ (cmake -DFROST_KV_EVENTS=OFF)");
+}
+KvEventsPublisher::~KvEventsPublisher() = default;
+void KvEventsPublisher::publish(std::vector<KvEvent>) {}
+bool KvEventsPublisher::take_snapshot_request() { return false; }
+void KvEventsPublisher::stop() {}
+bool KvEventsPublisher::wake() const { return true; }
+void KvEventsPublisher::run() {}
+
+}  // namespace frost::server
+
+#endif  // FROST_KV_EVENTS
