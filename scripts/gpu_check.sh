@@ -77,8 +77,9 @@ if want build; then
   [ "$DRY" = 1 ] && TARGETS="frostd frostctl frost-bench frost-loadgen $([ -x "$NVCC" ] && echo frost_gpu_tests frost-cuda-bench)"
   configure() {  # configure [EXTRA CMAKE ARGS...]
     stamp "build: configure ($CUDA_ARGS, LibTorch ${TORCH_ROOT:-find_package} $*)"
+    # FROST_KV_EVENTS=OFF: the sysroot (scripts/gpu_prepare.sh) carries no libzmq / cppzmq / msgpack-cxx.
     # shellcheck disable=SC2086
-    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release $CUDA_ARGS \
+    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release $CUDA_ARGS -DFROST_KV_EVENTS=OFF \
       ${TORCH_ROOT:+-DFROST_TORCH_ROOT=$TORCH_ROOT -DFROST_TORCH_CXX11_ABI=$TORCH_ABI} \
       -DCMAKE_PREFIX_PATH="$SYS/usr" -DPKG_CONFIG_EXECUTABLE="$SYS/usr/bin/pkg-config" \
       -DProtobuf_PROTOC_EXECUTABLE="$SYS/usr/bin/protoc" \

@@ -13,9 +13,10 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   nlohmann-json3-dev libsentencepiece-dev libre2-dev libicu-dev libsqlite3-dev libssl-dev zlib1g-dev libcpp-httplib-dev
   python3-torch python3-numpy python3-sentencepiece
-  python3-grpcio python3-protobuf python3-jinja2 prometheus openssl
+  python3-grpcio python3-protobuf python3-jinja2 python3-zmq python3-msgpack prometheus openssl
 )
 
 bash "$(dirname "$0")/apt_install_missing.sh" install_deps "${PKGS[@]}"

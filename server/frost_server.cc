@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/common/clock.h"
@@ -93,6 +95,23 @@ void FrostServer::reload_tls() {
 
 FrostServer::~FrostServer() { drain(0); }
 
+namespace {
+// The port of a bound "tcp://HOST:PORT" endpoint; 0 for anything else.
+int tcp_port(const std::string& endpoint) {
+  int port = 0;
+  const size_t colon = endpoint.rfind(':');
+  if (!absl::StartsWith(endpoint, "tcp://") || colon == std::string::npos ||
+      !absl::SimpleAtoi(endpoint.substr(colon + 1), &port))
+    return 0;
+  return port;
+}
+}  // namespace
+
+int FrostServer::kv_events_port() const { return kv_events_ ? tcp_port(kv_events_->endpoint()) : 0; }
+int FrostServer::kv_events_replay_port() const {
+  return kv_events_ ? tcp_port(kv_events_->replay_endpoint()) : 0;
+}
+
 absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConfig& cfg) {
   if (absl::Status st = validate_server_config(cfg); !st.ok()) return st;
   if (absl::Status st = check_config_paths(cfg); !st.ok()) return st;
@@ -104,6 +123,22 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
     return auth.status();
   }
   s->auth_ = std::make_unique<Authenticator>(*std::move(auth));
+  if (const KvEventsSection& k = cfg.server.kv_events; k.enabled) {
+    // Before the engine exists: AllBlocksCleared is sequence 0, ahead of anything the warm-up stores.
+    KvEventsOptions ko;
+    ko.endpoint = k.endpoint;
+    ko.topic = k.topic;
+    ko.replay_endpoint = k.replay_endpoint;
+    ko.buffer_steps = k.buffer_steps;
+    ko.queue_batches = k.queue_batches;
+    ko.medium = parse_device(cfg.model.device)->kind == DeviceKind::kCpu ? "CPU" : "GPU";  // validated
+    absl::StatusOr<std::unique_ptr<KvEventsPublisher>> pub = KvEventsPublisher::create(ko, s->metrics_.get());
+    if (!pub.ok()) {
+      s->stopped_ = true;
+      return pub.status();
+    }
+    s->kv_events_ = *std::move(pub);
+  }
   s->auth_->set_max_metadata_bytes(cfg.server.max_header_list_bytes);
   if (!s->auth_->has_admin_token())
     FROST_LOG_WARN(
@@ -245,6 +280,7 @@ absl::Status FrostServer::load_model() {
   // Generate takes its snapshot of the served KV repair operator and KVSplice from the registry's slots.
   ec.kv_repair = &runtime_->registry().kv_repair();
   ec.kv_splice = &runtime_->registry().kvsplice();
+  ec.kv_events = kv_events_.get();  // null when server.kv_events is off
   // A sticky device error: readiness NOT_SERVING (the load balancer stops sending), the engine refuses every
   // request with UNAVAILABLE, and frost_device_healthy drops to 0. Restarting the pod is the way back.
   Health* health = health_.get();
@@ -343,6 +379,7 @@ void FrostServer::drain(double timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (http_) http_->stop();
+  if (kv_events_) kv_events_->stop();  // the engine has stopped: its last batches go out (up to a second)
   if (health_) health_->shutdown();  // Health.Watch streams get their last NOT_SERVING and end
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();

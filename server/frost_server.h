@@ -25,6 +25,7 @@
 #include "server/health.h"
 #include "server/http_server.h"
 #include "server/inference_service.h"
+#include "server/kv_events_publisher.h"
 #include "server/metrics.h"
 #include "server/metrics_https.h"
 #include "server/prediction_service.h"
@@ -48,6 +49,9 @@ class FrostServer {
   int metrics_port() const { return metrics_port_; }
   // The OpenAI HTTP API's port (server.http.listen); 0 when it is off.
   int http_port() const { return http_port_; }
+  // server.kv_events: the TCP ports the PUB and replay sockets are bound to (0: off, not TCP, or connected).
+  int kv_events_port() const;
+  int kv_events_replay_port() const;
   // The served model's name once loaded ("" before).
   std::string model_name() const { return engine_ ? engine_->model().name : ""; }
 
@@ -70,6 +74,7 @@ class FrostServer {
 
   ServerConfig cfg_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<KvEventsPublisher> kv_events_;  // server.kv_events; outlives the engine (EngineConfig)
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<TlsReloader> tls_;
   std::unique_ptr<HttpsMetricsServer> metrics_https_;  // server.tls.metrics (instead of metrics_->serve)

@@ -86,7 +86,8 @@ frost::cli::Command frostd_command(Flags* f) {
                 "the OpenAI-compatible HTTP API's address, overrides server.http.listen (port 0: pick a free "
                 "port; \"\": off)"),
         string_flag("--port-file", set(&f->port_file))
-            .doc("FILE", "write the bound ports (grpc=PORT, metrics=PORT, http=PORT) once listening"),
+            .doc("FILE", "write the bound ports (grpc=PORT, metrics=PORT, http=PORT, kv_events=PORT, "
+                         "kv_events_replay=PORT) once listening"),
         string_flag("--log-level", set(&f->log_level))
             .doc("LEVEL", "debug|info|warn|error, overrides log.level"),
         string_flag("--state-dir", set(&f->state_dir))
@@ -117,12 +118,14 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
-bool write_port_file(const std::string& path, int grpc_port, int metrics_port, int http_port) {
+bool write_port_file(const std::string& path, const frost::server::FrostServer& s) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << "grpc=" << grpc_port << "\nmetrics=" << metrics_port << "\n";
-    if (http_port > 0) out << "http=" << http_port << "\n";
+    out << "grpc=" << s.grpc_port() << "\nmetrics=" << s.metrics_port() << "\n";
+    if (s.http_port() > 0) out << "http=" << s.http_port() << "\n";
+    if (s.kv_events_port() > 0) out << "kv_events=" << s.kv_events_port() << "\n";
+    if (s.kv_events_replay_port() > 0) out << "kv_events_replay=" << s.kv_events_replay_port() << "\n";
     if (!out.good()) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
@@ -251,8 +254,7 @@ int main(int argc, char** argv) {
   drain_timeout_s.store(cfg.server.drain_timeout_s);
   srv.store(server->get());
   phase.store(kLoading);
-  if (!flags.port_file.empty() && !write_port_file(flags.port_file, (*server)->grpc_port(),
-                                                   (*server)->metrics_port(), (*server)->http_port())) {
+  if (!flags.port_file.empty() && !write_port_file(flags.port_file, **server)) {
     fail(absl::StrCat("--port-file: cannot write \"", flags.port_file, "\""));
   }
 

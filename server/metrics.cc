@@ -117,6 +117,28 @@ Metrics::Metrics()
                              "while a message waited (flow control closed).")
                        .Register(*registry_)
                        .Add({});
+  // KV events (server/kv_events_publisher.h): batches sent or dropped for a full queue, events sent.
+  kv_event_batches_ = &BuildCounter()
+                           .Name("frost_kv_event_batches_total")
+                           .Help("KV event batches of the prefix cache (server.kv_events) by outcome: "
+                                 "published (sent on the PUB socket) or dropped (the publisher's queue was "
+                                 "full; a gap in sequence numbers, then a snapshot batch).")
+                           .Register(*registry_);
+  kv_event_batches_->Add({{"outcome", "published"}});
+  kv_event_batches_->Add({{"outcome", "dropped"}});
+  kv_event_sequence_ = &BuildGauge()
+                            .Name("frost_kv_events_next_sequence")
+                            .Help("Sequence number the next KV event batch will carry: the batches made "
+                                  "since start, sent or dropped (a subscriber that applied up to this minus "
+                                  "one is current).")
+                            .Register(*registry_)
+                            .Add({});
+  kv_events_published_ = &BuildCounter()
+                              .Name("frost_kv_events_published_total")
+                              .Help("KV events (BlockStored, BlockRemoved, AllBlocksCleared) in published "
+                                    "batches.")
+                              .Register(*registry_)
+                              .Add({});
   requests_ = &BuildCounter()
                    .Name("frost_requests_total")
                    .Help("Finished requests by method, gRPC status code and protocol (grpc, or http: the OpenAI API).")
@@ -249,6 +271,15 @@ void Metrics::record_predictions(int64_t texts, int64_t out_of_distribution) {
 }
 
 void Metrics::record_write_stall() { write_stalls_->Increment(); }
+
+void Metrics::set_kv_event_next_sequence(uint64_t next) {
+  kv_event_sequence_->Set(static_cast<double>(next));
+}
+
+void Metrics::record_kv_event_batch(bool published, int64_t events) {
+  kv_event_batches_->Add({{"outcome", published ? "published" : "dropped"}}).Increment();
+  if (published) kv_events_published_->Increment(static_cast<double>(events));
+}
 
 void Metrics::record_request(const std::string& rpc, grpc::StatusCode code, double seconds,
                              const std::string& protocol) {

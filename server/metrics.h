@@ -97,6 +97,10 @@ class Metrics {
   void record_time_to_first_token(double seconds);
   // One Generate stream cut for a client that stopped reading (server.write_stall_timeout_s).
   void record_write_stall();
+  // One KV event batch (server/kv_events_publisher.h) sent with `events` events, or dropped (queue full).
+  void record_kv_event_batch(bool published, int64_t events);
+  // The sequence number the next batch will carry (frost_kv_events_next_sequence).
+  void set_kv_event_next_sequence(uint64_t next);
   void record_inter_token_latency(double seconds);
 
   // The text exposition of everything registered (what /metrics serves); for tests and logs.
@@ -111,6 +115,9 @@ class Metrics {
   prometheus::Counter* predictions_ = nullptr;
   prometheus::Counter* predictions_ood_ = nullptr;
   prometheus::Counter* write_stalls_ = nullptr;
+  prometheus::Family<prometheus::Counter>* kv_event_batches_ = nullptr;
+  prometheus::Counter* kv_events_published_ = nullptr;
+  prometheus::Gauge* kv_event_sequence_ = nullptr;
   prometheus::Family<prometheus::Counter>* metrics_refused_ = nullptr;
   prometheus::Family<prometheus::Counter>* http_refused_ = nullptr;
   std::unique_ptr<MetricsHttpServer> http_;  // the plaintext endpoint, once serve() bound it

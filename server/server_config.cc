@@ -285,7 +285,13 @@ std::vector<Section> schema(ServerConfig* cfg) {
                    int_field("max_header_bytes", &s.http.max_header_bytes, 1024, 1 << 20),
                    int_field("head_timeout_s", &s.http.head_timeout_s, 1, 3600),
                    int_field("read_timeout_s", &s.http.read_timeout_s, 1, 3600),
-                   int_field("keep_alive_timeout_s", &s.http.keep_alive_timeout_s, 1, 3600)})}},
+                   int_field("keep_alive_timeout_s", &s.http.keep_alive_timeout_s, 1, 3600)}),
+        map_field("kv_events", {bool_field("enabled", &s.kv_events.enabled),
+                                string_field("endpoint", &s.kv_events.endpoint),
+                                string_field("topic", &s.kv_events.topic),
+                                string_field("replay_endpoint", &s.kv_events.replay_endpoint),
+                                int_field("buffer_steps", &s.kv_events.buffer_steps, 1, 10000000),
+                                int_field("queue_batches", &s.kv_events.queue_batches, 1, 10000000)})}},
       {"model",
        {string_field("path", &m.path),
         enum_field("dtype", &m.dtype, weight_dtype_names()),
@@ -492,6 +498,31 @@ absl::Status validate_host_port(const std::string& field, const std::string& val
   return absl::OkStatus();
 }
 
+// server.kv_events: ZeroMQ endpoints of the transports frost's publisher is meant for (ZeroMQ itself reports
+// the rest of an address at bind/connect, naming the field: server/kv_events_publisher.cc).
+static absl::Status validate_kv_events(const ServerConfig& cfg) {
+  const KvEventsSection& k = cfg.server.kv_events;
+  if (!k.enabled) return absl::OkStatus();
+  auto transport_ok = [](const std::string& ep) {
+    for (const char* t : {"tcp://", "ipc://", "inproc://"})
+      if (absl::StartsWith(ep, t) && ep.size() > std::string(t).size()) return true;
+    return false;
+  };
+  if (!transport_ok(k.endpoint))
+    return field_error("server.kv_events.endpoint",
+                       absl::StrCat("expected a ZeroMQ endpoint tcp://HOST:PORT, ipc://PATH or "
+                                    "inproc://NAME, got ", yaml_quoted(k.endpoint)));
+  if (!k.replay_endpoint.empty() && !transport_ok(k.replay_endpoint))
+    return field_error("server.kv_events.replay_endpoint",
+                       absl::StrCat("expected \"\" (off) or a ZeroMQ endpoint tcp://HOST:PORT, ipc://PATH or "
+                                    "inproc://NAME, got ", yaml_quoted(k.replay_endpoint)));
+  if (!cfg.engine.prefix_caching)
+    return field_error("server.kv_events.enabled",
+                       "true needs engine.prefix_caching: true (without the prefix cache no block is "
+                       "ever stored)");
+  return absl::OkStatus();
+}
+
 absl::Status validate_server_config(const ServerConfig& cfg) {
   FROST_RETURN_IF_ERROR(validate_host_port("server.listen", cfg.server.listen));
   FROST_RETURN_IF_ERROR(validate_host_port("server.metrics_listen", cfg.server.metrics_listen));
@@ -510,6 +541,7 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
                                                             yaml_quoted(cfg.server.http.listen)));
     }
   }
+  FROST_RETURN_IF_ERROR(validate_kv_events(cfg));
   if (cfg.model.path.empty()) return field_error("model.path", "must not be empty");
   // model.device: what a device executor does not run is refused here, naming the field that asks for it.
   absl::StatusOr<DeviceSpec> device = parse_device(cfg.model.device);

@@ -73,6 +73,23 @@ struct HttpSection {
   int32_t keep_alive_timeout_s = 5;
 };
 
+// `server.kv_events:` — the prefix cache's block events over ZeroMQ in vLLM's KVEventBatch format, for
+// llm-d's KV-cache indexer (server/kv_events_publisher.h has the wire format; docs/kv-events.md).
+struct KvEventsSection {
+  bool enabled = false;
+  // The PUB socket: bound when it has a wildcard ("tcp://*:5557", vLLM's default) or is ipc:// / inproc://,
+  // else connected to (a centralised indexer that binds).
+  std::string endpoint = "tcp://*:5557";
+  // The first frame of every message (vLLM's default ""; llm-d reads "kv@<pod>@<model>").
+  std::string topic;
+  // The replay ROUTER socket (always bound); "" = none.
+  std::string replay_endpoint;
+  // Batches kept for replay (vLLM's default).
+  int32_t buffer_steps = 10000;
+  // Batches waiting for the publisher's thread before new ones are dropped (and a snapshot follows).
+  int32_t queue_batches = 10000;
+};
+
 // `server:` — the gRPC and metrics endpoints.
 struct ServerSection {
   // gRPC listen address HOST:PORT (IPv6 hosts in brackets); port 0 picks a free port.
@@ -102,6 +119,7 @@ struct ServerSection {
   int32_t write_stall_timeout_s = 60;
   TlsSection tls;
   HttpSection http;
+  KvEventsSection kv_events;
 };
 
 // `model:` — what to serve.

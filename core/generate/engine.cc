@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
   FROST_RETURN_IF_ERROR(ex.allocate_kv(plan));
   e->storage_ = &ex.kv_storage();
   e->books_ = std::make_unique<KvBlockBooks>(e->storage_->n_blocks(), e->storage_->block_bytes());
+  if (cfg.kv_events) e->books_->set_observer(&e->kv_events_);
   if (n_blocks < full_context)
     FROST_LOG_WARN("engine: the KV pool (%lld blocks) cannot hold one sequence of the full context (%lld "
                    "blocks); longer requests are refused at submit",
@@ -661,6 +662,7 @@ void Engine::end_round(Loop& loop, const Scheduler::Step& step) {
   publish_stats(loop.sched.preemptions(), loop.sched.prefix_queries_tokens(), loop.sched.prefix_hits_tokens(),
                 static_cast<int32_t>(loop.sched.running().size()), static_cast<int32_t>(loop.sched.waiting().size()),
                 needed);
+  flush_kv_events();
   hand_over(loop.out);
   loop.actives.erase(std::remove_if(loop.actives.begin(), loop.actives.end(), [](const auto& a) { return a->done; }),
                      loop.actives.end());
@@ -668,6 +670,17 @@ void Engine::end_round(Loop& loop, const Scheduler::Step& step) {
     const std::string bad = loop.sched.audit();
     FROST_CHECK(bad.empty(), bad.c_str());
   }
+}
+
+// The round's prefix-cache events to the sink (EngineConfig::kv_events), or a snapshot of the whole cache
+// when the sink asks for one after it had to drop a batch (core/kv/kv_events.h).
+void Engine::flush_kv_events() {
+  if (!cfg_.kv_events) return;
+  if (cfg_.kv_events->take_snapshot_request()) {
+    kv_events_.clear();
+    books_->snapshot(&kv_events_);
+  }
+  if (!kv_events_.empty()) cfg_.kv_events->publish(kv_events_.take());
 }
 
 // Shutdown: everything still queued or running ends CANCELLED, exactly once — requests submitted since the

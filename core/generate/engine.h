@@ -67,6 +67,7 @@
 #include "core/generate/scheduler.h"
 #include "core/exec/step_executor.h"
 #include "core/kv/block_books.h"
+#include "core/kv/kv_events.h"
 #include "core/kv/kvsplice.h"
 #include "core/kv/repair_set.h"
 
@@ -107,6 +108,9 @@ struct EngineConfig : EngineOptions {
   // the engine then fails every request with UNAVAILABLE and refuses new ones; the server turns readiness
   // NOT_SERVING. Must not block.
   std::function<void(const absl::Status&)> on_device_failure;
+  // Where the prefix cache's block events go (core/kv/kv_events.h; owned by the caller, outlives the engine):
+  // one batch per round that changed what the cache holds, from end_round. Null = no events are recorded.
+  KvEventSink* kv_events = nullptr;
 };
 
 // A cumulative histogram snapshot (Prometheus semantics): counts[i] observations <= bounds[i], plus the
@@ -229,6 +233,7 @@ class Engine {
   absl::Status resolve_spec(const GenerationRequest& req, Pending* p) const;
   void start_spec(EngineRequest& a) const;
   void end_round(Loop& loop, const Scheduler::Step& step);
+  void flush_kv_events();
   void finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResult> r);  // ends a request
   void shut_down(Loop& loop);
   std::function<std::unique_ptr<SequenceKv>()> make_kv(EngineRequest* a);
@@ -250,6 +255,7 @@ class Engine {
   std::unique_ptr<StepExecutor> exec_;  // engine thread only after create() (stats(), health(): any thread)
   const KvBlockStorage* storage_ = nullptr;  // the executor's pool storage
   std::unique_ptr<KvBlockBooks> books_;      // engine thread only after create()
+  KvEventBuffer kv_events_;  // this round's events of the books (engine thread; cfg_.kv_events)
   uint64_t model_salt_ = 0;            // prefix-cache key of the model (name, dtype)
   // Speculative decoding's shared suffix cache (outputs of finished requests that drafted with suffix
   // decoding; filled on the delivery thread, read by the drafters on the engine thread). Null when

@@ -85,6 +85,7 @@ int32_t KvBlockBooks::allocate() {
   } else if (lru_head_ >= 0) {  // evict the least recently released cached block
     id = lru_head_;
     lru_remove(id);
+    if (observer_) observer_->on_block_removed(meta_[static_cast<size_t>(id)].hash);
     unpublish(id);
     ++n_evicted_;
   } else {
@@ -139,14 +140,42 @@ void KvBlockBooks::publish(int32_t id, uint64_t hash, uint64_t parent, uint64_t 
   m.salt = salt;
   m.tokens.assign(tokens, tokens + n);
   by_hash_.emplace(hash, id);
+  if (observer_) observer_->on_block_stored(hash, parent, tokens, n);
 }
 
 void KvBlockBooks::clear_cache() {
   while (lru_head_ >= 0) {
     const int32_t id = lru_head_;
     lru_remove(id);
+    // Removals are only reported when something stays published (held blocks): else one all-cleared says it.
+    if (observer_ && by_hash_.size() > static_cast<size_t>(n_cached_) + 1)
+      observer_->on_block_removed(meta_[static_cast<size_t>(id)].hash);
     unpublish(id);
     free_.push_back(id);
+  }
+  if (observer_ && by_hash_.empty()) observer_->on_all_cleared();
+}
+
+void KvBlockBooks::snapshot(KvEventObserver* out) const {
+  out->on_all_cleared();
+  // Roots first: a block whose parent is not published (a sequence's first block, or an evicted parent's
+  // child), then depth-first down the children, so that every reported parent precedes its children.
+  absl::flat_hash_map<uint64_t, std::vector<int32_t>> children;
+  std::vector<int32_t> stack;
+  for (const auto& [hash, id] : by_hash_) {
+    const Meta& m = meta_[static_cast<size_t>(id)];
+    if (m.parent != 0 && by_hash_.contains(m.parent))
+      children[m.parent].push_back(id);
+    else
+      stack.push_back(id);
+  }
+  while (!stack.empty()) {
+    const int32_t id = stack.back();
+    stack.pop_back();
+    const Meta& m = meta_[static_cast<size_t>(id)];
+    out->on_block_stored(m.hash, m.parent, m.tokens.data(), static_cast<int64_t>(m.tokens.size()));
+    if (auto it = children.find(m.hash); it != children.end())
+      stack.insert(stack.end(), it->second.begin(), it->second.end());
   }
 }
 

@@ -21,6 +21,9 @@
 // out a wrong block. Published blocks are immutable: sequences only write positions past the blocks they
 // adopted.
 //
+// KV events (core/kv/kv_events.h): an observer, when set, hears every change of what lookup() can find — a
+// block published, a published block evicted or dropped, the cache cleared — and nothing else.
+//
 // Not thread-safe: the engine thread owns the pool (stats() copies are taken there).
 #include <cstdint>
 #include <memory>
@@ -29,6 +32,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/kv/kv_events.h"
 
 namespace frost {
 
@@ -75,8 +79,16 @@ class KvBlockBooks {
   // is already published.
   void publish(int32_t id, uint64_t hash, uint64_t parent, uint64_t salt, const int32_t* tokens, int64_t n);
   bool published(int32_t id) const { return meta_[static_cast<size_t>(id)].published; }
-  // Drops every cached block (free again); used blocks are untouched.
+  // Drops every cached block (free again); used blocks are untouched (and stay published). Events: the
+  // dropped blocks' removal, or all-cleared when no published block is left.
   void clear_cache();
+
+  // Hears every later change of the published set (null: none). Must outlive the books or be reset.
+  void set_observer(KvEventObserver* observer) { observer_ = observer; }
+  // Reports the whole published set to `out` as if from empty: all-cleared, then every published block,
+  // each parent before its children where the parent is published too (a child whose parent was evicted
+  // keeps its parent hash: lookup() cannot reach it, and neither can an index walking from the root).
+  void snapshot(KvEventObserver* out) const;
 
  private:
   struct Meta {
@@ -97,6 +109,7 @@ class KvBlockBooks {
   int64_t n_cached_ = 0;
   uint64_t n_evicted_ = 0;
   absl::flat_hash_map<uint64_t, int32_t> by_hash_;
+  KvEventObserver* observer_ = nullptr;
 };
 
 }  // namespace frost

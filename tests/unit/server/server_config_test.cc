@@ -447,6 +447,41 @@ server:
                  "unknown key 'server.http.max_header_byte'");
 }
 
+TEST(ServerConfigTest, KvEvents) {
+  const ServerConfig d;
+  EXPECT_FALSE(d.server.kv_events.enabled);
+  EXPECT_EQ(d.server.kv_events.endpoint, "tcp://*:5557");  // vLLM's defaults (vllm/config/kv_events.py)
+  EXPECT_EQ(d.server.kv_events.topic, "");
+  EXPECT_EQ(d.server.kv_events.buffer_steps, 10000);
+  const ServerConfig c = parse_ok(R"(
+server:
+  kv_events:
+    enabled: true
+    endpoint: tcp://indexer:5557
+    topic: kv@pod-1@stories260K
+    replay_endpoint: "tcp://*:5558"
+    buffer_steps: 50
+    queue_batches: 7
+)");
+  EXPECT_TRUE(c.server.kv_events.enabled);
+  EXPECT_EQ(c.server.kv_events.endpoint, "tcp://indexer:5557");
+  EXPECT_EQ(c.server.kv_events.topic, "kv@pod-1@stories260K");
+  EXPECT_EQ(c.server.kv_events.replay_endpoint, "tcp://*:5558");
+  EXPECT_EQ(c.server.kv_events.buffer_steps, 50);
+  EXPECT_EQ(c.server.kv_events.queue_batches, 7);
+  EXPECT_INVALID(parse_status("server:\n  kv_events:\n    enabled: true\n    endpoint: localhost:5557\n"),
+                 "server.kv_events.endpoint: expected a ZeroMQ endpoint tcp://HOST:PORT, ipc://PATH or "
+                 "inproc://NAME, got \"localhost:5557\"");
+  EXPECT_INVALID(parse_status("server:\n  kv_events:\n    enabled: true\n    replay_endpoint: udp://x:1\n"),
+                 "server.kv_events.replay_endpoint: expected \"\" (off) or a ZeroMQ endpoint");
+  EXPECT_INVALID(parse_status("server:\n  kv_events:\n    enabled: true\nengine:\n  prefix_caching: false\n"),
+                 "server.kv_events.enabled: true needs engine.prefix_caching: true");
+  EXPECT_INVALID(parse_status("server:\n  kv_events:\n    buffer_steps: 0\n"),
+                 "server.kv_events.buffer_steps: must be in [1, 10000000], got 0");
+  // Off, the endpoints are not checked.
+  EXPECT_TRUE(parse_server_config("server:\n  kv_events:\n    endpoint: nonsense\n").ok());
+}
+
 TEST(ServerConfigTest, RejectsUnknownEnumValues) {
   EXPECT_INVALID(parse_status("engine:\n  kv_codec: int3\n"),
                  "engine.kv_codec: unknown value \"int3\" (expected fp32|fp16|bf16|int8|int4|kvsplice)");
