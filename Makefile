@@ -11,7 +11,7 @@ ifeq ($(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),y)
 export OPENBLAS_CORETYPE := SkylakeX
 endif
 
-.PHONY: deps configure build run test test-gpu test-asan bench bench-serve bench-weights bench-1b soak image image-test fuzz fuzz-ci clean compile-check gpu-prepare
+.PHONY: deps configure build run test test-gpu test-asan bench bench-serve bench-weights bench-spec bench-1b soak image image-test fuzz fuzz-ci clean compile-check gpu-prepare
 
 deps:
 	@bash scripts/install_deps.sh
@@ -96,6 +96,12 @@ bench-serve: configure
 bench-weights: configure
 	cmake --build $(BUILD) -j $(JOBS) --target frost-bench
 	bash scripts/bench_weights.sh $(BUILD)
+
+# Speculative decoding (issue 52): ngram / suffix drafting and jump-forward against plain decoding, alternated in
+# one process, stories260K on 2 threads at 1 / 4 / 32 streams → bench/results/spec_decode.json (~3 min).
+bench-spec: configure
+	cmake --build $(BUILD) -j $(JOBS) --target frost-bench
+	$(BUILD)/bench/frost-bench spec --model models/stories260K --threads 2 --json $(ARGS)
 
 # Decode at a 1B-class shape (Llama-3.2-1B's geometry, random weights) for fp32 / bf16 / int8 / w8a8: batch 1
 # and 8 streams against the memory-bandwidth limit measured in the same run, and the cold start (load vs one

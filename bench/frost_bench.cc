@@ -1,7 +1,7 @@
 // frost-bench: speed benchmarks printing one JSON object.
 //
 //   frost-bench MODE [flags]: `frost-bench --help` lists the modes, `frost-bench MODE --help` a mode's flags.
-//   prototype, kv-repair, kvsplice and weights live in bench/bench_*.cc, each with its own flag table.
+//   prototype, kv-repair, kvsplice, weights and spec live in bench/bench_*.cc, each with its own flag table.
 //
 // Flags are parsed by the mode's flag table (core/flags/flags.h, bench/bench_cli.h), which also prints the
 // help: "--flag VALUE" or "--flag=VALUE"; numbers are parsed strictly and a bad or out-of-range value is a
@@ -53,6 +53,7 @@
 #include "bench/bench_kv_repair.h"
 #include "bench/bench_kvsplice.h"
 #include "bench/bench_prototype.h"
+#include "bench/bench_spec.h"
 #include "bench/bench_util.h"
 #include "bench/bench_weights.h"
 #include "core/common/device.h"
@@ -92,6 +93,7 @@ const std::vector<frost::cli::CommandEntry> kModes = {
     {"kv-repair", "train + evaluate KV repair operators (frost-bench kv-repair --help)"},
     {"kvsplice", "KVSplice compression report + Fisher analysis (frost-bench kvsplice --help)"},
     {"weights", "quality and speed of each weight format (frost-bench weights --help)"},
+    {"spec", "speculative decoding and jump-forward on vs off (frost-bench spec --help)"},
 };
 
 // The speed modes' flags (decode, prefill, bare-step, engine, parallel, huge-pages), with the mode's
@@ -294,6 +296,7 @@ int main(int argc, char** argv) {
   if (mode == "kv-repair") return frost::bench::run_kv_repair_bench(argc, argv);
   if (mode == "weights") return frost::bench::run_weights_bench(argc, argv);
   if (mode == "kvsplice") return frost::bench::run_kvsplice_bench(argc, argv);
+  if (mode == "spec") return frost::bench::run_spec_bench(argc, argv);
   if (mode != "decode" && mode != "prefill" && mode != "bare-step" && mode != "engine" &&
       mode != "parallel" && mode != "huge-pages") {
     SpeedFlags scratch("decode");

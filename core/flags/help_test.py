@@ -28,7 +28,7 @@ COMMANDS = {
                  ["artifacts"], ["artifacts", "list"], ["artifacts", "activate"], ["artifacts", "delete"],
                  ["server-info"]],
     "frost-bench": [[]] + [[m] for m in ("decode", "prefill", "bare-step", "engine", "parallel", "huge-pages",
-                                         "prototype", "kv-repair", "kvsplice", "weights")],
+                                         "prototype", "kv-repair", "kvsplice", "weights", "spec")],
 }
 
 # Where each program's flag tables are (relative to SOURCE_DIR).
