@@ -333,6 +333,7 @@ std::vector<Section> schema(ServerConfig* cfg) {
                  {{"off", SpecMethod::kOff}, {"ngram", SpecMethod::kNgram}, {"suffix", SpecMethod::kSuffix}}),
              int_field("num_tokens", &e.speculative.num_tokens, 1, 32),
              int_field("max_batch", &e.speculative.max_batch, 0, 65536),
+             bool_field("adaptive", &e.speculative.adaptive),
              bool_field("jump_forward", &e.speculative.jump_forward),
              int_field("jump_forward_tokens", &e.speculative.jump_forward_tokens, 0, 256),
              int_field("suffix_cache_tokens", &e.speculative.suffix_cache_tokens, 0, int64_t{1} << 30)})}},

@@ -469,7 +469,9 @@ void Engine::finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResul
   d.codec = kv_codec_name(a.req->codec);
   d.repaired = !a.kv_repair.empty();
   d.spliced = !a.kv_splice.empty();
-  if (suffix_cache_ && a.spec && a.spec->method() == SpecMethod::kSuffix && d.result->ok())
+  // The shared suffix cache takes the outputs of suffix requests that drafted (one that never did ran where
+  // drafting does not pay, and indexing its output would only cost the delivery thread).
+  if (suffix_cache_ && a.spec && a.spec->method() == SpecMethod::kSuffix && a.n_draft_tokens > 0 && d.result->ok())
     d.suffix_output = (*d.result)->ids;
   loop.out.push_back(std::move(d));
 }
@@ -552,6 +554,9 @@ bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   }
   absl::Status st = exec_->execute(xs, &loop.exec_result);
   const int64_t t1 = RealClock::get().now_ns();
+  bool decode_only = true;  // speculation's cost model (speculation.h StepCost) learns from decode steps
+  for (const StepSeq& q : step.seqs) decode_only = decode_only && q.logits && q.n_tokens == 1 + q.draft;
+  if (decode_only) loop.cost.observe(step.n_tokens, static_cast<double>(t1 - t0) * 1e-9);
   {
     absl::MutexLock lock(&mu_);
     counters_.t_forward_s += static_cast<double>(t1 - t0) * 1e-9;

@@ -58,8 +58,9 @@ struct EngineRequest {
   int64_t t_first_ns = 0;  // its first token
   std::string kv_repair;   // the repair operator it runs with ("" = none)
   std::string kv_splice;   // the KVSplice it stores its KV with ("" = none)
-  // Speculative decoding (engine_spec.cc): its drafter and policy (null: no drafter; a constrained request
-  // may still jump forward), which tokens of this round's draft the grammar forced, and its totals.
+  // Speculative decoding (engine_spec.cc): its drafter and policy (null: it never drafts; a drafter method or
+  // jump-forward under a constraint makes one), which tokens of this round's draft the grammar forced, and
+  // its totals.
   std::unique_ptr<Speculation> spec;
   std::vector<uint8_t> forced;
   int32_t n_draft_tokens = 0, n_accepted_tokens = 0;
@@ -82,6 +83,8 @@ struct Engine::Loop {
   std::vector<int32_t> drafted;        // to_sample[i]'s draft rows this step (0: a plain row)
   std::vector<DraftVerdict> verdicts;  // to_sample[i]'s tokens when it verified a draft
   std::vector<int32_t> proposal;       // draft() scratch
+  StepCost cost;                       // the executor's step time as a + b·rows (speculation.h)
+  double theta = 0;                    // this round's drafting threshold (speculation.h)
   int64_t t_schedule_ns = 0;           // this round's schedule()
   // The callback that queues a request's token events for this round's delivery.
   TokenCallback emit(EngineRequest& a) {

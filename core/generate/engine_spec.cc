@@ -25,36 +25,41 @@ absl::Status Engine::resolve_spec(const GenerationRequest& req, Pending* p) cons
 
 void Engine::start_spec(EngineRequest& a) const {
   const Pending& p = *a.req;
-  if (p.spec_method != SpecMethod::kNgram && p.spec_method != SpecMethod::kSuffix) return;
-  a.spec = std::make_unique<Speculation>(p.spec_method, p.spec_k,
+  const bool drafter = p.spec_method == SpecMethod::kNgram || p.spec_method == SpecMethod::kSuffix;
+  const bool jump = p.jump_forward && p.constraint != nullptr;
+  if (!drafter && !jump) return;
+  a.spec = std::make_unique<Speculation>(drafter ? p.spec_method : SpecMethod::kOff, p.spec_k,
                                          static_cast<int32_t>(model_->config.n_vocab), suffix_cache_.get());
 }
 
 // Before schedule(): every decoding sequence that speculates gets this round's draft in its scheduler entry
-// (SchedEntry::spec_rows: its last token, then the draft). Drafters run only while at most
-// engine.speculative.max_batch sequences decode (they still index their tokens); grammar-forced tokens are
-// drafted at any batch size, since they are always accepted. A draft never reaches past max_new_tokens.
+// (SchedEntry::spec_rows: its last token, then the draft), as long as speculation.h's cost rule allows at this
+// round's θ. Drafters run only while at most engine.speculative.max_batch sequences decode; jump-forward at
+// any batch size the rule allows. A drafter that does not draft this round is not synced either: it catches
+// up on the new tokens when it next drafts. A draft never reaches past max_new_tokens.
 void Engine::draft(Loop& loop) {
   const SpeculativeOptions& o = cfg_.speculative;
   int32_t n_decoding = 0;
   for (const SchedEntry* e : loop.sched.running())
     n_decoding += static_cast<int64_t>(e->tokens->size()) - e->kv->n_tokens() == 1 ? 1 : 0;
   const bool drafting = n_decoding <= o.max_batch;
+  // Until the step cost is fitted (the first steps), θ = 0.3: drafts of one or two tokens, which make the rows
+  // vary so that it can be.
+  const double theta = o.adaptive ? loop.cost.threshold(n_decoding, n_decoding, 0.3) : 0.0;  // 0: always k
+  loop.theta = theta;
   for (SchedEntry* e : loop.sched.running()) {
     e->spec_rows.clear();
     EngineRequest& a = *e->owner;
-    const bool jump = a.req->jump_forward && a.seq->constrained();
-    if ((!a.spec && !jump) || a.done || static_cast<int64_t>(e->tokens->size()) - e->kv->n_tokens() != 1)
-      continue;
+    if (!a.spec || a.done || static_cast<int64_t>(e->tokens->size()) - e->kv->n_tokens() != 1) continue;
     // Tokens after the one this step samples anyway: a draft longer than that is never used.
     const int64_t room = a.req->params.max_new_tokens - a.seq->n_generated() - 1;
-    if (room <= 0) continue;
+    const int32_t n = room > 0 ? static_cast<int32_t>(std::min<int64_t>(a.spec->length(theta), room)) : 0;
+    if (n == 0) continue;  // the drafter is not even synced: it catches up on the tokens when it next drafts
     std::vector<int32_t>& d = loop.proposal;
-    d.clear();
-    if (a.spec) a.spec->draft(*e->tokens, drafting ? static_cast<int32_t>(room) : 0, &d);
-    a.seq->shape_draft(&d, &a.forced, jump ? o.jump_forward_tokens : 0);
-    if (static_cast<int64_t>(d.size()) > room) {
-      d.resize(static_cast<size_t>(room));
+    a.spec->propose(*e->tokens, drafting ? n : 0, &d);
+    a.seq->shape_draft(&d, &a.forced, a.req->jump_forward ? std::min(n, o.jump_forward_tokens) : 0);
+    if (static_cast<int32_t>(d.size()) > n) {
+      d.resize(static_cast<size_t>(n));
       a.forced.resize(d.size());
     }
     if (d.empty()) continue;
@@ -75,14 +80,8 @@ void Engine::rewind_rejected(Loop& loop) {
     EngineRequest& a = *loop.to_sample[i];
     const int32_t acc = loop.verdicts[i].accepted;
     a.entry.kv->truncate(a.entry.kv->n_tokens() - (d - acc));
-    int32_t own = 0, own_accepted = 0;  // the drafter's tokens (jump-forward's excluded)
-    for (int32_t j = 0; j < d; ++j) {
-      const bool f = a.forced[static_cast<size_t>(j)] != 0;
-      forced += f ? 1 : 0;
-      own += f ? 0 : 1;
-      own_accepted += !f && j < acc ? 1 : 0;
-    }
-    if (a.spec) a.spec->record(own, own_accepted);
+    for (int32_t j = 0; j < d; ++j) forced += a.forced[static_cast<size_t>(j)] != 0 ? 1 : 0;
+    a.spec->record(d, acc);
     a.n_draft_tokens += d;
     a.n_accepted_tokens += acc;
     ++drafts;

@@ -38,42 +38,81 @@ absl::Status check_speculative_options(const SpeculativeOptions& o) {
   return absl::OkStatus();
 }
 
+void StepCost::observe(int64_t rows, double seconds) {
+  constexpr double kDecay = 0.98;
+  const auto x = static_cast<double>(rows);
+  w_ = kDecay * w_ + 1;
+  sx_ = kDecay * sx_ + x;
+  sy_ = kDecay * sy_ + seconds;
+  sxx_ = kDecay * sxx_ + x * x;
+  sxy_ = kDecay * sxy_ + x * seconds;
+}
+
+bool StepCost::fitted() const {
+  if (w_ < 8) return false;
+  const double mx = sx_ / w_;
+  return sxx_ / w_ - mx * mx > 0.05;  // rows varied (drafts, prompt chunks): a and b separate
+}
+
+double StepCost::per_row_s() const {
+  if (!fitted()) return 0;
+  const double mx = sx_ / w_, my = sy_ / w_;
+  return std::max(1e-9, (sxy_ / w_ - mx * my) / (sxx_ / w_ - mx * mx));
+}
+
+double StepCost::fixed_s() const {
+  if (!fitted()) return 0;
+  return std::max(0.0, sy_ / w_ - per_row_s() * sx_ / w_);
+}
+
+double StepCost::threshold(int64_t seqs, int64_t rows, double fallback) {
+  if (fitted()) {
+    a_ = fixed_s();
+    b_ = per_row_s();
+  }
+  if (a_ < 0 || seqs <= 0) return fallback;
+  return std::min(1.0, static_cast<double>(seqs) * b_ / (a_ + b_ * static_cast<double>(std::max(rows, seqs))));
+}
+
 Speculation::Speculation(SpecMethod method, int32_t k, int32_t vocab_size, const SuffixCache* shared)
-    : method_(method), k_(std::max(1, k)), ema_(static_cast<double>(std::max(1, k))) {
+    : method_(method), k_(std::max(1, k)) {
   if (method == SpecMethod::kSuffix) {
     SuffixOptions o;
     o.max_depth = kSuffixDepth;
     o.max_match = kSuffixDepth - 1;
     o.vocab_size = vocab_size;
     drafter_ = std::make_unique<SuffixDrafter>(o, shared);
-  } else {
+  } else if (method == SpecMethod::kNgram) {
     PromptLookupOptions o;
     o.vocab_size = vocab_size;
     drafter_ = std::make_unique<PromptLookupDrafter>(o);
   }
 }
 
-int32_t Speculation::next_length() const {
-  if (skip_ > 0) return 0;
-  return std::clamp(static_cast<int32_t>(std::ceil(ema_)) + 1, 1, k_);
+int32_t Speculation::length(double theta) {
+  const double alpha = acceptance();
+  int32_t n = 0;
+  for (double p = alpha; n < k_ && p > theta; p *= alpha) ++n;
+  if (n > 0) {
+    since_probe_ = 0;
+    return n;
+  }
+  if (++since_probe_ < probe_gap_) return 0;
+  since_probe_ = 0;
+  return 1;  // a probe: one token, so α can learn that the text became predictable
 }
 
-void Speculation::draft(absl::Span<const int32_t> tokens, int32_t limit, std::vector<int32_t>* out) {
+void Speculation::propose(absl::Span<const int32_t> tokens, int32_t n, std::vector<int32_t>* out) {
   out->clear();
-  const int32_t n = std::min(next_length(), limit);
-  if (skip_ > 0 && limit > 0) --skip_;
-  drafter_->propose(tokens, n, out);  // n = 0 only syncs the index
+  if (drafter_) drafter_->propose(tokens, n, out);  // n = 0 only syncs the index
 }
 
 void Speculation::record(int32_t drafted, int32_t accepted) {
   if (drafted <= 0) return;
-  ema_ = (ema_ + accepted) / 2;
-  if (accepted > 0) {
-    cool_ = 0;
-  } else {
-    cool_ = std::min(32, cool_ == 0 ? 1 : 2 * cool_);
-    skip_ = cool_;
-  }
+  constexpr double kDecay = 0.7;  // per verified draft: the last few drafts dominate
+  acc_ = kDecay * acc_ + accepted;
+  tot_ = kDecay * tot_ + drafted;
+  probe_gap_ = accepted > 0 ? 4 : std::min(64, 2 * probe_gap_);
 }
 
 }  // namespace frost

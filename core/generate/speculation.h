@@ -11,14 +11,20 @@
 //   update           Sequence::verify() keeps the accepted prefix plus one token (spec_verify.h); the KV of
 //                    the rejected rows is truncated before the step's blocks are published; record().
 //
-// Adaptive draft length (the choice here; vLLM and SGLang use a fixed k, llama.cpp a fixed k with a minimum
-// match): each draft of d tokens of which a were accepted updates an average of accepted tokens per draft,
-// ema = (ema + a) / 2 (starting at k: optimistic). The next draft proposes at most clamp(ceil(ema) + 1, 1, k)
-// tokens, so a sequence that keeps accepting drafts k and one whose drafts fail shrinks to 1. A draft with
-// nothing accepted also pauses drafting for `cool` steps, cool doubling 1, 2, 4 … 32 while drafts keep
-// failing and resetting to 0 at the first acceptance: on text the drafter cannot predict, at most one step
-// in ~32 carries a wasted row. Jump-forward tokens are certain (the grammar allows nothing else) and are
-// neither limited by k nor counted against it.
+// How many tokens to draft: a cost model, not a fixed k (the choice here; vLLM and SGLang draft a fixed k,
+// llama.cpp a fixed k with a minimum match). A verification row pays off only when the step it may save is
+// worth more than the row. StepCost fits the executor's step time as a + b·rows over the recent steps; in a
+// step of B decoding sequences (R rows) the engine makes B tokens for a + b·R seconds, and the j-th drafted
+// token of a sequence adds one row (b) that yields a token with probability α^j (α: that sequence's recent
+// acceptance per drafted token). So the j-th token is worth drafting iff α^j > θ = B·b / (a + b·R), and a
+// sequence drafts d = max{j ≤ k : α^j > θ} tokens. Where a step is bound by reading the weights (a ≫ b: a
+// large model at small batch) θ is small and drafts are long; where every row costs what a step costs
+// (stories260K on a CPU: its 1 MB of weights sit in cache and attention dominates, b ≈ 0.9·(a + b)) or at a
+// large batch (θ → 1) nothing is drafted — so speculation never slows a workload down by more than its
+// probes. α is a decayed average with a prior (Beta(1, 1)); a sequence whose α does not clear θ probes with
+// one token after 4, 8, … 64 steps (doubling while probes fail), which costs at most one row per 64 steps
+// and lets a sequence that starts repeating text come back. Jump-forward tokens go through the same rule
+// (their α is learnt the same way: a grammar-forced text is written with the drafted tokens or not).
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -38,27 +44,50 @@ inline constexpr int kSuffixDepth = 16;
 // engine.speculative's ranges: INVALID_ARGUMENT naming the field and value.
 absl::Status check_speculative_options(const SpeculativeOptions& o);
 
+// The step time as a + b·rows, by exponentially weighted least squares over the recent decode steps (weight
+// 0.98 per step of age: a window of ~50 steps). The engine observes only steps without prompt rows: a prompt
+// chunk's rows share their K / V reads and cost less per row than a decode or draft row, which would make
+// drafts look cheaper than they are. Engine thread only.
+class StepCost {
+ public:
+  void observe(int64_t rows, double seconds);
+  // θ for a step of `seqs` decoding sequences and `rows` rows before drafts; while the recent rows do not vary
+  // enough to separate a from b, the per-row share of the last fit, or `fallback` before any fit.
+  double threshold(int64_t seqs, int64_t rows, double fallback);
+  double fixed_s() const;    // a
+  double per_row_s() const;  // b
+
+ private:
+  bool fitted() const;
+  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  double a_ = -1, b_ = 0;  // the last fit (a_ < 0: none yet)
+};
+
 class Speculation {
  public:
-  // method: kNgram or kSuffix; k >= 1. `shared` (suffix only) may be null; it must outlive this.
+  // method: kNgram or kSuffix (a drafter), or kOff (jump-forward only); k >= 1. `shared` (suffix only) may be
+  // null; it must outlive this.
   Speculation(SpecMethod method, int32_t k, int32_t vocab_size, const SuffixCache* shared);
 
   SpecMethod method() const { return method_; }
-  // The drafter's proposal for `tokens` (prompt + output so far), at most the adaptive length and `limit`;
-  // empty while cooling down or when limit is 0 (the drafter still indexes the tokens).
-  void draft(absl::Span<const int32_t> tokens, int32_t limit, std::vector<int32_t>* out);
-  // After verification: `drafted` tokens proposed by the drafter (jump-forward excluded), `accepted` of them.
+  // How many tokens to draft this step at threshold θ (above): 0..k, or 1 for a due probe. Counts the steps
+  // between probes.
+  int32_t length(double theta);
+  // The drafter's proposal for `tokens` (prompt + output so far), at most n tokens (n = 0, or no drafter: none;
+  // the drafter still indexes the tokens).
+  void propose(absl::Span<const int32_t> tokens, int32_t n, std::vector<int32_t>* out);
+  // After verification: `drafted` tokens verified, `accepted` of them.
   void record(int32_t drafted, int32_t accepted);
   int32_t k() const { return k_; }
-  int32_t next_length() const;  // what draft() asks the drafter for now (0 while cooling down)
+  double acceptance() const { return (acc_ + 1) / (tot_ + 2); }  // α
 
  private:
   SpecMethod method_;
   int32_t k_;
-  std::unique_ptr<Drafter> drafter_;
-  double ema_;        // accepted tokens per draft
-  int32_t cool_ = 0;  // steps to skip after a failed draft
-  int32_t skip_ = 0;  // steps still skipped
+  std::unique_ptr<Drafter> drafter_;  // null: jump-forward only
+  double acc_ = 0, tot_ = 0;          // decayed accepted / drafted tokens
+  int32_t probe_gap_ = 4;             // steps between probes while α does not clear θ
+  int32_t since_probe_ = 0;
 };
 
 }  // namespace frost

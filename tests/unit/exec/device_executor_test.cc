@@ -330,6 +330,7 @@ TEST_F(DeviceExecutorTest, SpeculativeDraftsRunAsDeviceRowsAndChangeNothing) {
     EngineConfig off = config(4, blocks, true, 16), on = off;
     on.speculative.method = SpecMethod::kNgram;
     on.speculative.num_tokens = 4;
+    on.speculative.adaptive = false;  // always draft: the device rows are what is tested
     auto plain = make(off);
     auto spec = make(on);
     const auto want = run_all(*plain, reqs);

@@ -82,6 +82,7 @@ class EngineSpecTest : public ::testing::Test {
     c.speculative.method = method;
     c.speculative.num_tokens = 5;
     c.speculative.max_batch = 64;  // draft at every batch size here: drafts share steps with everyone
+    c.speculative.adaptive = false;  // always draft k: exactness is tested on as many drafts as possible
     return c;
   }
   static std::vector<std::shared_ptr<Sink>> run(const std::shared_ptr<const LoadedModel>& model,
@@ -293,6 +294,26 @@ TEST_F(EngineSpecTest, JumpForwardUnderASchemaGivesTheSameOutputInFewerSteps) {
   EngineStats s_plain;
   expect_same(run(model_, jump, plain, &s_plain), want, "request off");
   EXPECT_EQ(s_plain.spec_draft_tokens, 0u);
+}
+
+// The adaptive rule (speculation.h) on stories260K, where a verification row costs nearly what a step costs: on
+// text the drafter predicts poorly it drafts far less than a fixed k, and the outputs stay the same.
+TEST_F(EngineSpecTest, TheAdaptiveRuleDraftsLessWhereRowsDoNotPay) {
+  std::vector<GenerationRequest> reqs;
+  const std::vector<std::string> prompts = corpus();
+  for (int i = 0; i < 16; ++i) {
+    GenerationRequest r = request(prompts[static_cast<size_t>(2 * i)], 3 * i + 2, 48);  // seeded, no repeat
+    reqs.push_back(r);
+  }
+  EngineConfig fixed = config(SpecMethod::kNgram, 4), adaptive = fixed;
+  adaptive.speculative.adaptive = true;
+  EngineStats s_fixed, s_adaptive;
+  const auto want = run(model_, fixed, reqs, &s_fixed);
+  const auto got = run(model_, adaptive, reqs, &s_adaptive);
+  expect_same(got, want, "adaptive");
+  expect_counters(s_adaptive, got);
+  EXPECT_LT(s_adaptive.spec_draft_tokens, s_fixed.spec_draft_tokens / 2)
+      << "fixed k drafted " << s_fixed.spec_draft_tokens << " tokens";
 }
 
 TEST_F(EngineSpecTest, RequestKnobsChooseTheMethodAndAreChecked) {
