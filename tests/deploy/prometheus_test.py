@@ -72,11 +72,8 @@ GRAFANA_BUILTINS = {"__rate_interval": "20s", "__interval": "5s", "__interval_ms
 # Expressions (as written in the rules or the dashboard) allowed to return no data, with the reason.
 # Keep it empty unless a series truly cannot exist in this test; they must still parse.
 ALLOWED_EMPTY = {}
-# Metric-name prefixes whose expressions may return no data (or only NaN), with the reason. The speculative
-# decoding counters read 0 until the engine drafts (issue 52: the engine side lands separately): their ratios
-# are 0/0 and the per-position series do not exist yet. Once the engine speculates, enable it in Frostd's
-# config below (engine.speculative.method) and empty this.
-ALLOWED_EMPTY_SERIES = {"frost_spec_decode_": "speculation is not wired into the engine yet (issue 52)"}
+# Metric families whose series may be empty during the run (none: speculation runs in Frostd's config below).
+ALLOWED_EMPTY_SERIES = {}
 
 # A fast prototype config (≈1 s on 400 rows with 1 thread); LONG keeps a job running through the checks.
 SMALL = {"max_tokens": "32", "d_h": "32", "H": "2", "L": "1", "m": "4", "m_q": "4", "K": "8", "T": "32",
@@ -107,7 +104,11 @@ class Frostd(lib.Frostd):
     """frost_testlib's frostd, with a small engine queue and killed if this process dies."""
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, sections={"engine": {"max_running": 2, "max_waiting": 2}}, **kwargs)
+        # Speculation on (ngram, a fixed draft length): the spec_decode counters, the acceptance rules and the
+        # dashboard's panels get data from the test's own generations.
+        super().__init__(*args, sections={"engine": {"max_running": 2, "max_waiting": 2,
+                                                     "speculative": {"method": "ngram", "adaptive": False}}},
+                         **kwargs)
 
     def spawn(self):
         """frost_testlib's spawn(), plus _die_with_parent."""

@@ -20,6 +20,7 @@
 #include "core/model/kv_dims.h"
 #include "core/model/model_loader.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/kv_slots.h"
 #include "tests/testing/recording_sink.h"
 
 namespace frost {
@@ -104,23 +105,10 @@ std::shared_ptr<const LoadedModel> EngineBatchTest::model_;
 
 TEST_F(EngineBatchTest, BatchedEqualsUnbatchedAcrossCodecsRepairAndKvSplice) {
   // A repair operator for int4 and a KVSplice set, both active.
-  RepairConfig rc;
-  rc.rank = 4;
-  auto rs = RepairSet::create(rc, {0, 1}, repair_dims(model_->config), 11);
-  ASSERT_TRUE(rs.ok()) << rs.status();
-  RepairSlot repair;
-  auto ra = std::make_shared<RepairSlot::Active>();
-  ra->set = *rs;
-  ra->name = "kv_repair/1";
-  ra->codec = KvCodecKind::kInt4;
-  repair.set(ra);
-  auto sp = KvSpliceSet::create(kvsplice_dims(model_->config), KvSpliceRanks{12, 20}, 3);
-  ASSERT_TRUE(sp.ok()) << sp.status();
-  KvSpliceSlot splice;
-  auto sa = std::make_shared<KvSpliceSlot::Active>();
-  sa->set = *sp;
-  sa->name = "kvsplice/1";
-  splice.set(sa);
+  const std::unique_ptr<testing::KvSlots> slots = testing::make_kv_slots(model_->config);
+  ASSERT_NE(slots, nullptr);
+  RepairSlot& repair = slots->repair;
+  KvSpliceSlot& splice = slots->splice;
 
   std::vector<GenerationRequest> reqs;
   const KvCodecKind codecs[] = {KvCodecKind::kF32, KvCodecKind::kInt8, KvCodecKind::kInt4, KvCodecKind::kKvSplice,

@@ -22,6 +22,7 @@
 #include "core/model/kv_dims.h"
 #include "core/model/model_loader.h"
 #include "core/model/transformer.h"
+#include "tests/testing/kv_slots.h"
 #include "tests/testing/recording_sink.h"
 
 namespace frost {
@@ -174,23 +175,11 @@ TEST_F(EngineSpecTest, OutputsAreIdenticalWithAndWithoutSpeculationOver240Prompt
 }
 
 TEST_F(EngineSpecTest, EveryKvCodecRepairKvSpliceAndPreemptionGiveTheSameOutput) {
-  RepairConfig rc;
-  rc.rank = 4;
-  auto rs = RepairSet::create(rc, {0, 1}, repair_dims(model_->config), 11);
-  ASSERT_TRUE(rs.ok()) << rs.status();
-  RepairSlot repair;
-  auto ra = std::make_shared<RepairSlot::Active>();
-  ra->set = *rs;
-  ra->name = "kv_repair/1";
-  ra->codec = KvCodecKind::kInt4;
-  repair.set(ra);
-  auto sp = KvSpliceSet::create(kvsplice_dims(model_->config), KvSpliceRanks{12, 20}, 3);
-  ASSERT_TRUE(sp.ok()) << sp.status();
-  KvSpliceSlot splice;
-  auto sa = std::make_shared<KvSpliceSlot::Active>();
-  sa->set = *sp;
-  sa->name = "kvsplice/1";
-  splice.set(sa);
+  // A repair operator for int4 and a KVSplice set, both active.
+  const std::unique_ptr<testing::KvSlots> slots = testing::make_kv_slots(model_->config);
+  ASSERT_NE(slots, nullptr);
+  RepairSlot& repair = slots->repair;
+  KvSpliceSlot& splice = slots->splice;
   const KvCodecKind codecs[] = {KvCodecKind::kF32,  KvCodecKind::kF16,  KvCodecKind::kBF16,
                                 KvCodecKind::kInt8, KvCodecKind::kInt4, KvCodecKind::kKvSplice};
   std::vector<GenerationRequest> reqs;

@@ -298,7 +298,7 @@ TEST(ServerConfigTest, SpeculativeSection) {
                  "engine.speculative.suffix_cache_tokens: must be in [0, 1073741824], got 1073741825");
   EXPECT_INVALID(parse_status("engine:\n  speculative:\n    k: 4\n"),
                  "unknown key 'engine.speculative.k' (expected one of "
-                 "method|num_tokens|max_batch|jump_forward|jump_forward_tokens|suffix_cache_tokens)");
+                 "method|num_tokens|max_batch|adaptive|jump_forward|jump_forward_tokens|suffix_cache_tokens)");
   EXPECT_INVALID(parse_status("engine:\n  speculative: ngram\n"),
                  "engine.speculative: expected a mapping, got \"ngram\"");
 }
