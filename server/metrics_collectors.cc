@@ -195,11 +195,13 @@ std::vector<prometheus::MetricFamily> EngineCollector::Collect() const {
       histogram_family("frost_batch_size", "Sequences per engine step.", s.batch_size),
       labelled_family(
           "frost_engine_step_seconds_total",
-          "Engine seconds by phase of a step: schedule, forward (the batched model pass), sample, "
+          "Engine seconds by phase of a step: draft (speculative decoding's drafters), schedule, forward "
+          "(the batched model pass), sample, "
           "emit (stop checks, detokenization, queueing the events) on the engine thread; deliver "
           "(the stream callbacks into gRPC) on the delivery thread, concurrently with the next step.",
           prometheus::MetricType::Counter,
-          std::vector<Sample>{{{{"phase", "schedule"}}, s.t_schedule_s},
+          std::vector<Sample>{{{{"phase", "draft"}}, s.t_draft_s},
+                              {{{"phase", "schedule"}}, s.t_schedule_s},
                               {{{"phase", "forward"}}, s.t_forward_s},
                               {{{"phase", "sample"}}, s.t_sample_s},
                               {{{"phase", "emit"}}, s.t_emit_s},

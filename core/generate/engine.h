@@ -148,6 +148,7 @@ struct EngineStats {
   // Engine-thread seconds per phase of a step, cumulative: scheduling, the executor's step (forward pass, and
   // sampling where the device samples), host sampling, streaming (TokenSink callbacks, finishing requests).
   double t_schedule_s = 0, t_forward_s = 0, t_sample_s = 0, t_emit_s = 0;
+  double t_draft_s = 0;    // speculative decoding's drafting (drafters, grammar walks) before the schedule
   double t_deliver_s = 0;  // delivery-thread seconds in TokenSink callbacks
   EngineHistogram batch_size;    // sequences per step
   EngineHistogram batch_tokens;  // tokens per step
@@ -228,7 +229,8 @@ class Engine {
   void update(Loop& loop, const Scheduler::Step& step, const ExecResult& res);
   // Speculative decoding's parts of a round (engine_spec.cc): the drafts before schedule(); after
   // verification, the rejected rows' KV truncated and the counters.
-  void draft(Loop& loop);
+  void draft(Loop& loop);  // timed (t_draft_s) around draft_round()
+  void draft_round(Loop& loop);
   void rewind_rejected(Loop& loop);
   absl::Status resolve_spec(const GenerationRequest& req, Pending* p) const;
   void start_spec(EngineRequest& a) const;

@@ -38,6 +38,16 @@ void Engine::start_spec(EngineRequest& a) const {
 // any batch size the rule allows. A drafter that does not draft this round is not synced either: it catches
 // up on the new tokens when it next drafts. A draft never reaches past max_new_tokens.
 void Engine::draft(Loop& loop) {
+  const int64_t t0 = RealClock::get().now_ns();
+  draft_round(loop);
+  const int64_t t1 = RealClock::get().now_ns();
+  if (t1 - t0 > 2000) {  // a round with no speculating sequence costs ~nothing: skip the lock
+    absl::MutexLock lock(&mu_);
+    counters_.t_draft_s += static_cast<double>(t1 - t0) * 1e-9;
+  }
+}
+
+void Engine::draft_round(Loop& loop) {
   const SpeculativeOptions& o = cfg_.speculative;
   int32_t n_decoding = 0;
   for (const SchedEntry* e : loop.sched.running())
