@@ -534,8 +534,8 @@ Scheduler::Step Engine::schedule(Loop& loop) {
 
 // Execute: the scheduled step on the executor. Each sequence with logits says how its token may be drawn
 // (on the device when the executor samples and the request allows it; a draft's rows on the host). True when
-// the step ran: loop.exec_result holds what update() needs. False when it failed: the step's requests have ended, or every request when the device
-// failed for good.
+// the step ran: loop.exec_result holds what update() needs. False when it failed: the step's requests have
+// ended, or every request when the device failed for good.
 bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   const int64_t t0 = RealClock::get().now_ns();
   for (SchedEntry* e : step.who)

@@ -84,7 +84,6 @@ struct Engine::Loop {
   std::vector<DraftVerdict> verdicts;  // to_sample[i]'s tokens when it verified a draft
   std::vector<int32_t> proposal;       // draft() scratch
   StepCost cost;                       // the executor's step time as a + b·rows (speculation.h)
-  double theta = 0;                    // this round's drafting threshold (speculation.h)
   int64_t t_schedule_ns = 0;           // this round's schedule()
   // The callback that queues a request's token events for this round's delivery.
   TokenCallback emit(EngineRequest& a) {

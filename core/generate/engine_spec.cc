@@ -33,10 +33,10 @@ void Engine::start_spec(EngineRequest& a) const {
 }
 
 // Before schedule(): every decoding sequence that speculates gets this round's draft in its scheduler entry
-// (SchedEntry::spec_rows: its last token, then the draft), as long as speculation.h's cost rule allows at this
-// round's θ. Drafters run only while at most engine.speculative.max_batch sequences decode; jump-forward at
-// any batch size the rule allows. A drafter that does not draft this round is not synced either: it catches
-// up on the new tokens when it next drafts. A draft never reaches past max_new_tokens.
+// (SchedEntry::spec_rows: its last token, then the draft), as long as speculation.h's cost rule allows at
+// this round's θ. Drafters run only while at most engine.speculative.max_batch sequences decode; jump-forward
+// at any batch size the rule allows. A drafter that does not draft this round is not synced either: it
+// catches up on the new tokens when it next drafts. A draft never reaches past max_new_tokens.
 void Engine::draft(Loop& loop) {
   const int64_t t0 = RealClock::get().now_ns();
   draft_round(loop);
@@ -49,24 +49,26 @@ void Engine::draft(Loop& loop) {
 
 void Engine::draft_round(Loop& loop) {
   const SpeculativeOptions& o = cfg_.speculative;
+  auto decoding = [](const SchedEntry* e) {
+    return static_cast<int64_t>(e->tokens->size()) - e->kv->n_tokens() == 1;
+  };
   int32_t n_decoding = 0;
-  for (const SchedEntry* e : loop.sched.running())
-    n_decoding += static_cast<int64_t>(e->tokens->size()) - e->kv->n_tokens() == 1 ? 1 : 0;
+  for (const SchedEntry* e : loop.sched.running()) n_decoding += decoding(e) ? 1 : 0;
   const bool drafting = n_decoding <= o.max_batch;
-  // Until the step cost is fitted (the first steps), θ = 0.3: drafts of one or two tokens, which make the rows
-  // vary so that it can be.
+  // Until the step cost is fitted (the first steps), θ = 0.3: drafts of one or two tokens, which make the
+  // rows vary so that it can be.
   const double theta = o.adaptive ? loop.cost.threshold(n_decoding, n_decoding, 0.3) : 0.0;  // 0: always k
-  loop.theta = theta;
   for (SchedEntry* e : loop.sched.running()) {
     e->spec_rows.clear();
     EngineRequest& a = *e->owner;
-    if (!a.spec || a.done || static_cast<int64_t>(e->tokens->size()) - e->kv->n_tokens() != 1) continue;
+    if (!a.spec || a.done || !decoding(e)) continue;
     // Tokens after the one this step samples anyway: a draft longer than that is never used.
     const int64_t room = a.req->params.max_new_tokens - a.seq->n_generated() - 1;
     const int32_t n = room > 0 ? static_cast<int32_t>(std::min<int64_t>(a.spec->length(theta), room)) : 0;
     if (n == 0) continue;  // the drafter is not even synced: it catches up on the tokens when it next drafts
     std::vector<int32_t>& d = loop.proposal;
-    a.spec->propose(*e->tokens, drafting ? n : 0, &d);
+    d.clear();
+    if (drafting) a.spec->propose(*e->tokens, n, &d);  // past max_batch only jump-forward: no drafter sync
     a.seq->shape_draft(&d, &a.forced, a.req->jump_forward ? std::min(n, o.jump_forward_tokens) : 0);
     if (static_cast<int32_t>(d.size()) > n) {
       d.resize(static_cast<size_t>(n));

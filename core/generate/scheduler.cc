@@ -66,10 +66,19 @@ bool Scheduler::admit(SchedEntry* e, int64_t budget, Step& step) {
   return true;
 }
 
+namespace {
+
+int64_t logit_rows_of(const Scheduler::Step& step) {
+  int64_t n = 0;
+  for (const StepSeq& q : step.seqs) n += q.n_logit_rows();
+  return n;
+}
+
+}  // namespace
+
 // 1b: the decode rows scheduled so far get their sequences' draft rows (scheduler.h). Returns the budget left.
 int64_t Scheduler::add_drafts(int64_t budget, Step& step) {
-  int64_t logit_rows = 0;
-  for (const StepSeq& q : step.seqs) logit_rows += q.n_logit_rows();
+  int64_t logit_rows = logit_rows_of(step);
   for (size_t j = 0; j < step.seqs.size(); ++j) {
     SchedEntry* e = step.who[j];
     StepSeq& q = step.seqs[j];
@@ -134,8 +143,7 @@ Scheduler::Step Scheduler::schedule() {
   }
   // Prompt chunks that reach their last token and admissions ask for logits rows too: when the step now has
   // more than the executor returns, drafts give rows back, the last-scheduled first.
-  int64_t logit_rows = 0;
-  for (const StepSeq& q : step.seqs) logit_rows += q.n_logit_rows();
+  int64_t logit_rows = logit_rows_of(step);
   for (size_t j = step.seqs.size(); j-- > 0 && logit_rows > cfg_.max_logit_rows;) {
     StepSeq& q = step.seqs[j];
     const int64_t cut = std::min<int64_t>(q.draft, logit_rows - cfg_.max_logit_rows);

@@ -78,7 +78,6 @@ class Speculation {
   void propose(absl::Span<const int32_t> tokens, int32_t n, std::vector<int32_t>* out);
   // After verification: `drafted` tokens verified, `accepted` of them.
   void record(int32_t drafted, int32_t accepted);
-  int32_t k() const { return k_; }
   double acceptance() const { return (acc_ + 1) / (tot_ + 2); }  // α
 
  private:
