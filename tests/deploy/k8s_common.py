@@ -67,6 +67,19 @@ class Checks:
 # ------------------------------------------------------------------------------------------------
 # Helpers over rendered objects.
 
+def validator_blocks(out):
+    """validate.mjs's report by object name: ["ok" | "FAIL", its indented detail lines...]."""
+    blocks, current = {}, None
+    for line in out.splitlines():
+        m = re.match(r"^(FAIL|ok) +\S+ \S+ (?:\S+/)?(\S+)$", line)
+        if m:
+            current = m.group(2)
+            blocks[current] = [m.group(1)]
+        elif current and line.startswith("       "):
+            blocks[current].append(line.strip())
+    return blocks
+
+
 def parse_render(text):
     return [o for o in yaml.safe_load_all(text) if o]
 

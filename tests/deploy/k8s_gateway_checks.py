@@ -371,14 +371,7 @@ def check_schemas(c, modules, objs):
         o["metadata"]["name"] = f"broken-{i}"
         docs.append(o)
     rc, out = validate_crds(modules, yaml.safe_dump_all(objs + docs), quiet=False)
-    blocks, current = {}, None
-    for line in out.splitlines():
-        m = re.match(r"^(FAIL|ok) +\S+ \S+ (?:\S+/)?(\S+)$", line)
-        if m:
-            current = m.group(2)
-            blocks[current] = [m.group(1)]
-        elif current and line.startswith("       "):
-            blocks[current].append(line.strip())
+    blocks = validator_blocks(out)
     good = {(o["kind"], o["metadata"]["name"]) for o in objs}
     oks = {(m.group(1), m.group(2)) for m in re.finditer(r"^ok +\S+ (\S+) (?:\S+/)?(\S+)$", out, re.M)}
     c.check(good <= oks, "gateway: every object of the render is valid, strict (Kubernetes v1.36 schemas; "

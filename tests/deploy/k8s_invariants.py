@@ -377,14 +377,7 @@ def check_strictness(c, modules, good_text):
     control["metadata"]["name"] = "unbroken-control"
     docs.append(control)
     rc, out = validate(modules, yaml.safe_dump_all(docs), quiet=False)
-    blocks, current = {}, None
-    for line in out.splitlines():
-        m = re.match(r"^(FAIL|ok) +\S+ \S+ (?:\S+/)?(\S+)$", line)
-        if m:
-            current = m.group(2)
-            blocks[current] = [m.group(1)]
-        elif current and line.startswith("       "):
-            blocks[current].append(line.strip())
+    blocks = validator_blocks(out)
     c.check(rc == 1, "validator exits 1 on broken objects", f"rc {rc}")
     for i in names:
         what, _, expect = cases[i]
