@@ -28,7 +28,8 @@ inline float load_elem(const T* p, int64_t i) {
 
 
 // q·k with 16 independent partial sums, so the compiler vectorises it at the build's baseline (AVX2 at
-// x86-64-v3) without -ffast-math. (AVX-512 CPUs run the kernels below for head_dim = 16·k <= 256.)
+// x86-64-v3) without -ffast-math. (AVX-512 CPUs run the kernels below for head_dim = 16·k <= 256 and 8, 24, 40,
+// 56.)
 template <typename T>
 inline float dot(const float* q, const T* k, int64_t d) {
   float acc[16] = {0};
@@ -117,16 +118,21 @@ inline void unpack_row(const uint8_t* row, int bits, int64_t d, float* dst) {
 // per-function attributes, so the lambdas the kernels pass to KvPagedRows::for_runs are AVX-512 code too.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")
-// ---- the AVX-512 kernels for head_dim = 16·NV (NV <= 16): the query and the output stay in registers, four
-// scores share one horizontal reduction, exp is the vectorised one of kernels/cpu/exp.h. ----
+// ---- the AVX-512 kernels for head_dim = 16·NV (NV <= 16; 8·NV in 8-lane registers for NV = 1, 3, 5, 7): the
+// query and the output stay in registers, four scores share one horizontal reduction, exp is the vectorised one
+// of kernels/cpu/exp.h. ----
 
 // 16 elements [16j, 16j + 16) of one stored row as fp32 lanes.
 struct LoadF32 {
   static __m512 load(const uint8_t* row, int j) { return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * j); }
+  static __m256 load8(const uint8_t* row, int j) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * j); }
 };
 struct LoadF16 {
   static __m512 load(const uint8_t* row, int j) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + j));
+  }
+  static __m256 load8(const uint8_t* row, int j) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row) + j));
   }
 };
 struct LoadBF16 {
@@ -134,11 +140,18 @@ struct LoadBF16 {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + j);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
+  static __m256 load8(const uint8_t* row, int j) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row) + j);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
 };
 struct LoadI8 {
   static __m512 load(const uint8_t* row, int j) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * j));
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  }
+  static __m256 load8(const uint8_t* row, int j) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * j))));
   }
 };
 struct LoadI4 {
@@ -151,17 +164,68 @@ struct LoadI4 {
     const __m512i eight = _mm512_set1_epi32(8);
     return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_xor_si512(x, eight), eight));
   }
+  static __m256 load8(const uint8_t* row, int j) {
+    // 4 bytes → 8 nibbles, as load() does for 16.
+    int32_t w;
+    std::memcpy(&w, row + 4 * j, sizeof(w));
+    const __m128i b = _mm_cvtsi32_si128(w);
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(b, low4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+    const __m256i x = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+    const __m256i eight = _mm256_set1_epi32(8);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_xor_si256(x, eight), eight));
+  }
 };
 
-// The four sums of a, b, c, d's lanes, as [sum a, sum b, sum c, sum d].
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  const __m512 abcd = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
-                                    _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
+// The kernels' vector width: 16 fp32 lanes (head_dim = 16·NV) or 8 (head_dim = 8·NV, NV odd: stories260K's 8,
+// 24, 40, ...). reduce4(a, b, c, d) = [sum a, sum b, sum c, sum d]; hsum = the sum of one register's lanes.
+struct W16 {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V loadq(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V a) { _mm512_storeu_ps(p, a); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  template <class L>
+  static V load(const uint8_t* row, int j) { return L::load(row, j); }
+  static float hsum(V a) { return _mm512_reduce_add_ps(a); }
+  static __m128 reduce4(V a, V b, V c, V d) {
+    const V ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const V cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    const V abcd = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  }
+};
+struct W8 {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V loadq(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V a) { _mm256_storeu_ps(p, a); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  template <class L>
+  static V load(const uint8_t* row, int j) { return L::load8(row, j); }
+  static float hsum(V a) {
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 p = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(p, _mm_shuffle_ps(p, p, 1)));
+  }
+  static __m128 reduce4(V a, V b, V c, V d) {
+    const V ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+    const V cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
+    const V abcd = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
+                                 _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+  }
+};
 
 constexpr int kMaxTileRows = 32;  // query rows of one sequence per call (the callers' tile)
 
@@ -172,10 +236,10 @@ constexpr int kMaxTileRows = 32;  // query rows of one sequence per call (the ca
 //
 // Arithmetic, per row, independent of the other rows and of how many there are: scores of positions taken
 // four at a time from the start of each block run (one shared horizontal reduction, reduce4) and one at a
-// time for the last n % 4 of a run (a full reduction); the maximum; exp of kernels/cpu/exp.h; the sum in
-// position order; the weighted V sum in position order in fp32 lanes. A decode row (alone) and the same row
-// in a prefill chunk therefore get bit-identical outputs.
-template <class L, int NV>
+// time for the last n % 4 of a run (a full reduction); the maximum; exp of kernels/cpu/exp.h; the sum (16 lane
+// sums, then the tail in position order); the weighted V sum in position order in fp32 lanes (per chain, below).
+// A decode row (alone) and the same row in a prefill chunk therefore get bit-identical outputs.
+template <class L, class W, int NV>
 void head_rows_v(const float* const* q, const int64_t* n, int rows, const KvPagedRows& k, const KvPagedRows* ks,
                  const KvPagedRows& v, const KvPagedRows* vs, int64_t g, float scale, float* const* s,
                  float* const* out) {
@@ -197,22 +261,22 @@ void head_rows_v(const float* const* q, const int64_t* n, int rows, const KvPage
         for (int r = r0; r < std::min(rows, r0 + 4); ++r)
           if (i + 4 <= c[r]) live[n_live++] = r;
         if (n_live == 0) continue;
-        __m512 acc[4][4];
-        for (int x = 0; x < n_live; ++x) acc[x][0] = acc[x][1] = acc[x][2] = acc[x][3] = _mm512_setzero_ps();
+        typename W::V acc[4][4];
+        for (int x = 0; x < n_live; ++x) acc[x][0] = acc[x][1] = acc[x][2] = acc[x][3] = W::zero();
         for (int j = 0; j < NV; ++j) {
-          const __m512 k0 = L::load(kr, j), k1 = L::load(kr + rb, j), k2 = L::load(kr + 2 * rb, j),
-                       k3 = L::load(kr + 3 * rb, j);
+          const typename W::V k0 = W::template load<L>(kr, j), k1 = W::template load<L>(kr + rb, j),
+                             k2 = W::template load<L>(kr + 2 * rb, j), k3 = W::template load<L>(kr + 3 * rb, j);
           for (int x = 0; x < n_live; ++x) {
-            const __m512 qj = _mm512_loadu_ps(q[live[x]] + 16 * j);
-            acc[x][0] = _mm512_fmadd_ps(qj, k0, acc[x][0]);
-            acc[x][1] = _mm512_fmadd_ps(qj, k1, acc[x][1]);
-            acc[x][2] = _mm512_fmadd_ps(qj, k2, acc[x][2]);
-            acc[x][3] = _mm512_fmadd_ps(qj, k3, acc[x][3]);
+            const typename W::V qj = W::loadq(q[live[x]] + W::kLanes * j);
+            acc[x][0] = W::fmadd(qj, k0, acc[x][0]);
+            acc[x][1] = W::fmadd(qj, k1, acc[x][1]);
+            acc[x][2] = W::fmadd(qj, k2, acc[x][2]);
+            acc[x][3] = W::fmadd(qj, k3, acc[x][3]);
           }
         }
         for (int x = 0; x < n_live; ++x) {
           const int r = live[x];
-          __m128 sx = _mm_mul_ps(reduce4(acc[x][0], acc[x][1], acc[x][2], acc[x][3]), _mm_set1_ps(scale));
+          __m128 sx = _mm_mul_ps(W::reduce4(acc[x][0], acc[x][1], acc[x][2], acc[x][3]), _mm_set1_ps(scale));
           if (sc) sx = _mm_mul_ps(sx, _mm_loadu_ps(sc + i));
           _mm_storeu_ps(s[r] + t0 + i, sx);
           vmax[r] = _mm_max_ps(vmax[r], sx);
@@ -223,9 +287,10 @@ void head_rows_v(const float* const* q, const int64_t* n, int rows, const KvPage
         if (i + 4 <= c[r] || i >= c[r]) continue;
         for (int64_t t = i; t < c[r]; ++t) {
           const uint8_t* row = p + t * rb;
-          __m512 a0 = _mm512_setzero_ps();
-          for (int j = 0; j < NV; ++j) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + 16 * j), L::load(row, j), a0);
-          float x = _mm512_reduce_add_ps(a0) * scale;
+          typename W::V a0 = W::zero();
+          for (int j = 0; j < NV; ++j)
+            a0 = W::fmadd(W::loadq(q[r] + W::kLanes * j), W::template load<L>(row, j), a0);
+          float x = W::hsum(a0) * scale;
           if (sc) x *= sc[t];
           s[r][t0 + t] = x;
           vmax[r] = _mm_max_ps(vmax[r], _mm_set1_ps(x));
@@ -239,12 +304,19 @@ void head_rows_v(const float* const* q, const int64_t* n, int rows, const KvPage
     const __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
     const float mx = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
     softmax::exp_shifted_avx512(s[r], n[r], mx, 1.f, s[r]);  // in place
-    float t = 0;  // in position order
-    for (int64_t i = 0; i < n[r]; ++i) t += s[r][i];
+    // Σ: 16 lane sums over whole groups of 16 positions, reduced, then the tail in position order.
+    __m512 lanes = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n[r]; i += 16) lanes = _mm512_add_ps(lanes, _mm512_loadu_ps(s[r] + i));
+    float t = _mm512_reduce_add_ps(lanes);
+    for (; i < n[r]; ++i) t += s[r][i];
     sum[r] = t;
   }
-  // Pass 3: Σ p_t V[t], RT rows at a time so their accumulators stay in registers.
-  constexpr int RT = NV <= 3 ? 8 : std::max(1, 24 / NV);
+  // Pass 3: Σ p_t V[t], RT rows at a time so their accumulators stay in registers. A narrow head (NV < 4) keeps
+  // C chains of accumulators, position t in chain t % C (summed (c0 + c1) + (c2 + c3) at the end), so its
+  // fused multiply-adds do not wait on each other's latency.
+  constexpr int C = NV == 1 ? 4 : NV <= 3 ? 2 : 1;
+  constexpr int RT = std::max(1, std::min(8, 24 / (NV * C)));
   for (int r0 = 0; r0 < rows; r0 += RT) {
     const int nr = std::min(RT, rows - r0);
     int64_t n_lo = n[r0], n_hi = n[r0];
@@ -252,36 +324,43 @@ void head_rows_v(const float* const* q, const int64_t* n, int rows, const KvPage
       n_lo = std::min(n_lo, n[r0 + x]);
       n_hi = std::max(n_hi, n[r0 + x]);
     }
-    __m512 ov[RT][NV];
+    typename W::V ov[RT][C][NV];
     for (int x = 0; x < nr; ++x)
-      for (int j = 0; j < NV; ++j) ov[x][j] = _mm512_setzero_ps();
+      for (int c = 0; c < C; ++c)
+        for (int j = 0; j < NV; ++j) ov[x][c][j] = W::zero();
     v.for_runs(g, n_hi, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
       const float* sc = vs ? reinterpret_cast<const float*>(vs->row(g, t0)) : nullptr;
       for (int64_t i = 0; i < cnt; ++i) {
         const int64_t t = t0 + i;
+        const int c = static_cast<int>(t % C);
         const uint8_t* row = p + i * v.row_bytes;
-        __m512 pv[RT];
+        typename W::V pv[RT];
         for (int x = 0; x < nr; ++x) {
           const float pt = t < n[r0 + x] ? s[r0 + x][t] : 0.f;
-          pv[x] = _mm512_set1_ps(sc ? pt * sc[i] : pt);
+          pv[x] = W::set1(sc ? pt * sc[i] : pt);
         }
         if (t < n_lo) {
           for (int j = 0; j < NV; ++j) {
-            const __m512 vj = L::load(row, j);
-            for (int x = 0; x < nr; ++x) ov[x][j] = _mm512_fmadd_ps(pv[x], vj, ov[x][j]);
+            const typename W::V vj = W::template load<L>(row, j);
+            for (int x = 0; x < nr; ++x) ov[x][c][j] = W::fmadd(pv[x], vj, ov[x][c][j]);
           }
         } else {  // past some rows' end: those rows skip (an fma with 0 could turn -0 into +0)
           for (int j = 0; j < NV; ++j) {
-            const __m512 vj = L::load(row, j);
+            const typename W::V vj = W::template load<L>(row, j);
             for (int x = 0; x < nr; ++x)
-              if (t < n[r0 + x]) ov[x][j] = _mm512_fmadd_ps(pv[x], vj, ov[x][j]);
+              if (t < n[r0 + x]) ov[x][c][j] = W::fmadd(pv[x], vj, ov[x][c][j]);
           }
         }
       }
     });
     for (int x = 0; x < nr; ++x) {
-      const __m512 inv = _mm512_set1_ps(1.f / sum[r0 + x]);
-      for (int j = 0; j < NV; ++j) _mm512_storeu_ps(out[r0 + x] + 16 * j, _mm512_mul_ps(ov[x][j], inv));
+      const typename W::V inv = W::set1(1.f / sum[r0 + x]);
+      for (int j = 0; j < NV; ++j) {
+        typename W::V o = ov[x][0][j];
+        if constexpr (C == 2) o = W::add(o, ov[x][1][j]);
+        if constexpr (C == 4) o = W::add(W::add(o, ov[x][1][j]), W::add(ov[x][2][j], ov[x][3][j]));
+        W::store(out[r0 + x] + W::kLanes * j, W::mul(o, inv));
+      }
     }
   }
 }
@@ -292,7 +371,8 @@ template <class L>
 bool heads_rows_v(const float* const* q, const int64_t* n, int64_t rows, const KvPagedRows& k, const KvPagedRows* ks,
                   const KvPagedRows& v, const KvPagedRows* vs, int64_t n_head, int64_t n_head_kv, int64_t d,
                   float scale, int64_t h0, int64_t h1, float* const* out) {
-  if (d % 16 != 0 || d > 256) return false;
+  const bool wide = d % 16 == 0 && d <= 256, narrow = d % 16 == 8 && d <= 56;
+  if (!wide && !narrow) return false;
   const int64_t group = n_head / n_head_kv;
   for (int64_t r0 = 0; r0 < rows; r0 += kMaxTileRows) {
     const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, rows - r0));
@@ -309,14 +389,18 @@ bool heads_rows_v(const float* const* q, const int64_t* n, int64_t rows, const K
         qh[r] = q[r0 + r] + h * d;
         oh[r] = out[r0 + r] + h * d;
       }
-      switch (d / 16) {
+      switch (wide ? d / 16 : 16 + d / 8) {
 #define FROST_HEAD_CASE(NV) \
-  case NV: head_rows_v<L, NV>(qh, n + r0, nr, k, ks, v, vs, g, scale, sr, oh); break;
+  case NV: head_rows_v<L, W16, NV>(qh, n + r0, nr, k, ks, v, vs, g, scale, sr, oh); break;
         FROST_HEAD_CASE(1) FROST_HEAD_CASE(2) FROST_HEAD_CASE(3) FROST_HEAD_CASE(4) FROST_HEAD_CASE(5)
         FROST_HEAD_CASE(6) FROST_HEAD_CASE(7) FROST_HEAD_CASE(8) FROST_HEAD_CASE(9) FROST_HEAD_CASE(10)
         FROST_HEAD_CASE(11) FROST_HEAD_CASE(12) FROST_HEAD_CASE(13) FROST_HEAD_CASE(14) FROST_HEAD_CASE(15)
         FROST_HEAD_CASE(16)
 #undef FROST_HEAD_CASE
+#define FROST_NARROW_CASE(NV) \
+  case 16 + NV: head_rows_v<L, W8, NV>(qh, n + r0, nr, k, ks, v, vs, g, scale, sr, oh); break;
+        FROST_NARROW_CASE(1) FROST_NARROW_CASE(3) FROST_NARROW_CASE(5) FROST_NARROW_CASE(7)
+#undef FROST_NARROW_CASE
         default: return false;
       }
     }

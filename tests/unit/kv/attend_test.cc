@@ -156,7 +156,7 @@ std::vector<AttendCase> cases() {
   std::vector<AttendCase> out;
   for (KvCodecKind c : {KvCodecKind::kF32, KvCodecKind::kF16, KvCodecKind::kBF16, KvCodecKind::kInt8,
                         KvCodecKind::kInt4})
-    for (int64_t d : {16, 48, 64, 128, 12})
+    for (int64_t d : {16, 48, 64, 128, 8, 24, 12})
       for (int64_t bt : {3, 16}) out.push_back({c, d, bt});
   return out;
 }
