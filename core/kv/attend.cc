@@ -124,10 +124,12 @@ inline void unpack_row(const uint8_t* row, int bits, int64_t d, float* dst) {
 
 // 16 elements [16j, 16j + 16) of one stored row as fp32 lanes.
 struct LoadF32 {
+  static constexpr int64_t kBytes8 = 32;  // 8 elements
   static __m512 load(const uint8_t* row, int j) { return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * j); }
   static __m256 load8(const uint8_t* row, int j) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * j); }
 };
 struct LoadF16 {
+  static constexpr int64_t kBytes8 = 16;  // 8 elements
   static __m512 load(const uint8_t* row, int j) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + j));
   }
@@ -136,6 +138,7 @@ struct LoadF16 {
   }
 };
 struct LoadBF16 {
+  static constexpr int64_t kBytes8 = 16;  // 8 elements
   static __m512 load(const uint8_t* row, int j) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + j);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -146,6 +149,7 @@ struct LoadBF16 {
   }
 };
 struct LoadI8 {
+  static constexpr int64_t kBytes8 = 8;  // 8 elements
   static __m512 load(const uint8_t* row, int j) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * j));
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
@@ -155,6 +159,7 @@ struct LoadI8 {
   }
 };
 struct LoadI4 {
+  static constexpr int64_t kBytes8 = 4;  // 8 elements
   static __m512 load(const uint8_t* row, int j) {
     // 8 bytes → 16 nibbles in element order (low nibble first), sign-extended: (x ^ 8) − 8.
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * j));
@@ -365,6 +370,128 @@ void head_rows_v(const float* const* q, const int64_t* n, int rows, const KvPage
   }
 }
 
+// head_dim = 8 (stories260K): two positions per 16-lane register. Rows t and t + 1 of a run are adjacent, so one
+// L::load(row_t, 0) holds both (the caller checks the rows are dense: row_bytes = L::kBytes8). Same structure and
+// per-row arithmetic as head_rows_v (a row alone and in a tile agree bit for bit), with:
+//   pass 1, positions eight at a time from the start of each run: four loads of two rows, per query row four
+//     products with [q, q] and one reduction tree to the eight scores in position order; the rest of a run
+//     (and a row ending inside a group of eight) one position at a time (an 8-lane product, summed);
+//   pass 3, positions in pairs from the start of each run: [p_t ×8, p_t+1 ×8] · (V_t, V_t+1) into one of two
+//     chains (chosen by t / 2), a row's last unpaired position alone into the low half (masked, so nothing is
+//     added to the other lanes); at the end (chain 0 + chain 1), then low half + high half.
+template <class L>
+void head_rows_d8(const float* const* q, const int64_t* n, int rows, const KvPagedRows& k, const KvPagedRows* ks,
+                  const KvPagedRows& v, const KvPagedRows* vs, int64_t g, float scale, float* const* s,
+                  float* const* out) {
+  int64_t n_max = 0;
+  for (int r = 0; r < rows; ++r) n_max = std::max(n_max, n[r]);
+  __m128 vmax[kMaxTileRows];
+  __m512 qq[kMaxTileRows];
+  __m256 q8[kMaxTileRows];
+  for (int r = 0; r < rows; ++r) {
+    vmax[r] = _mm_set1_ps(-INFINITY);
+    q8[r] = _mm256_loadu_ps(q[r]);
+    qq[r] = _mm512_insertf32x8(_mm512_castps256_ps512(q8[r]), q8[r], 1);
+  }
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // Pass 1: scores.
+  k.for_runs(g, n_max, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
+    const float* sc = ks ? reinterpret_cast<const float*>(ks->row(g, t0)) : nullptr;
+    const int64_t rb = k.row_bytes;
+    for (int64_t i = 0; i < cnt; i += 8) {
+      const uint8_t* kr = p + i * rb;
+      const bool full = i + 8 <= cnt;
+      __m512 k01, k23, k45, k67;
+      if (full) {
+        k01 = L::load(kr, 0);
+        k23 = L::load(kr + 2 * rb, 0);
+        k45 = L::load(kr + 4 * rb, 0);
+        k67 = L::load(kr + 6 * rb, 0);
+      }
+      for (int r = 0; r < rows; ++r) {
+        const int64_t c = std::clamp<int64_t>(n[r] - t0, 0, cnt);
+        if (i >= c) continue;
+        if (full && i + 8 <= c) {
+          const __m512 a = _mm512_mul_ps(k01, qq[r]), b = _mm512_mul_ps(k23, qq[r]), cc = _mm512_mul_ps(k45, qq[r]),
+                       d = _mm512_mul_ps(k67, qq[r]);
+          const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+          const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(cc, d), _mm512_unpackhi_ps(cc, d));
+          const __m512 abcd =
+              _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
+                            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
+          // 128-bit block j holds the four registers' sums over block j: blocks 0 + 1 are positions 0, 2, 4, 6,
+          // blocks 2 + 3 positions 1, 3, 5, 7.
+          const __m512 sum = _mm512_add_ps(abcd, _mm512_shuffle_f32x4(abcd, abcd, _MM_SHUFFLE(2, 3, 0, 1)));
+          const __m256 evens_odds = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm512_castps512_ps128(sum)),
+                                                         _mm512_extractf32x4_ps(sum, 2), 1);
+          __m256 sx = _mm256_mul_ps(_mm256_permutevar8x32_ps(evens_odds, order), _mm256_set1_ps(scale));
+          if (sc) sx = _mm256_mul_ps(sx, _mm256_loadu_ps(sc + i));
+          _mm256_storeu_ps(s[r] + t0 + i, sx);
+          vmax[r] = _mm_max_ps(vmax[r], _mm_max_ps(_mm256_castps256_ps128(sx), _mm256_extractf128_ps(sx, 1)));
+          continue;
+        }
+        for (int64_t t = i; t < std::min<int64_t>(c, i + 8); ++t) {
+          float x = W8::hsum(_mm256_mul_ps(q8[r], L::load8(p + t * rb, 0))) * scale;
+          if (sc) x *= sc[t];
+          s[r][t0 + t] = x;
+          vmax[r] = _mm_max_ps(vmax[r], _mm_set1_ps(x));
+        }
+      }
+    }
+  });
+  // Pass 2: as head_rows_v.
+  float sum[kMaxTileRows];
+  for (int r = 0; r < rows; ++r) {
+    const __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
+    const float mx = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+    softmax::exp_shifted_avx512(s[r], n[r], mx, 1.f, s[r]);
+    __m512 lanes = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n[r]; i += 16) lanes = _mm512_add_ps(lanes, _mm512_loadu_ps(s[r] + i));
+    float t = _mm512_reduce_add_ps(lanes);
+    for (; i < n[r]; ++i) t += s[r][i];
+    sum[r] = t;
+  }
+  // Pass 3: Σ p_t V[t], RT rows at a time.
+  constexpr int RT = 8;
+  for (int r0 = 0; r0 < rows; r0 += RT) {
+    const int nr = std::min(RT, rows - r0);
+    int64_t n_hi = 0;
+    for (int x = 0; x < nr; ++x) n_hi = std::max(n_hi, n[r0 + x]);
+    __m512 ov[RT][2];
+    for (int x = 0; x < nr; ++x) ov[x][0] = ov[x][1] = _mm512_setzero_ps();
+    v.for_runs(g, n_hi, [&](const uint8_t* p, int64_t t0, int64_t cnt) {
+      const float* sc = vs ? reinterpret_cast<const float*>(vs->row(g, t0)) : nullptr;
+      const int64_t rb = v.row_bytes;
+      for (int64_t i = 0; i < cnt; i += 2) {
+        const int64_t t = t0 + i;
+        const int ch = static_cast<int>((t >> 1) & 1);
+        const uint8_t* row = p + i * rb;
+        const bool pair = i + 2 <= cnt;
+        const __m512 v2 = pair ? L::load(row, 0) : _mm512_zextps256_ps512(L::load8(row, 0));
+        for (int x = 0; x < nr; ++x) {
+          const int64_t nx = n[r0 + x];
+          if (t >= nx) continue;
+          const float* px = s[r0 + x];
+          if (pair && t + 1 < nx) {
+            const float a = sc ? px[t] * sc[i] : px[t], b = sc ? px[t + 1] * sc[i + 1] : px[t + 1];
+            const __m512 pv = _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
+            ov[x][ch] = _mm512_fmadd_ps(pv, v2, ov[x][ch]);
+          } else {
+            const __m512 pv = _mm512_set1_ps(sc ? px[t] * sc[i] : px[t]);
+            ov[x][ch] = _mm512_mask3_fmadd_ps(pv, v2, ov[x][ch], 0x00FF);
+          }
+        }
+      }
+    });
+    for (int x = 0; x < nr; ++x) {
+      const __m512 o = _mm512_add_ps(ov[x][0], ov[x][1]);
+      const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(o), _mm512_extractf32x8_ps(o, 1));
+      _mm256_storeu_ps(out[r0 + x], _mm256_mul_ps(h, _mm256_set1_ps(1.f / sum[r0 + x])));
+    }
+  }
+}
+
 // Heads [h0, h1) of `rows` query rows (q[r]: [H·D], n[r] positions, out[r]: [H·D]); false when head_dim has no
 // vectorised kernel here (the caller falls back).
 template <class L>
@@ -388,6 +515,10 @@ bool heads_rows_v(const float* const* q, const int64_t* n, int64_t rows, const K
       for (int r = 0; r < nr; ++r) {
         qh[r] = q[r0 + r] + h * d;
         oh[r] = out[r0 + r] + h * d;
+      }
+      if (d == 8 && k.row_bytes == L::kBytes8 && v.row_bytes == L::kBytes8) {
+        head_rows_d8<L>(qh, n + r0, nr, k, ks, v, vs, g, scale, sr, oh);
+        continue;
       }
       switch (wide ? d / 16 : 16 + d / 8) {
 #define FROST_HEAD_CASE(NV) \
