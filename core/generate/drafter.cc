@@ -312,7 +312,13 @@ void SuffixCache::evict_oldest() {
 
 double SuffixCache::propose(absl::Span<const int32_t> text, int k, const SuffixOptions& opt,
                             std::vector<int32_t>* out) const {
-  absl::ReaderMutexLock lock(&mu_);
+  // Never waits: while an inserter holds the trie (one chunk) the proposal goes without the shared cache. The
+  // engine thread must not wait on the delivery thread's indexing, and a draft is only a guess.
+  if (!mu_.ReaderTryLock()) return 0.0;
+  struct Unlock {
+    absl::Mutex& m;
+    ~Unlock() { m.ReaderUnlock(); }
+  } unlock{mu_};
   int len = 0;
   const int32_t node = trie_.match(text, opt.max_match, &len);
   if (node < 0) return 0.0;

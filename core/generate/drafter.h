@@ -14,8 +14,9 @@
 //     broken contract) and rolls back to it.
 //   - rollback undoes appends exactly: the index after append(X) then truncate is the index that never saw X
 //     (same proposals, same memory), so acceptance and rejection leave no trace.
-// Both drafters are deterministic (same calls → same proposals; the shared cache adds its insertion history
-// as an input) and never propose an id outside [0, vocab_size): a walk stops at the first such token.
+// Both drafters are deterministic (same calls → same proposals; the shared cache adds its insertion history,
+// and whether an insertion held it at the moment, as inputs) and never propose an id outside [0, vocab_size):
+// a walk stops at the first such token.
 //
 // PromptLookupDrafter — n-gram prompt lookup (vLLM `ngram`, llama.cpp lookup). For n from max_ngram down to
 // min_ngram: the most recent earlier occurrence of the sequence's last n tokens; proposes the k tokens that
@@ -51,11 +52,14 @@
 // tokens (4 bytes each). It evicts whole requests, oldest first, until a new one fits; a request longer than
 // the budget keeps its last budget_tokens tokens.
 //
-// SuffixCache locking: propose takes a reader lock for its match and walk (~0.1 µs measured). insert costs
-// O(D) per inserted and per evicted token, memory-bound (~4 µs per token each at D = 32 on a 100 MB cache:
-// 33 ms for a 4k-token output that evicts one); inserters are serialised and take the writer lock one chunk
-// of 128 tokens at a time (~0.5 ms), so a proposing sequence waits at most one chunk. Between chunks readers
-// see a request partly inserted or partly evicted: the trie of a prefix of it, still a valid trie.
+// SuffixCache locking: propose tries a reader lock for its match and walk (~0.1 µs measured) and, when an
+// inserter holds the writer lock, proposes nothing from the shared trie rather than wait (the engine thread
+// never waits on the delivery thread's indexing; so a proposal also depends on timing, not only on the
+// insertion history — a draft is only a guess). insert costs O(D) per inserted and per evicted token,
+// memory-bound (~4 µs per token each at D = 32 on a 100 MB cache: 33 ms for a 4k-token output that evicts
+// one); inserters are serialised and take the writer lock one chunk of 32 tokens at a time (~0.1 ms). Between
+// chunks readers see a request partly inserted or partly evicted: the trie of a prefix of it, still a valid
+// trie.
 //
 // Choices, in short: one drafter object per sequence rather than a stateless drafter plus a separate
 // DrafterState (the engine already keeps one Sampler per sequence; this is the same lifetime); the drafter's
@@ -206,7 +210,7 @@ class SuffixCache {
   size_t bytes() const;     // memory held: trie and the requests' tokens
 
  private:
-  static constexpr size_t kChunk = 128;  // tokens inserted or evicted per writer lock
+  static constexpr size_t kChunk = 32;  // tokens inserted or evicted per writer lock
   void evict_oldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(insert_mu_) ABSL_LOCKS_EXCLUDED(mu_);
 
   const size_t budget_;

@@ -469,9 +469,12 @@ void Engine::finish(Loop& loop, EngineRequest& a, absl::StatusOr<GenerationResul
   d.codec = kv_codec_name(a.req->codec);
   d.repaired = !a.kv_repair.empty();
   d.spliced = !a.kv_splice.empty();
-  // The shared suffix cache takes the outputs of suffix requests that drafted (one that never did ran where
-  // drafting does not pay, and indexing its output would only cost the delivery thread).
-  if (suffix_cache_ && a.spec && a.spec->method() == SpecMethod::kSuffix && a.n_draft_tokens > 0 && d.result->ok())
+  // The shared suffix cache takes the outputs of suffix requests that drafted with at least half their draft
+  // tokens accepted. One that never drafted ran where drafting does not pay; one whose drafts mostly failed
+  // wrote fresh text, which later requests are no more likely to repeat than any other. Indexing costs the
+  // delivery thread ~D hash updates per token (drafter.h), a tenth of a small model's step at 4 streams.
+  if (suffix_cache_ && a.spec && a.spec->method() == SpecMethod::kSuffix && a.n_draft_tokens > 0 &&
+      2 * a.n_accepted_tokens >= a.n_draft_tokens && d.result->ok())
     d.suffix_output = (*d.result)->ids;
   loop.out.push_back(std::move(d));
 }
@@ -554,9 +557,8 @@ bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   }
   absl::Status st = exec_->execute(xs, &loop.exec_result);
   const int64_t t1 = RealClock::get().now_ns();
-  bool decode_only = true;  // speculation's cost model (speculation.h StepCost) learns from decode steps
-  for (const StepSeq& q : step.seqs) decode_only = decode_only && q.logits && q.n_tokens == 1 + q.draft;
-  if (decode_only) loop.cost.observe(step.n_tokens, static_cast<double>(t1 - t0) * 1e-9);
+  loop.decode_only = true;  // speculation's cost model (speculation.h StepCost) learns from decode rounds
+  for (const StepSeq& q : step.seqs) loop.decode_only = loop.decode_only && q.logits && q.n_tokens == 1 + q.draft;
   {
     absl::MutexLock lock(&mu_);
     counters_.t_forward_s += static_cast<double>(t1 - t0) * 1e-9;
@@ -646,6 +648,8 @@ void Engine::update(Loop& loop, const Scheduler::Step& step, const ExecResult& r
     }
   }
   const int64_t t1 = RealClock::get().now_ns();
+  // The whole round, drafting to the last token emitted: what a round costs and a drafted row adds to it.
+  if (loop.decode_only) loop.cost.observe(step.n_tokens, static_cast<double>(t1 - loop.t_round_ns) * 1e-9);
   absl::MutexLock lock(&mu_);
   counters_.t_sample_s += static_cast<double>(t_tok - t0) * 1e-9;
   counters_.t_emit_s += static_cast<double>(t1 - t_tok) * 1e-9;

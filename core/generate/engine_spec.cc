@@ -39,6 +39,8 @@ void Engine::start_spec(EngineRequest& a) const {
 // catches up on the new tokens when it next drafts. A draft never reaches past max_new_tokens.
 void Engine::draft(Loop& loop) {
   const int64_t t0 = RealClock::get().now_ns();
+  loop.t_round_ns = t0;
+  loop.decode_only = false;
   draft_round(loop);
   const int64_t t1 = RealClock::get().now_ns();
   if (t1 - t0 > 2000) {  // a round with no speculating sequence costs ~nothing: skip the lock
