@@ -3,7 +3,7 @@
 # non-interactive: packages already present are skipped without touching apt.
 #
 # BLAS: libopenblas0-openmp shares LibTorch's OpenMP runtime (one thread pool). The
-# pthread build would start a second pool that fights LibTorch's (see DESIGN.md).
+# pthread build would start a second pool that fights LibTorch's (see docs/conventions.md, "BLAS and threads").
 set -euo pipefail
 
 PKGS=(

@@ -1,6 +1,6 @@
 #pragma once
 // Executor: a bounded queue and a few named worker threads for work that must not run on a gRPC callback
-// thread (CONVENTIONS 8: reactors never block). Predict's backbone forward runs here; the reactor only
+// thread (docs/conventions.md, "Reactors never block"). Predict's backbone forward runs here; the reactor only
 // decodes the request, queues it, and finishes the call from the worker.
 //
 // submit() never blocks: a full queue is RESOURCE_EXHAUSTED at once (the caller answers the RPC with it),

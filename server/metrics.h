@@ -1,6 +1,6 @@
 #pragma once
 #include <map>
-// Metrics: every prometheus-cpp family of frostd is registered here, once (CONVENTIONS.md 9.2.13). Names are
+// Metrics: every prometheus-cpp family of frostd is registered here, once (docs/conventions.md, "Logging and metrics"). Names are
 // frost_<noun>_<unit>[_total], base units seconds and bytes, labels bounded (rpc, code, reason, codec) —
 // never request ids.
 //

@@ -1,7 +1,7 @@
 #pragma once
 // ServerConfig: frostd's configuration as plain structs with defaults, parsed from one YAML
-// file (configs/default.yaml documents every field). YAML stays in server/ (CONVENTIONS.md
-// 9.2.11). Where a section maps onto one core options struct it *is* that struct (limits: SamplingLimits,
+// file (configs/default.yaml documents every field). YAML stays in server/ (docs/conventions.md,
+// "Layers"). Where a section maps onto one core options struct it *is* that struct (limits: SamplingLimits,
 // jobs: jobs::SchedulerOptions), so the YAML table in server_config.cc writes each value once, into the
 // member the core reads, and frostd passes the section on instead of copying it field by field.
 //

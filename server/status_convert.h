@@ -1,6 +1,6 @@
 #pragma once
 // absl::Status <-> grpc::Status. This pair of functions is the only place in frost that maps
-// status codes (CONVENTIONS.md 9.2.4); services call them at the RPC boundary.
+// status codes (docs/conventions.md, "Errors"); services call them at the RPC boundary.
 #include "absl/status/status.h"
 #include <grpcpp/support/status.h>
 

@@ -9,7 +9,7 @@
 //   either            serialize → record frost_requests_total / the latency histogram → Finish
 //
 // Why: a callback thread that blocks holds one of gRPC's few callback threads, and with them Health.Check and
-// the start of every Generate stream on the server (CONVENTIONS: reactors never block). The callback thread
+// the start of every Generate stream on the server (docs/conventions.md, "Reactors never block"). The callback thread
 // therefore only checks, decodes and queues; a worker finishes the call. The request, the prepared job and
 // the handler are owned by the queued task; `out` and the reactor stay valid until Finish.
 #include <grpcpp/grpcpp.h>

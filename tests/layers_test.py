@@ -48,7 +48,7 @@ def closure(layers, name, seen=None, stack=()):
 # and linked by no layer (only programs parse command lines), so no layer may include it either.
 STANDALONE = {"flags": []}
 
-# (upper, lower): upper must link lower, and lower must not reach upper (../shared/CONVENTIONS.md 9.1a).
+# (upper, lower): upper must link lower, and lower must not reach upper (docs/conventions.md, "Layers").
 ORDER = [("jobs", "serving"), ("serving", "prototype"), ("jobs", "train"), ("generate", "exec"), ("exec", "model"),
          ("model", "kv"), ("kv", "store"), ("store", "common")]
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""No source file over 800 lines (CONVENTIONS.md; issue 41): a file that long holds more than one purpose and
-is split along its seams instead.
+"""No source file over 800 lines (docs/conventions.md, "Files"; issue 41): a file that long holds more than one
+purpose and is split along its seams instead. And sources cite pages inside the repository (issue 54): no
+reference to a design, conventions or seed file outside it, and every `docs/<page>.md` a source names exists.
 
 Checks every tracked source file (*.cc *.h *.cu *.cuh *.py *.mjs *.js *.sh) under core kernels server client
 bench tools tests scripts deploy, and fails naming each one over the limit with its line count. The files
@@ -12,6 +13,7 @@ Usage: source_limits_test.py [SOURCE_DIR]
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +24,10 @@ EXTS = (".cc", ".h", ".cu", ".cuh", ".py", ".mjs", ".js", ".sh")
 SKIP_DIRS = {".git", "node_modules", "__pycache__", ".cache", ".pytest_cache"}
 # Over the limit for now, each with the reason it may be. Keep this empty: a file is split, not listed.
 ALLOWED: set = set()
+# Citations of files outside the repository (the workspace's design notes and algorithm seeds): a reader of the
+# repository cannot open them. Cite docs/ instead.
+OUTSIDE = re.compile(r"\.\./shared/seeds|\bDESIGN\.md|\bCONVENTIONS(\.md)?\b")
+DOC_PAGE = re.compile(r"\bdocs/([A-Za-z0-9_.-]+\.md)")
 
 
 def tracked_files(root):
@@ -58,6 +64,22 @@ def main():
     files = sorted(f for f in files if f.endswith(EXTS) and os.path.isfile(os.path.join(root, f)))
     if not files:
         print(f"source_limits: FAIL: no source files found under {root}", file=sys.stderr)
+        return 1
+    cites = []
+    for f in files:
+        if f == "tests/source_limits_test.py":
+            continue
+        with open(os.path.join(root, f), encoding="utf-8", errors="replace") as src:
+            for i, line in enumerate(src, 1):
+                if OUTSIDE.search(line):
+                    cites.append(f"  {f}:{i}: cites a file outside the repository: {line.strip()[:100]}")
+                for page in DOC_PAGE.findall(line):
+                    if not os.path.isfile(os.path.join(root, "docs", page)):
+                        cites.append(f"  {f}:{i}: cites docs/{page}, which does not exist")
+    if cites:
+        print(f"source_limits: FAIL: {len(cites)} citation(s) a reader of the repository cannot follow:",
+              file=sys.stderr)
+        print("\n".join(cites), file=sys.stderr)
         return 1
     over = [(f, n) for f in files if (n := count_lines(os.path.join(root, f))) > LIMIT]
     bad = [(f, n) for f, n in over if f not in ALLOWED]

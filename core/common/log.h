@@ -1,5 +1,5 @@
 #pragma once
-// Logging through our own macros only (CONVENTIONS 9.2.12): bare LOG/CHECK mean glog in
+// Logging through our own macros only (docs/conventions.md, "Logging and metrics"): bare LOG/CHECK mean glog in
 // Debian's LibTorch and c10's own in pip LibTorch. printf-style format strings.
 #include <cstdarg>
 #include <functional>

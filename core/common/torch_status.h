@@ -1,6 +1,6 @@
 #pragma once
 // torch_call(fn): runs LibTorch code and converts exceptions into absl::Status exactly once,
-// where a call leaves tensor code (CONVENTIONS 9.2.3).
+// where a call leaves tensor code (docs/conventions.md, "Errors").
 //   c10::OutOfMemoryError   → RESOURCE_EXHAUSTED
 //   c10::NotImplementedError → UNIMPLEMENTED
 //   any other c10::Error / std::exception → INTERNAL (request data is validated before

@@ -1,6 +1,6 @@
 #pragma once
 // KvCodec: one layer's K/V storage. The attention layer talks to the cache only through this interface
-// (DESIGN.md, "The KV pipeline", step 2): it writes rows, reads them back decoded (reference path), or asks
+// (docs/kv_repair.md, "Pipeline, per attention layer": the codec stage): it writes rows, reads them back decoded (reference path), or asks
 // the codec to attend a query over them with its own kernel (fast paths).
 //
 // Shapes: Hkv = kv heads, D = head_dim, H = query heads, T = new tokens, n = positions read.

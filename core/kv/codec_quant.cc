@@ -1,4 +1,4 @@
-// int8 / int4 KV storage with per-token, per-head scales (DESIGN.md, "The KV pipeline", step 2).
+// int8 / int4 KV storage with per-token, per-head scales (docs/kv_repair.md, "Pipeline, per attention layer").
 //
 // Quantisation (choice: symmetric, round to nearest, no zero point): for each token t and kv head
 // g, s = max_i |x_i| / Q with Q = 127 (int8) or 7 (int4); q_i = clamp(round(x_i / s), -Q, Q);

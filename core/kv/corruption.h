@@ -1,5 +1,5 @@
 #pragma once
-// KV-cache corruption models, evaluation only (DESIGN.md, "The KV pipeline": corrupt C(K, V) —
+// KV-cache corruption models, evaluation only (docs/kv_repair.md, "Pipeline, per attention layer": corrupt C(K, V) —
 // gaussian noise, quantization, bit flips, zeroing; either fresh per step or persistent at write time).
 //
 // A "row" below is one run of D = x.size(-1) values: one token of one kv head.

@@ -1,7 +1,7 @@
 #pragma once
 // Fisher information of attention and Fisher-guided temporal KV compression
-// (../shared/seeds/reciprocal-attention-kvsplice.md: "Fisher Information Matrix", "Implications for KV
-// Compression", "Fisher Metrics in Training", "FIMKVSplice Alternative").
+// (docs/kvsplice.md: the Fisher information matrix of attention, what it implies for KV compression, the
+// Fisher metrics of calibration, and FIMKVSplice).
 //
 // The Fisher matrix. A softmax row p (one query over T keys) has the log-sum-exp Hessian
 // (1/τ²)(diag(p) − p pᵀ), which is the Fisher information of the categorical distribution p. Per head we

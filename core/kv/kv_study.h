@@ -3,10 +3,9 @@
 //
 // The serving sequence (SequenceKv) carries only what a served request runs: its codec and, optionally, the
 // repair operator. Corruption, the choice of repair form, FIMKVSplice's temporal reconstruction and the
-// training taps are studies of that pipeline (DESIGN.md, "The KV pipeline";
-// ../shared/seeds/kv-repair-operators.md §1): they exist only on the reference path, so they live here and
-// are passed explicitly to the reference Transformer::forward (core/model/transformer.h) by training and
-// evaluation (core/train). The fast paths (decode_step, forward_batch) take no KvStudy, so a served sequence
+// training taps are studies of that pipeline (docs/kv_repair.md, "Pipeline, per attention layer"): they exist
+// only on the reference path, so they live here and are passed explicitly to the reference
+// Transformer::forward (core/model/transformer.h) by training and evaluation (core/train). The fast paths (decode_step, forward_batch) take no KvStudy, so a served sequence
 // cannot ask them for a stage they do not run: that is a matter of type, not a run-time check.
 #include <ATen/ATen.h>
 

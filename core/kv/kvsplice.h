@@ -1,6 +1,6 @@
 #pragma once
-// KVSplice: a learned low-rank latent KV cache (../shared/seeds/reciprocal-attention-kvsplice.md,
-// "LearnedKVSplice"; DESIGN.md, "The KV pipeline").
+// KVSplice: a learned low-rank latent KV cache (docs/kvsplice.md, "The codec"; the codec stage of the KV
+// pipeline, docs/kv_repair.md "Pipeline, per attention layer").
 //
 // Per layer, one LearnedKVSplice for K and one for V, each over the layer's whole K (or V) row
 // x ∈ R^d, d = n_head_kv · head_dim (all kv heads together, so the latent is shared by every head):

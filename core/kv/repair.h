@@ -1,6 +1,6 @@
 #pragma once
-// Repair operators R_phi for one protected attention layer (../shared/seeds/kv-repair-operators.md;
-// DESIGN.md, "The KV pipeline", step 4). Every option has the form
+// Repair operators R_phi for one protected attention layer (docs/kv_repair.md: the pipeline's last stage,
+// inside attention). Every option has the form
 //   K̂ = K + ((K W_k) ⊙ γ_k(q)) U_kᵀ,   V̂ = V + ((V W_v) ⊙ γ_v(q)) U_vᵀ
 // with q the attending head's query, so a head sees its own repaired cache:
 //   A  W, U free [D, r]; γ = α(q) = σ(MLP(q)) ∈ (0, 1)^r. Gates (choice): one per K and V, each

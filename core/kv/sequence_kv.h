@@ -94,7 +94,7 @@ class SequenceKv {
   void publish_full_blocks(const int32_t* tokens);
   int64_t n_adopted() const { return n_adopted_; }  // positions adopted from the cache at the last start
 
-  // The repair operator R_phi of the KV pipeline (../shared/seeds/kv-repair-operators.md §1;
+  // The repair operator R_phi of the KV pipeline (docs/kv_repair.md;
   // core/kv/repair.h), the one optional stage a served sequence runs: every path applies it to its repaired
   // layers (the fast paths in folded form). Null = off. Corruption, the repair form and the training taps are
   // not a serving sequence's: they are a KvStudy (core/kv/kv_study.h) passed to the reference forward().

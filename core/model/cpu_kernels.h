@@ -4,7 +4,7 @@
 // kernels/cpu/gemm.h). Each has a naive reference twin (the *_ref functions) that tests hold it to.
 //
 // Why our own mat-vec: a one-row linear/mm through OpenBLAS repacks the whole weight matrix per call
-// (DESIGN.md "BLAS and threads"), and a LibTorch op costs ~1 µs; a fused AVX-512/AVX2 row-dot kernel
+// (docs/conventions.md, "BLAS and threads"), and a LibTorch op costs ~1 µs; a fused AVX-512/AVX2 row-dot kernel
 // parallelised over output rows with at::parallel_for reads the weights once.
 #include <cstdint>
 

@@ -126,7 +126,7 @@ struct VariantParams {
 };
 VariantParams variant_params(const ModelConfig& cfg);
 
-// The accounting of ../shared/seeds/lowrank-mlp-context.md ("Parameter Count Comparison"): weight
+// The accounting of docs/architecture_variants.md ("Parameter counts"): weight
 // matrices of the blocks only — attention 4·C², MLP 2·C·(mult·C) per layer; no embeddings, biases
 // or norms — for n_layer layers of width C, MLP multiplier mult, context rank R.
 struct SeedCtxAccounting {

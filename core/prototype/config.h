@@ -1,6 +1,6 @@
 #pragma once
 // PrototypeConfig: every knob of the prototype regression method
-// (../shared/seeds/prototype-regression.tex, resTR/RLCS from restr-residual-refinement.md).
+// (docs/prototype.md, with its resTR / RLCS reliability layer).
 //
 // The seed's defaults table is reproduced field by field (marked "seed"). Everything the seed
 // leaves open is marked "choice" with the reason; docs/prototype.md repeats the list.

@@ -1,6 +1,6 @@
 #pragma once
 // PrototypeNet: the trainable modules of the prototype regression method
-// (../shared/seeds/prototype-regression.tex), as plain tensors with names.
+// (docs/prototype.md), as plain tensors with names.
 //
 // Letters: B batch, S tokens, C backbone width (d_model), d = d_h, m / m_q memory / query tokens,
 // K prototypes, N training examples.

@@ -1,5 +1,5 @@
 #pragma once
-// Training and evaluation of the KV repair operators (../shared/seeds/kv-repair-operators.md) on a
+// Training and evaluation of the KV repair operators (docs/kv_repair.md) on a
 // frozen model: the library behind the `kv_repair` job kind and `frost-bench kv-repair`.
 //
 // Data: token windows (BOS + `window - 1` tokens). make_text_windows() cuts the tokenized calibration

@@ -125,7 +125,7 @@ TEST(VariantConfigTest, RejectsBadFieldsNamingFieldAndValue) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Parameter counts (../shared/seeds/lowrank-mlp-context.md).
+// Parameter counts (docs/architecture_variants.md, "Parameter counts").
 
 TEST(VariantParamsTest, ReproducesTheSeedTable) {
   using variants::seed_ctx_accounting;

@@ -1,5 +1,5 @@
 // Prototype selection (core/prototype/selection.h) against brute-force transcriptions of the seed
-// (../shared/seeds/prototype-regression.tex): masked Gumbel picks, straight-through gradients, overlap,
+// (docs/prototype.md): masked Gumbel picks, straight-through gradients, overlap,
 // repulsion, k-means++ seeding and greedy finalize.
 // The other prototype tests: prototype_config_test.cc, prototype_selection_test.cc, prototype_net_test.cc,
 // prototype_trainer_test.cc.
