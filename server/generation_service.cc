@@ -19,6 +19,7 @@
 #include "server/embed_exec.h"
 #include "server/proto_codec.h"
 #include "server/status_convert.h"
+#include "server/stream_writer.h"
 
 namespace frost::server {
 namespace {
@@ -29,17 +30,16 @@ constexpr int kIntakeThreads = 2;
 
 // ---------------------------------------------------------------- GenerateCall: one Generate stream.
 //
-// State machine, all under mu_: `out_` holds messages not yet started; `writing_` is set while `wire_` (the
-// serialized message before them) is in flight. Engine events append to `out_` (coalescing tokens into its
-// last chunk); pump() serializes the front into `wire_` and starts the write; OnWriteDone starts the next.
-// The final outcome arrives once, from on_finish (or at once for requests refused before the engine); the
-// call is finished when everything before it was written. gRPC calls are made outside mu_, and nothing
-// touches `this` after Finish()/StartWriteAndFinish(): OnDone may release it at once.
+// Writes: server/stream_writer.h's CoalescingStream. Engine tokens are merged into the last queued chunk not
+// yet started (nothing is dropped); the final outcome arrives once, from on_finish (or at once for requests
+// refused before the engine), and the Final message goes out with the status (StartWriteAndFinish) once
+// everything before it was written. A failed write (the client went away) or a message that cannot be
+// serialized stops the writes and the engine; the call then finishes when the engine's outcome arrives.
 //
 // Lifetime: the call owns itself (`self_`) from Generate() until OnDone releases that reference; the stall
 // sweeper (GenerationService::sweep_loop) may hold another one while it cuts the call, so the object outlives
 // a OnDone that gRPC runs inline inside the sweeper's TryCancel().
-class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+class GenerationService::GenerateCall final : public CoalescingStream<v1::GenerateResponse> {
  public:
   // Made, owned and started by GenerationService::Generate.
   static GenerateCall* create(GenerationService* svc, grpc::CallbackServerContext* ctx,
@@ -54,7 +54,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   // The client has read nothing for `limit_ns` while a message waited (its flow-control window is closed).
   bool stalled(int64_t now_ns, int64_t limit_ns) {
     absl::MutexLock lock(&mu_);
-    return writing_ && !cut_ && now_ns - t_write_ns_ > limit_ns;
+    return !cut_ && write_stalled_locked(now_ns, limit_ns);
   }
 
   // Ends a stalled call: RST_STREAM CANCELLED to the client, OnCancel stops its generation, and the pending
@@ -73,16 +73,6 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     svc_->write_stalls_.fetch_add(1, std::memory_order_acq_rel);
     svc_->metrics_->record_write_stall();
     ctx_->TryCancel();  // may run OnWriteDone / OnCancel / OnDone inline, on this thread
-  }
-
-  void OnWriteDone(bool ok) override {
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      if (!ok) broken_ = true;  // the client is gone: stop writing, wait for on_finish
-    }
-    if (!ok) cancel_->cancel();
-    pump();
   }
 
   void OnCancel() override { cancel_->cancel(); }
@@ -120,7 +110,8 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   };
 
   GenerateCall(GenerationService* svc, grpc::CallbackServerContext* ctx)
-      : svc_(svc),
+      : CoalescingStream("the client went away", /*finish_with_last_write=*/true),
+        svc_(svc),
         ctx_(ctx),
         t_arrival_ns_(RealClock::get().now_ns()),
         cancel_(std::make_shared<CancelToken>()) {
@@ -133,7 +124,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
       if (absl::IsUnavailable(st)) return reject(st, RejectReason::kUnavailable);  // draining
       grpc::Status gs = to_grpc_status(st);
       code_ = gs.error_code();
-      return Finish(gs);
+      return close(gs);
     }
     absl::StatusOr<std::shared_ptr<Engine>> engine = svc_->serving_engine();
     if (!engine.ok()) return reject(engine.status(), RejectReason::kUnavailable);
@@ -141,7 +132,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     if (absl::Status st = parse_request(request, &req); absl::IsCancelled(st)) {
       // No request message arrived: nothing to reject, the call just ends CANCELLED.
       code_ = grpc::StatusCode::CANCELLED;
-      return Finish(to_grpc_status(st));
+      return close(to_grpc_status(st));
     } else if (!st.ok()) {
       return reject(st, RejectReason::kInvalidArgument);
     }
@@ -156,8 +147,8 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
           std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
       if (remaining <= 0) {
         code_ = grpc::StatusCode::DEADLINE_EXCEEDED;
-        return Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                   "deadline exceeded before the request started"));
+        return close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                  "deadline exceeded before the request started"));
       }
       cancel_->set_timeout_s(remaining);
     }
@@ -193,7 +184,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     if (!absl::IsResourceExhausted(st)) {
       FROST_LOG_DEBUG("Generate %s refused: %s", request_id_.c_str(), st.ToString().c_str());
     }
-    Finish(gs);
+    close(gs);
   }
 
   void on_token(const TokenEvent& ev) {
@@ -207,24 +198,16 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
       t_last_token_ns_ = now;
       ++n_tokens_;
     }
-    {
-      absl::MutexLock lock(&mu_);
-      if (broken_) return;
-      // Coalesce into the last queued chunk: nothing in out_ has started writing.
-      if (out_.empty() || !out_.back().has_chunk()) out_.emplace_back();
-      append_token(ev, want_logprobs_, out_.back().mutable_chunk());
-    }
-    pump();
+    // Merged into the last queued chunk: nothing in the queue has started writing.
+    enqueue([&](std::deque<v1::GenerateResponse>& out) {
+      if (out.empty() || !out.back().has_chunk()) out.emplace_back();
+      append_token(ev, want_logprobs_, out.back().mutable_chunk());
+    });
   }
 
   void on_finish(absl::StatusOr<GenerationResult> result) {
-    bool client_gone = ctx_->IsCancelled();
-    {
-      absl::MutexLock lock(&mu_);
-      // A failed write (OnWriteDone(false)) means the client went away; gRPC may not report the call
-      // cancelled yet.
-      client_gone = client_gone || broken_;
-    }
+    // A failed write (broken) means the client went away; gRPC may not report the call cancelled yet.
+    const bool client_gone = ctx_->IsCancelled() || broken();
     std::optional<v1::GenerateResponse> final_msg;
     grpc::Status status;
     if (!result.ok() && !admitted_.load(std::memory_order_acquire)) {
@@ -254,68 +237,19 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
         final_msg = final_message(r);
       }
     }
-    {
-      absl::MutexLock lock(&mu_);
-      // A client that went away sees CANCELLED whatever we send; count it as such.
-      code_ = client_gone && status.ok() ? grpc::StatusCode::CANCELLED : status.error_code();
-      if (final_msg && !broken_) out_.push_back(std::move(*final_msg));
-      final_status_ = status;
-      has_final_ = true;
-    }
-    pump();
+    // A client that went away sees CANCELLED whatever we send; count it as such.
+    code_ = client_gone && status.ok() ? grpc::StatusCode::CANCELLED : status.error_code();
+    close(status, std::move(final_msg));  // the Final after every queued chunk (not when broken)
   }
 
-  // Starts the next write, or finishes the call when only the outcome is left.
-  void pump() {
-    enum class Action { kNone, kWrite, kWriteAndFinish, kFinish } action = Action::kNone;
-    grpc::Status status;
-    bool cancel = false;
-    {
-      absl::MutexLock lock(&mu_);
-      if (writing_ || finished_) return;
-      if (!out_.empty() && !broken_) {
-        const bool last = has_final_ && out_.size() == 1 && out_.front().has_final();
-        if (absl::Status st = serialize_response(out_.front(), &wire_); !st.ok()) {
-          // Cannot happen for messages we built (text is valid UTF-8 by construction). Stop writing, stop the
-          // engine, and fail the call once on_finish has come (the engine holds our sink until then).
-          FROST_LOG_ERROR("Generate %s: %s", request_id_.c_str(), st.ToString().c_str());
-          failed_ = to_grpc_status(st);
-          broken_ = true;
-          cancel = true;
-        } else {
-          out_.pop_front();
-          writing_ = true;
-          t_write_ns_ = RealClock::get().now_ns();
-          // The final message goes out together with the status (one less round trip).
-          action = last ? Action::kWriteAndFinish : Action::kWrite;
-          finished_ = last;
-        }
-      }
-      if (broken_) out_.clear();
-      if (action == Action::kNone && has_final_) {
-        action = Action::kFinish;
-        finished_ = true;
-      }
-      if (failed_) {
-        final_status_ = *failed_;
-        code_ = failed_->error_code();
-      }
-      status = final_status_;
-    }
-    if (cancel) cancel_->cancel();
-    switch (action) {
-      case Action::kNone:
-        return;
-      case Action::kWrite:
-        StartWrite(&wire_);
-        return;
-      case Action::kWriteAndFinish:
-        StartWriteAndFinish(&wire_, grpc::WriteOptions(), status);
-        return;
-      case Action::kFinish:
-        Finish(status);
-        return;
-    }
+  // The stream can write no more: stop the engine; its on_finish finishes the call.
+  void on_broken(const absl::Status& why, bool write_failed) override {
+    // A message we built cannot fail to serialize (text is valid UTF-8 by construction): log it.
+    if (!write_failed) FROST_LOG_ERROR("Generate %s: %s", request_id_.c_str(), why.ToString().c_str());
+    cancel_->cancel();
+  }
+  void before_finish(const grpc::Status& st, bool failed) override {
+    if (failed) code_ = st.error_code();
   }
 
   GenerationService* svc_;
@@ -330,17 +264,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   int64_t n_tokens_ = 0;
   int64_t t_last_token_ns_ = 0;
 
-  absl::Mutex mu_;
-  std::deque<v1::GenerateResponse> out_ ABSL_GUARDED_BY(mu_);
-  grpc::ByteBuffer wire_;  // the message in flight; touched only by pump() while !writing_
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  bool has_final_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
-  std::optional<grpc::Status> failed_ ABSL_GUARDED_BY(mu_);  // a response could not be serialized
-  int64_t t_write_ns_ ABSL_GUARDED_BY(mu_) = 0;              // when the write in flight started
-  bool cut_ ABSL_GUARDED_BY(mu_) = false;                    // cut() ran: the client stopped reading
+  bool cut_ ABSL_GUARDED_BY(mu_) = false;  // cut() ran: the client stopped reading (mu_: the stream's)
   // Read in OnDone (after Finish, which orders it); written before Finish.
   grpc::StatusCode code_ = grpc::StatusCode::OK;
 

@@ -11,6 +11,7 @@
 #include "server/auth.h"
 #include "server/proto_codec.h"
 #include "server/status_convert.h"
+#include "server/stream_writer.h"
 #include "server/unary.h"
 
 namespace frost::server {
@@ -41,22 +42,23 @@ absl::Status parse_health_request(const grpc::ByteBuffer* in, HealthCheckRequest
 
 }  // namespace
 
-// One Watch stream. Lock order: Health::mu_, then mu_.
-class Health::WatchCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+// One Watch stream (server/stream_writer.h: the newest status, coalesced, never the same one twice). Lock
+// order: Health::mu_, then the stream's mutex.
+class Health::WatchCall final : public CoalescingStream<HealthCheckResponse> {
  public:
   WatchCall(Health* health, const grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in)
-      : health_(health) {
+      : CoalescingStream("the client went away"), health_(health) {
     HealthCheckRequest req;
     absl::Status st = check_metadata_size(*ctx, health_->max_metadata_bytes_);
     if (st.ok()) st = parse_health_request(in, &req);
     if (!st.ok()) {
-      finish(st);
+      abort(st);
       return;
     }
     service_ = req.service();
     absl::MutexLock hl(&health_->mu_);
     if (static_cast<int64_t>(health_->watchers_.size()) >= kMaxHealthWatchers) {
-      finish(absl::ResourceExhaustedError(
+      abort(absl::ResourceExhaustedError(
           absl::StrCat("Health.Watch: ", kMaxHealthWatchers, " streams are open, the most allowed")));
       return;
     }
@@ -69,73 +71,31 @@ class Health::WatchCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer
 
   // A new status for this watcher's service (Health::mu_ held); `last`: end the stream after writing it.
   void update(int status, bool last) {
-    absl::MutexLock l(&mu_);
-    if (finished_) return;
-    pending_ = status;
-    end_ = end_ || last;
-    if (!writing_) write_pending_locked();
+    HealthCheckResponse resp;
+    resp.set_status(static_cast<HealthCheckResponse::ServingStatus>(status));
+    post(std::move(resp), last);
   }
 
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock l(&mu_);
-    writing_ = false;
-    if (!ok) {
-      finish_locked(absl::CancelledError("the client went away"));
-      return;
-    }
-    write_pending_locked();
-  }
-  void OnCancel() override {
-    absl::MutexLock l(&mu_);
-    finish_locked(absl::CancelledError("Health.Watch cancelled"));
-  }
+  void OnCancel() override { abort(absl::CancelledError("Health.Watch cancelled")); }
   void OnDone() override {
     if (registered_) {
       absl::MutexLock hl(&health_->mu_);
       health_->watchers_.erase(this);  // after this no update can reach us
     }
-    delete this;
+    release();
   }
 
  private:
-  void write_pending_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    if (pending_ && pending_ != sent_) {
-      HealthCheckResponse resp;
-      resp.set_status(static_cast<HealthCheckResponse::ServingStatus>(*pending_));
-      sent_ = pending_;
-      pending_.reset();
-      if (absl::Status st = serialize_response(resp, &buf_); !st.ok()) {
-        finish_locked(st);
-        return;
-      }
-      writing_ = true;
-      StartWrite(&buf_);
-      return;
-    }
-    pending_.reset();
-    if (end_) finish_locked(absl::OkStatus());
-  }
-  void finish(const absl::Status& st) {
-    absl::MutexLock l(&mu_);
-    finish_locked(st);
-  }
-  void finish_locked(const absl::Status& st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(to_grpc_status(st));
+  bool should_write(const HealthCheckResponse& next) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (sent_ == next.status()) return false;
+    sent_ = next.status();
+    return true;
   }
 
   Health* health_;
   std::string service_;
   bool registered_ = false;  // in health_->watchers_ (set in the constructor only)
-  absl::Mutex mu_;
-  grpc::ByteBuffer buf_ ABSL_GUARDED_BY(mu_);
-  std::optional<int> pending_ ABSL_GUARDED_BY(mu_);  // to write next
-  std::optional<int> sent_ ABSL_GUARDED_BY(mu_);     // last written
-  bool end_ ABSL_GUARDED_BY(mu_) = false;            // finish once everything pending is written
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<int> sent_ ABSL_GUARDED_BY(mu_);  // the status last written
 };
 
 class Health::Service final : public HealthBase {

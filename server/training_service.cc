@@ -1,11 +1,13 @@
 #include "server/training_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/numbers.h"
 #include "core/common/status_macros.h"
 #include "server/service_util.h"
+#include "server/stream_writer.h"
 
 namespace frost::server {
 namespace {
@@ -200,99 +202,74 @@ grpc::ServerUnaryReactor* TrainingService::CancelJob(grpc::CallbackServerContext
       });
 }
 
-class TrainingService::WatchCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+// One WatchJob stream (server/stream_writer.h: the newest state, coalesced; the terminal state ends it). On
+// the callback thread only the checks and the subscription; the first read of the job (the journal) runs on
+// the service's executor, like the unary calls: a full queue is RESOURCE_EXHAUSTED at once.
+//
+// Order: the subscription comes before the read, so no change is missed, and the read's result is written
+// only when no event has arrived meanwhile. Either way the first message is the job's state at subscription
+// or later: the scheduler commits a job's changes one after another and notifies each before committing the
+// next (core/jobs/scheduler.h), so an event that arrives after the subscription is at least the state at
+// subscription, and it supersedes the read (an event the read already saw is followed by the event of any
+// newer state the read saw). Events carry increasing versions and the read version 0, so an older state is
+// never written after a newer one.
+class TrainingService::WatchCall final : public CoalescingStream<v1::JobEvent> {
  public:
-  WatchCall(Runtime* rt, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) : rt_(rt) {
-    t0_ = RealClock::get().now_ns();
+  WatchCall(Runtime* rt, Executor* exec, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in)
+      : CoalescingStream("client went away"), rt_(rt), t0_(RealClock::get().now_ns()) {
     absl::Status st = admit(unary_server(rt, kService, nullptr), ctx, "WatchJob");
     v1::WatchJobRequest req;
     if (st.ok()) st = parse_request(*in, &req);
     if (st.ok()) st = need_scheduler(rt);
     if (st.ok()) st = check_id(req.id());
     if (!st.ok()) {
-      finish(st);
+      abort(st);
       return;
     }
-    sub_ = rt->scheduler()->subscribe(req.id(), [this](const jobs::JobRecord& j) { on_event(j); });
-    absl::StatusOr<jobs::JobRecord> j = rt->scheduler()->get(req.id());
-    if (!j.ok()) {
-      finish(j.status());
-      return;
+    hold();  // until the read has run (before the subscription: an event may end the call at once)
+    sub_ = rt->scheduler()->subscribe(req.id(), [this](const jobs::JobRecord& j) { on_event(j, ++events_); });
+    absl::Status q = exec->submit([this, id = req.id()] {
+      absl::StatusOr<jobs::JobRecord> j = rt_->scheduler()->get(id);
+      if (j.ok()) {
+        on_event(*j, /*version=*/0);
+      } else {
+        abort(j.status());
+      }
+      release();
+    });
+    if (!q.ok()) {
+      abort(q);
+      release();
     }
-    on_event(*j);
   }
 
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock l(&mu_);
-    writing_ = false;
-    if (!ok) {
-      finish_locked(absl::CancelledError("client went away"));
-      return;
-    }
-    if (last_terminal_ && !pending_) {
-      finish_locked(absl::OkStatus());
-      return;
-    }
-    write_pending_locked();
-  }
-  void OnCancel() override {
-    absl::MutexLock l(&mu_);
-    finish_locked(absl::CancelledError("WatchJob cancelled"));
-  }
-  void OnDone() override {
-    if (sub_) rt_->scheduler()->unsubscribe(sub_);  // after this no event can reach us
-    delete this;
-  }
+  void OnCancel() override { abort(absl::CancelledError("WatchJob cancelled")); }
+  void OnDone() override { release(); }
 
  private:
-  void on_event(const jobs::JobRecord& j) {
-    absl::MutexLock l(&mu_);
-    if (finished_ || last_terminal_) return;
+  void on_event(const jobs::JobRecord& j, uint64_t version) {
     v1::JobEvent ev;
     *ev.mutable_job() = to_proto(j, /*with_spec=*/false);  // spec: large (inline rows); GetJob has it
-    pending_ = std::make_unique<v1::JobEvent>(std::move(ev));
-    pending_terminal_ = jobs::is_terminal(j.state);
-    if (pending_terminal_) last_terminal_ = true;
-    if (!writing_) write_pending_locked();
+    post(std::move(ev), jobs::is_terminal(j.state), version);
   }
-  void write_pending_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!pending_ || finished_) return;
-    absl::Status st = serialize_response(*pending_, &buf_);
-    pending_.reset();
-    if (!st.ok()) {
-      finish_locked(st);
-      return;
-    }
-    writing_ = true;
-    StartWrite(&buf_);
+  void before_finish(const grpc::Status& st, bool /*failed*/) override {
+    rt_->metrics()->record_request("WatchJob", st.error_code(), seconds_since(t0_));
   }
-  void finish(const absl::Status& st) {
-    absl::MutexLock l(&mu_);
-    finish_locked(st);
-  }
-  void finish_locked(const absl::Status& st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    grpc::Status gs = to_grpc_status(st);
-    rt_->metrics()->record_request("WatchJob", gs.error_code(), seconds_since(t0_));
-    Finish(gs);
+  // Deleted after OnDone and the read (CoalescingStream::release), so sub_ is set by now. An event in flight
+  // finishes first (unsubscribe waits for it) and finds the call finished.
+  ~WatchCall() override {
+    if (sub_) rt_->scheduler()->unsubscribe(sub_);
   }
 
   Runtime* rt_;
-  int64_t t0_ = 0;
+  const int64_t t0_;
   uint64_t sub_ = 0;
-  absl::Mutex mu_;
-  grpc::ByteBuffer buf_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<v1::JobEvent> pending_ ABSL_GUARDED_BY(mu_);
-  bool pending_terminal_ ABSL_GUARDED_BY(mu_) = false;
-  bool last_terminal_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<uint64_t> events_{0};  // events heard (the scheduler notifies one at a time)
 };
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TrainingService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                       const grpc::ByteBuffer* in) {
-  return new WatchCall(rt_, ctx, in);
+  return new WatchCall(rt_, &exec_, ctx, in);
 }
 
 }  // namespace frost::server

@@ -7,8 +7,9 @@
 // reads (and tokenizes) whole data files, so all four run on the service's own executor, never on a gRPC
 // callback thread; the callback thread only checks auth, the drain and the request caps.
 //
-// WatchJob is a write reactor fed by Scheduler::subscribe; progress events that arrive while a write is in
-// flight are coalesced (the latest snapshot wins; a terminal state is always delivered last).
+// WatchJob is a write reactor fed by Scheduler::subscribe (server/stream_writer.h); progress events that
+// arrive while a write is in flight are coalesced (the latest snapshot wins; a terminal state is always
+// delivered last). Its first read of the job runs on the executor too (a full queue: RESOURCE_EXHAUSTED).
 #include <grpcpp/grpcpp.h>
 
 #include <string>

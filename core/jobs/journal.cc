@@ -15,8 +15,11 @@
 #include "core/jobs/journal_sqlite.h"
 
 // The job journal's queries: insert (idempotent by key), get, list, update and the counts, each on its
-// prepared statement under the journal's mutex. Opening, the schema and migrations are in
-// journal_schema.cc; the stored row in journal_rows.cc; the SQLite plumbing in journal_sqlite.cc.
+// prepared statement. Writes go through the writer connection under mu_; reads through a second connection
+// under rmu_: in WAL mode a reader sees the last commit and never waits for a writer, so a read is not held
+// up by a write that holds mu_ through its synchronous=FULL commit (or waits for another process's lock).
+// Opening, the schema and migrations are in journal_schema.cc; the stored row in journal_rows.cc; the SQLite
+// plumbing in journal_sqlite.cc.
 
 namespace frost::jobs {
 using namespace journal_detail;  // NOLINT(build/namespaces): the journal's own plumbing
@@ -71,26 +74,45 @@ Journal::Journal(std::string path, sqlite3* db) : path_(std::move(path)), db_(db
 
 Journal::~Journal() {
   stmts_.reset();  // finalize before closing
+  rstmts_.reset();
   if (db_ != nullptr) sqlite3_close_v2(db_);
+  if (rdb_ != nullptr) sqlite3_close_v2(rdb_);
 }
 
 absl::Status Journal::error(const char* op, int rc) const { return sqlite_error(path_, op, rc, db_); }
 
+absl::Status Journal::read_error(const char* op, int rc) const { return sqlite_error(path_, op, rc, rdb_); }
+
+absl::Status Journal::open_reader() {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status st = sqlite_error(path_, "open reader", rc, db);
+    sqlite3_close_v2(db);
+    return st;
+  }
+  rdb_ = db;
+  sqlite3_busy_timeout(rdb_, 10000);  // WAL readers wait only in rare cases (recovery of the -shm file)
+  if (const int q = sqlite3_exec(rdb_, "PRAGMA query_only=1", nullptr, nullptr, nullptr); q != SQLITE_OK)
+    return read_error("PRAGMA query_only", q);
+  return prepare_statements(rdb_, &rstmts_);
+}
+
 std::string Journal::new_id() { return absl::StrFormat("job-%012x", rng_() & uint64_t{0xFFFFFFFFFFFF}); }
 
-absl::Status Journal::prepare_statements() {
+absl::Status Journal::prepare_statements(sqlite3* db, std::unique_ptr<Statements>* out_stmts) {
   auto st = std::make_unique<Statements>();
   auto prep = [&](StmtPtr* out, const std::string& sql) -> absl::Status {
     sqlite3_stmt* raw = nullptr;
-    const int rc = sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
+    const int rc = sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
     out->reset(raw);
     if (rc == SQLITE_OK) return absl::OkStatus();
     // A journal with our application_id and version but without the expected columns.
     if ((rc & 0xff) == SQLITE_ERROR) {
       return absl::FailedPreconditionError(
-          absl::StrCat("job journal ", path_, ": not a frost job journal (", sqlite3_errmsg(db_), ")"));
+          absl::StrCat("job journal ", path_, ": not a frost job journal (", sqlite3_errmsg(db), ")"));
     }
-    return error("prepare", rc);
+    return sqlite_error(path_, "prepare", rc, db);
   };
   FROST_RETURN_IF_ERROR(prep(&st->begin, "BEGIN IMMEDIATE"));
   FROST_RETURN_IF_ERROR(prep(&st->commit, "COMMIT"));
@@ -110,7 +132,7 @@ absl::Status Journal::prepare_statements() {
                              " attempts = ?6, progress_json = ?7, artifact = ?8, report_json = ?9,"
                              " checkpoint_path = ?10, row_sha = ?11 WHERE id = ?1"));
   FROST_RETURN_IF_ERROR(prep(&st->count, "SELECT state, count(*) FROM jobs GROUP BY state"));
-  stmts_ = std::move(st);
+  *out_stmts = std::move(st);
   return absl::OkStatus();
 }
 
@@ -124,7 +146,8 @@ absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
   // BEGIN IMMEDIATE holds the database's write lock, so no other connection can add the key
   // between this lookup and the INSERT.
   if (!job.idempotency_key.empty()) {
-    FROST_ASSIGN_OR_RETURN(std::optional<JobRecord> existing, find_by_key_locked(job.idempotency_key));
+    FROST_ASSIGN_OR_RETURN(std::optional<JobRecord> existing,
+                           find_by_key_locked(*stmts_, db_, job.idempotency_key));
     if (existing) return Inserted{*std::move(existing), false};
   }
 
@@ -172,8 +195,9 @@ absl::StatusOr<Journal::Inserted> Journal::insert(JobRecord job) {
   return Inserted{std::move(job), true};
 }
 
-absl::StatusOr<std::optional<JobRecord>> Journal::find_by_key_locked(const std::string& key) const {
-  sqlite3_stmt* s = stmts_->by_key.get();
+absl::StatusOr<std::optional<JobRecord>> Journal::find_by_key_locked(const Statements& stmts, sqlite3* db,
+                                                                     const std::string& key) const {
+  sqlite3_stmt* s = stmts.by_key.get();
   StmtScope scope(s);
   int rc = bind_text(s, 1, key);
   if (rc == SQLITE_OK) rc = sqlite3_step(s);
@@ -181,29 +205,25 @@ absl::StatusOr<std::optional<JobRecord>> Journal::find_by_key_locked(const std::
     FROST_ASSIGN_OR_RETURN(JobRecord existing, read_row(s, path_));
     return std::optional<JobRecord>(std::move(existing));
   }
-  if (rc != SQLITE_DONE) return error("look up idempotency key", rc);
+  if (rc != SQLITE_DONE) return sqlite_error(path_, "look up idempotency key", rc, db);
   return std::optional<JobRecord>();
 }
 
 absl::StatusOr<std::optional<JobRecord>> Journal::find_by_idempotency_key(const std::string& key) const {
   if (key.empty()) return std::optional<JobRecord>();
-  std::lock_guard<std::mutex> lock(mu_);
-  return find_by_key_locked(key);
+  std::lock_guard<std::mutex> lock(rmu_);
+  return find_by_key_locked(*rstmts_, rdb_, key);
 }
 
-absl::StatusOr<JobRecord> Journal::get_locked(const std::string& id) const {
-  sqlite3_stmt* s = stmts_->by_id.get();
+absl::StatusOr<JobRecord> Journal::get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(rmu_);
+  sqlite3_stmt* s = rstmts_->by_id.get();
   StmtScope scope(s);
   int rc = bind_text(s, 1, id);
   if (rc == SQLITE_OK) rc = sqlite3_step(s);
   if (rc == SQLITE_ROW) return read_row(s, path_);
   if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
-  return error("get", rc);
-}
-
-absl::StatusOr<JobRecord> Journal::get(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return get_locked(id);
+  return read_error("get", rc);
 }
 
 absl::StatusOr<std::vector<JobRecord>> Journal::list(const ListQuery& q) const {
@@ -227,11 +247,11 @@ absl::StatusOr<std::vector<JobRecord>> Journal::list(const ListQuery& q) const {
   if (q.before_seq > 0) sql += " AND seq < ?";
   sql += " ORDER BY seq DESC LIMIT ?";
 
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(rmu_);
   sqlite3_stmt* raw = nullptr;
-  int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &raw, nullptr);
+  int rc = sqlite3_prepare_v2(rdb_, sql.c_str(), -1, &raw, nullptr);
   StmtPtr s(raw);
-  if (rc != SQLITE_OK) return error("list: prepare", rc);
+  if (rc != SQLITE_OK) return read_error("list: prepare", rc);
   int idx = 1;
   for (JobState st : q.states) {
     if (rc == SQLITE_OK) rc = sqlite3_bind_int(s.get(), idx++, static_cast<int>(st));
@@ -239,13 +259,13 @@ absl::StatusOr<std::vector<JobRecord>> Journal::list(const ListQuery& q) const {
   if (rc == SQLITE_OK && !q.kind.empty()) rc = bind_text(s.get(), idx++, q.kind);
   if (rc == SQLITE_OK && q.before_seq > 0) rc = sqlite3_bind_int64(s.get(), idx++, q.before_seq);
   if (rc == SQLITE_OK) rc = sqlite3_bind_int(s.get(), idx++, q.limit);
-  if (rc != SQLITE_OK) return error("list: bind", rc);
+  if (rc != SQLITE_OK) return read_error("list: bind", rc);
   std::vector<JobRecord> out;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
     FROST_ASSIGN_OR_RETURN(JobRecord r, read_row(s.get(), path_));
     out.push_back(std::move(r));
   }
-  if (rc != SQLITE_DONE) return error("list", rc);
+  if (rc != SQLITE_DONE) return read_error("list", rc);
   return out;
 }
 
@@ -306,8 +326,8 @@ absl::Status Journal::update(const JobRecord& job) {
 absl::StatusOr<std::map<JobState, int64_t>> Journal::count_by_state() const {
   std::map<JobState, int64_t> out;
   for (int v = 1; v <= 6; ++v) out[static_cast<JobState>(v)] = 0;
-  std::lock_guard<std::mutex> lock(mu_);
-  sqlite3_stmt* s = stmts_->count.get();
+  std::lock_guard<std::mutex> lock(rmu_);
+  sqlite3_stmt* s = rstmts_->count.get();
   StmtScope scope(s);
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -317,7 +337,7 @@ absl::StatusOr<std::map<JobState, int64_t>> Journal::count_by_state() const {
     }
     out[static_cast<JobState>(state)] = sqlite3_column_int64(s, 1);
   }
-  if (rc != SQLITE_DONE) return error("count_by_state", rc);
+  if (rc != SQLITE_DONE) return read_error("count_by_state", rc);
   return out;
 }
 

@@ -116,17 +116,25 @@ class Journal {
   absl::Status verify(int64_t version);
   absl::Status migrate_v1();  // adds row_sha (version 1 -> 2)
   absl::Status not_a_journal_error(const std::string& why) const;
-  absl::Status prepare_statements();
-  absl::Status error(const char* op, int rc) const;
+  absl::Status prepare_statements(sqlite3* db, std::unique_ptr<Statements>* out);
+  // The read connection (rdb_, rstmts_), opened once the file is verified.
+  absl::Status open_reader();
+  absl::Status error(const char* op, int rc) const;       // on db_
+  absl::Status read_error(const char* op, int rc) const;  // on rdb_
   std::string new_id();
-  absl::StatusOr<JobRecord> get_locked(const std::string& id) const;
-  absl::StatusOr<std::optional<JobRecord>> find_by_key_locked(const std::string& key) const;
+  absl::StatusOr<std::optional<JobRecord>> find_by_key_locked(const Statements& stmts, sqlite3* db,
+                                                              const std::string& key) const;
 
   const std::string path_;
-  sqlite3* db_ = nullptr;
+  sqlite3* db_ = nullptr;  // writes (insert, update), and the reads inside a write transaction
   std::unique_ptr<Statements> stmts_;
   mutable std::mutex mu_;  // guards db_, stmts_ and rng_
   std::mt19937_64 rng_;
+  // get, find_by_idempotency_key, list and count_by_state: a second connection, so that in WAL mode they read
+  // the last commit without waiting for a writer (mu_ is held through a synchronous=FULL commit).
+  sqlite3* rdb_ = nullptr;
+  std::unique_ptr<Statements> rstmts_;
+  mutable std::mutex rmu_;  // guards rdb_ and rstmts_
 };
 
 }  // namespace frost::jobs

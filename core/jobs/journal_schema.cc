@@ -114,7 +114,8 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::open(const std::string& path) 
   }
   FROST_ASSIGN_OR_RETURN(std::unique_ptr<Journal> j, open_existing(path, /*create=*/false));
   FROST_RETURN_IF_ERROR(j->init_schema());
-  FROST_RETURN_IF_ERROR(j->prepare_statements());
+  FROST_RETURN_IF_ERROR(j->prepare_statements(j->db_, &j->stmts_));
+  FROST_RETURN_IF_ERROR(j->open_reader());
   return j;
 }
 

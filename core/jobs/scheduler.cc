@@ -79,8 +79,16 @@ absl::Status Scheduler::recover() {
   }
   q.states = {JobState::kQueued};
   FROST_ASSIGN_OR_RETURN(std::vector<JobRecord> queued, journal_->list(q));
+  // The one count from the journal: every later change is one the scheduler commits itself.
+  absl::StatusOr<std::map<JobState, int64_t>> by_state = journal_->count_by_state();
+  if (!by_state.ok()) return by_state.status();
+  {
+    std::lock_guard<std::mutex> v(view_mu_);
+    counts_.by_state = *std::move(by_state);
+  }
   std::lock_guard<std::mutex> l(mu_);
   for (const JobRecord& j : queued) queue_.push_back({j.priority, j.seq, j.id});
+  count_sizes_locked();
   return absl::OkStatus();
 }
 
@@ -138,6 +146,11 @@ absl::StatusOr<JobRecord> Scheduler::submit(const JobSpec& spec, int32_t priorit
     FROST_ASSIGN_OR_RETURN(Journal::Inserted ins, journal_->insert(std::move(j)));
     if (!ins.inserted) return ins.job;  // lost a race with the same key
     queue_.push_back({ins.job.priority, ins.job.seq, ins.job.id});
+    {
+      std::lock_guard<std::mutex> v(view_mu_);
+      ++counts_.by_state[JobState::kQueued];
+    }
+    count_sizes_locked();
     j = ins.job;
   }
   cv_.notify_one();
@@ -146,27 +159,27 @@ absl::StatusOr<JobRecord> Scheduler::submit(const JobSpec& spec, int32_t priorit
 
 absl::StatusOr<JobRecord> Scheduler::get(const std::string& id) const {
   FROST_ASSIGN_OR_RETURN(JobRecord j, journal_->get(id));
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = running_.find(id);
-  if (it != running_.end() && it->second.unjournaled_end) return *it->second.unjournaled_end;
-  if (it != running_.end() && it->second.progress) j.progress = it->second.progress;
+  std::lock_guard<std::mutex> v(view_mu_);
+  auto it = shown_.find(id);
+  if (it != shown_.end() && it->second.unjournaled_end) return *it->second.unjournaled_end;
+  if (it != shown_.end() && it->second.progress) j.progress = it->second.progress;
   return j;
 }
 
 absl::StatusOr<std::vector<JobRecord>> Scheduler::list(const ListQuery& q) const {
   FROST_ASSIGN_OR_RETURN(std::vector<JobRecord> out, journal_->list(q));
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> v(view_mu_);
   std::vector<JobRecord> shown;
   shown.reserve(out.size());
   for (JobRecord& j : out) {
-    auto it = running_.find(j.id);
-    if (it != running_.end() && it->second.unjournaled_end) {
+    auto it = shown_.find(j.id);
+    if (it != shown_.end() && it->second.unjournaled_end) {
       const JobRecord& end = *it->second.unjournaled_end;
       if (q.states.empty() || std::find(q.states.begin(), q.states.end(), end.state) != q.states.end())
         shown.push_back(end);
       continue;
     }
-    if (it != running_.end() && it->second.progress) j.progress = it->second.progress;
+    if (it != shown_.end() && it->second.progress) j.progress = it->second.progress;
     shown.push_back(std::move(j));
   }
   return shown;
@@ -188,10 +201,13 @@ absl::StatusOr<JobRecord> Scheduler::cancel(const std::string& id) {
     }
     auto qit = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.id == id; });
     if (qit != queue_.end()) queue_.erase(qit);
+    count_sizes_locked();
+    const JobState from = j.state;
     j.state = JobState::kCancelled;
     j.reason = "cancelled while queued";
     j.finished_unix = now_unix();
     FROST_RETURN_IF_ERROR(journal_->update(j));
+    count_change(from, j.state);
   }
   notify(j);
   return j;
@@ -220,19 +236,37 @@ void Scheduler::notify(const JobRecord& job) {
 }
 
 Scheduler::Counts Scheduler::counts() const {
-  Counts c;
-  absl::StatusOr<std::map<JobState, int64_t>> m = journal_->count_by_state();
-  if (m.ok()) c.by_state = *m;
-  std::lock_guard<std::mutex> l(mu_);
-  c.queued = static_cast<int64_t>(queue_.size());
-  c.running = static_cast<int64_t>(running_.size());
-  return c;
+  std::lock_guard<std::mutex> v(view_mu_);
+  return counts_;
+}
+
+void Scheduler::count_change(JobState from, JobState to) {
+  if (from == to) return;
+  std::lock_guard<std::mutex> v(view_mu_);
+  --counts_.by_state[from];
+  ++counts_.by_state[to];
+}
+
+void Scheduler::count_sizes_locked() {
+  std::lock_guard<std::mutex> v(view_mu_);
+  counts_.queued = static_cast<int64_t>(queue_.size());
+  counts_.running = static_cast<int64_t>(running_.size());
+}
+
+void Scheduler::set_shown(const std::string& id, const std::function<void(Shown&)>& f) {
+  std::lock_guard<std::mutex> v(view_mu_);
+  f(shown_[id]);
+}
+
+void Scheduler::drop_shown(const std::string& id) {
+  std::lock_guard<std::mutex> v(view_mu_);
+  shown_.erase(id);
 }
 
 std::map<std::string, JobProgress> Scheduler::running_progress() const {
   std::map<std::string, JobProgress> out;
-  std::lock_guard<std::mutex> l(mu_);
-  for (const auto& [id, r] : running_)
+  std::lock_guard<std::mutex> v(view_mu_);
+  for (const auto& [id, r] : shown_)
     if (r.progress) out[id] = *r.progress;
   return out;
 }
@@ -256,12 +290,14 @@ void Scheduler::worker_loop() {
       id = best->id;
       queue_.erase(best);
       running_[id].cancel = std::make_shared<CancelToken>();
+      count_sizes_locked();
     }
     absl::StatusOr<JobRecord> j = journal_->get(id);
     if (!j.ok()) {
       FROST_LOG_ERROR("job %s: cannot read from the journal: %s", id.c_str(), j.status().ToString().c_str());
       std::lock_guard<std::mutex> l(mu_);
       running_.erase(id);
+      count_sizes_locked();
       continue;
     }
     if (run_one(*std::move(j))) {
@@ -286,6 +322,7 @@ bool Scheduler::run_one(JobRecord job) {
     std::lock_guard<std::mutex> l(mu_);
     cancel = running_[job.id].cancel;
   }
+  const JobState queued_state = job.state;  // QUEUED in the journal
   job.state = JobState::kRunning;
   job.attempts += 1;
   if (job.started_unix == 0) job.started_unix = now_unix();
@@ -298,8 +335,10 @@ bool Scheduler::run_one(JobRecord job) {
     std::lock_guard<std::mutex> l(mu_);
     running_.erase(job.id);
     queue_.push_back({job.priority, job.seq, job.id});  // retried; the journal still says QUEUED
+    count_sizes_locked();
     return false;
   }
+  count_change(queued_state, job.state);
   notify(job);
   FROST_LOG_INFO("job %s (%s) started, attempt %d", job.id.c_str(), job.kind.c_str(), job.attempts);
 
@@ -310,10 +349,7 @@ bool Scheduler::run_one(JobRecord job) {
   ctx.checkpoint_every = opts_.checkpoint_every;
   double last_commit = 0;
   ctx.progress = [&](const JobProgress& p) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      running_[job.id].progress = p;
-    }
+    set_shown(job.id, [&](Shown& v) { v.progress = p; });
     job.progress = p;
     const double t = now_mono();
     if (t - last_commit >= opts_.progress_commit_s) {
@@ -366,10 +402,7 @@ bool Scheduler::run_one(JobRecord job) {
   if (!js.ok()) {
     FROST_LOG_ERROR("job %s: final state %s not journaled, retrying: %s", job.id.c_str(),
                     job_state_name(job.state), js.ToString().c_str());
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      running_[job.id].unjournaled_end = job;
-    }
+    set_shown(job.id, [&](Shown& v) { v.unjournaled_end = job; });
     for (std::chrono::milliseconds d = kMinBackoff; !js.ok(); d = std::min(2 * d, kMaxBackoff)) {
       if (!backoff(d)) break;
       js = journal_->update(job);
@@ -381,12 +414,15 @@ bool Scheduler::run_one(JobRecord job) {
                       job.id.c_str(), job_state_name(job.state), js.ToString().c_str());
     }
   }
+  if (js.ok()) count_change(JobState::kRunning, job.state);  // else the journal still says RUNNING
   FROST_LOG_INFO("job %s %s%s%s", job.id.c_str(), job_state_name(job.state), job.reason.empty() ? "" : ": ",
                  job.reason.c_str());
   {
     std::lock_guard<std::mutex> l(mu_);
     running_.erase(job.id);
+    count_sizes_locked();
   }
+  drop_shown(job.id);
   notify(job);
   return true;
 }

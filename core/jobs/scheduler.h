@@ -110,6 +110,10 @@ class Scheduler {
   uint64_t subscribe(const std::string& id, std::function<void(const JobRecord&)> f);
   void unsubscribe(uint64_t token);
 
+  // queued / running: jobs in the scheduler's queue and on its workers; by_state: the journal's jobs in each
+  // state (every JobState present). From memory, never from the journal: read when the journal opens (after
+  // recovery) and moved at every state change the scheduler commits, so it equals the journal's
+  // count_by_state() and a caller (GetServerInfo, /metrics) never waits on disk or on a writer's commit.
   struct Counts {
     int64_t queued = 0, running = 0;
     std::map<JobState, int64_t> by_state;
@@ -119,6 +123,13 @@ class Scheduler {
   std::map<std::string, JobProgress> running_progress() const;
 
  private:
+  // What get() and list() show of a running job beyond its journal row.
+  struct Shown {
+    std::optional<JobProgress> progress;
+    // The job's outcome while the journal cannot take it (disk full): get() and list() show it.
+    std::optional<JobRecord> unjournaled_end;
+  };
+
   Scheduler(SchedulerOptions opts, std::map<std::string, std::shared_ptr<JobKind>> kinds,
             std::unique_ptr<Journal> journal, serving::Registry* registry);
   absl::Status recover();
@@ -129,6 +140,13 @@ class Scheduler {
   bool backoff(std::chrono::milliseconds d);
   void notify(const JobRecord& job);
   std::string job_dir(const std::string& id) const;
+  // counts_: a committed state change of one job (from = its state in the journal before the write).
+  void count_change(JobState from, JobState to);
+  // counts_: the queue's and the workers' sizes, after queue_ or running_ changed (mu_ held).
+  void count_sizes_locked();
+  // shown_: the job's entry (a running job's progress, an outcome the journal cannot take yet).
+  void set_shown(const std::string& id, const std::function<void(Shown&)>& f);
+  void drop_shown(const std::string& id);
 
   struct Queued {
     int32_t priority;
@@ -138,9 +156,6 @@ class Scheduler {
   struct Running {
     std::shared_ptr<CancelToken> cancel;
     bool user_cancelled = false;
-    std::optional<JobProgress> progress;
-    // The job's outcome while the journal cannot take it (disk full): get() and list() show it.
-    std::optional<JobRecord> unjournaled_end;
   };
 
   SchedulerOptions opts_;
@@ -155,6 +170,13 @@ class Scheduler {
   std::map<std::string, Running> running_;  // guarded by mu_
   bool stopping_ = false;                   // guarded by mu_
   std::vector<std::thread> workers_;
+
+  // What readers see without the journal: counts() and the overlay get() / list() put on journal rows. Its
+  // own mutex, taken last and never held across a journal call (mu_ is: submit and cancel commit under it),
+  // so a reader never waits on a writer's commit.
+  mutable std::mutex view_mu_;
+  Counts counts_;                       // guarded by view_mu_
+  std::map<std::string, Shown> shown_;  // guarded by view_mu_: running jobs
 
   mutable std::mutex sub_mu_;
   uint64_t next_sub_ = 1;

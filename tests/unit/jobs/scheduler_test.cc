@@ -221,6 +221,78 @@ TEST_F(SchedulerTest, CrashRecoveryRequeuesRunningJobsOrInterruptsThemAfterMaxAt
   EXPECT_EQ(done.attempts, 2);
 }
 
+// counts() is kept in memory (GetServerInfo and /metrics must not read the journal): after every kind of
+// state change it equals what the journal itself counts, and a reopened scheduler (recovery included) starts
+// from the journal's counts.
+TEST_F(SchedulerTest, CountsFromMemoryEqualTheJournalsAfterSubmitsCancelsCompletionsAndAReopen) {
+  // The journal's own counts, through another connection; the scheduler moves its counts just after each
+  // commit, so give it a moment to agree.
+  auto journal_counts = [&] { return *(*Journal::open(dir_ + "/jobs.db"))->count_by_state(); };
+  auto agree = [&](Scheduler& s) {
+    for (int i = 0; i < 400 && s.counts().by_state != journal_counts(); ++i) std::this_thread::sleep_for(5ms);
+    EXPECT_EQ(s.counts().by_state, journal_counts());
+  };
+  std::string running;
+  {
+    auto s = make();
+    agree(*s);
+    EXPECT_EQ(s->counts().by_state.size(), 6u) << "every state, zeros included";
+    auto a = s->submit(script("1"), 0, "");
+    auto b = s->submit(script("100000"), -5, "");  // runs after a and c
+    auto c = s->submit(script("boom"), 0, "");
+    auto d = s->submit(script("1"), 0, "key");
+    auto again = s->submit(script("1"), 0, "key");  // the same job: no new count
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok() && again.ok());
+    EXPECT_EQ(s->counts().by_state[JobState::kQueued], 4);
+    EXPECT_EQ(s->counts().queued, 4);
+    agree(*s);
+    ASSERT_TRUE(s->cancel(d->id).ok());  // QUEUED → CANCELLED
+    agree(*s);
+    s->start();
+    wait_terminal(*s, a->id);  // QUEUED → RUNNING → SUCCEEDED
+    wait_terminal(*s, c->id);  // QUEUED → RUNNING → FAILED
+    for (int i = 0; i < 400 && s->get(b->id)->state != JobState::kRunning; ++i)
+      std::this_thread::sleep_for(5ms);
+    agree(*s);
+    EXPECT_EQ(s->counts().by_state[JobState::kRunning], 1);
+    EXPECT_EQ(s->counts().running, 1);
+    EXPECT_EQ(s->counts().queued, 0);
+    auto e = s->submit(script("1"), 0, "");
+    ASSERT_TRUE(e.ok());
+    s->shutdown();  // b: RUNNING → QUEUED (resumes at the next start); e stays QUEUED
+    agree(*s);
+    EXPECT_EQ(s->counts().by_state[JobState::kQueued], 2);
+    EXPECT_EQ(s->counts().by_state[JobState::kSucceeded], 1);
+    EXPECT_EQ(s->counts().by_state[JobState::kFailed], 1);
+    EXPECT_EQ(s->counts().by_state[JobState::kCancelled], 1);
+    running = e->id;
+  }
+  {
+    // What a kill -9 leaves: a job RUNNING in the journal; recovery queues it again.
+    auto journal = Journal::open(dir_ + "/jobs.db");
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    JobRecord r = *(*journal)->get(running);
+    r.state = JobState::kRunning;
+    r.attempts = 1;
+    ASSERT_TRUE((*journal)->update(r).ok());
+  }
+  auto s = make();
+  agree(*s);
+  EXPECT_EQ(s->counts().by_state[JobState::kQueued], 2);
+  EXPECT_EQ(s->counts().by_state[JobState::kRunning], 0);
+  EXPECT_EQ(s->counts().queued, 2);
+  s->start();
+  const std::vector<JobRecord> all = *s->list(ListQuery{});
+  for (const JobRecord& j : all)
+    if (j.state == JobState::kQueued || j.state == JobState::kRunning) (void)s->cancel(j.id);  // or it ended
+  for (const JobRecord& j : all) wait_terminal(*s, j.id);
+  agree(*s);
+  EXPECT_EQ(s->counts().by_state[JobState::kQueued] + s->counts().by_state[JobState::kRunning], 0);
+  EXPECT_EQ(s->counts().by_state[JobState::kCancelled] + s->counts().by_state[JobState::kSucceeded] +
+                s->counts().by_state[JobState::kFailed],
+            5);
+}
+
 // A kind that publishes a real kv_repair artifact (its "model" metadata is the script) and asks for its
 // activation.
 class PublishingKind final : public JobKind {
