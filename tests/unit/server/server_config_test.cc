@@ -333,6 +333,12 @@ TEST(ServerConfigTest, RejectsUnknownKeysAtEveryLevel) {
   EXPECT_INVALID(parse_status("base: &b {level: info}\nlog:\n  <<: *b\n"), "unknown key 'base'");
 }
 
+// An unknown key suggests the closest known one of its level (core/common/config_fields.h).
+TEST(ServerConfigTest, UnknownKeysSuggestTheClosest) {
+  EXPECT_INVALID(parse_status("engine:\n  max_runing: 2\n"), "; did you mean 'max_running'?");
+  EXPECT_INVALID(parse_status("sever:\n  listen: 0.0.0.0:1\n"), "did you mean 'server'?");
+}
+
 TEST(ServerConfigTest, RejectsDuplicateKeys) {
   EXPECT_INVALID(parse_status("engine:\n  max_running: 1\n  max_running: 2\n"),
                  "duplicate key 'engine.max_running'");
