@@ -29,6 +29,7 @@
 #include "core/common/fs.h"
 #include "core/common/status_macros.h"
 #include "core/common/device_spec.h"
+#include "server/config_overrides.h"
 
 namespace frost::server {
 namespace {
@@ -499,6 +500,23 @@ absl::StatusOr<ServerConfig> load_server_config(const std::string& path) {
     return absl::Status(cfg.status().code(), absl::StrCat(path, ": ", cfg.status().message()));
   }
   return cfg;
+}
+
+absl::Status set_server_config_field(ServerConfig* cfg, const std::string& path, const std::string& value) {
+  const ConfigTable<ServerConfig>& t = table();
+  if (t.is_group(path))
+    return field_error(path, absl::StrCat("a mapping: set one of its keys (", absl::StrJoin(t.children(path), "|"),
+                                          "), got ", yaml_quoted(value)));
+  if (t.find(path) == nullptr) {
+    // The keys of the deepest level that exists ("engine.max_runing" lists engine's keys).
+    std::string parent = path.substr(0, path.rfind('.') == std::string::npos ? 0 : path.rfind('.'));
+    while (!parent.empty() && !t.is_group(parent))
+      parent = parent.substr(0, parent.rfind('.') == std::string::npos ? 0 : parent.rfind('.'));
+    return t.unknown_key(path, t.children(parent));
+  }
+  FieldInput in = FieldInput::of(value);
+  in.shown = yaml_quoted(value);
+  return t.apply(*cfg, path, in);
 }
 
 std::string format_server_config(const ServerConfig& cfg) {
