@@ -36,9 +36,9 @@
 #include "core/common/clock.h"
 #include "core/common/log.h"
 #include "core/flags/flags.h"
+#include "server/config_overrides.h"
 #include "server/frost_server.h"
 #include "server/proto_codec.h"
-#include "server/config_overrides.h"
 #include "server/server_config.h"
 
 namespace {
@@ -98,8 +98,9 @@ frost::cli::Command frostd_command(Flags* f) {
                 "the OpenAI-compatible HTTP API's address, overrides server.http.listen (port 0: pick a free "
                 "port; \"\": off)"),
         string_flag("--port-file", set(&f->port_file))
-            .doc("FILE", "write the bound ports (grpc=PORT, metrics=PORT, http=PORT, kv_events=PORT, "
-                         "kv_events_replay=PORT) once listening"),
+            .doc("FILE",
+                 "write the bound ports (grpc=PORT, metrics=PORT, http=PORT, kv_events=PORT, "
+                 "kv_events_replay=PORT) once listening"),
         string_flag("--log-level", field("--log-level", "log.level"))
             .doc("LEVEL", "debug|info|warn|error, overrides log.level"),
         string_flag("--state-dir", field("--state-dir", "jobs.state_dir"))
@@ -113,8 +114,8 @@ frost::cli::Command frostd_command(Flags* f) {
                                  return absl::OkStatus();
                                })
             .doc("KEY=VALUE",
-                 "sets any config field, e.g. engine.max_running=8 (repeatable; configs/default.yaml documents "
-                 "the keys; the value is read as a plain YAML scalar, with the same checks)"),
+                 "sets any config field, e.g. engine.max_running=8 (repeatable; configs/default.yaml "
+                 "documents the keys; the value is read as a plain YAML scalar, with the same checks)"),
         frost::cli::value_flag("--load-delay-s", [f](const std::string& v) -> absl::Status {
           double d = 0;
           if (!absl::SimpleAtod(v, &d) || !(d >= 0 && d <= 3600))

@@ -13,8 +13,8 @@
 #include <set>
 #include <sstream>
 #include <type_traits>
-#include <variant>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -26,9 +26,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/common/config_fields.h"
+#include "core/common/device_spec.h"
 #include "core/common/fs.h"
 #include "core/common/status_macros.h"
-#include "core/common/device_spec.h"
 #include "server/config_overrides.h"
 
 namespace frost::server {
@@ -40,7 +40,9 @@ absl::Status field_error(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
 
-std::string yaml_quoted(const std::string& s) { return absl::StrCat("\"", absl::Utf8SafeCHexEscape(s), "\""); }
+std::string yaml_quoted(const std::string& s) {
+  return absl::StrCat("\"", absl::Utf8SafeCHexEscape(s), "\"");
+}
 
 // How a node reads in a message: a scalar's text in quotes, else its kind.
 std::string describe(const YAML::Node& node) {
@@ -121,7 +123,8 @@ std::vector<ConfigField<ServerSection>> server_fields() {
            int_field<HttpSection>("max_header_bytes", &HttpSection::max_header_bytes, R::in(1024, 1 << 20)),
            int_field<HttpSection>("head_timeout_s", &HttpSection::head_timeout_s, R::in(1, 3600)),
            int_field<HttpSection>("read_timeout_s", &HttpSection::read_timeout_s, R::in(1, 3600)),
-           int_field<HttpSection>("keep_alive_timeout_s", &HttpSection::keep_alive_timeout_s, R::in(1, 3600))}),
+           int_field<HttpSection>("keep_alive_timeout_s", &HttpSection::keep_alive_timeout_s,
+                                  R::in(1, 3600))}),
       group<S, KvEventsSection>(
           "kv_events", &S::kv_events,
           {bool_field<KvEventsSection>("enabled", &KvEventsSection::enabled),
@@ -143,15 +146,15 @@ std::vector<ConfigField<ServerConfig>> schema() {
   using A = AuthSection;
   return fields_of<C>({
       group<C, ServerSection>("server", &C::server, server_fields()),
-      group<C, M>("model",
-                  &C::model,
-                  {string_field<M>("path", &M::path), enum_field<M>("dtype", &M::dtype, weight_dtype_names()),
-                   int_field<M>("threads", &M::threads, R::in(0, 1024)),
-                   enum_field<M>("kernels", &M::kernels,
-                                 std::vector<std::pair<std::string, std::string>>{
-                                     {"auto", "auto"}, {"avx512", "avx512"}, {"avx2", "avx2"}, {"scalar", "scalar"}}),
-                   string_field<M>("device", &M::device), bool_field<M>("cuda_graphs", &M::cuda_graphs),
-                   string_field<M>("chat_template", &M::chat_template)}),
+      group<C, M>(
+          "model", &C::model,
+          {string_field<M>("path", &M::path), enum_field<M>("dtype", &M::dtype, weight_dtype_names()),
+           int_field<M>("threads", &M::threads, R::in(0, 1024)),
+           enum_field<M>("kernels", &M::kernels,
+                         std::vector<std::pair<std::string, std::string>>{
+                             {"auto", "auto"}, {"avx512", "avx512"}, {"avx2", "avx2"}, {"scalar", "scalar"}}),
+           string_field<M>("device", &M::device), bool_field<M>("cuda_graphs", &M::cuda_graphs),
+           string_field<M>("chat_template", &M::chat_template)}),
       group<C, E>("engine", &C::engine,
                   fields_of<E>({group<E, EngineOptions>("", base_of<EngineOptions>(), engine_option_fields()),
                                 {int_field<E>("max_context", &E::max_context, R::in(0, kInt32Max)),
@@ -183,7 +186,8 @@ std::vector<ConfigField<ServerConfig>> schema() {
                    string_field<J>("data_root", &J::data_root),
                    int_field<J>("max_queued", &J::max_queued, R::in(1, 1000000)),
                    int_field<J>("concurrency", &J::concurrency, R::in(1, 64)),
-                   int_field<J>("threads", &J::threads, R::in(1, 1024)), int_field<J>("nice", &J::nice, R::in(0, 19)),
+                   int_field<J>("threads", &J::threads, R::in(1, 1024)),
+                   int_field<J>("nice", &J::nice, R::in(0, 19)),
                    int_field<J>("checkpoint_every", &J::checkpoint_every, R::in(1, kInt32Max)),
                    int_field<J>("max_attempts", &J::max_attempts, R::in(1, 1000)),
                    int_field<J>("state_retry_s", &J::state_retry_s, R::in(1, 3600)),
@@ -200,14 +204,15 @@ std::vector<ConfigField<ServerConfig>> schema() {
                    string_field<A>("user_token_file", &A::user_token_file),
                    string_field<A>("user_token_env", &A::user_token_env),
                    bool_field<A>("require_for_inference", &A::require_for_inference),
-                   bool_field<A>("open_render", &A::open_render), bool_field<A>("require_tls", &A::require_tls)}),
+                   bool_field<A>("open_render", &A::open_render),
+                   bool_field<A>("require_tls", &A::require_tls)}),
       group<C, LogSection>("log", &C::log,
-                           {enum_field<LogSection>("level", &LogSection::level,
-                                                   std::vector<std::pair<std::string, LogLevel>>{
-                                                       {"debug", LogLevel::kDebug},
-                                                       {"info", LogLevel::kInfo},
-                                                       {"warn", LogLevel::kWarn},
-                                                       {"error", LogLevel::kError}})}),
+                           {enum_field<LogSection>(
+                               "level", &LogSection::level,
+                               std::vector<std::pair<std::string, LogLevel>>{{"debug", LogLevel::kDebug},
+                                                                             {"info", LogLevel::kInfo},
+                                                                             {"warn", LogLevel::kWarn},
+                                                                             {"error", LogLevel::kError}})}),
   });
 }
 
@@ -235,7 +240,8 @@ absl::Status read_mapping(const YAML::Node& node, const std::string& prefix, Ser
     const std::string path = join_path(prefix, it->first.Scalar());
     if (std::find(known.begin(), known.end(), it->first.Scalar()) == known.end())
       return table().unknown_key(path, known);
-    if (!seen.insert(path).second) return absl::InvalidArgumentError(absl::StrCat("duplicate key '", path, "'"));
+    if (!seen.insert(path).second)
+      return absl::InvalidArgumentError(absl::StrCat("duplicate key '", path, "'"));
     FROST_RETURN_IF_ERROR(table().is_group(path) ? read_mapping(it->second, path, cfg)
                                                  : table().apply(*cfg, path, yaml_input(it->second)));
   }
@@ -505,8 +511,9 @@ absl::StatusOr<ServerConfig> load_server_config(const std::string& path) {
 absl::Status set_server_config_field(ServerConfig* cfg, const std::string& path, const std::string& value) {
   const ConfigTable<ServerConfig>& t = table();
   if (t.is_group(path))
-    return field_error(path, absl::StrCat("a mapping: set one of its keys (", absl::StrJoin(t.children(path), "|"),
-                                          "), got ", yaml_quoted(value)));
+    return field_error(path,
+                       absl::StrCat("a mapping: set one of its keys (", absl::StrJoin(t.children(path), "|"),
+                                    "), got ", yaml_quoted(value)));
   if (t.find(path) == nullptr) {
     // The keys of the deepest level that exists ("engine.max_runing" lists engine's keys).
     std::string parent = path.substr(0, path.rfind('.') == std::string::npos ? 0 : path.rfind('.'));
@@ -532,7 +539,8 @@ std::string format_server_config(const ServerConfig& cfg) {
       absl::StrAppend(&out, std::string(2 * d, ' '), parts[d], d == 0 ? ":\n" : ": \n");
       open.push_back(parts[d]);
     }
-    absl::StrAppend(&out, std::string(2 * (parts.size() - 1), ' '), parts.back(), ": ", yaml_value(f, cfg), "\n");
+    absl::StrAppend(&out, std::string(2 * (parts.size() - 1), ' '), parts.back(), ": ", yaml_value(f, cfg),
+                    "\n");
   }
   return out;
 }

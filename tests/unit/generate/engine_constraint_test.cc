@@ -244,7 +244,8 @@ TEST(EngineConstraints, KnobsAreCheckedNamingTheField) {
   EXPECT_TRUE(check_engine_options(EngineOptions{}).ok());
   EngineOptions o;
   o.constraint_compile_threads = 0;
-  EXPECT_EQ(check_engine_options(o).message(), "engine.constraint_compile_threads: must be in [1, 64], got 0");
+  EXPECT_EQ(check_engine_options(o).message(),
+            "engine.constraint_compile_threads: must be in [1, 64], got 0");
   o = {};
   o.constraint_compile_timeout_ms = 0;
   EXPECT_EQ(check_engine_options(o).message(),
@@ -258,9 +259,10 @@ TEST(EngineConstraints, KnobsAreCheckedNamingTheField) {
   EXPECT_EQ(check_engine_options(o).message(), "engine.speculative.method: must be one of off|ngram|suffix");
   o = {};
   o.max_batch_tokens = 16;
-  EXPECT_EQ(check_engine_options(o).message(),
-            "engine.max_batch_tokens: must be >= engine.max_running (32: every running sequence decodes one token "
-            "per step), got 16");
+  EXPECT_EQ(
+      check_engine_options(o).message(),
+      "engine.max_batch_tokens: must be >= engine.max_running (32: every running sequence decodes one token "
+      "per step), got 16");
 }
 
 TEST(SamplerMask, TheMaskedSamplerIsTheSamplerOverTheAllowedTokens) {
