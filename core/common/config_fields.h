@@ -1,9 +1,9 @@
 #pragma once
-// Typed fields: the one way frost reads a field into a struct (issue 54 item 1; worked example in
-// docs/architecture.md "Adding a config field, a flag or a request field"). A struct declares each field
-// once, in a table of ConfigField rows: the key, the member (a member pointer or an accessor lambda), the
-// range or the allowed values, the doc text; the default is the struct's own member initializer. The same
-// table drives every front end and every by-product:
+// Typed fields: the one way frost reads a field into a struct (issue 54 item 1; docs/architecture.md,
+// "Worked example: adding a config field, a flag or a request field"). A struct declares each field once,
+// in a table of ConfigField rows: the key, the member (a member pointer or an accessor lambda), the range or
+// the allowed values, the doc text; the default is the struct's own member initializer. The same table drives
+// every front end and every by-product:
 //   set(c, key, text) / set_all(c, {"k=v"})  — key=value (frost-bench --set, job specs' overrides),
 //   set_json(c, json)                        — a JSON object (nested objects for dotted groups),
 //   apply(c, path, FieldInput)               — what a structured front end hands over
