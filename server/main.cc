@@ -36,6 +36,7 @@
 #include "core/common/clock.h"
 #include "core/common/log.h"
 #include "core/flags/flags.h"
+#include "server/config_overrides.h"
 #include "server/frost_server.h"
 #include "server/proto_codec.h"
 #include "server/server_config.h"
@@ -48,8 +49,13 @@ namespace {
 }
 
 struct Flags {
-  std::string config, listen, model, device, metrics_listen, port_file, log_level, state_dir;
-  std::optional<std::string> http_listen;
+  std::string config, port_file;
+  // Config field overrides in command-line order: the flag, the field's path, the value. Each is read through
+  // the config's own field table (set_server_config_field, server/server_config.h), after --config.
+  struct Override {
+    std::string flag, path, value;
+  };
+  std::vector<Override> overrides;
   double load_delay_s = 0;
 };
 
@@ -57,6 +63,12 @@ struct Flags {
 frost::cli::Command frostd_command(Flags* f) {
   using frost::cli::string_flag;
   auto set = [](std::string* dst) { return [dst](const std::string& v) { *dst = v; }; };
+  // A flag that overrides one config field; an empty value is no override (except where "" means off).
+  auto field = [f](const std::string& flag, const std::string& path, bool empty_is_value = false) {
+    return [f, flag, path, empty_is_value](const std::string& v) {
+      if (!v.empty() || empty_is_value) f->overrides.push_back({flag, path, v});
+    };
+  };
   frost::cli::Command c;
   c.name = "frostd";
   c.synopsis = "[flags]";
@@ -68,30 +80,42 @@ frost::cli::Command frostd_command(Flags* f) {
       {"flags",
        {string_flag("--config", set(&f->config))
             .doc("FILE", "YAML config (configs/default.yaml documents every field)"),
-        string_flag("--listen", set(&f->listen))
+        string_flag("--listen", field("--listen", "server.listen"))
             .doc("HOST:PORT", "gRPC address, overrides server.listen (port 0: pick a free port)"),
-        string_flag("--model", set(&f->model))
+        string_flag("--model", field("--model", "model.path"))
             .doc(
                 "PATH",
                 "Hugging Face directory or builtin:tiny|builtin:tiny-gpt2|builtin:15m, overrides model.path"),
-        string_flag("--device", set(&f->device))
+        string_flag("--device", field("--device", "model.device"))
             .doc("DEVICE",
                  "where the steps run: cpu, cuda, cuda:N or reference (the host reference device), overrides "
                  "model.device"),
-        string_flag("--metrics-listen", set(&f->metrics_listen))
+        string_flag("--metrics-listen", field("--metrics-listen", "server.metrics_listen"))
             .doc("HOST:PORT", "Prometheus /metrics address, overrides server.metrics_listen"),
-        string_flag("--http-listen", [f](const std::string& v) { f->http_listen = v; })
+        string_flag("--http-listen", field("--http-listen", "server.http.listen", true))
             .doc(
                 "HOST:PORT",
                 "the OpenAI-compatible HTTP API's address, overrides server.http.listen (port 0: pick a free "
                 "port; \"\": off)"),
         string_flag("--port-file", set(&f->port_file))
-            .doc("FILE", "write the bound ports (grpc=PORT, metrics=PORT, http=PORT, kv_events=PORT, "
-                         "kv_events_replay=PORT) once listening"),
-        string_flag("--log-level", set(&f->log_level))
+            .doc("FILE",
+                 "write the bound ports (grpc=PORT, metrics=PORT, http=PORT, kv_events=PORT, "
+                 "kv_events_replay=PORT) once listening"),
+        string_flag("--log-level", field("--log-level", "log.level"))
             .doc("LEVEL", "debug|info|warn|error, overrides log.level"),
-        string_flag("--state-dir", set(&f->state_dir))
+        string_flag("--state-dir", field("--state-dir", "jobs.state_dir"))
             .doc("DIR", "overrides jobs.state_dir (journal, checkpoints, artifacts)"),
+        frost::cli::value_flag("--set",
+                               [f](const std::string& kv) -> absl::Status {
+                                 const size_t eq = kv.find('=');
+                                 if (eq == std::string::npos || eq == 0)
+                                   return frost::cli::bad_value("--set", "KEY=VALUE", kv);
+                                 f->overrides.push_back({"--set", kv.substr(0, eq), kv.substr(eq + 1)});
+                                 return absl::OkStatus();
+                               })
+            .doc("KEY=VALUE",
+                 "sets any config field, e.g. engine.max_running=8 (repeatable; configs/default.yaml "
+                 "documents the keys; the value is read as a plain YAML scalar, with the same checks)"),
         frost::cli::value_flag("--load-delay-s", [f](const std::string& v) -> absl::Status {
           double d = 0;
           if (!absl::SimpleAtod(v, &d) || !(d >= 0 && d <= 3600))
@@ -233,17 +257,9 @@ int main(int argc, char** argv) {
     if (!loaded.ok()) fail(std::string(loaded.status().message()));
     cfg = *loaded;
   }
-  if (!flags.listen.empty()) cfg.server.listen = flags.listen;
-  if (!flags.metrics_listen.empty()) cfg.server.metrics_listen = flags.metrics_listen;
-  if (flags.http_listen) cfg.server.http.listen = *flags.http_listen;
-  if (!flags.model.empty()) cfg.model.path = flags.model;
-  if (!flags.device.empty()) cfg.model.device = flags.device;
-  if (!flags.state_dir.empty()) cfg.jobs.state_dir = flags.state_dir;
-  if (!flags.log_level.empty()) {
-    absl::StatusOr<ServerConfig> lv =
-        frost::server::parse_server_config("log:\n  level: " + flags.log_level + "\n");
-    if (!lv.ok()) usage_error(absl::StrCat("--log-level: ", lv.status().message()));
-    cfg.log.level = lv->log.level;
+  for (const Flags::Override& o : flags.overrides) {
+    if (absl::Status st = frost::server::set_server_config_field(&cfg, o.path, o.value); !st.ok())
+      usage_error(absl::StrCat(o.flag, ": ", st.message()));
   }
   if (absl::Status st = frost::server::validate_server_config(cfg); !st.ok()) fail(std::string(st.message()));
   frost::set_log_level(cfg.log.level);

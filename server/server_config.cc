@@ -3,6 +3,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <sstream>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -22,28 +24,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/common/config_fields.h"
+#include "core/common/device_spec.h"
 #include "core/common/fs.h"
 #include "core/common/status_macros.h"
-#include "core/common/device_spec.h"
+#include "server/config_overrides.h"
 
 namespace frost::server {
 namespace {
 
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
-// A schema entry: one key of a section, bound to the struct member it fills. The same table
-// drives parsing, the unknown-key check and format_server_config(), so they cannot drift.
-struct Field {
-  std::string key;
-  // `value` is the YAML node under the key; `path` is "section.key" for messages.
-  std::function<absl::Status(const YAML::Node& value, const std::string& path)> parse;
-  std::function<std::string()> format;  // the current value as a YAML scalar
-};
-
-struct Section {
-  std::string key;
-  std::vector<Field> fields;
-};
+constexpr double kInt32Max = std::numeric_limits<int32_t>::max();
 
 absl::Status field_error(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
@@ -70,151 +61,18 @@ std::string describe(const YAML::Node& node) {
   return "nothing";
 }
 
-// A plain (unquoted, non-block) scalar: the only form numbers and booleans may take, so
-// `max_running: "4"` is rejected as a string rather than silently converted.
-bool is_plain_scalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
-
-// An integer member of any width (int32_t in most sections, int64_t where the core struct a section is
-// declares one, e.g. jobs.checkpoint_every); [lo, hi] must fit the member.
-template <typename T>
-Field int_field(const char* key, T* out, int64_t lo, int64_t hi) {
-  static_assert(std::is_integral_v<T>, "int_field: not an integer member");
-  Field f;
-  f.key = key;
-  f.parse = [out, lo, hi](const YAML::Node& value, const std::string& path) {
-    int64_t v = 0;
-    if (!is_plain_scalar(value) || !absl::SimpleAtoi(value.Scalar(), &v)) {
-      return field_error(path, absl::StrCat("expected an integer, got ", describe(value)));
-    }
-    if (v < lo || v > hi) {
-      return field_error(path, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
-    }
-    *out = static_cast<T>(v);
-    return absl::OkStatus();
-  };
-  f.format = [out] { return absl::StrCat(*out); };
-  return f;
-}
-
-// A byte size: a plain integer, optionally followed by KiB, MiB, GiB or TiB (no space), in [lo, hi].
-Field bytes_field(const char* key, int64_t* out, int64_t lo, int64_t hi) {
-  Field f;
-  f.key = key;
-  f.parse = [out, lo, hi](const YAML::Node& value, const std::string& path) {
-    const std::string text = is_plain_scalar(value) ? value.Scalar() : "";
-    std::string digits = text;
-    int shift = 0;
-    for (const auto& [suffix, sh] : {std::pair{"KiB", 10}, std::pair{"MiB", 20}, std::pair{"GiB", 30},
-                                    std::pair{"TiB", 40}}) {
-      if (absl::EndsWith(text, suffix)) {
-        digits = text.substr(0, text.size() - 3);
-        shift = sh;
-      }
-    }
-    int64_t v = 0;
-    if (digits.empty() || !absl::SimpleAtoi(digits, &v) || v < 0 || (shift > 0 && v > (hi >> shift))) {
-      return field_error(path, absl::StrCat("expected a byte size (an integer, optionally with KiB, MiB, GiB or "
-                                            "TiB), got ", describe(value)));
-    }
-    v <<= shift;
-    if (v < lo || v > hi) return field_error(path, absl::StrCat("must be in [", lo, ", ", hi, "] bytes, got ", v));
-    *out = v;
-    return absl::OkStatus();
-  };
-  f.format = [out] { return absl::StrCat(*out); };
-  return f;
-}
-
-// Shortest decimal form that reads back as the same double; whole numbers without exponent.
-std::string format_double(double v) {
-  if (v == std::trunc(v) && std::fabs(v) < 1e15) return absl::StrFormat("%.0f", v);
-  for (int precision = 1; precision < 17; ++precision) {
-    const std::string s = absl::StrFormat("%.*g", precision, v);
-    double back = 0;
-    if (absl::SimpleAtod(s, &back) && back == v) return s;
+// A plain (unquoted, non-block) scalar is the only form numbers and booleans may take, so `max_running: "4"`
+// is rejected as a string rather than silently converted: a quoted scalar is FieldInput::Form::kString.
+FieldInput yaml_input(const YAML::Node& node) {
+  FieldInput in;
+  if (node.IsScalar()) {
+    in.text = node.Scalar();
+    in.form = node.Tag() == "?" ? FieldInput::Form::kText : FieldInput::Form::kString;
+  } else {
+    in.form = FieldInput::Form::kOther;
   }
-  return absl::StrFormat("%.17g", v);
-}
-
-Field double_field(const char* key, double* out, double lo, double hi) {
-  Field f;
-  f.key = key;
-  f.parse = [out, lo, hi](const YAML::Node& value, const std::string& path) {
-    double v = 0;
-    if (!is_plain_scalar(value) || !absl::SimpleAtod(value.Scalar(), &v) || !std::isfinite(v)) {
-      return field_error(path, absl::StrCat("expected a finite number, got ", describe(value)));
-    }
-    if (v < lo || v > hi) {
-      return field_error(path, absl::StrCat("must be in [", format_double(lo), ", ", format_double(hi),
-                                            "], got ", value.Scalar()));
-    }
-    *out = v;
-    return absl::OkStatus();
-  };
-  f.format = [out] { return format_double(*out); };
-  return f;
-}
-
-Field bool_field(const char* key, bool* out) {
-  Field f;
-  f.key = key;
-  f.parse = [out](const YAML::Node& value, const std::string& path) {
-    const std::string s = is_plain_scalar(value) ? absl::AsciiStrToLower(value.Scalar()) : "";
-    if (s == "true") {
-      *out = true;
-    } else if (s == "false") {
-      *out = false;
-    } else {
-      return field_error(path, absl::StrCat("expected true or false, got ", describe(value)));
-    }
-    return absl::OkStatus();
-  };
-  f.format = [out] { return std::string(*out ? "true" : "false"); };
-  return f;
-}
-
-// Any scalar, quoted or not, is a string (`listen: 8080` is the string "8080").
-Field string_field(const char* key, std::string* out) {
-  Field f;
-  f.key = key;
-  f.parse = [out](const YAML::Node& value, const std::string& path) {
-    if (!value.IsScalar()) {
-      return field_error(path, absl::StrCat("expected a string, got ", describe(value)));
-    }
-    *out = value.Scalar();
-    return absl::OkStatus();
-  };
-  f.format = [out] { return yaml_quoted(*out); };
-  return f;
-}
-
-template <typename E>
-Field enum_field(const char* key, E* out, std::vector<std::pair<std::string, E>> names) {
-  std::vector<std::string> keys;
-  for (const auto& [name, e] : names) keys.push_back(name);
-  const std::string expected = absl::StrJoin(keys, "|");
-  Field f;
-  f.key = key;
-  f.parse = [out, names, expected](const YAML::Node& value, const std::string& path) {
-    if (!value.IsScalar()) {
-      return field_error(path, absl::StrCat("expected one of ", expected, ", got ", describe(value)));
-    }
-    for (const auto& [name, e] : names) {
-      if (value.Scalar() == name) {
-        *out = e;
-        return absl::OkStatus();
-      }
-    }
-    return field_error(
-        path, absl::StrCat("unknown value ", yaml_quoted(value.Scalar()), " (expected ", expected, ")"));
-  };
-  f.format = [out, names] {
-    for (const auto& [name, e] : names) {
-      if (*out == e) return name;
-    }
-    return std::string("?");
-  };
-  return f;
+  in.shown = describe(node);
+  return in;
 }
 
 // model.dtype's names: every weight format the model loader knows (core/model/model_config.h).
@@ -224,212 +82,188 @@ std::vector<std::pair<std::string, WeightDtype>> weight_dtype_names() {
   return names;
 }
 
-absl::Status for_each_entry(
-    const YAML::Node& node, const std::string& prefix, const std::vector<std::string>& known,
-    const std::function<absl::Status(size_t, const YAML::Node&, const std::string&)>& on_entry);
-
-// A nested mapping of fields (server.tls): parsed like a section, formatted as indented lines.
-Field map_field(const char* key, std::vector<Field> fields) {
-  Field f;
-  f.key = key;
-  f.parse = [fields](const YAML::Node& value, const std::string& path) {
-    if (!value.IsMap() && !value.IsNull())
-      return field_error(path, absl::StrCat("expected a mapping, got ", describe(value)));
-    std::vector<std::string> keys;
-    for (const Field& sub : fields) keys.push_back(sub.key);
-    return for_each_entry(value, path, keys, [&](size_t j, const YAML::Node& v, const std::string& p) {
-      return fields[j].parse(v, p);
-    });
-  };
-  f.format = [fields] {
-    std::string out;
-    for (const Field& sub : fields) absl::StrAppend(&out, "\n    ", sub.key, ": ", sub.format());
-    return out;
-  };
-  return f;
+// The whole schema, one ConfigField per key (core/common/config_fields.h), "section.key" or
+// "section.map.key": the same table drives parsing, the unknown-key check (with "did you mean") and
+// format_server_config(), so they cannot drift. The engine section's EngineOptions fields are the core's own
+// declaration (core/generate/engine_options.cc).
+std::vector<ConfigField<ServerSection>> server_fields() {
+  using S = ServerSection;
+  using R = ConfigRange;
+  return fields_of<S>({
+      {string_field<S>("listen", &S::listen), string_field<S>("metrics_listen", &S::metrics_listen),
+       bool_field<S>("reflection", &S::reflection),
+       int_field<S>("max_receive_message_bytes", &S::max_receive_message_bytes, R::in(1, kInt32Max)),
+       int_field<S>("max_send_message_bytes", &S::max_send_message_bytes, R::in(1, kInt32Max)),
+       number_field<S>("drain_timeout_s", &S::drain_timeout_s, R::in(0, 86400)),
+       int_field<S>("max_concurrent_streams", &S::max_concurrent_streams, R::in(1, kInt32Max)),
+       int_field<S>("max_header_list_bytes", &S::max_header_list_bytes, R::in(1024, 16 << 20)),
+       int_field<S>("keepalive_time_s", &S::keepalive_time_s, R::in(1, 86400 * 7)),
+       int_field<S>("keepalive_timeout_s", &S::keepalive_timeout_s, R::in(1, 3600)),
+       int_field<S>("keepalive_min_ping_interval_s", &S::keepalive_min_ping_interval_s, R::in(0, 86400)),
+       int_field<S>("keepalive_max_ping_strikes", &S::keepalive_max_ping_strikes, R::in(0, 1000)),
+       int_field<S>("max_connection_idle_s", &S::max_connection_idle_s, R::in(0, 86400 * 365)),
+       int_field<S>("max_connection_age_s", &S::max_connection_age_s, R::in(0, 86400 * 365)),
+       int_field<S>("max_connection_age_grace_s", &S::max_connection_age_grace_s, R::in(0, 86400)),
+       int_field<S>("write_stall_timeout_s", &S::write_stall_timeout_s, R::in(0, 86400))},
+      group<S, TlsSection>(
+          "tls", &S::tls,
+          {string_field<TlsSection>("cert_file", &TlsSection::cert_file),
+           string_field<TlsSection>("key_file", &TlsSection::key_file),
+           string_field<TlsSection>("client_ca_file", &TlsSection::client_ca_file),
+           bool_field<TlsSection>("require_client_cert", &TlsSection::require_client_cert),
+           int_field<TlsSection>("reload_interval_s", &TlsSection::reload_interval_s, R::in(1, 86400)),
+           bool_field<TlsSection>("metrics", &TlsSection::metrics)}),
+      group<S, HttpSection>(
+          "http", &S::http,
+          {string_field<HttpSection>("listen", &HttpSection::listen),
+           int_field<HttpSection>("max_connections", &HttpSection::max_connections, R::in(1, 4096)),
+           int_field<HttpSection>("max_connections_per_address", &HttpSection::max_connections_per_address,
+                                  R::in(1, 4096)),
+           int_field<HttpSection>("max_body_bytes", &HttpSection::max_body_bytes, R::in(1024, 1 << 30)),
+           int_field<HttpSection>("max_header_bytes", &HttpSection::max_header_bytes, R::in(1024, 1 << 20)),
+           int_field<HttpSection>("head_timeout_s", &HttpSection::head_timeout_s, R::in(1, 3600)),
+           int_field<HttpSection>("read_timeout_s", &HttpSection::read_timeout_s, R::in(1, 3600)),
+           int_field<HttpSection>("keep_alive_timeout_s", &HttpSection::keep_alive_timeout_s,
+                                  R::in(1, 3600))}),
+      group<S, KvEventsSection>(
+          "kv_events", &S::kv_events,
+          {bool_field<KvEventsSection>("enabled", &KvEventsSection::enabled),
+           string_field<KvEventsSection>("endpoint", &KvEventsSection::endpoint),
+           string_field<KvEventsSection>("topic", &KvEventsSection::topic),
+           string_field<KvEventsSection>("replay_endpoint", &KvEventsSection::replay_endpoint),
+           int_field<KvEventsSection>("buffer_steps", &KvEventsSection::buffer_steps, R::in(1, 10000000)),
+           int_field<KvEventsSection>("queue_batches", &KvEventsSection::queue_batches, R::in(1, 10000000))}),
+  });
 }
 
-// The whole schema, bound to the members of `cfg` (which must outlive the result).
-std::vector<Section> schema(ServerConfig* cfg) {
-  ServerSection& s = cfg->server;
-  ModelSection& m = cfg->model;
-  EngineSection& e = cfg->engine;
-  LimitsSection& l = cfg->limits;
-  return {
-      {"server",
-       {string_field("listen", &s.listen), string_field("metrics_listen", &s.metrics_listen),
-        bool_field("reflection", &s.reflection),
-        int_field("max_receive_message_bytes", &s.max_receive_message_bytes, 1, kInt32Max),
-        int_field("max_send_message_bytes", &s.max_send_message_bytes, 1, kInt32Max),
-        double_field("drain_timeout_s", &s.drain_timeout_s, 0, 86400),
-        int_field("max_concurrent_streams", &s.max_concurrent_streams, 1, kInt32Max),
-        int_field("max_header_list_bytes", &s.max_header_list_bytes, 1024, 16 << 20),
-        int_field("keepalive_time_s", &s.keepalive_time_s, 1, 86400 * 7),
-        int_field("keepalive_timeout_s", &s.keepalive_timeout_s, 1, 3600),
-        int_field("keepalive_min_ping_interval_s", &s.keepalive_min_ping_interval_s, 0, 86400),
-        int_field("keepalive_max_ping_strikes", &s.keepalive_max_ping_strikes, 0, 1000),
-        int_field("max_connection_idle_s", &s.max_connection_idle_s, 0, 86400 * 365),
-        int_field("max_connection_age_s", &s.max_connection_age_s, 0, 86400 * 365),
-        int_field("max_connection_age_grace_s", &s.max_connection_age_grace_s, 0, 86400),
-        int_field("write_stall_timeout_s", &s.write_stall_timeout_s, 0, 86400),
-        map_field("tls", {string_field("cert_file", &s.tls.cert_file), string_field("key_file", &s.tls.key_file),
-                          string_field("client_ca_file", &s.tls.client_ca_file),
-                          bool_field("require_client_cert", &s.tls.require_client_cert),
-                          int_field("reload_interval_s", &s.tls.reload_interval_s, 1, 86400),
-                          bool_field("metrics", &s.tls.metrics)}),
-        map_field("http",
-                  {string_field("listen", &s.http.listen),
-                   int_field("max_connections", &s.http.max_connections, 1, 4096),
-                   int_field("max_connections_per_address", &s.http.max_connections_per_address, 1, 4096),
-                   int_field("max_body_bytes", &s.http.max_body_bytes, 1024, 1 << 30),
-                   int_field("max_header_bytes", &s.http.max_header_bytes, 1024, 1 << 20),
-                   int_field("head_timeout_s", &s.http.head_timeout_s, 1, 3600),
-                   int_field("read_timeout_s", &s.http.read_timeout_s, 1, 3600),
-                   int_field("keep_alive_timeout_s", &s.http.keep_alive_timeout_s, 1, 3600)}),
-        map_field("kv_events", {bool_field("enabled", &s.kv_events.enabled),
-                                string_field("endpoint", &s.kv_events.endpoint),
-                                string_field("topic", &s.kv_events.topic),
-                                string_field("replay_endpoint", &s.kv_events.replay_endpoint),
-                                int_field("buffer_steps", &s.kv_events.buffer_steps, 1, 10000000),
-                                int_field("queue_batches", &s.kv_events.queue_batches, 1, 10000000)})}},
-      {"model",
-       {string_field("path", &m.path),
-        enum_field("dtype", &m.dtype, weight_dtype_names()),
-        int_field("threads", &m.threads, 0, 1024),
-        enum_field("kernels", &m.kernels,
-                   {{"auto", std::string("auto")},
-                    {"avx512", std::string("avx512")},
-                    {"avx2", std::string("avx2")},
-                    {"scalar", std::string("scalar")}}),
-        string_field("device", &m.device), bool_field("cuda_graphs", &m.cuda_graphs),
-        string_field("chat_template", &m.chat_template)}},
-      {"engine",
-       {int_field("max_running", &e.max_running, 1, 65536),
-        int_field("max_waiting", &e.max_waiting, 0, kInt32Max),
-        int_field("max_batch_tokens", &e.max_batch_tokens, 1, 1 << 20),
-        int_field("kv_block_tokens", &e.kv_block_tokens, 1, 4096),
-        bytes_field("kv_cache_bytes", &e.kv_cache_bytes, 0, int64_t{1} << 50),
-        bool_field("kv_cache_prefault", &e.kv_cache_prefault),
-        bool_field("prefix_caching", &e.prefix_caching),
-        int_field("max_context", &e.max_context, 0, kInt32Max),
-        enum_field("kv_codec", &e.kv_codec,
-                   {{"fp32", KvCodecKind::kF32},
-                    {"fp16", KvCodecKind::kF16},
-                    {"bf16", KvCodecKind::kBF16},
-                    {"int8", KvCodecKind::kInt8},
-                    {"int4", KvCodecKind::kInt4},
-                    {"kvsplice", KvCodecKind::kKvSplice}}),
-        string_field("kv_repair", &e.kv_repair), string_field("kv_splice", &e.kv_splice),
-        int_field("constraint_compile_threads", &e.constraint_compile_threads, 1, 64),
-        int_field("constraint_compile_queue", &e.constraint_compile_queue, 0, 65536),
-        int_field("constraint_compile_timeout_ms", &e.constraint_compile_timeout_ms, 1, 600000),
-        bytes_field("constraint_cache_bytes", &e.constraint_cache_bytes, 0, int64_t{1} << 40),
-        // Speculative decoding (core/generate/spec_options.h). `server` is a request's word for "the
-        // default", not a default itself, so the config offers only the three methods.
-        map_field(
-            "speculative",
-            {enum_field(
-                 "method", &e.speculative.method,
-                 {{"off", SpecMethod::kOff}, {"ngram", SpecMethod::kNgram}, {"suffix", SpecMethod::kSuffix}}),
-             int_field("num_tokens", &e.speculative.num_tokens, 1, 32),
-             int_field("max_batch", &e.speculative.max_batch, 0, 65536),
-             bool_field("adaptive", &e.speculative.adaptive),
-             bool_field("jump_forward", &e.speculative.jump_forward),
-             int_field("jump_forward_tokens", &e.speculative.jump_forward_tokens, 0, 256),
-             int_field("suffix_cache_tokens", &e.speculative.suffix_cache_tokens, 0, int64_t{1} << 30)})}},
-      {"limits",
-       {int_field("max_prompt_bytes", &l.max_prompt_bytes, 1, kInt32Max),
-        int_field("max_prompt_tokens", &l.max_prompt_tokens, 0, kInt32Max),
-        int_field("max_new_tokens", &l.max_new_tokens, 1, kInt32Max),
-        int_field("max_stop_strings", &l.max_stop_strings, 0, kInt32Max),
-        int_field("max_stop_bytes", &l.max_stop_bytes, 1, kInt32Max),
-        int_field("max_stop_token_ids", &l.max_stop_token_ids, 0, 100000),
-        int_field("max_logprobs", &l.max_logprobs, 0, kInt32Max),
-        int_field("max_predict_texts", &l.max_predict_texts, 1, 100000)}},
-      {"prediction",
-       {int_field("threads", &cfg->prediction.threads, 1, 64),
-        int_field("max_queued", &cfg->prediction.max_queued, 0, 1000000)}},
-      {"jobs",
-       {bool_field("enabled", &cfg->jobs.enabled), string_field("state_dir", &cfg->jobs.state_dir),
-        string_field("data_root", &cfg->jobs.data_root),
-        int_field("max_queued", &cfg->jobs.max_queued, 1, 1000000),
-        int_field("concurrency", &cfg->jobs.concurrency, 1, 64),
-        int_field("threads", &cfg->jobs.threads, 1, 1024), int_field("nice", &cfg->jobs.nice, 0, 19),
-        int_field("checkpoint_every", &cfg->jobs.checkpoint_every, 1, kInt32Max),
-        int_field("max_attempts", &cfg->jobs.max_attempts, 1, 1000),
-        int_field("state_retry_s", &cfg->jobs.state_retry_s, 1, 3600),
-        int_field("max_inline_rows", &cfg->jobs.max_inline_rows, 0, kInt32Max),
-        int_field("max_inline_bytes", &cfg->jobs.max_inline_bytes, 0, kInt32Max)}},
-      {"artifacts",
-       {string_field("follow_state_dir", &cfg->artifacts.follow_state_dir),
-        int_field("follow_interval_ms", &cfg->artifacts.follow_interval_ms, 100, 3600000)}},
-      {"auth",
-       {string_field("admin_token_file", &cfg->auth.admin_token_file),
-        string_field("admin_token_env", &cfg->auth.admin_token_env),
-        string_field("user_token_file", &cfg->auth.user_token_file),
-        string_field("user_token_env", &cfg->auth.user_token_env),
-        bool_field("require_for_inference", &cfg->auth.require_for_inference),
-        bool_field("open_render", &cfg->auth.open_render),
-        bool_field("require_tls", &cfg->auth.require_tls)}},
-      {"log",
-       {enum_field("level", &cfg->log.level,
-                   {{"debug", LogLevel::kDebug},
-                    {"info", LogLevel::kInfo},
-                    {"warn", LogLevel::kWarn},
-                    {"error", LogLevel::kError}})}},
-  };
+std::vector<ConfigField<ServerConfig>> schema() {
+  using C = ServerConfig;
+  using R = ConfigRange;
+  using M = ModelSection;
+  using E = EngineSection;
+  using L = LimitsSection;
+  using J = JobsSection;
+  using A = AuthSection;
+  return fields_of<C>({
+      group<C, ServerSection>("server", &C::server, server_fields()),
+      group<C, M>(
+          "model", &C::model,
+          {string_field<M>("path", &M::path), enum_field<M>("dtype", &M::dtype, weight_dtype_names()),
+           int_field<M>("threads", &M::threads, R::in(0, 1024)),
+           enum_field<M>("kernels", &M::kernels,
+                         std::vector<std::pair<std::string, std::string>>{
+                             {"auto", "auto"}, {"avx512", "avx512"}, {"avx2", "avx2"}, {"scalar", "scalar"}}),
+           string_field<M>("device", &M::device), bool_field<M>("cuda_graphs", &M::cuda_graphs),
+           string_field<M>("chat_template", &M::chat_template)}),
+      group<C, E>("engine", &C::engine,
+                  fields_of<E>({group<E, EngineOptions>("", base_of<EngineOptions>(), engine_option_fields()),
+                                {int_field<E>("max_context", &E::max_context, R::in(0, kInt32Max)),
+                                 enum_field<E>("kv_codec", &E::kv_codec,
+                                               std::vector<std::pair<std::string, KvCodecKind>>{
+                                                   {"fp32", KvCodecKind::kF32},
+                                                   {"fp16", KvCodecKind::kF16},
+                                                   {"bf16", KvCodecKind::kBF16},
+                                                   {"int8", KvCodecKind::kInt8},
+                                                   {"int4", KvCodecKind::kInt4},
+                                                   {"kvsplice", KvCodecKind::kKvSplice}}),
+                                 string_field<E>("kv_repair", &E::kv_repair),
+                                 string_field<E>("kv_splice", &E::kv_splice)}})),
+      group<C, L>("limits", &C::limits,
+                  {int_field<L>("max_prompt_bytes", &L::max_prompt_bytes, R::in(1, kInt32Max)),
+                   int_field<L>("max_prompt_tokens", &L::max_prompt_tokens, R::in(0, kInt32Max)),
+                   int_field<L>("max_new_tokens", &L::max_new_tokens, R::in(1, kInt32Max)),
+                   int_field<L>("max_stop_strings", &L::max_stop_strings, R::in(0, kInt32Max)),
+                   int_field<L>("max_stop_bytes", &L::max_stop_bytes, R::in(1, kInt32Max)),
+                   int_field<L>("max_stop_token_ids", &L::max_stop_token_ids, R::in(0, 100000)),
+                   int_field<L>("max_logprobs", &L::max_logprobs, R::in(0, kInt32Max)),
+                   int_field<L>("max_predict_texts", &L::max_predict_texts, R::in(1, 100000))}),
+      group<C, PredictionSection>(
+          "prediction", &C::prediction,
+          {int_field<PredictionSection>("threads", &PredictionSection::threads, R::in(1, 64)),
+           int_field<PredictionSection>("max_queued", &PredictionSection::max_queued, R::in(0, 1000000))}),
+      group<C, J>("jobs", &C::jobs,
+                  {bool_field<J>("enabled", &J::enabled), string_field<J>("state_dir", &J::state_dir),
+                   string_field<J>("data_root", &J::data_root),
+                   int_field<J>("max_queued", &J::max_queued, R::in(1, 1000000)),
+                   int_field<J>("concurrency", &J::concurrency, R::in(1, 64)),
+                   int_field<J>("threads", &J::threads, R::in(1, 1024)),
+                   int_field<J>("nice", &J::nice, R::in(0, 19)),
+                   int_field<J>("checkpoint_every", &J::checkpoint_every, R::in(1, kInt32Max)),
+                   int_field<J>("max_attempts", &J::max_attempts, R::in(1, 1000)),
+                   int_field<J>("state_retry_s", &J::state_retry_s, R::in(1, 3600)),
+                   int_field<J>("max_inline_rows", &J::max_inline_rows, R::in(0, kInt32Max)),
+                   int_field<J>("max_inline_bytes", &J::max_inline_bytes, R::in(0, kInt32Max))}),
+      group<C, ArtifactsSection>(
+          "artifacts", &C::artifacts,
+          {string_field<ArtifactsSection>("follow_state_dir", &ArtifactsSection::follow_state_dir),
+           int_field<ArtifactsSection>("follow_interval_ms", &ArtifactsSection::follow_interval_ms,
+                                       R::in(100, 3600000))}),
+      group<C, A>("auth", &C::auth,
+                  {string_field<A>("admin_token_file", &A::admin_token_file),
+                   string_field<A>("admin_token_env", &A::admin_token_env),
+                   string_field<A>("user_token_file", &A::user_token_file),
+                   string_field<A>("user_token_env", &A::user_token_env),
+                   bool_field<A>("require_for_inference", &A::require_for_inference),
+                   bool_field<A>("open_render", &A::open_render),
+                   bool_field<A>("require_tls", &A::require_tls)}),
+      group<C, LogSection>("log", &C::log,
+                           {enum_field<LogSection>(
+                               "level", &LogSection::level,
+                               std::vector<std::pair<std::string, LogLevel>>{{"debug", LogLevel::kDebug},
+                                                                             {"info", LogLevel::kInfo},
+                                                                             {"warn", LogLevel::kWarn},
+                                                                             {"error", LogLevel::kError}})}),
+  });
+}
+
+const ConfigTable<ServerConfig>& table() {
+  static const ConfigTable<ServerConfig> t("", schema(), FieldStyle::kPath);
+  return t;
 }
 
 std::string join_path(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
 }
 
-// Walks the entries of mapping `node` in document order, rejecting non-string, unknown and
-// duplicate keys, and hands each value to `on_entry(index_in_known, value, path)`.
-// A null node (a section with every key commented out) is an empty mapping.
-absl::Status for_each_entry(
-    const YAML::Node& node, const std::string& prefix, const std::vector<std::string>& known,
-    const std::function<absl::Status(size_t, const YAML::Node&, const std::string&)>& on_entry) {
+// Reads mapping `node` (the keys under `prefix`; "" = the document) in document order, rejecting non-string,
+// unknown and duplicate keys; a group's value is read as a mapping, a field's through the table. A null node
+// (a section with every key commented out) is an empty mapping.
+absl::Status read_mapping(const YAML::Node& node, const std::string& prefix, ServerConfig* cfg) {
   if (node.IsNull()) return absl::OkStatus();
-  if (!node.IsMap()) {
-    return field_error(prefix.empty() ? "config" : prefix,
-                       absl::StrCat("expected a mapping, got ", describe(node)));
-  }
+  const std::string where = prefix.empty() ? "config" : prefix;
+  if (!node.IsMap()) return field_error(where, absl::StrCat("expected a mapping, got ", describe(node)));
+  const std::vector<std::string> known = table().children(prefix);
   std::set<std::string> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    if (!it->first.IsScalar()) {
-      return field_error(prefix.empty() ? "config" : prefix,
-                         absl::StrCat("keys must be strings, got ", describe(it->first)));
-    }
+    if (!it->first.IsScalar())
+      return field_error(where, absl::StrCat("keys must be strings, got ", describe(it->first)));
     const std::string path = join_path(prefix, it->first.Scalar());
-    size_t index = 0;
-    while (index < known.size() && known[index] != it->first.Scalar()) ++index;
-    if (index == known.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown key '", path, "' (expected one of ", absl::StrJoin(known, "|"), ")"));
-    }
-    if (!seen.insert(path).second) {
+    if (std::find(known.begin(), known.end(), it->first.Scalar()) == known.end())
+      return table().unknown_key(path, known);
+    if (!seen.insert(path).second)
       return absl::InvalidArgumentError(absl::StrCat("duplicate key '", path, "'"));
-    }
-    FROST_RETURN_IF_ERROR(on_entry(index, it->second, path));
+    FROST_RETURN_IF_ERROR(table().is_group(path) ? read_mapping(it->second, path, cfg)
+                                                 : table().apply(*cfg, path, yaml_input(it->second)));
   }
   return absl::OkStatus();
 }
 
-absl::Status parse_document(const YAML::Node& root, ServerConfig* cfg) {
-  std::vector<Section> sections = schema(cfg);
-  std::vector<std::string> section_keys;
-  for (const Section& s : sections) section_keys.push_back(s.key);
-  return for_each_entry(
-      root, "", section_keys, [&](size_t i, const YAML::Node& section_node, const std::string& section_path) {
-        const std::vector<Field>& fields = sections[i].fields;
-        std::vector<std::string> field_keys;
-        for (const Field& f : fields) field_keys.push_back(f.key);
-        return for_each_entry(section_node, section_path, field_keys,
-                              [&](size_t j, const YAML::Node& value, const std::string& path) {
-                                return fields[j].parse(value, path);
-                              });
-      });
+// A field's value as a YAML scalar: strings quoted, enum names bare, numbers in their shortest form.
+std::string yaml_value(const ConfigField<ServerConfig>& f, const ServerConfig& cfg) {
+  return std::visit(
+      [&f](const auto& v) -> std::string {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          return f.kind == FieldKind::kEnum ? v : yaml_quoted(v);
+        } else if constexpr (std::is_same_v<V, bool>) {
+          return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<V, double>) {
+          return shortest_number_text(v);
+        } else {
+          return absl::StrCat(v);
+        }
+      },
+      f.get(cfg));
 }
 
 // "host:port" → port as written, or "" when the value is not HOST:PORT.
@@ -587,12 +421,8 @@ absl::Status validate_server_config(const ServerConfig& cfg) {
                                     "follower only reads another's), got ",
                                     yaml_quoted(cfg.artifacts.follow_state_dir)));
   }
-  if (cfg.engine.max_batch_tokens < cfg.engine.max_running) {
-    return field_error("engine.max_batch_tokens",
-                       absl::StrCat("must be >= engine.max_running (", cfg.engine.max_running,
-                                    ": every running sequence decodes one token per step), got ",
-                                    cfg.engine.max_batch_tokens));
-  }
+  // The engine's ranges and rules: the one check Engine::create makes too (core/generate/engine_options.h).
+  FROST_RETURN_IF_ERROR(check_engine_options(cfg.engine));
   if (cfg.engine.max_context > 0 && cfg.limits.max_prompt_tokens > cfg.engine.max_context) {
     return field_error("limits.max_prompt_tokens",
                        absl::StrCat("must be <= engine.max_context (", cfg.engine.max_context, "), got ",
@@ -620,7 +450,7 @@ absl::StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text) {
       return absl::InvalidArgumentError(
           absl::StrCat("config: expected one YAML document, got ", docs.size()));
     }
-    if (!docs.empty()) FROST_RETURN_IF_ERROR(parse_document(docs[0], &cfg));
+    if (!docs.empty()) FROST_RETURN_IF_ERROR(read_mapping(docs[0], "", &cfg));
   } catch (const YAML::ParserException& e) {
     // yaml-cpp marks are 0-based.
     return absl::InvalidArgumentError(absl::StrCat("config: YAML syntax error at line ", e.mark.line + 1,
@@ -678,14 +508,39 @@ absl::StatusOr<ServerConfig> load_server_config(const std::string& path) {
   return cfg;
 }
 
+absl::Status set_server_config_field(ServerConfig* cfg, const std::string& path, const std::string& value) {
+  const ConfigTable<ServerConfig>& t = table();
+  if (t.is_group(path))
+    return field_error(path,
+                       absl::StrCat("a mapping: set one of its keys (", absl::StrJoin(t.children(path), "|"),
+                                    "), got ", yaml_quoted(value)));
+  if (t.find(path) == nullptr) {
+    // The keys of the deepest level that exists ("engine.max_runing" lists engine's keys).
+    std::string parent = path.substr(0, path.rfind('.') == std::string::npos ? 0 : path.rfind('.'));
+    while (!parent.empty() && !t.is_group(parent))
+      parent = parent.substr(0, parent.rfind('.') == std::string::npos ? 0 : parent.rfind('.'));
+    return t.unknown_key(path, t.children(parent));
+  }
+  FieldInput in = FieldInput::of(value);
+  in.shown = yaml_quoted(value);
+  return t.apply(*cfg, path, in);
+}
+
 std::string format_server_config(const ServerConfig& cfg) {
-  ServerConfig copy = cfg;  // schema() binds mutable members; format only reads them
+  // "section:", "  key: value", a nested mapping as "  map: " and its keys indented below it.
   std::string out;
-  for (const Section& section : schema(&copy)) {
-    absl::StrAppend(&out, section.key, ":\n");
-    for (const Field& f : section.fields) {
-      absl::StrAppend(&out, "  ", f.key, ": ", f.format(), "\n");
+  std::vector<std::string> open;  // the groups the previous field was in
+  for (const ConfigField<ServerConfig>& f : table().fields()) {
+    const std::vector<std::string> parts = absl::StrSplit(f.name, '.');
+    size_t common = 0;
+    while (common < open.size() && common + 1 < parts.size() && open[common] == parts[common]) ++common;
+    open.resize(common);
+    for (size_t d = common; d + 1 < parts.size(); ++d) {
+      absl::StrAppend(&out, std::string(2 * d, ' '), parts[d], d == 0 ? ":\n" : ": \n");
+      open.push_back(parts[d]);
     }
+    absl::StrAppend(&out, std::string(2 * (parts.size() - 1), ' '), parts.back(), ": ", yaml_value(f, cfg),
+                    "\n");
   }
   return out;
 }

@@ -45,21 +45,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
                                                        const EngineConfig& cfg,
                                                        std::unique_ptr<StepExecutor> executor) {
   if (!model || !model->model) return absl::InvalidArgumentError("engine: no model");
-  if (cfg.max_running < 1)
-    return absl::InvalidArgumentError(absl::StrCat("engine.max_running must be >= 1, got ", cfg.max_running));
-  if (cfg.max_waiting < 0)
-    return absl::InvalidArgumentError(absl::StrCat("engine.max_waiting must be >= 0, got ", cfg.max_waiting));
-  if (cfg.max_batch_tokens < cfg.max_running)
-    return absl::InvalidArgumentError(absl::StrCat("engine.max_batch_tokens must be >= engine.max_running (",
-                                                   cfg.max_running, ": every running sequence decodes each step), got ",
-                                                   cfg.max_batch_tokens));
-  if (cfg.kv_block_tokens < 1 || cfg.kv_block_tokens > 4096)
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine.kv_block_tokens must be in [1, 4096], got ", cfg.kv_block_tokens));
-  if (cfg.kv_cache_bytes < 0)
-    return absl::InvalidArgumentError(absl::StrCat("engine.kv_cache_bytes must be >= 0, got ", cfg.kv_cache_bytes));
-  FROST_RETURN_IF_ERROR(EngineConstraints::check(cfg));
-  FROST_RETURN_IF_ERROR(check_speculative_options(cfg.speculative));
+  // The one check of the engine's ranges, the same the server's config validation makes
+  // (core/generate/engine_options.h).
+  FROST_RETURN_IF_ERROR(check_engine_options(cfg));
   std::unique_ptr<Engine> e(new Engine(model, cfg));
   e->constraints_ = std::make_unique<EngineConstraints>(model, cfg);
   e->exec_ = executor ? std::move(executor) : std::make_unique<CpuExecutor>(model);

@@ -48,22 +48,6 @@ absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> build_constraint_vo
   return constrain::TokenVocab::create(std::move(bytes), std::move(special), std::move(eos));
 }
 
-absl::Status EngineConstraints::check(const EngineOptions& opt) {
-  if (opt.constraint_compile_threads < 1 || opt.constraint_compile_threads > 64)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine.constraint_compile_threads must be in [1, 64], got ", opt.constraint_compile_threads));
-  if (opt.constraint_compile_queue < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine.constraint_compile_queue must be >= 0, got ", opt.constraint_compile_queue));
-  if (opt.constraint_compile_timeout_ms < 1)
-    return absl::InvalidArgumentError(absl::StrCat("engine.constraint_compile_timeout_ms must be >= 1, got ",
-                                                   opt.constraint_compile_timeout_ms));
-  if (opt.constraint_cache_bytes < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine.constraint_cache_bytes must be >= 0, got ", opt.constraint_cache_bytes));
-  return absl::OkStatus();
-}
-
 EngineConstraints::EngineConstraints(std::shared_ptr<const LoadedModel> model, const EngineOptions& opt)
     : model_(std::move(model)), compiler_(compiler_options(opt)) {}
 

@@ -32,9 +32,7 @@ absl::StatusOr<std::shared_ptr<const constrain::TokenVocab>> build_constraint_vo
 
 class EngineConstraints {
  public:
-  // The engine.constraint_* knobs: INVALID_ARGUMENT naming the field when one is out of range.
-  static absl::Status check(const EngineOptions& opt);
-  // `opt` checked; starts the compiler's threads.
+  // `opt` checked (check_engine_options, engine_options.h); starts the compiler's threads.
   EngineConstraints(std::shared_ptr<const LoadedModel> model, const EngineOptions& opt);
   EngineConstraints(const EngineConstraints&) = delete;
   EngineConstraints& operator=(const EngineConstraints&) = delete;

@@ -4,7 +4,10 @@
 // these members) and EngineConfig (engine.h, which derives from it) name each value once — the server hands
 // the section over whole instead of copying it field by field.
 #include <cstdint>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "core/common/config_fields.h"
 #include "core/generate/spec_options.h"
 
 namespace frost {
@@ -37,5 +40,14 @@ struct EngineOptions {
   // Speculative decoding without a second model (spec_options.h): the default method, draft length, policy.
   SpeculativeOptions speculative;
 };
+
+// EngineOptions' fields, each declared once (core/common/config_fields.h; engine_options.cc): names, ranges
+// and docs. frostd's `engine:` YAML section reads through them (server/server_config.cc) and the ranges are
+// checked by check_engine_options() alone.
+std::vector<ConfigField<EngineOptions>> engine_option_fields();
+
+// Every EngineOptions range and rule, with the config's paths: "engine.max_running: must be in [1, 65536],
+// got 0". The one check: the server's config validation (server/server_config.cc) and Engine::create call it.
+absl::Status check_engine_options(const EngineOptions& o);
 
 }  // namespace frost

@@ -21,23 +21,6 @@ const char* spec_method_name(SpecMethod m) {
   return "?";
 }
 
-absl::Status check_speculative_options(const SpeculativeOptions& o) {
-  if (o.method == SpecMethod::kServer)
-    return absl::InvalidArgumentError("engine.speculative.method must be off, ngram or suffix");
-  if (o.num_tokens < 1 || o.num_tokens > 32)
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine.speculative.num_tokens must be in [1, 32], got ", o.num_tokens));
-  if (o.max_batch < 0)
-    return absl::InvalidArgumentError(absl::StrCat("engine.speculative.max_batch must be >= 0, got ", o.max_batch));
-  if (o.jump_forward_tokens < 0 || o.jump_forward_tokens > 256)
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine.speculative.jump_forward_tokens must be in [0, 256], got ", o.jump_forward_tokens));
-  if (o.suffix_cache_tokens < 0 || o.suffix_cache_tokens > (int64_t{1} << 30))
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine.speculative.suffix_cache_tokens must be in [0, 2^30], got ", o.suffix_cache_tokens));
-  return absl::OkStatus();
-}
-
 void StepCost::observe(int64_t rows, double seconds) {
   constexpr double kDecay = 0.98;
   const auto x = static_cast<double>(rows);

@@ -45,9 +45,6 @@ namespace frost {
 // (drafter.h), ~0.8 KB measured; matches beyond 15 tokens add little acceptance on chat-length text.
 inline constexpr int kSuffixDepth = 16;
 
-// engine.speculative's ranges: INVALID_ARGUMENT naming the field and value.
-absl::Status check_speculative_options(const SpeculativeOptions& o);
-
 // The step time as a + b·rows, by exponentially weighted least squares over the recent decode steps (weight
 // 0.98 per step of age: a window of ~50 steps). The engine observes only steps without prompt rows: a prompt
 // chunk's rows share their K / V reads and cost less per row than a decode or draft row, which would make

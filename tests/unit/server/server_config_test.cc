@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "server/config_overrides.h"
 #include "tests/testing/test_util.h"
 
 namespace frost::server {
@@ -331,6 +332,36 @@ TEST(ServerConfigTest, RejectsUnknownKeysAtEveryLevel) {
   // Keys are case-sensitive; YAML merge keys are not supported.
   EXPECT_INVALID(parse_status("Server: {}\n"), "unknown key 'Server'");
   EXPECT_INVALID(parse_status("base: &b {level: info}\nlog:\n  <<: *b\n"), "unknown key 'base'");
+}
+
+// An unknown key suggests the closest known one of its level (core/common/config_fields.h).
+TEST(ServerConfigTest, UnknownKeysSuggestTheClosest) {
+  EXPECT_INVALID(parse_status("engine:\n  max_runing: 2\n"), "; did you mean 'max_running'?");
+  EXPECT_INVALID(parse_status("sever:\n  listen: 0.0.0.0:1\n"), "did you mean 'server'?");
+}
+
+// frostd's --set and one-field flags (server/config_overrides.h): the YAML's table, checks and messages.
+TEST(ServerConfigTest, OverridesReadThroughTheSameTable) {
+  ServerConfig c;
+  ASSERT_TRUE(set_server_config_field(&c, "engine.max_running", "8").ok());
+  ASSERT_TRUE(set_server_config_field(&c, "engine.speculative.method", "ngram").ok());
+  ASSERT_TRUE(set_server_config_field(&c, "engine.kv_cache_bytes", "2MiB").ok());
+  ASSERT_TRUE(set_server_config_field(&c, "server.http.listen", "").ok());
+  ASSERT_TRUE(set_server_config_field(&c, "log.level", "debug").ok());
+  EXPECT_EQ(c.engine.max_running, 8);
+  EXPECT_EQ(c.engine.speculative.method, SpecMethod::kNgram);
+  EXPECT_EQ(c.engine.kv_cache_bytes, 2 << 20);
+  EXPECT_EQ(c.log.level, LogLevel::kDebug);
+  EXPECT_EQ(set_server_config_field(&c, "engine.max_running", "0").message(),
+            "engine.max_running: must be in [1, 65536], got 0");
+  EXPECT_EQ(set_server_config_field(&c, "log.level", "loud").message(),
+            "log.level: unknown value \"loud\" (expected debug|info|warn|error)");
+  EXPECT_INVALID(set_server_config_field(&c, "engine.max_runing", "2"),
+                 "unknown key 'engine.max_runing' (expected one of max_running|");
+  EXPECT_INVALID(set_server_config_field(&c, "engine.max_runing", "2"), "did you mean 'max_running'?");
+  EXPECT_INVALID(set_server_config_field(&c, "engine.speculative", "2"),
+                 "engine.speculative: a mapping: set one of its keys (method|num_tokens|");
+  EXPECT_EQ(c.engine.max_running, 8);
 }
 
 TEST(ServerConfigTest, RejectsDuplicateKeys) {
