@@ -53,7 +53,23 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
 
   GenerationRequest out;
   out.params = defaults;
-  switch (req.prompt_case()) {
+  // Chat (messages) is rendered later, with the served model's ChatPrompt (server/generation_chat.h); here
+  // only its exclusivity with the other prompt forms and the fields that need messages.
+  const bool chat = req.messages_size() > 0;
+  if (chat && req.prompt_case() != v1::GenerateRequest::PROMPT_NOT_SET) {
+    return invalid(absl::StrCat(req.prompt_case() == v1::GenerateRequest::kText ? "text" : "token_ids",
+                                " and messages: mutually exclusive (send the prompt as text, token_ids or "
+                                "messages, not two of them)"));
+  }
+  if (!chat) {
+    if (req.tools_size() > 0) return invalid("tools: only with messages (chat)");
+    if (req.has_tool_choice()) return invalid("tool_choice: only with messages (chat)");
+    if (req.has_parallel_tool_calls()) return invalid("parallel_tool_calls: only with messages (chat)");
+    if (req.has_add_generation_prompt()) return invalid("add_generation_prompt: only with messages (chat)");
+    if (!req.chat_template_kwargs().empty())
+      return invalid("chat_template_kwargs: only with messages (chat)");
+  }
+  switch (chat ? v1::GenerateRequest::PROMPT_NOT_SET : req.prompt_case()) {
     case v1::GenerateRequest::kText: {
       absl::Status st = check_prompt_text("text", req.text(), limits);
       if (!st.ok()) return st;
@@ -72,7 +88,9 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
       out.prompt_ids.assign(req.token_ids().ids().begin(), req.token_ids().ids().end());
       break;
     case v1::GenerateRequest::PROMPT_NOT_SET:
-      return invalid("prompt: one of text or token_ids must be set");
+      if (!chat)
+        return invalid("prompt: one of text, token_ids or messages must be set (messages: none given)");
+      break;
   }
   if (req.has_add_bos()) out.add_bos = req.add_bos();
 
@@ -211,11 +229,13 @@ v1::GenerateResponse final_message(const GenerationResult& r) {
   return msg;
 }
 
-absl::Status name_constraint_field(const absl::Status& st, constrain::ConstraintSpec::Kind kind) {
+absl::Status name_constraint_field(const absl::Status& st, constrain::ConstraintSpec::Kind kind,
+                                   const std::string& field) {
   if (!absl::StartsWith(st.message(), "constraint: ")) return st;
   static constexpr const char* kField[] = {"sampling", "sampling.json_schema", "sampling.json_object",
                                            "sampling.regex", "sampling.grammar"};
-  return absl::Status(st.code(), absl::StrCat(kField[static_cast<int>(kind)], st.message().substr(10)));
+  return absl::Status(st.code(), absl::StrCat(field.empty() ? kField[static_cast<int>(kind)] : field.c_str(),
+                                              st.message().substr(10)));
 }
 
 v1::ModelInfo model_info(const Engine& e, const ServerConfig& cfg) {

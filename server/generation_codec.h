@@ -44,8 +44,10 @@ void append_token(const TokenEvent& ev, bool with_logprobs, v1::TokenChunk* chun
 v1::GenerateResponse final_message(const GenerationResult& r);
 
 // The engine names a constraint that does not compile "constraint: ..."; the client knows its proto field
-// (sampling.json_schema, ...). Other statuses pass unchanged.
-absl::Status name_constraint_field(const absl::Status& st, constrain::ConstraintSpec::Kind kind);
+// (sampling.json_schema, ...; `field` when set: a chat request's forced tool call names "tools", ...). Other
+// statuses pass unchanged.
+absl::Status name_constraint_field(const absl::Status& st, constrain::ConstraintSpec::Kind kind,
+                                   const std::string& field = "");
 
 // GetModelInfo's answer for the served engine.
 v1::ModelInfo model_info(const Engine& e, const ServerConfig& cfg);

@@ -137,6 +137,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     }
     absl::StatusOr<std::shared_ptr<Engine>> engine = svc_->serving_engine();
     if (!engine.ok()) return reject(engine.status(), RejectReason::kUnavailable);
+    std::shared_ptr<const openai::PromptSource> prompts = svc_->prompts();
     v1::GenerateRequest req;
     if (absl::Status st = parse_request(request, &req); absl::IsCancelled(st)) {
       // No request message arrived: nothing to reject, the call just ends CANCELLED.
@@ -163,7 +164,16 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     }
     // Tokenization and the engine's checks run on the intake executor (see the header). The call stays alive
     // until it is finished, and only the task or the engine finishes it from here on.
-    auto task = [this, e = *std::move(engine), g = std::make_shared<GenerationRequest>(*std::move(greq))] {
+    // A chat request keeps its messages for the worker, which renders them.
+    std::shared_ptr<const v1::GenerateRequest> chat_req;
+    if (req.messages_size() > 0) chat_req = std::make_shared<const v1::GenerateRequest>(std::move(req));
+    auto task = [this, e = *std::move(engine), g = std::make_shared<GenerationRequest>(*std::move(greq)),
+                 chat_req = std::move(chat_req), prompts = std::move(prompts)] {
+      if (chat_req) {
+        if (absl::Status st = apply_chat(*chat_req, *prompts, svc_->cfg_.limits, g.get(), &chat_); !st.ok())
+          return reject(st, absl::IsFailedPrecondition(st) ? RejectReason::kFailedPrecondition
+                                                           : RejectReason::kInvalidArgument);
+      }
       submit(*e, *g);
     };
     if (absl::Status q = server.executor->submit(std::move(task)); !q.ok()) {
@@ -182,7 +192,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
     if (absl::IsFailedPrecondition(st))
       reason = RejectReason::kFailedPrecondition;  // e.g. no KVSplice active
-    reject(name_constraint_field(st, greq.constraint.kind), reason);
+    reject(name_constraint_field(st, greq.constraint.kind, chat_.constraint_field), reason);
   }
 
   // Refused before the engine accepted it: nothing was written yet.
@@ -229,7 +239,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     grpc::Status status;
     if (!result.ok() && !admitted_.load(std::memory_order_acquire)) {
       // Refused after submit() returned (its constraint did not compile): a refusal, as if at submit.
-      absl::Status st = name_constraint_field(result.status(), constraint_kind_);
+      absl::Status st = name_constraint_field(result.status(), constraint_kind_, chat_.constraint_field);
       RejectReason reason = RejectReason::kInvalidArgument;
       if (absl::IsResourceExhausted(st)) reason = RejectReason::kQueueFull;
       if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
@@ -250,8 +260,10 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
       } else if (r.finish_reason == FinishReason::kCancelled && client_gone) {
         status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
       } else {
-        // Completed, or cancelled by a server drain: the client gets the final message.
+        // Completed, or cancelled by a server drain: the client gets the final message (a chat request's
+        // with the tool calls parsed out of its output).
         final_msg = final_message(r);
+        add_tool_calls(chat_, r.text, final_msg->mutable_final());
       }
     }
     {
@@ -325,6 +337,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   std::string request_id_;
   bool want_logprobs_ = false;
   constrain::ConstraintSpec::Kind constraint_kind_ = constrain::ConstraintSpec::Kind::kNone;
+  GrpcChat chat_;                      // set by the intake worker before Engine::submit, read in on_finish
   std::atomic<bool> admitted_{false};  // the engine queued the request (TokenSink::on_admitted)
   // Engine thread only.
   int64_t n_tokens_ = 0;
@@ -403,9 +416,21 @@ void GenerationService::sweep_loop() {
   }
 }
 
-void GenerationService::set_engine(std::shared_ptr<Engine> engine) {
+void GenerationService::set_engine(std::shared_ptr<Engine> engine,
+                                   std::shared_ptr<const openai::PromptSource> prompts) {
+  if (engine && !prompts) {
+    const LoadedModel& m = engine->model();
+    prompts = std::make_shared<const openai::PromptSource>(openai::make_prompt_source(
+        m.tokenizer.get(), m.name, m.source, cfg_.model.chat_template, engine->max_context()));
+  }
   absl::MutexLock lock(&mu_);
   engine_ = std::move(engine);
+  prompts_ = std::move(prompts);
+}
+
+std::shared_ptr<const openai::PromptSource> GenerationService::prompts() const {
+  absl::MutexLock lock(&mu_);
+  return prompts_;
 }
 
 std::shared_ptr<Engine> GenerationService::engine() const {

@@ -64,7 +64,9 @@ TEST_F(GrpcE2eValidation, EachBadRequestIsInvalidArgumentBeforeAnyModelWork) {
   // Field names: the edge checks use proto paths ("sampling.logprobs", "kv.codec"), the engine's checks the
   // bare field ("temperature", "prompt_ids[1]"); the parts below match either spelling.
   const std::vector<BadRequest> cases = {
-      {"no prompt", [](v1::GenerateRequest& r) { r.clear_prompt(); }, {"prompt", "text or token_ids"}},
+      {"no prompt",
+       [](v1::GenerateRequest& r) { r.clear_prompt(); },
+       {"prompt", "text, token_ids or messages"}},
       {"empty text", [](v1::GenerateRequest& r) { r.set_text(""); }, {"text", "must not be empty"}},
       {"text over max_prompt_bytes",
        [](v1::GenerateRequest& r) { r.set_text(std::string(49, 'a')); },

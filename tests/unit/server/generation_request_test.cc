@@ -148,7 +148,19 @@ TEST(GenerationRequestTest, EdgeChecksNameTheFieldAndValue) {
   auto check = [&](const v1::GenerateRequest& r, const std::string& substr) {
     EXPECT_INVALID(to_generation_request(r, limits).status(), substr);
   };
-  check(v1::GenerateRequest(), "prompt: one of text or token_ids must be set");
+  check(v1::GenerateRequest(), "prompt: one of text, token_ids or messages must be set");
+  {
+    v1::GenerateRequest r = text_request("a");
+    r.add_messages()->set_role("user");
+    check(r, "text and messages: mutually exclusive");
+    r.mutable_token_ids()->add_ids(1);
+    check(r, "token_ids and messages: mutually exclusive");
+  }
+  {
+    v1::GenerateRequest r = text_request("a");
+    r.add_tools()->mutable_function()->set_name("f");
+    check(r, "tools: only with messages");
+  }
   check(text_request(""), "text: must not be empty");
   check(text_request("123456789"), "9 bytes is over limits.max_prompt_bytes = 8");
   check(text_request(std::string("ab\xff\xfe", 4)), "text: not valid UTF-8 (invalid byte at offset 2 of 4)");
