@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/field_error.h"
 #include "core/common/utf8.h"
 #include "kernels/cpu/isa.h"
 
@@ -229,13 +229,45 @@ v1::GenerateResponse final_message(const GenerationResult& r) {
   return msg;
 }
 
-absl::Status name_constraint_field(const absl::Status& st, constrain::ConstraintSpec::Kind kind,
-                                   const std::string& field) {
-  if (!absl::StartsWith(st.message(), "constraint: ")) return st;
-  static constexpr const char* kField[] = {"sampling", "sampling.json_schema", "sampling.json_object",
-                                           "sampling.regex", "sampling.grammar"};
-  return absl::Status(st.code(), absl::StrCat(field.empty() ? kField[static_cast<int>(kind)] : field.c_str(),
-                                              st.message().substr(10)));
+RequestFields request_fields(const v1::GenerateRequest& req, const std::string& constraint_field) {
+  RequestFields f;
+  if (req.messages_size() > 0) {
+    f.prompt = "messages";
+  } else if (req.prompt_case() == v1::GenerateRequest::kTokenIds) {
+    f.prompt = "token_ids";
+  }
+  static constexpr const char* kConstraint[] = {"sampling", "sampling.json_schema", "sampling.json_object",
+                                                "sampling.regex", "sampling.grammar"};
+  const v1::SamplingParams& s = req.sampling();
+  const int kind = s.constraint_case() == v1::SamplingParams::kJsonSchema   ? 1
+                   : s.constraint_case() == v1::SamplingParams::kJsonObject ? 2
+                   : s.constraint_case() == v1::SamplingParams::kRegex      ? 3
+                   : s.constraint_case() == v1::SamplingParams::kGrammar    ? 4
+                                                                            : 0;
+  f.constraint = constraint_field.empty() ? kConstraint[kind] : constraint_field;
+  return f;
+}
+
+absl::Status name_request_field(const absl::Status& st, const RequestFields& fields) {
+  std::optional<FieldError> e = field_error_of(st);
+  if (!e) return st;
+  // The engine's canonical names (core/generate/request.h) → GenerateRequest's.
+  std::string field;
+  std::string subscript = e->subscript;
+  if (e->field == "prompt") {
+    field = fields.prompt;
+  } else if (e->field == "prompt_ids") {
+    // A chat prompt's ids are the rendering's, not the client's: the position means nothing to it.
+    field = fields.prompt == "messages" ? "messages" : "token_ids.ids";
+    if (fields.prompt == "messages") subscript.clear();
+  } else if (e->field == "constraint") {
+    field = fields.constraint;
+  } else if (e->field == "kv.codec" || e->field == "kv.repair" || e->field == "speculative.num_tokens") {
+    field = e->field;
+  } else {
+    field = absl::StrCat("sampling.", e->field);  // SamplingParams' fields have the same names in the proto
+  }
+  return with_field(absl::Status(st.code(), absl::StrCat(field, subscript, ": ", e->detail)), *e);
 }
 
 v1::ModelInfo model_info(const Engine& e, const ServerConfig& cfg) {

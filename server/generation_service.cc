@@ -164,13 +164,12 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     }
     // Tokenization and the engine's checks run on the intake executor (see the header). The call stays alive
     // until it is finished, and only the task or the engine finishes it from here on.
-    // A chat request keeps its messages for the worker, which renders them.
-    std::shared_ptr<const v1::GenerateRequest> chat_req;
-    if (req.messages_size() > 0) chat_req = std::make_shared<const v1::GenerateRequest>(std::move(req));
+    // The worker renders a chat request's messages; engine errors name the request's fields.
+    req_ = std::make_shared<const v1::GenerateRequest>(std::move(req));
     auto task = [this, e = *std::move(engine), g = std::make_shared<GenerationRequest>(*std::move(greq)),
-                 chat_req = std::move(chat_req), prompts = std::move(prompts)] {
-      if (chat_req) {
-        if (absl::Status st = apply_chat(*chat_req, *prompts, svc_->cfg_.limits, g.get(), &chat_); !st.ok())
+                 prompts = std::move(prompts)] {
+      if (req_->messages_size() > 0) {
+        if (absl::Status st = apply_chat(*req_, *prompts, svc_->cfg_.limits, g.get(), &chat_); !st.ok())
           return reject(st, absl::IsFailedPrecondition(st) ? RejectReason::kFailedPrecondition
                                                            : RejectReason::kInvalidArgument);
       }
@@ -184,7 +183,6 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   // On an intake worker: hands the request to the engine, or refuses the call.
   void submit(Engine& engine, const GenerationRequest& greq) {
     // Everything the engine may call back into is initialised before submit().
-    constraint_kind_ = greq.constraint.kind;
     absl::Status st = engine.submit(greq, std::make_shared<Sink>(this), cancel_);
     if (st.ok()) return;
     RejectReason reason = RejectReason::kInvalidArgument;
@@ -192,7 +190,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
     if (absl::IsFailedPrecondition(st))
       reason = RejectReason::kFailedPrecondition;  // e.g. no KVSplice active
-    reject(name_constraint_field(st, greq.constraint.kind, chat_.constraint_field), reason);
+    reject(name_request_field(st, request_fields(*req_, chat_.constraint_field)), reason);
   }
 
   // Refused before the engine accepted it: nothing was written yet.
@@ -239,7 +237,7 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
     grpc::Status status;
     if (!result.ok() && !admitted_.load(std::memory_order_acquire)) {
       // Refused after submit() returned (its constraint did not compile): a refusal, as if at submit.
-      absl::Status st = name_constraint_field(result.status(), constraint_kind_, chat_.constraint_field);
+      absl::Status st = name_request_field(result.status(), request_fields(*req_, chat_.constraint_field));
       RejectReason reason = RejectReason::kInvalidArgument;
       if (absl::IsResourceExhausted(st)) reason = RejectReason::kQueueFull;
       if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
@@ -336,7 +334,9 @@ class GenerationService::GenerateCall final : public grpc::ServerWriteReactor<gr
   std::shared_ptr<CancelToken> cancel_;
   std::string request_id_;
   bool want_logprobs_ = false;
-  constrain::ConstraintSpec::Kind constraint_kind_ = constrain::ConstraintSpec::Kind::kNone;
+  // The request (for the field names of engine errors, and a chat request's messages); set before the intake
+  // task is queued, read-only after.
+  std::shared_ptr<const v1::GenerateRequest> req_;
   GrpcChat chat_;                      // set by the intake worker before Engine::submit, read in on_finish
   std::atomic<bool> admitted_{false};  // the engine queued the request (TokenSink::on_admitted)
   // Engine thread only.
