@@ -331,8 +331,11 @@ absl::Status FrostServer::load_model() {
   if (absl::Status st = runtime_->start(model); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("jobs: ", st.message()));
   }
-  generation_->set_engine(e);
-  if (http_) http_->set_engine(e);
+  // One prompt source (one ChatPrompt) for both transports' chat.
+  auto prompts = std::make_shared<const openai::PromptSource>(openai::make_prompt_source(
+      model->tokenizer.get(), model->name, model->source, cfg_.model.chat_template, e->max_context()));
+  generation_->set_engine(e, prompts);
+  if (http_) http_->set_engine(e, prompts);
   health_->set_ready(true);
   return absl::OkStatus();
 }

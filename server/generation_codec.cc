@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/field_error.h"
 #include "core/common/utf8.h"
 #include "kernels/cpu/isa.h"
 
@@ -53,7 +53,23 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
 
   GenerationRequest out;
   out.params = defaults;
-  switch (req.prompt_case()) {
+  // Chat (messages) is rendered later, with the served model's ChatPrompt (server/generation_chat.h); here
+  // only its exclusivity with the other prompt forms and the fields that need messages.
+  const bool chat = req.messages_size() > 0;
+  if (chat && req.prompt_case() != v1::GenerateRequest::PROMPT_NOT_SET) {
+    return invalid(absl::StrCat(req.prompt_case() == v1::GenerateRequest::kText ? "text" : "token_ids",
+                                " and messages: mutually exclusive (send the prompt as text, token_ids or "
+                                "messages, not two of them)"));
+  }
+  if (!chat) {
+    if (req.tools_size() > 0) return invalid("tools: only with messages (chat)");
+    if (req.has_tool_choice()) return invalid("tool_choice: only with messages (chat)");
+    if (req.has_parallel_tool_calls()) return invalid("parallel_tool_calls: only with messages (chat)");
+    if (req.has_add_generation_prompt()) return invalid("add_generation_prompt: only with messages (chat)");
+    if (!req.chat_template_kwargs().empty())
+      return invalid("chat_template_kwargs: only with messages (chat)");
+  }
+  switch (chat ? v1::GenerateRequest::PROMPT_NOT_SET : req.prompt_case()) {
     case v1::GenerateRequest::kText: {
       absl::Status st = check_prompt_text("text", req.text(), limits);
       if (!st.ok()) return st;
@@ -72,7 +88,9 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
       out.prompt_ids.assign(req.token_ids().ids().begin(), req.token_ids().ids().end());
       break;
     case v1::GenerateRequest::PROMPT_NOT_SET:
-      return invalid("prompt: one of text or token_ids must be set");
+      if (!chat)
+        return invalid("prompt: one of text, token_ids or messages must be set (messages: none given)");
+      break;
   }
   if (req.has_add_bos()) out.add_bos = req.add_bos();
 
@@ -211,11 +229,45 @@ v1::GenerateResponse final_message(const GenerationResult& r) {
   return msg;
 }
 
-absl::Status name_constraint_field(const absl::Status& st, constrain::ConstraintSpec::Kind kind) {
-  if (!absl::StartsWith(st.message(), "constraint: ")) return st;
-  static constexpr const char* kField[] = {"sampling", "sampling.json_schema", "sampling.json_object",
-                                           "sampling.regex", "sampling.grammar"};
-  return absl::Status(st.code(), absl::StrCat(kField[static_cast<int>(kind)], st.message().substr(10)));
+RequestFields request_fields(const v1::GenerateRequest& req, const std::string& constraint_field) {
+  RequestFields f;
+  if (req.messages_size() > 0) {
+    f.prompt = "messages";
+  } else if (req.prompt_case() == v1::GenerateRequest::kTokenIds) {
+    f.prompt = "token_ids";
+  }
+  static constexpr const char* kConstraint[] = {"sampling", "sampling.json_schema", "sampling.json_object",
+                                                "sampling.regex", "sampling.grammar"};
+  const v1::SamplingParams& s = req.sampling();
+  const int kind = s.constraint_case() == v1::SamplingParams::kJsonSchema   ? 1
+                   : s.constraint_case() == v1::SamplingParams::kJsonObject ? 2
+                   : s.constraint_case() == v1::SamplingParams::kRegex      ? 3
+                   : s.constraint_case() == v1::SamplingParams::kGrammar    ? 4
+                                                                            : 0;
+  f.constraint = constraint_field.empty() ? kConstraint[kind] : constraint_field;
+  return f;
+}
+
+absl::Status name_request_field(const absl::Status& st, const RequestFields& fields) {
+  std::optional<FieldError> e = field_error_of(st);
+  if (!e) return st;
+  // The engine's canonical names (core/generate/request.h) → GenerateRequest's.
+  std::string field;
+  std::string subscript = e->subscript;
+  if (e->field == "prompt") {
+    field = fields.prompt;
+  } else if (e->field == "prompt_ids") {
+    // A chat prompt's ids are the rendering's, not the client's: the position means nothing to it.
+    field = fields.prompt == "messages" ? "messages" : "token_ids.ids";
+    if (fields.prompt == "messages") subscript.clear();
+  } else if (e->field == "constraint") {
+    field = fields.constraint;
+  } else if (e->field == "kv.codec" || e->field == "kv.repair" || e->field == "speculative.num_tokens") {
+    field = e->field;
+  } else {
+    field = absl::StrCat("sampling.", e->field);  // SamplingParams' fields have the same names in the proto
+  }
+  return with_field(absl::Status(st.code(), absl::StrCat(field, subscript, ": ", e->detail)), *e);
 }
 
 v1::ModelInfo model_info(const Engine& e, const ServerConfig& cfg) {

@@ -43,9 +43,20 @@ void append_token(const TokenEvent& ev, bool with_logprobs, v1::TokenChunk* chun
 // The stream's last message for a generation that completed (or was ended by a drain).
 v1::GenerateResponse final_message(const GenerationResult& r);
 
-// The engine names a constraint that does not compile "constraint: ..."; the client knows its proto field
-// (sampling.json_schema, ...). Other statuses pass unchanged.
-absl::Status name_constraint_field(const absl::Status& st, constrain::ConstraintSpec::Kind kind);
+// The GenerateRequest fields that the engine's canonical request fields (core/generate/request.h) stand for
+// in one request: its prompt's field and its constraint's.
+struct RequestFields {
+  std::string prompt = "text";          // text | token_ids | messages
+  std::string constraint = "sampling";  // sampling.json_schema | ... | a chat request's forced tool call's
+};
+// `constraint_field`: a chat request's forced tool call's field (GrpcChat::constraint_field); "" = none.
+RequestFields request_fields(const v1::GenerateRequest& req, const std::string& constraint_field = "");
+
+// An engine status as the client's: when it carries its field (core/common/field_error.h), the message
+// becomes
+// "<the GenerateRequest field><subscript>: <detail>" ("sampling.top_p: must be in (0, 1], got 2",
+// "sampling.json_schema: ..."), code kept. A status without a field passes unchanged.
+absl::Status name_request_field(const absl::Status& st, const RequestFields& fields);
 
 // GetModelInfo's answer for the served engine.
 v1::ModelInfo model_info(const Engine& e, const ServerConfig& cfg);

@@ -128,6 +128,7 @@ class GenerationService::GenerateCall final : public CoalescingStream<v1::Genera
     }
     absl::StatusOr<std::shared_ptr<Engine>> engine = svc_->serving_engine();
     if (!engine.ok()) return reject(engine.status(), RejectReason::kUnavailable);
+    std::shared_ptr<const openai::PromptSource> prompts = svc_->prompts();
     v1::GenerateRequest req;
     if (absl::Status st = parse_request(request, &req); absl::IsCancelled(st)) {
       // No request message arrived: nothing to reject, the call just ends CANCELLED.
@@ -154,7 +155,15 @@ class GenerationService::GenerateCall final : public CoalescingStream<v1::Genera
     }
     // Tokenization and the engine's checks run on the intake executor (see the header). The call stays alive
     // until it is finished, and only the task or the engine finishes it from here on.
-    auto task = [this, e = *std::move(engine), g = std::make_shared<GenerationRequest>(*std::move(greq))] {
+    // The worker renders a chat request's messages; engine errors name the request's fields.
+    req_ = std::make_shared<const v1::GenerateRequest>(std::move(req));
+    auto task = [this, e = *std::move(engine), g = std::make_shared<GenerationRequest>(*std::move(greq)),
+                 prompts = std::move(prompts)] {
+      if (req_->messages_size() > 0) {
+        if (absl::Status st = apply_chat(*req_, *prompts, svc_->cfg_.limits, g.get(), &chat_); !st.ok())
+          return reject(st, absl::IsFailedPrecondition(st) ? RejectReason::kFailedPrecondition
+                                                           : RejectReason::kInvalidArgument);
+      }
       submit(*e, *g);
     };
     if (absl::Status q = server.executor->submit(std::move(task)); !q.ok()) {
@@ -165,7 +174,6 @@ class GenerationService::GenerateCall final : public CoalescingStream<v1::Genera
   // On an intake worker: hands the request to the engine, or refuses the call.
   void submit(Engine& engine, const GenerationRequest& greq) {
     // Everything the engine may call back into is initialised before submit().
-    constraint_kind_ = greq.constraint.kind;
     absl::Status st = engine.submit(greq, std::make_shared<Sink>(this), cancel_);
     if (st.ok()) return;
     RejectReason reason = RejectReason::kInvalidArgument;
@@ -173,7 +181,7 @@ class GenerationService::GenerateCall final : public CoalescingStream<v1::Genera
     if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
     if (absl::IsFailedPrecondition(st))
       reason = RejectReason::kFailedPrecondition;  // e.g. no KVSplice active
-    reject(name_constraint_field(st, greq.constraint.kind), reason);
+    reject(name_request_field(st, request_fields(*req_, chat_.constraint_field)), reason);
   }
 
   // Refused before the engine accepted it: nothing was written yet.
@@ -212,7 +220,7 @@ class GenerationService::GenerateCall final : public CoalescingStream<v1::Genera
     grpc::Status status;
     if (!result.ok() && !admitted_.load(std::memory_order_acquire)) {
       // Refused after submit() returned (its constraint did not compile): a refusal, as if at submit.
-      absl::Status st = name_constraint_field(result.status(), constraint_kind_);
+      absl::Status st = name_request_field(result.status(), request_fields(*req_, chat_.constraint_field));
       RejectReason reason = RejectReason::kInvalidArgument;
       if (absl::IsResourceExhausted(st)) reason = RejectReason::kQueueFull;
       if (absl::IsUnavailable(st)) reason = RejectReason::kUnavailable;
@@ -233,8 +241,10 @@ class GenerationService::GenerateCall final : public CoalescingStream<v1::Genera
       } else if (r.finish_reason == FinishReason::kCancelled && client_gone) {
         status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
       } else {
-        // Completed, or cancelled by a server drain: the client gets the final message.
+        // Completed, or cancelled by a server drain: the client gets the final message (a chat request's
+        // with the tool calls parsed out of its output).
         final_msg = final_message(r);
+        add_tool_calls(chat_, r.text, final_msg->mutable_final());
       }
     }
     // A client that went away sees CANCELLED whatever we send; count it as such.
@@ -258,7 +268,10 @@ class GenerationService::GenerateCall final : public CoalescingStream<v1::Genera
   std::shared_ptr<CancelToken> cancel_;
   std::string request_id_;
   bool want_logprobs_ = false;
-  constrain::ConstraintSpec::Kind constraint_kind_ = constrain::ConstraintSpec::Kind::kNone;
+  // The request (for the field names of engine errors, and a chat request's messages); set before the intake
+  // task is queued, read-only after.
+  std::shared_ptr<const v1::GenerateRequest> req_;
+  GrpcChat chat_;                      // set by the intake worker before Engine::submit, read in on_finish
   std::atomic<bool> admitted_{false};  // the engine queued the request (TokenSink::on_admitted)
   // Engine thread only.
   int64_t n_tokens_ = 0;
@@ -327,9 +340,21 @@ void GenerationService::sweep_loop() {
   }
 }
 
-void GenerationService::set_engine(std::shared_ptr<Engine> engine) {
+void GenerationService::set_engine(std::shared_ptr<Engine> engine,
+                                   std::shared_ptr<const openai::PromptSource> prompts) {
+  if (engine && !prompts) {
+    const LoadedModel& m = engine->model();
+    prompts = std::make_shared<const openai::PromptSource>(openai::make_prompt_source(
+        m.tokenizer.get(), m.name, m.source, cfg_.model.chat_template, engine->max_context()));
+  }
   absl::MutexLock lock(&mu_);
   engine_ = std::move(engine);
+  prompts_ = std::move(prompts);
+}
+
+std::shared_ptr<const openai::PromptSource> GenerationService::prompts() const {
+  absl::MutexLock lock(&mu_);
+  return prompts_;
 }
 
 std::shared_ptr<Engine> GenerationService::engine() const {

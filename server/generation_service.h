@@ -3,9 +3,10 @@
 //
 // Generate: a ServerWriteReactor per call. The callback thread checks auth and the drain, decodes and
 // validates the request at the edge (server/generation_codec.h: to_generation_request) and queues it on the
-// service's intake executor; a worker there calls Engine::submit, which tokenizes the prompt and runs the
-// checks that need the tokens, and either the engine takes the request (its thread then pushes tokens into
-// the reactor through a TokenSink) or the call is refused from the worker.
+// service's intake executor; a worker there renders a chat request's messages (server/generation_chat.h) and
+// calls Engine::submit, which tokenizes the prompt and runs the checks that need the tokens, and either the
+// engine takes the request (its thread then pushes tokens into the reactor through a TokenSink) or the call
+// is refused from the worker.
 //
 // Why an intake executor rather than tokenizing on the engine thread at intake: tokenizing a long prompt
 // (limits.max_prompt_bytes) takes milliseconds, and on the engine thread it would delay the step of every
@@ -45,6 +46,7 @@
 #include "frost/v1/generation.grpc.pb.h"
 #include "server/auth.h"
 #include "server/executor.h"
+#include "server/generation_chat.h"
 #include "server/generation_codec.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
@@ -65,8 +67,11 @@ class GenerationService final : public GenerationServiceBase {
   GenerationService(const ServerConfig& cfg, Metrics* metrics);
   ~GenerationService() override;  // stops the stall sweeper
 
-  // The engine to serve with (after the model loaded and warmed up); nullptr = not ready.
-  void set_engine(std::shared_ptr<Engine> engine);
+  // The engine to serve with (after the model loaded and warmed up); nullptr = not ready. `prompts`: the
+  // served model's chat prompt (server/openai_render.h), shared with the OpenAI endpoint so both render chat
+  // with one ChatPrompt; null: made here from the engine's model and model.chat_template.
+  void set_engine(std::shared_ptr<Engine> engine,
+                  std::shared_ptr<const openai::PromptSource> prompts = nullptr);
   // Checks every call against `auth` (must outlive the service); nullptr = no checks.
   void set_authenticator(const Authenticator* auth) { auth_ = auth; }
   std::shared_ptr<Engine> engine() const;
@@ -96,6 +101,8 @@ class GenerationService final : public GenerationServiceBase {
   // Auth, the drain flag and the metrics of this service's calls (server/unary.h); Mode::kExecutor runs on
   // the intake executor.
   UnaryServer unary_server();
+  // The served model's prompt source (chat); null while loading.
+  std::shared_ptr<const openai::PromptSource> prompts() const;
   // OK with the engine, or UNAVAILABLE while loading.
   absl::StatusOr<std::shared_ptr<Engine>> serving_engine() const;
   // The stall sweeper: every live Generate stream is registered (weak) from its construction to its OnDone;
@@ -112,6 +119,7 @@ class GenerationService final : public GenerationServiceBase {
   std::atomic<int64_t> write_stalls_{0};
   mutable absl::Mutex mu_;
   std::shared_ptr<Engine> engine_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const openai::PromptSource> prompts_ ABSL_GUARDED_BY(mu_);
   absl::Mutex calls_mu_;  // before any call's own mutex
   std::unordered_map<GenerateCall*, std::weak_ptr<GenerateCall>> calls_ ABSL_GUARDED_BY(calls_mu_);
   bool stop_sweeper_ ABSL_GUARDED_BY(calls_mu_) = false;

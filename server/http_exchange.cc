@@ -51,13 +51,7 @@ bool send_error(HttpResponse& res, const oa::ApiError& e) {
 }
 
 oa::ApiError api_error(oa::Endpoint ep, const absl::Status& st, const std::string& constraint_field) {
-  std::string field = oa::body_field_for(ep, std::string(st.message()));
-  std::string msg(st.message());
-  if (absl::StartsWith(msg, "constraint: ") && !constraint_field.empty()) {
-    field = constraint_field;
-    msg = absl::StrCat(field, ": ", msg.substr(std::string("constraint: ").size()));
-  }
-  return oa::error_from_status(absl::Status(st.code(), msg), field);
+  return oa::engine_error(ep, st, constraint_field);
 }
 
 RejectReason reject_reason(const absl::Status& st) {

@@ -89,15 +89,17 @@ std::string OpenAiHttpServer::chat_unavailable_reason() const {
   return s ? s->prompts.chat_unavailable : "the model is loading";
 }
 
-void OpenAiHttpServer::set_engine(std::shared_ptr<Engine> engine) {
+void OpenAiHttpServer::set_engine(std::shared_ptr<Engine> engine,
+                                  std::shared_ptr<const oa::PromptSource> prompts) {
   auto s = std::make_shared<Served>();
   s->engine = engine;
   s->created = static_cast<int64_t>(std::time(nullptr));
   if (engine) {
     const LoadedModel& m = engine->model();
     s->model_name = m.name;
-    s->prompts = oa::make_prompt_source(m.tokenizer.get(), m.name, m.source, cfg_.model.chat_template,
-                                        engine->max_context());
+    s->prompts = prompts ? *prompts
+                         : oa::make_prompt_source(m.tokenizer.get(), m.name, m.source,
+                                                  cfg_.model.chat_template, engine->max_context());
     if (!s->prompts.chat_unavailable.empty())
       FROST_LOG_INFO("frostd: /v1/chat/completions refused: %s", s->prompts.chat_unavailable.c_str());
   }

@@ -38,6 +38,7 @@
 #include "server/http_front.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "server/openai_render.h"
 #include "server/server_config.h"
 #include "server/tls.h"
 
@@ -57,8 +58,11 @@ class OpenAiHttpServer {
 
   int port() const { return front_->port(); }
   // The engine to serve with, after the model is warm; loads the chat template (model.chat_template or the
-  // model's own). A template that does not parse leaves chat refused (400 with the reason); completions serve.
-  void set_engine(std::shared_ptr<Engine> engine);
+  // model's own). A template that does not parse leaves chat refused (400 with the reason); completions
+  // serve. `prompts`: the served model's prompt source, shared with gRPC Generate (one ChatPrompt per served
+  // model); null: made here.
+  void set_engine(std::shared_ptr<Engine> engine,
+                  std::shared_ptr<const openai::PromptSource> prompts = nullptr);
   // New requests get 503 from now on; responses in flight continue.
   void start_drain() { draining_.store(true, std::memory_order_release); }
   // Stops accepting and joins every thread (responses in flight end when their engine requests do). Idempotent.

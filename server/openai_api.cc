@@ -7,7 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/field_error.h"
 #include "core/common/json.h"
+#include "core/common/json_depth.h"
 #include "core/common/utf8.h"
 #include "grpcpp/support/status.h"
 #include "server/openai_speculative.h"
@@ -356,7 +358,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   // document: kMaxRequestJsonDepth leaves room for a JSON Schema at its own limit inside response_format.
   json doc;
   if (std::optional<std::string> err = parse_json_bounded(body, kMaxRequestJsonDepth, &doc)) {
-    if (absl::StartsWith(*err, "JSON nests deeper"))
+    if (json_nests_deeper(body, kMaxRequestJsonDepth))
       return bad("", absl::StrCat("the request body nests deeper than ", kMaxRequestJsonDepth,
                                   " levels of objects and arrays"));
     return bad("", absl::StrCat("the body is not valid JSON (", *err, ")"));
@@ -543,18 +545,26 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   return out;
 }
 
-std::string body_field_for(Endpoint ep, std::string_view msg) {
-  static const std::pair<const char*, const char*> kMap[] = {
-      {"temperature", "temperature"}, {"top_k", "top_k"}, {"top_p", "top_p"}, {"min_p", "min_p"},
-      {"repetition_penalty", "repetition_penalty"}, {"presence_penalty", "presence_penalty"},
-      {"frequency_penalty", "frequency_penalty"}, {"stop_token_ids", "stop_token_ids"}, {"stop", "stop"},
-      {"logprobs", "logprobs"}, {"prompt", "prompt"}};
-  auto starts = [&](std::string_view p) { return msg.substr(0, p.size()) == p; };
-  if (starts("max_new_tokens")) return ep == Endpoint::kChat ? "max_tokens" : "max_tokens";
-  for (const auto& [engine, body] : kMap) {
-    if (starts(engine)) return body;
-  }
-  return "";
+std::string body_field(Endpoint ep, std::string_view canonical, const std::string& constraint_field) {
+  if (canonical == "max_new_tokens") return "max_tokens";
+  if (canonical == "prompt" || canonical == "prompt_ids")
+    return ep == Endpoint::kChat ? "messages" : "prompt";
+  if (canonical == "constraint") return constraint_field;
+  if (canonical == "kv.codec" || canonical == "kv.repair") return "";  // not in the body
+  // SamplingParams' fields and speculative.num_tokens have the body's names.
+  return std::string(canonical);
+}
+
+ApiError engine_error(Endpoint ep, const absl::Status& st, const std::string& constraint_field) {
+  std::optional<FieldError> e = field_error_of(st);
+  if (!e) return error_from_status(st);
+  const std::string field = body_field(ep, e->field, constraint_field);
+  if (field.empty()) return error_from_status(st);
+  // A token position of the prompt is the engine's (a batch's prompts share no numbering): its sentence
+  // stays.
+  if (e->field == "prompt_ids") return error_from_status(st, field);
+  return error_from_status(absl::Status(st.code(), absl::StrCat(field, e->subscript, ": ", e->detail)),
+                           field);
 }
 
 const char* finish_reason(FinishReason r) {

@@ -114,7 +114,7 @@ struct ParsedRequest {
 // Parses and checks a body for `ep`. Limits: prompt bytes and UTF-8 (limits.max_prompt_bytes), stop strings,
 // logprobs, n <= kMaxChoices, messages <= kMaxMessages. Ranges the engine owns (temperature, top_p, ...) are
 // checked at submit and come back as 400s naming the engine's field, mapped to the body's name here
-// (body_field_for()).
+// (engine_error(), from the field the status carries: core/common/field_error.h).
 inline constexpr int kMaxChoices = 16;
 // A batched completions request: prompts at most, and prompts x n at most (each is one engine request).
 inline constexpr int kMaxPrompts = 64;
@@ -130,9 +130,16 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
                                                     const SamplingParams& defaults = SamplingParams(),
                                                     const std::set<std::string>* extra_fields = nullptr);
 
-// The body's name for an engine field named at the start of a submit error ("top_p must be ..." → "top_p",
-// "max_new_tokens ..." → "max_tokens"); "" when none is recognised.
-std::string body_field_for(Endpoint ep, std::string_view engine_message);
+// The body's name for an engine's canonical request field (core/generate/request.h, carried by the status:
+// core/common/field_error.h): "max_new_tokens" → "max_tokens", "prompt" → "messages" for chat,
+// "constraint" → `constraint_field` (the member the body's constraint came from: "response_format...",
+// "guided_regex", "tools"); "" when the body has no such field (kv.codec).
+std::string body_field(Endpoint ep, std::string_view canonical, const std::string& constraint_field);
+// An engine status as the API error: when it carries its field, param is the body's name for it and the
+// message
+// "<body field><subscript>: <detail>" (a prompt's token position keeps the engine's sentence); otherwise the
+// status as it is (error_from_status).
+ApiError engine_error(Endpoint ep, const absl::Status& st, const std::string& constraint_field);
 
 // ---- responses
 

@@ -100,19 +100,6 @@ std::optional<ApiError> parse_tool_call(const ojson& tc, const std::string& at, 
   return std::nullopt;
 }
 
-// Deepest / widest check of a sorted json value, iteratively.
-bool too_wide(const nlohmann::json& v) {
-  std::vector<const nlohmann::json*> todo{&v};
-  while (!todo.empty()) {
-    const nlohmann::json* x = todo.back();
-    todo.pop_back();
-    if (!x->is_structured()) continue;
-    if (x->is_object() && x->size() > kMaxObjectMembers) return true;
-    for (const auto& c : *x) todo.push_back(&c);
-  }
-  return false;
-}
-
 bool valid_name(const std::string& n) {
   if (n.empty() || n.size() > 64) return false;
   for (const char c : n) {
@@ -143,6 +130,18 @@ void rebase_refs(ojson& schema, const std::string& base) {
 }
 
 }  // namespace
+
+bool too_wide(const nlohmann::json& v) {
+  std::vector<const nlohmann::json*> todo{&v};
+  while (!todo.empty()) {
+    const nlohmann::json* x = todo.back();
+    todo.pop_back();
+    if (!x->is_structured()) continue;
+    if (x->is_object() && x->size() > kMaxObjectMembers) return true;
+    for (const auto& c : *x) todo.push_back(&c);
+  }
+  return false;
+}
 
 std::optional<nlohmann::ordered_json> ordered_member(std::string_view body, const nlohmann::json& value,
                                                      const std::string& key, std::optional<ApiError>* err) {

@@ -63,6 +63,9 @@ std::optional<ApiError> parse_tools(const nlohmann::ordered_json* tools,
                                     const nlohmann::ordered_json* tool_choice,
                                     const nlohmann::ordered_json* parallel, ToolsRequest* out);
 
+// Whether an object anywhere in `v` has more than kMaxObjectMembers members (iterative).
+bool too_wide(const nlohmann::json& v);
+
 // The body member `key` re-read as an ordered_json (member order kept), after checking that no object in
 // `value` (the same member, parsed into the sorted json) is wider than kMaxObjectMembers. nullopt + *err on
 // refusal.

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/json.h"
+#include "core/common/json_depth.h"
 #include "server/openai_chat.h"
 
 namespace frost::server::openai {
@@ -359,7 +360,7 @@ void replace_all(std::string* s, const std::string& from, const std::string& to)
 std::variant<ResponsesTranslation, ApiError> responses_to_chat(std::string_view body) {
   json doc;
   if (std::optional<std::string> err = parse_json_bounded(body, kMaxRequestJsonDepth, &doc)) {
-    if (absl::StartsWith(*err, "JSON nests deeper"))
+    if (json_nests_deeper(body, kMaxRequestJsonDepth))
       return bad_request("", absl::StrCat("the request body nests deeper than ", kMaxRequestJsonDepth,
                                           " levels of objects and arrays"));
     return bad_request("", absl::StrCat("the body is not valid JSON (", *err, ")"));

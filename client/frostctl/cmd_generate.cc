@@ -105,6 +105,35 @@ cli::Command generate_command(GenerateOptions* o, CommonOptions* common) {
       int32_flag("--spec-tokens", [req](int32_t v) { req->mutable_speculative()->set_num_tokens(v); })
           .doc("K",
                "most drafted tokens per step (0: the server's engine.speculative.num_tokens, which caps it)"),
+      value_flag("--message",
+                 [req](const std::string& v) {
+                   const size_t eq = v.find('=');
+                   if (eq == std::string::npos || eq == 0)
+                     return absl::InvalidArgumentError(
+                         absl::StrCat("--message: \"", v, "\" (expected ROLE=CONTENT, e.g. user=Hello)"));
+                   frost::v1::ChatMessage* m = req->add_messages();
+                   m->set_role(v.substr(0, eq));
+                   m->set_content(v.substr(eq + 1));
+                   return absl::OkStatus();
+                 })
+          .doc("ROLE=CONTENT",
+               "a chat message (repeatable, in order; instead of a prompt): rendered with the served model's "
+               "chat template, as POST /v1/chat/completions"),
+      value_flag("--tool",
+                 [req](const std::string& v) {
+                   // NAME or NAME=PARAMETERS_JSON_SCHEMA
+                   const size_t eq = v.find('=');
+                   frost::v1::FunctionDefinition* f = req->add_tools()->mutable_function();
+                   f->set_name(v.substr(0, eq));
+                   if (eq != std::string::npos) f->set_parameters(v.substr(eq + 1));
+                   return absl::OkStatus();
+                 })
+          .doc(
+              "NAME[=SCHEMA]",
+              "with --message: a function the model may call, its parameters a JSON Schema (repeatable); the "
+              "calls parsed from the output are printed to stderr"),
+      switch_flag("--no-generation-prompt", [req] { req->set_add_generation_prompt(false); })
+          .doc("with --message: continue the last message instead of opening the assistant's turn"),
       switch_flag("--no-bos", [req] { req->set_add_bos(false); }).doc("do not prepend BOS to the prompt"),
       string_flag("--request-id", [req](const std::string& v) { req->set_request_id(v); })
           .doc("ID", "id shown in the server's logs"),
@@ -112,9 +141,10 @@ cli::Command generate_command(GenerateOptions* o, CommonOptions* common) {
           .doc("print each response message as a JSON line instead"),
   };
   return make_command(
-      "generate", "[flags] --prompt TEXT\n[flags] PROMPT",
+      "generate", "[flags] --prompt TEXT\n[flags] PROMPT\n[flags] --message ROLE=CONTENT...",
       "Streams a completion to stdout (Generation.Generate); logprobs and the summary line go to "
-      "stderr. A PROMPT of \"-\" reads stdin. Unset sampling flags mean the server's defaults.",
+      "stderr. A PROMPT of \"-\" reads stdin. --message (repeatable) sends a chat instead of a prompt. Unset "
+      "sampling flags mean the server's defaults.",
       std::move(own), common, "none");
 }
 
@@ -165,20 +195,25 @@ int run_generate(const std::vector<std::string>& args, CommonOptions common) {
   int exit_code = kExitOk;
   const std::optional<std::vector<std::string>> positional = parse_args(command, args, &exit_code);
   if (!positional) return exit_code;
+  const bool chat = o.request.messages_size() > 0;
+  if (chat && (o.prompt.has_value() || !positional->empty()))
+    return report_usage_error("generate: give either --message or a prompt, not both", command);
   if (o.prompt.has_value() && !positional->empty()) {
     return report_usage_error(
         "generate: give the prompt either with --prompt "
         "or as an argument, not both",
         command);
   }
-  if (!o.prompt.has_value() && positional->size() != 1) {
+  if (!chat && !o.prompt.has_value() && positional->size() != 1) {
     return report_usage_error(absl::StrCat("generate: expected --prompt TEXT or one PROMPT argument, got ",
                                            positional->size(), " arguments"),
                               command);
   }
   if (absl::Status s = resolve_credentials(&common); !s.ok()) return report_input_error(s);
-  const std::string prompt = o.prompt.has_value() ? *o.prompt : positional->front();
-  o.request.set_text(prompt == "-" ? read_stdin() : prompt);
+  if (!chat) {
+    const std::string prompt = o.prompt.has_value() ? *o.prompt : positional->front();
+    o.request.set_text(prompt == "-" ? read_stdin() : prompt);
+  }
 
   std::unique_ptr<frost::v1::Generation::Stub> stub = frost::v1::Generation::NewStub(make_channel(common));
   grpc::ClientContext ctx;
@@ -213,7 +248,12 @@ int run_generate(const std::vector<std::string>& args, CommonOptions common) {
     std::fprintf(stderr, "frostctl: the stream ended without a final message\n");
     return kExitRpcError;
   }
-  if (!o.json) print_summary(*final);
+  if (!o.json) {
+    for (const frost::v1::ToolCall& c : final->tool_calls())
+      std::fprintf(stderr, "tool_call %s %s %s\n", c.id().c_str(), c.function().name().c_str(),
+                   c.function().arguments().c_str());
+    print_summary(*final);
+  }
   return kExitOk;
 }
 

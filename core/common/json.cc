@@ -1,6 +1,7 @@
 #include "core/common/json.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/common/json_depth.h"
 
 namespace frost {
 namespace {
@@ -127,6 +128,10 @@ std::optional<std::string_view> json_value_span(std::string_view text, const std
 
 std::optional<std::string> parse_json_bounded(std::string_view text, int max_depth, nlohmann::json* out) {
   return parse_bounded(text, max_depth, out);
+}
+
+bool json_nests_deeper(std::string_view text, int max_depth) {
+  return nesting_depth(text, max_depth) > max_depth;
 }
 
 }  // namespace frost

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/common/clock.h"
+#include "core/common/field_error.h"
 #include "core/common/log.h"
 
 namespace frost {
@@ -155,11 +156,13 @@ void ConstraintCompiler::work() {
     Result r;
     bool cache = false, timed_out = false;
     if (job->stop.load()) {
-      r = absl::CancelledError("constraint: compile cancelled");
+      r = prefix_field(absl::CancelledError("compile cancelled"), "constraint");
     } else if (waited_ms >= opt_.timeout_ms) {
-      r = absl::UnavailableError(absl::StrCat("constraint: the compiler is overloaded: the compile waited ", waited_ms,
-                                              " ms without starting (engine.constraint_compile_timeout_ms = ",
-                                              opt_.timeout_ms, "); retry later"));
+      r = prefix_field(absl::UnavailableError(absl::StrCat(
+                           "the compiler is overloaded: the compile waited ", waited_ms,
+                           " ms without starting (engine.constraint_compile_timeout_ms = ", opt_.timeout_ms,
+                           "); retry later")),
+                       "constraint");
     } else {
       constrain::CompileControl control;
       control.deadline = absl::Now() + absl::Milliseconds(opt_.timeout_ms);
@@ -245,7 +248,9 @@ void ConstraintCompiler::watch() {
     }
     if (gone.empty()) continue;
     l.unlock();
-    for (Waiter& w : gone) w.done(absl::CancelledError("constraint: compile cancelled: the request was cancelled"));
+    for (Waiter& w : gone)
+      w.done(
+          prefix_field(absl::CancelledError("compile cancelled: the request was cancelled"), "constraint"));
     l.lock();
   }
 }
@@ -274,7 +279,9 @@ void ConstraintCompiler::shutdown() {
       waiters.swap(job->waiters);
       jobs_.erase(job->key);
     }
-    for (Waiter& w : waiters) w.done(absl::CancelledError("constraint: compile cancelled: the server is shutting down"));
+    for (Waiter& w : waiters)
+      w.done(
+          prefix_field(absl::CancelledError("compile cancelled: the server is shutting down"), "constraint"));
   }
   std::lock_guard<std::mutex> l(mu_);
   queue_.clear();

@@ -9,13 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/common/check.h"
+#include "core/common/field_error.h"
 #include "core/common/log.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
+#include "core/exec/cpu_executor.h"
 #include "core/generate/engine_internal.h"
 #include "core/generate/scheduler.h"
 #include "core/generate/sequence.h"
-#include "core/exec/cpu_executor.h"
 #include "kernels/cpu/parallel.h"
 
 namespace frost {
@@ -153,27 +154,35 @@ absl::StatusOr<std::unique_ptr<Engine::Pending>> Engine::prepare_request(
   if (p->codec == KvCodecKind::kKvSplice) {
     p->splice = cfg_.kv_splice ? cfg_.kv_splice->get() : nullptr;
     if (!p->splice || !p->splice->set) {
-      return absl::FailedPreconditionError(
-          "kv.codec: kvsplice but no KVSplice is active (train a kvsplice job and activate it, or set "
-          "engine.kv_splice)");
+      return prefix_field(
+          absl::FailedPreconditionError(
+              "kvsplice but no KVSplice is active (train a kvsplice job and activate it, or set "
+              "engine.kv_splice)"),
+          "kv.codec");
     }
   }
   if (req.kv_repair == GenerationRequest::KvRepair::kOn) {
     std::shared_ptr<const RepairSlot::Active> r = cfg_.kv_repair ? cfg_.kv_repair->get() : nullptr;
     if (!r) {
-      return absl::FailedPreconditionError(
-          "kv.repair: ON but no KV repair operator is active (train a kv_repair job and activate it, or set "
-          "engine.kv_repair)");
+      return prefix_field(
+          absl::FailedPreconditionError(
+              "ON but no KV repair operator is active (train a kv_repair job and activate it, or "
+              "set engine.kv_repair)"),
+          "kv.repair");
     }
     if (r->codec != p->codec) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "kv.repair: ON but the active operator ", r->name, " repairs the ", kv_codec_name(r->codec),
-          " codec and this request stores its KV as ", kv_codec_name(p->codec)));
+      return prefix_field(
+          absl::FailedPreconditionError(
+              absl::StrCat("ON but the active operator ", r->name, " repairs the ", kv_codec_name(r->codec),
+                           " codec and this request stores its KV as ", kv_codec_name(p->codec))),
+          "kv.repair");
     }
     if (!model_->config.variants.sba_layers.empty())
-      return absl::FailedPreconditionError(
-          "kv.repair: ON but this model has symmetric bidirectional attention (SBA) layers, which keep two KV "
-          "stores per layer; repair operators act on one");
+      return prefix_field(
+          absl::FailedPreconditionError(
+              "ON but this model has symmetric bidirectional attention (SBA) layers, which keep "
+              "two KV stores per layer; repair operators act on one"),
+          "kv.repair");
   }
   // A request the pool could never hold, even alone, is refused now rather than stalling the queue.
   const int64_t need = static_cast<int64_t>(p->prompt.size()) + req.params.max_new_tokens;
@@ -187,11 +196,12 @@ absl::StatusOr<std::unique_ptr<Engine::Pending>> Engine::prepare_request(
   const int64_t blocks =
       per_block > 0 ? kv_blocks_bound(need, per_block, window, cfg_.max_batch_tokens) : storage_->n_blocks() + 1;
   if (blocks > storage_->n_blocks()) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    const std::string msg = absl::StrCat(
         "prompt tokens (", p->prompt.size(), ") + max_new_tokens (", req.params.max_new_tokens, ") = ", need,
         " tokens need ", blocks, " KV blocks of ", per_block, " positions (codec ", kv_codec_name(p->codec),
-        ") but the KV pool holds ", storage_->n_blocks(), " blocks (engine.kv_cache_bytes = ",
-        storage_->n_blocks() * storage_->block_bytes(), ")"));
+        ") but the KV pool holds ", storage_->n_blocks(),
+        " blocks (engine.kv_cache_bytes = ", storage_->n_blocks() * storage_->block_bytes(), ")");
+    return with_field(absl::InvalidArgumentError(msg), {"prompt", "", msg});
   }
   p->sink = std::move(sink);
   p->cancel = std::move(cancel);

@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/field_error.h"
 
 namespace frost {
 namespace {
 
-absl::Status named(const absl::Status& st) {
-  return absl::Status(st.code(), absl::StrCat("constraint: ", st.message()));
-}
+// An error of the request's constraint (core/common/field_error.h), whichever field the transport took it
+// from.
+absl::Status named(const absl::Status& st) { return prefix_field(st, "constraint"); }
 
 ConstraintCompilerOptions compiler_options(const EngineOptions& opt) {
   ConstraintCompilerOptions co;
@@ -76,11 +77,12 @@ absl::StatusOr<EngineConstraints::Lookup> EngineConstraints::lookup(const constr
 absl::Status EngineConstraints::compile_async(const constrain::ConstraintSpec& spec,
                                               std::shared_ptr<const CancelToken> cancel,
                                               ConstraintCompiler::Done done) {
-  absl::Status st = compiler_.compile_async(
-      spec, std::move(cancel), [done = std::move(done)](ConstraintCompiler::Result r) {
-        if (!r.ok() && r.status().message().rfind("constraint: ", 0) != 0) r = named(r.status());
-        done(std::move(r));
-      });
+  absl::Status st = compiler_.compile_async(spec, std::move(cancel),
+                                            [done = std::move(done)](ConstraintCompiler::Result r) {
+                                              if (!r.ok() && !field_error_of(r.status()))
+                                                r = named(r.status());
+                                              done(std::move(r));
+                                            });
   return st.ok() ? st : named(st);
 }
 

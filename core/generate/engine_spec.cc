@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/field_error.h"
 #include "core/generate/engine_internal.h"
 
 namespace frost {
@@ -11,8 +12,8 @@ namespace frost {
 absl::Status Engine::resolve_spec(const GenerationRequest& req, Pending* p) const {
   const SpeculativeOptions& o = cfg_.speculative;
   if (req.spec_num_tokens < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("speculative.num_tokens must be >= 0 (0 = the server's), got ", req.spec_num_tokens));
+    return invalid_field("speculative.num_tokens",
+                         absl::StrCat("must be >= 0 (0 = the server's), got ", req.spec_num_tokens));
   p->spec_method = req.spec_method == SpecMethod::kServer ? o.method : req.spec_method;
   // A request may draft fewer tokens than the server allows, never more (engine.speculative.num_tokens bounds
   // the rows one sequence adds to a step).

@@ -1,6 +1,7 @@
 #include "core/generate/generator.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/common/field_error.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 #include "core/generate/sequence.h"
@@ -34,31 +35,36 @@ absl::StatusOr<std::vector<int32_t>> Generator::prepare(const GenerationRequest&
   if (!req.prompt_ids.empty()) {
     for (size_t i = 0; i < req.prompt_ids.size(); ++i) {
       if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= n_vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("prompt_ids[", i, "] = ", req.prompt_ids[i], " is out of range [0, ", n_vocab, ")"));
+        const std::string detail = absl::StrCat(req.prompt_ids[i], " is out of range [0, ", n_vocab, ")");
+        return with_field(absl::InvalidArgumentError(absl::StrCat("prompt_ids[", i, "] = ", detail)),
+                          {"prompt_ids", absl::StrCat("[", i, "]"), detail});
       }
     }
     ids = req.prompt_ids;
   } else {
-    if (req.prompt.empty()) return absl::InvalidArgumentError("prompt must not be empty");
+    if (req.prompt.empty()) return invalid_field("prompt", "must not be empty");
     if (!model_.tokenizer) {
-      return absl::FailedPreconditionError("model has no tokenizer: send prompt_ids instead of text");
+      return field_error(absl::StatusCode::kFailedPrecondition, "prompt",
+                         "needs a tokenizer and the model has none: send prompt_ids instead of text");
     }
     FROST_ASSIGN_OR_RETURN(ids, model_.tokenizer->encode(req.prompt, req.add_bos));
-    if (ids.empty()) return absl::InvalidArgumentError("prompt encodes to zero tokens");
+    if (ids.empty()) return invalid_field("prompt", "encodes to zero tokens");
     // A tokenizer with more entries than the embedding has rows (Gemma 3) can encode text to an id the model
     // cannot embed.
-    FROST_RETURN_IF_ERROR(check_token_ids(ids, n_vocab, "prompt (as tokenized)"));
+    if (absl::Status st = check_token_ids(ids, n_vocab, "prompt (as tokenized)"); !st.ok())
+      return with_field(st, {"prompt", "", std::string(st.message())});
   }
   if (cfg_.max_prompt_tokens > 0 && static_cast<int64_t>(ids.size()) > cfg_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt is ", ids.size(), " tokens, over limits.max_prompt_tokens = ", cfg_.max_prompt_tokens));
+    return invalid_field(
+        "prompt",
+        absl::StrCat("is ", ids.size(), " tokens, over limits.max_prompt_tokens = ", cfg_.max_prompt_tokens));
   }
   const int64_t need = static_cast<int64_t>(ids.size()) + req.params.max_new_tokens;
   if (need > max_context_) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt tokens (", ids.size(), ") + max_new_tokens (",
-                                                   req.params.max_new_tokens, ") = ", need,
-                                                   " exceeds the context length ", max_context_));
+    const std::string msg =
+        absl::StrCat("prompt tokens (", ids.size(), ") + max_new_tokens (", req.params.max_new_tokens,
+                     ") = ", need, " exceeds the context length ", max_context_);
+    return with_field(absl::InvalidArgumentError(msg), {"prompt", "", msg});
   }
   return ids;
 }

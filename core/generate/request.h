@@ -17,6 +17,11 @@ namespace frost {
 enum class FinishReason { kStop, kLength, kCancelled, kDeadline };
 const char* finish_reason_name(FinishReason r);  // "stop" | "length" | "cancelled" | "deadline"
 
+// Refusals of a request carry their field (core/common/field_error.h) under these canonical names, which the
+// transports map to theirs (server/generation_codec.h name_request_field, server/openai_api.h engine_error):
+// "prompt" (the text, or the prompt as a whole: its length, the context), "prompt_ids" (subscript "[i]"), the
+// SamplingParams fields by their names ("top_p", "max_new_tokens", "stop" and "stop_token_ids" with "[i]",
+// ...), "constraint", "kv.codec", "kv.repair", "speculative.num_tokens".
 struct GenerationRequest {
   std::string prompt;               // text; used when prompt_ids is empty
   std::vector<int32_t> prompt_ids;  // token ids, used as given (no BOS added)

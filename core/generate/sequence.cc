@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/field_error.h"
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 
@@ -73,7 +74,7 @@ bool Sequence::check_cancel(const CancelToken& cancel, const TokenCallback& on_t
 absl::Status Sequence::constraint_health() const {
   const absl::Status st = matcher_->health();
   if (st.ok()) return st;
-  return absl::Status(st.code(), absl::StrCat("constraint: ", st.message()));
+  return prefix_field(st, "constraint");
 }
 
 SampledToken Sequence::sample(const float* logits) {
@@ -106,8 +107,9 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token, bo
     // that error, never with a silent "stop" or a token the mask refused.
     absl::Status st = constraint_health();
     if (st.ok() && !matcher_->allowed().test(tok.id)) {
-      st = absl::FailedPreconditionError(
-          absl::StrCat("constraint: token ", tok.id, " was drawn outside the constraint's mask"));
+      st = prefix_field(absl::FailedPreconditionError(
+                            absl::StrCat("token ", tok.id, " was drawn outside the constraint's mask")),
+                        "constraint");
     }
     if (!st.ok()) {
       error_ = std::move(st);
@@ -127,7 +129,7 @@ bool Sequence::accept(const SampledToken& tok, const TokenCallback& on_token, bo
     // drop a branch, means the constraint could not be followed exactly: the request ends with that error
     // (never a silent "stop" with an output the constraint does not admit).
     absl::Status st = matcher_->accept_token(tok.id);
-    if (!st.ok()) st = absl::Status(st.code(), absl::StrCat("constraint: ", st.message()));
+    if (!st.ok()) st = prefix_field(st, "constraint");
     if (st.ok()) st = constraint_health();
     if (!st.ok()) {
       error_ = std::move(st);

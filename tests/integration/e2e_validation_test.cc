@@ -61,10 +61,12 @@ TEST_F(GrpcE2eValidation, EachBadRequestIsInvalidArgumentBeforeAnyModelWork) {
   FROST_USE_SHARED(f, shared_, Options());
   const float nan = std::numeric_limits<float>::quiet_NaN();
   auto sp = [](v1::GenerateRequest& r) { return r.mutable_sampling(); };
-  // Field names: the edge checks use proto paths ("sampling.logprobs", "kv.codec"), the engine's checks the
-  // bare field ("temperature", "prompt_ids[1]"); the parts below match either spelling.
+  // Field names: proto paths, from the edge checks ("sampling.logprobs", "kv.codec") and from the engine's
+  // (their field mapped by server/generation_codec.h: "sampling.temperature", "token_ids.ids[1]").
   const std::vector<BadRequest> cases = {
-      {"no prompt", [](v1::GenerateRequest& r) { r.clear_prompt(); }, {"prompt", "text or token_ids"}},
+      {"no prompt",
+       [](v1::GenerateRequest& r) { r.clear_prompt(); },
+       {"prompt", "text, token_ids or messages"}},
       {"empty text", [](v1::GenerateRequest& r) { r.set_text(""); }, {"text", "must not be empty"}},
       {"text over max_prompt_bytes",
        [](v1::GenerateRequest& r) { r.set_text(std::string(49, 'a')); },

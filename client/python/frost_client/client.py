@@ -5,6 +5,8 @@ gRPC status (INVALID_ARGUMENT for bad parameters, with ``details()`` naming the 
 RESOURCE_EXHAUSTED when the server is full, UNAVAILABLE while it loads or drains, ...).
 """
 
+import json
+
 import grpc
 
 from frost.v1 import generation_pb2, generation_pb2_grpc
@@ -64,11 +66,19 @@ class FrostClient:
         return self.timeout if timeout is _DEFAULT else timeout
 
     @staticmethod
-    def build_request(prompt, add_bos=None, request_id=None, kv_codec=None, spec_method=None, spec_tokens=None,
-                      **sampling):
+    def build_request(prompt=None, add_bos=None, request_id=None, kv_codec=None, spec_method=None, spec_tokens=None,
+                      messages=None, tools=None, tool_choice=None, parallel_tool_calls=None,
+                      add_generation_prompt=None, chat_template_kwargs=None, **sampling):
         """The GenerateRequest for generate(); only the arguments given are set.
 
         prompt: text (str) or token ids (a sequence of int, used as given).
+        messages: instead of a prompt, a chat in OpenAI's shape (a list of {"role", "content", "name",
+          "tool_calls": [{"id", "type", "function": {"name", "arguments"}}], "tool_call_id"}), rendered with the
+          served model's chat template as POST /v1/chat/completions renders it; tools (OpenAI's list of
+          {"type": "function", "function": {"name", "description", "parameters": <a dict>}}), tool_choice
+          ("auto" | "none" | "required" | {"type": "function", "function": {"name": ...}}),
+          parallel_tool_calls, add_generation_prompt and chat_template_kwargs (a dict) as in that endpoint.
+          Final.tool_calls holds the calls parsed out of the output.
         spec_method: speculative decoding, "server" | "off" | "ngram" | "suffix" (None / "server": the
           server's engine.speculative.method); spec_tokens: most drafted tokens per step (0 / None: the
           server's, which caps it). Final.draft_tokens / accepted_tokens report what it did.
@@ -78,8 +88,45 @@ class FrostClient:
         request = generation_pb2.GenerateRequest()
         if isinstance(prompt, str):
             request.text = prompt
-        else:
+        elif prompt is not None:
             request.token_ids.ids.extend(prompt)
+        for m in messages or ():
+            msg = request.messages.add(role=m["role"])
+            if m.get("content") is not None:
+                msg.content = m["content"]
+            if m.get("name") is not None:
+                msg.name = m["name"]
+            if m.get("tool_call_id") is not None:
+                msg.tool_call_id = m["tool_call_id"]
+            for c in m.get("tool_calls") or ():
+                call = msg.tool_calls.add(id=c.get("id", ""), type=c.get("type", "function"))
+                call.function.name = c["function"]["name"]
+                args = c["function"].get("arguments", "")
+                call.function.arguments = args if isinstance(args, str) else json.dumps(args)
+        for t in tools or ():
+            tool = request.tools.add(type=t.get("type", "function"))
+            fn = t["function"]
+            tool.function.name = fn["name"]
+            if fn.get("description") is not None:
+                tool.function.description = fn["description"]
+            if fn.get("parameters") is not None:
+                tool.function.parameters = json.dumps(fn["parameters"])
+            if fn.get("strict") is not None:
+                tool.function.strict = fn["strict"]
+        if isinstance(tool_choice, str):
+            modes = {"auto": generation_pb2.TOOL_CHOICE_MODE_AUTO, "none": generation_pb2.TOOL_CHOICE_MODE_NONE,
+                     "required": generation_pb2.TOOL_CHOICE_MODE_REQUIRED}
+            if tool_choice not in modes:
+                raise ValueError(f"tool_choice {tool_choice!r} (expected auto, none, required or a function)")
+            request.tool_choice.mode = modes[tool_choice]
+        elif tool_choice is not None:
+            request.tool_choice.function = tool_choice["function"]["name"]
+        if parallel_tool_calls is not None:
+            request.parallel_tool_calls = parallel_tool_calls
+        if add_generation_prompt is not None:
+            request.add_generation_prompt = add_generation_prompt
+        if chat_template_kwargs is not None:
+            request.chat_template_kwargs = json.dumps(chat_template_kwargs)
         if add_bos is not None:
             request.add_bos = add_bos
         if request_id is not None:
@@ -103,19 +150,19 @@ class FrostClient:
                 setattr(request.sampling, name, value)
         return request
 
-    def generate(self, prompt, *, add_bos=None, request_id=None, kv_codec=None, spec_method=None,
-                 spec_tokens=None, timeout=_DEFAULT, **sampling):
+    def generate(self, prompt=None, *, add_bos=None, request_id=None, kv_codec=None, spec_method=None,
+                 spec_tokens=None, timeout=_DEFAULT, **kwargs):
         """Streams one generation: an iterator of GenerateResponse messages, zero or more
-        ``chunk`` messages then one ``final``. Arguments as in build_request().
+        ``chunk`` messages then one ``final``. Arguments as in build_request() (messages=[...] for a chat).
 
         Leaving the loop early does not stop the server; call ``cancel()`` on the returned
         iterator (a grpc call object) to cancel the request.
         """
         request = self.build_request(prompt, add_bos=add_bos, request_id=request_id, kv_codec=kv_codec,
-                                     spec_method=spec_method, spec_tokens=spec_tokens, **sampling)
+                                     spec_method=spec_method, spec_tokens=spec_tokens, **kwargs)
         return self._generation.Generate(request, timeout=self._timeout(timeout))
 
-    def generate_text(self, prompt, **kwargs):
+    def generate_text(self, prompt=None, **kwargs):
         """Runs generate() to the end; returns (completion text, Final message)."""
         parts = []
         final = None

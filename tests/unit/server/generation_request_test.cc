@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/common/field_error.h"
 #include "server/generation_service.h"
 #include "tests/testing/test_util.h"
 
@@ -148,7 +149,19 @@ TEST(GenerationRequestTest, EdgeChecksNameTheFieldAndValue) {
   auto check = [&](const v1::GenerateRequest& r, const std::string& substr) {
     EXPECT_INVALID(to_generation_request(r, limits).status(), substr);
   };
-  check(v1::GenerateRequest(), "prompt: one of text or token_ids must be set");
+  check(v1::GenerateRequest(), "prompt: one of text, token_ids or messages must be set");
+  {
+    v1::GenerateRequest r = text_request("a");
+    r.add_messages()->set_role("user");
+    check(r, "text and messages: mutually exclusive");
+    r.mutable_token_ids()->add_ids(1);
+    check(r, "token_ids and messages: mutually exclusive");
+  }
+  {
+    v1::GenerateRequest r = text_request("a");
+    r.add_tools()->mutable_function()->set_name("f");
+    check(r, "tools: only with messages");
+  }
   check(text_request(""), "text: must not be empty");
   check(text_request("123456789"), "9 bytes is over limits.max_prompt_bytes = 8");
   check(text_request(std::string("ab\xff\xfe", 4)), "text: not valid UTF-8 (invalid byte at offset 2 of 4)");
@@ -201,6 +214,35 @@ TEST(GenerationRequestTest, EdgeChecksNameTheFieldAndValue) {
     check(r, "kv.codec: unknown value \"int3\"");
     check(r, "kvsplice");  // the message lists every codec
   }
+}
+
+// Engine errors name GenerateRequest's fields from the field they carry (core/common/field_error.h), never
+// from their text.
+TEST(GenerationRequestTest, EngineErrorsNameTheProtoField) {
+  v1::GenerateRequest r = text_request("a");
+  RequestFields f = request_fields(r);
+  EXPECT_EQ(name_request_field(invalid_field("top_p", "must be in (0, 1], got 2"), f).message(),
+            "sampling.top_p: must be in (0, 1], got 2");
+  EXPECT_EQ(name_request_field(invalid_field("stop", "must not be empty", "[0]"), f).message(),
+            "sampling.stop[0]: must not be empty");
+  const absl::Status ctx = with_field(absl::InvalidArgumentError("prompt tokens (3) + ..."),
+                                      {"prompt", "", "prompt tokens (3) + ..."});
+  EXPECT_EQ(name_request_field(ctx, f).message(), "text: prompt tokens (3) + ...");
+  const absl::Status schema = prefix_field(absl::InvalidArgumentError("at /a: bad"), "constraint");
+  r.mutable_sampling()->set_json_schema("{}");
+  EXPECT_EQ(name_request_field(schema, request_fields(r)).message(), "sampling.json_schema: at /a: bad");
+  EXPECT_EQ(name_request_field(schema, request_fields(r, "tools")).message(), "tools: at /a: bad");
+  r.mutable_token_ids()->add_ids(1);
+  EXPECT_EQ(name_request_field(with_field(absl::InvalidArgumentError("x"), {"prompt_ids", "[1]", "9 is out"}),
+                               request_fields(r))
+                .message(),
+            "token_ids.ids[1]: 9 is out");
+  const absl::Status kv = prefix_field(absl::FailedPreconditionError("ON but none"), "kv.repair");
+  EXPECT_EQ(name_request_field(kv, f).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(name_request_field(kv, f).message(), "kv.repair: ON but none");
+  // No field carried: unchanged, whatever the text looks like.
+  const absl::Status plain = absl::InvalidArgumentError("constraint: looks like one");
+  EXPECT_EQ(name_request_field(plain, f), plain);
 }
 
 }  // namespace

@@ -1,14 +1,15 @@
 // The OpenAI API's bodies (server/openai_api.h): what a client sends maps to the engine's request, and every
 // bad body gets a 4xx naming the field.
 #include "server/openai_api.h"
-#include "server/openai_render.h"
-
-#include <gtest/gtest.h>
 
 #include <grpcpp/support/status.h>
+#include <gtest/gtest.h>
 
 #include <string>
 #include <variant>
+
+#include "core/common/field_error.h"
+#include "server/openai_render.h"
 
 namespace frost::server::openai {
 namespace {
@@ -235,8 +236,28 @@ TEST(OpenAiApi, EngineStatusesBecomeTheHttpCodesClientsExpect) {
   }
   EXPECT_EQ(grpc_code_for_http(429), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
   EXPECT_EQ(grpc_code_for_http(413), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
-  EXPECT_EQ(body_field_for(Endpoint::kChat, "max_new_tokens must be in [1, 4096], got 0"), "max_tokens");
-  EXPECT_EQ(body_field_for(Endpoint::kCompletions, "top_p must be in (0, 1], got 2"), "top_p");
+  // The engine's field comes as data (core/common/field_error.h), never read out of the message.
+  const absl::Status max = invalid_field("max_new_tokens", "must be in [1, 4096], got 0");
+  ApiError e = engine_error(Endpoint::kChat, max, "");
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_EQ(e.message, "max_tokens: must be in [1, 4096], got 0");
+  e = engine_error(Endpoint::kCompletions, invalid_field("top_p", "must be in (0, 1], got 2"), "");
+  EXPECT_EQ(e.param, "top_p");
+  EXPECT_EQ(e.message, "top_p: must be in (0, 1], got 2");
+  e = engine_error(Endpoint::kCompletions, invalid_field("stop", "must not be empty", "[1]"), "");
+  EXPECT_EQ(e.param, "stop");
+  EXPECT_EQ(e.message, "stop[1]: must not be empty");
+  e = engine_error(Endpoint::kChat,
+                   prefix_field(absl::InvalidArgumentError("bad schema at /x"), "constraint"),
+                   "response_format.json_schema.schema");
+  EXPECT_EQ(e.param, "response_format.json_schema.schema");
+  EXPECT_EQ(e.message, "response_format.json_schema.schema: bad schema at /x");
+  e = engine_error(Endpoint::kChat, invalid_field("prompt", "is 9 tokens, over limits.max_prompt_tokens = 8"),
+                   "");
+  EXPECT_EQ(e.param, "messages");
+  // A message that merely starts like a field name is not taken for one.
+  e = engine_error(Endpoint::kChat, absl::InvalidArgumentError("top_p must be in (0, 1], got 2"), "");
+  EXPECT_EQ(e.param, "");
 }
 
 // frost's extension object "speculative" on both endpoints: carried to the engine request as given (the
