@@ -115,7 +115,10 @@ absl::StatusOr<std::unique_ptr<Serving>> Serving::start(const ServingOptions& o)
   s->model_ = std::move(model);
   s->engine_ = std::move(engine).value();
   if (o.warmup)
-    if (absl::Status st = warm_up(*s->engine_, *s->model_, o.engine); !st.ok()) return st;
+    if (absl::Status st = warm_up(*s->engine_, *s->model_, o.engine); !st.ok()) {
+      s->stopped_ = true;  // nothing was served: the engine shuts down with it, without drain lines
+      return st;
+    }
   s->ready_s_ = static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9;
   const ExecutorStats xs = s->engine_->stats().executor;
   s->weight_bytes_ = xs.weight_bytes;
