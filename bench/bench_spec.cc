@@ -49,6 +49,7 @@
 #include "core/common/device.h"
 #include "core/generate/engine.h"
 #include "core/model/model_loader.h"
+#include "core/serving/serving.h"
 #include "kernels/cpu/isa.h"
 
 namespace frost::bench {
@@ -227,9 +228,11 @@ absl::StatusOr<Run> run_requests(Engine& engine, const std::vector<GenerationReq
   return run;
 }
 
-absl::StatusOr<std::unique_ptr<Engine>> make_engine(std::shared_ptr<const LoadedModel> model, int64_t streams,
-                                                    int32_t max_new) {
-  EngineConfig ec;
+// The CPU engine as frostd assembles it (core/serving/serving.h), on the model loaded once for every run.
+absl::StatusOr<std::unique_ptr<serving::Serving>> make_engine(std::shared_ptr<const LoadedModel> model,
+                                                              int64_t streams, int32_t max_new) {
+  serving::ServingOptions so = serving::ServingOptions::for_loaded(std::move(model));
+  EngineConfig& ec = so.engine;
   ec.max_running = static_cast<int32_t>(streams);
   ec.max_waiting = static_cast<int32_t>(std::max<int64_t>(streams, 8));
   ec.max_batch_tokens = std::max<int64_t>(128, streams);
@@ -239,7 +242,7 @@ absl::StatusOr<std::unique_ptr<Engine>> make_engine(std::shared_ptr<const Loaded
   // KV pool, the engine thread's OpenMP team).
   ec.speculative.method = SpecMethod::kOff;
   ec.speculative.jump_forward = true;
-  return Engine::create(std::move(model), ec);
+  return serving::Serving::start(so);
 }
 
 // Sentences of `text`: cut after '.', '!' or '?' (leading spaces dropped).
@@ -452,7 +455,7 @@ int run_spec_bench(int argc, char** argv) {
       r.spec_method = SpecMethod::kOff;
       reqs.push_back(std::move(r));
     }
-    auto run = run_requests(**gen, reqs, 8);
+    auto run = run_requests(*(*gen)->engine(), reqs, 8);
     if (!run.ok()) return fail_status(run.status());
     for (size_t i = 0; i < reqs.size(); ++i) {
       Story s;
@@ -541,7 +544,7 @@ int run_spec_bench(int argc, char** argv) {
           const size_t vi = (o + static_cast<size_t>(rep + 1)) % nv;  // the order rotates every repetition
           std::vector<GenerationRequest> reqs = base;
           for (auto& r : reqs) r.spec_method = w.variants[vi].method;
-          auto run = run_requests(**engine, reqs, streams);
+          auto run = run_requests(*(*engine)->engine(), reqs, streams);
           if (!run.ok()) return fail_status(run.status());
           runs[vi] = std::move(*run);
           if (f.progress)

@@ -57,12 +57,12 @@
 #include "bench/bench_util.h"
 #include "bench/bench_weights.h"
 #include "core/common/device.h"
-#include "core/exec/make_executor.h"
 #include "core/flags/flags.h"
 #include "core/generate/engine.h"
 #include "core/generate/generator.h"
 #include "core/model/model_loader.h"
 #include "core/model/quantize.h"
+#include "core/serving/serving.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/huge_pages.h"
 #include "kernels/cpu/parallel.h"
@@ -376,17 +376,20 @@ int main(int argc, char** argv) {
     gc.max_context = n_prompt + n_new;
     gc.limits.max_new_tokens = static_cast<int32_t>(n_new);
     frost::Generator gen(m, gc);
-    std::unique_ptr<frost::Engine> engine;
+    std::unique_ptr<frost::serving::Serving> serving;  // --via engine: the CPU engine, as frostd assembles it
+    frost::Engine* engine = nullptr;
     if (via == "engine") {
-      frost::EngineConfig ec;
-      ec.gen = gc;
-      ec.max_running = 1;
-      auto e = frost::Engine::create(std::shared_ptr<const frost::LoadedModel>(std::move(*model)), ec);
-      if (!e.ok()) {
-        std::fprintf(stderr, "error: %s\n", e.status().ToString().c_str());
+      frost::serving::ServingOptions so = frost::serving::ServingOptions::for_loaded(
+          std::shared_ptr<const frost::LoadedModel>(std::move(*model)));
+      so.engine.gen = gc;
+      so.engine.max_running = 1;
+      auto s = frost::serving::Serving::start(so);
+      if (!s.ok()) {
+        std::fprintf(stderr, "error: %s\n", s.status().ToString().c_str());
         return 1;
       }
-      engine = std::move(e).value();
+      serving = std::move(s).value();
+      engine = serving->engine().get();
     }
     frost::GenerationRequest req;
     req.prompt_ids = prompt_ids(n_prompt, m.config.n_vocab);
@@ -456,7 +459,10 @@ int main(int argc, char** argv) {
     out["ratio_to_bandwidth_limit"] = median(tps) / (bw / bytes);
   } else if (mode == "engine") {
     if (streams < 1) usage("--streams must be >= 1");
-    frost::EngineConfig ec;
+    frost::serving::ServingOptions so = frost::serving::ServingOptions::for_loaded(
+        std::shared_ptr<const frost::LoadedModel>(std::move(*model)));
+    so.device = device_name;
+    frost::EngineConfig& ec = so.engine;
     ec.gen.kv_codec = *codec;
     ec.gen.limits.max_new_tokens = static_cast<int32_t>(n_new);
     // --max-running (default: the streams) sizes the engine as a server is sized: the KV pool follows it, so
@@ -466,22 +472,14 @@ int main(int argc, char** argv) {
     ec.max_running = static_cast<int32_t>(max_running);
     ec.max_waiting = static_cast<int32_t>(streams);
     ec.max_batch_tokens = std::max<int64_t>(128, max_running);
-    std::shared_ptr<const frost::LoadedModel> shared(std::move(*model));
-    frost::ExecutorOptions xo;
-    xo.device = *device;
-    xo.kv_codec = *codec;
-    auto executor = frost::make_executor(shared, xo);
-    if (!executor.ok()) {
-      std::fprintf(stderr, "error: %s\n", executor.status().ToString().c_str());
-      return 1;
-    }
+    // The executor for --device and the engine, as frostd assembles them (core/serving/serving.h).
     out["device"] = device->name();
-    auto e = frost::Engine::create(shared, ec, std::move(executor).value());
-    if (!e.ok()) {
-      std::fprintf(stderr, "error: %s\n", e.status().ToString().c_str());
+    auto serving = frost::serving::Serving::start(so);
+    if (!serving.ok()) {
+      std::fprintf(stderr, "error: %s\n", serving.status().ToString().c_str());
       return 1;
     }
-    frost::Engine& engine = **e;
+    frost::Engine& engine = *(*serving)->engine();
     // Keeps `streams` requests in flight until `total` have finished (a finished request's sink submits the
     // next one); returns the wall seconds.
     struct Load {

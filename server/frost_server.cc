@@ -16,30 +16,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "core/common/clock.h"
-#include "core/common/device.h"
+#include "core/common/device_spec.h"
 #include "core/common/log.h"
-#include "core/exec/device_factory.h"
-#include "core/exec/hidden_states.h"
-#include "core/exec/make_executor.h"
-#include "core/model/model_loader.h"
 #include "kernels/cpu/isa.h"
 
 namespace frost::server {
 namespace {
-
-// Collects the warm-up generation's outcome.
-class WarmupSink final : public TokenSink {
- public:
-  void on_token(const TokenEvent&) override {}
-  void on_finish(absl::StatusOr<GenerationResult> r) override {
-    result = std::move(r);
-    done.Notify();
-  }
-  absl::StatusOr<GenerationResult> result = absl::UnknownError("warm-up did not finish");
-  absl::Notification done;
-};
 
 // Removes gRPC's reflection plugin from a ServerBuilder. libgrpc++_reflection registers that plugin with
 // every ServerBuilder from a static initializer as soon as the library is loaded, so server.reflection:
@@ -239,39 +222,16 @@ absl::StatusOr<std::unique_ptr<FrostServer>> FrostServer::start(const ServerConf
 
 absl::Status FrostServer::load_model() {
   if (stopped_) return absl::FailedPreconditionError("server stopped");
-  if (absl::Status st = apply_device_config({cfg_.model.threads}); !st.ok()) return st;
-  kernels::Isa isa = kernels::best_isa();
-  if (!kernels::parse_isa(cfg_.model.kernels, &isa) || !kernels::set_isa(isa))
-    return absl::FailedPreconditionError(absl::StrCat("model.kernels: \"", cfg_.model.kernels,
-                                                      "\" needs CPU features this machine lacks (it runs up to ",
-                                                      kernels::isa_name(kernels::best_isa()), ")"));
-  const int64_t t0 = RealClock::get().now_ns();
-  LoadOptions opts;
-  opts.dtype = cfg_.model.dtype;
-  absl::StatusOr<std::unique_ptr<LoadedModel>> loaded = ::frost::load_model(cfg_.model.path, opts);
-  if (!loaded.ok()) {
-    return absl::Status(loaded.status().code(),
-                        absl::StrCat("model.path \"", cfg_.model.path, "\": ", loaded.status().message()));
-  }
-  // The executor for model.device (validated with the config), and on a device the source of Predict's and
-  // the jobs' backbone features: a decoder of its own on that device (core/exec/hidden_states.h). A device
-  // holds the weights once: both decoders borrow the DeviceWeights laid out here (core/exec/device_factory.h).
-  ExecutorOptions xo;
-  xo.device = *parse_device(cfg_.model.device);
-  xo.kv_codec = cfg_.engine.kv_codec;
-  xo.cuda_graphs = cfg_.model.cuda_graphs;
-  if (xo.device.kind != DeviceKind::kCpu) {
-    absl::StatusOr<std::shared_ptr<const DeviceWeights>> up =
-        upload_device_weights((*loaded)->config, (*loaded)->model->weights(), xo.device);
-    if (!up.ok()) return up.status();
-    xo.weights = *std::move(up);
-  }
-  absl::StatusOr<std::shared_ptr<const HiddenStateSource>> features = make_hidden_source(**loaded, xo);
-  if (!features.ok()) return features.status();
-  (*loaded)->hidden_source = *std::move(features);
-  std::shared_ptr<const LoadedModel> model(std::move(loaded).value());
-
-  EngineConfig ec;
+  // The model, its executor for model.device and the engine are assembled in core (core/serving/serving.h);
+  // the server passes its config, the registry's slots and its hooks.
+  serving::ServingOptions so;
+  so.model_path = cfg_.model.path;
+  so.dtype = cfg_.model.dtype;
+  so.threads = cfg_.model.threads;
+  so.kernels = cfg_.model.kernels;
+  so.device = cfg_.model.device;
+  so.cuda_graphs = cfg_.model.cuda_graphs;
+  EngineConfig& ec = so.engine;
   ec.gen.kv_codec = cfg_.engine.kv_codec;
   ec.gen.max_context = cfg_.engine.max_context;
   ec.gen.max_prompt_tokens = cfg_.limits.max_prompt_tokens;
@@ -289,45 +249,15 @@ absl::Status FrostServer::load_model() {
                     "frostd", why.ToString().c_str());
     if (health) health->set_ready(false);
   };
-  // The step executor for model.device (the weights go to the device here).
-  absl::StatusOr<std::unique_ptr<StepExecutor>> executor = make_executor(model, xo);
-  if (!executor.ok()) return executor.status();
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(model, ec, std::move(executor).value());
-  if (!engine.ok()) return engine.status();
-  std::shared_ptr<Engine> e(std::move(engine).value());
-
-  // Warm-up: one short greedy generation through the real engine path (allocates the KV cache and scratch,
-  // touches every weight, starts the thread pools).
-  GenerationRequest warm;
-  warm.prompt_ids = {model->tokenizer && model->tokenizer->bos_id() >= 0 ? model->tokenizer->bos_id() : 0};
-  warm.params.temperature = 0;
-  warm.params.max_new_tokens = 2;
-  warm.params.ignore_eos = true;
-  // No KVSplice is loaded yet (runtime_->start below activates one): a kvsplice default warms up with fp32.
-  if (cfg_.engine.kv_codec == KvCodecKind::kKvSplice && runtime_->registry().active_name("kvsplice").empty())
-    warm.kv_codec = KvCodecKind::kF32;
-  auto sink = std::make_shared<WarmupSink>();
-  if (absl::Status st = e->submit(warm, sink, std::make_shared<CancelToken>()); !st.ok()) {
-    return absl::InternalError(absl::StrCat("warm-up generation refused: ", st.message()));
-  }
-  sink->done.WaitForNotification();
-  if (!sink->result.ok()) {
-    return absl::InternalError(absl::StrCat("warm-up generation failed: ", sink->result.status().message()));
-  }
-  const double secs = static_cast<double>(RealClock::get().now_ns() - t0) * 1e-9;
-  const ExecutorStats xs = e->stats().executor;
-  FROST_LOG_INFO(
-      "frostd: serving %s (%s, %lld params, %s weights %.1f MiB, on %s, %s kernels, context %lld, kv %s) "
-      "ready in %.2fs",
-      model->name.c_str(), arch_name(model->config.arch), static_cast<long long>(model->model->n_params()),
-      weight_dtype_name(model->model->weight_format()), static_cast<double>(xs.weight_bytes) / (1 << 20),
-      xs.device_name.c_str(), kernels::isa_name(kernels::active_isa()), static_cast<long long>(e->max_context()),
-      kv_codec_name(cfg_.engine.kv_codec), secs);
-
-  engine_ = e;
+  absl::StatusOr<std::unique_ptr<serving::Serving>> started = serving::Serving::start(so);
+  if (!started.ok()) return started.status();
+  serving_ = *std::move(started);
+  const std::shared_ptr<const LoadedModel>& model = serving_->model();
+  const std::shared_ptr<Engine>& e = serving_->engine();
   metrics_->set_stats_source([e] { return e->stats(); });
-  metrics_->set_model_info(model->name, arch_name(model->config.arch), weight_dtype_name(model->model->weight_format()),
-                           kernels::isa_name(kernels::active_isa()), xs.weight_bytes);
+  metrics_->set_model_info(model->name, arch_name(model->config.arch),
+                           weight_dtype_name(model->model->weight_format()),
+                           kernels::isa_name(kernels::active_isa()), serving_->weight_bytes());
   if (absl::Status st = runtime_->start(model); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("jobs: ", st.message()));
   }
@@ -351,19 +281,9 @@ void FrostServer::drain(double timeout_s) {
     runtime_->start_drain();
     runtime_->shutdown();  // running jobs checkpoint and go back to QUEUED
   }
-  if (engine_) {
-    engine_->stop_accepting();
-    const EngineStats s = engine_->stats();
-    FROST_LOG_INFO("frostd: draining %d running + %d waiting requests (timeout %.1fs)", s.n_running,
-                   s.n_waiting, timeout_s);
-    if (!engine_->wait_idle(timeout_s)) {
-      const EngineStats left = engine_->stats();
-      FROST_LOG_WARN("frostd: drain timeout: cancelling %d running + %d waiting requests", left.n_running,
-                     left.n_waiting);
-    }
-    engine_->shutdown();  // every remaining stream gets its final message
-                          // (CANCELLED)
-  }
+  // The engine stops accepting, waits up to timeout_s, then every remaining stream gets its final message
+  // (CANCELLED).
+  if (serving_) (void)serving_->drain(timeout_s);
   // Every Generate stream now has its final message or status queued: give them up to kStreamFlushS to be
   // written (a client that stopped reading is cut then), then stop gRPC at once. gRPC's own
   // Shutdown(deadline) also waits for idle client connections to close until the deadline, so waiting there

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/generate/engine.h"
+#include "core/serving/serving.h"
 #include "server/generation_service.h"
 #include "server/admin_service.h"
 #include "server/health.h"
@@ -53,10 +54,11 @@ class FrostServer {
   int kv_events_port() const;
   int kv_events_replay_port() const;
   // The served model's name once loaded ("" before).
-  std::string model_name() const { return engine_ ? engine_->model().name : ""; }
+  std::string model_name() const { return serving_ ? serving_->model()->name : ""; }
 
-  // Loads model.path, builds the engine, warms it up, then turns readiness SERVING. Errors name the model
-  // path; the server stays up and NOT_SERVING on failure.
+  // Starts the serving assembly (core/serving/serving.h: loads model.path, builds the engine, warms it up),
+  // then turns readiness SERVING. Errors name the config field; the server stays up and NOT_SERVING on
+  // failure.
   absl::Status load_model();
 
   // Graceful stop; see the header comment. Idempotent. Returns when the gRPC server has stopped.
@@ -87,7 +89,7 @@ class FrostServer {
   std::unique_ptr<Health> health_;  // registered with server_: outlives it
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<OpenAiHttpServer> http_;  // server.http.listen
-  std::shared_ptr<Engine> engine_;
+  std::unique_ptr<serving::Serving> serving_;  // the model and its engine, once loaded
   int grpc_port_ = 0;
   int metrics_port_ = 0;
   int http_port_ = 0;

@@ -49,8 +49,8 @@ def closure(layers, name, seen=None, stack=()):
 STANDALONE = {"flags": []}
 
 # (upper, lower): upper must link lower, and lower must not reach upper (docs/conventions.md, "Layers").
-ORDER = [("jobs", "serving"), ("serving", "prototype"), ("jobs", "train"), ("generate", "exec"), ("exec", "model"),
-         ("model", "kv"), ("kv", "store"), ("store", "common")]
+ORDER = [("jobs", "serving"), ("serving", "prototype"), ("serving", "generate"), ("jobs", "train"), ("generate", "exec"),
+         ("exec", "model"), ("model", "kv"), ("kv", "store"), ("store", "common")]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
