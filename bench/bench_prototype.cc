@@ -51,10 +51,10 @@ int run_prototype_bench(int argc, char** argv) {
   parse_mode_flags(std::move(command), argc, argv);
   if (model_path.empty()) usage("--model is required");
   if (data_dir.empty()) usage("--data is required");
-  proto::EvalOptions opts;
-  if (auto st = proto::set_fields(opts.cfg, sets); !st.ok()) usage(std::string(st.message()));
+  prototype::EvalOptions opts;
+  if (auto st = prototype::set_fields(opts.cfg, sets); !st.ok()) usage(std::string(st.message()));
   if (auto st = apply_device_config({threads}); !st.ok()) usage(std::string(st.message()));
-  auto data = proto::load_dataset_dir(data_dir);
+  auto data = prototype::load_dataset_dir(data_dir);
   if (!data.ok()) {
     std::fprintf(stderr, "error: %s\n", data.status().ToString().c_str());
     return 1;
@@ -66,7 +66,7 @@ int run_prototype_bench(int argc, char** argv) {
   }
   opts.artifact_dir = artifact_dir;
   if (progress) {
-    opts.hooks.on_progress = [](const proto::TrainProgress& p) {
+    opts.hooks.on_progress = [](const prototype::TrainProgress& p) {
       if (p.stage == "stage_a" || p.stage == "stage_b") {
         if (p.step != p.steps && p.step % 50 != 0) return;
         std::fprintf(
@@ -81,7 +81,7 @@ int run_prototype_bench(int argc, char** argv) {
       }
     };
   }
-  auto res = proto::evaluate_prototype(**model, *data, opts);
+  auto res = prototype::evaluate_prototype(**model, *data, opts);
   if (!res.ok()) {
     std::fprintf(stderr, "error: %s\n", res.status().ToString().c_str());
     return 1;

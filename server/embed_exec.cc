@@ -39,7 +39,7 @@ absl::Status check_embed_inputs(const LoadedModel& model, const EmbedInputs& in,
   }
   int64_t total = 0;
   for (size_t i = 0; i < in.ids.size(); ++i) {
-    FROST_RETURN_IF_ERROR(proto::check_embedding_ids(model, in.ids[i], name_of(field, i)));
+    FROST_RETURN_IF_ERROR(prototype::check_embedding_ids(model, in.ids[i], name_of(field, i)));
     total += static_cast<int64_t>(in.ids[i].size());
   }
   return check_total(total, field);
@@ -54,7 +54,7 @@ absl::StatusOr<EmbedOutput> run_embed(const LoadedModel& model, const EmbedInput
     int64_t total = 0;
     for (size_t i = 0; i < in.texts.size(); ++i) {
       FROST_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                             proto::embedding_tokens(model, in.texts[i], name_of(in.texts_field, i)));
+                             prototype::embedding_tokens(model, in.texts[i], name_of(in.texts_field, i)));
       total += static_cast<int64_t>(ids.size());
       FROST_RETURN_IF_ERROR(check_total(total, in.texts_field));  // before tokenizing the rest
       tokenized.push_back(std::move(ids));
@@ -65,7 +65,7 @@ absl::StatusOr<EmbedOutput> run_embed(const LoadedModel& model, const EmbedInput
   out.vectors.reserve(tokens->size());
   for (const std::vector<int32_t>& t : *tokens) {
     if (cancelled && cancelled()) return absl::CancelledError("embeddings: the client went away");
-    FROST_ASSIGN_OR_RETURN(std::vector<float> v, proto::embed_tokens(model, t));
+    FROST_ASSIGN_OR_RETURN(std::vector<float> v, prototype::embed_tokens(model, t));
     out.vectors.push_back(std::move(v));
     out.n_tokens.push_back(static_cast<int32_t>(t.size()));
     out.prompt_tokens += static_cast<int64_t>(t.size());

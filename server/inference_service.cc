@@ -192,7 +192,7 @@ absl::StatusOr<std::optional<int>> top_k_parameter(const inference::ModelInferRe
   return std::optional<int>(static_cast<int>(k));
 }
 
-void fill_outputs(const PredictJob& job, const std::vector<proto::Prediction>& ps,
+void fill_outputs(const PredictJob& job, const std::vector<prototype::Prediction>& ps,
                   const std::vector<std::string>& wanted, inference::ModelInferResponse* resp) {
   const auto n = static_cast<int64_t>(ps.size());
   const int64_t k = job.top_k;
@@ -205,26 +205,26 @@ void fill_outputs(const PredictJob& job, const std::vector<proto::Prediction>& p
     if (per_prototype) t->add_shape(k);
     auto scalar = [&](auto get) {
       t->set_datatype("FP32");
-      for (const proto::Prediction& p : ps) c->add_fp32_contents(static_cast<float>(get(p)));
+      for (const prototype::Prediction& p : ps) c->add_fp32_contents(static_cast<float>(get(p)));
     };
-    if (name == "value") scalar([](const proto::Prediction& p) { return p.value; });
-    if (name == "value_unrefined") scalar([](const proto::Prediction& p) { return p.value_unrefined; });
-    if (name == "knn_value") scalar([](const proto::Prediction& p) { return p.knn_value; });
+    if (name == "value") scalar([](const prototype::Prediction& p) { return p.value; });
+    if (name == "value_unrefined") scalar([](const prototype::Prediction& p) { return p.value_unrefined; });
+    if (name == "knn_value") scalar([](const prototype::Prediction& p) { return p.knn_value; });
     if (name == "population_consistency")
-      scalar([](const proto::Prediction& p) { return p.population_consistency; });
+      scalar([](const prototype::Prediction& p) { return p.population_consistency; });
     if (name == "agreement_consistency")
-      scalar([](const proto::Prediction& p) { return p.agreement_consistency; });
+      scalar([](const prototype::Prediction& p) { return p.agreement_consistency; });
     if (name == "out_of_distribution") {
       t->set_datatype("BOOL");
-      for (const proto::Prediction& p : ps) c->add_bool_contents(p.out_of_distribution);
+      for (const prototype::Prediction& p : ps) c->add_bool_contents(p.out_of_distribution);
     }
     if (per_prototype) {
       const bool bytes = name == "prototype_ids" || name == "prototype_texts";
       t->set_datatype(bytes ? "BYTES" : "FP32");
-      for (const proto::Prediction& p : ps)
+      for (const prototype::Prediction& p : ps)
         for (int64_t j = 0; j < k; ++j) {  // padded when a prediction has fewer than k prototypes
           const bool have = j < static_cast<int64_t>(p.top.size());
-          const proto::Attribution* a = have ? &p.top[static_cast<size_t>(j)] : nullptr;
+          const prototype::Attribution* a = have ? &p.top[static_cast<size_t>(j)] : nullptr;
           if (name == "prototype_ids") c->add_bytes_contents(a ? a->id : "");
           if (name == "prototype_texts") c->add_bytes_contents(a ? a->text : "");
           if (name == "prototype_labels") c->add_fp32_contents(a ? static_cast<float>(a->label) : 0.f);
@@ -354,7 +354,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     return inf;
   };
   auto infer = [rt = rt_](const Infer& inf) -> absl::StatusOr<inference::ModelInferResponse> {
-    FROST_ASSIGN_OR_RETURN(std::vector<proto::Prediction> ps, run_predict(rt, inf.job));
+    FROST_ASSIGN_OR_RETURN(std::vector<prototype::Prediction> ps, run_predict(rt, inf.job));
     inference::ModelInferResponse resp;
     resp.set_model_name(kModel);
     const std::string& name = inf.job.served->name;

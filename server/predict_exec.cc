@@ -44,11 +44,11 @@ absl::StatusOr<PredictJob> prepare_predict(Runtime* rt, std::vector<std::string>
   return job;
 }
 
-absl::StatusOr<std::vector<proto::Prediction>> run_predict(Runtime* rt, const PredictJob& job) {
+absl::StatusOr<std::vector<prototype::Prediction>> run_predict(Runtime* rt, const PredictJob& job) {
   c10::InferenceMode inference_mode;
-  FROST_ASSIGN_OR_RETURN(std::vector<proto::Prediction> ps, job.served->predictor->predict(job.texts, job.top_k));
+  FROST_ASSIGN_OR_RETURN(std::vector<prototype::Prediction> ps, job.served->predictor->predict(job.texts, job.top_k));
   int64_t n_ood = 0;
-  for (const proto::Prediction& p : ps) n_ood += p.out_of_distribution;
+  for (const prototype::Prediction& p : ps) n_ood += p.out_of_distribution;
   rt->metrics()->record_predictions(static_cast<int64_t>(ps.size()), n_ood);
   return ps;
 }

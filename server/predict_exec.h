@@ -27,6 +27,6 @@ absl::StatusOr<PredictJob> prepare_predict(Runtime* rt, std::vector<std::string>
                                            const std::string& texts_field, const std::string& top_k_field);
 
 // The backbone forward and the head (call it on the Predict executor); records the Predict metrics.
-absl::StatusOr<std::vector<proto::Prediction>> run_predict(Runtime* rt, const PredictJob& job);
+absl::StatusOr<std::vector<prototype::Prediction>> run_predict(Runtime* rt, const PredictJob& job);
 
 }  // namespace frost::server

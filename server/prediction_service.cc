@@ -21,13 +21,13 @@ absl::StatusOr<PredictJob> prepare(Runtime* rt, const v1::PredictRequest& req) {
 
 // Worker part: the backbone forward and the head.
 absl::StatusOr<v1::PredictResponse> predict(Runtime* rt, const PredictJob& job) {
-  FROST_ASSIGN_OR_RETURN(std::vector<proto::Prediction> ps, run_predict(rt, job));
-  const proto::PrototypeArtifact& art = job.served->predictor->artifact();
+  FROST_ASSIGN_OR_RETURN(std::vector<prototype::Prediction> ps, run_predict(rt, job));
+  const prototype::PrototypeArtifact& art = job.served->predictor->artifact();
   v1::PredictResponse resp;
   resp.set_artifact(job.served->name);
   resp.set_label_min(art.bounds.a);
   resp.set_label_max(art.bounds.b);
-  for (const proto::Prediction& p : ps) {
+  for (const prototype::Prediction& p : ps) {
     v1::PredictionResult* r = resp.add_results();
     r->set_value(p.value);
     r->set_value_unrefined(p.value_unrefined);
@@ -39,7 +39,7 @@ absl::StatusOr<v1::PredictResponse> predict(Runtime* rt, const PredictJob& job) 
     r->set_beta(p.beta);
     r->set_restr_fallback(p.restr_fallback);
     r->set_label_reliance(p.label_reliance);
-    for (const proto::Attribution& a : p.top) {
+    for (const prototype::Attribution& a : p.top) {
       v1::PrototypeRef* pr = r->add_prototypes();
       pr->set_dataset_index(a.index);
       pr->set_id(a.id);

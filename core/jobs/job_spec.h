@@ -71,7 +71,7 @@ std::string spec_to_json(const JobSpec& spec);
 absl::StatusOr<JobSpec> spec_from_json(const std::string& kind, const std::string& json);
 
 // Inline rows as JSONL lines {"text", "label"[, "id"]}, the form a file of them has (the prototype kind
-// itself checks inline rows as rows: proto::check_regression_rows).
+// itself checks inline rows as rows: prototype::check_regression_rows).
 std::string training_rows_jsonl(const std::vector<TrainingRow>& rows);
 // A JSON object of config values (numbers, strings, booleans: a trainer's config dump) as entries, every
 // value as its JSON text except strings (their content): the normalised config of a kind.

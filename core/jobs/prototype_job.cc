@@ -18,10 +18,10 @@ namespace frost::jobs {
 
 namespace {
 
-// Inline rows as rows: the same row rules as a file's (proto::check_regression_rows), errors naming
+// Inline rows as rows: the same row rules as a file's (prototype::check_regression_rows), errors naming
 // "inline_rows:<row>".
-absl::StatusOr<proto::RegressionData> inline_data(const std::vector<TrainingRow>& rows,
-                                                  const proto::LabelBounds& bounds,
+absl::StatusOr<prototype::RegressionData> inline_data(const std::vector<TrainingRow>& rows,
+                                                  const prototype::LabelBounds& bounds,
                                                   const PrototypeJobOptions& o) {
   if (static_cast<int64_t>(rows.size()) > o.max_inline_rows)
     return absl::InvalidArgumentError(
@@ -33,16 +33,16 @@ absl::StatusOr<proto::RegressionData> inline_data(const std::vector<TrainingRow>
     return absl::InvalidArgumentError(absl::StrCat(
         "inline_rows: ", text_bytes, " bytes of text is more than jobs.max_inline_bytes=", o.max_inline_bytes,
         "; use train_path"));
-  std::vector<proto::RegressionRow> typed;
+  std::vector<prototype::RegressionRow> typed;
   typed.reserve(rows.size());
   for (const TrainingRow& r : rows) typed.push_back({r.text, r.label, r.id});
-  return proto::check_regression_rows(typed, "inline_rows", bounds);
+  return prototype::check_regression_rows(typed, "inline_rows", bounds);
 }
 
 struct LoadedSpec {
-  proto::LabelBounds bounds;
-  proto::RegressionData train, test;
-  proto::PrototypeConfig cfg;
+  prototype::LabelBounds bounds;
+  prototype::RegressionData train, test;
+  prototype::PrototypeConfig cfg;
   bool activate = false;
   std::string name;
 };
@@ -67,13 +67,13 @@ absl::StatusOr<LoadedSpec> load_spec(const PrototypeJobSpec& spec, const Prototy
     return absl::InvalidArgumentError("label_min / label_max: set both or neither");
   if (lo) {
     ls.bounds = {*lo, *hi};
-    FROST_RETURN_IF_ERROR(proto::validate_bounds(ls.bounds));
+    FROST_RETURN_IF_ERROR(prototype::validate_bounds(ls.bounds));
   } else {
     if (!has_path)
       return absl::InvalidArgumentError(
           "label_min / label_max: required with inline_rows (no meta.json to read)");
     const std::string meta = (std::filesystem::path(train_path).parent_path() / "meta.json").string();
-    absl::StatusOr<proto::LabelBounds> b = proto::load_meta_bounds(meta);
+    absl::StatusOr<prototype::LabelBounds> b = prototype::load_meta_bounds(meta);
     if (!b.ok())
       return absl::InvalidArgumentError(
           absl::StrCat("label_min / label_max not set and ", b.status().message()));
@@ -83,7 +83,7 @@ absl::StatusOr<LoadedSpec> load_spec(const PrototypeJobSpec& spec, const Prototy
   norm.label_max = ls.bounds.b;
 
   if (has_path) {
-    FROST_ASSIGN_OR_RETURN(ls.train, proto::load_regression_jsonl(train_path, ls.bounds));
+    FROST_ASSIGN_OR_RETURN(ls.train, prototype::load_regression_jsonl(train_path, ls.bounds));
     ls.name = std::filesystem::path(train_path).parent_path().filename().string();
   } else {
     FROST_ASSIGN_OR_RETURN(ls.train, inline_data(*spec.inline_rows, ls.bounds, o));
@@ -95,7 +95,7 @@ absl::StatusOr<LoadedSpec> load_spec(const PrototypeJobSpec& spec, const Prototy
   if (spec.test_path && !spec.test_path->empty()) {
     FROST_ASSIGN_OR_RETURN(std::string test_path,
                            resolve_data_path(o.data_root, *spec.test_path, "test_path"));
-    FROST_ASSIGN_OR_RETURN(ls.test, proto::load_regression_jsonl(test_path, ls.bounds));
+    FROST_ASSIGN_OR_RETURN(ls.test, prototype::load_regression_jsonl(test_path, ls.bounds));
     norm.test_path = test_path;
     holdout = 0;
   } else {
@@ -107,7 +107,7 @@ absl::StatusOr<LoadedSpec> load_spec(const PrototypeJobSpec& spec, const Prototy
 
   std::vector<std::string> fields;
   for (const auto& [k, v] : spec.config) fields.push_back(k + "=" + v);
-  FROST_RETURN_IF_ERROR(proto::set_fields(ls.cfg, fields));
+  FROST_RETURN_IF_ERROR(prototype::set_fields(ls.cfg, fields));
   norm.config = spec.config;
   ls.activate = spec.activate;
   norm.activate = ls.activate;
@@ -121,9 +121,9 @@ absl::StatusOr<LoadedSpec> load_spec(const PrototypeJobSpec& spec, const Prototy
     std::shuffle(perm.begin(), perm.end(), rng);
     std::vector<bool> held(static_cast<size_t>(n), false);
     for (int64_t i = 0; i < n_test; ++i) held[static_cast<size_t>(perm[static_cast<size_t>(i)])] = true;
-    proto::RegressionData tr, te;
+    prototype::RegressionData tr, te;
     for (int64_t i = 0; i < n; ++i) {
-      proto::RegressionData& d = held[static_cast<size_t>(i)] ? te : tr;
+      prototype::RegressionData& d = held[static_cast<size_t>(i)] ? te : tr;
       d.texts.push_back(ls.train.texts[static_cast<size_t>(i)]);
       d.labels.push_back(ls.train.labels[static_cast<size_t>(i)]);
       d.ids.push_back(ls.train.ids[static_cast<size_t>(i)]);
@@ -154,11 +154,11 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
   if (!spec) return absl::InternalError("prototype: the job's spec is not a prototype job spec");
   FROST_ASSIGN_OR_RETURN(LoadedSpec ls, load_spec(*spec, opts_, nullptr));
 
-  proto::TrainHooks hooks;
+  prototype::TrainHooks hooks;
   hooks.cancel = ctx.cancel;
   hooks.checkpoint_path = ctx.checkpoint_path;
   hooks.checkpoint_every = ctx.checkpoint_every;
-  hooks.on_progress = [&](const proto::TrainProgress& p) {
+  hooks.on_progress = [&](const prototype::TrainProgress& p) {
     if (!ctx.progress) return;
     JobProgress jp;
     jp.stage = p.stage;
@@ -180,12 +180,12 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
       serving::ArtifactInfo info,
       opts_.store->publish("prototype", meta, [&](const std::string& dir) -> absl::Status {
         if (ls.test.size() > 0) {
-          proto::DatasetDir d{ls.name, ls.bounds, ls.train, ls.test};
-          proto::EvalOptions eo;
+          prototype::DatasetDir d{ls.name, ls.bounds, ls.train, ls.test};
+          prototype::EvalOptions eo;
           eo.cfg = ls.cfg;
           eo.artifact_dir = dir;
           eo.hooks = hooks;
-          FROST_ASSIGN_OR_RETURN(nlohmann::ordered_json r, proto::evaluate_prototype(*opts_.model, d, eo));
+          FROST_ASSIGN_OR_RETURN(nlohmann::ordered_json r, prototype::evaluate_prototype(*opts_.model, d, eo));
           r["job_id"] = job.id;
           if (r.contains("artifact"))
             r["artifact"].erase("dir");  // the temporary directory it was written to
@@ -197,9 +197,9 @@ absl::StatusOr<JobResult> PrototypeJobKind::run(const JobRecord& job, const JobC
           report = r.dump();
         } else {
           FROST_ASSIGN_OR_RETURN(auto trainer,
-                                 proto::PrototypeTrainer::create(*opts_.model, ls.train, ls.bounds, ls.cfg));
-          FROST_ASSIGN_OR_RETURN(proto::PrototypeArtifact art, trainer->run(hooks));
-          FROST_RETURN_IF_ERROR(proto::save_artifact(art, dir).status());
+                                 prototype::PrototypeTrainer::create(*opts_.model, ls.train, ls.bounds, ls.cfg));
+          FROST_ASSIGN_OR_RETURN(prototype::PrototypeArtifact art, trainer->run(hooks));
+          FROST_RETURN_IF_ERROR(prototype::save_artifact(art, dir).status());
           report = nlohmann::json{{"job_id", job.id},
                                   {"n_train", ls.train.size()},
                                   {"compute_device", trainer->device().name},

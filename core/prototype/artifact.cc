@@ -11,7 +11,7 @@
 #include "core/common/torch_status.h"
 #include "core/store/safetensors.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 namespace {
 
@@ -182,4 +182,4 @@ absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir) {
   return art;
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

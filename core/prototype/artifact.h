@@ -30,7 +30,7 @@
 #include "core/prototype/data.h"
 #include "core/prototype/features.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 inline constexpr char kArtifactFormat[] = "frost.prototype";
 inline constexpr int kArtifactVersion = 1;
@@ -63,4 +63,4 @@ struct PrototypeArtifact {
 absl::StatusOr<int64_t> save_artifact(const PrototypeArtifact& art, const std::string& dir);
 absl::StatusOr<PrototypeArtifact> load_artifact(const std::string& dir);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -15,7 +15,7 @@
 #include "core/common/status_macros.h"
 #include "core/common/torch_status.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 constexpr double kConstantColumnRel = 1e-12;       // std <= this * max(1, |mean|) counts as constant
@@ -316,4 +316,4 @@ absl::StatusOr<at::Tensor> knn_predict(const at::Tensor& train_keys, absl::Span<
   });
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

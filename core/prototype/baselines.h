@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 // ---- Ridge ------------------------------------------------------------------------------------
 
@@ -76,4 +76,4 @@ absl::StatusOr<KnnResult> knn_topk(const at::Tensor& train_keys, const at::Tenso
 absl::StatusOr<at::Tensor> knn_predict(const at::Tensor& train_keys, absl::Span<const float> train_labels,
                                        const at::Tensor& query_keys, int k, bool exclude_self = false);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

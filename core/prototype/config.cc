@@ -4,7 +4,7 @@
 #include "core/common/config_fields.h"
 #include "core/common/status_macros.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 namespace {
 
@@ -111,4 +111,4 @@ double tau_for_epoch(const PrototypeConfig& c, int64_t epoch) {
   return c.tau_start - f * (c.tau_start - c.tau_end);
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

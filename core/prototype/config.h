@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 struct PrototypeConfig {
   // --- seed defaults table ---
@@ -118,4 +118,4 @@ absl::StatusOr<PrototypeConfig> config_from_json(const nlohmann::json& j);
 // tau = tau_start - (epoch-1)/(E-1) * (tau_start - tau_end); tau_start when E == 1.
 double tau_for_epoch(const PrototypeConfig& cfg, int64_t epoch);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

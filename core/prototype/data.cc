@@ -16,7 +16,7 @@
 #include "core/common/status_macros.h"
 #include "core/common/utf8.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 using json = nlohmann::json;
@@ -333,4 +333,4 @@ absl::StatusOr<DatasetDir> load_dataset_dir(const std::string& dir,
   return out;
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 // The closed label range [a, b] of a dataset (meta.json "label_min" / "label_max").
 struct LabelBounds {
@@ -91,4 +91,4 @@ struct DatasetDir {
 absl::StatusOr<DatasetDir> load_dataset_dir(const std::string& dir,
                                             std::optional<LabelBounds> bounds_override = std::nullopt);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/device_spec.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 ComputeDevice cpu_compute_device() {
   ComputeDevice d;
@@ -51,4 +51,4 @@ ComputeDevice compute_device(const LoadedModel& model) {
   return resolve_compute_device(served_device(model), at::hasCUDA());
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

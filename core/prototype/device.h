@@ -20,7 +20,7 @@
 
 #include "core/model/model_loader.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 struct ComputeDevice {
   at::Device device{at::kCPU};
@@ -42,4 +42,4 @@ ComputeDevice compute_device(const LoadedModel& model);
 // The CPU, explicitly (tests and tools that want the CPU head whatever the model's device).
 ComputeDevice cpu_compute_device();
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -9,7 +9,7 @@
 #include "core/common/torch_status.h"
 #include "core/prototype/features.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 namespace {
 
@@ -65,4 +65,4 @@ absl::StatusOr<std::vector<float>> embed_tokens(const LoadedModel& model,
   return pool_embedding(h);
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "core/model/model_loader.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 // Tokens of a text input, tokenized like Predict's features (tokenize_truncated): the tokenizer's BOS
 // prepended when it has one, but never truncated. INVALID_ARGUMENT naming `what` ("input[2]") when the text
@@ -47,4 +47,4 @@ absl::StatusOr<std::vector<float>> pool_embedding(const at::Tensor& hidden);
 // backbone_hidden(model, tokens), pooled (pool_embedding). `tokens` must have passed the checks above.
 absl::StatusOr<std::vector<float>> embed_tokens(const LoadedModel& model, const std::vector<int32_t>& tokens);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -18,7 +18,7 @@
 #include "core/prototype/metrics.h"
 #include "core/prototype/predictor.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 namespace {
 
@@ -241,4 +241,4 @@ absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& mod
   return out;
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

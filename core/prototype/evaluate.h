@@ -19,7 +19,7 @@
 #include "core/prototype/metrics.h"
 #include "core/prototype/trainer.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 // The plain verdict of the report: the head against the linear probe (ridge on the same mean-pooled
 // features) on the test split.
@@ -44,4 +44,4 @@ struct EvalOptions {
 absl::StatusOr<nlohmann::ordered_json> evaluate_prototype(const LoadedModel& model, const DatasetDir& data,
                                                           const EvalOptions& opts);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -14,7 +14,7 @@
 #include "core/common/torch_status.h"
 #include "core/kv/sequence_kv.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 namespace {
 
@@ -239,4 +239,4 @@ FeatureBatch FeatureCache::batch(const std::vector<int64_t>& indices) const {
 
 at::Tensor FeatureCache::mean_pooled(int64_t i) const { return row(i).to(at::kDouble).mean(0); }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

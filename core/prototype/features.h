@@ -21,7 +21,7 @@
 #include "core/common/cancel.h"
 #include "core/model/model_loader.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 // Identity of the frozen backbone an artifact was trained on: Predict refuses another one.
 struct BackboneId {
@@ -109,4 +109,4 @@ class FeatureCache {
   std::string spill_path_;
 };
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

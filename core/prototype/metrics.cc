@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 bool all_equal(absl::Span<const double> v) {
@@ -94,4 +94,4 @@ nlohmann::json to_json(const RegressionMetrics& m) {
       {"n", m.n}, {"mae", m.mae}, {"rmse", m.rmse}, {"pearson", m.pearson}, {"spearman", m.spearman}};
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 struct RegressionMetrics {
   int64_t n = 0;        // number of (pred, truth) pairs
@@ -33,4 +33,4 @@ std::vector<double> average_ranks(absl::Span<const double> v);
 // {"n", "mae", "rmse", "pearson", "spearman"}.
 nlohmann::json to_json(const RegressionMetrics& m);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 // ---------------------------------------------------------------------------------- ParamSet
 
@@ -379,4 +379,4 @@ at::Tensor PrototypeNet::emb_predict(const at::Tensor& k) const { return g2_(at:
 
 at::Tensor PrototypeNet::bound(const at::Tensor& z) const { return a_ + (b_ - a_) * at::sigmoid(z); }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

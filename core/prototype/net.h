@@ -36,7 +36,7 @@
 #include "absl/status/status.h"
 #include "core/prototype/config.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 // Ordered named tensors: parameters (trainable) and buffers (label statistics). The names are
 // the tensor names in checkpoints and artifacts.
@@ -219,4 +219,4 @@ at::Tensor block_key_bias(const at::Tensor& q_keys, const at::Tensor& proto_keys
 // Huber loss per element with threshold delta (the seed's L_reg).
 at::Tensor huber(const at::Tensor& pred, const at::Tensor& target, double delta);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -10,7 +10,7 @@
 #include "core/prototype/baselines.h"
 #include "core/prototype/features.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 absl::StatusOr<at::Tensor> population_reference(const at::Tensor& keys, int64_t k) {
   const int64_t N = keys.size(0);
@@ -182,4 +182,4 @@ absl::StatusOr<std::vector<Prediction>> Predictor::predict_features(const at::Te
   return out;
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -35,7 +35,7 @@
 #include "core/prototype/device.h"
 #include "core/prototype/net.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 struct Attribution {
   int64_t slot = 0;
@@ -101,4 +101,4 @@ class Predictor {
 // ([N, d], normalised). k is clipped to N - 1.
 absl::StatusOr<at::Tensor> population_reference(const at::Tensor& keys, int64_t k);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -7,7 +7,7 @@
 #include "core/common/status_macros.h"
 #include "core/prototype/metrics.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 absl::StatusOr<ResidualChoice> choose_residual(absl::Span<const double> z_probe, absl::Span<const double> z_head,
                                                absl::Span<const double> truth, double a, double b) {
@@ -66,4 +66,4 @@ absl::StatusOr<ResidualChoice> choose_residual(absl::Span<const double> z_probe,
   return out;
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 // A ranking gain below this on held-out rows is the rounding of a near-constant residual (one
 // swapped pair moves Spearman by ~1e-8 at n = 800), not evidence that the head orders rows better.
@@ -34,4 +34,4 @@ struct ResidualChoice {
 absl::StatusOr<ResidualChoice> choose_residual(absl::Span<const double> z_probe, absl::Span<const double> z_head,
                                                absl::Span<const double> truth, double a, double b);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <limits>
 
-namespace frost::proto {
+namespace frost::prototype {
 
 namespace {
 
@@ -199,4 +199,4 @@ std::vector<int64_t> finalize_prototypes(const at::Tensor& slots, const at::Tens
   return out;
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

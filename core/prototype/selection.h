@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace frost::proto {
+namespace frost::prototype {
 
 struct Selection {
   at::Tensor cand;            // [K, T] int64: I_k, the top-T dataset indices of each slot (descending logit)
@@ -60,4 +60,4 @@ std::vector<int64_t> kmeanspp_indices(const at::Tensor& keys, int64_t K, at::Gen
 // decoding over the full dataset). Requires K <= N.
 std::vector<int64_t> finalize_prototypes(const at::Tensor& slots, const at::Tensor& keys, double norm_eps);
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

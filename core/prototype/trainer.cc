@@ -25,7 +25,7 @@
 #include "core/prototype/selection.h"
 #include "core/store/safetensors.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 namespace {
 
@@ -686,4 +686,4 @@ absl::StatusOr<PrototypeArtifact> PrototypeTrainer::run(const TrainHooks& hooks)
   return art;
 }
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -51,7 +51,7 @@
 #include "core/prototype/net.h"
 #include "core/prototype/selection.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 
 struct TrainProgress {
   std::string stage;                         // features | stage_a | cache | stage_b | finalize | done
@@ -165,4 +165,4 @@ class PrototypeTrainer {
   nlohmann::json report_ = nlohmann::json::object();
 };
 
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -14,10 +14,10 @@ class PrototypeKind final : public SlotKind<ServedPrototype> {
  protected:
   absl::StatusOr<Loaded> load(const ArtifactInfo& a,
                               const std::shared_ptr<const LoadedModel>& model) const override {
-    absl::StatusOr<proto::PrototypeArtifact> art = proto::load_artifact(a.dir);
+    absl::StatusOr<prototype::PrototypeArtifact> art = prototype::load_artifact(a.dir);
     if (!art.ok()) return art.status();
     const int64_t bytes = art->tensor_bytes();
-    absl::StatusOr<std::unique_ptr<proto::Predictor>> p = proto::Predictor::create(*std::move(art), *model);
+    absl::StatusOr<std::unique_ptr<prototype::Predictor>> p = prototype::Predictor::create(*std::move(art), *model);
     if (!p.ok()) return p.status();
     auto s = std::make_shared<ServedPrototype>();
     s->name = a.name;
@@ -27,7 +27,7 @@ class PrototypeKind final : public SlotKind<ServedPrototype> {
     return Loaded(std::move(s));
   }
   std::string describe(const ServedPrototype& s) const override {
-    const proto::PrototypeArtifact& art = s.predictor->artifact();
+    const prototype::PrototypeArtifact& art = s.predictor->artifact();
     return absl::StrCat("prototype head: K=", art.cfg.K, " prototypes, values in [", art.bounds.a, ", ",
                         art.bounds.b, "], on ", s.predictor->device().name);
   }

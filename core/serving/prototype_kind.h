@@ -15,7 +15,7 @@ namespace frost::serving {
 struct ServedPrototype {
   std::string name;  // "prototype/3"
   std::shared_ptr<const LoadedModel> model;
-  std::unique_ptr<proto::Predictor> predictor;
+  std::unique_ptr<prototype::Predictor> predictor;
   std::shared_ptr<TensorStore::Lease> lease;
 };
 using PrototypeSlot = ActiveSlot<ServedPrototype>;

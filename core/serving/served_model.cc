@@ -69,7 +69,7 @@ absl::Status ServedModel::start(std::shared_ptr<const LoadedModel> model, Writab
   registry_.set_model(model);
   on_writable_ = std::move(on_writable);
   if (model) {  // where Predict's head and the prototype jobs compute, and the store accounts their bytes
-    const proto::ComputeDevice dev = proto::compute_device(*model);
+    const prototype::ComputeDevice dev = prototype::compute_device(*model);
     tensors_.set_device(dev.name);
     FROST_LOG_INFO("prototype head computes on %s: %s", dev.name.c_str(), dev.reason.c_str());
   }

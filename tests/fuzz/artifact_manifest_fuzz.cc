@@ -3,7 +3,7 @@
 //   - <root>/k/1/artifact.json, read by ArtifactStore::get() and list() (core/serving/artifact_store.h);
 //   - <dir>/manifest.json of a KV artifact's checked file, read by verify_checked_file()
 //     (core/serving/checked_file.h), beside a fixed repair.safetensors;
-//   - <dir>/manifest.json of a prototype artifact, read by proto::load_artifact()
+//   - <dir>/manifest.json of a prototype artifact, read by prototype::load_artifact()
 //   (core/prototype/artifact.h),
 //     beside a fixed prototype.safetensors (generated/data/ of the fuzz build, written by
 //     `frost_fuzz_make_seeds --tensors`).
@@ -81,12 +81,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // manifest.json of a prototype artifact.
   d.write("prototype/manifest.json", text);
-  absl::StatusOr<proto::PrototypeArtifact> art = proto::load_artifact(d.file("prototype"));
+  absl::StatusOr<prototype::PrototypeArtifact> art = prototype::load_artifact(d.file("prototype"));
   if (!art.ok()) {
     fuzz::check_rejection(art.status());
   } else {
     FROST_FUZZ_CHECK(static_cast<int64_t>(art->prototypes.size()) == art->cfg.K, "prototype count != K");
-    for (const proto::PrototypeEntry& p : art->prototypes)
+    for (const prototype::PrototypeEntry& p : art->prototypes)
       FROST_FUZZ_CHECK(p.index >= 0 && p.index < art->n_train, "prototype index outside the training data");
   }
   return 0;

@@ -27,15 +27,15 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace frost;
   const std::string content(reinterpret_cast<const char*>(data), size);
-  const proto::LabelBounds bounds{-1.5, 2.5};
-  proto::DataLimits limits;
+  const prototype::LabelBounds bounds{-1.5, 2.5};
+  prototype::DataLimits limits;
   limits.max_rows = 64;  // small limits, so that the fuzzer reaches them
   limits.max_text_bytes = 256;
-  absl::StatusOr<proto::RegressionData> rows = proto::parse_regression_jsonl(content, "fuzz.jsonl", bounds, limits);
+  absl::StatusOr<prototype::RegressionData> rows = prototype::parse_regression_jsonl(content, "fuzz.jsonl", bounds, limits);
   if (!rows.ok()) {
     fuzz::check_rejection(rows.status());
   } else {
-    const proto::RegressionData& d = *rows;
+    const prototype::RegressionData& d = *rows;
     FROST_FUZZ_CHECK(d.size() >= 1 && d.size() <= limits.max_rows, "row count outside [1, max_rows]");
     FROST_FUZZ_CHECK(d.labels.size() == d.texts.size() && d.ids.size() == d.texts.size(), "column sizes differ");
     std::vector<jobs::TrainingRow> back;
@@ -50,8 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       back.push_back({t, static_cast<double>(l), d.ids[static_cast<size_t>(i)]});
     }
     const std::string jsonl = jobs::training_rows_jsonl(back);
-    absl::StatusOr<proto::RegressionData> again =
-        proto::parse_regression_jsonl(jsonl, "inline_rows", bounds, limits);
+    absl::StatusOr<prototype::RegressionData> again =
+        prototype::parse_regression_jsonl(jsonl, "inline_rows", bounds, limits);
     FROST_FUZZ_CHECK(again.ok(), "rows written back are refused: " + again.status().ToString());
     FROST_FUZZ_CHECK(again->texts == d.texts && again->labels == d.labels && again->ids == d.ids,
                      "rows changed in a write/parse round trip");

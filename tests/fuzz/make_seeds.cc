@@ -302,9 +302,9 @@ void kv_file_seeds() {
 }
 
 // A prototype artifact: K = 2 prototypes, m = 1, d_h = 4, 3 training rows (deterministic tensors).
-frost::proto::PrototypeArtifact seed_prototype_artifact() {
+frost::prototype::PrototypeArtifact seed_prototype_artifact() {
   using namespace frost;
-  proto::PrototypeArtifact art;
+  prototype::PrototypeArtifact art;
   art.cfg.K = 2;
   art.cfg.T = 2;
   art.cfg.m = 1;
@@ -346,7 +346,7 @@ void artifact_seeds() {
             [](const std::string& path) { return write_file_atomic(path, "frost fuzz checked payload\n"); }),
         "write_checked_file");
   put("artifact_manifest", "seed-checked-manifest.json", read(tmp + "/manifest.json"));
-  check(proto::save_artifact(seed_prototype_artifact(), tmp + "/prototype").status(), "save_artifact");
+  check(prototype::save_artifact(seed_prototype_artifact(), tmp + "/prototype").status(), "save_artifact");
   put("artifact_manifest", "seed-prototype-manifest.json", read(tmp + "/prototype/manifest.json"));
   fs::remove_all(tmp);
 }
@@ -356,7 +356,7 @@ void artifact_seeds() {
 void prototype_tensors() {
   using namespace frost;
   const std::string tmp = tmp_dir();
-  check(proto::save_artifact(seed_prototype_artifact(), tmp + "/prototype").status(), "save_artifact");
+  check(prototype::save_artifact(seed_prototype_artifact(), tmp + "/prototype").status(), "save_artifact");
   fs::create_directories(fs::path(g_out) / "data");
   std::ofstream(fs::path(g_out) / "data" / "prototype.safetensors", std::ios::binary | std::ios::trunc)
       << read(tmp + "/prototype/prototype.safetensors");

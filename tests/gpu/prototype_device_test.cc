@@ -27,7 +27,7 @@
 #include "tests/testing/test_util.h"
 #include "tests/unit/prototype/prototype_testing.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 // The unit tests' small config (builtin:tiny trains it in a moment), on longer texts and larger batches for
@@ -130,4 +130,4 @@ TEST(PrototypeDeviceGpu, TrainsAndPredictsOnCuda0WithinToleranceOfTheCpu) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

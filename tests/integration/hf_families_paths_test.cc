@@ -310,12 +310,12 @@ TEST_P(FamilyPathsTest, KvRepairFoldedEqualsForwardBatch) {
 }
 
 // Predict's backbone features on model.device cpu are the reference forward()'s final-norm hidden states
-// (proto::backbone_hidden); the serving step computes the same rows (forward_batch's final_x): both equal the
+// (prototype::backbone_hidden); the serving step computes the same rows (forward_batch's final_x): both equal the
 // independent reference's last hidden state and each other within 1e-4, and are finite. A device's features
 // (core/exec/hidden_states.h, the reference device here) are compared too when it runs the family; it refuses
 // each of these five (windows, q/k/v biases, q/k norms, LongRoPE), naming the config.json field.
 TEST_P(FamilyPathsTest, PredictFeaturesAgreeAcrossPaths) {
-  auto cpu = proto::backbone_hidden(*fp32_, ids_);  // no hidden source: the CPU reference forward
+  auto cpu = prototype::backbone_hidden(*fp32_, ids_);  // no hidden source: the CPU reference forward
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   const auto T = static_cast<int64_t>(ids_.size());
   ASSERT_EQ(cpu->sizes(), (std::vector<int64_t>{T, fp32_->config.dim}));
@@ -356,7 +356,7 @@ TEST_P(FamilyPathsTest, PredictFeaturesAgreeAcrossPaths) {
   ASSERT_TRUE(*src);
   std::unique_ptr<LoadedModel> dev = load(WeightDtype::kF32);
   dev->hidden_source = *src;
-  auto got = proto::backbone_hidden(*dev, ids_);
+  auto got = prototype::backbone_hidden(*dev, ids_);
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->sizes(), cpu->sizes());
   EXPECT_LE(testing::max_abs_diff(*got, *cpu), 1e-4) << name() << ": the device's features vs the CPU's";
@@ -470,7 +470,7 @@ TEST(FamilyJobsTest, PrototypeTrainsOnGemma2AndItsArtifactPredicts) {
   auto m = load_model(model_dir);
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_NE((*m)->tokenizer, nullptr);
-  proto::RegressionData train;
+  prototype::RegressionData train;
   const char* keywords[] = {"cat", "dog", "owl"};
   const char* places[] = {"park", "barn", "lake", "hill", "road", "town", "wood", "farm"};
   for (int k = 0; k < 3; ++k)
@@ -479,23 +479,23 @@ TEST(FamilyJobsTest, PrototypeTrainsOnGemma2AndItsArtifactPredicts) {
       train.labels.push_back(1.0f + 2.0f * static_cast<float>(k));
       train.ids.push_back("");
     }
-  proto::PrototypeConfig cfg;
-  ASSERT_TRUE(proto::set_fields(cfg, {"max_tokens=32", "d_h=32", "H=2", "L=1", "m=2", "m_q=2", "K=6", "T=12",
+  prototype::PrototypeConfig cfg;
+  ASSERT_TRUE(prototype::set_fields(cfg, {"max_tokens=32", "d_h=32", "H=2", "L=1", "m=2", "m_q=2", "K=6", "T=12",
                                       "epochs_a=2", "epochs_b=1", "batch_size=8", "label_hidden=8"})
                   .ok());
-  auto tr = proto::PrototypeTrainer::create(**m, train, proto::LabelBounds{0.0, 6.0}, cfg);
+  auto tr = prototype::PrototypeTrainer::create(**m, train, prototype::LabelBounds{0.0, 6.0}, cfg);
   ASSERT_TRUE(tr.ok()) << tr.status();
   auto art = (*tr)->run({});
   ASSERT_TRUE(art.ok()) << art.status();
-  ASSERT_TRUE(proto::save_artifact(*art, dir.file("artifact")).ok());
-  auto back = proto::load_artifact(dir.file("artifact"));
+  ASSERT_TRUE(prototype::save_artifact(*art, dir.file("artifact")).ok());
+  auto back = prototype::load_artifact(dir.file("artifact"));
   ASSERT_TRUE(back.ok()) << back.status();
-  auto pred = proto::Predictor::create(*std::move(back), **m);
+  auto pred = prototype::Predictor::create(*std::move(back), **m);
   ASSERT_TRUE(pred.ok()) << pred.status();
   auto out = (*pred)->predict({"A_dog_sat_by_the_sea.", "An_owl_by_a_tree."}, 1);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), 2u);
-  for (const proto::Prediction& p : *out) {
+  for (const prototype::Prediction& p : *out) {
     EXPECT_TRUE(std::isfinite(p.value)) << p.value;
     EXPECT_GE(p.value, 0.0);
     EXPECT_LE(p.value, 6.0);

@@ -12,7 +12,7 @@
 #include "core/prototype/trainer.h"
 #include "tests/testing/test_util.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 struct KeywordData {
@@ -150,4 +150,4 @@ TEST(PrototypeE2E, SmallConfigOnEmobankBeatsTheTrainMean) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -272,25 +272,25 @@ TEST(DeviceHiddenStatesTest, FeaturesComeFromTheDeviceAndEqualTheCpus) {
     EXPECT_EQ((*src)->device(), "reference");
     std::vector<int32_t> ids;
     for (int i = 0; i < 37; ++i) ids.push_back(3 + (i * 53) % 500);
-    auto want = proto::backbone_hidden(**cpu, ids);  // no source: the CPU forward
+    auto want = prototype::backbone_hidden(**cpu, ids);  // no source: the CPU forward
     ASSERT_TRUE(want.ok()) << want.status();
     auto device = load_model(name);
     ASSERT_TRUE(device.ok());
     (*device)->hidden_source = *src;
-    auto got = proto::backbone_hidden(**device, ids);
+    auto got = prototype::backbone_hidden(**device, ids);
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(got->sizes(), want->sizes());
     const double scale = std::max(1.0, want->abs().max().item<double>());
     EXPECT_LT((*got - *want).abs().max().item<double>() / scale, 1e-4);
     // Predict's path and the feature cache go through the source: the same rows (fp16-rounded) as the CPU's.
-    auto fb_dev = proto::encode_texts(**device, {"a cat sat", "on the mat today"}, 64);
-    auto fb_cpu = proto::encode_texts(**cpu, {"a cat sat", "on the mat today"}, 64);
+    auto fb_dev = prototype::encode_texts(**device, {"a cat sat", "on the mat today"}, 64);
+    auto fb_cpu = prototype::encode_texts(**cpu, {"a cat sat", "on the mat today"}, 64);
     ASSERT_TRUE(fb_dev.ok() && fb_cpu.ok());
     EXPECT_TRUE(at::equal(fb_dev->mask, fb_cpu->mask));
     EXPECT_LT((fb_dev->h - fb_cpu->h).abs().max().item<double>(), 5e-3);  // one fp16 step at most
-    proto::FeatureCache::Options fo;
+    prototype::FeatureCache::Options fo;
     fo.max_tokens = 64;
-    auto cache = proto::FeatureCache::build(**device, {"one text", "and another one"}, fo);
+    auto cache = prototype::FeatureCache::build(**device, {"one text", "and another one"}, fo);
     ASSERT_TRUE(cache.ok()) << cache.status();
     EXPECT_EQ((*cache)->size(), 2);
   }
@@ -327,7 +327,7 @@ TEST(DeviceHiddenStatesTest, TheEngineAndTheFeaturesShareOneCopyOfTheWeights) {
   std::vector<int32_t> ids = {1, 5, 9, 200, 17};
   auto got = (*src)->hidden(ids);
   ASSERT_TRUE(got.ok()) << got.status();
-  auto want = proto::backbone_hidden(*shared, ids);  // no source on `shared`: the CPU forward
+  auto want = prototype::backbone_hidden(*shared, ids);  // no source on `shared`: the CPU forward
   ASSERT_TRUE(want.ok()) << want.status();
   EXPECT_LT((*got - *want).abs().max().item<double>(), 1e-4);
   // The cpu lays out no device weights: it serves the loaded ones.

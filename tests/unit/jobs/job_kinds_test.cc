@@ -1,5 +1,5 @@
 // The typed seams of the job kinds: PrototypeJobKind::prepare hands inline rows to the row rules of
-// core/prototype as rows (proto::check_regression_rows), not as JSONL written and parsed back, and refuses a
+// core/prototype as rows (prototype::check_regression_rows), not as JSONL written and parsed back, and refuses a
 // bad row as "inline_rows:<row>: <reason>" like a file's line; the KV kinds' window counts are a struct
 // (KvJobCounts) with their defaults, checked naming the field.
 #include <gtest/gtest.h>

@@ -11,7 +11,7 @@
 
 #include "tests/testing/test_util.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 std::vector<float> to_vec(const at::Tensor& t) {
@@ -338,4 +338,4 @@ TEST(KnnTest, Errors) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

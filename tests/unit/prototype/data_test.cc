@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/testing/test_util.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 using ::frost::testing::TempDir;
@@ -275,4 +275,4 @@ TEST(RegressionDataTest, SharedEmobankValence) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

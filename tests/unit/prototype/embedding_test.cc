@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/prototype/features.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 const LoadedModel& tiny() {
@@ -128,4 +128,4 @@ TEST(Embedding, TokenIdsEqualTheTextTheyCameFrom) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -10,7 +10,7 @@
 
 #include "tests/testing/test_util.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 RegressionMetrics metrics_ok(const std::vector<double>& p, const std::vector<double>& t) {
@@ -132,4 +132,4 @@ TEST(MetricsTest, ToJson) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

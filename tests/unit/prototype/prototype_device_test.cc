@@ -13,10 +13,10 @@
 #include "core/prototype/trainer.h"
 #include "tests/unit/prototype/prototype_testing.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
-using namespace frost::proto::prototype_testing;  // NOLINT(build/namespaces)
+using namespace frost::prototype::prototype_testing;  // NOLINT(build/namespaces)
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -146,4 +146,4 @@ TEST(PrototypeDevice, FeatureCacheRowsAndBatchesLiveOnItsDevice) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

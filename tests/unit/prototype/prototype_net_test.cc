@@ -26,11 +26,11 @@
 #include "tests/testing/test_util.h"
 #include "tests/unit/prototype/prototype_testing.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 using frost::testing::TempDir;
-using namespace frost::proto::prototype_testing;  // NOLINT(build/namespaces)
+using namespace frost::prototype::prototype_testing;  // NOLINT(build/namespaces)
 
 // ------------------------------------------------------------------------------ net
 
@@ -303,4 +303,4 @@ TEST(ProbeVerdict, BeatsTrailsMatchesAndTheMarginDecidesTheWarning) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -26,11 +26,11 @@
 #include "tests/testing/test_util.h"
 #include "tests/unit/prototype/prototype_testing.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 using frost::testing::TempDir;
-using namespace frost::proto::prototype_testing;  // NOLINT(build/namespaces)
+using namespace frost::prototype::prototype_testing;  // NOLINT(build/namespaces)
 
 // ------------------------------------------------------------------------------ selection
 
@@ -206,4 +206,4 @@ TEST(Selection, FinalizeIsGreedyMaskedDecoding) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -8,7 +8,7 @@
 
 #include "core/prototype/config.h"
 
-namespace frost::proto::prototype_testing {
+namespace frost::prototype::prototype_testing {
 
 inline at::Generator gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
@@ -33,4 +33,4 @@ inline PrototypeConfig small_cfg() {
   return c;
 }
 
-}  // namespace frost::proto::prototype_testing
+}  // namespace frost::prototype::prototype_testing

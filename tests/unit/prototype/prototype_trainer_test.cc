@@ -25,11 +25,11 @@
 #include "tests/testing/test_util.h"
 #include "tests/unit/prototype/prototype_testing.h"
 
-namespace frost::proto {
+namespace frost::prototype {
 namespace {
 
 using frost::testing::TempDir;
-using namespace frost::proto::prototype_testing;  // NOLINT(build/namespaces)
+using namespace frost::prototype::prototype_testing;  // NOLINT(build/namespaces)
 
 // ------------------------------------------------------------------------------ trainer, artifact, predictor
 
@@ -410,4 +410,4 @@ TEST(FeatureCache, SpillsToDiskWithTheSameValues) {
 }
 
 }  // namespace
-}  // namespace frost::proto
+}  // namespace frost::prototype

@@ -78,20 +78,20 @@ TEST(TensorStore, AnActivePrototypeHeadIsAccountedOnItsComputeDevice) {
   ::frost::testing::TempDir tmp{"frost_tensor_store"};
   std::shared_ptr<const LoadedModel> model = tiny("cpu");
   ASSERT_TRUE(model);
-  proto::RegressionData data;
+  prototype::RegressionData data;
   for (int i = 0; i < 24; ++i) {
     data.texts.push_back("text number " + std::to_string(i) + (i % 2 ? " up" : " down"));
     data.labels.push_back(static_cast<float>(1 + i % 3));
   }
   auto trainer =
-      proto::PrototypeTrainer::create(*model, data, {0.0, 4.0}, proto::prototype_testing::small_cfg());
+      prototype::PrototypeTrainer::create(*model, data, {0.0, 4.0}, prototype::prototype_testing::small_cfg());
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto art = (*trainer)->run({});
   ASSERT_TRUE(art.ok()) << art.status();
   auto store = ArtifactStore::open(tmp.path() + "/artifacts");
   ASSERT_TRUE(store.ok()) << store.status();
   auto info = (*store)->publish(
-      "prototype", {}, [&](const std::string& dir) { return proto::save_artifact(*art, dir).status(); });
+      "prototype", {}, [&](const std::string& dir) { return prototype::save_artifact(*art, dir).status(); });
   ASSERT_TRUE(info.ok()) << info.status();
   TensorStore ts;
   Registry reg(store->get(), &ts);
