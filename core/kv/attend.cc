@@ -234,6 +234,23 @@ struct W8 {
 
 constexpr int kMaxTileRows = 32;  // query rows of one sequence per call (the callers' tile)
 
+// Pass 2 of the kernels below: each row's scores s[r][0, n[r]) become their softmax numerators in place
+// (exp(s − max), max from the row's running maxima vmax[r]) and sum[r] their sum: 16 lane sums over whole groups
+// of 16 positions, reduced, then the tail in position order.
+inline void softmax_rows(float* const* s, const int64_t* n, int rows, const __m128* vmax, float* sum) {
+  for (int r = 0; r < rows; ++r) {
+    const __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
+    const float mx = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+    softmax::exp_shifted_avx512(s[r], n[r], mx, 1.f, s[r]);
+    __m512 lanes = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n[r]; i += 16) lanes = _mm512_add_ps(lanes, _mm512_loadu_ps(s[r] + i));
+    float t = _mm512_reduce_add_ps(lanes);
+    for (; i < n[r]; ++i) t += s[r][i];
+    sum[r] = t;
+  }
+}
+
 // One head for up to kMaxTileRows query rows of one sequence: row r has query q[r] (this head's D floats)
 // and attends positions [0, n[r]). Pass 1 computes each row's scores against group g's K rows (times their
 // scales when ks is given), pass 2 the softmax numerators, pass 3 out[r] = Σ p_t (scale_t ·) V[t] / Σ p_t.
@@ -305,18 +322,7 @@ void head_rows_v(const float* const* q, const int64_t* n, int rows, const KvPage
   });
   // Pass 2: softmax numerators and their sums, per row.
   float sum[kMaxTileRows];
-  for (int r = 0; r < rows; ++r) {
-    const __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
-    const float mx = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-    softmax::exp_shifted_avx512(s[r], n[r], mx, 1.f, s[r]);  // in place
-    // Σ: 16 lane sums over whole groups of 16 positions, reduced, then the tail in position order.
-    __m512 lanes = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n[r]; i += 16) lanes = _mm512_add_ps(lanes, _mm512_loadu_ps(s[r] + i));
-    float t = _mm512_reduce_add_ps(lanes);
-    for (; i < n[r]; ++i) t += s[r][i];
-    sum[r] = t;
-  }
+  softmax_rows(s, n, rows, vmax, sum);
   // Pass 3: Σ p_t V[t], RT rows at a time so their accumulators stay in registers. A narrow head (NV < 4) keeps
   // C chains of accumulators, position t in chain t % C (summed (c0 + c1) + (c2 + c3) at the end), so its
   // fused multiply-adds do not wait on each other's latency.
@@ -441,17 +447,7 @@ void head_rows_d8(const float* const* q, const int64_t* n, int rows, const KvPag
   });
   // Pass 2: as head_rows_v.
   float sum[kMaxTileRows];
-  for (int r = 0; r < rows; ++r) {
-    const __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
-    const float mx = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-    softmax::exp_shifted_avx512(s[r], n[r], mx, 1.f, s[r]);
-    __m512 lanes = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n[r]; i += 16) lanes = _mm512_add_ps(lanes, _mm512_loadu_ps(s[r] + i));
-    float t = _mm512_reduce_add_ps(lanes);
-    for (; i < n[r]; ++i) t += s[r][i];
-    sum[r] = t;
-  }
+  softmax_rows(s, n, rows, vmax, sum);
   // Pass 3: Σ p_t V[t], RT rows at a time.
   constexpr int RT = 8;
   for (int r0 = 0; r0 < rows; r0 += RT) {
