@@ -235,8 +235,8 @@ struct W8 {
 constexpr int kMaxTileRows = 32;  // query rows of one sequence per call (the callers' tile)
 
 // Pass 2 of the kernels below: each row's scores s[r][0, n[r]) become their softmax numerators in place
-// (exp(s − max), max from the row's running maxima vmax[r]) and sum[r] their sum: 16 lane sums over whole groups
-// of 16 positions, reduced, then the tail in position order.
+// (exp(s − max), max from the row's running maxima vmax[r]) and sum[r] their sum: 16 lane sums over whole
+// groups of 16 positions, reduced, then the tail in position order.
 inline void softmax_rows(float* const* s, const int64_t* n, int rows, const __m128* vmax, float* sum) {
   for (int r = 0; r < rows; ++r) {
     const __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
