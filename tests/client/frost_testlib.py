@@ -1,30 +1,32 @@
-"""Helpers for the Python integration tests that drive a real frostd: start it on ephemeral ports
-with a generated YAML config and bearer tokens in its environment, wait until it serves, stop it
-(SIGTERM) or kill it (SIGKILL), and call its services with or without a token.
-
-Used by tests/client/jobs_test.py; needs the generated stubs (<build>/client/python) on PYTHONPATH.
+"""Helpers for the Python tests that drive a real frostd over gRPC: Frostd, a frostd on a generated YAML
+config with jobs and bearer tokens in its environment (used by tests/client/jobs_test.py and most served
+tests), and calls to its services with or without a token. The process start-up itself (ports, log,
+readiness, teardown) is tests/testing/frostd_fixture.py's, re-exported here. Needs the generated stubs
+(<build>/client/python) on PYTHONPATH.
 """
 
 import hashlib
 import json
 import os
-import signal
-import subprocess
+import sys
 import time
-import urllib.request
 
-import grpc
-from frost.v1 import admin_pb2_grpc
-from frost.v1 import generation_pb2_grpc
-from frost.v1 import prediction_pb2_grpc
+# The stubs, also used as frost_testlib.<module> by the tests.
+import grpc  # noqa: F401
+from frost.v1 import admin_pb2_grpc  # noqa: F401
+from frost.v1 import generation_pb2_grpc  # noqa: F401
+from frost.v1 import prediction_pb2_grpc  # noqa: F401
 from frost.v1 import training_pb2
-from frost.v1 import training_pb2_grpc
-from grpc_health.v1 import health_pb2
-from grpc_health.v1 import health_pb2_grpc
+from frost.v1 import training_pb2_grpc  # noqa: F401
+from grpc_health.v1 import health_pb2  # noqa: F401
+from grpc_health.v1 import health_pb2_grpc  # noqa: F401
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-READINESS_SERVICE = "frost.v1.Generation"
-START_TIMEOUT_S = 90
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "testing"))
+
+# The shared start-up, re-exported: tests use it as frost_testlib.<name>.
+from frostd_fixture import (READINESS_SERVICE, START_TIMEOUT_S, FrostdProcess, frostd_binary,  # noqa: E402,F401
+                            stop_process, wait_for_port_file, write_config, yaml_str, yaml_value)
 
 # Distinctive token strings, so that a leak into logs or /metrics cannot be a coincidence.
 ADMIN_TOKEN = "adm1n-T0ken-7f3c9e51d2a84b06"
@@ -32,13 +34,6 @@ USER_TOKEN = "us3r-T0ken-c41d8e2f9b7a3350"
 
 TERMINAL_STATES = (training_pb2.JOB_STATE_SUCCEEDED, training_pb2.JOB_STATE_FAILED,
                    training_pb2.JOB_STATE_CANCELLED, training_pb2.JOB_STATE_INTERRUPTED)
-
-
-def frostd_binary():
-    binary = os.environ.get("FROST_FROSTD")
-    if not binary or not os.access(binary, os.X_OK):
-        raise RuntimeError(f"FROST_FROSTD must name the frostd binary (got {binary!r})")
-    return os.path.abspath(binary)
 
 
 def shared_dir():
@@ -91,73 +86,29 @@ ADMIN = bearer(ADMIN_TOKEN)
 USER = bearer(USER_TOKEN)
 
 
-def yaml_str(s):
-    return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
-
-
-def yaml_value(v):
-    """A scalar, or a dict / list written as a JSON flow collection (valid YAML)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (dict, list, str)):
-        return json.dumps(v)
-    return str(v)
-
-
-def wait_for_port_file(proc, port_file, timeout_s, fail):
-    """Waits for frostd's --port-file (written atomically: temp + rename) and returns its
-    `name=PORT` lines as a dict; calls fail(why) (which raises) when frostd exits first, the file
-    does not appear within timeout_s, or it lacks the grpc= and metrics= lines."""
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(port_file):
-        if proc.poll() is not None:
-            fail(f"exited with {proc.returncode} before writing {port_file}")
-        if time.monotonic() > deadline:
-            fail(f"no port file after {timeout_s} s")
-        time.sleep(0.05)
-    ports = {}
-    with open(port_file) as f:
-        for line in f:
-            if line.strip():
-                k, _, v = line.strip().partition("=")
-                ports[k] = int(v)
-    if "grpc" not in ports or "metrics" not in ports:
-        fail(f"port file without grpc= and metrics= lines: {ports}")
-    return ports
-
-
-def stop_process(proc, timeout):
-    """SIGTERM, then waits; returns the exit code (None if it had to be killed)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            return None
-    return proc.returncode
-
-
-class Frostd:
-    """One frostd process on 127.0.0.1 port 0 (gRPC and metrics), jobs enabled on `state_dir`.
+class Frostd(FrostdProcess):
+    """frostd on a generated config: 127.0.0.1 port 0 (gRPC and metrics), jobs enabled on `state_dir`, bearer
+    tokens from its environment.
 
     `jobs` overrides entries of the jobs: section; `sections` adds whole sections ({"artifacts": {...}});
-    `env` adds to the child's environment; `model` replaces stories260K (a path or "builtin:tiny")."""
+    `env` adds to the child's environment; `model` replaces stories260K (a path or "builtin:tiny");
+    `preexec_fn` runs in the child before frostd (e.g. to die with the test)."""
 
     def __init__(self, workdir, name, state_dir, data_root, *, require_for_inference=False, jobs=None,
-                 sections=None, env=None, admin_token=ADMIN_TOKEN, user_token=USER_TOKEN, model=None):
-        self.workdir = workdir
-        self.name = name
+                 sections=None, env=None, admin_token=ADMIN_TOKEN, user_token=USER_TOKEN, model=None,
+                 preexec_fn=None):
+        config_path = os.path.join(workdir, f"{name}.yaml")
+        child_env = dict(os.environ)
+        child_env.pop("FROST_FAILPOINT", None)
+        child_env["OPENBLAS_CORETYPE"] = "SkylakeX"
+        child_env["FROST_ADMIN_TOKEN"] = admin_token
+        child_env["FROST_USER_TOKEN"] = user_token
+        child_env.update(env or {})
+        super().__init__(workdir, name, ["--config", config_path], env=child_env, preexec_fn=preexec_fn)
+        self.config_path = config_path
         self.state_dir = state_dir
         self.data_root = data_root
-        self.config_path = os.path.join(workdir, f"{name}.yaml")
-        self.port_file = os.path.join(workdir, f"{name}.ports")
-        self.log_path = os.path.join(workdir, f"{name}.log")
         self.require_for_inference = require_for_inference
-        self.proc = None
-        self.channel = None
-        self._log = None
         js = {"state_dir": state_dir, "data_root": data_root, "checkpoint_every": 5, "max_queued": 64,
               "concurrency": 1, "threads": 1, "max_attempts": 3}
         js.update(jobs or {})
@@ -185,110 +136,7 @@ class Frostd:
             lines.append(f"{section}:")
             for k, v in entries.items():
                 lines.append(f"  {k}: {yaml_value(v)}")
-        with open(self.config_path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        self.env = dict(os.environ)
-        self.env.pop("FROST_FAILPOINT", None)
-        self.env["OPENBLAS_CORETYPE"] = "SkylakeX"
-        self.env["FROST_ADMIN_TOKEN"] = admin_token
-        self.env["FROST_USER_TOKEN"] = user_token
-        self.env.update(env or {})
-
-    # -- process ----------------------------------------------------------------------------
-
-    def spawn(self):
-        """Starts the process (appending to its log) without waiting for anything."""
-        if os.path.exists(self.port_file):
-            os.unlink(self.port_file)
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([frostd_binary(), "--config", self.config_path, "--port-file", self.port_file],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
-        return self
-
-    def start(self):
-        """Starts it and waits until it serves; returns self."""
-        self.spawn()
-        self.ports = self._wait_for_ports()
-        self.addr = f"127.0.0.1:{self.ports['grpc']}"
-        self.channel = grpc.insecure_channel(self.addr)
-        self.training = training_pb2_grpc.TrainingStub(self.channel)
-        self.admin = admin_pb2_grpc.AdminStub(self.channel)
-        self.prediction = prediction_pb2_grpc.PredictionStub(self.channel)
-        self.generation = generation_pb2_grpc.GenerationStub(self.channel)
-        self.health = health_pb2_grpc.HealthStub(self.channel)
-        self._wait_until_ready()
-        return self
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def log(self):
-        if self._log is not None and not self._log.closed:
-            self._log.flush()
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def _fail(self, why):
-        self.stop()
-        raise RuntimeError(f"frostd {self.name}: {why}\n--- frostd output ---\n{self.log()}")
-
-    def _wait_for_ports(self):
-        return wait_for_port_file(self.proc, self.port_file, START_TIMEOUT_S, self._fail)
-
-    def _wait_until_ready(self):
-        deadline = time.monotonic() + START_TIMEOUT_S
-        last = None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self._fail(f"exited with {self.proc.returncode} while starting")
-            try:
-                r = self.health.Check(health_pb2.HealthCheckRequest(service=READINESS_SERVICE), timeout=5)
-                last = health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError as e:
-                last = e.code().name
-            time.sleep(0.1)
-        self._fail(f"{READINESS_SERVICE} not SERVING after {START_TIMEOUT_S} s (last: {last})")
-
-    def _close_channel(self):
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = None
-
-    def stop(self, timeout=60):
-        """SIGTERM, then waits; returns the exit code (None if it had to be killed)."""
-        self._close_channel()
-        try:
-            return None if self.proc is None else stop_process(self.proc, timeout)
-        finally:
-            if self._log is not None:
-                self._log.close()
-
-    def kill9(self):
-        """SIGKILL, as a crash would; waits for the process to be gone."""
-        self._close_channel()
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        if self._log is not None:
-            self._log.close()
-        return self.proc.returncode
-
-    def wait_exit(self, timeout):
-        """Waits for the process to end by itself; returns its code (None on timeout)."""
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        self._close_channel()
-        if self._log is not None:
-            self._log.close()
-        return code
-
-    def metrics_text(self):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['metrics']}/metrics", timeout=10) as r:
-            return r.read().decode("utf-8", "replace")
+        write_config(config_path, lines)
 
     # -- jobs -------------------------------------------------------------------------------
 

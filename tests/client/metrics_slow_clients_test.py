@@ -38,34 +38,18 @@ SLOW_HEAD = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slow-loris
 TLS_STALL = b"\x16\x03\x01\x3f\xff" + bytes(64)  # a handshake record header announcing 16 KiB, then zeros
 
 
-class Server:
+class Server(lib.FrostdProcess):
+    """frostd on builtin:tiny with `server_lines` spliced into its server: section, started: only /metrics is
+    used, so start-up waits for the port file and not for gRPC readiness."""
+
     def __init__(self, workdir, name, server_lines=()):
-        self.config = os.path.join(workdir, f"{name}.yaml")
-        self.port_file = os.path.join(workdir, f"{name}.ports")
-        self.log_path = os.path.join(workdir, f"{name}.log")
-        lines = ["server:", '  listen: "127.0.0.1:0"', '  metrics_listen: "127.0.0.1:0"', *server_lines,
-                 "model:", "  path: builtin:tiny", "  threads: 1", "jobs:", "  enabled: false"]
-        with open(self.config, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([lib.frostd_binary(), "--config", self.config, "--port-file", self.port_file],
-                                     stdout=self._log, stderr=subprocess.STDOUT)
-        ports = lib.wait_for_port_file(self.proc, self.port_file, 60, self._fail)
-        self.metrics_port = int(ports["metrics"])
-
-    def _fail(self, why):
-        raise AssertionError(f"frostd: {why}\n{self.log()}")
-
-    def log(self):
-        if not self._log.closed:
-            self._log.flush()
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def stop(self):
-        code = lib.stop_process(self.proc, 60)
-        self._log.close()
-        return code
+        config = os.path.join(workdir, f"{name}.yaml")
+        super().__init__(workdir, name, ["--config", config], start_timeout_s=60)
+        lib.write_config(config, ["server:", '  listen: "127.0.0.1:0"', '  metrics_listen: "127.0.0.1:0"',
+                                  *server_lines, "model:", "  path: builtin:tiny", "  threads: 1", "jobs:",
+                                  "  enabled: false"])
+        self.spawn()
+        self.metrics_port = self.wait_ports()["metrics"]
 
 
 class Tricklers:

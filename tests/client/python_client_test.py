@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 # grpcio and protobuf are installed by scripts/install_deps.sh, so a missing module is a
@@ -33,61 +32,26 @@ except ImportError as e:
     sys.exit(1)
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-READINESS_SERVICE = "frost.v1.Generation"
-START_TIMEOUT_S = 60
+READINESS_SERVICE = frost_testlib.READINESS_SERVICE
 
 
-class FrostdProcess:
-    """frostd on 127.0.0.1 port 0 (gRPC and metrics); ports come from its --port-file."""
+class FrostdProcess(frost_testlib.FrostdProcess):
+    """frostd on configs/default.yaml with builtin:tiny, 127.0.0.1 port 0 (gRPC and metrics) and its state
+    under workdir, given as flags over the shipped config (which this test thereby checks starts)."""
 
-    def __init__(self, binary, workdir):
-        self.log_path = os.path.join(workdir, "frostd.log")
-        self.port_file = os.path.join(workdir, "ports")
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [binary, "--config", os.path.join(SOURCE_DIR, "configs", "default.yaml"),
-             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-             "--model", "builtin:tiny", "--port-file", self.port_file,
-             "--state-dir", os.path.join(workdir, "state")],
-            stdout=self._log, stderr=subprocess.STDOUT)
-        self.ports = self._wait_for_ports()
-        self.addr = f"127.0.0.1:{self.ports['grpc']}"
+    def __init__(self, workdir):
+        super().__init__(workdir, "frostd", [
+            "--config", os.path.join(SOURCE_DIR, "configs", "default.yaml"),
+            "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+            "--model", "builtin:tiny", "--state-dir", os.path.join(workdir, "state")], start_timeout_s=60)
 
-    def log(self):
-        if not self._log.closed:
-            self._log.flush()
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def _fail(self, why):
-        self.stop()
-        raise RuntimeError(f"frostd: {why}\n--- frostd output ---\n{self.log()}")
-
-    def _wait_for_ports(self):
-        return frost_testlib.wait_for_port_file(self.proc, self.port_file, START_TIMEOUT_S, self._fail)
-
-    def wait_until_ready(self, client):
-        """Polls the readiness service until SERVING (NOT_FOUND / NOT_SERVING before)."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        last = None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self._fail(f"exited with {self.proc.returncode} while starting")
-            try:
-                last = client.health(READINESS_SERVICE, timeout=5)
-                if last == "SERVING":
-                    return
-            except grpc.RpcError as e:
-                last = e.code().name
-            time.sleep(0.1)
-        self._fail(f"{READINESS_SERVICE} not SERVING after {START_TIMEOUT_S} s (last: {last})")
-
-    def stop(self, timeout=60):
-        """SIGTERM, then waits; returns the exit code (None if it had to be killed)."""
-        try:
-            return frost_testlib.stop_process(self.proc, timeout)
-        finally:
-            self._log.close()
+    def start_with_client(self):
+        """Starts it and returns a FrostClient on it, once readiness (asked through that client) is SERVING."""
+        self.spawn()
+        self.wait_ports()
+        client = FrostClient(self.addr, timeout=60)
+        self.wait_until_ready(lambda: client.health(READINESS_SERVICE, timeout=5))
+        return client
 
 
 class PythonClientTest(unittest.TestCase):
@@ -95,13 +59,10 @@ class PythonClientTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        binary = os.environ.get("FROST_FROSTD")
-        if not binary or not os.access(binary, os.X_OK):
-            raise RuntimeError(f"FROST_FROSTD must name the frostd binary (got {binary!r})")
+        frost_testlib.frostd_binary()  # raises naming FROST_FROSTD
         cls.tmp = tempfile.TemporaryDirectory(prefix="frost-pyclient-")
-        cls.server = FrostdProcess(binary, cls.tmp.name)
-        cls.client = FrostClient(cls.server.addr, timeout=60)
-        cls.server.wait_until_ready(cls.client)
+        cls.server = FrostdProcess(cls.tmp.name)
+        cls.client = cls.server.start_with_client()
 
     @classmethod
     def tearDownClass(cls):
@@ -234,13 +195,10 @@ class FrostctlTest(unittest.TestCase):
         cls.frostctl = os.environ.get("FROST_FROSTCTL")
         if not cls.frostctl:
             raise unittest.SkipTest("FROST_FROSTCTL not set")
-        binary = os.environ.get("FROST_FROSTD")
-        if not binary or not os.access(binary, os.X_OK):
-            raise RuntimeError(f"FROST_FROSTD must name the frostd binary (got {binary!r})")
+        frost_testlib.frostd_binary()  # raises naming FROST_FROSTD
         cls.tmp = tempfile.TemporaryDirectory(prefix="frost-frostctl-")
-        cls.server = FrostdProcess(binary, cls.tmp.name)
-        cls.client = FrostClient(cls.server.addr, timeout=60)
-        cls.server.wait_until_ready(cls.client)
+        cls.server = FrostdProcess(cls.tmp.name)
+        cls.client = cls.server.start_with_client()
 
     @classmethod
     def tearDownClass(cls):

@@ -140,69 +140,32 @@ def pem_sha256(path):
     return hashlib.sha256(ssl.PEM_cert_to_DER_cert(read(path).decode())).hexdigest()
 
 
-class Server:
-    """frostd on builtin:tiny with `server_lines` spliced into its server: section."""
+class Server(lib.FrostdProcess):
+    """frostd on builtin:tiny with `server_lines` spliced into its server: section; ready once a client made
+    with start()'s client_kwargs (TLS roots, client certificate) gets SERVING."""
 
     def __init__(self, workdir, name, server_lines=(), auth_lines=()):
-        self.name = name
         self.config = os.path.join(workdir, f"{name}.yaml")
-        self.port_file = os.path.join(workdir, f"{name}.ports")
-        self.log_path = os.path.join(workdir, f"{name}.log")
-        lines = ["server:", '  listen: "127.0.0.1:0"', '  metrics_listen: "127.0.0.1:0"', *server_lines,
-                 "model:", "  path: builtin:tiny", "  threads: 1", "jobs:", "  enabled: false",
-                 "auth:", *auth_lines]
-        with open(self.config, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        self.proc = None
-
-    def spawn(self):
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([lib.frostd_binary(), "--config", self.config, "--port-file", self.port_file],
-                                     stdout=self._log, stderr=subprocess.STDOUT)
-        return self
+        super().__init__(workdir, name, ["--config", self.config], start_timeout_s=60)
+        lib.write_config(self.config, [
+            "server:", '  listen: "127.0.0.1:0"', '  metrics_listen: "127.0.0.1:0"', *server_lines,
+            "model:", "  path: builtin:tiny", "  threads: 1", "jobs:", "  enabled: false", "auth:", *auth_lines])
 
     def start(self, client_kwargs):
         self.spawn()
-        ports = lib.wait_for_port_file(self.proc, self.port_file, 60, self._fail)
-        self.port, self.metrics_port = int(ports["grpc"]), int(ports["metrics"])
-        self.addr = f"127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 60
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                with self.client(**client_kwargs) as c:
-                    r = c._health.Check(health_pb2.HealthCheckRequest(service=READY), timeout=5)
-                    if r.status == health_pb2.HealthCheckResponse.SERVING:
-                        return self
-                    last = r.status
-            except grpc.RpcError as e:
-                last = f"{e.code().name}: {e.details()}"
-            time.sleep(0.1)
-        self._fail(f"not ready after 60 s (last: {last})")
+        ports = self.wait_ports()
+        self.port, self.metrics_port = ports["grpc"], ports["metrics"]
+
+        def check():
+            with self.client(**client_kwargs) as c:
+                r = c._health.Check(health_pb2.HealthCheckRequest(service=READY), timeout=5)
+                return health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+
+        self.wait_until_ready(check)
+        return self
 
     def client(self, **kw):
         return FrostClient(self.addr, timeout=30, **kw)
-
-    def log(self):
-        if not self._log.closed:
-            self._log.flush()
-        return read(self.log_path).decode("utf-8", "replace")
-
-    def wait_exit(self, timeout):
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def stop(self):
-        code = lib.stop_process(self.proc, 60) if self.proc else None
-        if self.proc:
-            self._log.close()
-        return code
-
-    def _fail(self, why):
-        self.stop()
-        raise RuntimeError(f"frostd {self.name}: {why}\n--- frostd output ---\n{self.log()}")
 
 
 def health_code(client, service="", wait_for_ready=False):

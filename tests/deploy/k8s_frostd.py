@@ -4,45 +4,46 @@ volume mounts onto temp dirs, a replica following the trainer, probes, the HPA m
 
 from k8s_common import *  # noqa: F401,F403
 
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "testing"))
+import frostd_fixture  # noqa: E402  (the start-up the served tests share)
+
 
 # ------------------------------------------------------------------------------------------------
 # frostd on the rendered configs.
 
-class Frostd:
+class _NoPorts(Exception):
+    pass
+
+
+class Frostd(frostd_fixture.FrostdProcess):
+    """frostd on a rendered config, started at once (spawn) in `cwd`."""
+
     def __init__(self, binary, cfg_path, args, cwd, tmp, name, http=False):
-        self.name = name
-        self.port_file = os.path.join(tmp, f"{name}.ports")
-        self.log_path = os.path.join(tmp, f"{name}.log")
         # Free loopback ports, not the config's fixed ones (tests run side by side). The HTTP API only where
         # the config turns it on (http=True: the replicas), moved the same way; off, it stays off.
         self.http = http
-        self.cmd = [binary, "--config", cfg_path, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                    "--port-file", self.port_file] + (["--http-listen", "127.0.0.1:0"] if http else []) + args
-        self.log = open(self.log_path, "w")
         # Tokens come from the mapped token files only.
         env = {k: v for k, v in os.environ.items() if k not in ("FROST_ADMIN_TOKEN", "FROST_USER_TOKEN")}
-        self.proc = subprocess.Popen(self.cmd, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self.ports = None
+        super().__init__(tmp, name, ["--config", cfg_path, "--listen", "127.0.0.1:0", "--metrics-listen",
+                                     "127.0.0.1:0"] + (["--http-listen", "127.0.0.1:0"] if http else []) + args,
+                         env=env, cwd=cwd, binary=binary,
+                         required_ports=("grpc", "metrics") + (("http",) if http else ()))
+        self.spawn()
 
     def output(self):
-        if not self.log.closed:
-            self.log.flush()
-        with open(self.log_path) as f:
-            return f.read()
+        return self.log()
 
     def wait_ports(self, timeout):
-        end = time.time() + timeout
-        while time.time() < end:
-            if self.proc.poll() is not None:
-                return False
-            if os.path.exists(self.port_file):
-                with open(self.port_file) as f:
-                    kv = dict(line.strip().split("=", 1) for line in f if "=" in line)
-                if "grpc" in kv and "metrics" in kv and ("http" in kv or not self.http):
-                    self.ports = {k: int(v) for k, v in kv.items()}
-                    return True
-            time.sleep(0.1)
-        return False
+        """True once the port file names every port; False when frostd exits first or it does not come in time
+        (the caller reports it with output())."""
+        def fail(why):
+            raise _NoPorts(why)
+
+        try:
+            super().wait_ports(timeout, fail)
+        except _NoPorts:
+            return False
+        return True
 
     def metrics(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['metrics']}/metrics", timeout=5) as r:
@@ -77,18 +78,6 @@ class Frostd:
                 return True
             time.sleep(0.25)
         return False
-
-    def stop(self, timeout):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            rc = None
-        self.log.close()
-        return rc
 
 
 def map_paths(role, vol_dirs):

@@ -108,17 +108,7 @@ class Frostd(lib.Frostd):
         # dashboard's panels get data from the test's own generations.
         super().__init__(*args, sections={"engine": {"max_running": 2, "max_waiting": 2,
                                                      "speculative": {"method": "ngram", "adaptive": False}}},
-                         **kwargs)
-
-    def spawn(self):
-        """frost_testlib's spawn(), plus _die_with_parent."""
-        if os.path.exists(self.port_file):
-            os.unlink(self.port_file)
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([lib.frostd_binary(), "--config", self.config_path, "--port-file",
-                                      self.port_file], stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
-                                     preexec_fn=_die_with_parent)
-        return self
+                         preexec_fn=_die_with_parent, **kwargs)
 
 
 class Prometheus:

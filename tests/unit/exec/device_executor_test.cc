@@ -15,14 +15,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <nlohmann/json.hpp>
 
 #include "absl/synchronization/notification.h"
 #include "core/exec/make_executor.h"
 #include "core/exec/reference_decoder.h"
 #include "core/generate/engine.h"
-#include "tests/testing/test_util.h"
 #include "tests/testing/recording_sink.h"
+#include "tests/testing/stories260k.h"
+#include "tests/testing/test_util.h"
 
 namespace frost {
 namespace {
@@ -134,18 +134,16 @@ TEST_F(DeviceExecutorTest, GreedyOutputEqualsTheCpuEngine) {
 
 TEST_F(DeviceExecutorTest, Stories260KThroughTheEngineGivesTheGoldensGreedyTokens) {
   FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
-  auto loaded = load_model(testing::source_path("models/stories260K"));
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  std::shared_ptr<const LoadedModel> m(std::move(loaded).value());
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  std::shared_ptr<const LoadedModel> m = testing::load_stories260k();
+  ASSERT_TRUE(m);
   EngineConfig c = config(4);
   c.kv_cache_bytes = 0;
   auto engine = make(c, nullptr, m);
   std::vector<GenerationRequest> reqs;
   std::vector<std::vector<int32_t>> want;
-  for (const auto& cs : golden.at("cases")) {
-    want.push_back(cs.at("greedy_new_ids").get<std::vector<int32_t>>());
-    reqs.push_back(request(cs.at("input_ids").get<std::vector<int32_t>>(), static_cast<int32_t>(want.back().size())));
+  for (const testing::GoldenCase& cs : testing::golden_cases(refp)) {
+    want.push_back(cs.greedy_new_ids);
+    reqs.push_back(request(cs.input_ids, static_cast<int32_t>(want.back().size())));
   }
   const auto got = run_all(*engine, reqs);
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i]->ids, want[i]) << i;
@@ -158,21 +156,18 @@ TEST_F(DeviceExecutorTest, Stories260KWithFp16WeightsGivesTheFp32GreedyTokens) {
   FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
   LoadOptions f16;
   f16.dtype = WeightDtype::kF16;
-  auto loaded = load_model(testing::source_path("models/stories260K"), f16);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  std::shared_ptr<const LoadedModel> m(std::move(loaded).value());
+  std::shared_ptr<const LoadedModel> m = testing::load_stories260k(f16);
+  ASSERT_TRUE(m);
   EXPECT_EQ(m->model->weight_format(), WeightDtype::kF16);
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
   EngineConfig c = config(4);
   c.kv_cache_bytes = 0;
   auto engine = make(c, nullptr, m);
   ASSERT_TRUE(engine);
   std::vector<GenerationRequest> reqs;
   std::vector<std::vector<int32_t>> want;
-  for (const auto& cs : golden.at("cases")) {
-    want.push_back(cs.at("greedy_new_ids").get<std::vector<int32_t>>());
-    reqs.push_back(
-        request(cs.at("input_ids").get<std::vector<int32_t>>(), static_cast<int32_t>(want.back().size())));
+  for (const testing::GoldenCase& cs : testing::golden_cases(refp)) {
+    want.push_back(cs.greedy_new_ids);
+    reqs.push_back(request(cs.input_ids, static_cast<int32_t>(want.back().size())));
   }
   const auto got = run_all(*engine, reqs);
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -213,14 +208,12 @@ TEST_F(DeviceExecutorTest, Int8WeightsGiveTheCpuInt8EnginesGreedyTokens) {
   for (int i = 0; i < 4; ++i) reqs.push_back(request(ids_of(5 + 9 * i, i), 24));
   check(std::shared_ptr<const LoadedModel>(std::move(tiny).value()), reqs);
   FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
-  auto stories = load_model(testing::source_path("models/stories260K"), i8);
-  ASSERT_TRUE(stories.ok()) << stories.status();
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  std::shared_ptr<const LoadedModel> stories = testing::load_stories260k(i8);
+  ASSERT_TRUE(stories);
   reqs.clear();
-  for (const auto& cs : golden.at("cases"))
-    reqs.push_back(request(cs.at("input_ids").get<std::vector<int32_t>>(),
-                           static_cast<int32_t>(cs.at("greedy_new_ids").size())));
-  check(std::shared_ptr<const LoadedModel>(std::move(stories).value()), reqs);
+  for (const testing::GoldenCase& cs : testing::golden_cases(refp))
+    reqs.push_back(request(cs.input_ids, static_cast<int32_t>(cs.greedy_new_ids.size())));
+  check(stories, reqs);
 }
 
 TEST_F(DeviceExecutorTest, BatchedChunkedAndPreemptedRequestsEqualEachAlone) {

@@ -16,7 +16,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/exec/device_executor.h"
@@ -28,6 +27,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cuda/reference.h"
 #include "tests/testing/decoder_harness.h"
+#include "tests/testing/stories260k.h"
 #include "tests/testing/test_util.h"
 
 namespace frost {
@@ -75,28 +75,27 @@ TEST(ReferenceDecoderTest, ComputesTheCpuTransformersLogitsInEveryKvFormat) {
 
 TEST(ReferenceDecoderTest, Stories260KGivesTheGoldensGreedyTokens) {
   FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
-  auto loaded = load_model(testing::source_path("models/stories260K"));
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const LoadedModel& m = **loaded;
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  auto loaded = testing::load_stories260k();
+  ASSERT_TRUE(loaded);
+  const LoadedModel& m = *loaded;
   auto d = make_decoder(m, cuda::KvFormat::kF32);
   testing::allocate_for_test(*d, m.config, cuda::KvFormat::kF32, 64, 64, 4);
   TestBlocks blocks(64);
   int slot = 0;
   const int V = static_cast<int>(m.config.n_vocab);
-  for (const auto& c : golden.at("cases")) {
+  for (const testing::GoldenCase& c : testing::golden_cases(refp)) {
     DecoderSeq s;
     s.slot = slot++;
-    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
-    const std::vector<int32_t> want = c.at("greedy_new_ids").get<std::vector<int32_t>>();
+    s.tokens = c.input_ids;
+    const std::vector<int32_t>& want = c.greedy_new_ids;
     const auto steps = testing::run_alone(*d, blocks, s, static_cast<int>(want.size()), V);
     double worst = 0;
-    for (const auto& e : c.at("top20_last_position"))
-      worst = std::max(worst, std::fabs(static_cast<double>(steps[0][e[0].get<size_t>()]) - e[1].get<double>()));
-    EXPECT_LT(worst, 1e-4) << c.at("prompt");
+    for (const auto& [token, logit] : c.top20_last_position)
+      worst = std::max(worst, std::fabs(static_cast<double>(steps[0][static_cast<size_t>(token)]) - logit));
+    EXPECT_LT(worst, 1e-4) << c.prompt;
     std::vector<int32_t> got;
     for (const auto& l : steps) got.push_back(testing::argmax_of(l.data(), V));
-    EXPECT_EQ(got, want) << c.at("prompt");
+    EXPECT_EQ(got, want) << c.prompt;
   }
 }
 
@@ -373,14 +372,13 @@ TEST(ReferenceDecoderTest, Stories260KWithFp16WeightsStaysWithinFp16OfFp32) {
   FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
   LoadOptions f16;
   f16.dtype = WeightDtype::kF16;
-  auto lh = load_model(testing::source_path("models/stories260K"), f16);
-  auto lf = load_model(testing::source_path("models/stories260K"));
-  ASSERT_TRUE(lh.ok()) << lh.status();
-  ASSERT_TRUE(lf.ok()) << lf.status();
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
-  const ModelConfig& cfg = (*lf)->config;
-  auto dh = make_decoder(**lh, cuda::KvFormat::kF32);
-  auto df = make_decoder(**lf, cuda::KvFormat::kF32);
+  auto lh = testing::load_stories260k(f16);
+  auto lf = testing::load_stories260k();
+  ASSERT_TRUE(lh);
+  ASSERT_TRUE(lf);
+  const ModelConfig& cfg = lf->config;
+  auto dh = make_decoder(*lh, cuda::KvFormat::kF32);
+  auto df = make_decoder(*lf, cuda::KvFormat::kF32);
   EXPECT_LT(dh->memory().weight_bytes, df->memory().weight_bytes * 6 / 10);  // the matrices in 2 bytes
   testing::allocate_for_test(*dh, cfg, cuda::KvFormat::kF32, 64, 64, 4);
   testing::allocate_for_test(*df, cfg, cuda::KvFormat::kF32, 64, 64, 4);
@@ -388,19 +386,19 @@ TEST(ReferenceDecoderTest, Stories260KWithFp16WeightsStaysWithinFp16OfFp32) {
   const int V = static_cast<int>(cfg.n_vocab);
   int slot = 0;
   double worst = 0;
-  for (const auto& c : golden.at("cases")) {
+  for (const testing::GoldenCase& c : testing::golden_cases(refp)) {
     DecoderSeq s;
     s.slot = slot++;
-    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
-    const std::vector<int32_t> want = c.at("greedy_new_ids").get<std::vector<int32_t>>();
+    s.tokens = c.input_ids;
+    const std::vector<int32_t>& want = c.greedy_new_ids;
     const auto half = testing::run_alone(*dh, bh, s, static_cast<int>(want.size()), V);
     const auto full = testing::run_alone(*df, bf, s, static_cast<int>(want.size()), V);
     worst = std::max(worst, testing::rel_max_diff(half[0], full[0]));
     std::vector<int32_t> got_h, got_f;
     for (const auto& l : half) got_h.push_back(testing::argmax_of(l.data(), V));
     for (const auto& l : full) got_f.push_back(testing::argmax_of(l.data(), V));
-    EXPECT_EQ(got_h, got_f) << c.at("prompt");
-    EXPECT_EQ(got_h, want) << c.at("prompt");
+    EXPECT_EQ(got_h, got_f) << c.prompt;
+    EXPECT_EQ(got_h, want) << c.prompt;
   }
   EXPECT_LT(worst, 2e-3);
   EXPECT_GT(worst, 0.0);  // fp16 is not fp32: the rounding took place
@@ -564,27 +562,26 @@ TEST(ReferenceDecoderTest, Stories260KWithInt8WeightsComputesTheCpuInt8Model) {
   FROST_REQUIRE_SHARED(refp, "models/stories260K/reference.json");
   LoadOptions i8;
   i8.dtype = WeightDtype::kInt8;
-  auto loaded = load_model(testing::source_path("models/stories260K"), i8);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const LoadedModel& m = **loaded;
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  auto loaded = testing::load_stories260k(i8);
+  ASSERT_TRUE(loaded);
+  const LoadedModel& m = *loaded;
   auto d = make_decoder(m, cuda::KvFormat::kF32);
   testing::allocate_for_test(*d, m.config, cuda::KvFormat::kF32, 64, 64, 4);
   TestBlocks blocks(64);
   const int V = static_cast<int>(m.config.n_vocab);
   int slot = 0;
   double worst = 0;
-  for (const auto& c : golden.at("cases")) {
+  for (const testing::GoldenCase& c : testing::golden_cases(refp)) {
     DecoderSeq s;
     s.slot = slot++;
-    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
+    s.tokens = c.input_ids;
     const auto steps = testing::run_alone(*d, blocks, s, 1, V);
     const std::vector<float> cpu = testing::cpu_forward_logits(m, KvCodecKind::kF32, s.tokens);
     const std::vector<float> last(cpu.end() - V, cpu.end());
     const double diff = testing::rel_max_diff(steps[0], last);
     worst = std::max(worst, diff);
-    EXPECT_LT(diff, 1e-4) << c.at("prompt");
-    EXPECT_EQ(testing::argmax_of(steps[0].data(), V), testing::argmax_of(last.data(), V)) << c.at("prompt");
+    EXPECT_LT(diff, 1e-4) << c.prompt;
+    EXPECT_EQ(testing::argmax_of(steps[0].data(), V), testing::argmax_of(last.data(), V)) << c.prompt;
   }
   std::printf("  stories260K int8 (reference device vs CPU int8 forward): prefill logits max rel diff %.2e\n",
               worst);
