@@ -1,20 +1,25 @@
 // frost-generate: local generation demo on the engine (no server). Streams the completion to
 // stdout as it is produced and prints timings to stderr.
 //
+// The model and the engine come from core/serving/serving.h, the assembly frostd and frost-bench start
+// too, so that what this demo runs is what the server serves (one request, on the CPU).
+//
 // `frost-generate --help` lists the flags. They are parsed by the flag table below (core/flags/flags.h),
 // which also prints the help: "--flag VALUE" or "--flag=VALUE"; values are checked strictly and a bad one is
 // a usage error (exit 2) naming the flag and the value.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "core/common/device.h"
 #include "core/common/log.h"
 #include "core/flags/flags.h"
-#include "core/generate/generator.h"
-#include "core/model/model_loader.h"
+#include "core/serving/serving.h"
 
 namespace {
 
@@ -31,6 +36,21 @@ void on_signal(int) {
 // The flag table, for usage errors found after parsing: the message and the help on stderr, exit 2.
 const frost::cli::Command* g_command = nullptr;
 [[noreturn]] void usage(const std::string& msg) { frost::cli::exit_usage_error(*g_command, msg, 2); }
+
+// Writes each token's text to stdout as it comes (on the engine's thread) and keeps the result.
+class StdoutSink final : public frost::TokenSink {
+ public:
+  void on_token(const frost::TokenEvent& e) override {
+    std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+    std::fflush(stdout);
+  }
+  void on_finish(absl::StatusOr<frost::GenerationResult> r) override {
+    result = std::move(r);
+    done.Notify();
+  }
+  absl::StatusOr<frost::GenerationResult> result = absl::UnknownError("the generation did not finish");
+  absl::Notification done;
+};
 
 }  // namespace
 
@@ -83,35 +103,47 @@ int main(int argc, char** argv) {
     usage("--dtype must be " + frost::weight_dtype_choices(false) + ", got " + dtype);
   if (auto st = frost::check_weight_dtype_on_cpu(wdtype, "--dtype"); !st.ok())
     usage(std::string(st.message()));
-  frost::LoadOptions lo;
-  lo.dtype = wdtype;
-  auto model = frost::load_model(model_path, lo);
-  if (!model.ok()) {
-    std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
+  // The flags are checked above (usage errors, exit 2); the process's threads are set there, so Serving
+  // leaves them, and the CPU kernels stay the process's choice (no --kernels flag).
+  frost::serving::ServingOptions so;
+  so.model_path = model_path;
+  so.dtype = wdtype;
+  so.threads = std::nullopt;
+  so.kernels.clear();
+  so.device = "cpu";
+  so.hidden_source = false;  // no Predict here
+  so.warmup = false;         // the timings below are the first request's, as a user running it sees them
+  so.log_name.clear();       // the "loaded" line below instead of frostd's ready line
+  so.engine.gen.kv_codec = *codec;
+  so.engine.max_running = 1;  // one request: a KV pool for one sequence
+  so.engine.max_waiting = 1;
+  auto serving = frost::serving::Serving::start(so);
+  if (!serving.ok()) {
+    std::fprintf(stderr, "error: %s\n", serving.status().ToString().c_str());
     return 1;
   }
-  const auto& m = **model;
+  const auto& m = *(*serving)->model();
   FROST_LOG_INFO("loaded %s (%s, %lld params, n_layer=%lld) in %.2fs", m.name.c_str(),
                  frost::arch_name(m.config.arch), static_cast<long long>(m.model->n_params()),
                  static_cast<long long>(m.config.n_layer), m.t_load_s);
-  frost::GeneratorConfig gc;
-  gc.kv_codec = *codec;
-  frost::Generator gen(m, gc);
   frost::GenerationRequest req;
   req.prompt = prompt;
   req.params = params;
-  frost::CancelToken cancel;
-  g_cancel = &cancel;
+  auto cancel = std::make_shared<frost::CancelToken>();
+  g_cancel = cancel.get();
   std::signal(SIGINT, on_signal);
   std::printf("%s", prompt.c_str());
   std::fflush(stdout);
-  auto res = gen.generate(
-      req,
-      [](const frost::TokenEvent& e) {
-        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-        std::fflush(stdout);
-      },
-      cancel);
+  auto sink = std::make_shared<StdoutSink>();
+  if (absl::Status st = (*serving)->engine()->submit(req, sink, cancel); !st.ok()) {
+    std::printf("\n");
+    std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  sink->done.WaitForNotification();
+  g_cancel = nullptr;
+  (*serving)->stop();
+  const absl::StatusOr<frost::GenerationResult>& res = sink->result;
   std::printf("\n");
   std::fflush(stdout);
   if (!res.ok()) {
