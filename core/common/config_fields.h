@@ -7,9 +7,10 @@
 //   set(c, key, text) / set_all(c, {"k=v"})  — key=value (frost-bench --set, job specs' overrides),
 //   set_json(c, json[, JsonRead])            — a JSON object (nested objects for dotted groups); typed, each
 //                                              JSON type only where the field has it (job specs, artifacts),
-//   apply(c, path, FieldInput)               — what a structured front end hands over
-//   (server/server_config.cc
-//                                              walks its YAML with find() / children() / is_group()),
+//   apply(c, path, FieldInput)               — what a structured front end hands over (frostd's YAML,
+//                                              server/server_config.cc: find() / children() / is_group()),
+//   apply_as(c, path, FieldInput, label)     — the same, messages naming the field as `label` (a flag:
+//                                              core/flags/table_flags.h),
 //   check(c)                                 — every range on a struct built in code (Engine::create and the
 //                                              server's validation call the engine's:
 //                                              core/generate/engine_options.h),
