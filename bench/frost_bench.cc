@@ -12,9 +12,10 @@
 // prompt of --prompt-tokens; tokens/s = decode steps / decode seconds, plus per-token
 // latency percentiles. --via engine runs the same request through the Engine (its worker thread and a
 // TokenSink, as frostd does) instead of calling the Generator on this thread: the difference is the engine's
-// own overhead, and frost-loadgen against frostd adds gRPC on top. --temperature T --seed S sample instead
-// of greedy (frost-loadgen's workload). prefill: one forward pass over --prompt-tokens tokens (fast: the
-// batched kernels the engine prefills with; reference: Transformer::forward).
+// own overhead, and frost-loadgen against frostd adds gRPC on top. --temperature T --seed S (and --top-k,
+// --top-p, --min-p) sample instead of greedy (frost-loadgen's workload). prefill: one forward pass over
+// --prompt-tokens tokens (fast: the batched kernels the engine prefills with; reference:
+// Transformer::forward).
 // bare-step: the reference figure of the serving benchmark — a bare LibTorch fp32 step over the same
 // weights at --batch rows: the weight GEMMs of every layer and the logits, no attention, no norms, no
 // sampling, no serving; tokens/s = batch / step seconds (median of --repeat after 5 warm-up steps).
@@ -58,8 +59,10 @@
 #include "bench/bench_weights.h"
 #include "core/common/device.h"
 #include "core/flags/flags.h"
+#include "core/flags/table_flags.h"
 #include "core/generate/engine.h"
 #include "core/generate/generator.h"
+#include "core/generate/sampling_params.h"
 #include "core/model/model_loader.h"
 #include "core/model/quantize.h"
 #include "core/serving/serving.h"
@@ -108,8 +111,10 @@ struct SpeedFlags {
         n_prompt(mode == "decode"   ? 16
                  : mode == "engine" ? 17
                                     : 128),
-        n_new(mode == "engine" ? 128 : 256),
-        temperature(mode == "engine" ? 0.8 : 0) {}
+        n_new(mode == "engine" ? 128 : 256) {
+    sampling.temperature = mode == "engine" ? 0.8f : 0.0f;
+    sampling.seed = 1;
+  }
   int64_t int8_group = frost::kInt8Group;
   std::string model_path = "builtin:15m", dtype = "fp32", kv_name = "fp32", path = "fast", via = "generator";
   std::string kernels_name = "auto", device_name = "cpu";
@@ -117,8 +122,9 @@ struct SpeedFlags {
   int repeat;
   int64_t n_prompt, n_new;
   int64_t batch = 32, streams = 32, max_running_flag = 0;
-  double temperature;
-  uint64_t seed = 1;
+  // --temperature, --top-k, --top-p, --min-p, --seed: rows of SamplingParams' table
+  // (core/flags/table_flags.h).
+  frost::SamplingParams sampling;
 };
 
 // `mode` empty: the top-level help (the modes, and the speed modes' flags with the decode defaults).
@@ -160,9 +166,6 @@ frost::cli::Command speed_command(const std::string& mode, SpeedFlags* f) {
                  "decode: call the Generator on this thread (default) or go through the Engine"),
         int64_flag("--batch", 1, [f](int64_t v) { f->batch = v; })
             .doc("N", "bare-step: rows per step (default 32); huge-pages: a third row count"),
-        double_flag("--temperature", 0, [f](double v) { f->temperature = v; })
-            .doc("T", absl::StrCat("sampling temperature (default ", f->temperature, "; 0 = greedy)")),
-        uint64_flag("--seed", [f](uint64_t v) { f->seed = v; }).doc("S", "sampling seed (default 1)"),
         int64_flag("--streams", [f](int64_t v) { f->streams = v; })
             .doc("N", "engine: concurrent requests (default 32)"),
         int64_flag("--max-running", [f](int64_t v) { f->max_running_flag = v; })
@@ -172,6 +175,12 @@ frost::cli::Command speed_command(const std::string& mode, SpeedFlags* f) {
         int64_flag("--new-tokens", 1, [f](int64_t v) { f->n_new = v; })
             .doc("N", absl::StrCat("tokens to generate (default ", f->n_new, ")")),
         frost::bench::json_flag()}}};
+  // The sampling flags, before --streams (where --temperature and --seed always were).
+  std::vector<frost::cli::Flag>& flags = c.flag_groups[0].flags;
+  const std::vector<frost::cli::Flag> sampling = frost::cli::table_flags(
+      frost::sampling_params_table(), {"temperature", "top_k", "top_p", "min_p", "seed"}, &f->sampling);
+  flags.insert(std::find_if(flags.begin(), flags.end(), [](const auto& g) { return g.name == "--streams"; }),
+               sampling.begin(), sampling.end());
   if (mode.empty()) {
     c.commands_title = "modes";
     c.commands = kModes;
@@ -311,8 +320,17 @@ int main(int argc, char** argv) {
   const int threads = sf.threads, repeat = sf.repeat;
   const int64_t n_prompt = sf.n_prompt, n_new = sf.n_new, batch = sf.batch, streams = sf.streams,
                 max_running_flag = sf.max_running_flag;
-  const double temperature = sf.temperature;
-  const uint64_t seed = sf.seed;
+  const frost::SamplingParams& sampling = sf.sampling;
+  const uint64_t seed = *sampling.seed;
+  // The sampling as the output records it: the float's shortest text (0.8), and top_k / top_p / min_p only
+  // when on (earlier outputs have temperature alone).
+  auto record_sampling = [&sampling](ordered_json& out) {
+    const ordered_json table = frost::sampling_params_table().to_json(sampling);
+    out["temperature"] = table["temperature"];
+    if (sampling.top_k != 0) out["top_k"] = sampling.top_k;
+    if (sampling.top_p != 1.0f) out["top_p"] = table["top_p"];
+    if (sampling.min_p != 0.0f) out["min_p"] = table["min_p"];
+  };
   frost::WeightDtype wdtype;
   if (!frost::parse_weight_dtype(dtype, &wdtype))
     usage("--dtype must be " + frost::weight_dtype_choices() + ", got " + dtype);
@@ -393,8 +411,7 @@ int main(int argc, char** argv) {
     }
     frost::GenerationRequest req;
     req.prompt_ids = prompt_ids(n_prompt, m.config.n_vocab);
-    req.params.temperature = static_cast<float>(temperature);
-    req.params.seed = seed;
+    req.params = sampling;
     req.params.ignore_eos = true;
     req.params.max_new_tokens = static_cast<int32_t>(n_new);
     std::vector<double> tps, lat_ms;
@@ -438,7 +455,7 @@ int main(int argc, char** argv) {
     out["kv_codec"] = kv_name;
     out["path"] = path;
     out["via"] = via;
-    out["temperature"] = temperature;
+    record_sampling(out);
     out["prompt_tokens"] = n_prompt;
     out["new_tokens"] = n_new;
     out["kv_bytes_per_token"] = engine ? engine->stats().kv_bytes_per_token : gen.kv()->bytes_per_token();
@@ -519,7 +536,7 @@ int main(int argc, char** argv) {
         for (int64_t t = 0; t < n_prompt; ++t)
           req.prompt_ids.push_back(static_cast<int32_t>(
               3 + (t * 31 + (salt + static_cast<uint64_t>(i)) * 7919) % (m.config.n_vocab - 3)));
-        req.params.temperature = static_cast<float>(temperature);
+        req.params = sampling;
         req.params.seed = seed + salt + static_cast<uint64_t>(i);
         req.params.ignore_eos = true;
         req.params.max_new_tokens = static_cast<int32_t>(n_new);
@@ -550,7 +567,7 @@ int main(int argc, char** argv) {
     out["streams"] = streams;
     out["prompt_tokens"] = n_prompt;
     out["new_tokens"] = n_new;
-    out["temperature"] = temperature;
+    record_sampling(out);
     out["requests"] = streams * repeat;
     out["output_tokens"] = tok;
     out["wall_s"] = secs;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/json.h"
 #include "core/common/json_depth.h"
+#include "core/common/number_text.h"
 #include "server/openai_chat.h"
 
 namespace frost::server::openai {
@@ -509,8 +510,8 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(std::string_vie
   for (const char* k : {"temperature", "top_p"}) {
     if (tr.chat_body.contains(k)) r.echo[k] = tr.chat_body[k];
   }
-  // A float's shortest spelling (0.8, not 0.800000011920929).
-  auto shortest = [](float v) { return std::stod(absl::StrCat(v)); };
+  // A float's shortest spelling (0.8, not 0.800000011920929), as the double that JSON writes back the same.
+  auto shortest = [](float v) { return std::stod(shortest_float_text(v)); };
   if (!r.echo.contains("temperature")) r.echo["temperature"] = shortest(r.chat.params.temperature);
   if (!r.echo.contains("top_p")) r.echo["top_p"] = shortest(r.chat.params.top_p);
   return r;

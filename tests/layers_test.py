@@ -43,10 +43,12 @@ def closure(layers, name, seen=None, stack=()):
     return seen
 
 
-# Libraries under core/ that are no frost_core_layer: name -> the layers they may include (none). core/flags
-# (frost_flags, added by core/CMakeLists.txt) is the programs' flag parser: Abseil only, below every layer,
-# and linked by no layer (only programs parse command lines), so no layer may include it either.
-STANDALONE = {"flags": []}
+# Libraries under core/ that are no frost_core_layer: name -> the layers they may include. core/flags
+# (frost_flags, added by core/CMakeLists.txt) is the programs' flag parser: Abseil only, linked by no layer
+# (only programs parse command lines), so no layer may include it. It may include core/common, for the
+# header-only typed fields (core/flags/table_flags.h makes flags from core/common/config_fields.h's tables);
+# frost_flags itself links nothing of it.
+STANDALONE = {"flags": ["common"]}
 
 # (upper, lower): upper must link lower, and lower must not reach upper (docs/conventions.md, "Layers").
 ORDER = [("jobs", "serving"), ("serving", "prototype"), ("serving", "generate"), ("jobs", "train"), ("generate", "exec"),

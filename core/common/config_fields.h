@@ -5,10 +5,12 @@
 // the allowed values, the doc text; the default is the struct's own member initializer. The same table drives
 // every front end and every by-product:
 //   set(c, key, text) / set_all(c, {"k=v"})  — key=value (frost-bench --set, job specs' overrides),
-//   set_json(c, json)                        — a JSON object (nested objects for dotted groups),
-//   apply(c, path, FieldInput)               — what a structured front end hands over
-//   (server/server_config.cc
-//                                              walks its YAML with find() / children() / is_group()),
+//   set_json(c, json[, JsonRead])            — a JSON object (nested objects for dotted groups); typed, each
+//                                              JSON type only where the field has it (job specs, artifacts),
+//   apply(c, path, FieldInput)               — what a structured front end hands over (frostd's YAML,
+//                                              server/server_config.cc: find() / children() / is_group()),
+//   apply_as(c, path, FieldInput, label)     — the same, messages naming the field as `label` (a flag:
+//                                              core/flags/table_flags.h),
 //   check(c)                                 — every range on a struct built in code (Engine::create and the
 //                                              server's validation call the engine's:
 //                                              core/generate/engine_options.h),
@@ -50,59 +52,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/common/config_range.h"
+#include "core/common/number_text.h"
 
 namespace frost {
-
-// The shortest decimal text that reads back as `v`; whole numbers without exponent (65536, not 65536.0 or
-// 6.5536e+04); "inf", "-inf" and "nan" for the non-finite. The one such formatter (the config dumps, range
-// texts and the server's YAML dump use it).
-inline std::string shortest_number_text(double v) {
-  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-  if (v == std::trunc(v) && std::fabs(v) < 1e15) return absl::StrFormat("%.0f", v);
-  for (int precision = 1; precision < 17; ++precision) {
-    const std::string s = absl::StrFormat("%.*g", precision, v);
-    double back = 0;
-    if (absl::SimpleAtod(s, &back) && back == v) return s;
-  }
-  return absl::StrFormat("%.17g", v);
-}
-
-// A closed or open interval of numbers; an infinite end is no bound.
-struct ConfigRange {
-  double lo = -std::numeric_limits<double>::infinity();
-  double hi = std::numeric_limits<double>::infinity();
-  bool lo_open = false, hi_open = false;
-
-  static ConfigRange any() { return {}; }
-  static ConfigRange at_least(double lo) {
-    return {lo, std::numeric_limits<double>::infinity(), false, false};
-  }
-  static ConfigRange above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true, false}; }
-  static ConfigRange in(double lo, double hi) { return {lo, hi, false, false}; }
-  // (lo, hi]
-  static ConfigRange in_lo_open(double lo, double hi) { return {lo, hi, true, false}; }
-  static ConfigRange open(double lo, double hi) { return {lo, hi, true, true}; }
-
-  bool contains(double v) const {
-    if (std::isnan(v)) return false;
-    if (lo_open ? !(v > lo) : !(v >= lo)) return false;
-    if (hi_open ? !(v < hi) : !(v <= hi)) return false;
-    return true;
-  }
-  bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
-  // "must be >= 1", "must be > 0", "must be in [0, 1]", "must be in (0, 1)"; "" for no bound. `unit`
-  // follows the interval ("must be in [0, 1024] bytes").
-  std::string describe(const std::string& unit = "") const {
-    const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
-    const std::string u = unit.empty() ? "" : absl::StrCat(" ", unit);
-    if (has_lo && has_hi)
-      return absl::StrCat("must be in ", lo_open ? "(" : "[", shortest_number_text(lo), ", ",
-                          shortest_number_text(hi), hi_open ? ")" : "]", u);
-    if (has_lo) return absl::StrCat("must be ", lo_open ? "> " : ">= ", shortest_number_text(lo), u);
-    if (has_hi) return absl::StrCat("must be ", hi_open ? "< " : "<= ", shortest_number_text(hi), u);
-    return "";
-  }
-};
 
 // A field's value as the dump writes it (the JSON type follows the member's type).
 using ConfigValue = std::variant<int64_t, uint64_t, double, bool, std::string>;
@@ -116,7 +69,10 @@ struct FieldInput {
     kText,    // text of any type: key=value, argv, a plain YAML scalar, a JSON number or boolean
     kString,  // a string and only a string: a quoted YAML scalar (numbers and booleans refuse it)
     kOther,   // not a scalar (a list, a mapping, null): only `shown` says what it was
+    kNumber,  // a number or boolean and only that: a typed JSON reader's (strings refuse it)
   };
+  // Whether the text may be read as a number or a boolean.
+  bool scalar() const { return form == Form::kText || form == Form::kNumber; }
   Form form = Form::kText;
   std::string text;
   std::string shown;  // how kPath messages show the value ("\"four\"", "a sequence"); "" = "\"text\""
@@ -155,6 +111,10 @@ struct ConfigField {
   std::function<FieldCheck(C&, const FieldInput&)> parse;
   std::function<FieldCheck(const C&)> check;  // the member's current value against the range
   std::function<ConfigValue(const C&)> get;
+  // Only an optional member's (optional_field): whether it holds a value (unset ones are left out of the
+  // dump) and how to unset it (a typed JSON reader's null).
+  std::function<bool(const C&)> present;
+  std::function<void(C&)> clear;
 
   // int_field<C>("max_running", &C::max_running, R::in(1, 65536)).doc("sequences in one step")
   ConfigField doc(std::string text) && {
@@ -177,7 +137,9 @@ auto accessor(Access a) {
 
 template <typename T>
 std::string number_text(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (std::is_same_v<T, float>) {
+    return shortest_float_text(v);
+  } else if constexpr (std::is_floating_point_v<T>) {
     return shortest_number_text(v);
   } else {
     return std::to_string(v);
@@ -252,8 +214,7 @@ ConfigField<C> int_field(std::string name, Access access, ConfigRange range = Co
   f.range = range.describe();
   f.parse = [get, range, expected](C& c, const FieldInput& in) -> FieldCheck {
     Wide v = 0;
-    if (in.form != FieldInput::Form::kText || !absl::SimpleAtoi(in.text, &v))
-      return type_problem(expected, in);
+    if (!in.scalar() || !absl::SimpleAtoi(in.text, &v)) return type_problem(expected, in);
     if (!range.contains(static_cast<double>(v))) return range_problem(range, in.text);
     if (v < static_cast<Wide>(std::numeric_limits<T>::min()) ||
         v > static_cast<Wide>(std::numeric_limits<T>::max()))
@@ -288,7 +249,7 @@ ConfigField<C> bytes_field(std::string name, Access access, ConfigRange range) {
   f.range = range.describe("bytes");
   f.parse = [get, range](C& c, const FieldInput& in) -> FieldCheck {
     const std::string& text = in.text;
-    std::string digits = in.form == FieldInput::Form::kText ? text : "";
+    std::string digits = in.scalar() ? text : "";
     int shift = 0;
     for (const auto& [suffix, sh] :
          {std::pair{"KiB", 10}, std::pair{"MiB", 20}, std::pair{"GiB", 30}, std::pair{"TiB", 40}}) {
@@ -315,11 +276,14 @@ ConfigField<C> bytes_field(std::string name, Access access, ConfigRange range) {
   return f;
 }
 
-// A finite floating-point member in `range`.
+// A finite floating-point member in `range`. A float member is shown by its own shortest text (0.8, not
+// the double it widens to, 0.800000011920929): in the dump, the help's default and messages.
 template <typename C, typename Access>
 ConfigField<C> number_field(std::string name, Access access, ConfigRange range = ConfigRange::any()) {
   using namespace config_fields_internal;
   auto get = accessor(access);
+  using T = std::decay_t<decltype(get(std::declval<C&>()))>;
+  static_assert(std::is_floating_point_v<T>, "number_field: not a floating-point member");
   ConfigField<C> f;
   f.name = std::move(name);
   f.kind = FieldKind::kNumber;
@@ -327,20 +291,25 @@ ConfigField<C> number_field(std::string name, Access access, ConfigRange range =
   f.range = range.describe();
   f.parse = [get, range](C& c, const FieldInput& in) -> FieldCheck {
     double v = 0;
-    if (in.form != FieldInput::Form::kText || !absl::SimpleAtod(in.text, &v) || !std::isfinite(v))
+    if (!in.scalar() || !absl::SimpleAtod(in.text, &v) || !std::isfinite(v) ||
+        std::fabs(v) > std::numeric_limits<T>::max())
       return type_problem("a finite number", in);
     if (!range.contains(v)) return range_problem(range, in.text);
-    get(c) = v;
+    get(c) = static_cast<T>(v);
     return std::nullopt;
   };
   f.check = [get, range](const C& c) -> FieldCheck {
     const double v = get(c);
     if (!std::isfinite(v))
-      return FieldProblem{FieldProblem::Kind::kType, "a finite number", {}, shortest_number_text(v)};
+      return FieldProblem{FieldProblem::Kind::kType, "a finite number", {}, number_text(get(c))};
     if (range.contains(v)) return std::nullopt;
-    return range_problem(range, shortest_number_text(v));
+    return range_problem(range, number_text(get(c)));
   };
-  f.get = [get](const C& c) -> ConfigValue { return static_cast<double>(get(c)); };
+  f.get = [get](const C& c) -> ConfigValue {
+    double v = get(c);
+    if constexpr (std::is_same_v<T, float>) absl::SimpleAtod(shortest_float_text(get(c)), &v);
+    return v;
+  };
   return f;
 }
 
@@ -354,7 +323,7 @@ ConfigField<C> bool_field(std::string name, Access access) {
   f.kind = FieldKind::kBool;
   f.value_name = "true|false";
   f.parse = [get](C& c, const FieldInput& in) -> FieldCheck {
-    const std::string s = in.form == FieldInput::Form::kText ? absl::AsciiStrToLower(in.text) : "";
+    const std::string s = in.scalar() ? absl::AsciiStrToLower(in.text) : "";
     if (s != "true" && s != "false") return type_problem("true or false", in);
     get(c) = s == "true";
     return std::nullopt;
@@ -384,7 +353,8 @@ ConfigField<C> string_field(std::string name, Access access, std::vector<std::st
   f.value_name = choices.empty() ? "TEXT" : absl::StrJoin(choices, "|");
   if (non_empty) f.range = "must not be empty";
   f.parse = [get, problem](C& c, const FieldInput& in) -> FieldCheck {
-    if (in.form == FieldInput::Form::kOther) return type_problem("a string", in);
+    if (in.form == FieldInput::Form::kOther || in.form == FieldInput::Form::kNumber)
+      return type_problem("a string", in);
     if (FieldCheck p = problem(in.text)) return p;
     get(c) = in.text;
     return std::nullopt;
@@ -441,13 +411,44 @@ ConfigField<C> custom_field(std::string name, std::function<std::string(C&, cons
   f.kind = FieldKind::kCustom;
   f.value_name = std::move(value_name);
   f.parse = [set = std::move(set)](C& c, const FieldInput& in) -> FieldCheck {
-    if (in.form == FieldInput::Form::kOther) return config_fields_internal::type_problem("a string", in);
+    if (in.form == FieldInput::Form::kOther || in.form == FieldInput::Form::kNumber)
+      return config_fields_internal::type_problem("a string", in);
     std::string why = set(c, in.text);
     if (why.empty()) return std::nullopt;
     return FieldProblem{FieldProblem::Kind::kWhy, std::move(why), {}, in.text, true};
   };
   f.check = [](const C&) -> FieldCheck { return std::nullopt; };
   f.get = [to_string = std::move(to_string)](const C& c) -> ConfigValue { return to_string(c); };
+  return f;
+}
+
+// A std::optional<T> member: `inner` is T's field, declared over T itself with the accessor self(), e.g.
+//   optional_field<C>(&C::holdout_fraction, number_field<double>("holdout_fraction", self(), R::in(0, 1)))
+// Unset is the default: check() passes it, to_json() leaves it out, a typed JSON null unsets it.
+inline auto self() {
+  return [](auto& v) -> auto& { return v; };
+}
+template <typename C, typename T, typename Access>
+ConfigField<C> optional_field(Access access, ConfigField<T> inner) {
+  auto get = config_fields_internal::accessor(access);
+  ConfigField<C> f;
+  f.name = std::move(inner.name);
+  f.kind = inner.kind;
+  f.value_name = std::move(inner.value_name);
+  f.range = std::move(inner.range);
+  f.help = std::move(inner.help);
+  f.parse = [get, p = std::move(inner.parse)](C& c, const FieldInput& in) -> FieldCheck {
+    T v = get(c).value_or(T{});
+    if (FieldCheck problem = p(v, in)) return problem;
+    get(c) = std::move(v);
+    return std::nullopt;
+  };
+  f.check = [get, k = std::move(inner.check)](const C& c) -> FieldCheck {
+    return get(c).has_value() ? k(*get(c)) : std::nullopt;
+  };
+  f.get = [get, g = std::move(inner.get)](const C& c) { return get(c).has_value() ? g(*get(c)) : g(T{}); };
+  f.present = [get](const C& c) { return get(c).has_value(); };
+  f.clear = [get](C& c) { get(c).reset(); };
   return f;
 }
 
@@ -468,6 +469,8 @@ std::vector<ConfigField<C>> group(const std::string& name, Access access,
     f.parse = [get, p = std::move(sub.parse)](C& c, const FieldInput& in) { return p(get(c), in); };
     f.check = [get, k = std::move(sub.check)](const C& c) { return k(get(c)); };
     f.get = [get, g = std::move(sub.get)](const C& c) { return g(get(c)); };
+    if (sub.present) f.present = [get, h = std::move(sub.present)](const C& c) { return h(get(c)); };
+    if (sub.clear) f.clear = [get, u = std::move(sub.clear)](C& c) { u(get(c)); };
     out.push_back(std::move(f));
   }
   return out;
@@ -498,6 +501,18 @@ enum class FieldStyle { kConfig, kPath };
 // One line of generated help: "name=VALUE  doc (must be in [1, 4]; default 32)".
 struct FieldHelp {
   std::string name, value_name, text;
+};
+
+// How set_json reads a JSON object.
+struct JsonRead {
+  // Each JSON type only where the field's type has it: a string only for a string field, a number or a
+  // boolean only for the others, null only to unset an optional field; messages show the JSON value (7,
+  // "yes", {"name":"m"}). Off: any scalar is read as text.
+  bool typed = false;
+  // Keys the caller reads itself (a list of rows, a free map): skipped, and listed among the known keys.
+  std::vector<std::string> by_hand;
+  // Keys the table does not know are skipped (a file with fields this reader does not use).
+  bool ignore_unknown = false;
 };
 
 template <typename C>
@@ -573,6 +588,15 @@ class ConfigTable {
     return absl::OkStatus();
   }
 
+  // apply() for a front end that names the field its own way (a flag, core/flags/table_flags.h): messages
+  // are "<label>: <why>" in the kPath wording whatever the table's style ("--top-k: must be >= 0, got -1").
+  absl::Status apply_as(C& c, const std::string& name, const FieldInput& in, const std::string& label) const {
+    const ConfigField<C>* f = find(name);
+    if (f == nullptr) return unknown_key(name, keys());
+    if (FieldCheck p = f->parse(c, in)) return render(name, *p, &in, &label);
+    return absl::OkStatus();
+  }
+
   absl::Status set(C& c, const std::string& key, const std::string& value) const {
     return apply(c, key, FieldInput::of(value));
   }
@@ -589,30 +613,14 @@ class ConfigTable {
   }
 
   // A JSON object of keys to strings, numbers or booleans (what to_json writes; a group's fields as a nested
-  // object or dotted keys), applied through set().
+  // object or dotted keys), applied through set(): any JSON type is read as text ("8" and 8 both set an int).
   absl::Status set_json(C& c, const nlohmann::json& j, const std::string& prefix = "") const {
-    if (!j.is_object())
-      return error(prefix.empty() ? "not a JSON object" : absl::StrCat(prefix, " is not a JSON object"));
-    for (const auto& [key, v] : j.items()) {
-      const std::string name = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
-      std::string value;
-      if (v.is_object() && is_group(name)) {
-        if (absl::Status s = set_json(c, v, name); !s.ok()) return s;
-        continue;
-      } else if (v.is_string()) {
-        value = v.template get<std::string>();
-      } else if (v.is_boolean()) {
-        value = v.template get<bool>() ? "true" : "false";
-      } else if (v.is_number_float()) {
-        value = absl::StrFormat("%.17g", v.template get<double>());
-      } else if (v.is_number()) {
-        value = v.dump();
-      } else {
-        return error(absl::StrCat(name, " has an unsupported JSON type: ", v.dump()));
-      }
-      if (absl::Status s = set(c, name, value); !s.ok()) return s;
-    }
-    return absl::OkStatus();
+    return read_json(c, j, prefix, JsonRead{});
+  }
+  // The same, read as `how` says (typed: a file or a journal that to_json wrote, whose types are the
+  // fields').
+  absl::Status set_json(C& c, const nlohmann::json& j, const JsonRead& how) const {
+    return read_json(c, j, "", how);
   }
 
   // Every field's range, in table order; the first one out of range is the error.
@@ -627,6 +635,7 @@ class ConfigTable {
   Json to_json(const C& c) const {
     Json j = Json::object();
     for (const ConfigField<C>& f : fields_) {
+      if (f.present && !f.present(c)) continue;
       Json* at = &j;
       size_t start = 0;
       for (size_t dot = f.name.find('.'); dot != std::string::npos; dot = f.name.find('.', start)) {
@@ -657,7 +666,7 @@ class ConfigTable {
             }
           },
           f.get(defaults));
-      notes.push_back(absl::StrCat("default ", d));
+      notes.push_back(f.present && !f.present(defaults) ? "default unset" : absl::StrCat("default ", d));
       const std::string text = f.help.empty() ? absl::StrJoin(notes, "; ")
                                               : absl::StrCat(f.help, " (", absl::StrJoin(notes, "; "), ")");
       out.push_back({f.name, f.value_name, text});
@@ -666,16 +675,64 @@ class ConfigTable {
   }
 
  private:
+  absl::Status read_json(C& c, const nlohmann::json& j, const std::string& prefix,
+                         const JsonRead& how) const {
+    if (!j.is_object())
+      return error(prefix.empty() ? "not a JSON object" : absl::StrCat(prefix, " is not a JSON object"));
+    for (const auto& [key, v] : j.items()) {
+      const std::string name = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+      if (std::find(how.by_hand.begin(), how.by_hand.end(), name) != how.by_hand.end()) continue;
+      const ConfigField<C>* f = find(name);
+      if (v.is_object() && is_group(name)) {
+        if (absl::Status s = read_json(c, v, name, how); !s.ok()) return s;
+        continue;
+      }
+      if (f == nullptr && how.ignore_unknown) continue;
+      if (f == nullptr && how.typed) {
+        std::vector<std::string> known = keys();
+        known.insert(known.end(), how.by_hand.begin(), how.by_hand.end());
+        return unknown_key(name, known);
+      }
+      FieldInput in;
+      if (v.is_string()) {
+        in = FieldInput::of(v.template get<std::string>(),
+                            how.typed ? FieldInput::Form::kString : FieldInput::Form::kText);
+      } else if (v.is_boolean()) {
+        in = FieldInput::of(v.template get<bool>() ? "true" : "false");
+      } else if (v.is_number_float()) {
+        in = FieldInput::of(absl::StrFormat("%.17g", v.template get<double>()));
+      } else if (v.is_number()) {
+        in = FieldInput::of(v.dump());
+      } else if (!how.typed) {
+        return error(absl::StrCat(name, " has an unsupported JSON type: ", v.dump()));
+      } else if (v.is_null() && f->clear) {
+        f->clear(c);  // an optional field's null: unset
+        continue;
+      } else {
+        in = FieldInput::of("", FieldInput::Form::kOther);
+      }
+      if (how.typed) {
+        if (in.form == FieldInput::Form::kText) in.form = FieldInput::Form::kNumber;
+        // The value as the file spells it, cut short (a mistyped field may hold a whole object).
+        in.shown = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        if (in.shown.size() > 60) in.shown = absl::StrCat(in.shown.substr(0, 57), "...");
+      }
+      if (absl::Status s = apply(c, name, in); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
   std::string path(const std::string& name) const {
     return what_.empty() ? name : absl::StrCat(what_, ".", name);
   }
 
   // The message of `p` for field `name`; `in` is what was given (nullptr: from check()).
-  absl::Status render(const std::string& name, const FieldProblem& p, const FieldInput* in) const {
+  absl::Status render(const std::string& name, const FieldProblem& p, const FieldInput* in,
+                      const std::string* label = nullptr) const {
     using config_fields_internal::dquoted;
     using config_fields_internal::quoted;
     using K = FieldProblem::Kind;
-    if (style_ == FieldStyle::kConfig) {
+    if (style_ == FieldStyle::kConfig && label == nullptr) {
       std::string why;
       switch (p.kind) {
         case K::kType:
@@ -714,6 +771,7 @@ class ConfigTable {
         why = p.got.empty() && !in ? p.text : absl::StrCat(p.text, ", got ", shown);
         break;
     }
+    if (label != nullptr) return absl::InvalidArgumentError(absl::StrCat(*label, ": ", why));
     return error(absl::StrCat(path(name), ": ", why));
   }
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/config_fields.h"
 #include "core/common/field_error.h"
 #include "core/common/utf8.h"
 
@@ -35,36 +36,68 @@ absl::Status validate_stop_strings(const std::vector<std::string>& stop,
   return absl::OkStatus();
 }
 
-absl::Status validate_penalty(const char* name, float v) {
-  // NaN fails both comparisons, so it is rejected too.
-  if (!(v >= -2.0f && v <= 2.0f)) {
-    return invalid(name, absl::StrCat("must be in [-2, 2], got ", v));
-  }
-  return absl::OkStatus();
+// The ranges of the plain fields, declared once: the table's rows and validate_sampling_params use them.
+const ConfigRange kTemperature = ConfigRange::at_least(0);  // and finite
+const ConfigRange kTopK = ConfigRange::at_least(0);
+const ConfigRange kTopP = ConfigRange::in_lo_open(0, 1);
+const ConfigRange kMinP = ConfigRange::in(0, 1);
+const ConfigRange kRepetitionPenalty = ConfigRange::above(0);  // and finite
+const ConfigRange kPenalty = ConfigRange::in(-2, 2);           // presence and frequency
+const ConfigRange kMaxNewTokens = ConfigRange::at_least(1);    // up to SamplingLimits::max_new_tokens
+const ConfigRange kLogprobs = ConfigRange::at_least(-1);       // up to SamplingLimits::max_logprobs
+
+// "<field> must be <range>, got <v>" for a value outside `r` (NaN is outside every range); with `finite`,
+// "must be finite and <range>" and infinities are outside too.
+template <typename T>
+absl::Status check_range(const char* field, const ConfigRange& r, T v, bool finite = false) {
+  if (r.contains(v) && (!finite || std::isfinite(v))) return absl::OkStatus();
+  std::string why = r.describe();
+  if (finite) why = absl::StrCat("must be finite and ", why.substr(std::string("must be ").size()));
+  return invalid(field, absl::StrCat(why, ", got ", v));
 }
 
 }  // namespace
 
+const ConfigTable<SamplingParams>& sampling_params_table() {
+  using S = SamplingParams;
+  static const ConfigTable<S> t(
+      "",
+      {number_field<S>("temperature", &S::temperature, kTemperature)
+           .doc("sampling temperature, dividing the logits; 0 = greedy"),
+       int_field<S>("top_k", &S::top_k, kTopK).doc("sample among the K most likely tokens; 0 = off"),
+       number_field<S>("top_p", &S::top_p, kTopP)
+           .doc("nucleus: keep the smallest set of most likely tokens with mass >= P; 1 = off"),
+       number_field<S>("min_p", &S::min_p, kMinP)
+           .doc("drop tokens less likely than P times the most likely one; 0 = off"),
+       number_field<S>("repetition_penalty", &S::repetition_penalty, kRepetitionPenalty)
+           .doc("a seen token's positive logit is divided by it, a negative one multiplied; 1 = off"),
+       number_field<S>("presence_penalty", &S::presence_penalty, kPenalty)
+           .doc("subtracted from the logit of each token generated so far; 0 = off"),
+       number_field<S>("frequency_penalty", &S::frequency_penalty, kPenalty)
+           .doc("subtracted from a token's logit once per time it was generated; 0 = off"),
+       optional_field<S>(&S::seed, int_field<uint64_t>("seed", self())
+                                       .doc("the same seed, params and logits give the same tokens; unset = "
+                                            "a nondeterministic seed")),
+       int_field<S>("max_new_tokens", &S::max_new_tokens, kMaxNewTokens).doc("tokens to generate at most"),
+       bool_field<S>("ignore_eos", &S::ignore_eos).doc("keep generating after EOS"),
+       int_field<S>("logprobs", &S::logprobs, kLogprobs)
+           .doc("-1 = none, 0 = the sampled token's, N = also the N most likely alternatives")},
+      FieldStyle::kPath);
+  return t;
+}
+
 absl::Status validate_sampling_params(const SamplingParams& p, int32_t vocab_size,
                                       const SamplingLimits& limits) {
-  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
-    return invalid("temperature", absl::StrCat("must be finite and >= 0, got ", p.temperature));
+  for (absl::Status s :
+       {check_range("temperature", kTemperature, p.temperature, /*finite=*/true),
+        check_range("top_k", kTopK, p.top_k), check_range("top_p", kTopP, p.top_p),
+        check_range("min_p", kMinP, p.min_p),
+        check_range("repetition_penalty", kRepetitionPenalty, p.repetition_penalty, /*finite=*/true),
+        check_range("presence_penalty", kPenalty, p.presence_penalty),
+        check_range("frequency_penalty", kPenalty, p.frequency_penalty)}) {
+    if (!s.ok()) return s;
   }
-  if (p.top_k < 0) return invalid("top_k", absl::StrCat("must be >= 0, got ", p.top_k));
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
-    return invalid("top_p", absl::StrCat("must be in (0, 1], got ", p.top_p));
-  }
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
-    return invalid("min_p", absl::StrCat("must be in [0, 1], got ", p.min_p));
-  }
-  if (!(p.repetition_penalty > 0.0f) || std::isinf(p.repetition_penalty)) {
-    return invalid("repetition_penalty", absl::StrCat("must be finite and > 0, got ", p.repetition_penalty));
-  }
-  if (absl::Status s = validate_penalty("presence_penalty", p.presence_penalty); !s.ok()) return s;
-  if (absl::Status s = validate_penalty("frequency_penalty", p.frequency_penalty); !s.ok()) {
-    return s;
-  }
-  if (p.max_new_tokens <= 0 || p.max_new_tokens > limits.max_new_tokens) {
+  if (!kMaxNewTokens.contains(p.max_new_tokens) || p.max_new_tokens > limits.max_new_tokens) {
     return invalid("max_new_tokens",
                    absl::StrCat("must be in [1, ", limits.max_new_tokens, "], got ", p.max_new_tokens));
   }
@@ -76,7 +109,7 @@ absl::Status validate_sampling_params(const SamplingParams& p, int32_t vocab_siz
                      absl::StrCat("[", i, "]"));
     }
   }
-  if (p.logprobs < -1 || p.logprobs > limits.max_logprobs) {
+  if (!kLogprobs.contains(p.logprobs) || p.logprobs > limits.max_logprobs) {
     return invalid("logprobs", absl::StrCat("must be in [-1, ", limits.max_logprobs, "], got ", p.logprobs));
   }
   return absl::OkStatus();

@@ -12,6 +12,9 @@
 
 namespace frost {
 
+template <typename C>
+class ConfigTable;  // core/common/config_fields.h
+
 struct SamplingParams {
   // Logits are divided by this before truncation; 0 = greedy (argmax, ties → lowest id).
   float temperature = 1.0f;
@@ -50,6 +53,13 @@ struct SamplingLimits {
   int32_t max_stop_bytes = 256;  // per stop string
   int32_t max_logprobs = 20;
 };
+
+// The plain-valued fields of SamplingParams (all but stop and stop_token_ids), declared once: name, member,
+// range, doc (core/common/config_fields.h). Their ranges are the ones validate_sampling_params checks (the
+// same ConfigRange values; max_new_tokens and logprobs also have the server's upper limits, SamplingLimits);
+// frost-bench's sampling flags are its rows (core/flags/table_flags.h). Messages in the path style:
+// "top_k: must be >= 0, got -1".
+const ConfigTable<SamplingParams>& sampling_params_table();
 
 // OK, or INVALID_ARGUMENT naming the first offending field and its value, e.g.
 // "top_p must be in (0, 1], got 1.5". `vocab_size` bounds stop_token_ids.

@@ -1,11 +1,10 @@
 #include "core/jobs/job_spec.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
-#include <limits>
-#include <set>
-
 #include "absl/strings/str_cat.h"
+#include "core/common/config_fields.h"
 #include "core/common/status_macros.h"
 
 namespace frost::jobs {
@@ -21,35 +20,50 @@ json config_json(const ConfigEntries& c) {
   return o;
 }
 
-// Field readers: INVALID_ARGUMENT naming the field when the value has the wrong type.
-absl::Status check_fields(const json& j, const std::set<std::string>& known) {
-  for (const auto& [k, v] : j.items())
-    if (!known.count(k)) return absl::InvalidArgumentError(absl::StrCat("spec: unknown field \"", k, "\""));
-  return absl::OkStatus();
+// The scalar fields of each kind's spec, declared once (core/common/config_fields.h): the journal's JSON is
+// written with to_json and read back typed (a string only for a path, an integer only for a count; an
+// unknown field, or a value of another type, is INVALID_ARGUMENT naming the field and the value:
+// `train_path: expected a string, got 7`). inline_rows (a list of rows) and config (a free map, parsed by the
+// kind) are read by hand below. Ranges and defaults are the kinds' (prepare() resolves and checks them), not
+// the table's: a journal keeps what was asked for, and prepare() says what of it does not fit.
+template <class S>
+std::vector<ConfigField<S>> data_fields() {
+  using T = std::string;
+  if constexpr (std::is_same_v<S, PrototypeJobSpec>) {
+    return {
+        optional_field<S>(&S::train_path,
+                          string_field<T>("train_path", self()).doc("JSONL under jobs.data_root")),
+        optional_field<S>(&S::test_path, string_field<T>("test_path", self()).doc("held-out JSONL")),
+        optional_field<S>(
+            &S::holdout_fraction,
+            number_field<double>("holdout_fraction", self()).doc("held out of train_path without test_path")),
+        optional_field<S>(&S::label_min, number_field<double>("label_min", self()).doc("lowest label")),
+        optional_field<S>(&S::label_max, number_field<double>("label_max", self()).doc("highest label"))};
+  } else {
+    std::vector<ConfigField<S>> f = {
+        optional_field<S>(&S::calib_path, string_field<T>("calib_path", self()).doc("text JSONL to fit on")),
+        optional_field<S>(&S::test_path,
+                          string_field<T>("test_path", self()).doc("text JSONL to evaluate on")),
+        optional_field<S>(&S::calib_windows,
+                          int_field<int64_t>("calib_windows", self()).doc("windows to fit on")),
+        optional_field<S>(&S::eval_windows,
+                          int_field<int64_t>("eval_windows", self()).doc("windows to evaluate"))};
+    if constexpr (std::is_same_v<S, KvSpliceJobSpec>)
+      f.push_back(
+          optional_field<S>(&S::fisher_windows,
+                            int_field<int64_t>("fisher_windows", self()).doc("windows for the Fisher pass")));
+    return f;
+  }
 }
 
-absl::StatusOr<std::optional<std::string>> opt_string(const json& j, const char* key) {
-  if (!j.contains(key)) return std::optional<std::string>();
-  if (!j[key].is_string()) return absl::InvalidArgumentError(absl::StrCat(key, ": expected a string"));
-  return std::optional<std::string>(j[key].get<std::string>());
-}
-
-absl::StatusOr<std::optional<double>> opt_number(const json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return std::optional<double>();
-  if (!j[key].is_number()) return absl::InvalidArgumentError(absl::StrCat(key, ": expected a number"));
-  return std::optional<double>(j[key].get<double>());
-}
-
-absl::StatusOr<std::optional<int64_t>> opt_count(const json& j, const char* key) {
-  if (!j.contains(key)) return std::optional<int64_t>();
-  if (!j[key].is_number_integer()) return absl::InvalidArgumentError(absl::StrCat(key, ": expected an integer"));
-  return std::optional<int64_t>(j[key].get<int64_t>());
-}
-
-absl::StatusOr<bool> read_activate(const json& j) {
-  if (!j.contains("activate")) return false;
-  if (!j["activate"].is_boolean()) return absl::InvalidArgumentError("activate: expected true or false");
-  return j["activate"].get<bool>();
+template <class S>
+const ConfigTable<S>& spec_table() {
+  static const ConfigTable<S> t(
+      "",
+      fields_of<S>({data_fields<S>(),
+                    {bool_field<S>("activate", &S::activate).doc("activate the artifact on success")}}),
+      FieldStyle::kPath);
+  return t;
 }
 
 absl::StatusOr<ConfigEntries> read_config(const json& j) {
@@ -63,85 +77,57 @@ absl::StatusOr<ConfigEntries> read_config(const json& j) {
   return c;
 }
 
-json to_json(const PrototypeJobSpec& s) {
-  json j = json::object();
-  if (s.train_path) j["train_path"] = *s.train_path;
-  if (s.inline_rows) {
-    json rows = json::array();
-    for (const TrainingRow& r : *s.inline_rows) {
-      json row = {{"text", r.text}, {"label", r.label}};
-      if (!r.id.empty()) row["id"] = r.id;
-      rows.push_back(std::move(row));
-    }
-    j["inline_rows"] = std::move(rows);
+json inline_rows_json(const std::vector<TrainingRow>& rows) {
+  json out = json::array();
+  for (const TrainingRow& r : rows) {
+    json row = {{"text", r.text}, {"label", r.label}};
+    if (!r.id.empty()) row["id"] = r.id;
+    out.push_back(std::move(row));
   }
-  if (s.test_path) j["test_path"] = *s.test_path;
-  if (s.holdout_fraction) j["holdout_fraction"] = *s.holdout_fraction;
-  if (s.label_min) j["label_min"] = *s.label_min;
-  if (s.label_max) j["label_max"] = *s.label_max;
-  j["config"] = config_json(s.config);
-  j["activate"] = s.activate;
-  return j;
+  return out;
 }
 
-absl::StatusOr<PrototypeJobSpec> prototype_from_json(const json& j) {
-  FROST_RETURN_IF_ERROR(check_fields(j, {"train_path", "inline_rows", "test_path", "holdout_fraction", "label_min",
-                                         "label_max", "config", "activate"}));
-  PrototypeJobSpec s;
-  FROST_ASSIGN_OR_RETURN(s.train_path, opt_string(j, "train_path"));
-  if (j.contains("inline_rows")) {
-    if (!j["inline_rows"].is_array()) return absl::InvalidArgumentError("inline_rows: expected an array");
-    std::vector<TrainingRow> rows;
-    for (size_t i = 0; i < j["inline_rows"].size(); ++i) {
-      const json& r = j["inline_rows"][i];
-      const std::string where = absl::StrCat("inline_rows:", i + 1);
-      if (!r.is_object() || !r.contains("text") || !r["text"].is_string() || !r.contains("label") ||
-          !r["label"].is_number() || (r.contains("id") && !r["id"].is_string()))
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": expected {\"text\": string, \"label\": number[, \"id\": string]}"));
-      rows.push_back({r["text"].get<std::string>(), r["label"].get<double>(), r.value("id", "")});
-    }
-    s.inline_rows = std::move(rows);
+absl::StatusOr<std::vector<TrainingRow>> read_inline_rows(const json& j) {
+  if (!j.is_array()) return absl::InvalidArgumentError("inline_rows: expected an array");
+  std::vector<TrainingRow> rows;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& r = j[i];
+    const std::string where = absl::StrCat("inline_rows:", i + 1);
+    if (!r.is_object() || !r.contains("text") || !r["text"].is_string() || !r.contains("label") ||
+        !r["label"].is_number() || (r.contains("id") && !r["id"].is_string()))
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": expected {\"text\": string, \"label\": number[, \"id\": string]}"));
+    rows.push_back({r["text"].get<std::string>(), r["label"].get<double>(), r.value("id", "")});
   }
-  FROST_ASSIGN_OR_RETURN(s.test_path, opt_string(j, "test_path"));
-  FROST_ASSIGN_OR_RETURN(s.holdout_fraction, opt_number(j, "holdout_fraction"));
-  FROST_ASSIGN_OR_RETURN(s.label_min, opt_number(j, "label_min"));
-  FROST_ASSIGN_OR_RETURN(s.label_max, opt_number(j, "label_max"));
-  FROST_ASSIGN_OR_RETURN(s.config, read_config(j));
-  FROST_ASSIGN_OR_RETURN(s.activate, read_activate(j));
-  return s;
+  return rows;
 }
 
+// The journal's JSON of a spec: the table's fields (keys sorted, as nlohmann::json writes them, so the bytes
+// are what earlier versions wrote), then the two read by hand.
 template <class S>
-json kv_to_json(const S& s) {
-  json j = json::object();
-  if (s.calib_path) j["calib_path"] = *s.calib_path;
-  if (s.test_path) j["test_path"] = *s.test_path;
-  if (s.calib_windows) j["calib_windows"] = *s.calib_windows;
-  if (s.eval_windows) j["eval_windows"] = *s.eval_windows;
-  if constexpr (std::is_same_v<S, KvSpliceJobSpec>) {
-    if (s.fisher_windows) j["fisher_windows"] = *s.fisher_windows;
+json to_json(const S& s) {
+  json j = spec_table<S>().template to_json<json>(s);
+  if constexpr (std::is_same_v<S, PrototypeJobSpec>) {
+    if (s.inline_rows) j["inline_rows"] = inline_rows_json(*s.inline_rows);
   }
   j["config"] = config_json(s.config);
-  j["activate"] = s.activate;
   return j;
 }
 
 template <class S>
-absl::StatusOr<S> kv_from_json(const json& j) {
-  std::set<std::string> known = {"calib_path", "test_path", "calib_windows", "eval_windows", "config", "activate"};
-  if constexpr (std::is_same_v<S, KvSpliceJobSpec>) known.insert("fisher_windows");
-  FROST_RETURN_IF_ERROR(check_fields(j, known));
+absl::StatusOr<S> from_json(const json& j) {
   S s;
-  FROST_ASSIGN_OR_RETURN(s.calib_path, opt_string(j, "calib_path"));
-  FROST_ASSIGN_OR_RETURN(s.test_path, opt_string(j, "test_path"));
-  FROST_ASSIGN_OR_RETURN(s.calib_windows, opt_count(j, "calib_windows"));
-  FROST_ASSIGN_OR_RETURN(s.eval_windows, opt_count(j, "eval_windows"));
-  if constexpr (std::is_same_v<S, KvSpliceJobSpec>) {
-    FROST_ASSIGN_OR_RETURN(s.fisher_windows, opt_count(j, "fisher_windows"));
+  JsonRead how;
+  how.typed = true;
+  how.by_hand = {"config"};
+  if constexpr (std::is_same_v<S, PrototypeJobSpec>) how.by_hand.push_back("inline_rows");
+  FROST_RETURN_IF_ERROR(spec_table<S>().set_json(s, j, how));
+  if constexpr (std::is_same_v<S, PrototypeJobSpec>) {
+    if (j.contains("inline_rows")) {
+      FROST_ASSIGN_OR_RETURN(s.inline_rows, read_inline_rows(j["inline_rows"]));
+    }
   }
   FROST_ASSIGN_OR_RETURN(s.config, read_config(j));
-  FROST_ASSIGN_OR_RETURN(s.activate, read_activate(j));
   return s;
 }
 
@@ -182,31 +168,22 @@ const char* job_kind_name(const JobSpec& spec) {
 }
 
 std::string spec_to_json(const JobSpec& spec) {
-  return std::visit(
-      [](const auto& s) -> std::string {
-        using S = std::decay_t<decltype(s)>;
-        if constexpr (std::is_same_v<S, PrototypeJobSpec>) {
-          return dump(to_json(s));
-        } else {
-          return dump(kv_to_json(s));
-        }
-      },
-      spec);
+  return std::visit([](const auto& s) { return dump(to_json(s)); }, spec);
 }
 
 absl::StatusOr<JobSpec> spec_from_json(const std::string& kind, const std::string& text) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return absl::InvalidArgumentError("spec: not a JSON object");
   if (kind == "prototype") {
-    FROST_ASSIGN_OR_RETURN(PrototypeJobSpec s, prototype_from_json(j));
+    FROST_ASSIGN_OR_RETURN(PrototypeJobSpec s, from_json<PrototypeJobSpec>(j));
     return JobSpec(std::move(s));
   }
   if (kind == "kv_repair") {
-    FROST_ASSIGN_OR_RETURN(KvRepairJobSpec s, kv_from_json<KvRepairJobSpec>(j));
+    FROST_ASSIGN_OR_RETURN(KvRepairJobSpec s, from_json<KvRepairJobSpec>(j));
     return JobSpec(std::move(s));
   }
   if (kind == "kvsplice") {
-    FROST_ASSIGN_OR_RETURN(KvSpliceJobSpec s, kv_from_json<KvSpliceJobSpec>(j));
+    FROST_ASSIGN_OR_RETURN(KvSpliceJobSpec s, from_json<KvSpliceJobSpec>(j));
     return JobSpec(std::move(s));
   }
   return absl::InvalidArgumentError(absl::StrCat("kind: unknown job kind \"", kind, "\""));

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "core/common/number_text.h"
 
 namespace frost {
 namespace {
@@ -55,16 +56,6 @@ std::string amount_error(CorruptionKind k, double amount) {
       return "";
   }
   return "unknown corruption kind";
-}
-
-// Fewest significant digits that read back to exactly `v`.
-std::string shortest_double(double v) {
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::string s = absl::StrFormat("%.*g", prec, v);
-    double back = 0;
-    if (absl::SimpleAtod(s, &back) && back == v) return s;
-  }
-  return absl::StrFormat("%.17g", v);
 }
 
 uint64_t splitmix64(uint64_t z) {
@@ -180,11 +171,8 @@ const char* corruption_kind_name(CorruptionKind k) {
 
 std::string CorruptionSpec::to_string() const {
   std::string s = corruption_kind_name(kind);
-  if (kind == CorruptionKind::kQuantize && amount == std::floor(amount) && std::fabs(amount) < 1e15) {
-    absl::StrAppend(&s, ":", static_cast<int64_t>(amount));
-  } else if (kind != CorruptionKind::kNone) {
-    absl::StrAppend(&s, ":", shortest_double(amount));
-  }
+  // Whole amounts (quantize bits, a noise of 100) print without exponent: "quantize:4", "gaussian:100".
+  if (kind != CorruptionKind::kNone) absl::StrAppend(&s, ":", shortest_number_text(amount));
   if (mode == CorruptionMode::kPersistentAtWrite) absl::StrAppend(&s, ",persistent");
   if (seed != 0) absl::StrAppend(&s, ",seed=", seed);
   if (kind == CorruptionKind::kBitFlip && bitflip_exclude_exponent) absl::StrAppend(&s, ",exclude_exponent");

@@ -10,9 +10,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/common/fs.h"
 #include "core/common/json.h"
-#include "absl/strings/str_join.h"
+#include "core/common/number_text.h"
 #include "core/common/status_macros.h"
 #include "core/common/utf8.h"
 
@@ -26,16 +27,9 @@ constexpr int kMaxListedBadRows = 10;   // bad rows quoted in the error message
 constexpr size_t kMaxQuotedChars = 40;  // a quoted offending value is cut to this many bytes
 constexpr int64_t kMaxMetaBytes = 16 << 20;
 
-// Shortest "%g" form that reads back as the same double, so "7.5" prints as 7.5 and a value just
-// above a bound does not print as the bound itself.
-std::string fmt_num(double v) {
-  char buf[40];
-  for (int prec = 6; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
+// The shortest text that reads back as the same double, so "7.5" prints as 7.5 and a value just above a
+// bound does not print as the bound itself.
+std::string fmt_num(double v) { return shortest_number_text(v); }
 
 // A JSON value as it appears in the row, cut to at most kMaxQuotedChars bytes without splitting a
 // UTF-8 sequence. The replace handler keeps dump() from throwing (parsed strings are valid anyway).

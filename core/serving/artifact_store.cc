@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/config_fields.h"
 #include "core/common/fs.h"
 #include "core/common/sha256.h"
 #include "core/common/status_macros.h"
@@ -58,16 +59,35 @@ int64_t dir_bytes(const std::string& dir) {
   return n;
 }
 
-// A field of artifact.json: absent → `def`; present with another JSON type → DATA_LOSS naming the file and
-// the field (json::value() would throw nlohmann's type_error instead, which nothing above catches).
-absl::StatusOr<nlohmann::json> info_field(const nlohmann::json& j, const char* key, nlohmann::json def,
-                                          const std::string& file) {
-  auto it = j.find(key);
-  if (it == j.end()) return def;
-  if (it->type() != def.type() && !(it->is_number() && def.is_number()))
-    return absl::DataLossError(
-        absl::StrCat(file, ": ", key, " must be a ", def.type_name(), ", got ", it->type_name()));
-  return *it;
+// artifact.json, declared once (core/common/config_fields.h): publish() writes it with to_json (keys sorted,
+// as nlohmann::json writes them: the bytes earlier versions wrote), read_info() reads it back typed, so a
+// field of another JSON type is an error naming it and its value rather than nlohmann's type_error, which
+// nothing above catches. Fields it does not know are skipped (a later version's); absent ones keep these
+// defaults (kind and version are the directory's; the file's copy is for people).
+struct ArtifactRecord {
+  std::string kind;
+  int64_t version = 0;
+  std::string job_id;
+  double created_unix = 0;
+  std::string backbone;
+  std::string report_json;
+  std::optional<std::string> checksums;  // kChecksumsFile; unset in artifacts published before it existed
+};
+
+const ConfigTable<ArtifactRecord>& record_table() {
+  using R = ArtifactRecord;
+  static const ConfigTable<R> t(
+      "",
+      {string_field<R>("kind", &R::kind).doc("the artifact's kind"),
+       int_field<R>("version", &R::version).doc("the artifact's version within its kind"),
+       string_field<R>("job_id", &R::job_id).doc("the job that produced it"),
+       number_field<R>("created_unix", &R::created_unix).doc("publication time, seconds since 1970"),
+       string_field<R>("backbone", &R::backbone).doc("the model it was trained on"),
+       string_field<R>("report_json", &R::report_json).doc("its evaluation report (\"\" = none)"),
+       optional_field<R>(&R::checksums,
+                         string_field<std::string>("checksums", self()).doc("its checksum list"))},
+      FieldStyle::kPath);
+  return t;
 }
 
 }  // namespace
@@ -145,14 +165,10 @@ absl::StatusOr<ArtifactInfo> ArtifactStore::publish(
   // Never reuse a directory name, even if NEXT was lost.
   while (fs::exists(absl::StrCat(kdir, "/", version))) ++version;
 
-  nlohmann::json info = {{"kind", kind},
-                         {"version", version},
-                         {"job_id", meta.job_id},
-                         {"created_unix", now_unix()},
-                         {"backbone", meta.backbone},
-                         {"report_json", meta.report_json},
-                         {"checksums", kChecksumsFile}};
-  if (absl::Status s = write_file_atomic(tmp + "/" + kInfoFile, info.dump(2)); !s.ok()) return fail(s);
+  const ArtifactRecord record{kind,          version,          meta.job_id,   now_unix(),
+                              meta.backbone, meta.report_json, kChecksumsFile};
+  const std::string info = record_table().to_json<nlohmann::json>(record).dump(2);
+  if (absl::Status s = write_file_atomic(tmp + "/" + kInfoFile, info); !s.ok()) return fail(s);
   if (absl::Status s = write_checksums(tmp); !s.ok()) return fail(s);
   if (absl::Status s = write_file_atomic(kdir + "/NEXT", absl::StrCat(version + 1)); !s.ok()) return fail(s);
   const std::string dst = absl::StrCat(kdir, "/", version);
@@ -172,16 +188,17 @@ absl::StatusOr<ArtifactInfo> ArtifactStore::read_info(const std::string& kind, i
   FROST_ASSIGN_OR_RETURN(std::string text, read_file(a.dir + "/" + kInfoFile, kMaxSmallFile));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return absl::DataLossError(absl::StrCat(a.dir, "/", kInfoFile, ": not a JSON object"));
-  const std::string file = absl::StrCat(a.dir, "/", kInfoFile);
-  FROST_ASSIGN_OR_RETURN(nlohmann::json job_id, info_field(j, "job_id", "", file));
-  FROST_ASSIGN_OR_RETURN(nlohmann::json created, info_field(j, "created_unix", 0.0, file));
-  FROST_ASSIGN_OR_RETURN(nlohmann::json backbone, info_field(j, "backbone", "", file));
-  FROST_ASSIGN_OR_RETURN(nlohmann::json report, info_field(j, "report_json", "", file));
-  a.job_id = job_id.get<std::string>();
-  a.created_unix = created.get<double>();
-  a.backbone = backbone.get<std::string>();
-  a.report_json = report.get<std::string>();
-  a.has_checksums = j.contains("checksums");
+  ArtifactRecord r;
+  JsonRead how;
+  how.typed = true;
+  how.ignore_unknown = true;
+  if (absl::Status s = record_table().set_json(r, j, how); !s.ok())
+    return absl::DataLossError(absl::StrCat(a.dir, "/", kInfoFile, ": ", s.message()));
+  a.job_id = r.job_id;
+  a.created_unix = r.created_unix;
+  a.backbone = r.backbone;
+  a.report_json = r.report_json;
+  a.has_checksums = r.checksums.has_value();
   a.bytes = dir_bytes(a.dir);
   return a;
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace frost {
@@ -67,6 +68,22 @@ TEST(ShortestNumberText, RoundTripsAndChecksFiniteness) {
   for (double v : {1.0 / 3, 2.5e-12, 123456.789, -0.1}) {
     double back = 0;
     ASSERT_TRUE(absl::SimpleAtod(shortest_number_text(v), &back));
+    EXPECT_EQ(back, v);
+  }
+}
+
+// A float's own shortest text: what a float-held value (a response's echoed temperature) shows, where the
+// double it widens to would show eight digits of float rounding (and %g's six digits can miss the float).
+TEST(ShortestNumberText, FloatsReadBackAsTheSameFloat) {
+  EXPECT_EQ(shortest_float_text(0.8f), "0.8");
+  EXPECT_EQ(shortest_number_text(0.8f), "0.800000011920929");
+  EXPECT_EQ(shortest_float_text(0.1234567f), "0.1234567");
+  EXPECT_EQ(shortest_float_text(1.0f), "1");
+  EXPECT_EQ(shortest_float_text(std::numeric_limits<float>::infinity()), "inf");
+  for (float v : {1.0f / 3, 2.5e-12f, 123456.79f, -0.1f, std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::denorm_min()}) {
+    float back = 0;
+    ASSERT_TRUE(absl::SimpleAtof(shortest_float_text(v), &back));
     EXPECT_EQ(back, v);
   }
 }
@@ -180,6 +197,89 @@ TEST(ConfigFields, HelpComesFromTheDeclaration) {
   EXPECT_EQ(help[4].text, "default 'ridge'");
   EXPECT_EQ(help[8].name, "inner.on");
   EXPECT_EQ(help[8].text, "default false");
+}
+
+// A struct with optional members (a job spec's shape): unset is left out of the dump, read back typed.
+struct Spec {
+  std::optional<std::string> path;
+  std::optional<int64_t> windows;
+  std::optional<double> fraction;
+  bool activate = false;
+};
+
+const ConfigTable<Spec>& spec_table() {
+  using S = Spec;
+  static const ConfigTable<S> t(
+      "",
+      {optional_field<S>(&S::path, string_field<std::string>("path", self()).doc("where")),
+       optional_field<S>(&S::windows, int_field<int64_t>("windows", self(), ConfigRange::in(1, 100))),
+       optional_field<S>(&S::fraction, number_field<double>("fraction", self())),
+       bool_field<S>("activate", &S::activate)},
+      FieldStyle::kPath);
+  return t;
+}
+
+JsonRead typed(std::vector<std::string> by_hand = {}) {
+  JsonRead how;
+  how.typed = true;
+  how.by_hand = std::move(by_hand);
+  return how;
+}
+
+TEST(ConfigFields, OptionalFieldsAreLeftOutUntilSet) {
+  Spec s;
+  EXPECT_EQ(spec_table().to_json<nlohmann::json>(s).dump(), R"({"activate":false})");
+  EXPECT_TRUE(spec_table().check(s).ok());
+  s.windows = 0;
+  EXPECT_EQ(message(spec_table().check(s)), "windows: must be in [1, 100], got 0");
+  s.windows = 8;
+  s.fraction = 0.25;
+  EXPECT_EQ(spec_table().to_json<nlohmann::json>(s).dump(),
+            R"({"activate":false,"fraction":0.25,"windows":8})");
+  const std::vector<FieldHelp> help = spec_table().help_entries();
+  EXPECT_EQ(help[0].text, "where (default unset)");
+}
+
+TEST(ConfigFields, TypedJsonTakesEachTypeOnlyWhereTheFieldHasIt) {
+  Spec s;
+  ASSERT_TRUE(
+      spec_table()
+          .set_json(s,
+                    nlohmann::json::parse(R"({"path":"/d","windows":8,"fraction":1e-300,"activate":true})"),
+                    typed())
+          .ok());
+  EXPECT_EQ(s.path, "/d");
+  EXPECT_EQ(s.windows, 8);
+  EXPECT_EQ(s.fraction, 1e-300);
+  EXPECT_TRUE(s.activate);
+  auto refused = [](const char* json, const std::vector<std::string>& by_hand = {}) {
+    Spec t;
+    return message(spec_table().set_json(t, nlohmann::json::parse(json), typed(by_hand)));
+  };
+  EXPECT_EQ(refused(R"({"path":7})"), "path: expected a string, got 7");
+  EXPECT_EQ(refused(R"({"windows":"8"})"), "windows: expected an integer, got \"8\"");
+  EXPECT_EQ(refused(R"({"windows":1.5})"), "windows: expected an integer, got 1.5");
+  EXPECT_EQ(refused(R"({"windows":500})"), "windows: must be in [1, 100], got 500");
+  EXPECT_EQ(refused(R"({"activate":"true"})"), "activate: expected true or false, got \"true\"");
+  EXPECT_EQ(refused(R"({"activate":null})"), "activate: expected true or false, got null");
+  EXPECT_EQ(refused(R"({"path":{"a":"0123456789012345678901234567890123456789012345678901234567890"}})"),
+            "path: expected a string, got {\"a\":\"012345678901234567890123456789012345678901234567890...");
+  EXPECT_EQ(refused(R"({"pth":"/d"})", {"rows"}),
+            "unknown key 'pth' (expected one of path|windows|fraction|activate|rows); did you mean 'path'?");
+  // Keys read by hand are skipped; null unsets an optional field.
+  Spec u;
+  u.windows = 3;
+  ASSERT_TRUE(spec_table()
+                  .set_json(u, nlohmann::json::parse(R"({"rows":[1],"windows":null})"), typed({"rows"}))
+                  .ok());
+  EXPECT_FALSE(u.windows.has_value());
+  // Untyped (the default), "8" and 8 both set an integer, as key=value does.
+  ASSERT_TRUE(spec_table().set_json(u, nlohmann::json::parse(R"({"windows":"8"})")).ok());
+  EXPECT_EQ(u.windows, 8);
+  // ignore_unknown skips what the table does not know (a later version's field).
+  JsonRead lenient = typed();
+  lenient.ignore_unknown = true;
+  EXPECT_TRUE(spec_table().set_json(u, nlohmann::json::parse(R"({"signed_by":"ops"})"), lenient).ok());
 }
 
 }  // namespace

@@ -1,20 +1,20 @@
 #include "core/generate/sampler.h"
-#include "kernels/cpu/exp.h"
 
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <limits>
-
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "core/common/config_fields.h"
 #include "core/generate/sampling_params.h"
+#include "kernels/cpu/exp.h"
 
 namespace frost {
 namespace {
@@ -478,6 +478,58 @@ TEST(SamplingParamsTest, AcceptsBoundaryValues) {
   p.stop_token_ids = {0, 99};
   p.logprobs = 20;
   EXPECT_TRUE(validate_sampling_params(p, 100).ok()) << validate_sampling_params(p, 100);
+}
+
+// SamplingParams' table (frost-bench's sampling flags) and validate_sampling_params share their ranges: a
+// value the table refuses, validate refuses with the same range; the edge the table takes, validate takes.
+TEST(SamplingParamsTest, TheTableAndValidateAgree) {
+  struct Case {
+    const char* key;
+    const char* bad;
+    std::function<void(SamplingParams&)> set_bad;
+    const char* edge;
+  };
+  const std::vector<Case> cases = {
+      {"temperature", "-0.5", [](SamplingParams& p) { p.temperature = -0.5f; }, "0"},
+      {"top_k", "-1", [](SamplingParams& p) { p.top_k = -1; }, "0"},
+      {"top_p", "0", [](SamplingParams& p) { p.top_p = 0; }, "1"},
+      {"min_p", "1.5", [](SamplingParams& p) { p.min_p = 1.5f; }, "1"},
+      {"repetition_penalty", "0", [](SamplingParams& p) { p.repetition_penalty = 0; }, "0.01"},
+      {"presence_penalty", "2.5", [](SamplingParams& p) { p.presence_penalty = 2.5f; }, "2"},
+      {"frequency_penalty", "-3", [](SamplingParams& p) { p.frequency_penalty = -3; }, "-2"},
+      {"max_new_tokens", "0", [](SamplingParams& p) { p.max_new_tokens = 0; }, "1"},
+      {"logprobs", "-2", [](SamplingParams& p) { p.logprobs = -2; }, "-1"},
+  };
+  const ConfigTable<SamplingParams>& table = sampling_params_table();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.key);
+    SamplingParams p;
+    const absl::Status refused = table.set(p, c.key, c.bad);
+    ASSERT_FALSE(refused.ok());
+    SamplingParams q;
+    c.set_bad(q);
+    const absl::Status invalid = validate_sampling_params(q, 100);
+    ASSERT_FALSE(invalid.ok());
+    // "top_p: must be in (0, 1], got 0" and "top_p must be in (0, 1], got 0" (temperature and
+    // repetition_penalty: "must be finite and >= 0"); max_new_tokens and logprobs add the server's upper
+    // limit.
+    const std::string range = table.find(c.key)->range.substr(std::string("must be ").size());
+    EXPECT_TRUE(absl::StrContains(refused.message(), range)) << refused;
+    if (std::string(c.key) != "max_new_tokens" && std::string(c.key) != "logprobs")
+      EXPECT_TRUE(absl::StrContains(invalid.message(), range)) << invalid;
+    EXPECT_TRUE(absl::StartsWith(invalid.message(), c.key)) << invalid;
+    ASSERT_TRUE(table.set(p, c.key, c.edge).ok());
+    EXPECT_TRUE(validate_sampling_params(p, 100).ok()) << validate_sampling_params(p, 100);
+  }
+  // Every plain field has a row; the dump shows floats by their own shortest text.
+  SamplingParams d;
+  d.top_p = 0.9f;
+  d.seed = 3;
+  EXPECT_EQ(
+      table.to_json(d).dump(),
+      R"({"temperature":1.0,"top_k":0,"top_p":0.9,"min_p":0.0,"repetition_penalty":1.0,)"
+      R"("presence_penalty":0.0,"frequency_penalty":0.0,"seed":3,"max_new_tokens":256,"ignore_eos":false,)"
+      R"("logprobs":-1})");
 }
 
 TEST(SamplingParamsTest, RejectsEachBadFieldWithNameAndValue) {

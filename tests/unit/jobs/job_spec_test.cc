@@ -100,14 +100,53 @@ TEST(JobSpecTest, RefusesWhatDoesNotFitTheTypeNamingTheField) {
     EXPECT_NE(s.status().message().find(needle), std::string::npos) << s.status();
   };
   expect_refused("prototype", "[1, 2]", "not a JSON object");
-  expect_refused("prototype", "{\"oops\": 1}", "unknown field \"oops\"");
-  expect_refused("prototype", "{\"train_path\": 7}", "train_path");
+  // The known keys come from the spec's table (core/jobs/job_spec.cc) plus the two read by hand.
+  expect_refused(
+      "prototype", "{\"oops\": 1}",
+      "unknown key 'oops' (expected one of train_path|test_path|holdout_fraction|label_min|label_max|"
+      "activate|config|inline_rows)");
+  expect_refused("prototype", "{\"train_path\": 7}", "train_path: expected a string, got 7");
+  expect_refused("prototype", "{\"label_min\": \"1\"}", "label_min: expected a finite number, got \"1\"");
   expect_refused("prototype", "{\"config\": {\"K\": 8}}", "config.K");
   expect_refused("prototype", "{\"inline_rows\": [{\"text\": \"x\"}]}", "inline_rows:1");
-  expect_refused("prototype", "{\"activate\": \"yes\"}", "activate");
-  expect_refused("kv_repair", "{\"fisher_windows\": 3}", "unknown field \"fisher_windows\"");
-  expect_refused("kv_repair", "{\"calib_windows\": 1.5}", "calib_windows");
+  expect_refused("prototype", "{\"activate\": \"yes\"}", "activate: expected true or false, got \"yes\"");
+  expect_refused("prototype", "{\"activate\": null}", "activate: expected true or false, got null");
+  expect_refused("kv_repair", "{\"fisher_windows\": 3}", "unknown key 'fisher_windows'");
+  expect_refused("kv_repair", "{\"calib_windows\": 1.5}", "calib_windows: expected an integer, got 1.5");
+  expect_refused("kvsplice", "{\"fisher_windows\": [8]}", "fisher_windows: expected an integer, got [8]");
   expect_refused("nope", "{}", "unknown job kind");
+}
+
+// The journal's bytes are what earlier versions wrote: the verbatim specs above come back out unchanged.
+TEST(JobSpecTest, WritesTheBytesEarlierVersionsWrote) {
+  for (
+      const auto& [kind, text] : std::vector<std::pair<std::string, std::string>>{
+          {"prototype",
+           R"({"activate":false,"config":{"K":"8","epochs_a":"1"},"holdout_fraction":0.1,"label_max":5.0,)"
+           R"("label_min":1.0,"train_path":"/tmp/data/emobank_valence/train.jsonl"})"},
+          {"prototype", R"({"activate":true,"config":{},"holdout_fraction":0.0,"inline_rows":[{"label":2.0,)"
+                        R"("text":"training row 0"},{"id":"r1","label":2.1,"text":"training row 1"}],)"
+                        R"("label_max":5.0,"label_min":1.0})"},
+          {"kv_repair",
+           R"({"activate":true,"calib_path":"/d/train.jsonl","calib_windows":64,"config":{"alpha_max":"0.5",)"
+           R"("codec":"int4","lr":"0.01","steps":"300"},"eval_windows":16,"test_path":"/d/test.jsonl"})"},
+          {"kvsplice", R"({"activate":false,"calib_windows":64,"config":{"rank":"16"},"eval_windows":16,)"
+                       R"("fisher_windows":16})"}}) {
+    absl::StatusOr<JobSpec> s = spec_from_json(kind, text);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(spec_to_json(*s), text);
+  }
+}
+
+// A JSON null unsets an optional field (as it always did for holdout_fraction and the label bounds).
+TEST(JobSpecTest, NullLeavesAnOptionalFieldUnset) {
+  auto s = spec_from_json("kv_repair", R"({"calib_path":null,"calib_windows":null,"activate":true})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  const auto& r = std::get<KvRepairJobSpec>(*s);
+  EXPECT_FALSE(r.calib_path.has_value());
+  EXPECT_FALSE(r.calib_windows.has_value());
+  EXPECT_TRUE(r.activate);
+  EXPECT_EQ(spec_to_json(*s), R"({"activate":true,"config":{}})");
 }
 
 TEST(JobSpecTest, InlineRowsWriteTheJsonlAFileOfThemHolds) {

@@ -59,6 +59,8 @@ TEST(CorruptionParseTest, GoodSpecsRoundTripThroughToString) {
   EXPECT_EQ(spec_of("gaussian:0.05,fresh,seed=0").to_string(), "gaussian:0.05");
   EXPECT_EQ(spec_of("bitflip:1e-4").to_string(), "bitflip:0.0001");
   EXPECT_EQ(spec_of("quantize:4").to_string(), "quantize:4");
+  // A whole noise amount prints as a whole number (frost::shortest_number_text), not "1e+02".
+  EXPECT_EQ(spec_of("gaussian:100").to_string(), "gaussian:100");
   EXPECT_EQ(spec_of("none").to_string(), "none");
 
   const CorruptionSpec s = spec_of("bitflip:2.5e-3,seed=42,persistent,exclude_exponent");
