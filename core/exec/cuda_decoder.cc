@@ -420,7 +420,8 @@ void CudaDecoder::allocate(const cuda::KvLayout& layout, int n_blocks, int max_r
     // [max_seqs + 1, max_blocks] (the last row: the padding rows', every entry the spare block).
     off_params_ = align256(4 * R * 4);
     off_table_ = align256(off_params_ + static_cast<int64_t>(sizeof(cuda::SampleParams)) * R);
-    meta_bytes_ = off_table_ + 4LL * (max_seqs + 1) * max_blocks;
+    off_masks_ = align256(off_table_ + 4LL * (max_seqs + 1) * max_blocks);  // token masks (set_masks)
+    meta_bytes_ = off_masks_ + 4LL * logits_cap_ * ((V + 31) / 32);
     FROST_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&meta_host_), static_cast<size_t>(meta_bytes_)));
     std::memset(meta_host_, 0, static_cast<size_t>(meta_bytes_));
     meta_dev_ = static_cast<uint8_t*>(alloc(meta_bytes_, "step metadata"));
@@ -637,6 +638,8 @@ struct CudaDecoder::Ops final : LayerOps {
     cuda::gather_rows(d.x_, d.logit_rows_dev_, nl, static_cast<int>(d.cfg_.dim), d.h_, d.stream_);
   }
   void sample() override {
+    cuda::apply_token_masks(d.logits_, nl, static_cast<int>(d.cfg_.n_vocab), d.params_dev_,
+                            reinterpret_cast<const uint32_t*>(d.meta_dev_ + d.off_masks_), d.stream_);
     cuda::sample_rows(d.logits_, nl, static_cast<int>(d.cfg_.n_vocab), d.params_dev_, d.probs_, d.ids_,
                       d.stream_);
     d.mark("sample");

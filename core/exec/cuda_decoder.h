@@ -124,6 +124,7 @@ class CudaDecoder final : public DeviceDecoder {
   void allocate(const cuda::KvLayout& layout, int n_blocks, int max_rows, int max_seqs, int max_blocks) override;
   const cuda::KvLayout& kv_layout() const override { return kv_; }
   void set_blocks(int seq, const int32_t* blocks, int n) override;
+  void set_masks(const uint32_t* words, int n_rows) override;
   int forward(const DeviceStep& step, const std::vector<cuda::SampleParams>& sampling, int32_t* ids,
               float* host_logits) override;
   std::vector<float> forward_logits(const DeviceStep& step) override;
@@ -185,7 +186,7 @@ class CudaDecoder final : public DeviceDecoder {
   int32_t* ids_ = nullptr;
 
   // per-step metadata: a pinned host block and its device copy (same layout); the block tables after it
-  int64_t meta_bytes_ = 0, off_params_ = 0, off_table_ = 0;
+  int64_t meta_bytes_ = 0, off_params_ = 0, off_table_ = 0, off_masks_ = 0;  // masks: cuda_decoder_masks.cc
   uint8_t* meta_host_ = nullptr;
   uint8_t* meta_dev_ = nullptr;
   int32_t* ids_host_ = nullptr;

@@ -130,6 +130,11 @@ class DeviceDecoder {
   virtual const cuda::KvLayout& kv_layout() const = 0;
   // The block table of slot `seq` for the next step (n ≤ max_blocks blocks, each < n_blocks).
   virtual void set_blocks(int seq, const int32_t* blocks, int n) = 0;
+  // Constrained decoding: the token masks of the next forward()'s logit rows — row i's ceil(V / 32) words
+  // (core/constrain/token_mask.h's layout) at words + i · ceil(V / 32), n_rows ≤ max_seqs — read for the rows
+  // whose sampling[i].masked is set: a token whose bit is clear is never drawn there (its logit is -inf
+  // before the sampling). Copied; holds for one forward().
+  virtual void set_masks(const uint32_t* words, int n_rows) = 0;
   // Runs one step. For logit row i: sampling[i].to_host == 0 → ids[i] = the token sampled on the device;
   // else ids[i] = -1 and the row's logits [V] are copied to host_logits (rows in the order of the to_host
   // entries). Returns the number of rows copied.

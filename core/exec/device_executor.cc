@@ -167,8 +167,19 @@ absl::Status DeviceExecutor::execute(const ExecStep& step, ExecResult* out) {
     if (static_cast<int64_t>(ds.logit_rows.size()) > max_seqs_)
       return absl::InternalError(absl::StrCat("device executor: ", ds.logit_rows.size(),
                                               " logits rows in a step of at most ", max_seqs_));
+    // A constrained row sampled on the device: its mask rides along (DeviceDecoder::set_masks), row i of
+    // masks_ for logit row i; rows without one are left zero (not read).
+    const size_t W = (static_cast<size_t>(model_->config.n_vocab) + 31) / 32;
+    size_t masked_rows = 0;
+    for (size_t i = 0; i < step.sampling.size(); ++i)
+      if (step.sampling[i].on_device && step.sampling[i].mask) masked_rows = i + 1;
+    if (masked_rows > 0) masks_.assign(masked_rows * W, 0u);
     for (const RowSampling& rs : step.sampling) {
       cuda::SampleParams sp;
+      if (rs.on_device && rs.mask) {
+        std::copy(rs.mask, rs.mask + W, masks_.begin() + static_cast<std::ptrdiff_t>(params_.size() * W));
+        sp.masked = 1;
+      }
       sp.to_host = rs.on_device ? 0 : 1;
       sp.greedy = rs.greedy ? 1 : 0;
       sp.temperature = rs.temperature;
@@ -180,6 +191,7 @@ absl::Status DeviceExecutor::execute(const ExecStep& step, ExecResult* out) {
       (rs.on_device ? on_device : on_host) += 1;
     }
     ids_.assign(params_.size(), -1);
+    if (masked_rows > 0) decoder_->set_masks(masks_.data(), static_cast<int>(masked_rows));
     if (!ds.logit_rows.empty()) {
       decoder_->forward(ds, params_, ids_.data(), host_logits_.data());
     } else {

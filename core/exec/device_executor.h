@@ -8,8 +8,9 @@
 //         positions per block (the device's layout sets the geometry: DeviceKvStorage). Each step, sequence i
 //         of the batch is block-table slot i: its table is set, its rows are (token, slot i, position).
 //   sampling  rows whose RowSampling allows it (greedy / temperature / top-k / top-p / min-p, no penalties or
-//         logprobs) are sampled on the device with the sequence's own uniform draw; the rest come back as
-//         logits for the host sampler (hybrid), and only those rows are copied.
+//         logprobs) are sampled on the device with the sequence's own uniform draw — a constrained row's
+//         token mask applied there first —; the rest come back as logits for the host sampler (hybrid), and
+//         only those rows are copied.
 //   refusals  a request for another KV codec (kv.codec, kvsplice included) or one that requires a repair
 //         operator (kv.repair ON) is refused at submit; repair operators and KVSplice sets are not attached.
 //   errors  a DeviceError that is sticky makes health() fail for good (the engine then fails every request
@@ -91,6 +92,7 @@ class DeviceExecutor final : public StepExecutor {
   DeviceStep dstep_;
   std::vector<cuda::SampleParams> params_;
   std::vector<int32_t> ids_;
+  std::vector<uint32_t> masks_;     // [masked rows, ceil(V / 32)]: constrained rows sampled on the device
   std::vector<float> host_logits_;  // [max_seqs, V]
 
   mutable absl::Mutex mu_;

@@ -303,17 +303,32 @@ int ReferenceDecoder::forward(const DeviceStep& step, const std::vector<cuda::Sa
     bad(absl::StrCat(sampling.size(), " sampled rows in a step of at most ", lim_.max_seqs, " sequences"));
   const std::vector<float> logits = run(step);
   const auto V = static_cast<size_t>(cfg_.n_vocab);
+  const size_t W = (V + 31) / 32;
   int copied = 0;
   for (size_t i = 0; i < sampling.size(); ++i) {
     const float* row = logits.data() + i * V;
     if (sampling[i].to_host) {
       std::memcpy(host_logits + static_cast<size_t>(copied++) * V, row, V * sizeof(float));
       ids[i] = -1;
+    } else if (sampling[i].masked) {
+      if (masks_.size() < (i + 1) * W)
+        bad(absl::StrCat("logit row ", i, " is masked but has no mask (set_masks)"));
+      masked_.assign(row, row + V);
+      cuda::ref::apply_token_mask(masked_.data(), static_cast<int>(V), masks_.data() + i * W);
+      ids[i] = cuda::ref::sample_row(masked_.data(), static_cast<int>(V), sampling[i]);
     } else {
       ids[i] = cuda::ref::sample_row(row, static_cast<int>(V), sampling[i]);
     }
   }
+  masks_.clear();  // one forward()
   return copied;
+}
+
+void ReferenceDecoder::set_masks(const uint32_t* words, int n_rows) {
+  if (n_rows < 0 || n_rows > lim_.max_seqs)
+    bad(absl::StrCat(n_rows, " masked rows in a step of at most ", lim_.max_seqs, " sequences"));
+  const size_t W = (static_cast<size_t>(cfg_.n_vocab) + 31) / 32;
+  masks_.assign(words, words + static_cast<size_t>(n_rows) * W);
 }
 
 std::vector<float> ReferenceDecoder::forward_logits(const DeviceStep& step) { return run(step); }

@@ -63,6 +63,7 @@ class ReferenceDecoder final : public DeviceDecoder {
   void allocate(const cuda::KvLayout& layout, int n_blocks, int max_rows, int max_seqs, int max_blocks) override;
   const cuda::KvLayout& kv_layout() const override { return kv_; }
   void set_blocks(int seq, const int32_t* blocks, int n) override;
+  void set_masks(const uint32_t* words, int n_rows) override;
   int forward(const DeviceStep& step, const std::vector<cuda::SampleParams>& sampling, int32_t* ids,
               float* host_logits) override;
   std::vector<float> forward_logits(const DeviceStep& step) override;
@@ -88,6 +89,8 @@ class ReferenceDecoder final : public DeviceDecoder {
   DeviceLimits lim_;
   std::vector<uint8_t> pool_;
   std::vector<int32_t> table_;  // [max_seqs, max_blocks]
+  std::vector<uint32_t> masks_;  // set_masks(): [rows, ceil(V / 32)] for the next forward()
+  std::vector<float> masked_;    // a masked row's logits (scratch)
   int fault_ = 0;               // 1: fail the next step; 2: fail every step (sticky)
 };
 

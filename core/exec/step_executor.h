@@ -42,6 +42,10 @@ struct RowSampling {
   float top_p = 1.0f;        // 1 = off
   float min_p = 0.0f;        // 0 = off
   double u = 0.0;            // the sequence's uniform draw in [0, 1) for this token (its own seeded RNG)
+  // Constrained decoding (core/constrain/token_mask.h's layout: bit i of word i / 32 = token i may be drawn,
+  // ceil(V / 32) words): every other token's logit is -inf before the sampling above, as the host sampler
+  // masks it. Host memory, valid until execute() returns; null = every token. Read only when on_device.
+  const uint32_t* mask = nullptr;
 };
 
 // One step: the rows of every scheduled sequence (their KV positions are reserved; each kv advances by its

@@ -96,6 +96,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Loa
     }));
   }
   e->model_salt_ = kv_salt_mix(kv_salt_mix(0, e->model_->name), weight_dtype_name(tf.weight_format()));
+  if (cfg.overlap_masks) e->masks_ = std::make_unique<MaskFiller>();
   if (cfg.speculative.suffix_cache_tokens > 0)
     e->suffix_cache_ = std::make_unique<SuffixCache>(kSuffixDepth, static_cast<size_t>(cfg.speculative.suffix_cache_tokens));
   {
@@ -534,9 +535,10 @@ Scheduler::Step Engine::schedule(Loop& loop) {
 }
 
 // Execute: the scheduled step on the executor. Each sequence with logits says how its token may be drawn
-// (on the device when the executor samples and the request allows it; a draft's rows on the host). True when
-// the step ran: loop.exec_result holds what update() needs. False when it failed: the step's requests have
-// ended, or every request when the device failed for good.
+// (on the device when the executor samples and the request allows it, a constrained one with its mask; a
+// draft's rows on the host). The masks of the constrained rows the host samples are filled while the step
+// runs (engine_masks.h). True when the step ran: loop.exec_result holds what update() needs. False when it
+// failed: the step's requests have ended, or every request when the device failed for good.
 bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   const int64_t t0 = RealClock::get().now_ns();
   for (SchedEntry* e : step.who)
@@ -545,15 +547,20 @@ bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   xs.seqs = &step.seqs;
   xs.sampling.clear();
   const bool device_sampling = exec_->samples_on_device();
+  loop.mask_fills.clear();
   for (size_t i = 0; i < step.who.size(); ++i) {
     const StepSeq& q = step.seqs[i];
     if (q.draft > 0) {
       xs.sampling.resize(xs.sampling.size() + 1 + static_cast<size_t>(q.draft));  // verified on the host
     } else if (q.logits) {
-      xs.sampling.push_back(step.who[i]->owner->seq->plan_sample(device_sampling));
+      Sequence* seq = step.who[i]->owner->seq.get();
+      xs.sampling.push_back(seq->plan_sample(device_sampling));
+      if (masks_ && seq->constrained() && !xs.sampling.back().on_device) loop.mask_fills.push_back(seq);
     }
   }
+  if (!loop.mask_fills.empty()) masks_->start(loop.mask_fills);
   absl::Status st = exec_->execute(xs, &loop.exec_result);
+  if (!loop.mask_fills.empty()) masks_->join();  // before anything else touches those matchers
   const int64_t t1 = RealClock::get().now_ns();
   loop.decode_only = true;  // speculation's cost model (speculation.h StepCost) learns from decode rounds
   for (const StepSeq& q : step.seqs) loop.decode_only = loop.decode_only && q.logits && q.n_tokens == 1 + q.draft;

@@ -47,25 +47,26 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
-#include <unordered_map>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/common/cancel.h"
-#include "core/generate/engine_constraints.h"
+#include "core/exec/step_executor.h"
 #include "core/generate/drafter.h"
+#include "core/generate/engine_constraints.h"
+#include "core/generate/engine_masks.h"
 #include "core/generate/engine_options.h"
 #include "core/generate/generator.h"
 #include "core/generate/request.h"
 #include "core/generate/scheduler.h"
-#include "core/exec/step_executor.h"
 #include "core/kv/block_books.h"
 #include "core/kv/kv_events.h"
 #include "core/kv/kvsplice.h"
@@ -111,6 +112,10 @@ struct EngineConfig : EngineOptions {
   // Where the prefix cache's block events go (core/kv/kv_events.h; owned by the caller, outlives the engine):
   // one batch per round that changed what the cache holds, from end_round. Null = no events are recorded.
   KvEventSink* kv_events = nullptr;
+  // Constrained decoding: compute the masks of the constrained rows the host samples on a thread of their own
+  // while the step runs (core/generate/engine_masks.h). Off: sample() computes them lazily after the step
+  // (the naive twin; the outputs are the same).
+  bool overlap_masks = true;
 };
 
 // A cumulative histogram snapshot (Prometheus semantics): counts[i] observations <= bounds[i], plus the
@@ -263,6 +268,8 @@ class Engine {
   // decoding; filled on the delivery thread, read by the drafters on the engine thread). Null when
   // engine.speculative.suffix_cache_tokens is 0.
   std::unique_ptr<SuffixCache> suffix_cache_;
+  // Constrained masks filled while the step runs (engine thread; null when cfg_.overlap_masks is off).
+  std::unique_ptr<MaskFiller> masks_;
 
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);

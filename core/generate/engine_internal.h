@@ -78,6 +78,7 @@ struct Engine::Loop {
   ExecStep exec_step;
   ExecResult exec_result;
   std::vector<SampledToken> toks;
+  std::vector<Sequence*> mask_fills;  // this step's constrained host-sampled rows (engine_masks.h)
   std::vector<EngineRequest*> to_sample;
   std::vector<int64_t> first_row;      // to_sample[i]'s first logits row in the step's result
   std::vector<int32_t> drafted;        // to_sample[i]'s draft rows this step (0: a plain row)

@@ -84,7 +84,12 @@ SampledToken Sequence::sample(const float* logits) {
 
 RowSampling Sequence::plan_sample(bool device_ok) {
   RowSampling rs;
-  rs.on_device = device_ok && sampler_.device_eligible() && !matcher_;
+  rs.on_device = device_ok && sampler_.device_eligible();
+  if (rs.on_device && matcher_) {
+    const constrain::TokenBitmask& allowed = matcher_->allowed();
+    rs.on_device = matcher_->health().ok() && allowed.n_tokens == sampler_.vocab_size();
+    if (rs.on_device) rs.mask = allowed.words.data();
+  }
   if (rs.on_device) sampler_.plan_device_draw(&rs.greedy, &rs.temperature, &rs.top_k, &rs.top_p, &rs.min_p, &rs.u);
   return rs;
 }

@@ -44,12 +44,22 @@ class Sequence {
   SampledToken sample(const float* logits);
   // Sampling on a device instead (core/exec/step_executor.h): how the next token may be drawn there
   // (on_device false when this sequence needs the host sampler: penalties, logprobs, or `device_ok` false);
-  // a non-greedy plan consumes the sampler's draw. Then sampled_on_device() with the device's id.
+  // a non-greedy plan consumes the sampler's draw. Then sampled_on_device() with the device's id. A
+  // constrained sequence's plan carries its mask (computed now: the device needs it before the step), valid
+  // until accept(); one whose mask the constraint cannot vouch for (Matcher::health) stays on the host, where
+  // accept() ends it with that error.
   RowSampling plan_sample(bool device_ok);
+  // Computes the constrained mask of the next token now, so that sample() finds it ready (the engine does it
+  // on its mask thread while the step runs: engine_masks.h); nothing when unconstrained. Touches only this
+  // sequence's matcher: safe in parallel with other sequences and with the executor.
+  void fill_mask() {
+    if (matcher_) matcher_->allowed();
+  }
   SampledToken sampled_on_device(int32_t id) { return sampler_.accept_device_token(id); }
   // Constrained decoding: from now on sample() masks every token `m` does not allow, accept() advances it,
   // and the sequence ends (FinishReason::kStop, stop_reason "constraint") once the output is complete and
-  // nothing can follow. A constrained sequence always samples on the host (the mask is host memory).
+  // nothing can follow. The mask is computed lazily by sample() or plan_sample() unless fill_mask() came
+  // first.
   void set_constraint(std::unique_ptr<constrain::Matcher> m) { matcher_ = std::move(m); }
   bool constrained() const { return matcher_ != nullptr; }
   // Applies a token from sample(): stop token / strings, detokenization, the event through on_token, the

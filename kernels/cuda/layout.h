@@ -72,6 +72,7 @@ struct SampleParams {
   float top_p = 1.0f;        // 1 = off
   float min_p = 0.0f;        // 0 = off
   int32_t to_host = 0;       // 1: the host samples this row (its logits are copied back; the device skips it)
+  int32_t masked = 0;        // 1: only the tokens of this row's mask (DeviceDecoder::set_masks) may be drawn
   double u = 0.0;            // in [0, 1)
 };
 

@@ -115,5 +115,11 @@ void argmax(const float* logits, int n_rows, int vocab, int32_t* out, cudaStream
 // (out[r] = −1). `scratch`: n_rows · vocab floats (the rows' probabilities).
 void sample_rows(const float* logits, int n_rows, int vocab, const SampleParams* params, float* scratch,
                  int32_t* out, cudaStream_t stream);
+// Constrained decoding, before sample_rows (twin: ref::apply_token_mask): for each row r with
+// params[r].masked (and not to_host), logits[r, i] = -inf for every token i whose bit is clear in row r's
+// mask — ceil(vocab / 32) words at masks + r · ceil(vocab / 32), core/constrain/token_mask.h's layout. Other
+// rows are untouched.
+void apply_token_masks(float* logits, int n_rows, int vocab, const SampleParams* params,
+                       const uint32_t* masks, cudaStream_t stream);
 
 }  // namespace frost::cuda

@@ -354,4 +354,9 @@ int sample_row(const float* l, int vocab, const SampleParams& sp) {
   return c[0].id;
 }
 
+void apply_token_mask(float* l, int vocab, const uint32_t* mask) {
+  for (int i = 0; i < vocab; ++i)
+    if (!((mask[i >> 5] >> (i & 31)) & 1u)) l[i] = -std::numeric_limits<float>::infinity();
+}
+
 }  // namespace frost::cuda::ref

@@ -70,5 +70,8 @@ int argmax(const float* logits, int vocab);
 // steps 4-9: greedy; top-k; p = exp_nonpositive((l − l_max) · (1/T)); top-p; min-p; the draw), with its sums
 // in the same order as the host's general path. p.to_host is ignored.
 int sample_row(const float* logits, int vocab, const SampleParams& p);
+// Constrained decoding before sample_row (ops.h apply_token_masks): logits[i] = -inf for every token whose
+// bit (i % 32 of mask[i / 32]) is clear — the host sampler's masking (core/generate/sampler.cc penalized()).
+void apply_token_mask(float* logits, int vocab, const uint32_t* mask);
 
 }  // namespace frost::cuda::ref

@@ -333,7 +333,24 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) out[r] = id;
 }
 
+// Constrained decoding: a masked row's disallowed tokens get -inf before sample_rows_kernel reads the row.
+__global__ void apply_token_masks_kernel(float* logits, int vocab, const SampleParams* params, const uint32_t* masks) {
+  const int r = blockIdx.x;
+  if (!params[r].masked || params[r].to_host) return;
+  const uint32_t* m = masks + static_cast<int64_t>(r) * ((vocab + 31) / 32);
+  float* l = logits + static_cast<int64_t>(r) * vocab;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    if (!((m[i >> 5] >> (i & 31)) & 1u)) l[i] = -INFINITY;
+}
+
 }  // namespace
+
+void apply_token_masks(float* logits, int n_rows, int vocab, const SampleParams* params, const uint32_t* masks,
+                       cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  apply_token_masks_kernel<<<n_rows, kThreads, 0, stream>>>(logits, vocab, params, masks);
+  FROST_CUDA_LAUNCHED();
+}
 
 void argmax(const float* logits, int n_rows, int vocab, int32_t* out, cudaStream_t stream) {
   if (n_rows <= 0) return;

@@ -541,5 +541,65 @@ TEST(CudaOps, ArgmaxAndSamplingChooseTheTwinsTokens) {
   EXPECT_GT(distinct_from_greedy, rows / 4);  // the draws are draws, not the argmax
 }
 
+// Constrained decoding on the device (issue 54): apply_token_masks before sample_rows leaves only each masked
+// row's allowed tokens — the twin's (ref::apply_token_mask then ref::sample_row) token, always inside the
+// mask — and leaves unmasked rows and the host's rows as they were.
+TEST(CudaOps, TokenMasksBeforeSamplingDrawInsideTheMaskAsTheTwin) {
+  FROST_REQUIRE_GPU();
+  const int V = 32000, rows = 48, W = (V + 31) / 32;
+  const std::vector<float> l = random_floats(static_cast<size_t>(rows) * V, 43, -8.f, 8.f);
+  std::mt19937_64 g(7);
+  std::vector<uint32_t> masks(static_cast<size_t>(rows) * W, 0u);
+  std::vector<SampleParams> params(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    SampleParams& p = params[static_cast<size_t>(r)];
+    p.masked = r % 4 != 3;
+    p.to_host = r % 8 == 7;
+    p.greedy = r % 6 == 5;
+    p.top_k = r % 3 == 1 ? 20 : 0;
+    p.top_p = r % 5 == 2 ? 0.8f : 1.f;
+    p.u = static_cast<double>(g() >> 11) * 0x1.0p-53;
+    const int allowed = 1 + (r * 577) % 3000;  // a few to a few thousand tokens, never the argmax on purpose
+    for (int k = 0; k < allowed; ++k) {
+      const auto id = static_cast<int>(g() % V);
+      masks[static_cast<size_t>(r) * W + id / 32] |= 1u << (id % 32);
+    }
+  }
+  DeviceArray<float> logits(l);
+  DeviceArray<uint32_t> md(masks);
+  DeviceArray<SampleParams> pd(params);
+  DeviceArray<float> scratch(static_cast<size_t>(rows) * V);
+  DeviceArray<int32_t> ids(static_cast<size_t>(rows), -1);
+  apply_token_masks(logits.dev, rows, V, pd.dev, md.dev, nullptr);
+  sample_rows(logits.dev, rows, V, pd.dev, scratch.dev, ids.dev, nullptr);
+  ids.download();
+  int on_boundary = 0;
+  for (int r = 0; r < rows; ++r) {
+    const SampleParams& p = params[static_cast<size_t>(r)];
+    if (p.to_host) {
+      ASSERT_EQ(ids.host[r], -1) << r;
+      continue;
+    }
+    std::vector<float> lr(l.begin() + static_cast<int64_t>(r) * V,
+                          l.begin() + static_cast<int64_t>(r + 1) * V);
+    const uint32_t* m = masks.data() + static_cast<size_t>(r) * W;
+    if (p.masked) {
+      ref::apply_token_mask(lr.data(), V, m);
+      ASSERT_TRUE((m[ids.host[r] / 32] >> (ids.host[r] % 32)) & 1u)
+          << "row " << r << " drew outside its mask";
+    }
+    if (ids.host[r] != ref::sample_row(lr.data(), V, p)) {
+      SampleParams lo = p, hi = p;
+      lo.u = std::max(0.0, p.u - 1e-12);
+      hi.u = std::min(1.0 - 0x1.0p-53, p.u + 1e-12);
+      ASSERT_TRUE(ref::sample_row(lr.data(), V, lo) == ids.host[r] ||
+                  ref::sample_row(lr.data(), V, hi) == ids.host[r])
+          << "row " << r;
+      ++on_boundary;
+    }
+  }
+  EXPECT_LE(on_boundary, 1);
+}
+
 }  // namespace
 }  // namespace frost::cuda

@@ -5,8 +5,9 @@
 //  - batched, chunked and preempted requests equal each request alone, with the books audited every step;
 //  - the prefix cache adopts device blocks and changes nothing; cancellation frees them;
 //  - mixed sampling parameters share a step: device-sampled rows (greedy, temperature, top-k, top-p, min-p,
-//    seeds) and host-sampled ones (penalties, logprobs) each equal themselves alone; a row sampled on the device
-//    equals the same row sampled by the host sampler; seeds reproduce;
+//    seeds) and host-sampled ones (penalties, logprobs) each equal themselves alone; a row sampled on the
+//    device equals the same row sampled by the host sampler; seeds reproduce;
+//  - constrained rows sample on the device with their token mask, inside it, as the host sampler does;
 //  - what the device does not run is refused at start or submit naming the field;
 //  - a sticky device error fails every request with UNAVAILABLE, refuses new ones and reports it once; a
 //    non-sticky one fails only its step.
@@ -15,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <nlohmann/json.hpp>
+#include <regex>
 
 #include "absl/synchronization/notification.h"
 #include "core/exec/make_executor.h"
@@ -302,6 +305,60 @@ TEST_F(DeviceExecutorTest, MixedSamplingSharesAStepAndEachRowEqualsItselfAlone) 
   }
   // Seeds reproduce.
   EXPECT_EQ(run_all(*engine, {reqs[2]})[0]->ids, got[2]->ids);
+  expect_idle_books(*engine);
+}
+
+// Constrained decoding sampled on the device (issue 54): a constrained row whose request allows device
+// sampling is sampled there with its token mask (DeviceDecoder::set_masks) — greedy, temperature, top-k,
+// top-p, seeded — and gives exactly the tokens the host sampler gives it (logprobs force the host); every
+// drawn token is inside its mask (Sequence::accept ends the request with an error for one outside it), and
+// the outputs match their constraints.
+TEST_F(DeviceExecutorTest, ConstrainedRowsSampleOnTheDeviceWithTheirMaskAndEqualTheHostSampler) {
+  auto loaded = load_model(testing::source_path("models/stories260K"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::shared_ptr<const LoadedModel> m(std::move(loaded).value());
+  using K = constrain::ConstraintSpec::Kind;
+  auto constrained = [](const char* prompt, K kind, const char* text, float temperature, uint64_t seed) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.params.max_new_tokens = 80;
+    r.params.temperature = temperature;
+    r.params.seed = seed;
+    r.constraint = {kind, text};
+    r.spec_method = SpecMethod::kOff;  // no jump-forward drafts: their rows are verified on the host
+    return r;
+  };
+  const char* schema = R"({"type":"object","properties":{"name":{"type":"string","maxLength":10},
+    "age":{"type":"integer","minimum":0,"maximum":99}},"required":["name","age"]})";
+  std::vector<GenerationRequest> reqs;
+  for (uint64_t s = 1; s <= 3; ++s)
+    reqs.push_back(constrained("Lily and Tom", K::kJsonSchema, schema, 0.9f, s));
+  reqs.push_back(constrained("The dog", K::kRegex, "(yes|no), [a-z]{2,6}!", 0.9f, 4));
+  reqs.back().params.top_k = 8;
+  reqs.push_back(constrained("The dog", K::kRegex, "(yes|no), [a-z]{2,6}!", 1.0f, 5));
+  reqs.back().params.top_p = 0.7f, reqs.back().params.min_p = 0.05f;
+  reqs.push_back(constrained("Once upon a time", K::kRegex, "[a-z ]{1,40}\\.", 0, 6));  // greedy
+  auto engine = make(config(8, 0), nullptr, m);
+  const auto got = run_all(*engine, reqs);
+  const EngineStats s = engine->stats();
+  EXPECT_GT(s.executor.rows_sampled_on_device, 0u);
+  EXPECT_EQ(s.executor.rows_sampled_on_host, 0u);  // every constrained row was sampled on the device
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(got[i]->result.ok()) << i << ": " << got[i]->result.status();  // no token outside a mask
+    EXPECT_EQ(got[i]->result->finish_reason, FinishReason::kStop) << i << ": " << got[i]->text;
+    if (reqs[i].constraint.kind == K::kJsonSchema) {
+      const nlohmann::json j = nlohmann::json::parse(got[i]->text);
+      EXPECT_TRUE(j.at("name").is_string() && j.at("age").is_number_integer()) << got[i]->text;
+    } else {
+      EXPECT_TRUE(std::regex_match(got[i]->text, std::regex(reqs[i].constraint.text))) << got[i]->text;
+    }
+  }
+  // The same requests on the host sampler (logprobs), alone and batched: the same tokens.
+  std::vector<GenerationRequest> host = reqs;
+  for (auto& r : host) r.params.logprobs = 0;
+  const auto on_host = run_all(*engine, host);
+  EXPECT_EQ(engine->stats().executor.rows_sampled_on_device, s.executor.rows_sampled_on_device);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(on_host[i]->ids, got[i]->ids) << i;
   expect_idle_books(*engine);
 }
 

@@ -2,9 +2,12 @@
 //  - JSON-Schema, regex and grammar constrained requests batched with unconstrained ones all finish with
 //    outputs that parse and validate, and the unconstrained ones are exactly what they are alone;
 //  - a constrained request gives the same tokens batched as alone (seeded);
+//  - masks filled on the mask thread while the step runs give the outputs of masks computed lazily;
 //  - the masked sampler is the unmasked one restricted to the allowed tokens;
-//  - a constraint that does not compile is refused, naming "constraint" and the position: off the caller's thread
-//    the first time (on_finish with the error, never on_admitted), at submit from the compile cache after that;
+//  - a constraint that does not compile is refused, naming "constraint" and the position: off the caller's
+//  thread
+//    the first time (on_finish with the error, never on_admitted), at submit from the compile cache after
+//    that;
 //  - a constraint nobody can follow exactly ends the request with an error, never a silent "stop";
 //  - EngineConstraints (engine_constraints.h): the vocabulary is built once and shared, control tokens are
 //    never text, EOS is the model's; its knobs are checked naming the field.
@@ -68,8 +71,9 @@ class EngineConstraintTest : public ::testing::Test {
     model_ = std::shared_ptr<const LoadedModel>(std::move(m).value());
   }
   static void TearDownTestSuite() { model_.reset(); }
-  static std::unique_ptr<Engine> make(int32_t running) {
+  static std::unique_ptr<Engine> make(int32_t running, bool overlap_masks = true) {
     EngineConfig c;
+    c.overlap_masks = overlap_masks;
     c.max_running = running;
     c.max_waiting = 1024;
     c.max_batch_tokens = std::max(running, 64);
@@ -142,6 +146,35 @@ TEST_F(EngineConstraintTest, GreedyConstrainedOutputIsTheBestAllowedTokenEachSte
   ASSERT_TRUE(out[0]->result.ok());
   EXPECT_EQ(out[0]->ids, out[1]->ids);
   EXPECT_TRUE(std::regex_match(out[0]->text, std::regex("[a-z ]{1,40}\\."))) << out[0]->text;
+}
+
+// Masks off the critical path (core/generate/engine_masks.h): the constrained rows' masks filled on the mask
+// thread while the step runs give exactly the outputs of the naive twin, which computes each mask lazily when
+// it samples — greedy and seeded, constrained requests batched with free ones, several rounds of batches.
+TEST_F(EngineConstraintTest, MasksFilledWhileTheStepRunsGiveTheLazyMasksOutputs) {
+  using K = constrain::ConstraintSpec::Kind;
+  std::vector<GenerationRequest> reqs;
+  for (uint64_t s = 1; s <= 8; ++s) reqs.push_back(req("Lily and Tom", s, K::kJsonSchema, kSchema));
+  for (uint64_t s = 1; s <= 4; ++s) reqs.push_back(req("The dog", s, K::kRegex, "(yes|no), [a-z]{2,6}!"));
+  reqs.push_back(req("Once upon a time", 1, K::kRegex, "[a-z ]{1,40}\\.", 60));
+  reqs.back().params.temperature = 0;  // greedy
+  reqs.push_back(req("Lily and Tom", 9, K::kJsonSchema, kSchema));
+  reqs.back().params.temperature = 0;
+  for (uint64_t s = 1; s <= 4; ++s) reqs.push_back(req("Once upon a time", s, K::kNone, "", 40));
+  reqs.back().params.temperature = 0;
+  auto overlapped = make(8, true);  // 18 requests on 8 slots: admissions and finishes mid-batch
+  auto lazy = make(8, false);
+  const auto got = run(*overlapped, reqs);
+  const auto want = run(*lazy, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(want[i]->result.ok()) << i << ": " << want[i]->result.status();
+    ASSERT_TRUE(got[i]->result.ok()) << i << ": " << got[i]->result.status();
+    EXPECT_EQ(got[i]->ids, want[i]->ids) << "request " << i;
+    EXPECT_EQ(got[i]->text, want[i]->text) << "request " << i;
+    if (reqs[i].constraint.kind == K::kJsonSchema) expect_valid(got[i]->text);
+  }
+  EXPECT_TRUE(overlapped->wait_idle(10));
+  EXPECT_EQ(overlapped->stats().kv_blocks_used, 0);
 }
 
 TEST_F(EngineConstraintTest, AConstraintThatDoesNotCompileIsRefusedAtSubmit) {
