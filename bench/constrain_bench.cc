@@ -112,7 +112,8 @@ std::string walk(const CompiledConstraint& c, const BigVocab& v, uint64_t seed, 
         cur = r.state();
         bool ok = true;
         for (char ch : v.vocab->bytes(id)) {
-          ok = r.step(cur, static_cast<uint8_t>(ch), &next) == frost::constrain::Recognizer::Step::kOk;
+          ok = r.advance_from(cur, static_cast<uint8_t>(ch), &next) ==
+               frost::constrain::Recognizer::Advance::kOk;
           if (!ok) break;
           std::swap(cur, next);
         }

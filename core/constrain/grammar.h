@@ -266,8 +266,8 @@ class Recognizer {
  public:
   using StackSet = std::vector<uint32_t>;  // sorted ids of interned stacks; kEmptyStack = completed
   static constexpr uint32_t kEmptyStack = 0xffffffffu;
-  enum class Step { kOk, kDead, kOverLimit };
-  // Which limit a step hit: kStacks = more than max_stacks parses alive (or an expansion too large to
+  enum class Advance { kOk, kDead, kOverLimit };
+  // Which limit an advance hit: kStacks = more than max_stacks parses alive (or an expansion too large to
   // finish), kDepth = a parse deeper than max_stack_depth.
   enum class Limit : uint8_t { kNone, kStacks, kDepth };
 
@@ -298,9 +298,9 @@ class Recognizer {
   // Accepting and no byte can follow: the output is complete.
   bool must_end() const { return state_.size() == 1 && state_[0] == kEmptyStack; }
 
-  // Steps an explicit state, leaving the current one alone (it does intern into the arena and memo).
-  // `out` is overwritten (cleared on kOverLimit).
-  Step step(const StackSet& from, uint8_t byte, StackSet* out);
+  // Advances an explicit state by one byte, leaving the current one alone (it does intern into the arena and
+  // memo). `out` is overwritten (cleared on kOverLimit).
+  Advance advance_from(const StackSet& from, uint8_t byte, StackSet* out);
   static bool is_accepting(const StackSet& s) { return !s.empty() && s.back() == kEmptyStack; }
   // Interned states, for walks that revisit the same states (the token-mask trie walk): one hash lookup
   // per (state, byte) once seen. Ids stay valid until reset() or compact().
@@ -311,7 +311,7 @@ class Recognizer {
   const StackSet& interned_state(uint32_t id) const { return sets_[id]; }
   size_t n_interned_states() const { return sets_.size(); }
   // The interned state after `byte`, or kDeadState / kOverLimitState (max_stacks) / kOverDepthState.
-  uint32_t step_interned(uint32_t id, uint8_t byte);
+  uint32_t advance_interned(uint32_t id, uint8_t byte);
   // Fewest bytes that complete the output from `s` (UINT64_MAX when dead) — lets a caller steer to an end.
   uint64_t min_bytes_to_accept(const StackSet& s) const;
   // A key equal for equal states across recognisers of the same grammar (the mask-cache key).

@@ -160,7 +160,7 @@ void Recognizer::finish(StackSet* out) const {
   out->erase(std::unique(out->begin(), out->end()), out->end());
 }
 
-Recognizer::Step Recognizer::step(const StackSet& from, uint8_t byte, StackSet* out) {
+Recognizer::Advance Recognizer::advance_from(const StackSet& from, uint8_t byte, StackSet* out) {
   out->clear();
   Limit limit = Limit::kNone;
   for (uint32_t s : from) {
@@ -177,9 +177,9 @@ Recognizer::Step Recognizer::step(const StackSet& from, uint8_t byte, StackSet* 
   if (limit != Limit::kNone) {
     note_limit(limit);
     out->clear();
-    return Step::kOverLimit;
+    return Advance::kOverLimit;
   }
-  return out->empty() ? Step::kDead : Step::kOk;
+  return out->empty() ? Advance::kDead : Advance::kOk;
 }
 
 Recognizer::Transition Recognizer::transition(uint32_t s, uint8_t byte) {
@@ -224,15 +224,15 @@ uint32_t Recognizer::intern_state(const StackSet& s) {
   return it->second;
 }
 
-uint32_t Recognizer::step_interned(uint32_t id, uint8_t byte) {
+uint32_t Recognizer::advance_interned(uint32_t id, uint8_t byte) {
   const uint64_t key = (uint64_t{id} << 8) | byte;
   if (auto it = set_memo_.find(key); it != set_memo_.end()) return it->second;
   StackSet next;
-  const Step st = step(sets_[id], byte, &next);
+  const Advance st = advance_from(sets_[id], byte, &next);
   uint32_t result = kDeadState;
-  if (st == Step::kOk) {
+  if (st == Advance::kOk) {
     result = intern_state(next);
-  } else if (st == Step::kOverLimit) {
+  } else if (st == Advance::kOverLimit) {
     result = last_limit_ == Limit::kDepth ? kOverDepthState : kOverLimitState;
   }
   set_memo_.emplace(key, result);
@@ -241,7 +241,7 @@ uint32_t Recognizer::step_interned(uint32_t id, uint8_t byte) {
 
 bool Recognizer::advance(uint8_t byte) {
   StackSet next;
-  step(state_, byte, &next);
+  advance_from(state_, byte, &next);
   state_ = std::move(next);
   return !state_.empty();
 }
@@ -434,7 +434,7 @@ absl::Status probe_grammar(const std::shared_ptr<const Grammar>& grammar, int32_
       if (!next.test(b)) continue;
       if (absl::Status st = budget.tick(work); !st.ok()) return st;
       if (++n_examined > max_states) return absl::OkStatus();
-      const uint32_t to = r.step_interned(id, b);
+      const uint32_t to = r.advance_interned(id, b);
       if (to == Recognizer::kDeadState) continue;
       if (Recognizer::is_over_limit(to)) {
         return refuse(prefix_of(id, b),

@@ -188,7 +188,7 @@ void Matcher::compute(StateMask* out) {
     const auto& node = trie[i];
     const uint32_t next = (node.depth == 1 && !first.test(node.byte))
                               ? Recognizer::kDeadState
-                              : rec_.step_interned(levels_[node.depth - 1], node.byte);
+                              : rec_.advance_interned(levels_[node.depth - 1], node.byte);
     if (next >= Recognizer::kOverDepthState) {  // dead, or over a limit
       if (next != Recognizer::kDeadState) {
         over = next == Recognizer::kOverDepthState ? Recognizer::Limit::kDepth : Recognizer::Limit::kStacks;
@@ -236,7 +236,7 @@ TokenBitmask Matcher::allowed_brute_force() {
     cur = start;
     bool ok = true;
     for (char c : vocab_->bytes(id)) {
-      ok = rec_.step(cur, static_cast<uint8_t>(c), &next) == Recognizer::Step::kOk;
+      ok = rec_.advance_from(cur, static_cast<uint8_t>(c), &next) == Recognizer::Advance::kOk;
       if (!ok) break;
       std::swap(cur, next);
     }
@@ -266,12 +266,12 @@ absl::Status Matcher::accept_token(int32_t id) {
   }
   Recognizer::StackSet cur = rec_.state(), next;
   for (char c : bytes) {
-    const Recognizer::Step st = rec_.step(cur, static_cast<uint8_t>(c), &next);
-    if (st == Recognizer::Step::kOverLimit) {
+    const Recognizer::Advance st = rec_.advance_from(cur, static_cast<uint8_t>(c), &next);
+    if (st == Recognizer::Advance::kOverLimit) {
       accept_limit_ = rec_.last_limit();
       return too_ambiguous(accept_limit_);
     }
-    if (st != Recognizer::Step::kOk) {
+    if (st != Recognizer::Advance::kOk) {
       return absl::FailedPreconditionError(absl::StrCat("token ", id, " ('", absl::CHexEscape(bytes),
                                                         "') is not allowed by the constraint here"));
     }
@@ -293,7 +293,7 @@ std::string Matcher::forced_bytes(size_t max_bytes) {
     if (next_bytes.count() != 1) break;
     int byte = 0;
     while (!next_bytes.test(static_cast<size_t>(byte))) ++byte;
-    if (rec_.step(cur, static_cast<uint8_t>(byte), &next) != Recognizer::Step::kOk) break;
+    if (rec_.advance_from(cur, static_cast<uint8_t>(byte), &next) != Recognizer::Advance::kOk) break;
     out.push_back(static_cast<char>(byte));
     std::swap(cur, next);
   }

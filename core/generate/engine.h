@@ -2,7 +2,7 @@
 // Engine: the serving loop (llama.cpp's server_context, vLLM's EngineCore). One worker thread owns the
 // executor's steps, the KV block books and every running sequence; callers only submit and cancel.
 //
-// Continuous batching on a paged KV cache. Each round, five named steps of the engine thread (engine.cc:
+// Continuous batching on a paged KV cache. Each round, five named phases of the engine thread (engine.cc:
 // run() calls them in turn):
 //   intake     requests submitted since the last round join the scheduler's queue; cancellations and
 //              deadlines end their requests (running or waiting) within this round.

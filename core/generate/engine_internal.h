@@ -1,6 +1,6 @@
 #pragma once
 // The engine thread's records (core/generate/engine.h), shared by engine.cc (the round) and engine_spec.cc
-// (speculative decoding's steps of the round). Internal to core/generate.
+// (speculative decoding's part of the round). Internal to core/generate.
 #include <cstdint>
 #include <memory>
 #include <optional>

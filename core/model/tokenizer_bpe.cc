@@ -82,14 +82,13 @@ std::string strip_chars(const std::string& token, const std::string& ch, size_t 
 
 }  // namespace
 
-void run_decoders(const std::vector<DecStep>& steps, std::vector<std::string>& tokens,
-                  bool stream) {
-  for (const DecStep& step : steps) {
-    switch (step.kind) {
-      case DecStep::kReplace:
-        for (std::string& t : tokens) t = step.pattern.replace_all(t, step.content);
+void run_decoders(const std::vector<DecoderStage>& stages, std::vector<std::string>& tokens, bool stream) {
+  for (const DecoderStage& stage : stages) {
+    switch (stage.kind) {
+      case DecoderStage::kReplace:
+        for (std::string& t : tokens) t = stage.pattern.replace_all(t, stage.content);
         break;
-      case DecStep::kByteFallback: {
+      case DecoderStage::kByteFallback: {
         // Consecutive <0xNN> tokens become their bytes when those form valid UTF-8; else each
         // one becomes U+FFFD (HF's rule, which differs from sentencepiece's per-byte one).
         std::vector<std::string> out;
@@ -121,22 +120,22 @@ void run_decoders(const std::vector<DecStep>& steps, std::vector<std::string>& t
         tokens = std::move(out);
         break;
       }
-      case DecStep::kFuse:
+      case DecoderStage::kFuse:
         tokens = {absl::StrJoin(tokens, "")};
         break;
-      case DecStep::kStrip:
+      case DecoderStage::kStrip:
         if (stream) break;
-        for (std::string& t : tokens) t = strip_chars(t, step.content, step.start, step.stop);
+        for (std::string& t : tokens) t = strip_chars(t, stage.content, stage.start, stage.stop);
         break;
-      case DecStep::kMetaspace:
+      case DecoderStage::kMetaspace:
         // HF drops every replacement char of the first token (not only a leading one) unless
         // the scheme is "never"; later ones become spaces.
         for (size_t i = 0; i < tokens.size(); ++i) {
-          const bool drop = !stream && i == 0 && step.scheme != PrependScheme::kNever;
-          tokens[i] = Pattern{step.content, nullptr}.replace_all(tokens[i], drop ? "" : " ");
+          const bool drop = !stream && i == 0 && stage.scheme != PrependScheme::kNever;
+          tokens[i] = Pattern{stage.content, nullptr}.replace_all(tokens[i], drop ? "" : " ");
         }
         break;
-      case DecStep::kByteLevel: {
+      case DecoderStage::kByteLevel: {
         std::string all;
         for (const std::string& t : tokens) all += byte_level_to_bytes(t);
         tokens = {std::move(all)};
@@ -243,32 +242,32 @@ void BpeModel::merge(std::vector<int32_t>& ids) const {
 // The tokenizer
 // ---------------------------------------------------------------------------------------
 
-using bpe_internal::apply_pre_step;
+using bpe_internal::apply_pre_tokenizer_stage;
 using bpe_internal::char_len;
 using bpe_internal::decode_char;
 using bpe_internal::is_unicode_space;
-using bpe_internal::NormStep;
+using bpe_internal::NormalizerStage;
 using bpe_internal::Piece;
-using bpe_internal::PreStep;
+using bpe_internal::PreTokenizerStage;
 using bpe_internal::run_decoders;
 
 std::string BpeTokenizer::Impl::normalize(std::string text) const {
-  for (const NormStep& step : normalizers) {
-    switch (step.kind) {
-      case NormStep::kReplace:
-        text = step.pattern.replace_all(text, step.content);
+  for (const NormalizerStage& stage : normalizers) {
+    switch (stage.kind) {
+      case NormalizerStage::kReplace:
+        text = stage.pattern.replace_all(text, stage.content);
         break;
-      case NormStep::kPrepend:
-        if (!text.empty()) text = step.content + text;
+      case NormalizerStage::kPrepend:
+        if (!text.empty()) text = stage.content + text;
         break;
-      case NormStep::kStrip: {
+      case NormalizerStage::kStrip: {
         size_t b = 0, e = text.size();
-        while (step.left && b < e) {
+        while (stage.left && b < e) {
           const size_t n = char_len(text, b);
           if (!is_unicode_space(decode_char(text, b, n))) break;
           b += n;
         }
-        while (step.right && e > b) {
+        while (stage.right && e > b) {
           size_t s = e - 1;  // back up to the start of the last char
           while (s > b && (static_cast<uint8_t>(text[s]) & 0xC0) == 0x80) --s;
           if (!is_unicode_space(decode_char(text, s, e - s))) break;
@@ -277,8 +276,8 @@ std::string BpeTokenizer::Impl::normalize(std::string text) const {
         text = text.substr(b, e - b);
         break;
       }
-      case NormStep::kUnicode:
-        text = bpe_internal::unicode_normalize(text, step.form);
+      case NormalizerStage::kUnicode:
+        text = bpe_internal::unicode_normalize(text, stage.form);
         break;
     }
   }
@@ -289,9 +288,9 @@ std::vector<Piece> BpeTokenizer::Impl::pre_tokenize(std::string_view text, bool 
   std::vector<Piece> pieces_now;
   std::string normalized = normalize(std::string(text));
   if (!normalized.empty()) pieces_now.push_back({std::move(normalized), at_start});
-  for (const PreStep& step : pre_tokenizers) {
+  for (const PreTokenizerStage& stage : pre_tokenizers) {
     std::vector<Piece> next;
-    for (const Piece& p : pieces_now) apply_pre_step(step, p, next);
+    for (const Piece& p : pieces_now) apply_pre_tokenizer_stage(stage, p, next);
     pieces_now = std::move(next);
   }
   return pieces_now;
@@ -320,9 +319,9 @@ void BpeTokenizer::Impl::encode(std::string_view text, bool with_special,
       }
       // Already normalized: only the pre-tokenizer is left.
       std::vector<Piece> pieces_now{{normalized.substr(sub.b, sub.e - sub.b), span.b == 0 && sub.b == 0}};
-      for (const PreStep& step : pre_tokenizers) {
+      for (const PreTokenizerStage& stage : pre_tokenizers) {
         std::vector<Piece> next;
-        for (const Piece& p : pieces_now) apply_pre_step(step, p, next);
+        for (const Piece& p : pieces_now) apply_pre_tokenizer_stage(stage, p, next);
         pieces_now = std::move(next);
       }
       for (const Piece& p : pieces_now) tokenize_cached(p.text, out);

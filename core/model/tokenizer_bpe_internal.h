@@ -1,6 +1,6 @@
 #pragma once
 // Internal to the tokenizer_bpe*.cc files (not part of frost's API): the types they share.
-//  * tokenizer_bpe_regex.cc: HfRegex, Pattern and the pre-tokenizer steps.
+//  * tokenizer_bpe_regex.cc: HfRegex, Pattern and the pre-tokenizer stages.
 //  * tokenizer_bpe_json.cc:  tokenizer.json parsing, BpeTokenizer::parse / load.
 //  * tokenizer_bpe.cc:       the byte alphabet, decoders, the BPE model, encode / decode.
 // The contract and the choices we made are in tokenizer_bpe.h.
@@ -108,7 +108,7 @@ struct Pattern {
 };
 
 // ---------------------------------------------------------------------------------------
-// Pipeline steps (parsed from JSON in tokenizer_bpe_json.cc)
+// Pipeline stages (parsed from JSON in tokenizer_bpe_json.cc)
 // ---------------------------------------------------------------------------------------
 
 enum class PrependScheme { kFirst, kAlways, kNever };
@@ -116,7 +116,7 @@ enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWith
 
 enum class UnicodeForm { kNFC, kNFD, kNFKC, kNFKD };
 
-struct NormStep {
+struct NormalizerStage {
   enum Kind { kReplace, kPrepend, kStrip, kUnicode } kind;
   Pattern pattern;                   // kReplace
   std::string content;               // kReplace: replacement; kPrepend: prefix
@@ -130,7 +130,7 @@ struct NormStep {
 bool unicode_normalization_available();
 std::string unicode_normalize(std::string_view text, UnicodeForm form);
 
-struct PreStep {
+struct PreTokenizerStage {
   enum Kind { kSplit, kMetaspace, kByteLevel } kind;
   Pattern pattern;  // kSplit; kByteLevel with use_regex
   SplitBehavior behavior = SplitBehavior::kIsolated;
@@ -141,7 +141,7 @@ struct PreStep {
   bool add_prefix_space = false;  // kByteLevel
 };
 
-struct DecStep {
+struct DecoderStage {
   enum Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace, kByteLevel } kind;
   Pattern pattern;             // kReplace
   std::string content;         // kReplace: replacement; kStrip: the char; kMetaspace: replacement
@@ -156,16 +156,16 @@ struct Piece {
   bool at_start;
 };
 
-// Runs one pre-tokenizer step on `piece`, appending the pieces it yields to `out`
+// Runs one pre-tokenizer stage on `piece`, appending the pieces it yields to `out`
 // (tokenizer_bpe_regex.cc).
-void apply_pre_step(const PreStep& step, const Piece& piece, std::vector<Piece>& out);
+void apply_pre_tokenizer_stage(const PreTokenizerStage& stage, const Piece& piece, std::vector<Piece>& out);
 
 // Runs the decoder chain over `tokens` in place. `stream`: the tokens are one token at a time
 // of a generated stream (token_bytes), so whole-text edge rules are skipped: the Strip decoder
 // and the Metaspace first-token rule (both drop the text's leading space), and byte groups are
 // not validated as UTF-8 (the stream's consumer assembles multi-byte chars).
 // (tokenizer_bpe.cc)
-void run_decoders(const std::vector<DecStep>& steps, std::vector<std::string>& tokens, bool stream);
+void run_decoders(const std::vector<DecoderStage>& stages, std::vector<std::string>& tokens, bool stream);
 
 // ---------------------------------------------------------------------------------------
 // Added tokens (tokenizer.json "added_tokens"; tokenizer_bpe_added.cc)
@@ -245,10 +245,10 @@ struct BpeModel {
 // The tokenizer
 // ---------------------------------------------------------------------------------------
 struct BpeTokenizer::Impl {
-  std::vector<bpe_internal::NormStep> normalizers;
-  std::vector<bpe_internal::PreStep> pre_tokenizers;
+  std::vector<bpe_internal::NormalizerStage> normalizers;
+  std::vector<bpe_internal::PreTokenizerStage> pre_tokenizers;
   bool has_decoder = false;
-  std::vector<bpe_internal::DecStep> decoders;
+  std::vector<bpe_internal::DecoderStage> decoders;
   bpe_internal::BpeModel model;
   std::vector<std::string> pieces;       // [vocab] id → token string ("" for unused ids)
   std::vector<bool> special;             // [vocab]

@@ -133,36 +133,35 @@ absl::StatusOr<std::string> parse_replacement(const json& obj, const std::string
   return r;
 }
 
-absl::Status parse_normalizer(const json& obj, const std::string& path,
-                              std::vector<NormStep>& out) {
+absl::Status parse_normalizer(const json& obj, const std::string& path, std::vector<NormalizerStage>& out) {
   FROST_ASSIGN_OR_RETURN(const std::string type, get_type(obj, path));
   if (type == "Sequence") {
     FROST_ASSIGN_OR_RETURN(auto items, get_items(obj, "normalizers", path));
     for (const auto& [item, p] : items) FROST_RETURN_IF_ERROR(parse_normalizer(*item, p, out));
     return absl::OkStatus();
   }
-  NormStep step{NormStep::kReplace, {}, "", false, false, UnicodeForm::kNFC};
+  NormalizerStage stage{NormalizerStage::kReplace, {}, "", false, false, UnicodeForm::kNFC};
   if (type == "Replace") {
-    FROST_ASSIGN_OR_RETURN(step.pattern, parse_pattern(obj, path));
-    FROST_ASSIGN_OR_RETURN(step.content, get_string(obj, "content", path));
+    FROST_ASSIGN_OR_RETURN(stage.pattern, parse_pattern(obj, path));
+    FROST_ASSIGN_OR_RETURN(stage.content, get_string(obj, "content", path));
   } else if (type == "Prepend") {
-    step.kind = NormStep::kPrepend;
-    FROST_ASSIGN_OR_RETURN(step.content, get_string(obj, "prepend", path));
+    stage.kind = NormalizerStage::kPrepend;
+    FROST_ASSIGN_OR_RETURN(stage.content, get_string(obj, "prepend", path));
   } else if (type == "Strip") {
-    step.kind = NormStep::kStrip;
-    FROST_ASSIGN_OR_RETURN(step.left, get_bool(obj, "strip_left", path, true));
-    FROST_ASSIGN_OR_RETURN(step.right, get_bool(obj, "strip_right", path, true));
+    stage.kind = NormalizerStage::kStrip;
+    FROST_ASSIGN_OR_RETURN(stage.left, get_bool(obj, "strip_left", path, true));
+    FROST_ASSIGN_OR_RETURN(stage.right, get_bool(obj, "strip_right", path, true));
   } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
     if (!unicode_normalization_available()) {
       return field_error(absl::StrCat(path, ".type"),
                          absl::StrCat("normalizer \"", type,
                                       "\" needs ICU, and this frost was built without it (libicu-dev)"));
     }
-    step.kind = NormStep::kUnicode;
-    step.form = type == "NFC"    ? UnicodeForm::kNFC
-                : type == "NFD"  ? UnicodeForm::kNFD
-                : type == "NFKC" ? UnicodeForm::kNFKC
-                                 : UnicodeForm::kNFKD;
+    stage.kind = NormalizerStage::kUnicode;
+    stage.form = type == "NFC"    ? UnicodeForm::kNFC
+                 : type == "NFD"  ? UnicodeForm::kNFD
+                 : type == "NFKC" ? UnicodeForm::kNFKC
+                                  : UnicodeForm::kNFKD;
   } else {
     // Lowercase / StripAccents / Precompiled would need more Unicode tables or the
     // sentencepiece charsmap; BERT-style ones belong to WordPiece models.
@@ -170,7 +169,7 @@ absl::Status parse_normalizer(const json& obj, const std::string& path,
                        absl::StrCat("unsupported normalizer \"", type,
                                     "\" (supported: Sequence, Replace, Prepend, Strip, NFC, NFD, NFKC, NFKD)"));
   }
-  out.push_back(std::move(step));
+  out.push_back(std::move(stage));
   return absl::OkStatus();
 }
 
@@ -189,43 +188,43 @@ constexpr char kGpt2Pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 absl::Status parse_pre_tokenizer(const json& obj, const std::string& path,
-                                 std::vector<PreStep>& out) {
+                                 std::vector<PreTokenizerStage>& out) {
   FROST_ASSIGN_OR_RETURN(const std::string type, get_type(obj, path));
   if (type == "Sequence") {
     FROST_ASSIGN_OR_RETURN(auto items, get_items(obj, "pretokenizers", path));
     for (const auto& [item, p] : items) FROST_RETURN_IF_ERROR(parse_pre_tokenizer(*item, p, out));
     return absl::OkStatus();
   }
-  PreStep step{PreStep::kSplit,
-               {},
-               SplitBehavior::kIsolated,
-               false,
-               "",
-               PrependScheme::kAlways,
-               true,
-               false};
+  PreTokenizerStage stage{PreTokenizerStage::kSplit,
+                          {},
+                          SplitBehavior::kIsolated,
+                          false,
+                          "",
+                          PrependScheme::kAlways,
+                          true,
+                          false};
   if (type == "Split") {
-    FROST_ASSIGN_OR_RETURN(step.pattern, parse_pattern(obj, path));
-    FROST_ASSIGN_OR_RETURN(step.behavior, parse_behavior(obj, path));
-    FROST_ASSIGN_OR_RETURN(step.invert, get_bool(obj, "invert", path, false));
+    FROST_ASSIGN_OR_RETURN(stage.pattern, parse_pattern(obj, path));
+    FROST_ASSIGN_OR_RETURN(stage.behavior, parse_behavior(obj, path));
+    FROST_ASSIGN_OR_RETURN(stage.invert, get_bool(obj, "invert", path, false));
   } else if (type == "Digits") {
     // HF isolates char::is_numeric chars, i.e. general category N: \p{N}.
     FROST_ASSIGN_OR_RETURN(const bool individual, get_bool(obj, "individual_digits", path, false));
     FROST_ASSIGN_OR_RETURN(auto rx, HfRegex::compile(individual ? "\\p{N}" : "\\p{N}+"));
-    step.pattern = Pattern{"", std::move(rx)};
+    stage.pattern = Pattern{"", std::move(rx)};
   } else if (type == "Metaspace") {
-    step.kind = PreStep::kMetaspace;
-    FROST_ASSIGN_OR_RETURN(step.replacement, parse_replacement(obj, path));
-    FROST_ASSIGN_OR_RETURN(step.scheme, parse_prepend_scheme(obj, path));
-    FROST_ASSIGN_OR_RETURN(step.split, get_bool(obj, "split", path, true));
+    stage.kind = PreTokenizerStage::kMetaspace;
+    FROST_ASSIGN_OR_RETURN(stage.replacement, parse_replacement(obj, path));
+    FROST_ASSIGN_OR_RETURN(stage.scheme, parse_prepend_scheme(obj, path));
+    FROST_ASSIGN_OR_RETURN(stage.split, get_bool(obj, "split", path, true));
   } else if (type == "ByteLevel") {
-    step.kind = PreStep::kByteLevel;
-    FROST_ASSIGN_OR_RETURN(step.add_prefix_space, get_bool(obj, "add_prefix_space", path, true));
+    stage.kind = PreTokenizerStage::kByteLevel;
+    FROST_ASSIGN_OR_RETURN(stage.add_prefix_space, get_bool(obj, "add_prefix_space", path, true));
     FROST_ASSIGN_OR_RETURN(const bool use_regex, get_bool(obj, "use_regex", path, true));
     if (use_regex) {
       // Compiled once per process (a constant pattern the tests cover, so it cannot fail).
       static const auto* gpt2 = new std::shared_ptr<const HfRegex>(*HfRegex::compile(kGpt2Pattern));
-      step.pattern = Pattern{"", *gpt2};
+      stage.pattern = Pattern{"", *gpt2};
     }
   } else {
     return field_error(
@@ -233,48 +232,48 @@ absl::Status parse_pre_tokenizer(const json& obj, const std::string& path,
         absl::StrCat("unsupported pre_tokenizer \"", type,
                      "\" (supported: Sequence, Split, Digits, Metaspace, ByteLevel)"));
   }
-  out.push_back(std::move(step));
+  out.push_back(std::move(stage));
   return absl::OkStatus();
 }
 
-absl::Status parse_decoder(const json& obj, const std::string& path, std::vector<DecStep>& out) {
+absl::Status parse_decoder(const json& obj, const std::string& path, std::vector<DecoderStage>& out) {
   FROST_ASSIGN_OR_RETURN(const std::string type, get_type(obj, path));
   if (type == "Sequence") {
     FROST_ASSIGN_OR_RETURN(auto items, get_items(obj, "decoders", path));
     for (const auto& [item, p] : items) FROST_RETURN_IF_ERROR(parse_decoder(*item, p, out));
     return absl::OkStatus();
   }
-  DecStep step{DecStep::kReplace, {}, "", 0, 0, PrependScheme::kAlways};
+  DecoderStage stage{DecoderStage::kReplace, {}, "", 0, 0, PrependScheme::kAlways};
   if (type == "Replace") {
-    FROST_ASSIGN_OR_RETURN(step.pattern, parse_pattern(obj, path));
-    FROST_ASSIGN_OR_RETURN(step.content, get_string(obj, "content", path));
+    FROST_ASSIGN_OR_RETURN(stage.pattern, parse_pattern(obj, path));
+    FROST_ASSIGN_OR_RETURN(stage.content, get_string(obj, "content", path));
   } else if (type == "ByteFallback") {
-    step.kind = DecStep::kByteFallback;
+    stage.kind = DecoderStage::kByteFallback;
   } else if (type == "Fuse") {
-    step.kind = DecStep::kFuse;
+    stage.kind = DecoderStage::kFuse;
   } else if (type == "Strip") {
-    step.kind = DecStep::kStrip;
-    FROST_ASSIGN_OR_RETURN(step.content, get_string(obj, "content", path));
-    if (!is_single_char(step.content)) {
+    stage.kind = DecoderStage::kStrip;
+    FROST_ASSIGN_OR_RETURN(stage.content, get_string(obj, "content", path));
+    if (!is_single_char(stage.content)) {
       return field_error(absl::StrCat(path, ".content"), "expected a single character");
     }
     FROST_ASSIGN_OR_RETURN(const int64_t start, get_count(obj, "start", path));
     FROST_ASSIGN_OR_RETURN(const int64_t stop, get_count(obj, "stop", path));
-    step.start = static_cast<size_t>(start);
-    step.stop = static_cast<size_t>(stop);
+    stage.start = static_cast<size_t>(start);
+    stage.stop = static_cast<size_t>(stop);
   } else if (type == "Metaspace") {
-    step.kind = DecStep::kMetaspace;
-    FROST_ASSIGN_OR_RETURN(step.content, parse_replacement(obj, path));
-    FROST_ASSIGN_OR_RETURN(step.scheme, parse_prepend_scheme(obj, path));
+    stage.kind = DecoderStage::kMetaspace;
+    FROST_ASSIGN_OR_RETURN(stage.content, parse_replacement(obj, path));
+    FROST_ASSIGN_OR_RETURN(stage.scheme, parse_prepend_scheme(obj, path));
   } else if (type == "ByteLevel") {
-    step.kind = DecStep::kByteLevel;
+    stage.kind = DecoderStage::kByteLevel;
   } else {
     return field_error(absl::StrCat(path, ".type"),
                        absl::StrCat("unsupported decoder \"", type,
                                     "\" (supported: Sequence, Replace, ByteFallback, Fuse, Strip, "
                                     "Metaspace, ByteLevel)"));
   }
-  out.push_back(std::move(step));
+  out.push_back(std::move(stage));
   return absl::OkStatus();
 }
 
@@ -484,8 +483,9 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer::Impl>> parse_json(const json& root)
       impl->added_raw.add(std::move(t));
     }
   }
-  for (const PreStep& s : impl->pre_tokenizers) impl->byte_level |= s.kind == PreStep::kByteLevel;
-  for (const DecStep& s : impl->decoders) impl->byte_level |= s.kind == DecStep::kByteLevel;
+  for (const PreTokenizerStage& s : impl->pre_tokenizers)
+    impl->byte_level |= s.kind == PreTokenizerStage::kByteLevel;
+  for (const DecoderStage& s : impl->decoders) impl->byte_level |= s.kind == DecoderStage::kByteLevel;
 
   if (const json* pp = member(root, "post_processor")) {
     FROST_ASSIGN_OR_RETURN(impl->bos, parse_post_processor_bos(*pp, "post_processor", *impl));

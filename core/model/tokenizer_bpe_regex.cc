@@ -1,5 +1,5 @@
 // Regexes for tokenizer.json on RE2 (with the GPT-2 `\s+(?!\S)` lookahead emulated), the
-// Pattern matcher built on them, and the pre-tokenizer steps (Split, Metaspace, ByteLevel).
+// Pattern matcher built on them, and the pre-tokenizer stages (Split, Metaspace, ByteLevel).
 // Shared declarations are in tokenizer_bpe_internal.h.
 #include <re2/re2.h>
 
@@ -339,33 +339,33 @@ void push_spans(const Piece& parent, std::string_view text,
 
 }  // namespace
 
-void apply_pre_step(const PreStep& step, const Piece& piece, std::vector<Piece>& out) {
-  switch (step.kind) {
-    case PreStep::kSplit:
-      push_spans(piece, piece.text,
-                 split_spans(piece.text, step.pattern, step.behavior, step.invert), out);
+void apply_pre_tokenizer_stage(const PreTokenizerStage& stage, const Piece& piece, std::vector<Piece>& out) {
+  switch (stage.kind) {
+    case PreTokenizerStage::kSplit:
+      push_spans(piece, piece.text, split_spans(piece.text, stage.pattern, stage.behavior, stage.invert),
+                 out);
       return;
-    case PreStep::kMetaspace: {
+    case PreTokenizerStage::kMetaspace: {
       Pattern space{" ", nullptr};
-      std::string t = space.replace_all(piece.text, step.replacement);
-      const bool prepend = step.scheme == PrependScheme::kAlways ||
-                           (step.scheme == PrependScheme::kFirst && piece.at_start);
+      std::string t = space.replace_all(piece.text, stage.replacement);
+      const bool prepend =
+          stage.scheme == PrependScheme::kAlways || (stage.scheme == PrependScheme::kFirst && piece.at_start);
       // Like HF's NormalizedString::prepend, nothing is prepended to an empty string.
-      if (prepend && !t.empty() && !starts_with(t, step.replacement)) t = step.replacement + t;
-      if (!step.split) {
+      if (prepend && !t.empty() && !starts_with(t, stage.replacement)) t = stage.replacement + t;
+      if (!stage.split) {
         if (!t.empty()) out.push_back({std::move(t), piece.at_start});
         return;
       }
-      const Pattern delim{step.replacement, nullptr};
+      const Pattern delim{stage.replacement, nullptr};
       push_spans(piece, t, split_spans(t, delim, SplitBehavior::kMergedWithNext, false), out);
       return;
     }
-    case PreStep::kByteLevel: {
+    case PreTokenizerStage::kByteLevel: {
       std::string t = piece.text;
-      if (step.add_prefix_space && !t.empty() && t[0] != ' ') t.insert(t.begin(), ' ');
+      if (stage.add_prefix_space && !t.empty() && t[0] != ' ') t.insert(t.begin(), ' ');
       std::vector<Piece> words;
-      if (step.pattern.regex) {
-        push_spans(piece, t, split_spans(t, step.pattern, SplitBehavior::kIsolated, false), words);
+      if (stage.pattern.regex) {
+        push_spans(piece, t, split_spans(t, stage.pattern, SplitBehavior::kIsolated, false), words);
       } else if (!t.empty()) {
         words.push_back({std::move(t), piece.at_start});
       }

@@ -117,10 +117,10 @@ struct PrototypeTrainer::Opt {
   }
 };
 
-StepLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
-                      const at::Tensor& y) {
+MinibatchLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
+                           const at::Tensor& y) {
   const PrototypeConfig& c = net.cfg();
-  StepLoss l;
+  MinibatchLoss l;
   at::Tensor q = net.query_tokens(h, mask);
   at::Tensor mem = net.memory_tokens(h, mask);  // Mem^(A) = M(x): no label token
   l.yhat = net.output(net.head()(q, mem), net.probe_logit(h, mask)).to(at::kFloat);
@@ -132,13 +132,13 @@ StepLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Te
   return l;
 }
 
-StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
-                      const at::Tensor& y, const at::Tensor& q_keys, const at::Tensor& alpha,
-                      const at::Tensor& beta, const at::Tensor& keys, const at::Tensor& mem_flat,
-                      const at::Tensor& labels, const at::Tensor& u, double tau) {
+MinibatchLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
+                           const at::Tensor& y, const at::Tensor& q_keys, const at::Tensor& alpha,
+                           const at::Tensor& beta, const at::Tensor& keys, const at::Tensor& mem_flat,
+                           const at::Tensor& labels, const at::Tensor& u, double tau) {
   const PrototypeConfig& c = net.cfg();
   const int64_t N = keys.size(0), T = std::min(c.T, N);
-  StepLoss l;
+  MinibatchLoss l;
   at::Tensor inflation;
   at::Tensor q = net.restr()(net.query_tokens(h, mask), alpha, beta, c.restr_norm_eps, nullptr, nullptr,
                              c.restr_guard_weight > 0 ? &inflation : nullptr);
@@ -508,7 +508,7 @@ absl::Status PrototypeTrainer::run_stage(int stage, const TrainHooks& hooks, int
         FeatureBatch fb = features_->batch(idx);
         at::Tensor y = labels_.index_select(0, index(idx));
         opt_->zero_grad();
-        StepLoss l;
+        MinibatchLoss l;
         if (stage == kStageA) {
           l = stage_a_loss(*net_, fb.h, fb.mask, y);
         } else {

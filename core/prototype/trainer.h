@@ -78,22 +78,22 @@ struct StageReport {
   int64_t peak_rss_bytes = 0;  // process RSS high-water mark during the stage
 };
 
-// One minibatch of each stage: what a training step differentiates (exposed for tests).
-struct StepLoss {
+// The loss of one minibatch of each stage: what a training step differentiates (exposed for tests).
+struct MinibatchLoss {
   at::Tensor loss, reg, aux;  // total, Huber, auxiliary (L_emb, or λ_ov L_ov + λ_rep L_rep)
   at::Tensor yhat;            // [B] predictions
   Selection sel;              // Stage B only
 };
 // L_A for features h [B,S,C], mask [B,S], labels y [B]. The label reaches only the L_emb target.
-StepLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
-                      const at::Tensor& y);
+MinibatchLoss stage_a_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
+                           const at::Tensor& y);
 // L_B with the queries' own normalised keys q_keys [B,d] (used by key_bias only), resTR gates
 // alpha/beta [B], KeyCache keys [N,d], MemCache mem_flat [N, m*d], LabelCache labels [N],
 // Gumbel uniforms u [K,T] and temperature tau.
-StepLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
-                      const at::Tensor& y, const at::Tensor& q_keys, const at::Tensor& alpha,
-                      const at::Tensor& beta, const at::Tensor& keys, const at::Tensor& mem_flat,
-                      const at::Tensor& labels, const at::Tensor& u, double tau);
+MinibatchLoss stage_b_loss(const PrototypeNet& net, const at::Tensor& h, const at::Tensor& mask,
+                           const at::Tensor& y, const at::Tensor& q_keys, const at::Tensor& alpha,
+                           const at::Tensor& beta, const at::Tensor& keys, const at::Tensor& mem_flat,
+                           const at::Tensor& labels, const at::Tensor& u, double tau);
 
 class PrototypeTrainer {
  public:

@@ -112,14 +112,15 @@ inline void exercise_recognizer(const std::shared_ptr<const constrain::Grammar>&
     if (step > 150) {  // steer to the end
       uint64_t best = UINT64_MAX;
       for (int b : bytes) {
-        if (r.step(r.state(), static_cast<uint8_t>(b), &next) != Recognizer::Step::kOk) continue;
+        if (r.advance_from(r.state(), static_cast<uint8_t>(b), &next) != Recognizer::Advance::kOk) continue;
         const uint64_t d = r.min_bytes_to_accept(next);
         if (d < best) best = d, pick = b;
       }
     }
-    const Recognizer::Step st = r.step(r.state(), static_cast<uint8_t>(pick), &next);
-    FROST_FUZZ_CHECK(st != Recognizer::Step::kDead, "a byte of next_bytes() killed every parse after '" + out + "'");
-    if (st == Recognizer::Step::kOverLimit) {
+    const Recognizer::Advance st = r.advance_from(r.state(), static_cast<uint8_t>(pick), &next);
+    FROST_FUZZ_CHECK(st != Recognizer::Advance::kDead,
+                     "a byte of next_bytes() killed every parse after '" + out + "'");
+    if (st == Recognizer::Advance::kOverLimit) {
       FROST_FUZZ_CHECK(r.limit_hit() && r.last_limit() != Recognizer::Limit::kNone, "kOverLimit without a limit");
       return;
     }

@@ -250,7 +250,7 @@ std::string random_walk(const std::shared_ptr<const Grammar>& g, uint64_t seed, 
     if (out.size() > budget) {
       uint64_t best = UINT64_MAX;
       for (int b : all) {
-        if (r.step(r.state(), static_cast<uint8_t>(b), &next) != Recognizer::Step::kOk) continue;
+        if (r.advance_from(r.state(), static_cast<uint8_t>(b), &next) != Recognizer::Advance::kOk) continue;
         const uint64_t d = r.min_bytes_to_accept(next);
         if (d < best) best = d, pick = b;
       }

@@ -134,13 +134,13 @@ TEST(PrototypeNet, StageAHasNoPathFromTheLabelToThePrediction) {
   at::Tensor h = at::randn({6, 5, 16}, g);
   at::Tensor mask = at::ones({6, 5}, at::kBool);
   at::Tensor y = (at::rand({6}, g) * 4 + 1).set_requires_grad(true);
-  StepLoss l = stage_a_loss(net, h, mask, y);
+  MinibatchLoss l = stage_a_loss(net, h, mask, y);
   // ŷ does not depend on y: no gradient path...
   auto gy =
       torch::autograd::grad({l.yhat.sum()}, {y}, {}, /*retain_graph=*/true, false, /*allow_unused=*/true);
   EXPECT_FALSE(gy[0].defined() && gy[0].abs().sum().item<double>() != 0.0);
   // ...and the same predictions for any labels, while the loss does depend on them (target).
-  StepLoss l2 = stage_a_loss(net, h, mask, at::full({6}, 4.5));
+  MinibatchLoss l2 = stage_a_loss(net, h, mask, at::full({6}, 4.5));
   EXPECT_TRUE(at::equal(l.yhat.detach(), l2.yhat.detach()));
   EXPECT_NE(l.loss.item<double>(), l2.loss.item<double>());
   auto gl = torch::autograd::grad({l.loss}, {y}, {}, false, false, true);
