@@ -562,7 +562,7 @@ bool Engine::execute(Loop& loop, const Scheduler::Step& step) {
   absl::Status st = exec_->execute(xs, &loop.exec_result);
   if (!loop.mask_fills.empty()) masks_->join();  // before anything else touches those matchers
   const int64_t t1 = RealClock::get().now_ns();
-  loop.decode_only = true;  // speculation's cost model (speculation.h StepCost) learns from decode rounds
+  loop.decode_only = true;  // speculation's cost model (speculation.h RoundCost) learns from decode rounds
   for (const StepSeq& q : step.seqs) loop.decode_only = loop.decode_only && q.logits && q.n_tokens == 1 + q.draft;
   {
     absl::MutexLock lock(&mu_);

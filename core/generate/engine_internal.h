@@ -84,9 +84,9 @@ struct Engine::Loop {
   std::vector<int32_t> drafted;        // to_sample[i]'s draft rows this step (0: a plain row)
   std::vector<DraftVerdict> verdicts;  // to_sample[i]'s tokens when it verified a draft
   std::vector<int32_t> proposal;       // draft() scratch
-  StepCost cost;                       // a decode round's time as a + b·rows (speculation.h)
+  RoundCost cost;                      // a decode round's time as a + b·rows (speculation.h)
   int64_t t_round_ns = 0;              // when this round's draft() began (its work, not intake's waits)
-  bool decode_only = false;            // this round's step had no prompt rows (StepCost learns from those)
+  bool decode_only = false;            // this round's step had no prompt rows (RoundCost learns from those)
   int64_t t_schedule_ns = 0;           // this round's schedule()
   // The callback that queues a request's token events for this round's delivery.
   TokenCallback emit(EngineRequest& a) {

@@ -21,7 +21,7 @@ const char* spec_method_name(SpecMethod m) {
   return "?";
 }
 
-void StepCost::observe(int64_t rows, double seconds) {
+void RoundCost::observe(int64_t rows, double seconds) {
   constexpr double kDecay = 0.98;
   const auto x = static_cast<double>(rows);
   w_ = kDecay * w_ + 1;
@@ -31,24 +31,24 @@ void StepCost::observe(int64_t rows, double seconds) {
   sxy_ = kDecay * sxy_ + x * seconds;
 }
 
-bool StepCost::fitted() const {
+bool RoundCost::fitted() const {
   if (w_ < 8) return false;
   const double mx = sx_ / w_;
   return sxx_ / w_ - mx * mx > 0.05;  // rows varied (drafts, prompt chunks): a and b separate
 }
 
-double StepCost::per_row_s() const {
+double RoundCost::per_row_s() const {
   if (!fitted()) return 0;
   const double mx = sx_ / w_, my = sy_ / w_;
   return std::max(1e-9, (sxy_ / w_ - mx * my) / (sxx_ / w_ - mx * mx));
 }
 
-double StepCost::fixed_s() const {
+double RoundCost::fixed_s() const {
   if (!fitted()) return 0;
   return std::max(0.0, sy_ / w_ - per_row_s() * sx_ / w_);
 }
 
-double StepCost::threshold(int64_t seqs, int64_t rows, double fallback) {
+double RoundCost::threshold(int64_t seqs, int64_t rows, double fallback) {
   if (fitted()) {
     a_ = fixed_s();
     b_ = per_row_s();

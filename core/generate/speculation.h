@@ -13,22 +13,23 @@
 //
 // How many tokens to draft: a cost model, not a fixed k (the choice here; vLLM and SGLang draft a fixed k,
 // llama.cpp a fixed k with a minimum match). A verification row pays off only when the step it may save is
-// worth more than the row. StepCost fits a decode round's time (the engine's whole round: drafting to emitting)
-// as a + b·rows over the recent rounds; in a round of B decoding sequences (R rows) the engine makes B tokens for
-// a + b·R seconds, and the j-th drafted token of a sequence adds one row (b) that yields a token with
-// probability α^j (α: that sequence's recent acceptance per drafted token). So the j-th token is worth drafting
-// iff α^j > θ = B·b / (a + b·R), and a sequence drafts d = max{j ≤ k : α^j > θ} tokens. Where a step is bound
-// by reading the weights (a ≫ b: a large model at small batch) θ is small and drafts are long; where a row
-// costs much of what a round costs (stories260K on a CPU: its 1 MB of weights sit in cache and each row's
-// attention and GEMMs are compute, b ≈ 0.3·(a + b) at 300 positions) drafts are short and only where
-// acceptance is high; at a large batch (θ → 1) nothing is drafted — so speculation never slows a workload down
-// by more than its probes. α is a decayed average with a prior (Beta(1, 1)); a sequence whose α does not clear
-// θ probes with one token after 4, 8, … 64 steps (doubling while probes fail), which costs at most one row per
-// 64 steps and lets a sequence that starts repeating text come back. Jump-forward tokens go through the same
-// rule (their α is learnt the same way: a grammar-forced text is written with the drafted tokens or not).
-// One α for every draft position, not one per position (tried: a suffix drafter's later tokens are accepted
-// less often than its first, so per-position figures drafted shorter and the reuse workload lost a fifth of
-// its speedup; the fitted b is a little high, which the single α's optimism happens to offset).
+// worth more than the row. RoundCost fits a decode round's time (the engine's whole round: drafting to
+// emitting) as a + b·rows over the recent rounds; in a round of B decoding sequences (R rows) the engine
+// makes B tokens for a + b·R seconds, and the j-th drafted token of a sequence adds one row (b) that yields a
+// token with probability α^j (α: that sequence's recent acceptance per drafted token). So the j-th token is
+// worth drafting iff α^j > θ = B·b / (a + b·R), and a sequence drafts d = max{j ≤ k : α^j > θ} tokens. Where
+// a step is bound by reading the weights (a ≫ b: a large model at small batch) θ is small and drafts are
+// long; where a row costs much of what a round costs (stories260K on a CPU: its 1 MB of weights sit in cache
+// and each row's attention and GEMMs are compute, b ≈ 0.3·(a + b) at 300 positions) drafts are short and only
+// where acceptance is high; at a large batch (θ → 1) nothing is drafted — so speculation never slows a
+// workload down by more than its probes. α is a decayed average with a prior (Beta(1, 1)); a sequence whose α
+// does not clear θ probes with one token after 4, 8, … 64 steps (doubling while probes fail), which costs at
+// most one row per 64 steps and lets a sequence that starts repeating text come back. Jump-forward tokens go
+// through the same rule (their α is learnt the same way: a grammar-forced text is written with the drafted
+// tokens or not). One α for every draft position, not one per position (tried: a suffix drafter's later
+// tokens are accepted less often than its first, so per-position figures drafted shorter and the reuse
+// workload lost a fifth of its speedup; the fitted b is a little high, which the single α's optimism happens
+// to offset).
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -52,7 +53,7 @@ inline constexpr int kSuffixDepth = 16;
 // forward, sampling or verification, emitting; not its waits for requests): a round's fixed part is what one
 // more accepted token saves, so a forward-only a (the executor's time) would set θ too high at batch 1, where
 // the rest of the round is a fifth of it on a small model. Engine thread only.
-class StepCost {
+class RoundCost {
  public:
   void observe(int64_t rows, double seconds);
   // θ for a step of `seqs` decoding sequences and `rows` rows before drafts; while the recent rows do not vary

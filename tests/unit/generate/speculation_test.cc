@@ -9,8 +9,8 @@
 namespace frost {
 namespace {
 
-TEST(StepCostTest, FitsAFixedAndAPerRowCost) {
-  StepCost c;
+TEST(RoundCostTest, FitsAFixedAndAPerRowCost) {
+  RoundCost c;
   EXPECT_EQ(c.threshold(1, 1, 0.3), 0.3) << "the fallback until rows vary";
   for (int i = 0; i < 200; ++i) {
     const int64_t rows = 1 + i % 5;
@@ -22,8 +22,8 @@ TEST(StepCostTest, FitsAFixedAndAPerRowCost) {
   EXPECT_NEAR(c.threshold(32, 32, 0.3), 3.2e-3 / 4.2e-3, 1e-3);  // a large batch: nearly 1
 }
 
-TEST(StepCostTest, RowsThatNeverVaryKeepTheLastFit) {
-  StepCost c;
+TEST(RoundCostTest, RowsThatNeverVaryKeepTheLastFit) {
+  RoundCost c;
   for (int i = 0; i < 100; ++i) c.observe(1, 2e-3);
   EXPECT_EQ(c.threshold(1, 1, 0.25), 0.25) << "never fitted: the fallback";
   for (int i = 0; i < 100; ++i) c.observe(1 + i % 3, 1e-3 + 1e-3 * (1 + i % 3));
