@@ -184,6 +184,51 @@ TEST(ReferenceDecoderTest, ItsSamplerIsTheHostSampler) {
   EXPECT_GT(distinct_from_greedy, checked / 3);
 }
 
+// Constrained decoding on the device (issue 54): the twin with a token mask (ref::apply_token_mask, then
+// sample_row) is the host sampler with the same mask (Sampler::sample(logits, allowed)), draw for draw, and
+// its token is always one the mask allows — masks of one token to nearly all, with and without the argmax.
+TEST(ReferenceDecoderTest, ItsMaskedSamplerIsTheHostsMaskedSampler) {
+  std::mt19937_64 g(11);
+  int checked = 0;
+  for (int V : {512, 32000}) {
+    const int W = (V + 31) / 32;
+    for (int trial = 0; trial < 80; ++trial) {
+      std::vector<float> l(static_cast<size_t>(V));
+      std::uniform_real_distribution<float> d(-6.f, 6.f);
+      for (auto& x : l) x = d(g);
+      std::vector<uint32_t> mask(static_cast<size_t>(W), 0u);
+      const int allowed = trial % 4 == 0 ? 1 : 1 + static_cast<int>(g() % static_cast<uint64_t>(V));
+      for (int k = 0; k < allowed; ++k) {
+        const auto id = static_cast<int>(g() % static_cast<uint64_t>(V));
+        mask[static_cast<size_t>(id / 32)] |= 1u << (id % 32);
+      }
+      SamplingParams p;
+      p.seed = 2000 + static_cast<uint64_t>(trial);
+      p.temperature = trial % 9 == 8 ? 0.f : 0.3f + 0.1f * static_cast<float>(trial % 8);
+      p.top_k = trial % 3 == 1 ? 1 + (trial * 37) % 300 : 0;
+      p.top_p = trial % 4 == 2 ? 0.5f : 1.f;
+      p.min_p = trial % 5 == 3 ? 0.05f : 0.f;
+      Sampler host(p, V), plan(p, V);
+      for (int k = 0; k < 3; ++k) {
+        bool greedy = false;
+        cuda::SampleParams sp;
+        plan.plan_device_draw(&greedy, &sp.temperature, &sp.top_k, &sp.top_p, &sp.min_p, &sp.u);
+        sp.greedy = greedy ? 1 : 0;
+        std::vector<float> masked = l;
+        cuda::ref::apply_token_mask(masked.data(), V, mask.data());
+        const int device = cuda::ref::sample_row(masked.data(), V, sp);
+        plan.accept_device_token(device);
+        ASSERT_TRUE((mask[static_cast<size_t>(device / 32)] >> (device % 32)) & 1u)
+            << "V " << V << " trial " << trial << ": token " << device << " is outside the mask";
+        ASSERT_EQ(device, host.sample(l.data(), mask.data()).id)
+            << "V " << V << " trial " << trial << " draw " << k;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 480);
+}
+
 TEST(ReferenceDecoderTest, RefusesWhatADeviceCannotRunNamingIt) {
   ModelConfig c = testing::device_llama_gqa();
   EXPECT_TRUE(device_supports(c, WeightDtype::kF32, "cuda:0").ok());
