@@ -15,6 +15,7 @@ void IndexedDrafter::propose(absl::Span<const int32_t> tokens, int k, std::vecto
     while (i < seq_.size() && tokens[i] == seq_[i]) ++i;
     truncate(i);
   }
+  if (tokens.size() > seq_.size() + 1) on_reserve(tokens.size());  // a prompt, or a catch-up after a pause
   while (seq_.size() < tokens.size()) {
     seq_.push_back(tokens[seq_.size()]);
     on_append();
@@ -119,6 +120,15 @@ void PromptLookupDrafter::draft(int k, std::vector<int32_t>* out) {
 // ---- SuffixTrie ----
 
 SuffixTrie::SuffixTrie(int max_depth) : max_depth_(std::max(1, max_depth)) { nodes_.emplace_back(); }
+
+void SuffixTrie::reserve(size_t tokens) {
+  // Fresh text adds about one node per depth per token; a trie that has to grow its hash table and node pool
+  // while indexing a prompt token by token pays each rehash and copy on the engine thread (a 300-token
+  // prompt: ~4,800 nodes, seven doublings).
+  const size_t want = nodes() + tokens * static_cast<size_t>(max_depth_);
+  if (want > edges_.capacity()) edges_.reserve(want);
+  if (want + 1 > nodes_.capacity()) nodes_.reserve(want + 1);
+}
 
 bool SuffixTrie::better(int32_t a, int32_t b) const {
   const Node& x = nodes_[a];
@@ -226,20 +236,35 @@ int32_t SuffixTrie::find(absl::Span<const int32_t> path) const {
   return node;
 }
 
-int32_t SuffixTrie::match(absl::Span<const int32_t> text, int max_len, int* len) const {
-  // "Occurs with a continuation" holds for every suffix of a string it holds for: binary search the length.
+int32_t SuffixTrie::match(absl::Span<const int32_t> text, int max_len, int* len, int guess) const {
+  // "Occurs with a continuation" holds for every suffix of a string it holds for: binary search the length,
+  // after testing the guess (which halves the range it falls in, or ends the search at the top).
   int lo = 0, hi = std::min<int>(max_len, std::min<int>(static_cast<int>(text.size()), max_depth_ - 1));
   int32_t found = -1;
+  auto holds = [&](int n) {
+    const int32_t node = find(text.subspan(text.size() - n));
+    if (node >= 0 && nodes_[node].cont > 0) {
+      found = node;
+      return true;
+    }
+    return false;
+  };
+  if (guess > 0 && guess <= hi) {
+    if (holds(guess)) {
+      lo = guess;
+    } else {
+      hi = guess - 1;
+    }
+  }
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    const int32_t node = find(text.subspan(text.size() - mid));
-    if (node >= 0 && nodes_[node].cont > 0) {
+    if (holds(mid)) {
       lo = mid;
-      found = node;
     } else {
       hi = mid - 1;
     }
   }
+  // `found` is the node of the last length that held, which is lo (every later test that held raised lo).
   *len = lo;
   return lo > 0 ? found : -1;
 }
@@ -311,7 +336,7 @@ void SuffixCache::evict_oldest() {
 }
 
 double SuffixCache::propose(absl::Span<const int32_t> text, int k, const SuffixOptions& opt,
-                            std::vector<int32_t>* out) const {
+                            std::vector<int32_t>* out, int* match_len) const {
   // Never waits: while an inserter holds the trie (one chunk) the proposal goes without the shared cache. The
   // engine thread must not wait on the delivery thread's indexing, and a draft is only a guess.
   if (!mu_.ReaderTryLock()) return 0.0;
@@ -320,7 +345,8 @@ double SuffixCache::propose(absl::Span<const int32_t> text, int k, const SuffixO
     ~Unlock() { m.ReaderUnlock(); }
   } unlock{mu_};
   int len = 0;
-  const int32_t node = trie_.match(text, opt.max_match, &len);
+  const int32_t node = trie_.match(text, opt.max_match, &len, match_len != nullptr ? *match_len : -1);
+  if (match_len != nullptr) *match_len = len;
   if (node < 0) return 0.0;
   return trie_.walk(node, suffix_spec_limit(opt, len, k), opt.min_prob, opt.vocab_size, out);
 }
@@ -356,6 +382,11 @@ void SuffixDrafter::on_append() { trie_.append(&active_, seq_.back()); }
 
 void SuffixDrafter::on_pop() { trie_.pop(&active_, seq_); }
 
+void SuffixDrafter::on_reserve(size_t tokens) {
+  seq_.reserve(tokens + 256);
+  trie_.reserve(tokens - std::min(tokens, seq_.size()));
+}
+
 void SuffixDrafter::draft(int k, std::vector<int32_t>* out) {
   // Own trie: the deepest current suffix (≤ max_match, ≤ D - 1) with a continuation.
   double own_score = 0.0;
@@ -371,7 +402,14 @@ void SuffixDrafter::draft(int k, std::vector<int32_t>* out) {
   }
   if (shared_ != nullptr) {
     const size_t base = out->size();
-    const double shared_score = shared_->propose(seq_, k, opt_, out);
+    // The guess: last step's match grown by the tokens since (a sequence copying a cached output keeps
+    // matching); one lookup path instead of a binary search's four when it holds at the top.
+    int len = shared_len_ < 0
+                  ? -1
+                  : shared_len_ + static_cast<int>(seq_.size() - std::min(seq_.size(), shared_at_));
+    const double shared_score = shared_->propose(seq_, k, opt_, out, &len);
+    shared_len_ = len;
+    shared_at_ = seq_.size();
     if (shared_score > own_score) return;
     out->resize(base);
   }

@@ -102,6 +102,7 @@ class IndexedDrafter : public Drafter {
 
  protected:
   virtual void on_append() = 0;  // seq_.back() was just appended
+  virtual void on_reserve(size_t /*tokens*/) {}  // the sequence is about to hold this many tokens
   virtual void on_pop() = 0;     // seq_.back() is about to be removed
   virtual void draft(int k, std::vector<int32_t>* out) = 0;
   std::vector<int32_t> seq_;
@@ -141,6 +142,8 @@ class SuffixTrie {
   size_t nodes() const { return nodes_.size() - free_.size() - 1; }  // root excluded
   size_t bytes() const;  // memory held (node pool, free list, edge map)
 
+  // Room for `tokens` more tokens of fresh text (up to max_depth nodes each) without regrowing the tables.
+  void reserve(size_t tokens);
   // The text whose suffix nodes are *active gets `token` appended.
   void append(std::vector<int32_t>* active, int32_t token);
   // Removes the last token of `text` (whose suffix nodes are *active); `text` is the whole text up to and
@@ -154,7 +157,9 @@ class SuffixTrie {
   // Whether the node has a continuation.
   bool continues(int32_t node) const { return nodes_[node].cont > 0; }
   // The longest suffix of `text` of length ≤ max_len that occurs with a continuation; its node, -1 none.
-  int32_t match(absl::Span<const int32_t> text, int max_len, int* len) const;
+  // `guess` (optional): a length to test first, e.g. the last match's length plus the tokens since; the
+  // answer is the same, found with fewer lookups when the guess is close (a match that keeps going).
+  int32_t match(absl::Span<const int32_t> text, int max_len, int* len, int guess = -1) const;
   // The greedy walk from `node` (see the header comment); appends to *out, returns the score.
   double walk(int32_t node, int max_tokens, double min_prob, int32_t vocab_size,
               std::vector<int32_t>* out) const;
@@ -201,8 +206,9 @@ class SuffixCache {
   // A finished request's output; evicts the oldest requests until it fits.
   void insert(absl::Span<const int32_t> output);
   // The best proposal from the cache for the sequence `text` (appended to *out); returns its score.
-  double propose(absl::Span<const int32_t> text, int k, const SuffixOptions& opt,
-                 std::vector<int32_t>* out) const;
+  // *match_len (optional): in, a guess at the match length (SuffixTrie::match); out, the length matched.
+  double propose(absl::Span<const int32_t> text, int k, const SuffixOptions& opt, std::vector<int32_t>* out,
+                 int* match_len = nullptr) const;
 
   size_t tokens() const;    // tokens held
   size_t requests() const;  // requests held
@@ -232,6 +238,7 @@ class SuffixDrafter : public IndexedDrafter {
  private:
   void on_append() override;
   void on_pop() override;
+  void on_reserve(size_t tokens) override;
   void draft(int k, std::vector<int32_t>* out) override;
 
   SuffixOptions opt_;
@@ -239,6 +246,8 @@ class SuffixDrafter : public IndexedDrafter {
   SuffixTrie trie_;
   std::vector<int32_t> active_;
   std::vector<int32_t> scratch_;
+  int shared_len_ = -1;   // the shared cache's last match length (-1: none yet)
+  size_t shared_at_ = 0;  // seq_.size() then
 };
 
 // Proposal length cap for a match of `match_len` tokens (max_spec_factor × match + offset, ≤ k).

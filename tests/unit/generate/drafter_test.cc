@@ -359,6 +359,44 @@ Tokens reuse_text(std::mt19937& rng, size_t n) {
   return r;
 }
 
+// The trie's match with a guess (what a drafter passes the shared cache: its last match length plus the tokens
+// since) finds the same node and length as the plain binary search, whatever the guess.
+TEST(SuffixTrieTest, MatchWithAGuessIsTheMatchWithout) {
+  std::mt19937 rng(17);
+  SuffixTrie trie(16);
+  for (int r = 0; r < 12; ++r) {
+    std::vector<int32_t> active;
+    for (int32_t t : reuse_text(rng, 300)) trie.append(&active, t);
+  }
+  for (int i = 0; i < 400; ++i) {
+    const Tokens text = reuse_text(rng, 40 + rng() % 200);
+    int len = -1;
+    const int32_t node = trie.match(text, 15, &len);
+    for (int guess = -1; guess <= 17; ++guess) {
+      int glen = -1;
+      ASSERT_EQ(trie.match(text, 15, &glen, guess), node) << "guess " << guess;
+      ASSERT_EQ(glen, len) << "guess " << guess;
+    }
+  }
+}
+
+// A drafter stepped token by token (its shared-cache guesses in play) proposes what a fresh drafter given the
+// same prefix at once (no guess) proposes.
+TEST(SuffixDrafterTest, SteppedProposalsEqualAFreshDrafters) {
+  std::mt19937 rng(23);
+  SuffixCache cache(16, 1 << 16);
+  for (int i = 0; i < 16; ++i) cache.insert(reuse_text(rng, 200));
+  const Tokens seq = reuse_text(rng, 600);
+  SuffixDrafter stepped(suffix_options(16), &cache);
+  for (size_t len = 1; len <= seq.size(); ++len) {
+    const Tokens prefix(seq.begin(), seq.begin() + len);
+    const Tokens got = propose(stepped, prefix, 5);
+    if (len % 7 != 0) continue;
+    SuffixDrafter fresh(suffix_options(16), &cache);
+    ASSERT_EQ(got, propose(fresh, prefix, 5)) << "at " << len;
+  }
+}
+
 template <typename D>
 void bench(const char* name, D& d, const Tokens& seq, size_t warm) {
   // Feed the first `warm` tokens, then step: append one token, propose k = 5 (what a decode step does).
