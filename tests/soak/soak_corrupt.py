@@ -46,12 +46,7 @@ def try_start(server, timeout=90):
                     if r.status == health_pb2.HealthCheckResponse.SERVING:
                         server.ports = ports
                         server.addr = f"127.0.0.1:{ports['grpc']}"
-                        server.channel = grpc.insecure_channel(server.addr)
-                        server.training = training_pb2_grpc.TrainingStub(server.channel)
-                        server.admin = admin_pb2_grpc.AdminStub(server.channel)
-                        server.prediction = prediction_pb2_grpc.PredictionStub(server.channel)
-                        server.generation = generation_pb2_grpc.GenerationStub(server.channel)
-                        server.health = health_pb2_grpc.HealthStub(server.channel)
+                        server.open_stubs()
                         return "started", None
                 except grpc.RpcError:
                     pass
