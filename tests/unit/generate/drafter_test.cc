@@ -359,8 +359,8 @@ Tokens reuse_text(std::mt19937& rng, size_t n) {
   return r;
 }
 
-// The trie's match with a guess (what a drafter passes the shared cache: its last match length plus the tokens
-// since) finds the same node and length as the plain binary search, whatever the guess.
+// The trie's match with a guess (what a drafter passes the shared cache: its last match length plus the
+// tokens since) finds the same node and length as the plain binary search, whatever the guess.
 TEST(SuffixTrieTest, MatchWithAGuessIsTheMatchWithout) {
   std::mt19937 rng(17);
   SuffixTrie trie(16);
