@@ -647,6 +647,22 @@ class ConfigTable {
     return j;
   }
 
+  // Field f's value in c as help texts show it: a string quoted, a bool true / false, a number shortest.
+  static std::string value_text(const ConfigField<C>& f, const C& c) {
+    return std::visit(
+        [](const auto& v) -> std::string {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::string>) {
+            return config_fields_internal::quoted(v);
+          } else if constexpr (std::is_same_v<V, bool>) {
+            return v ? "true" : "false";
+          } else {
+            return config_fields_internal::number_text(v);
+          }
+        },
+        f.get(c));
+  }
+
   // The help of every field: its doc, its range or choices and its default (a default-constructed C's value).
   std::vector<FieldHelp> help_entries() const {
     std::vector<FieldHelp> out;
@@ -654,19 +670,8 @@ class ConfigTable {
     for (const ConfigField<C>& f : fields_) {
       std::vector<std::string> notes;
       if (!f.range.empty()) notes.push_back(f.range);
-      const std::string d = std::visit(
-          [](const auto& v) -> std::string {
-            using V = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<V, std::string>) {
-              return config_fields_internal::quoted(v);
-            } else if constexpr (std::is_same_v<V, bool>) {
-              return v ? "true" : "false";
-            } else {
-              return config_fields_internal::number_text(v);
-            }
-          },
-          f.get(defaults));
-      notes.push_back(f.present && !f.present(defaults) ? "default unset" : absl::StrCat("default ", d));
+      notes.push_back(f.present && !f.present(defaults) ? "default unset"
+                                                        : absl::StrCat("default ", value_text(f, defaults)));
       const std::string text = f.help.empty() ? absl::StrJoin(notes, "; ")
                                               : absl::StrCat(f.help, " (", absl::StrJoin(notes, "; "), ")");
       out.push_back({f.name, f.value_name, text});

@@ -12,8 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
-#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,20 +42,8 @@ Flag table_flag(const ConfigTable<C>& table, const std::string& key, C* target, 
   if (name.empty()) name = flag_name_of(key);
   std::vector<std::string> notes;
   if (!row->range.empty()) notes.push_back(row->range);
-  if (!row->present || row->present(*target)) {
-    notes.push_back(absl::StrCat("default ", std::visit(
-                                                 [](const auto& v) -> std::string {
-                                                   using V = std::decay_t<decltype(v)>;
-                                                   if constexpr (std::is_same_v<V, std::string>) {
-                                                     return v;
-                                                   } else if constexpr (std::is_same_v<V, bool>) {
-                                                     return v ? "true" : "false";
-                                                   } else {
-                                                     return config_fields_internal::number_text(v);
-                                                   }
-                                                 },
-                                                 row->get(*target))));
-  }
+  if (!row->present || row->present(*target))
+    notes.push_back(absl::StrCat("default ", ConfigTable<C>::value_text(*row, *target)));
   Flag f;
   f.name = name;
   f.takes_value = true;
