@@ -249,7 +249,8 @@ int32_t SuffixTrie::match(absl::Span<const int32_t> text, int max_len, int* len,
     }
     return false;
   };
-  if (guess > 0 && guess <= hi) {
+  guess = std::min(guess, hi);  // a match that keeps going stays at the cap: test the cap first
+  if (guess > 0) {
     if (holds(guess)) {
       lo = guess;
     } else {
@@ -284,6 +285,8 @@ double SuffixTrie::walk(int32_t node, int max_tokens, double min_prob, int32_t v
   }
   return score;
 }
+
+int suffix_match_cap(int max_depth, int k) { return std::max(1, max_depth - std::max(1, k)); }
 
 int suffix_spec_limit(const SuffixOptions& opt, int match_len, int k) {
   const double cap = opt.max_spec_factor * match_len + opt.max_spec_offset + 1e-6;
@@ -345,7 +348,8 @@ double SuffixCache::propose(absl::Span<const int32_t> text, int k, const SuffixO
     ~Unlock() { m.ReaderUnlock(); }
   } unlock{mu_};
   int len = 0;
-  const int32_t node = trie_.match(text, opt.max_match, &len, match_len != nullptr ? *match_len : -1);
+  const int32_t node = trie_.match(text, std::min(opt.max_match, suffix_match_cap(trie_.max_depth(), k)),
+                                   &len, match_len != nullptr ? *match_len : -1);
   if (match_len != nullptr) *match_len = len;
   if (node < 0) return 0.0;
   return trie_.walk(node, suffix_spec_limit(opt, len, k), opt.min_prob, opt.vocab_size, out);
@@ -388,11 +392,11 @@ void SuffixDrafter::on_reserve(size_t tokens) {
 }
 
 void SuffixDrafter::draft(int k, std::vector<int32_t>* out) {
-  // Own trie: the deepest current suffix (≤ max_match, ≤ D - 1) with a continuation.
+  // Own trie: the deepest current suffix (≤ max_match, ≤ D - k) with a continuation.
   double own_score = 0.0;
   scratch_.clear();
-  const int max_len =
-      std::min<int>({opt_.max_match, trie_.max_depth() - 1, static_cast<int>(active_.size())});
+  const int max_len = std::min<int>(
+      {opt_.max_match, suffix_match_cap(trie_.max_depth(), k), static_cast<int>(active_.size())});
   for (int d = max_len; d >= 1; --d) {
     if (trie_.continues(active_[d - 1])) {
       own_score = trie_.walk(active_[d - 1], suffix_spec_limit(opt_, d, k), opt_.min_prob, opt_.vocab_size,

@@ -33,8 +33,9 @@
 // A SuffixTrie holds every substring of length ≤ D (max_depth) of its texts, with counts (how many times each
 // occurs). Each sequence has its own trie over prompt + output; a SuffixCache (shared by all sequences of one
 // model, thread-safe) holds one trie over the outputs of recently finished requests. Proposal, per trie:
-//   1. match: the longest suffix of the sequence (length ≤ max_match and ≤ D - 1) that occurs in the trie
-//      with a continuation; the sequence's own trie keeps the nodes of its current suffixes (one per depth),
+//   1. match: the longest suffix of the sequence (length ≤ max_match and ≤ D - k, which leaves the walk room
+//      for k tokens) that occurs in the trie with a continuation; the sequence's own trie keeps the nodes of
+//      its current suffixes (one per depth),
 //      so this is a scan of ≤ D nodes; the shared trie is searched by binary search on the length (an
 //      occurring string's suffixes occur too), O(D log D) hash lookups;
 //   2. walk: from the match, follow the most frequent child (ties → lower id) while the path probability
@@ -191,7 +192,7 @@ class SuffixTrie {
 
 struct SuffixOptions {
   int max_depth = 32;            // D: longest substring indexed (match + proposal)
-  int max_match = 32;            // longest suffix matched (capped at D - 1)
+  int max_match = 32;            // longest suffix matched (capped at D - k: suffix_match_cap)
   double min_prob = 0.1;         // stop when the path probability falls below
   double max_spec_factor = 1.0;  // at most max_spec_factor × match length + max_spec_offset tokens
   double max_spec_offset = 0.0;
@@ -249,6 +250,11 @@ class SuffixDrafter : public IndexedDrafter {
   int shared_len_ = -1;   // the shared cache's last match length (-1: none yet)
   size_t shared_at_ = 0;  // seq_.size() then
 };
+
+// The longest match that leaves a trie of depth max_depth room for k proposed tokens: max(1, max_depth - k).
+// A match at the trie's full depth has no continuation left to walk (a sequence copying a long text would
+// draft one token per step); its suffix of this length occurs with the same continuations and more.
+int suffix_match_cap(int max_depth, int k);
 
 // Proposal length cap for a match of `match_len` tokens (max_spec_factor × match + offset, ≤ k).
 int suffix_spec_limit(const SuffixOptions& opt, int match_len, int k);

@@ -183,6 +183,29 @@ TEST(SuffixDrafterTest, ProposesTextSeenInAnotherRequestsOutput) {
   EXPECT_TRUE(propose(own_only, seq, 5).empty());
 }
 
+// A sequence copying a text longer than the trie's depth matches at the depth cap; the match must leave room
+// for k tokens (suffix_match_cap), or every step drafts one token (what depth 16 and k 4 did before).
+TEST(SuffixDrafterTest, ACopyLongerThanTheDepthStillDraftsKTokens) {
+  constexpr int kDepth = 16, kK = 4;
+  std::mt19937 rng(7);
+  const Tokens story = random_tokens(rng, 80, kVocab);
+  SuffixCache cache(kDepth, 1 << 16);
+  cache.insert(story);
+  SuffixDrafter own(suffix_options(kDepth), nullptr);
+  SuffixDrafter shared(suffix_options(kDepth), &cache);
+  for (size_t copied = kDepth + 4; copied + kK < story.size(); copied += 7) {
+    // Own: the story in the prompt, then copied again; shared: only the copy, the story is another output.
+    const Tokens seq = concat({story, {1}, Tokens(story.begin(), story.begin() + static_cast<long>(copied))});
+    const Tokens next(story.begin() + static_cast<long>(copied),
+                      story.begin() + static_cast<long>(copied) + kK);
+    EXPECT_EQ(propose(own, seq, kK), next) << copied;
+    const Tokens copy(story.begin(), story.begin() + static_cast<long>(copied));
+    EXPECT_EQ(propose(shared, copy, kK), next) << copied;
+  }
+  EXPECT_EQ(suffix_match_cap(16, 4), 12);
+  EXPECT_EQ(suffix_match_cap(4, 8), 1);
+}
+
 TEST(SuffixDrafterTest, FollowsTheMostFrequentContinuationAndStopsBelowMinProb) {
   SuffixCache cache(16, 1 << 16);
   // After 1 2 3: 4 5 6 three times, 9 once → 4 (p .75), 5, 6.
