@@ -24,6 +24,16 @@ const char* spec_method_name(SpecMethod m) {
 void RoundCost::observe(int64_t rows, double seconds) {
   constexpr double kDecay = 0.98;
   const auto x = static_cast<double>(rows);
+  // A round the OS preempted (a time slice lost to another process: milliseconds against a round of tens of
+  // microseconds) would pull a least-squares fit anywhere for the ~50 rounds it weighs in; on a busy machine
+  // such rounds made b look as large as a round, θ → 1 and speculation stop. Once fitted, a round over
+  // kOutlier times what the fit predicts for it is left out, unless kStreak rounds in a row are: then the
+  // cost itself changed, and the fit follows it. (Clamping such rounds to kOutlier× instead still moved b by
+  // half.)
+  constexpr double kOutlier = 2.0;
+  constexpr int kStreak = 8;
+  if (fitted() && seconds > kOutlier * (fixed_s() + per_row_s() * x) && ++outliers_ < kStreak) return;
+  outliers_ = 0;
   w_ = kDecay * w_ + 1;
   sx_ = kDecay * sx_ + x;
   sy_ = kDecay * sy_ + seconds;

@@ -22,6 +22,26 @@ TEST(RoundCostTest, FitsAFixedAndAPerRowCost) {
   EXPECT_NEAR(c.threshold(32, 32, 0.3), 3.2e-3 / 4.2e-3, 1e-3);  // a large batch: nearly 1
 }
 
+// A busy machine: one round in twenty loses a time slice (4 ms against rounds of ~1 ms), more often the
+// larger rounds (they last longer). The fit still finds the rounds' own cost, so θ stays where it was.
+TEST(RoundCostTest, PreemptedRoundsDoNotMoveTheFit) {
+  RoundCost c;
+  for (int i = 0; i < 2000; ++i) {
+    const int64_t rows = 1 + i % 5;
+    const bool preempted = i >= 200 && (i * 7919) % 20 < (rows >= 4 ? 2 : 1);
+    c.observe(rows, 1e-3 + 1e-4 * static_cast<double>(rows) + (preempted ? 4e-3 : 0.0));
+  }
+  EXPECT_NEAR(c.per_row_s(), 1e-4, 1e-5);
+  EXPECT_NEAR(c.threshold(1, 1, 0.3), 1e-4 / 1.1e-3, 0.01);
+  // A lasting change is not an outlier: rounds that now cost 3x are taken after a short streak.
+  for (int i = 0; i < 400; ++i) {
+    const int64_t rows = 1 + i % 5;
+    c.observe(rows, 3e-3 + 3e-4 * static_cast<double>(rows));
+  }
+  EXPECT_NEAR(c.per_row_s(), 3e-4, 3e-5);
+  EXPECT_NEAR(c.fixed_s(), 3e-3, 3e-4);
+}
+
 TEST(RoundCostTest, RowsThatNeverVaryKeepTheLastFit) {
   RoundCost c;
   for (int i = 0; i < 100; ++i) c.observe(1, 2e-3);
