@@ -24,7 +24,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
@@ -36,8 +35,9 @@
 #include "core/generate/engine.h"
 #include "kernels/cuda/reference.h"
 #include "tests/testing/decoder_harness.h"
-#include "tests/testing/test_util.h"
 #include "tests/testing/recording_sink.h"
+#include "tests/testing/stories260k.h"
+#include "tests/testing/test_util.h"
 
 namespace frost {
 namespace {
@@ -58,10 +58,20 @@ std::string no_gpu_reason() {
     if (!why_.empty()) GTEST_SKIP() << "GPU test skipped: " << why_; \
   } while (0)
 
-std::string stories_reference() {
-  if (const char* p = std::getenv("FROST_STORIES_REFERENCE")) return p;
-  return testing::shared_path("models/stories260K/reference.json");
+// The stories260K golden's cases (FROST_STORIES_REFERENCE, else ../shared's reference.json); none when there
+// is no golden, which the caller skips on.
+std::vector<testing::GoldenCase> stories_golden() {
+  std::string refp;
+  if (const char* p = std::getenv("FROST_STORIES_REFERENCE")) {
+    refp = p;
+  } else {
+    refp = testing::shared_path("models/stories260K/reference.json");
+  }
+  if (refp.empty() || !std::ifstream(refp)) return {};
+  return testing::golden_cases(refp);
 }
+#define REQUIRE_GOLDEN(golden) \
+  if ((golden).empty()) GTEST_SKIP() << "no golden (set FROST_STORIES_REFERENCE)"
 
 std::unique_ptr<CudaDecoder> cuda_decoder(const LoadedModel& m, cuda::KvFormat f, bool graphs = false) {
   DeviceOptions o;
@@ -254,23 +264,22 @@ TEST(CudaDecoder, SamplesOnTheDeviceAsTheHostSamplerWould) {
 
 TEST(CudaDecoder, Stories260KGreedyEqualsTheGoldenTokenForToken) {
   REQUIRE_GPU();
-  const std::string refp = stories_reference();
-  if (refp.empty() || !std::ifstream(refp)) GTEST_SKIP() << "no golden (set FROST_STORIES_REFERENCE)";
-  auto loaded = load_model(testing::source_path("models/stories260K"));
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const LoadedModel& mdl = **loaded;
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  const auto golden = stories_golden();
+  REQUIRE_GOLDEN(golden);
+  const auto model = testing::load_stories260k();
+  ASSERT_TRUE(model);
+  const LoadedModel& mdl = *model;
   const int V = static_cast<int>(mdl.config.n_vocab);
   for (bool graphs : {false, true}) {
     auto m = cuda_decoder(mdl, cuda::KvFormat::kF32, graphs);
     testing::allocate_for_test(*m, mdl.config, cuda::KvFormat::kF32, 64, 64, 4);
     TestBlocks blocks(64);
     int slot = 0;
-    for (const auto& c : golden.at("cases")) {
+    for (const testing::GoldenCase& c : golden) {
       DecoderSeq s;
       s.slot = slot++;
-      s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
-      const std::vector<int32_t> want = c.at("greedy_new_ids").get<std::vector<int32_t>>();
+      s.tokens = c.input_ids;
+      const std::vector<int32_t>& want = c.greedy_new_ids;
       s.reserve(*m, blocks, static_cast<int>(s.tokens.size() + want.size()));
       DeviceStep pre;
       for (size_t i = 0; i < s.tokens.size(); ++i) {
@@ -281,9 +290,9 @@ TEST(CudaDecoder, Stories260KGreedyEqualsTheGoldenTokenForToken) {
       pre.logit_rows = {static_cast<int32_t>(s.tokens.size()) - 1};
       const std::vector<float> l = m->forward_logits(pre);
       double worst = 0;
-      for (const auto& e : c.at("top20_last_position"))
-        worst = std::max(worst, std::fabs(static_cast<double>(l[e[0].get<size_t>()]) - e[1].get<double>()));
-      EXPECT_LT(worst, 1e-4) << c.at("prompt");
+      for (const auto& [token, logit] : c.top20_last_position)
+        worst = std::max(worst, std::fabs(static_cast<double>(l[static_cast<size_t>(token)]) - logit));
+      EXPECT_LT(worst, 1e-4) << c.prompt;
       std::vector<int32_t> got = {testing::argmax_of(l.data(), V)};
       for (size_t k = 1; k < want.size(); ++k) {
         const auto p = static_cast<int32_t>(s.tokens.size() + k - 1);
@@ -291,9 +300,9 @@ TEST(CudaDecoder, Stories260KGreedyEqualsTheGoldenTokenForToken) {
         m->forward(DeviceStep{{got.back()}, {s.slot}, {p}, {0}}, std::vector<cuda::SampleParams>(1), &id, nullptr);
         got.push_back(id);
       }
-      EXPECT_EQ(got, want) << c.at("prompt") << (graphs ? " (CUDA graphs)" : "");
+      EXPECT_EQ(got, want) << c.prompt << (graphs ? " (CUDA graphs)" : "");
       std::printf("  stories260K '%s': top-20 logits max |diff| %.2e, %zu greedy tokens %s%s\n",
-                  c.at("prompt").get<std::string>().c_str(), worst, want.size(), got == want ? "equal" : "DIFFER",
+                  c.prompt.c_str(), worst, want.size(), got == want ? "equal" : "DIFFER",
                   graphs ? " (graphs)" : "");
     }
   }
@@ -304,14 +313,13 @@ TEST(CudaDecoder, Stories260KGreedyEqualsTheGoldenTokenForToken) {
 // greedy tokens (the fp32 weights' too, tests/unit/exec on the reference device).
 TEST(CudaDecoder, Stories260KWithFp16WeightsGivesTheGoldensGreedyTokens) {
   REQUIRE_GPU();
-  const std::string refp = stories_reference();
-  if (refp.empty() || !std::ifstream(refp)) GTEST_SKIP() << "no golden (set FROST_STORIES_REFERENCE)";
+  const auto golden = stories_golden();
+  REQUIRE_GOLDEN(golden);
   LoadOptions f16;
   f16.dtype = WeightDtype::kF16;
-  auto loaded = load_model(testing::source_path("models/stories260K"), f16);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const LoadedModel& mdl = **loaded;
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  const auto model = testing::load_stories260k(f16);
+  ASSERT_TRUE(model);
+  const LoadedModel& mdl = *model;
   const int V = static_cast<int>(mdl.config.n_vocab);
   auto m = cuda_decoder(mdl, cuda::KvFormat::kF32);
   ASSERT_TRUE(m);
@@ -320,11 +328,11 @@ TEST(CudaDecoder, Stories260KWithFp16WeightsGivesTheGoldensGreedyTokens) {
   testing::allocate_for_test(*r, mdl.config, cuda::KvFormat::kF32, 64, 64, 4);
   TestBlocks bm(64), br(64);
   int slot = 0;
-  for (const auto& c : golden.at("cases")) {
+  for (const testing::GoldenCase& c : golden) {
     DecoderSeq s;
     s.slot = slot++;
-    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
-    const std::vector<int32_t> want = c.at("greedy_new_ids").get<std::vector<int32_t>>();
+    s.tokens = c.input_ids;
+    const std::vector<int32_t>& want = c.greedy_new_ids;
     const auto got = testing::run_alone(*m, bm, s, static_cast<int>(want.size()), V);
     const auto ref = testing::run_alone(*r, br, s, static_cast<int>(want.size()), V);
     std::vector<int32_t> ids;
@@ -333,10 +341,10 @@ TEST(CudaDecoder, Stories260KWithFp16WeightsGivesTheGoldensGreedyTokens) {
       ids.push_back(testing::argmax_of(got[k].data(), V));
       worst = std::max(worst, testing::rel_max_diff(got[k], ref[k]));
     }
-    EXPECT_LT(worst, 2e-3) << c.at("prompt");
-    EXPECT_EQ(ids, want) << c.at("prompt");
+    EXPECT_LT(worst, 2e-3) << c.prompt;
+    EXPECT_EQ(ids, want) << c.prompt;
     std::printf("  stories260K fp16 '%s': gpu vs reference device max rel diff %.2e, greedy tokens %s\n",
-                c.at("prompt").get<std::string>().c_str(), worst, ids == want ? "equal" : "DIFFER");
+                c.prompt.c_str(), worst, ids == want ? "equal" : "DIFFER");
   }
 }
 
@@ -423,14 +431,13 @@ TEST(CudaDecoder, Int8WeightsMatchTheReferenceDeviceOnEveryPath) {
 // greedy tokens.
 TEST(CudaDecoder, Stories260KWithInt8WeightsMatchesTheReferenceDevice) {
   REQUIRE_GPU();
-  const std::string refp = stories_reference();
-  if (refp.empty() || !std::ifstream(refp)) GTEST_SKIP() << "no golden (set FROST_STORIES_REFERENCE)";
+  const auto golden = stories_golden();
+  REQUIRE_GOLDEN(golden);
   LoadOptions i8;
   i8.dtype = WeightDtype::kInt8;
-  auto loaded = load_model(testing::source_path("models/stories260K"), i8);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const LoadedModel& mdl = **loaded;
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  const auto model = testing::load_stories260k(i8);
+  ASSERT_TRUE(model);
+  const LoadedModel& mdl = *model;
   const int V = static_cast<int>(mdl.config.n_vocab);
   auto m = cuda_decoder(mdl, cuda::KvFormat::kF32, true);
   ASSERT_TRUE(m);
@@ -439,11 +446,11 @@ TEST(CudaDecoder, Stories260KWithInt8WeightsMatchesTheReferenceDevice) {
   testing::allocate_for_test(*r, mdl.config, cuda::KvFormat::kF32, 64, 64, 4);
   TestBlocks bm(64), br(64);
   int slot = 0;
-  for (const auto& c : golden.at("cases")) {
+  for (const testing::GoldenCase& c : golden) {
     DecoderSeq s;
     s.slot = slot++;
-    s.tokens = c.at("input_ids").get<std::vector<int32_t>>();
-    const int n = static_cast<int>(c.at("greedy_new_ids").size());
+    s.tokens = c.input_ids;
+    const int n = static_cast<int>(c.greedy_new_ids.size());
     const auto got = testing::run_alone(*m, bm, s, n, V);
     const auto ref = testing::run_alone(*r, br, s, n, V);
     std::vector<int32_t> ids, ref_ids;
@@ -453,10 +460,10 @@ TEST(CudaDecoder, Stories260KWithInt8WeightsMatchesTheReferenceDevice) {
       ref_ids.push_back(testing::argmax_of(ref[k].data(), V));
       worst = std::max(worst, testing::rel_max_diff(got[k], ref[k]));
     }
-    EXPECT_LT(worst, 1e-4) << c.at("prompt");
-    EXPECT_EQ(ids, ref_ids) << c.at("prompt");
+    EXPECT_LT(worst, 1e-4) << c.prompt;
+    EXPECT_EQ(ids, ref_ids) << c.prompt;
     std::printf("  stories260K int8 '%s': gpu vs reference device max rel diff %.2e, greedy tokens %s\n",
-                c.at("prompt").get<std::string>().c_str(), worst, ids == ref_ids ? "equal" : "DIFFER");
+                c.prompt.c_str(), worst, ids == ref_ids ? "equal" : "DIFFER");
   }
 }
 
@@ -522,12 +529,10 @@ std::vector<std::vector<int32_t>> serve(Engine& e, const std::vector<GenerationR
 
 TEST(CudaEngine, ServesStories260KOnCuda0WithTheGoldensTokensAndBatchesLikeAlone) {
   REQUIRE_GPU();
-  const std::string refp = stories_reference();
-  if (refp.empty() || !std::ifstream(refp)) GTEST_SKIP() << "no golden (set FROST_STORIES_REFERENCE)";
-  auto loaded = load_model(testing::source_path("models/stories260K"));
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  std::shared_ptr<const LoadedModel> m(std::move(loaded).value());
-  const nlohmann::json golden = nlohmann::json::parse(testing::read_text_file(refp));
+  const auto golden = stories_golden();
+  REQUIRE_GOLDEN(golden);
+  const std::shared_ptr<const LoadedModel> m = testing::load_stories260k();
+  ASSERT_TRUE(m);
   auto engine_with = [&](int32_t running, int64_t blocks) {
     ExecutorOptions o;
     o.device = *parse_device("cuda:0");
@@ -544,10 +549,10 @@ TEST(CudaEngine, ServesStories260KOnCuda0WithTheGoldensTokensAndBatchesLikeAlone
   };
   std::vector<GenerationRequest> reqs;
   std::vector<std::vector<int32_t>> want;
-  for (const auto& cs : golden.at("cases")) {
+  for (const testing::GoldenCase& cs : golden) {
     GenerationRequest r;
-    r.prompt_ids = cs.at("input_ids").get<std::vector<int32_t>>();
-    want.push_back(cs.at("greedy_new_ids").get<std::vector<int32_t>>());
+    r.prompt_ids = cs.input_ids;
+    want.push_back(cs.greedy_new_ids);
     r.params.max_new_tokens = static_cast<int32_t>(want.back().size());
     r.params.temperature = 0;
     r.params.ignore_eos = true;
