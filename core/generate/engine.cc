@@ -654,7 +654,9 @@ void Engine::update(Loop& loop, const Scheduler::Step& step, const ExecResult& r
   }
   const int64_t t1 = RealClock::get().now_ns();
   // The whole round, drafting to the last token emitted: what a round costs and a drafted row adds to it.
-  if (loop.decode_only) loop.cost.observe(step.n_tokens, static_cast<double>(t1 - loop.t_round_ns) * 1e-9);
+  if (loop.decode_only)
+    loop.cost.observe(step.n_tokens, static_cast<double>(t1 - loop.t_round_ns) * 1e-9,
+                      static_cast<double>(loop.t_draft_ns) * 1e-9);
   absl::MutexLock lock(&mu_);
   counters_.t_sample_s += static_cast<double>(t_tok - t0) * 1e-9;
   counters_.t_emit_s += static_cast<double>(t1 - t_tok) * 1e-9;

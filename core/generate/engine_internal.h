@@ -86,6 +86,7 @@ struct Engine::Loop {
   std::vector<int32_t> proposal;       // draft() scratch
   RoundCost cost;                      // a decode round's time as a + b·rows (speculation.h)
   int64_t t_round_ns = 0;              // when this round's draft() began (its work, not intake's waits)
+  int64_t t_draft_ns = 0;              // how long this round's draft() took
   bool decode_only = false;            // this round's step had no prompt rows (RoundCost learns from those)
   int64_t t_schedule_ns = 0;           // this round's schedule()
   // The callback that queues a request's token events for this round's delivery.

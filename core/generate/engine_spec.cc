@@ -44,6 +44,7 @@ void Engine::draft(Loop& loop) {
   loop.decode_only = false;
   draft_round(loop);
   const int64_t t1 = RealClock::get().now_ns();
+  loop.t_draft_ns = t1 - t0;
   if (t1 - t0 > 2000) {  // a round with no speculating sequence costs ~nothing: skip the lock
     absl::MutexLock lock(&mu_);
     counters_.t_draft_s += static_cast<double>(t1 - t0) * 1e-9;

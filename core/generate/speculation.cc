@@ -21,9 +21,11 @@ const char* spec_method_name(SpecMethod m) {
   return "?";
 }
 
-void RoundCost::observe(int64_t rows, double seconds) {
-  constexpr double kDecay = 0.98;
+void RoundCost::observe(int64_t rows, double seconds, double draft_seconds) {
+  constexpr double kDecay = 0.99;
   const auto x = static_cast<double>(rows);
+  d_ = kDecay * d_ + (1 - kDecay) * draft_seconds;
+  seconds = std::max(0.0, seconds - draft_seconds);
   // A round the OS preempted (a time slice lost to another process: milliseconds against a round of tens of
   // microseconds) would pull a least-squares fit anywhere for the ~50 rounds it weighs in; on a busy machine
   // such rounds made b look as large as a round, θ → 1 and speculation stop. Once fitted, a round over
@@ -64,7 +66,8 @@ double RoundCost::threshold(int64_t seqs, int64_t rows, double fallback) {
     b_ = per_row_s();
   }
   if (a_ < 0 || seqs <= 0) return fallback;
-  return std::min(1.0, static_cast<double>(seqs) * b_ / (a_ + b_ * static_cast<double>(std::max(rows, seqs))));
+  return std::min(
+      1.0, static_cast<double>(seqs) * b_ / (a_ + d_ + b_ * static_cast<double>(std::max(rows, seqs))));
 }
 
 Speculation::Speculation(SpecMethod method, int32_t k, int32_t vocab_size, const SuffixCache* shared)

@@ -48,25 +48,32 @@ namespace frost {
 inline constexpr int kSuffixDepth = 16;
 
 // The step time as a + b·rows, by exponentially weighted least squares over the recent decode steps (weight
-// 0.98 per step of age: a window of ~50 steps). The engine observes only steps without prompt rows: a prompt
+// 0.99 per step of age: a window of ~100 steps). The engine observes only steps without prompt rows: a prompt
 // chunk's rows share their K / V reads and cost less per row than a decode or draft row, which would make
 // drafts look cheaper than they are. What it observes is the engine's whole round (drafting, scheduling, the
 // forward, sampling or verification, emitting; not its waits for requests): a round's fixed part is what one
 // more accepted token saves, so a forward-only a (the executor's time) would set θ too high at batch 1, where
-// the rest of the round is a fifth of it on a small model. Engine thread only.
+// the rest of the round is a fifth of it on a small model. The drafting phase is taken out of the fit and
+// added back as its average per round (d): a drafter catching up after a pause drafts in the same round, so
+// its catch-up time came with more rows and read as per-row cost (θ swung between 0.1 and 0.9 at batch 1 over
+// one run, and a run that started high drafted little and kept it high: 1.16x instead of 1.75x on the reuse
+// workload). θ = B·b / (a + d + b·R). Engine thread only.
 class RoundCost {
  public:
-  void observe(int64_t rows, double seconds);
+  // A decode round of `rows` rows that took `seconds`, `draft_seconds` of them drafting.
+  void observe(int64_t rows, double seconds, double draft_seconds = 0.0);
   // θ for a step of `seqs` decoding sequences and `rows` rows before drafts; while the recent rows do not vary
   // enough to separate a from b, the per-row share of the last fit, or `fallback` before any fit.
   double threshold(int64_t seqs, int64_t rows, double fallback);
-  double fixed_s() const;    // a
+  double fixed_s() const;    // a (drafting excluded)
   double per_row_s() const;  // b
+  double draft_s() const { return d_; }  // d
 
  private:
   bool fitted() const;
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
   double a_ = -1, b_ = 0;  // the last fit (a_ < 0: none yet)
+  double d_ = 0;           // drafting per round, decayed average
   int outliers_ = 0;       // rounds in a row left out as preempted (observe())
 };
 

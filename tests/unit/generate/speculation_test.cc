@@ -42,6 +42,24 @@ TEST(RoundCostTest, PreemptedRoundsDoNotMoveTheFit) {
   EXPECT_NEAR(c.fixed_s(), 3e-3, 3e-4);
 }
 
+// Drafting happens in the rounds that draft: a drafter catching up after a pause makes a round with more rows
+// slower for a reason that is not its rows. The fit leaves the drafting out (b is the rows' own cost) and θ
+// counts its average back into what a round is worth.
+TEST(RoundCostTest, DraftingTimeIsNotReadAsPerRowCost) {
+  RoundCost c;
+  double d_sum = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const int64_t rows = 1 + i % 5;
+    const double drafting = rows > 1 ? 5e-4 : 0.0;  // a catch-up with every draft
+    d_sum += drafting;
+    c.observe(rows, 1e-3 + 1e-4 * static_cast<double>(rows) + drafting, drafting);
+  }
+  EXPECT_NEAR(c.per_row_s(), 1e-4, 1e-6);
+  EXPECT_NEAR(c.fixed_s(), 1e-3, 1e-5);
+  EXPECT_NEAR(c.draft_s(), d_sum / 2000, 2e-5);
+  EXPECT_NEAR(c.threshold(1, 1, 0.3), 1e-4 / (1.1e-3 + c.draft_s()), 1e-3);
+}
+
 TEST(RoundCostTest, RowsThatNeverVaryKeepTheLastFit) {
   RoundCost c;
   for (int i = 0; i < 100; ++i) c.observe(1, 2e-3);
