@@ -56,15 +56,16 @@ inline constexpr int kSuffixDepth = 16;
 class RoundCost {
  public:
   void observe(int64_t rows, double seconds);
-  // θ for a step of `seqs` decoding sequences and `rows` rows before drafts; while the recent rows do not vary
-  // enough to separate a from b, the per-row share of the last fit, or `fallback` before any fit.
+  // θ for a step of `seqs` decoding sequences and `rows` rows before drafts; while the recent rows do not
+  // vary enough to separate a from b, or their slope does not stand out of the times' noise (speculation.cc
+  // fitted()), the per-row share of the last fit, or `fallback` before any fit.
   double threshold(int64_t seqs, int64_t rows, double fallback);
   double fixed_s() const;    // a
   double per_row_s() const;  // b
 
  private:
   bool fitted() const;
-  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0, syy_ = 0;
   double a_ = -1, b_ = 0;  // the last fit (a_ < 0: none yet)
 };
 
