@@ -498,7 +498,10 @@ bool Engine::intake(Loop& loop) {
     auto a = std::make_unique<EngineRequest>();
     a->req = std::move(p);
     a->seq = std::make_unique<Sequence>(*model_, a->req->prompt, a->req->params, &RealClock::get());
-    if (a->req->constraint) a->seq->set_constraint(a->req->constraint->matcher(a->req->vocab));
+    if (a->req->constraint) {
+      a->seq->set_constraint(a->req->constraint->matcher(a->req->vocab));
+      a->seq->set_sparse_masks(cfg_.sparse_masks);
+    }
     a->entry.order = loop.order++;
     a->entry.tokens = &a->seq->tokens();
     a->entry.make_kv = make_kv(a.get());

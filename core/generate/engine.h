@@ -116,6 +116,10 @@ struct EngineConfig : EngineOptions {
   // while the step runs (core/generate/engine_masks.h). Off: sample() computes them lazily after the step
   // (the naive twin; the outputs are the same).
   bool overlap_masks = true;
+  // Constrained decoding: a masked row with few allowed tokens is sampled over those alone (Sampler::
+  // set_sparse_masks, core/generate/sampler.cc sample_sparse). Off: the dense reference over the whole masked
+  // row (the naive twin; the same tokens).
+  bool sparse_masks = true;
 };
 
 // A cumulative histogram snapshot (Prometheus semantics): counts[i] observations <= bounds[i], plus the

@@ -135,6 +135,10 @@ const float* Sampler::penalized(const float* raw, const uint32_t* allowed) {
       const uint32_t bits = allowed[w];
       if (bits == 0xFFFFFFFFu) continue;
       const int32_t end = std::min(n_vocab_, (w + 1) * 32);
+      if (bits == 0) {  // most words of a JSON mask: a plain fill the compiler vectorises
+        std::fill(logits_.begin() + w * 32, logits_.begin() + end, kNegInf);
+        continue;
+      }
       for (int32_t i = w * 32; i < end; ++i)
         if (!((bits >> (i - w * 32)) & 1u)) logits_[static_cast<size_t>(i)] = kNegInf;
     }
@@ -144,16 +148,22 @@ const float* Sampler::penalized(const float* raw, const uint32_t* allowed) {
 }
 
 SampledToken Sampler::sample(const float* raw, const uint32_t* allowed) {
-  const float* logits = penalized(raw, allowed);
   SampledToken out;
-  if (greedy_) {
-    // 4. Greedy: a single pass, no RNG.
-    out.id = argmax(logits, n_vocab_);
-  } else if (!probs_.empty() && (out.id = sample_full(logits)) >= 0) {
-    // plain temperature sampling over the whole vocabulary: the vectorised path
-  } else {
-    build_candidates(logits);
-    out.id = draw_candidate();
+  // A masked row with few allowed tokens, greedy or plain temperature: only those visited (sample_sparse, the
+  // dense path's token); -1 sends the rest down the dense path.
+  const bool sparse = allowed != nullptr && sparse_masks_ && !penalize_ && (greedy_ || !probs_.empty());
+  out.id = sparse ? sample_sparse(raw, allowed) : -1;
+  if (out.id < 0) {
+    const float* logits = penalized(raw, allowed);
+    if (greedy_) {
+      // 4. Greedy: a single pass, no RNG.
+      out.id = argmax(logits, n_vocab_);
+    } else if (probs_.empty() || (out.id = sample_full(logits)) < 0) {
+      // truncation, or degenerate logits: the general path (sample_full, when it applies, is the vectorised
+      // plain temperature draw over the whole vocabulary)
+      build_candidates(logits);
+      out.id = draw_candidate();
+    }
   }
   if (n_logprobs_ >= 0) fill_logprobs(raw, out);
   record(out.id);
@@ -201,6 +211,78 @@ int32_t Sampler::sample_full(const float* logits) {
   // r rounded up to the total: the last id with weight (p_max == 1 exists, so there is one).
   for (int32_t i = n_vocab_ - 1; i > 0; --i)
     if (probs_[static_cast<size_t>(i)] > 0.0f) return i;
+  return 0;
+}
+
+// Constrained rows (issue 54). A JSON mask usually leaves a few percent of the vocabulary (digits, a key's
+// next characters, punctuation), and the dense path then spends most of its time on refused tokens: copying
+// the row with their logits set to -inf, exponentiating them to 0 and adding those zeros. This path visits
+// the allowed ids alone, in increasing order, and does for each exactly what the dense path does: argmax's
+// rule for the maximum (strictly greater wins, so ties go to the lowest id; NaN never wins), the same
+// exp_nonpositive (kernels/cpu/exp.h: its AVX-512 form, which the dense path runs, is bit-identical), the
+// same per-block sums of eight lanes (ids ≡ j mod 8, increasing) added in the same order, the same walk to
+// the drawn id. A refused id adds exactly +0.0 to each of those sums and never ends the walk (the walk stops
+// where the running sum first exceeds r, which adding zero cannot cause), so leaving it out changes no bit:
+// the same uniform gives the same token. Where more than 1/kSparseShare of the vocabulary is allowed (inside
+// a free string) it answers -1 and the dense path runs: its vectorised passes over V beat a scalar loop over
+// that many ids (the share is a choice, not a measured break-even: builtin:15m's digits are ~1/10 of V).
+int32_t Sampler::sample_sparse(const float* raw, const uint32_t* allowed) {
+  constexpr int32_t kSparseShare = 8;
+  static_assert(kBlock % 8 == 0, "a block's lanes are its ids mod 8");
+  const int32_t n_words = (n_vocab_ + 31) / 32;
+  int32_t n = 0;
+  for (int32_t w = 0; w < n_words; ++w) n += __builtin_popcount(allowed[w]);
+  if (n > n_vocab_ / kSparseShare) return -1;
+  sparse_ids_.clear();
+  float l_max = kNegInf;
+  int32_t best = -1;
+  for (int32_t w = 0; w < n_words; ++w) {
+    for (uint32_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+      const int32_t id = w * 32 + __builtin_ctz(bits);
+      if (id >= n_vocab_) break;  // bits past V: the dense path never reads them either
+      sparse_ids_.push_back(id);
+      if (raw[id] > l_max) {
+        l_max = raw[id];
+        best = id;
+      }
+    }
+  }
+  // Every allowed logit -inf or NaN: the dense path's degenerate cases (argmax 0, the general path) decide.
+  if (best < 0) return -1;
+  if (greedy_) return best;
+  const float inv_t = 1.0f / temperature_;
+  if (!std::isfinite(l_max) || !std::isfinite(inv_t)) return -1;  // sample_full's general-path cases
+  sparse_p_.resize(sparse_ids_.size());
+  sparse_blocks_.clear();
+  double total = 0.0;
+  for (size_t k = 0; k < sparse_ids_.size();) {
+    const int32_t b = sparse_ids_[k] / kBlock;
+    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const size_t begin = k;
+    for (; k < sparse_ids_.size() && sparse_ids_[k] / kBlock == b; ++k) {
+      const int32_t id = sparse_ids_[k];
+      sparse_p_[k] = softmax::exp_nonpositive((raw[id] - l_max) * inv_t);
+      lane[id % 8] += sparse_p_[k];  // kBlock is a multiple of 8: sample_full's lane of id is id % 8
+    }
+    const double s =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    sparse_blocks_.push_back({begin, k, s});
+    total += s;
+  }
+  const double r = uniform01() * total;
+  double cum = 0.0;
+  for (const SparseBlock& blk : sparse_blocks_) {
+    if (cum + blk.sum <= r) {
+      cum += blk.sum;
+      continue;
+    }
+    for (size_t k = blk.begin; k < blk.end; ++k) {
+      cum += sparse_p_[k];
+      if (cum > r) return sparse_ids_[k];
+    }
+  }
+  for (size_t k = sparse_ids_.size(); k-- > 0;)
+    if (sparse_ids_[k] > 0 && sparse_p_[k] > 0.0f) return sparse_ids_[k];
   return 0;
 }
 

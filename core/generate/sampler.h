@@ -80,6 +80,11 @@ class Sampler {
   // choice is the one the unconstrained sampler would make over the allowed tokens alone. Logprobs stay
   // those of the model's raw distribution (what the model believed, as OpenAI reports them).
   SampledToken sample(const float* logits, const uint32_t* allowed = nullptr);
+  // How a masked row is sampled. Sparse (the default): where the mask leaves few tokens and neither penalties
+  // nor truncation apply, only the allowed ids are visited (sample_sparse); off: always the dense reference,
+  // the row copied with every refused logit set to -inf. Both draw the same token from the same state
+  // (tests/unit/generate/sampler_test.cc and engine_constraint_test.cc compare them).
+  void set_sparse_masks(bool on) { sparse_masks_ = on; }
 
   // The seed the RNG was started with (params.seed, or the drawn one when unset).
   uint64_t seed() const { return seed_; }
@@ -104,6 +109,10 @@ class Sampler {
   // Steps 5 and 9 over the whole vocabulary when no truncation is asked for (vectorised); -1 when the
   // logits are degenerate (no finite maximum) or T is too small for 1/T: the general path takes those.
   int32_t sample_full(const float* logits);
+  // sample()'s greedy and sample_full() steps over the ids `allowed` lets through, raw logits, no penalties:
+  // the same id from the same uniform as the dense path over the masked row. -1 (nothing drawn) where the
+  // mask is dense enough that the vectorised dense path is cheaper, or the logits are degenerate.
+  int32_t sample_sparse(const float* raw, const uint32_t* allowed);
   // Steps 1-3: the raw row itself, or logits_ holding it masked by `allowed` and penalized.
   const float* penalized(const float* raw, const uint32_t* allowed);
   void apply_penalties(float* logits) const;  // steps 2-3 on [V], in place
@@ -145,6 +154,14 @@ class Sampler {
   static constexpr int32_t kBlock = 64;
   std::vector<float> probs_;        // [V] softmax numerators (sample_full)
   std::vector<double> block_sums_;  // [V / kBlock] their sums per block of ids
+  bool sparse_masks_ = true;
+  std::vector<int32_t> sparse_ids_;  // sample_sparse: the allowed ids, increasing
+  std::vector<float> sparse_p_;      // and their softmax numerators
+  struct SparseBlock {
+    size_t begin, end;  // sparse_ids_[begin, end): the allowed ids of one block of kBlock ids
+    double sum;         // block_sums_'s value for that block
+  };
+  std::vector<SparseBlock> sparse_blocks_;
 };
 
 }  // namespace frost

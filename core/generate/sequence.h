@@ -62,6 +62,9 @@ class Sequence {
   // first.
   void set_constraint(std::unique_ptr<constrain::Matcher> m) { matcher_ = std::move(m); }
   bool constrained() const { return matcher_ != nullptr; }
+  // How the host samples a masked row: over the allowed ids alone where few are, or always the dense
+  // reference (Sampler::set_sparse_masks; the same tokens either way).
+  void set_sparse_masks(bool on) { sampler_.set_sparse_masks(on); }
   // Applies a token from sample(): stop token / strings, detokenization, the event through on_token, the
   // length limit. Returns true once the sequence has finished (result() is then final). `new_step`: false for
   // the second and later tokens one verified draft appended (they took no forward pass of their own).

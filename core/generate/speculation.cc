@@ -41,12 +41,24 @@ void RoundCost::observe(int64_t rows, double seconds, double draft_seconds) {
   sy_ = kDecay * sy_ + seconds;
   sxx_ = kDecay * sxx_ + x * x;
   sxy_ = kDecay * sxy_ + x * seconds;
+  syy_ = kDecay * syy_ + seconds * seconds;
 }
 
+// Fitted when the rows varied (drafts, prompt chunks) and the slope stands out of the noise: b > 2 standard
+// errors (s² / (w · var(rows)), s² the residual variance, w the weights' sum as the sample size). Without the
+// second test a busy machine's noise made a fit (issue 54): at 32 streams the rows vary by a draft row or
+// two, round times by 10% and more when other work runs, and the slope of that noise — often near 0 or
+// negative, clamped to 1e-9 — said rows were free, θ fell to ~0, and jump-forward drafted a quarter more rows
+// at an acceptance of 0.3% (builtin:15m over HTTP). A fit the noise swamps keeps the last one, or the
+// fallback.
 bool RoundCost::fitted() const {
   if (w_ < 8) return false;
-  const double mx = sx_ / w_;
-  return sxx_ / w_ - mx * mx > 0.05;  // rows varied (drafts, prompt chunks): a and b separate
+  const double mx = sx_ / w_, my = sy_ / w_;
+  const double var_x = sxx_ / w_ - mx * mx;
+  if (var_x <= 0.05) return false;
+  const double cov = sxy_ / w_ - mx * my;
+  const double resid = std::max(0.0, syy_ / w_ - my * my - cov * cov / var_x);
+  return cov > 0 && cov * cov * w_ > 4 * resid * var_x;
 }
 
 double RoundCost::per_row_s() const {

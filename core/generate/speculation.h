@@ -62,8 +62,9 @@ class RoundCost {
  public:
   // A decode round of `rows` rows that took `seconds`, `draft_seconds` of them drafting.
   void observe(int64_t rows, double seconds, double draft_seconds = 0.0);
-  // θ for a step of `seqs` decoding sequences and `rows` rows before drafts; while the recent rows do not vary
-  // enough to separate a from b, the per-row share of the last fit, or `fallback` before any fit.
+  // θ for a step of `seqs` decoding sequences and `rows` rows before drafts; while the recent rows do not
+  // vary enough to separate a from b, or their slope does not stand out of the times' noise (speculation.cc
+  // fitted()), the per-row share of the last fit, or `fallback` before any fit.
   double threshold(int64_t seqs, int64_t rows, double fallback);
   double fixed_s() const;    // a (drafting excluded)
   double per_row_s() const;  // b
@@ -71,7 +72,7 @@ class RoundCost {
 
  private:
   bool fitted() const;
-  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0, syy_ = 0;
   double a_ = -1, b_ = 0;  // the last fit (a_ < 0: none yet)
   double d_ = 0;           // drafting per round, decayed average
   int outliers_ = 0;       // rounds in a row left out as preempted (observe())

@@ -2,7 +2,8 @@
 //  - JSON-Schema, regex and grammar constrained requests batched with unconstrained ones all finish with
 //    outputs that parse and validate, and the unconstrained ones are exactly what they are alone;
 //  - a constrained request gives the same tokens batched as alone (seeded);
-//  - masks filled on the mask thread while the step runs give the outputs of masks computed lazily;
+//  - masks filled on the mask thread while the step runs, and masked rows sampled over their allowed ids,
+//    give the outputs of masks computed lazily and sampled dense;
 //  - the masked sampler is the unmasked one restricted to the allowed tokens;
 //  - a constraint that does not compile is refused, naming "constraint" and the position: off the caller's
 //  thread
@@ -71,9 +72,12 @@ class EngineConstraintTest : public ::testing::Test {
     model_ = std::shared_ptr<const LoadedModel>(std::move(m).value());
   }
   static void TearDownTestSuite() { model_.reset(); }
-  static std::unique_ptr<Engine> make(int32_t running, bool overlap_masks = true) {
+  // fast false: the naive twin of constrained decoding's fast paths — masks computed lazily after the step
+  // (overlap_masks off) and masked rows sampled dense (sparse_masks off).
+  static std::unique_ptr<Engine> make(int32_t running, bool fast = true) {
     EngineConfig c;
-    c.overlap_masks = overlap_masks;
+    c.overlap_masks = fast;
+    c.sparse_masks = fast;
     c.max_running = running;
     c.max_waiting = 1024;
     c.max_batch_tokens = std::max(running, 64);
@@ -148,9 +152,11 @@ TEST_F(EngineConstraintTest, GreedyConstrainedOutputIsTheBestAllowedTokenEachSte
   EXPECT_TRUE(std::regex_match(out[0]->text, std::regex("[a-z ]{1,40}\\."))) << out[0]->text;
 }
 
-// Masks off the critical path (core/generate/engine_masks.h): the constrained rows' masks filled on the mask
-// thread while the step runs give exactly the outputs of the naive twin, which computes each mask lazily when
-// it samples — greedy and seeded, constrained requests batched with free ones, several rounds of batches.
+// Masks off the critical path (core/generate/engine_masks.h) and masked rows sampled over their allowed ids
+// (core/generate/sampler.cc sample_sparse): the constrained rows' masks filled on the mask thread while the
+// step runs, and sampled sparse, give exactly the outputs of the naive twin, which computes each mask lazily
+// when it samples and samples the whole masked row — greedy and seeded, constrained requests batched with
+// free ones, several rounds of batches.
 TEST_F(EngineConstraintTest, MasksFilledWhileTheStepRunsGiveTheLazyMasksOutputs) {
   using K = constrain::ConstraintSpec::Kind;
   std::vector<GenerationRequest> reqs;
@@ -163,7 +169,7 @@ TEST_F(EngineConstraintTest, MasksFilledWhileTheStepRunsGiveTheLazyMasksOutputs)
   for (uint64_t s = 1; s <= 4; ++s) reqs.push_back(req("Once upon a time", s, K::kNone, "", 40));
   reqs.back().params.temperature = 0;
   auto overlapped = make(8, true);  // 18 requests on 8 slots: admissions and finishes mid-batch
-  auto lazy = make(8, false);
+  auto lazy = make(8, false);       // lazy masks, dense masked sampling
   const auto got = run(*overlapped, reqs);
   const auto want = run(*lazy, reqs);
   for (size_t i = 0; i < reqs.size(); ++i) {

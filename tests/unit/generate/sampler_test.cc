@@ -447,6 +447,88 @@ TEST(SamplerTest, DegenerateLogitsStillSample) {
   }
 }
 
+// Constrained rows (sampler.cc sample_sparse): sampled over the allowed ids alone where few are, they get the
+// dense reference's token (the whole row copied with refused logits at -inf) from the same seed, step after
+// step — so the RNG advanced alike — on a 32,000-token vocabulary (builtin:15m's) with masks from one token
+// to every token (the dense path takes those over 1/8), logits with ties, NaN, -inf and +inf among the
+// allowed ids; greedy, plain temperature, with logprobs, and with truncation (dense both ways: checked all
+// the same).
+TEST(SamplerTest, SparseMaskedSamplingDrawsTheDenseReferencesTokens) {
+  const int32_t V = 32000;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  struct Variant {
+    const char* name;
+    float temperature;
+    int32_t top_k;
+    int32_t logprobs;
+  } variants[] = {{"greedy", 0.0f, 0, -1},
+                  {"t=0.8", 0.8f, 0, -1},
+                  {"t=1.7", 1.7f, 0, -1},
+                  {"t=0.8 top_k", 0.8f, 40, -1},
+                  {"t=0.8 logprobs", 0.8f, 0, 2}};
+  int sparse_draws = 0;
+  for (double share : {0.0, 0.0005, 0.01, 0.05, 0.12, 0.2, 1.0}) {
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> logits(V);
+      for (float& l : logits) l = normal(rng);
+      std::vector<uint32_t> mask((V + 31) / 32, 0u);
+      int32_t n_allowed = 0;
+      for (int32_t i = 0; i < V; ++i)
+        if (unit(rng) < share) {
+          mask[i / 32] |= 1u << (i % 32);
+          ++n_allowed;
+        }
+      if (n_allowed == 0) mask[12345 / 32] |= 1u << (12345 % 32);  // one token: what jump-forward meets
+      int32_t k = 0;
+      for (int32_t i = 0; i < V && round > 0; ++i) {
+        if (!((mask[i / 32] >> (i % 32)) & 1u)) continue;
+        if (round == 1 && k % 3 == 0) logits[i] = 1.25f;  // ties, and degenerate values among the allowed ids
+        if (round == 1 && k % 7 == 1) logits[i] = nan;
+        if (round == 1 && k % 11 == 2) logits[i] = -inf;
+        if (round == 2 && k == 0) logits[i] = inf;  // greedy takes it; a draw goes down the general path
+        ++k;
+      }
+      for (const Variant& v : variants) {
+        SamplingParams p = seeded(42 + round);
+        p.temperature = v.temperature;
+        p.top_k = v.top_k;
+        p.logprobs = v.logprobs;
+        Sampler fast(p, V), dense(p, V);
+        dense.set_sparse_masks(false);
+        for (int step = 0; step < 40; ++step) {
+          const SampledToken a = fast.sample(logits.data(), mask.data());
+          const SampledToken b = dense.sample(logits.data(), mask.data());
+          ASSERT_EQ(a.id, b.id) << v.name << ", share " << share << ", round " << round << ", step " << step;
+          ASSERT_TRUE((mask[a.id / 32] >> (a.id % 32)) & 1u) << "token " << a.id << " is not allowed";
+          EXPECT_EQ(a.logprob, b.logprob);
+          sparse_draws += share <= 0.12 && v.top_k == 0 ? 1 : 0;
+        }
+      }
+    }
+  }
+  EXPECT_GT(sparse_draws, 1000);
+  // Every allowed logit degenerate: the dense path's rules (argmax 0, the general path) decide both ways.
+  std::vector<float> degenerate(V, 0.5f);
+  std::vector<uint32_t> few((V + 31) / 32, 0u);
+  for (int32_t i : {5, 700, 31999}) {
+    few[i / 32] |= 1u << (i % 32);
+    degenerate[i] = i == 700 ? nan : -inf;
+  }
+  for (float t : {0.0f, 0.8f}) {
+    SamplingParams p = seeded(3);
+    p.temperature = t;
+    Sampler fast(p, V), dense(p, V);
+    dense.set_sparse_masks(false);
+    for (int step = 0; step < 10; ++step)
+      EXPECT_EQ(fast.sample(degenerate.data(), few.data()).id,
+                dense.sample(degenerate.data(), few.data()).id);
+  }
+}
+
 // ---- validation ----
 
 TEST(SamplingParamsTest, DefaultsAreValidAndOff) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 namespace frost {
 namespace {
@@ -69,6 +70,29 @@ TEST(RoundCostTest, RowsThatNeverVaryKeepTheLastFit) {
   EXPECT_NEAR(fitted, 0.5, 1e-3);
   for (int i = 0; i < 400; ++i) c.observe(1, 2e-3);  // no drafts for a while: the spread decays away
   EXPECT_NEAR(c.threshold(1, 1, 0.25), fitted, 1e-3) << "the last fit stands";
+}
+
+// What a busy machine's 32 streams look like (issue 54): rows 32 or 33 (a probe now and then), round times
+// ~10 ms ± 1.5 ms of noise from other work. The slope of that noise is no per-row cost: it must not become a
+// fit (the unchecked fit's slope here is ~0 or negative, clamped to 1e-9: θ ≈ 0, draft every step). The same
+// noise over rows that vary widely (batch 1 with drafts: 1-5 rows of 2 ms each) still fits.
+TEST(RoundCostTest, NoiseWithoutASlopeIsNoFit) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 1.5e-3);
+  RoundCost c;
+  for (int i = 0; i < 400; ++i) {
+    const int64_t rows = 32 + (i % 7 == 0 ? 1 : 0);
+    c.observe(rows, 0.3e-3 * static_cast<double>(rows) + noise(rng));
+  }
+  EXPECT_EQ(c.threshold(32, 32, 0.3), 0.3) << "never fitted: the fallback, not θ ≈ 0";
+  EXPECT_EQ(c.per_row_s(), 0);
+  RoundCost d;
+  for (int i = 0; i < 400; ++i) {
+    const int64_t rows = 1 + i % 5;
+    d.observe(rows, 1e-3 + 2e-3 * static_cast<double>(rows) + noise(rng));
+  }
+  EXPECT_NEAR(d.per_row_s(), 2e-3, 0.5e-3);
+  EXPECT_NEAR(d.threshold(1, 1, 0.3), 2.0 / 3.0, 0.1);
 }
 
 TEST(SpeculationTest, DraftsWhileTheExpectedYieldBeatsTheThreshold) {
