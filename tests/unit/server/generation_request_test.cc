@@ -265,8 +265,9 @@ TEST(GenerationRequestTest, EverySamplingRowIsAProtoFieldAndEveryProtoFieldIsRea
     const google::protobuf::FieldDescriptor& fd = *d.field(i);
     const bool row = sampling_params_table().find(fd.name()) != nullptr;
     const bool hand = std::find(by_hand.begin(), by_hand.end(), fd.name()) != by_hand.end();
-    if (!fd.is_repeated() && fd.cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE)
+    if (!fd.is_repeated() && fd.cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
       EXPECT_TRUE(row || hand) << fd.name() << " is neither a row nor read by hand";
+    }
   }
   for (const std::string& name : by_hand) EXPECT_NE(d.FindFieldByName(name), nullptr) << name;
 }
