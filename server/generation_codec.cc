@@ -3,9 +3,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/config_fields.h"
 #include "core/common/field_error.h"
 #include "core/common/utf8.h"
 #include "kernels/cpu/isa.h"
+#include "server/proto_fields.h"
 
 namespace frost::server {
 namespace {
@@ -27,6 +29,15 @@ v1::FinishReason finish_reason_proto(FinishReason r) {
 }
 
 }  // namespace
+
+const std::vector<std::string>& sampling_fields_by_hand() {
+  // The lists: their caps are checked before they are copied (a huge list never reaches the engine).
+  // logprobs: the wire's range is [0, limits.max_logprobs] (unset = none), the core's -1 = none is not sent.
+  // The constraint oneof: one ConstraintSpec of four kinds.
+  static const std::vector<std::string> names = {"stop",        "stop_token_ids", "logprobs", "json_schema",
+                                                 "json_object", "regex",          "grammar"};
+  return names;
+}
 
 absl::Status check_prompt_text(const std::string& field, const std::string& text,
                                const LimitsSection& limits) {
@@ -95,17 +106,14 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
   if (req.has_add_bos()) out.add_bos = req.add_bos();
 
   // Unset optional fields keep the defaults (SamplingParams' under the checkpoint's generation_config.json).
+  // The plain fields are sampling_params_table()'s rows, read by name through reflection
+  // (server/proto_fields.h); the rest, sampling_fields_by_hand(), follow.
   const v1::SamplingParams& s = req.sampling();
   SamplingParams& p = out.params;
-  if (s.has_temperature()) p.temperature = s.temperature();
-  if (s.has_top_k()) p.top_k = s.top_k();
-  if (s.has_top_p()) p.top_p = s.top_p();
-  if (s.has_min_p()) p.min_p = s.min_p();
-  if (s.has_repetition_penalty()) p.repetition_penalty = s.repetition_penalty();
-  if (s.has_presence_penalty()) p.presence_penalty = s.presence_penalty();
-  if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
-  if (s.has_seed()) p.seed = s.seed();
-  if (s.has_max_new_tokens()) p.max_new_tokens = s.max_new_tokens();
+  if (absl::Status st =
+          read_proto_fields(s, sampling_params_table(), sampling_fields_by_hand(), "sampling.", &p);
+      !st.ok())
+    return st;
   // Early, cheap checks on repeated fields, before they are copied, so a huge list never reaches the engine.
   if (s.stop_size() > limits.max_stop_strings) {
     return invalid(
@@ -117,7 +125,6 @@ absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateReques
   }
   p.stop.assign(s.stop().begin(), s.stop().end());
   p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
-  if (s.has_ignore_eos()) p.ignore_eos = s.ignore_eos();
   if (s.has_logprobs()) {
     if (s.logprobs() < 0 || s.logprobs() > limits.max_logprobs) {
       return invalid(

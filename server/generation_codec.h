@@ -5,6 +5,7 @@
 // directly.
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,6 +31,12 @@ inline constexpr int kMaxPromptTokenIds = 1 << 20;
 absl::StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req,
                                                         const LimitsSection& limits,
                                                         const SamplingParams& defaults = SamplingParams());
+
+// The fields of frost.v1.SamplingParams that to_generation_request reads by hand; every other one is the row
+// of sampling_params_table() (core/generate/sampling_params.h) of the same name, read through reflection, so
+// a new sampling knob is its SamplingParams member, its row and its proto field, no codec code. The mapping
+// test (tests/unit/server/generation_request_test.cc) checks both ways that nothing else is left out.
+const std::vector<std::string>& sampling_fields_by_hand();
 
 // A prompt text (Generate's and Tokenize's `text`): not empty, within limits.max_prompt_bytes, valid UTF-8;
 // INVALID_ARGUMENT naming `field` otherwise.

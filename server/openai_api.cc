@@ -12,6 +12,7 @@
 #include "core/common/json_depth.h"
 #include "core/common/utf8.h"
 #include "grpcpp/support/status.h"
+#include "server/openai_sampling.h"
 #include "server/openai_speculative.h"
 
 namespace frost::server::openai {
@@ -98,19 +99,20 @@ std::optional<ApiError> check_text(const std::string& field, const std::string& 
 
 // The fields each endpoint knows; anything else is a 400.
 const std::set<std::string>& known_fields(Endpoint ep) {
+  // The sampling rows' keys are sampling_params_table()'s, as the body names them (server/openai_sampling.h).
   static const std::set<std::string> common = {
-      "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "seed", "stop",
-      "logprobs", "presence_penalty", "frequency_penalty", "user", "response_format", "top_k", "min_p",
-      "repetition_penalty", "ignore_eos", "guided_json", "guided_regex", "guided_grammar", "logit_bias",
-      "speculative"};
+      "model",           "n",           "stream",       "stream_options", "stop",       "logprobs",   "user",
+      "response_format", "guided_json", "guided_regex", "guided_grammar", "logit_bias", "speculative"};
   static const std::set<std::string> completions = [] {
     std::set<std::string> s = common;
+    for (const std::string& k : sampling_body_keys(Endpoint::kCompletions)) s.insert(k);
     s.insert({"prompt", "echo", "suffix", "best_of"});
     return s;
   }();
   static const std::set<std::string> chat = [] {
     std::set<std::string> s = common;
-    s.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+    for (const std::string& k : sampling_body_keys(Endpoint::kChat)) s.insert(k);
+    s.insert({"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
               "chat_template_kwargs", "add_generation_prompt"});
     return s;
   }();
@@ -418,45 +420,11 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, std::string_vie
   if (r.err) return *r.err;
 
   int64_t iv = 0;
-  double dv = 0;
   bool bv = false;
-  if (r.integer("max_tokens", &iv)) {
-    out.max_tokens_set = true;
-    if (iv < 1 || iv > limits.max_new_tokens)
-      return bad("max_tokens", absl::StrCat("max_tokens: must be in [1, ", limits.max_new_tokens,
-                                            "] (limits.max_new_tokens), got ", iv));
-    p.max_new_tokens = static_cast<int32_t>(iv);
-  }
-  if (ep == Endpoint::kChat && r.integer("max_completion_tokens", &iv)) {
-    out.max_tokens_set = true;
-    if (iv < 1 || iv > limits.max_new_tokens)
-      return bad("max_completion_tokens", absl::StrCat("max_completion_tokens: must be in [1, ", limits.max_new_tokens,
-                                                       "] (limits.max_new_tokens), got ", iv));
-    p.max_new_tokens = static_cast<int32_t>(iv);
-  }
-  if (r.number("temperature", &dv)) {
-    if (!(dv >= 0 && dv <= 2)) return bad("temperature", absl::StrCat("temperature: must be in [0, 2], got ", dv));
-    p.temperature = static_cast<float>(dv);
-  }
-  if (r.number("top_p", &dv)) p.top_p = static_cast<float>(dv);
-  if (r.number("min_p", &dv)) p.min_p = static_cast<float>(dv);
-  if (r.number("presence_penalty", &dv)) {
-    if (!(dv >= -2 && dv <= 2)) return bad("presence_penalty", absl::StrCat("presence_penalty: must be in [-2, 2], got ", dv));
-    p.presence_penalty = static_cast<float>(dv);
-  }
-  if (r.number("frequency_penalty", &dv)) {
-    if (!(dv >= -2 && dv <= 2))
-      return bad("frequency_penalty", absl::StrCat("frequency_penalty: must be in [-2, 2], got ", dv));
-    p.frequency_penalty = static_cast<float>(dv);
-  }
-  if (r.number("repetition_penalty", &dv)) p.repetition_penalty = static_cast<float>(dv);
-  if (r.integer("top_k", &iv)) {
-    if (iv == -1) iv = 0;  // vLLM's "off"
-    if (!in_int32(iv)) return bad("top_k", absl::StrCat("top_k: out of range, got ", iv));
-    p.top_k = static_cast<int32_t>(iv);
-  }
-  if (r.integer("seed", &iv)) p.seed = static_cast<uint64_t>(iv);
-  if (r.boolean("ignore_eos", &bv)) p.ignore_eos = bv;
+  // The sampling rows, OpenAI's differences declared beside them (server/openai_sampling.cc).
+  std::set<std::string> given;
+  if (auto e = read_sampling(ep, doc, limits, &p, &given)) return *e;
+  out.max_tokens_set = given.count("max_new_tokens") > 0;
   if (r.integer("n", &iv)) {
     if (iv < 1 || iv > kMaxChoices) return bad("n", absl::StrCat("n: must be in [1, ", kMaxChoices, "], got ", iv));
     out.n = static_cast<int>(iv);

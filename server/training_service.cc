@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "absl/strings/numbers.h"
+#include "core/common/config_fields.h"
 #include "core/common/status_macros.h"
+#include "server/proto_fields.h"
 #include "server/service_util.h"
 #include "server/stream_writer.h"
 
@@ -46,46 +48,37 @@ absl::Status check_spec_caps(const v1::SubmitJobRequest& req, int64_t max_inline
 
 }  // namespace
 
-jobs::PrototypeJobSpec from_proto(const v1::PrototypeJobSpec& s) {
+// The scalar fields are the spec tables' rows, read by their proto names through reflection
+// (server/proto_fields.h); inline_rows (a message) and config (a map) are read by hand.
+absl::StatusOr<jobs::PrototypeJobSpec> from_proto(const v1::PrototypeJobSpec& s) {
   jobs::PrototypeJobSpec j;
-  if (s.data_case() == v1::PrototypeJobSpec::kTrainPath) j.train_path = s.train_path();
+  FROST_RETURN_IF_ERROR(read_proto_fields(s, jobs::prototype_spec_table(), {}, "prototype.", &j));
   if (s.data_case() == v1::PrototypeJobSpec::kInlineRows) {
     std::vector<jobs::TrainingRow> rows;
     rows.reserve(static_cast<size_t>(s.inline_rows().rows_size()));
     for (const v1::TrainingRow& r : s.inline_rows().rows()) rows.push_back({r.text(), r.label(), r.id()});
     j.inline_rows = std::move(rows);
   }
-  if (!s.test_path().empty()) j.test_path = s.test_path();
-  if (s.has_holdout_fraction()) j.holdout_fraction = s.holdout_fraction();
-  if (s.has_label_min()) j.label_min = s.label_min();
-  if (s.has_label_max()) j.label_max = s.label_max();
   for (const auto& [k, v] : s.config()) j.config.emplace_back(k, v);
   std::sort(j.config.begin(), j.config.end());  // protobuf maps have no order: make it deterministic
-  j.activate = s.activate();
   return j;
 }
 
 template <class P, class S>
-S kv_from_proto(const P& p) {
+absl::StatusOr<S> kv_from_proto(const P& p, const ConfigTable<S>& table, const std::string& prefix) {
   S s;
-  if (!p.calib_path().empty()) s.calib_path = p.calib_path();
-  if (!p.test_path().empty()) s.test_path = p.test_path();
-  if (p.has_calib_windows()) s.calib_windows = p.calib_windows();
-  if (p.has_eval_windows()) s.eval_windows = p.eval_windows();
+  FROST_RETURN_IF_ERROR(read_proto_fields(p, table, {}, prefix, &s));
   for (const auto& [k, v] : p.config()) s.config.emplace_back(k, v);
   std::sort(s.config.begin(), s.config.end());
-  s.activate = p.activate();
   return s;
 }
 
-jobs::KvRepairJobSpec from_proto(const v1::KvRepairJobSpec& p) {
-  return kv_from_proto<v1::KvRepairJobSpec, jobs::KvRepairJobSpec>(p);
+absl::StatusOr<jobs::KvRepairJobSpec> from_proto(const v1::KvRepairJobSpec& p) {
+  return kv_from_proto(p, jobs::kv_repair_spec_table(), "kv_repair.");
 }
 
-jobs::KvSpliceJobSpec from_proto(const v1::KvSpliceJobSpec& p) {
-  jobs::KvSpliceJobSpec s = kv_from_proto<v1::KvSpliceJobSpec, jobs::KvSpliceJobSpec>(p);
-  if (p.has_fisher_windows()) s.fisher_windows = p.fisher_windows();
-  return s;
+absl::StatusOr<jobs::KvSpliceJobSpec> from_proto(const v1::KvSpliceJobSpec& p) {
+  return kv_from_proto(p, jobs::kvsplice_spec_table(), "kvsplice.");
 }
 
 TrainingService::TrainingService(Runtime* rt)
@@ -105,23 +98,26 @@ grpc::ServerUnaryReactor* TrainingService::SubmitJob(grpc::CallbackServerContext
     FROST_RETURN_IF_ERROR(check_spec_caps(req, rt->cfg().jobs.max_inline_rows));
     Submit sub;
     switch (req.spec_case()) {
-      case v1::SubmitJobRequest::kPrototype:
+      case v1::SubmitJobRequest::kPrototype: {
         // The journal keeps specs as JSON, which has no NaN/Inf (they would become null): refuse them
-        // here, numbered like the row validator's messages.
+        // here, numbered like the row validator's messages (the scalar fields' rows refuse them too).
         for (int i = 0; i < req.prototype().inline_rows().rows_size(); ++i) {
           const double y = req.prototype().inline_rows().rows(i).label();
           if (!std::isfinite(y))
             return absl::InvalidArgumentError(
                 absl::StrCat("inline_rows:", i + 1, ": \"label\" ", y, " is not a finite number"));
         }
-        sub.spec = from_proto(req.prototype());
+        FROST_ASSIGN_OR_RETURN(sub.spec, from_proto(req.prototype()));
         break;
-      case v1::SubmitJobRequest::kKvRepair:
-        sub.spec = from_proto(req.kv_repair());
+      }
+      case v1::SubmitJobRequest::kKvRepair: {
+        FROST_ASSIGN_OR_RETURN(sub.spec, from_proto(req.kv_repair()));
         break;
-      case v1::SubmitJobRequest::kKvsplice:
-        sub.spec = from_proto(req.kvsplice());
+      }
+      case v1::SubmitJobRequest::kKvsplice: {
+        FROST_ASSIGN_OR_RETURN(sub.spec, from_proto(req.kvsplice()));
         break;
+      }
       default:
         return absl::InvalidArgumentError(
             "spec: no job spec given (set `prototype`, `kv_repair` or `kvsplice`)");

@@ -49,9 +49,12 @@ class TrainingService final : public TrainingServiceBase {
 };
 
 // frost.v1.PrototypeJobSpec / KvRepairJobSpec / KvSpliceJobSpec → the kinds' typed specs
-// (core/jobs/job_spec.h): the proto edge of the jobs.
-jobs::PrototypeJobSpec from_proto(const v1::PrototypeJobSpec& spec);
-jobs::KvRepairJobSpec from_proto(const v1::KvRepairJobSpec& spec);
-jobs::KvSpliceJobSpec from_proto(const v1::KvSpliceJobSpec& spec);
+// (core/jobs/job_spec.h): the proto edge of the jobs. The scalar fields are the spec tables' rows
+// (jobs::prototype_spec_table() ...), read by proto field name; a value a row refuses (a NaN label_min, which
+// the journal's JSON could not hold) is INVALID_ARGUMENT "prototype.label_min: expected a finite number, got
+// nan".
+absl::StatusOr<jobs::PrototypeJobSpec> from_proto(const v1::PrototypeJobSpec& spec);
+absl::StatusOr<jobs::KvRepairJobSpec> from_proto(const v1::KvRepairJobSpec& spec);
+absl::StatusOr<jobs::KvSpliceJobSpec> from_proto(const v1::KvSpliceJobSpec& spec);
 
 }  // namespace frost::server

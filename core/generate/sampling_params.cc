@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/config_fields.h"
@@ -11,9 +12,11 @@
 namespace frost {
 namespace {
 
-// Every refusal names its field as data too (core/common/field_error.h): "<field><subscript> <detail>".
+// Every refusal names its field as data too (core/common/field_error.h), in the table's format:
+// "<field><subscript>: <detail>" ("top_p: must be in (0, 1], got 1.5", "stop[1]: must not be empty").
 absl::Status invalid(absl::string_view field, const std::string& detail, const std::string& subscript = "") {
-  return invalid_field(field, detail, subscript);
+  return with_field(absl::InvalidArgumentError(absl::StrCat(field, subscript, ": ", detail)),
+                    FieldError{std::string(field), subscript, detail});
 }
 
 // The first problem with the stop strings, or OK.
@@ -36,7 +39,8 @@ absl::Status validate_stop_strings(const std::vector<std::string>& stop,
   return absl::OkStatus();
 }
 
-// The ranges of the plain fields, declared once: the table's rows and validate_sampling_params use them.
+// The ranges of the plain fields, declared once in the table's rows (validate_sampling_params checks through
+// them; the caps of max_new_tokens and logprobs narrow these two).
 const ConfigRange kTemperature = ConfigRange::at_least(0);  // and finite
 const ConfigRange kTopK = ConfigRange::at_least(0);
 const ConfigRange kTopP = ConfigRange::in_lo_open(0, 1);
@@ -45,16 +49,6 @@ const ConfigRange kRepetitionPenalty = ConfigRange::above(0);  // and finite
 const ConfigRange kPenalty = ConfigRange::in(-2, 2);           // presence and frequency
 const ConfigRange kMaxNewTokens = ConfigRange::at_least(1);    // up to SamplingLimits::max_new_tokens
 const ConfigRange kLogprobs = ConfigRange::at_least(-1);       // up to SamplingLimits::max_logprobs
-
-// "<field> must be <range>, got <v>" for a value outside `r` (NaN is outside every range); with `finite`,
-// "must be finite and <range>" and infinities are outside too.
-template <typename T>
-absl::Status check_range(const char* field, const ConfigRange& r, T v, bool finite = false) {
-  if (r.contains(v) && (!finite || std::isfinite(v))) return absl::OkStatus();
-  std::string why = r.describe();
-  if (finite) why = absl::StrCat("must be finite and ", why.substr(std::string("must be ").size()));
-  return invalid(field, absl::StrCat(why, ", got ", v));
-}
 
 }  // namespace
 
@@ -88,18 +82,21 @@ const ConfigTable<SamplingParams>& sampling_params_table() {
 
 absl::Status validate_sampling_params(const SamplingParams& p, int32_t vocab_size,
                                       const SamplingLimits& limits) {
-  for (absl::Status s :
-       {check_range("temperature", kTemperature, p.temperature, /*finite=*/true),
-        check_range("top_k", kTopK, p.top_k), check_range("top_p", kTopP, p.top_p),
-        check_range("min_p", kMinP, p.min_p),
-        check_range("repetition_penalty", kRepetitionPenalty, p.repetition_penalty, /*finite=*/true),
-        check_range("presence_penalty", kPenalty, p.presence_penalty),
-        check_range("frequency_penalty", kPenalty, p.frequency_penalty)}) {
-    if (!s.ok()) return s;
-  }
-  if (!kMaxNewTokens.contains(p.max_new_tokens) || p.max_new_tokens > limits.max_new_tokens) {
-    return invalid("max_new_tokens",
-                   absl::StrCat("must be in [1, ", limits.max_new_tokens, "], got ", p.max_new_tokens));
+  // The plain fields through the table's rows: its ranges and its words, with the server's caps narrowing
+  // two of them (SamplingLimits: max_new_tokens in [1, max_new_tokens], logprobs in [-1, max_logprobs]).
+  const ConfigTable<SamplingParams>& table = sampling_params_table();
+  const std::pair<const char*, std::pair<ConfigRange, int32_t>> capped[] = {
+      {"max_new_tokens", {ConfigRange::in(kMaxNewTokens.lo, limits.max_new_tokens), p.max_new_tokens}},
+      {"logprobs", {ConfigRange::in(kLogprobs.lo, limits.max_logprobs), p.logprobs}}};
+  for (const ConfigField<SamplingParams>& row : table.fields()) {
+    for (const auto& [name, cap] : capped) {
+      if (row.name == name && !cap.first.contains(cap.second))
+        return invalid(name, absl::StrCat(cap.first.describe(), ", got ", cap.second));
+    }
+    if (absl::Status s = table.check_field(p, row); !s.ok()) {
+      // The table's message is "<row>: <detail>"; the detail is the field error's.
+      return invalid(row.name, std::string(s.message().substr(row.name.size() + 2)));
+    }
   }
   if (absl::Status s = validate_stop_strings(p.stop, limits); !s.ok()) return s;
   for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
@@ -108,9 +105,6 @@ absl::Status validate_sampling_params(const SamplingParams& p, int32_t vocab_siz
       return invalid("stop_token_ids", absl::StrCat("must be in [0, ", vocab_size, "), got ", id),
                      absl::StrCat("[", i, "]"));
     }
-  }
-  if (!kLogprobs.contains(p.logprobs) || p.logprobs > limits.max_logprobs) {
-    return invalid("logprobs", absl::StrCat("must be in [-1, ", limits.max_logprobs, "], got ", p.logprobs));
   }
   return absl::OkStatus();
 }

@@ -55,14 +55,16 @@ struct SamplingLimits {
 };
 
 // The plain-valued fields of SamplingParams (all but stop and stop_token_ids), declared once: name, member,
-// range, doc (core/common/config_fields.h). Their ranges are the ones validate_sampling_params checks (the
-// same ConfigRange values; max_new_tokens and logprobs also have the server's upper limits, SamplingLimits);
-// frost-bench's sampling flags are its rows (core/flags/table_flags.h). Messages in the path style:
-// "top_k: must be >= 0, got -1".
+// range, doc (core/common/config_fields.h). Every reader of a request's sampling goes through its rows: the
+// gRPC codec (server/generation_codec.cc, by proto field name), the OpenAI body (server/openai_sampling.cc,
+// OpenAI's differences as data there), frost-bench's flags (core/flags/table_flags.h); and
+// validate_sampling_params checks through them (max_new_tokens and logprobs also have the server's upper
+// limits, SamplingLimits). Messages in the path style: "top_k: must be >= 0, got -1".
 const ConfigTable<SamplingParams>& sampling_params_table();
 
-// OK, or INVALID_ARGUMENT naming the first offending field and its value, e.g.
-// "top_p must be in (0, 1], got 1.5". `vocab_size` bounds stop_token_ids.
+// OK, or INVALID_ARGUMENT naming the first offending field and its value in the table's format, e.g.
+// "top_p: must be in (0, 1], got 1.5", "stop[1]: must not be empty"; the field also as data
+// (core/common/field_error.h). `vocab_size` bounds stop_token_ids.
 absl::Status validate_sampling_params(const SamplingParams& params, int32_t vocab_size,
                                       const SamplingLimits& limits = SamplingLimits());
 

@@ -156,6 +156,10 @@ bool JobProgress::operator==(const JobProgress& o) const {
          eta_s == o.eta_s;
 }
 
+const ConfigTable<PrototypeJobSpec>& prototype_spec_table() { return spec_table<PrototypeJobSpec>(); }
+const ConfigTable<KvRepairJobSpec>& kv_repair_spec_table() { return spec_table<KvRepairJobSpec>(); }
+const ConfigTable<KvSpliceJobSpec>& kvsplice_spec_table() { return spec_table<KvSpliceJobSpec>(); }
+
 const char* job_kind_name(const JobSpec& spec) {
   switch (spec.index()) {
     case 0:

@@ -16,6 +16,11 @@
 
 #include "absl/status/statusor.h"
 
+namespace frost {
+template <typename C>
+class ConfigTable;  // core/common/config_fields.h
+}  // namespace frost
+
 namespace frost::jobs {
 
 // Overrides of a kind's config ("K" → "16"), in the order given; values are parsed by the kind.
@@ -59,6 +64,13 @@ struct KvSpliceJobSpec {
 };
 
 using JobSpec = std::variant<PrototypeJobSpec, KvRepairJobSpec, KvSpliceJobSpec>;
+
+// Each kind's scalar fields, declared once (core/common/config_fields.h): the journal's JSON is read through
+// them, and so is the Training RPC's proto (server/training_service.cc, each row by its proto field's name).
+// inline_rows and config are read by hand by both.
+const ConfigTable<PrototypeJobSpec>& prototype_spec_table();
+const ConfigTable<KvRepairJobSpec>& kv_repair_spec_table();
+const ConfigTable<KvSpliceJobSpec>& kvsplice_spec_table();
 
 // "prototype" | "kv_repair" | "kvsplice": the kind a spec is for.
 const char* job_kind_name(const JobSpec& spec);

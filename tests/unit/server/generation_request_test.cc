@@ -2,10 +2,15 @@
 // optional fields over the engine defaults.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <random>
 #include <string>
 
+#include "core/common/config_fields.h"
 #include "core/common/field_error.h"
 #include "server/generation_service.h"
+#include "server/proto_fields.h"
 #include "tests/testing/test_util.h"
 
 namespace frost::server {
@@ -243,6 +248,74 @@ TEST(GenerationRequestTest, EngineErrorsNameTheProtoField) {
   // No field carried: unchanged, whatever the text looks like.
   const absl::Status plain = absl::InvalidArgumentError("constraint: looks like one");
   EXPECT_EQ(name_request_field(plain, f), plain);
+}
+
+// The codec reads sampling_params_table()'s rows by name (server/proto_fields.h): the mapping is complete
+// both ways, so a row without its proto field, or a proto field nobody reads, fails here and not in a client.
+TEST(GenerationRequestTest, EverySamplingRowIsAProtoFieldAndEveryProtoFieldIsRead) {
+  const google::protobuf::Descriptor& d = *v1::SamplingParams::descriptor();
+  const std::vector<std::string>& by_hand = sampling_fields_by_hand();
+  for (const ConfigField<SamplingParams>& row : sampling_params_table().fields()) {
+    const google::protobuf::FieldDescriptor* fd = d.FindFieldByName(row.name);
+    ASSERT_NE(fd, nullptr) << "frost.v1.SamplingParams has no field " << row.name;
+    EXPECT_TRUE(proto_carries(*fd, row.kind)) << row.name << " is a " << fd->cpp_type_name();
+    EXPECT_TRUE(fd->has_presence()) << row.name << ": unset must keep the default (proto3 optional)";
+  }
+  for (int i = 0; i < d.field_count(); ++i) {
+    const google::protobuf::FieldDescriptor& fd = *d.field(i);
+    const bool row = sampling_params_table().find(fd.name()) != nullptr;
+    const bool hand = std::find(by_hand.begin(), by_hand.end(), fd.name()) != by_hand.end();
+    if (!fd.is_repeated() && fd.cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      EXPECT_TRUE(row || hand) << fd.name() << " is neither a row nor read by hand";
+    }
+  }
+  for (const std::string& name : by_hand) EXPECT_NE(d.FindFieldByName(name), nullptr) << name;
+}
+
+// Each float arrives with its own bits (the row reads the shortest text of the float back as that float):
+// random finite floats in range, and a value set on the wire wins over the defaults.
+TEST(GenerationRequestTest, SamplingFloatsArriveBitForBit) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int i = 0; i < 20000; ++i) {
+    v1::GenerateRequest r = text_request("a");
+    const float x = std::max(unit(rng), 1e-30f);
+    r.mutable_sampling()->set_top_p(x);
+    r.mutable_sampling()->set_temperature(x * 1e6f);
+    r.mutable_sampling()->set_presence_penalty(-2 * x);
+    absl::StatusOr<GenerationRequest> g = to_generation_request(r, LimitsSection{});
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_EQ(std::memcmp(&g->params.top_p, &x, sizeof x), 0) << x;
+    ASSERT_EQ(g->params.temperature, x * 1e6f);
+    ASSERT_EQ(g->params.presence_penalty, -2 * x);
+  }
+  v1::GenerateRequest r = text_request("a");
+  r.mutable_sampling()->set_seed(UINT64_MAX);
+  r.mutable_sampling()->set_repetition_penalty(1.25f);
+  SamplingParams defaults;
+  defaults.repetition_penalty = 2.0f;
+  absl::StatusOr<GenerationRequest> g = to_generation_request(r, LimitsSection{}, defaults);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->params.seed, UINT64_MAX);
+  EXPECT_EQ(g->params.repetition_penalty, 1.25f);
+}
+
+// A value out of its row's range is refused at the edge, in the table's words under the proto path.
+TEST(GenerationRequestTest, SamplingRowsAreRefusedInTheTablesWords) {
+  auto refused = [](void (*set)(v1::SamplingParams*)) {
+    v1::GenerateRequest r = text_request("a");
+    set(r.mutable_sampling());
+    return to_generation_request(r, LimitsSection{}).status();
+  };
+  const absl::Status top_p = refused([](v1::SamplingParams* s) { s->set_top_p(1.5f); });
+  EXPECT_EQ(top_p.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(top_p.message(), "sampling.top_p: must be in (0, 1], got 1.5");
+  EXPECT_EQ(refused([](v1::SamplingParams* s) { s->set_temperature(std::nanf("")); }).message(),
+            "sampling.temperature: expected a finite number, got nan");
+  EXPECT_EQ(refused([](v1::SamplingParams* s) { s->set_top_k(-1); }).message(),
+            "sampling.top_k: must be >= 0, got -1");
+  EXPECT_EQ(refused([](v1::SamplingParams* s) { s->set_max_new_tokens(0); }).message(),
+            "sampling.max_new_tokens: must be >= 1, got 0");
 }
 
 }  // namespace
