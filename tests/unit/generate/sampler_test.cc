@@ -597,8 +597,9 @@ TEST(SamplingParamsTest, TheTableAndValidateAgree) {
     // both ways); max_new_tokens and logprobs add the server's upper limit to the range.
     const std::string range = table.find(c.key)->range.substr(std::string("must be ").size());
     EXPECT_TRUE(absl::StrContains(refused.message(), range)) << refused;
-    if (std::string(c.key) != "max_new_tokens" && std::string(c.key) != "logprobs")
+    if (std::string(c.key) != "max_new_tokens" && std::string(c.key) != "logprobs") {
       EXPECT_EQ(invalid.message(), refused.message());
+    }
     EXPECT_TRUE(absl::StartsWith(invalid.message(), c.key)) << invalid;
     ASSERT_TRUE(table.set(p, c.key, c.edge).ok());
     EXPECT_TRUE(validate_sampling_params(p, 100).ok()) << validate_sampling_params(p, 100);
