@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -34,7 +35,9 @@ void RoundCost::observe(int64_t rows, double seconds, double draft_seconds) {
   // half.)
   constexpr double kOutlier = 2.0;
   constexpr int kStreak = 8;
-  if (fitted() && seconds > kOutlier * (fixed_s() + per_row_s() * x) && ++outliers_ < kStreak) return;
+  if (const std::optional<Fit> f = fit();
+      f && seconds > kOutlier * (f->a + f->b * x) && ++outliers_ < kStreak)
+    return;
   outliers_ = 0;
   w_ = kDecay * w_ + 1;
   sx_ = kDecay * sx_ + x;
@@ -51,31 +54,34 @@ void RoundCost::observe(int64_t rows, double seconds, double draft_seconds) {
 // negative, clamped to 1e-9 — said rows were free, θ fell to ~0, and jump-forward drafted a quarter more rows
 // at an acceptance of 0.3% (builtin:15m over HTTP). A fit the noise swamps keeps the last one, or the
 // fallback.
-bool RoundCost::fitted() const {
-  if (w_ < 8) return false;
+std::optional<RoundCost::Fit> RoundCost::fit() const {
+  if (w_ < 8) return std::nullopt;
   const double mx = sx_ / w_, my = sy_ / w_;
   const double var_x = sxx_ / w_ - mx * mx;
-  if (var_x <= 0.05) return false;
+  if (var_x <= 0.05) return std::nullopt;
   const double cov = sxy_ / w_ - mx * my;
   const double resid = std::max(0.0, syy_ / w_ - my * my - cov * cov / var_x);
-  return cov > 0 && cov * cov * w_ > 4 * resid * var_x;
+  if (!(cov > 0 && cov * cov * w_ > 4 * resid * var_x)) return std::nullopt;
+  Fit f;
+  f.b = std::max(1e-9, cov / var_x);
+  f.a = std::max(0.0, my - f.b * mx);
+  return f;
 }
 
 double RoundCost::per_row_s() const {
-  if (!fitted()) return 0;
-  const double mx = sx_ / w_, my = sy_ / w_;
-  return std::max(1e-9, (sxy_ / w_ - mx * my) / (sxx_ / w_ - mx * mx));
+  const std::optional<Fit> f = fit();
+  return f ? f->b : 0.0;
 }
 
 double RoundCost::fixed_s() const {
-  if (!fitted()) return 0;
-  return std::max(0.0, sy_ / w_ - per_row_s() * sx_ / w_);
+  const std::optional<Fit> f = fit();
+  return f ? f->a : 0.0;
 }
 
 double RoundCost::threshold(int64_t seqs, int64_t rows, double fallback) {
-  if (fitted()) {
-    a_ = fixed_s();
-    b_ = per_row_s();
+  if (const std::optional<Fit> f = fit()) {
+    a_ = f->a;
+    b_ = f->b;
   }
   if (a_ < 0 || seqs <= 0) return fallback;
   return std::min(

@@ -32,6 +32,7 @@
 // to offset).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -64,14 +65,19 @@ class RoundCost {
   void observe(int64_t rows, double seconds, double draft_seconds = 0.0);
   // θ for a step of `seqs` decoding sequences and `rows` rows before drafts; while the recent rows do not
   // vary enough to separate a from b, or their slope does not stand out of the times' noise (speculation.cc
-  // fitted()), the per-row share of the last fit, or `fallback` before any fit.
+  // fit()), the per-row share of the last fit, or `fallback` before any fit.
   double threshold(int64_t seqs, int64_t rows, double fallback);
   double fixed_s() const;    // a (drafting excluded)
   double per_row_s() const;  // b
   double draft_s() const { return d_; }  // d
 
  private:
-  bool fitted() const;
+  struct Fit {
+    double a = 0, b = 0;
+  };
+  // The fit of the recent rounds, once the rows varied and the slope stands out of the noise
+  // (speculation.cc); nullopt before.
+  std::optional<Fit> fit() const;
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0, syy_ = 0;
   double a_ = -1, b_ = 0;  // the last fit (a_ < 0: none yet)
   double d_ = 0;           // drafting per round, decayed average
